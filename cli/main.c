@@ -1,0 +1,38 @@
+/* cli/main.c — the `vgrpo` executable: dispatches to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"bench", cmd_bench, "benchmarks: `vgrpo bench kernels` (sgemm and attention GFLOP/s)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: vgrpo <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`vgrpo <command> --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "vgrpo: unknown command \"%s\"\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,32 @@
+/* kernels/cpu/cpu.h — the fp32 CPU backend's functions; each is documented at its entry in kernels/kernels.h.
+ * One file per op family: gemm.c, norm.c, rope.c, activation.c, modulate.c, patch.c, attention.c, lse_merge.c. */
+#ifndef KERNELS_CPU_H
+#define KERNELS_CPU_H
+
+#include "kernels/kernels.h"
+
+void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
+void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N, int C, float eps);
+void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N, int C);
+void k_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+void k_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd, int N, int C);
+void k_cpu_rope_forward(float *out, const float *x, const float *cos, const float *sin, int B, int S, int H, int Dh);
+void k_cpu_rope_backward(float *dx, const float *dout, const float *cos, const float *sin, int B, int S, int H, int Dh);
+void k_cpu_gelu_forward(float *out, const float *x, int64_t n);
+void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n);
+void k_cpu_silu_forward(float *out, const float *x, int64_t n);
+void k_cpu_silu_backward(float *dx, const float *dout, const float *x, int64_t n);
+void k_cpu_modulate_forward(float *out, const float *x, const float *shift, const float *scale, int B, int S, int D, int per_token, int mod_stride);
+void k_cpu_modulate_backward(float *dx, float *dshift, float *dscale, const float *dout, const float *x, const float *scale, int B, int S, int D, int per_token, int mod_stride);
+void k_cpu_gate_residual_forward(float *out, const float *x, const float *y, const float *gate, int B, int S, int D, int per_token, int mod_stride);
+void k_cpu_gate_residual_backward(float *dx, float *dy, float *dgate, const float *dout, const float *y, const float *gate, int B, int S, int D, int per_token, int mod_stride);
+void k_cpu_patchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+void k_cpu_patchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+void k_cpu_unpatchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+void k_cpu_unpatchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v, int B, int Sq, int Skv, int H, int Dh, float scale);
+void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
+void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
+void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout, const float *dlse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
+
+#endif
