@@ -1,9 +1,246 @@
-/* cli/cmd_bench.c — `vgrpo bench kernels`: placeholder until the kernel benchmark lands. */
+/* cli/cmd_bench.c — `vgrpo bench <name>`: performance benchmarks, printed beside this machine's own ceiling.
+ *
+ *   vgrpo bench kernels [--threads N] [--quick]
+ *     sgemm GFLOP/s (k_cpu_gemm, vgrpo's fixed-order GEMM, and cblas_sgemm, OpenBLAS: the machine's ceiling) at
+ *     512^3, 1024^3, 2048^3 and a Wan-1.3B FFN shape (M 1560 tokens, N 8960, K 1536); CPU attention forward and
+ *     forward+backward GFLOP/s at B=1, H=4, S in {1024, 4096}, Dh in {64, 128}, counting 4*B*H*S^2*Dh for the
+ *     forward and 2.5x that for the backward (fwd+bwd = 3.5x); and the ratio attention forward (S 4096, Dh 128)
+ *     over the best sgemm figure (target: >= 0.5). Each figure is the median of several timed runs after one
+ *     warm-up run.
+ *
+ * New benchmarks (`vgrpo bench dit`, ...) are one entry in the `benches` table. Exit status: 0, 1 on failure
+ * (out of memory), 2 on a usage error. Benchmarks are commands, never timed tests (DESIGN.md section 9). */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli/commands.h"
+#include "kernels/cpu/cpu.h"
 
-int cmd_bench(int argc, char **argv) {
-    fprintf(stderr, "vgrpo bench: not built yet\n");
-    return 1;
+typedef struct {
+    int threads; /* 0: OpenMP default */
+    int quick;
+} bench_opts;
+
+typedef struct {
+    const char *name;
+    int (*fn)(const bench_opts *);
+    const char *help;
+} bench;
+
+static int bench_kernels(const bench_opts *o);
+static int bench_dit(const bench_opts *o);
+
+static const bench benches[] = {
+    {"kernels", bench_kernels, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm"},
+    {"dit", bench_dit, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: vgrpo bench <name> [--threads N] [--quick]\n\nbenchmarks:\n");
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].help);
+    fprintf(f, "\noptions:\n  --threads N   OpenMP (and OpenBLAS) threads (default: OMP_NUM_THREADS or all cores)\n"
+               "  --quick       one timed run per figure and no S=4096 forward+backward (a smoke run)\n");
 }
+
+/* Median of the run times of fn(arg), after one warm-up run. */
+static double time_median(void (*fn)(void *), void *arg, int reps) {
+    double t[16];
+    fn(arg);
+    if (reps > 16) reps = 16;
+    for (int r = 0; r < reps; r++) {
+        double t0 = omp_get_wtime();
+        fn(arg);
+        t[r] = omp_get_wtime() - t0;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1], t[j - 1] = x;
+        }
+    return reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+}
+
+static float *rand_buf(size_t n, unsigned seed, float lo, float hi) {
+    float *x = malloc(n * sizeof *x);
+    if (!x) return NULL;
+    unsigned long long s = seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = lo + (hi - lo) * (float)((s >> 40) * (1.0 / 16777216.0));
+    }
+    return x;
+}
+
+typedef struct {
+    int M, N, K, use_blas;
+    float *A, *B, *C;
+} gemm_case;
+
+static void run_gemm(void *p) {
+    gemm_case *g = p;
+    if (g->use_blas)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->N, 0.0f,
+                    g->C, g->N);
+    else
+        k_cpu_gemm(0, 0, g->M, g->N, g->K, 1.0f, g->A, g->K, g->B, g->N, 0.0f, g->C, g->N, NULL);
+}
+
+typedef struct {
+    int B, S, H, D, backward;
+    float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
+} attn_case;
+
+static void run_attn(void *p) {
+    attn_case *a = p;
+    float scale = 1.0f / sqrtf((float)a->D);
+    k_cpu_attention_forward(a->o, a->lse, a->q, a->k, a->v, a->B, a->S, a->S, a->H, a->D, scale);
+    if (a->backward)
+        k_cpu_attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->o, a->lse, a->B, a->S, a->S,
+                                 a->H, a->D, scale);
+}
+
+static int reps_for(double gflop, int quick) { return quick ? 1 : gflop > 20.0 ? 3 : 5; }
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            if (c) {
+                snprintf(out, cap, "%s", c + 2);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static int bench_kernels(const bench_opts *opt) {
+    char cpu[256];
+    cpu_name(cpu, sizeof cpu);
+    const int nt = omp_get_max_threads();
+    printf("vgrpo bench kernels: %d thread%s, %s (%d logical CPUs online), %s\n", nt, nt == 1 ? "" : "s", cpu,
+           omp_get_num_procs(), openblas_get_config());
+    printf("each figure: median of %s after one warm-up run; GFLOP/s = counted FLOPs / seconds\n\n",
+           opt->quick ? "1 run" : "3-5 runs");
+
+    /* sgemm: the machine's ceiling. */
+    const int gs[][3] = {{512, 512, 512}, {1024, 1024, 1024}, {2048, 2048, 2048}, {1560, 8960, 1536}};
+    const int ng = opt->quick ? 2 : 4;
+    double best = 0.0;
+    const char *best_name = "";
+    printf("sgemm C[M,N] = A[M,K] B[K,N], fp32    k_cpu_gemm   cblas_sgemm (GFLOP/s)\n");
+    for (int i = 0; i < ng; i++) {
+        gemm_case g = {.M = gs[i][0], .N = gs[i][1], .K = gs[i][2]};
+        g.A = rand_buf((size_t)g.M * g.K, 1, -1, 1), g.B = rand_buf((size_t)g.K * g.N, 2, -1, 1);
+        g.C = rand_buf((size_t)g.M * g.N, 3, 0, 0);
+        if (!g.A || !g.B || !g.C) {
+            fprintf(stderr, "vgrpo bench kernels: out of memory for sgemm %dx%dx%d\n", g.M, g.N, g.K);
+            free(g.A), free(g.B), free(g.C);
+            return 1;
+        }
+        double gflop = 2.0 * g.M * g.N * g.K * 1e-9, r[2];
+        for (g.use_blas = 0; g.use_blas < 2; g.use_blas++) {
+            r[g.use_blas] = gflop / time_median(run_gemm, &g, reps_for(gflop, opt->quick));
+            if (r[g.use_blas] > best) best = r[g.use_blas], best_name = g.use_blas ? "cblas_sgemm" : "k_cpu_gemm";
+        }
+        char label[64];
+        snprintf(label, sizeof label, "M %d N %d K %d%s", g.M, g.N, g.K, i == 3 ? " (Wan-1.3B FFN)" : "");
+        printf("  %-36s %10.1f %13.1f\n", label, r[0], r[1]);
+        free(g.A), free(g.B), free(g.C);
+    }
+
+    /* Attention. */
+    printf("\nattention fp32, B 1, H 4 (FLOPs: fwd 4*B*H*S^2*Dh, bwd 2.5x fwd)   fwd   fwd+bwd (GFLOP/s)\n");
+    const int Ss[] = {1024, 4096}, Ds[] = {64, 128};
+    double ratio_fwd = 0.0;
+    int ratio_S = 0;
+    for (int si = 0; si < 2; si++)
+        for (int di = 0; di < 2; di++) {
+            attn_case a = {.B = 1, .S = Ss[si], .H = 4, .D = Ds[di]};
+            size_t n = (size_t)a.B * a.S * a.H * a.D;
+            a.q = rand_buf(n, 4, -1, 1), a.k = rand_buf(n, 5, -1, 1), a.v = rand_buf(n, 6, -1, 1);
+            a.dout = rand_buf(n, 7, -1, 1), a.o = rand_buf(n, 8, 0, 0), a.lse = rand_buf((size_t)a.H * a.S, 9, 0, 0);
+            a.dq = rand_buf(n, 10, 0, 0), a.dk = rand_buf(n, 11, 0, 0), a.dv = rand_buf(n, 12, 0, 0);
+            int ok = a.q && a.k && a.v && a.dout && a.o && a.lse && a.dq && a.dk && a.dv;
+            double fwd = 0.0, fb = -1.0, gflop = 4.0 * a.B * a.H * (double)a.S * a.S * a.D * 1e-9;
+            if (ok) {
+                fwd = gflop / time_median(run_attn, &a, reps_for(gflop, opt->quick));
+                if (!(opt->quick && a.S > 1024)) {
+                    a.backward = 1;
+                    fb = 3.5 * gflop / time_median(run_attn, &a, reps_for(3.5 * gflop, opt->quick));
+                }
+            }
+            free(a.q), free(a.k), free(a.v), free(a.dout), free(a.o), free(a.lse), free(a.dq), free(a.dk), free(a.dv);
+            if (!ok) {
+                fprintf(stderr, "vgrpo bench kernels: out of memory for attention S %d Dh %d\n", a.S, a.D);
+                return 1;
+            }
+            char label[64], fbs[32];
+            snprintf(label, sizeof label, "S %d Dh %d", a.S, a.D);
+            if (fb < 0)
+                snprintf(fbs, sizeof fbs, "%9s", "-");
+            else
+                snprintf(fbs, sizeof fbs, "%9.1f", fb);
+            printf("  %-61s %7.1f %s\n", label, fwd, fbs);
+            if (a.D == 128) ratio_fwd = fwd, ratio_S = a.S;
+        }
+    double ratio = best > 0 ? ratio_fwd / best : 0.0;
+    printf("\nattention forward (S %d, Dh 128) / best sgemm (%.1f GFLOP/s, %s) = %.2f  (target >= 0.5: %s)\n",
+           ratio_S, best, best_name, ratio, ratio >= 0.5 ? "met" : "NOT met");
+    return 0;
+}
+
+/* `vgrpo bench <name> [--threads N] [--quick]`: argv[0] is "bench". */
+int cmd_bench(int argc, char **argv) {
+    if (argc < 2 || argv[1][0] == '-') {
+        int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+        usage(help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    const bench *b = NULL;
+    for (size_t i = 0; i < sizeof benches / sizeof benches[0]; i++)
+        if (!strcmp(argv[1], benches[i].name)) b = &benches[i];
+    if (!b) {
+        fprintf(stderr, "vgrpo bench: unknown benchmark \"%s\"\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    bench_opts o = {0, 0};
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) {
+            o.quick = 1;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 4096) {
+                fprintf(stderr, "vgrpo bench: --threads wants a positive integer, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+            o.threads = (int)n;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "vgrpo bench %s: unknown option \"%s\"\n\n", b->name, argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (o.threads > 0) {
+        omp_set_num_threads(o.threads);
+        openblas_set_num_threads(o.threads); /* the OpenMP build also follows omp_set_num_threads */
+    }
+    return b->fn(&o);
+}
+
+/* `vgrpo bench dit`: cli/bench_dit.c. */
+static int bench_dit(const bench_opts *o) { return cmd_bench_dit(o->threads, o->quick); }

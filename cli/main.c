@@ -12,6 +12,8 @@ typedef struct {
 
 static const command commands[] = {
     {"bench", cmd_bench, "benchmarks: `vgrpo bench kernels` (sgemm and attention GFLOP/s)"},
+    {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
+    {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
 };
 
 static void usage(FILE *f) {

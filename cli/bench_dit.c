@@ -1,0 +1,146 @@
+/* cli/bench_dit.c — `vgrpo bench dit`: one Wan transformer block, forward and forward+backward, in ms and
+ * GFLOP/s, beside this machine's sgemm GFLOP/s (OpenBLAS cblas_sgemm, the ceiling; and vgrpo's fixed-order
+ * k_cpu_gemm that the model runs on) at the same thread count.
+ *
+ * Shapes: the Wan 2.1-1.3B block (D 1536 = 12 heads x 128, FFN 8960, 1,560 video tokens = one 480x832 latent
+ * frame, 512 text tokens, batch 1) and the tiny preset's block (D 128 = 4 x 32, FFN 256, 192 tokens = a 3 x 8 x 8
+ * grid, 32 text tokens, batch 1). FLOPs per block forward (DESIGN.md section 9):
+ *     12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F;   forward+backward = 3 x forward.
+ * Each figure is the median of several timed runs after a warm-up run. scripts/bench_torch.py times diffusers'
+ * WanTransformerBlock on the same shapes (PyTorch CPU eager, same thread count) for comparison.
+ * Uses model/wan_internal.h (the block functions) on purpose: it times a block alone, without the embedders. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu.h"
+#include "model/wan_internal.h"
+
+typedef struct {
+    const char *name;
+    int heads, head_dim, ffn, F, H, W, L;
+} dit_shape;
+
+static double median(double *t, int n) {
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* sgemm GFLOP/s at M x N x K (row-major, B transposed as nn.Linear uses it): OpenBLAS, then k_cpu_gemm. */
+static int sgemm_gflops(int M, int N, int K, int reps, double *blas, double *ours) {
+    float *a = malloc((size_t)M * K * sizeof(float)), *b = malloc((size_t)N * K * sizeof(float));
+    float *c = malloc((size_t)M * N * sizeof(float));
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return core_error("bench dit: out of memory");
+    }
+    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    double t[16], flop = 2.0 * M * N * K;
+    for (int which = 0; which < 2; which++) {
+        for (int r = -1; r < reps; r++) {
+            double t0 = omp_get_wtime();
+            if (which == 0)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
+            else
+                k_cpu_gemm(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N, NULL);
+            if (r >= 0) t[r] = omp_get_wtime() - t0;
+        }
+        *(which ? ours : blas) = flop / median(t, reps) * 1e-9;
+    }
+    free(a), free(b), free(c);
+    return 0;
+}
+
+/* Times one block of shape s: forward (inference activations), forward+backward (stored and recomputed). */
+static int bench_block(const dit_shape *s, int reps, double *ms_fwd, double *ms_train, double *ms_train_rc,
+                       double *flop_fwd) {
+    wan_config cfg = {{1, 2, 2}, s->heads, s->head_dim, 16, 16, 64, 256, s->ffn, 1, 1, 1e-6, 1024};
+    wan_shape shape = {1, s->F, s->H, s->W, s->L, 0};
+    wan_model m;
+    if (wan_model_init(&m, &cfg)) return -1;
+    if (wan_model_alloc_grads(&m)) {
+        wan_model_free(&m);
+        return -1;
+    }
+    /* weights ~ N(0, 1/fan_in) so activations stay O(1); the values do not change the timing */
+    wan_params_init_random(&m, 1);
+    const int64_t S = wan_tokens(&cfg, &shape), D = wan_dim(&cfg), L = s->L, F = s->ffn;
+    *flop_fwd = 12.0 * S * D * D + 4.0 * S * S * D + 4.0 * S * L * D + 4.0 * L * D * D + 4.0 * S * D * F;
+    wan_exec ex;
+    wan_exec_resolve(&ex, NULL);
+    const wan_acts_mode modes[3] = {WAN_ACTS_INFER, WAN_ACTS_STORE, WAN_ACTS_RECOMPUTE};
+    double *res[3] = {ms_fwd, ms_train, ms_train_rc};
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        wan_acts *A = wan_acts_new(&cfg, &shape, modes[k]);
+        if (!A) {
+            rc = -1;
+            break;
+        }
+        /* block inputs: residual stream, modulation (tproj) and text context, uniform in [-1, 1) */
+        float *in[3] = {A->res[0], A->tproj, A->ctx};
+        int64_t n[3] = {S * D, 6 * D, L * D};
+        for (int j = 0; j < 3; j++)
+            for (int64_t i = 0; i < n[j]; i++) in[j][i] = (float)(((i + 17 * j) * 2654435761u) % 2000) * 1e-3f - 1.0f;
+        double t[16];
+        for (int r = -1; r < reps && !rc; r++) {
+            double t0 = omp_get_wtime();
+            rc = wan_block_forward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
+            if (!rc && modes[k] != WAN_ACTS_INFER) {
+                for (int64_t i = 0; i < S * D; i++) A->dres[i] = 1e-3f * (float)((i % 7) - 3);
+                rc = wan_block_backward(&ex, A, &m.w.blocks[0], &m.g.blocks[0], &A->blk[0]);
+            }
+            if (r >= 0) t[r] = omp_get_wtime() - t0;
+        }
+        *res[k] = median(t, reps) * 1e3;
+        wan_acts_free(A);
+    }
+    wan_model_free(&m);
+    return rc;
+}
+
+int cmd_bench_dit(int threads, int quick) {
+    if (threads > 0) {
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    const int nt = omp_get_max_threads();
+    const int reps = quick ? 1 : 3;
+    static const dit_shape shapes[] = {
+        {"wan2.1-1.3b block", 12, 128, 8960, 1, 60, 104, 512},
+        {"tiny block", 4, 32, 256, 3, 16, 16, 32},
+    };
+    double blas = 0, ours = 0;
+    if (sgemm_gflops(1560, 1536, 1536, reps, &blas, &ours)) goto fail;
+    printf("vgrpo bench dit: %d thread%s\n", nt, nt == 1 ? "" : "s");
+    printf("sgemm 1560x1536x1536: OpenBLAS %.1f GFLOP/s (ceiling), k_cpu_gemm %.1f GFLOP/s\n\n", blas, ours);
+    printf("%-18s %6s %5s %5s %6s | %9s %8s | %9s %8s %8s | %9s %8s\n", "shape", "S", "L", "D", "FFN", "fwd ms",
+           "GFLOP/s", "f+b ms", "GFLOP/s", "%sgemm", "f+b rc ms", "GFLOP/s");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const dit_shape *s = &shapes[i];
+        if (quick && i == 0) continue; /* the 1.3B block takes seconds: not in a smoke run */
+        double f, tr, rc, flop;
+        if (bench_block(s, reps, &f, &tr, &rc, &flop)) goto fail;
+        const int S = (s->F / 1) * (s->H / 2) * (s->W / 2), D = s->heads * s->head_dim;
+        const double gf = flop / (f * 1e-3) * 1e-9, gt = 3 * flop / (tr * 1e-3) * 1e-9;
+        printf("%-18s %6d %5d %5d %6d | %9.2f %8.1f | %9.2f %8.1f %7.0f%% | %9.2f %8.1f\n", s->name, S, s->L, D, s->ffn,
+               f, gf, tr, gt, 100.0 * gt / blas, rc, 3 * flop / (rc * 1e-3) * 1e-9);
+    }
+    printf("\nFLOPs per block forward 12SD^2 + 4S^2D + 4SLD + 4LD^2 + 4SDF, training 3x; %%sgemm = fwd+bwd GFLOP/s "
+           "over OpenBLAS sgemm; rc = recompute mode.\nPyTorch eager on the same shapes: "
+           "python scripts/bench_torch.py --threads %d\n", nt);
+    return 0;
+fail:
+    fprintf(stderr, "vgrpo bench dit: %s\n", core_last_error());
+    return 1;
+}

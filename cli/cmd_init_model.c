@@ -1,0 +1,164 @@
+/* cli/cmd_init_model.c — `vgrpo init-model --preset P --out DIR [--seed N] [--force]`: writes a pipeline folder in
+ * diffusers' WanPipeline layout.
+ *
+ *   DIR/model_index.json     {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
+ *                             "transformer_2": [...] or [null, null], "boundary_ratio": 0.875 or null,
+ *                             "expand_timesteps": true for wan2.2-ti2v-5b, ...}
+ *   DIR/transformer/         config.json (+ diffusion_pytorch_model.safetensors for `tiny`)
+ *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only)
+ *
+ * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
+ * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
+ * presets get configs only: vgrpo never writes random full-size weights; put the official weights beside them.
+ * Components other models add later (vae, text_encoder, tokenizer, scheduler) are listed once their folders
+ * exist. Exit status 0, 1 on failure, 2 on a usage error. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/wan_dit.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: vgrpo init-model --preset P --out DIR [--seed N] [--force]\n\n"
+               "Writes a Wan pipeline folder (diffusers WanPipeline layout) for preset P:\n");
+    for (const char *const *p = wan_preset_names(); *p; p++)
+        fprintf(f, "  %-16s %s\n", *p,
+                !strcmp(*p, "tiny") ? "random weights (seeded), for tests and the demo"
+                : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
+                                     : "config only (no weights)");
+    fprintf(f, "\n  --seed N   seed of the tiny preset's random weights (default 0)\n"
+               "  --force    write into DIR even if it already holds a model_index.json\n");
+}
+
+static int make_dir(const char *path) {
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) return core_error("%s: cannot create folder: %s", path, strerror(errno));
+    return 0;
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* model_index.json: every component folder present in dir, plus the pipeline's config values. */
+static int write_model_index(const char *dir, const char *preset, int two_experts) {
+    json_t *root = json_object();
+    json_object_set_new(root, "_class_name", json_string("WanPipeline"));
+    json_object_set_new(root, "_diffusers_version", json_string("0.42.1"));
+    json_object_set_new(root, "boundary_ratio", two_experts ? json_real(0.875) : json_null());
+    json_object_set_new(root, "expand_timesteps", json_boolean(!strcmp(preset, "wan2.2-ti2v-5b")));
+    static const struct {
+        const char *name, *lib, *cls;
+    } comps[] = {
+        {"scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler"},
+        {"text_encoder", "transformers", "UMT5EncoderModel"},
+        {"tokenizer", "transformers", "T5TokenizerFast"},
+        {"transformer", "diffusers", "WanTransformer3DModel"},
+        {"transformer_2", "diffusers", "WanTransformer3DModel"},
+        {"vae", "diffusers", "AutoencoderKLWan"},
+    };
+    char path[4096];
+    for (size_t i = 0; i < sizeof comps / sizeof comps[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, comps[i].name);
+        json_t *pair = json_array();
+        if (exists(path)) {
+            json_array_append_new(pair, json_string(comps[i].lib));
+            json_array_append_new(pair, json_string(comps[i].cls));
+        } else if (!strcmp(comps[i].name, "transformer_2")) { /* optional component: [null, null] as diffusers */
+            json_array_append_new(pair, json_null());
+            json_array_append_new(pair, json_null());
+        } else {
+            json_decref(pair);
+            continue;
+        }
+        json_object_set_new(root, comps[i].name, pair);
+    }
+    snprintf(path, sizeof path, "%s/model_index.json", dir);
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (rc) return core_error("%s: cannot write", path);
+    return 0;
+}
+
+int cmd_init_model(int argc, char **argv) {
+    const char *preset = NULL, *out = NULL;
+    uint64_t seed = 0;
+    int force = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
+            preset = argv[++i];
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            seed = strtoull(argv[++i], &end, 0);
+            if (*end || errno || argv[i][0] == '-') {
+                fprintf(stderr, "vgrpo init-model: --seed: expected a non-negative integer, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--force")) {
+            force = 1;
+        } else {
+            fprintf(stderr, "vgrpo init-model: unknown or incomplete option \"%s\"\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!preset || !out) {
+        fprintf(stderr, "vgrpo init-model: --preset and --out are required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    wan_config cfg;
+    if (wan_config_preset(&cfg, preset)) {
+        fprintf(stderr, "vgrpo init-model: %s\n", core_last_error());
+        return 2;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model_index.json", out);
+    if (exists(path) && !force) {
+        fprintf(stderr, "vgrpo init-model: %s already exists (use --force to overwrite)\n", path);
+        return 1;
+    }
+    const int two = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
+    int rc = make_dir(out);
+    for (int e = 0; e < 1 + two && !rc; e++) {
+        snprintf(path, sizeof path, "%s/%s", out, e ? "transformer_2" : "transformer");
+        if (weights) {
+            wan_model m;
+            rc = wan_model_init(&m, &cfg);
+            if (!rc) {
+                wan_params_init_random(&m, seed + (uint64_t)e);
+                rc = wan_model_save(&m, path);
+                wan_model_free(&m);
+            }
+        } else {
+            rc = make_dir(path);
+            char cpath[4200];
+            snprintf(cpath, sizeof cpath, "%s/config.json", path);
+            if (!rc) rc = wan_config_save(&cfg, cpath);
+        }
+    }
+    if (!rc) rc = write_model_index(out, preset, two);
+    if (rc) {
+        fprintf(stderr, "vgrpo init-model: %s\n", core_last_error());
+        return 1;
+    }
+    wan_layout L;
+    int64_t n = 0;
+    if (!wan_layout_init(&L, &cfg)) n = L.numel, wan_layout_free(&L);
+    printf("%s: preset %s, %d x %d heads, %d layers, %" PRId64 " parameters per transformer%s%s\n", out, preset,
+           cfg.num_attention_heads, cfg.attention_head_dim, cfg.num_layers, n, two ? ", two experts" : "",
+           weights ? "" : " (configs only: no weights written)");
+    return 0;
+}

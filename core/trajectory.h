@@ -1,0 +1,103 @@
+/* core/trajectory.h — one rollout sample as rollout, reward and trainer exchange it: the sigma table, every latent
+ * of the denoising chain, per-step log-probs and experts, the sampling settings and the rewards.
+ *
+ * DESIGN.md section 4: `sigmas[0..N]` and `latents[0..N]` with latents[i] at sigmas[i]; latents[0] is the initial
+ * noise, latents[N] the final sample; step i goes latents[i] -> latents[i+1]. The trainer reads this table and never
+ * rebuilds the schedule.
+ *
+ * Stored form (a safetensors file, or the same named tensors + string map in a wire message):
+ *   tensors   sigmas        F32 [N+1]           strictly decreasing, sigmas[0] <= 1, sigmas[N] == 0, N >= 1
+ *             timesteps     F32 [N]             finite (1000 * sigma for vgrpo's schedule; not re-derived)
+ *             latents       F32 [N+1,C,F,H,W]   finite, every dim >= 1
+ *             log_probs     F32 [N]             finite where has_log_prob is 1, exactly 0 where it is 0
+ *             has_log_prob  U8  [N]             0 or 1 (0: a step with std 0, e.g. eta 0; never trained)
+ *             expert        U8  [N]             0 `transformer` (high noise), 1 `transformer_2` (low noise)
+ *             rewards       F32 [R]             per-scorer rewards, finite, R = 0..CORE_TRAJ_MAX_REWARDS
+ *   metadata  format "vgrpo.trajectory", format_version "1",
+ *             uid (decimal u64), prompt_index (decimal, >= 0), policy_version (decimal i64),
+ *             eta, guidance_scale, guidance_scale_2, reward_total: fp32 values printed "%.9g" (they read back to the
+ *             same bits; eta >= 0; all finite),
+ *             reward_names: a JSON list of R distinct non-empty strings, in the order of `rewards`.
+ * Readers reject a tensor they do not know (naming it) and ignore metadata keys they do not know.
+ * Every error names the source (file path or the label the caller passes) and the field. */
+#ifndef CORE_TRAJECTORY_H
+#define CORE_TRAJECTORY_H
+
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#define CORE_TRAJ_MAX_REWARDS 32
+#define CORE_TRAJ_NAME_MAX 64 /* bytes of a reward name, NUL included */
+#define CORE_TRAJ_MAX_EXPERTS 2
+#define CORE_TRAJ_N_TENSORS 7
+#define CORE_TRAJ_N_META 10
+
+typedef struct {
+    uint64_t uid;           /* rollout uid (DESIGN.md section 4: round x B x G + prompt_slot x G + replica) */
+    int64_t prompt_index;   /* index into the prompt list */
+    int64_t policy_version; /* weights version that produced the rollout */
+    int n_steps;            /* N denoising steps */
+    int64_t shape[4];       /* latent [C, F, H, W] */
+    float eta, guidance_scale, guidance_scale_2;
+    float *sigmas;          /* [N+1] */
+    float *timesteps;       /* [N] */
+    float *latents;         /* [N+1, C, F, H, W] */
+    float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */
+    uint8_t *has_log_prob;  /* [N] */
+    uint8_t *expert;        /* [N] */
+    int n_rewards;          /* R */
+    char reward_names[CORE_TRAJ_MAX_REWARDS][CORE_TRAJ_NAME_MAX];
+    float rewards[CORE_TRAJ_MAX_REWARDS];
+    float reward_total;
+} core_traj;
+
+/* Allocates the arrays of a trajectory with n_steps >= 1 and latent shape [C, F, H, W] (each >= 1), all zeroed;
+ * scalars zeroed, no rewards. Returns 0, or -1 (bad argument, size overflow, out of memory; nothing left allocated). */
+int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4]);
+/* Frees the arrays and zeroes the struct (safe on a zeroed struct). */
+void core_traj_free(core_traj *t);
+
+/* C*F*H*W, and a pointer to latents[i] (0 <= i <= N; no check). */
+int64_t core_traj_latent_numel(const core_traj *t);
+float *core_traj_latent(const core_traj *t, int i);
+
+/* Sets the rewards: n (0..CORE_TRAJ_MAX_REWARDS) scorer names (distinct, non-empty, shorter than
+ * CORE_TRAJ_NAME_MAX) with their values (finite), and the total (finite). Returns 0 or -1 naming the bad entry. */
+int core_traj_set_rewards(core_traj *t, int n, const char *const *names, const float *values, float total);
+
+/* Checks every rule of the stored form above on an in-memory trajectory. label starts error messages.
+ * Returns 0 or -1 naming the field (and step / element index) at fault. */
+int core_traj_validate(const core_traj *t, const char *label);
+
+/* The stored form as named tensors + string metadata. Tensor views borrow t's arrays (t must outlive the fields and
+ * not change); metadata values are allocated. Tensors in the order of the table above. */
+typedef struct {
+    int n_tensors;
+    const char *tensor_names[CORE_TRAJ_N_TENSORS];
+    core_tensor tensors[CORE_TRAJ_N_TENSORS];
+    int n_meta;
+    const char *meta_keys[CORE_TRAJ_N_META];
+    char *meta_values[CORE_TRAJ_N_META];
+} core_traj_fields;
+
+/* Fills *f from t (validated first). Returns 0, or -1 (invalid trajectory, out of memory; nothing to free). */
+int core_traj_to_fields(const core_traj *t, core_traj_fields *f);
+/* Frees the metadata strings and zeroes *f. */
+void core_traj_fields_free(core_traj_fields *f);
+
+/* Builds *t (allocated here, data copied) from n_tensors named tensors (contiguous CPU, any order) and n_meta
+ * metadata key/value strings, as a reader gets them from a file or a wire message. Validates everything; errors
+ * start with `label` and name the field: a missing or unknown tensor, wrong dtype or rank or shape (with the
+ * expected shape), a missing metadata key or unparsable value, a rule broken by the values. On error *t is zeroed
+ * and nothing is left allocated. */
+int core_traj_from_fields(core_traj *t, int n_tensors, const char *const *names, const core_tensor *tensors,
+                          int n_meta, const char *const *keys, const char *const *values, const char *label);
+
+/* Writes t to a safetensors file (validated first; st_writer_write: temporary file + rename). Returns 0 or -1. */
+int core_traj_save(const core_traj *t, const char *path);
+/* Reads a file written by core_traj_save (or any writer of the same tensors and metadata) into *t, validating as
+ * core_traj_from_fields with the path as label. Returns 0 or -1. */
+int core_traj_load(core_traj *t, const char *path);
+
+#endif

@@ -1,0 +1,212 @@
+/* kernels/cpu/attn_tile.h — private building blocks of the blocked CPU attention (attention.c): a register-tiled
+ * 6 x 16 matrix-multiply micro-kernel over a packed right operand, the driver that covers a block with it, the
+ * packing routines that gather a head's strided rows into contiguous block buffers, and a vectorised exp.
+ *
+ * Packed right operand ("strips"): a [Kd, N] matrix, N a multiple of 16, stored as N/16 strips, each strip the
+ * Kd x 16 sub-matrix row after row (strip s holds columns 16s..16s+15). Columns past the valid width are zero.
+ * The micro-kernel streams one strip and broadcasts six elements of the left operand per step, the layout of the
+ * classic GotoBLAS / BLIS micro-kernel (Goto & van de Geijn, "Anatomy of high-performance matrix
+ * multiplication", 2008), written here from that description.
+ *
+ * Everything here is deterministic: each output element is one fixed-order chain of fused multiply-adds, so
+ * results never depend on thread count or on which block a thread takes. AVX2+FMA when the compiler targets it,
+ * otherwise plain C (same algorithm, different rounding from the AVX2 path). */
+#ifndef KERNELS_CPU_ATTN_TILE_H
+#define KERNELS_CPU_ATTN_TILE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define ATTN_AVX2 1
+#else
+#define ATTN_AVX2 0
+#endif
+
+#define ATTN_MR 6  /* rows of a micro-tile */
+#define ATTN_NR 16 /* columns of a micro-tile (one strip) */
+
+static inline int attn_round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+#if ATTN_AVX2
+/* One micro-tile: C[6 x 16] (= or +=) sum_k A(r, k) * Bs[k][0..15], A(r, k) at a[r*ars + k*aks], Bs one strip.
+ * always_inline so that the two stride patterns used (row-major A: aks = 1; transposed A: ars = 1) are each
+ * compiled with a constant stride. */
+static inline __attribute__((always_inline)) void attn_tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks,
+                                                            const float *bs, float *c, ptrdiff_t ldc, int acc) {
+    __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    if (acc) {
+        c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
+        c10 = _mm256_loadu_ps(c + 1 * ldc), c11 = _mm256_loadu_ps(c + 1 * ldc + 8);
+        c20 = _mm256_loadu_ps(c + 2 * ldc), c21 = _mm256_loadu_ps(c + 2 * ldc + 8);
+        c30 = _mm256_loadu_ps(c + 3 * ldc), c31 = _mm256_loadu_ps(c + 3 * ldc + 8);
+        c40 = _mm256_loadu_ps(c + 4 * ldc), c41 = _mm256_loadu_ps(c + 4 * ldc + 8);
+        c50 = _mm256_loadu_ps(c + 5 * ldc), c51 = _mm256_loadu_ps(c + 5 * ldc + 8);
+    } else {
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 = _mm256_setzero_ps();
+    }
+#define ATTN_STEP(k)                                                                 \
+    do {                                                                             \
+        const float *ak_ = a + (ptrdiff_t)(k) * aks;                                 \
+        __m256 b0_ = _mm256_load_ps(bs + (k) * 16), b1_ = _mm256_load_ps(bs + (k) * 16 + 8); \
+        __m256 x_ = _mm256_broadcast_ss(ak_);                                        \
+        c00 = _mm256_fmadd_ps(x_, b0_, c00), c01 = _mm256_fmadd_ps(x_, b1_, c01);    \
+        x_ = _mm256_broadcast_ss(ak_ + ars);                                         \
+        c10 = _mm256_fmadd_ps(x_, b0_, c10), c11 = _mm256_fmadd_ps(x_, b1_, c11);    \
+        x_ = _mm256_broadcast_ss(ak_ + 2 * ars);                                     \
+        c20 = _mm256_fmadd_ps(x_, b0_, c20), c21 = _mm256_fmadd_ps(x_, b1_, c21);    \
+        x_ = _mm256_broadcast_ss(ak_ + 3 * ars);                                     \
+        c30 = _mm256_fmadd_ps(x_, b0_, c30), c31 = _mm256_fmadd_ps(x_, b1_, c31);    \
+        x_ = _mm256_broadcast_ss(ak_ + 4 * ars);                                     \
+        c40 = _mm256_fmadd_ps(x_, b0_, c40), c41 = _mm256_fmadd_ps(x_, b1_, c41);    \
+        x_ = _mm256_broadcast_ss(ak_ + 5 * ars);                                     \
+        c50 = _mm256_fmadd_ps(x_, b0_, c50), c51 = _mm256_fmadd_ps(x_, b1_, c51);    \
+    } while (0)
+    /* Not unrolled on purpose: with gcc 12 manual or pragma unrolling spills the two B vectors into memory
+     * operands of the FMAs and runs at about 2/3 of the speed of this plain loop. */
+    for (int k = 0; k < kc; k++) ATTN_STEP(k);
+#undef ATTN_STEP
+    _mm256_storeu_ps(c + 0 * ldc, c00), _mm256_storeu_ps(c + 0 * ldc + 8, c01);
+    _mm256_storeu_ps(c + 1 * ldc, c10), _mm256_storeu_ps(c + 1 * ldc + 8, c11);
+    _mm256_storeu_ps(c + 2 * ldc, c20), _mm256_storeu_ps(c + 2 * ldc + 8, c21);
+    _mm256_storeu_ps(c + 3 * ldc, c30), _mm256_storeu_ps(c + 3 * ldc + 8, c31);
+    _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
+    _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
+}
+#else
+static inline void attn_tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks, const float *bs, float *c,
+                             ptrdiff_t ldc, int acc) {
+    float t[ATTN_MR][ATTN_NR];
+    for (int r = 0; r < ATTN_MR; r++)
+        for (int j = 0; j < ATTN_NR; j++) t[r][j] = acc ? c[r * ldc + j] : 0.0f;
+    for (int k = 0; k < kc; k++)
+        for (int r = 0; r < ATTN_MR; r++) {
+            float x = a[r * ars + (ptrdiff_t)k * aks];
+            for (int j = 0; j < ATTN_NR; j++) t[r][j] = fmaf(x, bs[k * 16 + j], t[r][j]);
+        }
+    for (int r = 0; r < ATTN_MR; r++)
+        for (int j = 0; j < ATTN_NR; j++) c[r * ldc + j] = t[r][j];
+}
+#endif
+
+/* C[M, N] (= or +=) A[M, Kd] @ B[Kd, N] with A row-major (row stride lda) and B packed in strips.
+ * M a multiple of 6, N a multiple of 16; C row stride ldc. */
+static inline void attn_mm_n(int M, int N, int Kd, const float *a, ptrdiff_t lda, const float *b, float *c,
+                             ptrdiff_t ldc, int acc) {
+    for (int s = 0; s < N / ATTN_NR; s++)
+        for (int r = 0; r < M; r += ATTN_MR)
+            attn_tile(Kd, a + r * lda, lda, 1, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
+}
+
+/* As attn_mm_n with A given transposed: A(r, k) = at[k*lda + r] (at is [Kd, >= M] row-major). */
+static inline void attn_mm_t(int M, int N, int Kd, const float *at, ptrdiff_t lda, const float *b, float *c,
+                             ptrdiff_t ldc, int acc) {
+    for (int s = 0; s < N / ATTN_NR; s++)
+        for (int r = 0; r < M; r += ATTN_MR)
+            attn_tile(Kd, at + r, 1, lda, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
+}
+
+/* Packs n rows of a head (row i of Dh floats at src + i*rs) as the TRANSPOSED operand [Dh, nc] in strips:
+ * column j of the operand is row j of src; columns n..nc-1 (nc a multiple of 16) are zero. */
+static inline void attn_pack_t(float *dst, const float *src, ptrdiff_t rs, int n, int nc, int Dh) {
+    for (int s = 0; s < nc / ATTN_NR; s++) {
+        float *d = dst + (ptrdiff_t)s * Dh * ATTN_NR;
+        for (int j = 0; j < ATTN_NR; j++) {
+            int row = s * ATTN_NR + j;
+            if (row < n) {
+                const float *x = src + row * rs;
+                for (int e = 0; e < Dh; e++) d[e * ATTN_NR + j] = x[e];
+            } else {
+                for (int e = 0; e < Dh; e++) d[e * ATTN_NR + j] = 0.0f;
+            }
+        }
+    }
+}
+
+/* Packs n rows of a head as the operand [n, Dp] in strips (Dp = Dh rounded up to 16, pad columns zero),
+ * each element multiplied by mul (exactly 1.0f leaves values unchanged). */
+static inline void attn_pack_n(float *dst, const float *src, ptrdiff_t rs, int n, int Dh, float mul) {
+    int Dp = attn_round_up(Dh, ATTN_NR);
+    for (int s = 0; s < Dp / ATTN_NR; s++) {
+        float *d = dst + (ptrdiff_t)s * n * ATTN_NR;
+        int c0 = s * ATTN_NR, w = Dh - c0 < ATTN_NR ? Dh - c0 : ATTN_NR;
+        for (int i = 0; i < n; i++) {
+            const float *x = src + i * rs + c0;
+            int j = 0;
+            for (; j < w; j++) d[i * ATTN_NR + j] = x[j] * mul;
+            for (; j < ATTN_NR; j++) d[i * ATTN_NR + j] = 0.0f;
+        }
+    }
+}
+
+/* Gathers n rows of a head into a contiguous [m, Dh] buffer (m >= n, rows n..m-1 zero), times mul. */
+static inline void attn_gather(float *dst, const float *src, ptrdiff_t rs, int n, int m, int Dh, float mul) {
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < Dh; e++) dst[(ptrdiff_t)i * Dh + e] = src[i * rs + e] * mul;
+    memset(dst + (ptrdiff_t)n * Dh, 0, sizeof(float) * (size_t)(m - n) * Dh);
+}
+
+#if ATTN_AVX2
+/* exp(x) for 8 lanes: range reduction x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor-like polynomial on r, scale by
+ * 2^n through the exponent bits. Relative error about 2 ulp; x < -87.3 (including -inf) gives exactly 0;
+ * x > 88 saturates (never reached here: arguments are <= 0). */
+static inline __m256 attn_exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.0f);
+    __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), zero_mask);
+}
+#endif
+
+/* p[j] = exp(s[j] - m) for j < n (n a multiple of 16); returns the sum of p[0..n-1] in a fixed order. */
+static inline float attn_exp_sub(float *p, const float *s, float m, int n) {
+#if ATTN_AVX2
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) {
+        __m256 e = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        _mm256_storeu_ps(p + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+#else
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) sum += (p[j] = expf(s[j] - m));
+    return sum;
+#endif
+}
+
+/* Maximum of s[0..n-1] (n a multiple of 16). */
+static inline float attn_row_max(const float *s, int n) {
+#if ATTN_AVX2
+    __m256 v = _mm256_loadu_ps(s);
+    for (int j = 8; j < n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    float m = t[0];
+    for (int j = 1; j < 8; j++) m = t[j] > m ? t[j] : m;
+    return m;
+#else
+    float m = s[0];
+    for (int j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+#endif
+}
+
+#endif

@@ -1,0 +1,188 @@
+/* kernels/cpu/norm.c — LayerNorm and RMSNorm over the last dim, forward and backward (fp32 in and out).
+ *
+ * Numerics (the choice is ours; torch's fp32 kernels accumulate in fp32 and differ from this by rounding only):
+ * - Row statistics (mean, variance, mean of squares, and the two row sums of the backward) accumulate in double
+ *   over 16 lanes: lane j sums elements j, j+16, j+32, ... in order, then the lanes are added in a fixed pairwise
+ *   tree. The order depends only on C, the loop vectorises, and double makes the fp32 result nearly exact.
+ * - mean and rstd are rounded to fp32 and saved; out and the backward use those fp32 values, so forward and
+ *   backward agree on x_hat = (x - mean) * rstd bit for bit.
+ * - One row per OpenMP iteration (static schedule); weight and bias gradients are reduced over rows by threads
+ *   that each own a block of columns and add rows in order 0..N-1 in double. No result depends on the thread count.
+ * Reference: torch.nn.LayerNorm (biased variance, eps inside the sqrt), torch.nn.RMSNorm / diffusers RMSNorm
+ * (out = (x * rstd) * w). */
+#include <math.h>
+#include <stddef.h>
+
+#include "kernels/cpu/cpu.h"
+
+enum { LANES = 16, COL_BLOCK = 64 };
+
+/* below this many elements a parallel region costs more than it saves */
+#define PAR(N, C) ((size_t)(N) * (size_t)(C) >= ((size_t)1 << 14))
+
+/* Adds the 16 lanes in a fixed pairwise tree. */
+static inline double lanes_sum(double *l) {
+    for (int w = LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
+    return l[0];
+}
+
+static double row_sum(const float *x, int C) {
+    double l[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int j = 0; j < LANES; j++) l[j] += (double)x[c + j];
+    for (int j = 0; c + j < C; j++) l[j] += (double)x[c + j];
+    return lanes_sum(l);
+}
+
+/* sum of (x - m)^2 */
+static double row_sq_dev(const float *x, double m, int C) {
+    double l[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int j = 0; j < LANES; j++) {
+            double d = (double)x[c + j] - m;
+            l[j] += d * d;
+        }
+    for (int j = 0; c + j < C; j++) {
+        double d = (double)x[c + j] - m;
+        l[j] += d * d;
+    }
+    return lanes_sum(l);
+}
+
+/* For the backward: sum over the row of g * x_hat and of g, with g = dout * w (or dout) and
+ * x_hat = (x - mean) * rstd (mean_f NULL: x * rstd), both formed in fp32 exactly as the forward and dx use them. */
+static void row_grad_sums(const float *x, const float *dout, const float *w, const float *mean_f, float rf, int C,
+                          double *sum_gx, double *sum_g) {
+    double l1[LANES] = {0}, l2[LANES] = {0};
+    float mf = mean_f ? *mean_f : 0.0f;
+    for (int c0 = 0; c0 < C; c0 += LANES) {
+        int nj = C - c0 < LANES ? C - c0 : LANES;
+        for (int j = 0; j < nj; j++) {
+            int c = c0 + j;
+            float xh = mean_f ? (x[c] - mf) * rf : x[c] * rf;
+            float g = w ? dout[c] * w[c] : dout[c];
+            l1[j] += (double)g * (double)xh;
+            l2[j] += (double)g;
+        }
+    }
+    *sum_gx = lanes_sum(l1);
+    *sum_g = lanes_sum(l2);
+}
+
+/* out = (x - mean) * rstd * w + b per row. x, out [N, C] fp32; w, b [C] or both NULL (b alone may be NULL);
+ * mean, rstd [N] (written).
+ * rstd = 1/sqrt(var + eps), var biased. See kernels.h; reference torch.nn.LayerNorm. */
+void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                             int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if (PAR(N, C))
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * C;
+        float *yr = out + (size_t)n * C;
+        double m = row_sum(xr, C) / C;
+        double var = row_sq_dev(xr, m, C) / C;
+        float mf = (float)m, rf = (float)(1.0 / sqrt(var + (double)eps));
+        mean[n] = mf;
+        rstd[n] = rf;
+        for (int c = 0; c < C; c++) {
+            float xh = (xr[c] - mf) * rf;
+            if (w) {
+                float t = xh * w[c];
+                yr[c] = b ? t + b[c] : t;
+            } else {
+                yr[c] = xh;
+            }
+        }
+    }
+}
+
+/* Gradient of the weight and bias: dw[c] += sum_n dout[n,c] * x_hat[n,c], db[c] += sum_n dout[n,c], rows added in
+ * order in double; threads own column blocks. x_hat from x, mean, rstd (mean NULL for RMSNorm). */
+static void norm_param_grads(float *dw, float *db, const float *dout, const float *x, const float *mean,
+                             const float *rstd, int N, int C) {
+    int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
+#pragma omp parallel for schedule(static) if (PAR(N, C))
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
+        double sw[COL_BLOCK] = {0}, sb[COL_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
+            float mf = mean ? mean[n] : 0.0f, rf = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                float xh = mean ? (xr[c] - mf) * rf : xr[c] * rf;
+                sw[c - c0] += (double)gr[c] * (double)xh;
+                sb[c - c0] += (double)gr[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            if (dw) dw[c] += (float)sw[c - c0];
+            if (db) db[c] += (float)sb[c - c0];
+        }
+    }
+}
+
+/* LayerNorm backward: with g = dout * w (or dout) and x_hat from the saved mean/rstd,
+ * dx += rstd * (g - mean(g) - x_hat * mean(g * x_hat)); dw += sum_n dout * x_hat; db += sum_n dout.
+ * dx [N,C]; dw, db [C] (NULL when no affine, or not wanted). */
+void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    if (dx) {
+#pragma omp parallel for schedule(static) if (PAR(N, C))
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
+            float *dr = dx + (size_t)n * C;
+            float mf = mean[n], rf = rstd[n];
+            double sgx, sg;
+            row_grad_sums(xr, gr, w, &mf, rf, C, &sgx, &sg);
+            double mgx = sgx / C, mg = sg / C;
+            for (int c = 0; c < C; c++) {
+                float xh = (xr[c] - mf) * rf;
+                float g = w ? gr[c] * w[c] : gr[c];
+                dr[c] += (float)((double)rf * ((double)g - mg - (double)xh * mgx));
+            }
+        }
+    }
+    if (dw || db) norm_param_grads(dw, db, dout, x, mean, rstd, N, C);
+}
+
+/* RMSNorm forward: out = (x * rstd) * w, rstd = 1/sqrt(mean(x^2) + eps). x, out [N,C]; w [C] or NULL; rstd [N]
+ * (written). Reference torch.nn.RMSNorm / diffusers RMSNorm. */
+void k_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if (PAR(N, C))
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * C;
+        float *yr = out + (size_t)n * C;
+        double ms = row_sq_dev(xr, 0.0, C) / C;
+        float rf = (float)(1.0 / sqrt(ms + (double)eps));
+        rstd[n] = rf;
+        for (int c = 0; c < C; c++) {
+            float xh = xr[c] * rf;
+            yr[c] = w ? xh * w[c] : xh;
+        }
+    }
+}
+
+/* RMSNorm backward: g = dout * w (or dout), x_hat = x * rstd; dx += rstd * (g - x_hat * mean(g * x_hat));
+ * dw += sum_n dout * x_hat. dx [N,C] (NULL: skipped); dw [C] (NULL: skipped). */
+void k_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                            const float *rstd, int N, int C) {
+    if (dx) {
+#pragma omp parallel for schedule(static) if (PAR(N, C))
+        for (int n = 0; n < N; n++) {
+            const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
+            float *dr = dx + (size_t)n * C;
+            float rf = rstd[n];
+            double sgx, sg;
+            row_grad_sums(xr, gr, w, NULL, rf, C, &sgx, &sg);
+            double mgx = sgx / C;
+            for (int c = 0; c < C; c++) {
+                float xh = xr[c] * rf;
+                float g = w ? gr[c] * w[c] : gr[c];
+                dr[c] += (float)((double)rf * ((double)g - (double)xh * mgx));
+            }
+        }
+    }
+    if (dw) norm_param_grads(dw, NULL, dout, x, NULL, rstd, N, C);
+}
