@@ -5,7 +5,7 @@ OPT      ?= -O3 -march=native
 # OpenBLAS: the OpenMP build, named explicitly so the Debian alternatives setting cannot swap in the pthread one.
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
-CFLAGS   := $(OPT) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(EXTRA_CFLAGS)
+CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(EXTRA_CFLAGS)
 LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lm $(EXTRA_LDLIBS)
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
@@ -60,12 +60,12 @@ bench: all
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
-FUZZ_LIB_SRC := core/error.c core/tensor.c core/safetensors.c $(wildcard core/st_*.c)
+FUZZ_LIB_SRC := core/error.c core/tensor.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
 fuzz: deps
 	@mkdir -p build-fuzz
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) \
-	    -ljansson -lm; \
+	    -lyaml -ljansson -lm; \
 	  mkdir -p build-fuzz/corpus-$$t; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$t tests/fuzz/seeds-$$t 2>&1 | tail -n 12; \
