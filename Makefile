@@ -17,7 +17,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test test-slow asan bench fuzz deps clean
+.PHONY: all test test-slow asan bench fuzz deps clean demo
 all: $(BUILD)/vgrpo
 
 deps:
@@ -52,6 +52,11 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/vgrpo build-asan/vgrpo_tests
 	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_ASAN=1 build-asan/vgrpo_tests
+
+# The demo: a tiny random Wan pipeline (made once) and GRPO on it in one process (recipes/tiny-cpu.yaml).
+demo: deps all
+	@test -f runs/demo/model/model_index.json || { mkdir -p runs/demo && $(BUILD)/vgrpo init-model --preset tiny --out runs/demo/model --seed 0; }
+	$(BUILD)/vgrpo run recipes/tiny-cpu.yaml
 
 bench: all
 	$(BUILD)/vgrpo bench kernels

@@ -96,7 +96,8 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
 
     wan_shape sh = {(int)sx[0], (int)sx[2], (int)sx[3], (int)sx[4], (int)se[1], t_rank == 2};
     if (sx[1] != c->in_channels) {
-        core_error("%s: hidden_states has %lld channels, the model takes %d", in_path, (long long)sx[1], c->in_channels);
+        core_error("%s: hidden_states has %lld channels, the model takes %d", in_path, (long long)sx[1],
+                   c->in_channels);
         goto done;
     }
     if (se[0] != sx[0] || se[2] != c->text_dim) {

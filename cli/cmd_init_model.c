@@ -6,6 +6,8 @@
  *                             "expand_timesteps": true for wan2.2-ti2v-5b, ...}
  *   DIR/transformer/         config.json (+ diffusion_pytorch_model.safetensors for `tiny`)
  *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only)
+ *   DIR/latent_rgb.safetensors  `tiny` only: the fixed latent-to-RGB map standing in for the VAE
+ *                            (model/latent_rgb.h; a vgrpo file, not a diffusers component, so not in model_index)
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
@@ -22,6 +24,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/latent_rgb.h"
 #include "model/wan_dit.h"
 
 static void usage(FILE *f) {
@@ -37,7 +40,8 @@ static void usage(FILE *f) {
 }
 
 static int make_dir(const char *path) {
-    if (mkdir(path, 0777) != 0 && errno != EEXIST) return core_error("%s: cannot create folder: %s", path, strerror(errno));
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return core_error("%s: cannot create folder: %s", path, strerror(errno));
     return 0;
 }
 
@@ -148,6 +152,12 @@ int cmd_init_model(int argc, char **argv) {
             snprintf(cpath, sizeof cpath, "%s/config.json", path);
             if (!rc) rc = wan_config_save(&cfg, cpath);
         }
+    }
+    if (!rc && weights) {
+        wan_latent_rgb map;
+        snprintf(path, sizeof path, "%s/latent_rgb.safetensors", out);
+        rc = wan_latent_rgb_default(&map, cfg.in_channels);
+        if (!rc) rc = wan_latent_rgb_save(&map, path);
     }
     if (!rc) rc = write_model_index(out, preset, two);
     if (rc) {

@@ -13,6 +13,7 @@ typedef struct {
 static const command commands[] = {
     {"bench", cmd_bench, "benchmarks: `vgrpo bench kernels` (sgemm and attention GFLOP/s)"},
     {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
+    {"run", cmd_run, "run a GRPO recipe (mode: local: rollout, reward and training in one process)"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
 };
 

@@ -131,7 +131,8 @@ int wan_backward(wan_model *m, wan_acts *A, const wan_exec *exec, float *dx, flo
     wan_add_table_bwd(g->scale_shift_table, A->dtemb, A->dmodo, R, 2, D, 1);
 
     for (int l = c->num_layers - 1; l >= 0; l--)
-        if (wan_block_backward(&ex, A, &w->blocks[l], &g->blocks[l], &A->blk[l])) return core_error_push("block %d: ", l);
+        if (wan_block_backward(&ex, A, &w->blocks[l], &g->blocks[l], &A->blk[l]))
+            return core_error_push("block %d: ", l);
 
     /* patch embedding */
     zero(A->dxp, (int64_t)BS * A->Pin);

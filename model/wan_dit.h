@@ -34,7 +34,9 @@
  *     the residual after self-attention, the cross-attention LN output (cross_attn_norm only), q after norm, LN3
  *     output and its modulated form (8-9x), the text k after norm (B*L*D) and the gelu output (B*S*Fd).
  *   WAN_ACTS_RECOMPUTE recomputes those in backward from what is kept, with the same kernels on the same inputs,
- *     so gradients are bitwise identical to WAN_ACTS_STORE; it saves ~45% of activation memory for a few % time.
+ *     so gradients are bitwise identical to WAN_ACTS_STORE (tested). Per block that is ~16.5 x B*S*D floats kept
+ *     instead of ~31.7 (Wan-1.3B shapes, Fd = 5.83 D): e.g. 30 layers, 1,560 tokens, 512 text tokens, batch 1:
+ *     STORE 8.7 GiB, RECOMPUTE 4.8 GiB, INFER 0.33 GiB (wan_acts_bytes, scratch included).
  *   Model-level: the patchified input, the time and text embedding intermediates, the final LN statistics and
  *     the proj_out input. WAN_ACTS_INFER keeps nothing per block (one scratch set, ping-pong residual): forward only.
  *   Modulation tables (scale_shift_table + tproj) are rebuilt per block, never stored per block.

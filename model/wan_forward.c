@@ -155,7 +155,8 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     wan_linear_fwd(ops, A->ctx, A->e1a, w->text2_w, w->text2_b, B * L, D, D);
 
     for (int l = 0; l < c->num_layers; l++)
-        if (wan_block_forward(&ex, A, &w->blocks[l], &A->blk[l], A->res[l + 1])) return core_error_push("block %d: ", l);
+        if (wan_block_forward(&ex, A, &w->blocks[l], &A->blk[l], A->res[l + 1]))
+            return core_error_push("block %d: ", l);
 
     /* output norm, modulation by (scale_shift_table + temb), projection, unpatchify */
     wan_add_table(A->modo, w->scale_shift_table, A->temb, R, 2, D, 1);

@@ -81,7 +81,8 @@ int wan_model_load(wan_model *m, const char *dir) {
 }
 
 int wan_model_save(const wan_model *m, const char *dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return core_error("%s: cannot create folder: %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return core_error("%s: cannot create folder: %s", dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (wan_config_save(&m->cfg, path)) return -1;

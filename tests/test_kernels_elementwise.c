@@ -207,15 +207,16 @@ TEST(kern_gate_residual_forward_backward_fd) {
     check_mod(1, 0, 1, 3, 130, 93);
 }
 
-/* Bitwise the same results with 1 and 2 threads (sizes large enough for the parallel paths). */
+/* Bitwise the same results with 1, 2 and 3 threads (sizes large enough for the parallel paths; with 3 threads
+ * the column sums of each sample are split between threads). */
 TEST(kern_elementwise_thread_invariance) {
     int B = 2, S = 301, D = 200, st = 6 * D;
     size_t n = (size_t)B * S * D, nt = (size_t)B * S * st;
     float *x = kt_rand(n, 101, -3, 3), *y = kt_rand(n, 102, -1, 1), *tab = kt_rand(nt, 103, -1, 1);
     float *g = kt_rand(n, 104, -1, 1);
-    float *r[2][6];
+    float *r[3][6];
     int saved = omp_get_max_threads();
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
         omp_set_num_threads(t + 1);
         float *act = kt_zeros(n), *dact = kt_zeros(n), *dx = kt_zeros(n), *dy = kt_zeros(n), *dt = kt_zeros(nt),
               *out = kt_zeros(n);
@@ -232,8 +233,10 @@ TEST(kern_elementwise_thread_invariance) {
     }
     omp_set_num_threads(saved);
     size_t len[6] = {n, n, n, n, nt, n};
-    for (int k = 0; k < 6; k++) CHECK_MSG(kt_bits_differ(r[0][k], r[1][k], len[k]) == 0, "output %d differs", k);
-    for (int t = 0; t < 2; t++)
+    for (int t = 1; t < 3; t++)
+        for (int k = 0; k < 6; k++)
+            CHECK_MSG(kt_bits_differ(r[0][k], r[t][k], len[k]) == 0, "output %d differs with %d threads", k, t + 1);
+    for (int t = 0; t < 3; t++)
         for (int k = 0; k < 6; k++) free(r[t][k]);
     free(x), free(y), free(tab), free(g);
 }

@@ -69,7 +69,8 @@ TEST(wan_cli_init_model) {
         snprintf(path, sizeof path, "%s/%s/config.json", c, e ? "transformer_2" : "transformer");
         REQUIRE_OK(wan_config_load(&x, path));
         CHECK(wan_config_equal(&x, &want));
-        snprintf(path, sizeof path, "%s/%s/diffusion_pytorch_model.safetensors", c, e ? "transformer_2" : "transformer");
+        snprintf(path, sizeof path, "%s/%s/diffusion_pytorch_model.safetensors", c,
+                 e ? "transformer_2" : "transformer");
         CHECK(!file_exists(path));
     }
     CHECK(test_run(out, sizeof out, "%s init-model --preset wan3 --out %s/x", test_vgrpo_bin(), tmp) == 2 &&

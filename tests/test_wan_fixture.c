@@ -25,8 +25,8 @@ static void run_fixture(const char *name, const char *model_dir, const char *out
     snprintf(path, sizeof path, "tests/fixtures/wan_%s_io.safetensors", name);
     st_file *io = st_open(path);
     REQUIRE(io != NULL);
-    int nd_x, nd_t, nd_e;
-    int64_t sx[8], st_[8], se[8], nx, nt, ne, no;
+    int nd_x = 0, nd_t = 0, nd_e = 0;
+    int64_t sx[8] = {0}, st_[8] = {0}, se[8] = {0}, nx = 0, nt = 0, ne = 0, no = 0;
     float *x = wt_read(io, "hidden_states", &nd_x, sx, &nx);
     float *t = wt_read(io, "timestep", &nd_t, st_, &nt);
     float *e = wt_read(io, "encoder_hidden_states", &nd_e, se, &ne);

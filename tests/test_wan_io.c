@@ -112,3 +112,30 @@ TEST(wan_io_errors_name_the_tensor) {
     CHECK(wan_model_load(&x, tmp) == -1 && strstr(core_last_error(), "config.json"));
     wan_model_free(&m);
 }
+
+/* F16 on disk -> exactly the f16 rounding of the fp32 weights. */
+TEST(wan_io_f16_load) {
+    wan_model m, h;
+    REQUIRE_OK(wan_model_load(&m, "tests/fixtures/wan_difftest"));
+    const char *dir = test_tmpdir();
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE_OK(wan_config_save(&m.cfg, path));
+    uint16_t *half = malloc((size_t)m.layout.numel * sizeof(uint16_t));
+    REQUIRE(half != NULL);
+    for (int64_t i = 0; i < m.layout.numel; i++) half[i] = core_f32_to_f16(m.params[i]);
+    st_writer *w = st_writer_new();
+    for (int i = 0; i < m.layout.count; i++) {
+        const wan_tensor *t = &m.layout.tensors[i];
+        REQUIRE_OK(st_writer_add(w, t->name, CORE_F16, t->ndim, t->shape, half + t->offset));
+    }
+    snprintf(path, sizeof path, "%s/diffusion_pytorch_model.safetensors", dir);
+    REQUIRE_OK(st_writer_write(w, path));
+    st_writer_free(w);
+    REQUIRE_OK(wan_model_load(&h, dir));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < m.layout.numel; i++) diff += h.params[i] != core_f16_to_f32(half[i]);
+    CHECK(diff == 0);
+    free(half);
+    wan_model_free(&m), wan_model_free(&h);
+}

@@ -15,6 +15,12 @@
 
 #include "kernels/cpu/cpu.h"
 
+/* GCC will not if-convert the clamps in k_expf (so will not vectorise these loops) while it must preserve FP trap
+ * behaviour; no code here relies on FP exceptions, and this option never changes a computed value. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 enum { PAR_MIN = 1 << 14 }; /* below this many elements a parallel region costs more than it saves */
 
 /* sqrt(2/pi) (torch computes M_SQRT2 * M_2_SQRTPI * 0.5 in double and rounds it to fp32) and the cubic term. */
@@ -22,11 +28,13 @@ enum { PAR_MIN = 1 << 14 }; /* below this many elements a parallel region costs 
 #define GELU_KAPPA 0.044715f
 
 /* exp(x) in fp32, max error ~2 ulp; +inf above 88, 0 below -87 (the sigmoids below only need it saturated there).
- * x = n ln2 + r, |r| <= ln2/2, n by round-to-nearest (adding 1.5 * 2^23), ln2 split in a 9-bit high part (n * hi
- * exact) and a low part; exp(r) by its Taylor series to r^7 (truncation < 0.15 ulp); 2^n built in the exponent
- * bits. Plain multiplies and adds, no fma: the same results with or without FMA hardware. */
+ * x = n ln2 + r, |r| <= ln2/2: n by round-to-nearest (adding 1.5 * 2^23 leaves n in the low mantissa bits of t,
+ * which also gives 2^n without a float-to-int conversion, so the loops vectorise), ln2 split in a 9-bit high part
+ * (n * hi exact) and a low part; exp(r) by its Taylor series to r^7 (truncation < 0.15 ulp). Plain multiplies and
+ * adds, no fma: the same results with or without FMA hardware. */
 static inline float k_expf(float x) {
-    float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+    float xc = x > 88.0f ? 88.0f : x;
+    xc = xc < -87.0f ? -87.0f : xc;
     float t = xc * 1.44269504088896341f + 12582912.0f;
     float n = t - 12582912.0f;
     float r = xc - n * 0.693359375f;
@@ -39,17 +47,21 @@ static inline float k_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    uint32_t tb, bits;
+    memcpy(&tb, &t, sizeof tb);
+    bits = (tb - 0x4B400000u + 127u) << 23; /* (n + 127) << 23 */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     float y = p * scale;
-    return x > 88.0f ? INFINITY : (x < -87.0f ? 0.0f : y);
+    y = x > 88.0f ? INFINITY : y;
+    y = x < -87.0f ? 0.0f : y;
+    return y;
 }
 
 /* out = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), evaluated as x * s(2u) (see the top).
  * x, out [n]. Reference: torch gelu(approximate="tanh"). */
 void k_cpu_gelu_forward(float *out, const float *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float cube = v * v * v;
@@ -62,7 +74,7 @@ void k_cpu_gelu_forward(float *out, const float *x, int64_t n) {
 /* dx += dout * d/dx gelu_tanh(x). With s = s(2u) = 0.5 * (1 + tanh u) and 1 - tanh^2 u = 4 s (1 - s):
  * d/dx = s + 2 x s (1 - s) * sqrt(2/pi) * (1 + 3 * 0.044715 * x^2). dx, dout, x [n]. */
 void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float sq = v * v;
@@ -79,7 +91,7 @@ void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n
 
 /* out = x * sigmoid(x), computed as x / (1 + exp(-x)) (torch's form). x, out [n]. torch.nn.functional.silu. */
 void k_cpu_silu_forward(float *out, const float *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         out[i] = v / (1.0f + k_expf(-v));
@@ -88,7 +100,7 @@ void k_cpu_silu_forward(float *out, const float *x, int64_t n) {
 
 /* dx += dout * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)). dx, dout, x [n]. */
 void k_cpu_silu_backward(float *dx, const float *dout, const float *x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         float s = 1.0f / (1.0f + k_expf(-v));

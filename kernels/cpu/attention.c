@@ -39,7 +39,7 @@
 #define ATTN_BK 96
 #endif
 #ifndef ATTN_BQ_BWD
-#define ATTN_BQ_BWD 48
+#define ATTN_BQ_BWD 96
 #endif
 /* Upper bound on the packed operands of one head group, in bytes (a group has at least one head). */
 #define ATTN_PACK_BUDGET ((size_t)256 << 20)

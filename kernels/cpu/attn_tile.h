@@ -150,8 +150,9 @@ static inline void attn_gather(float *dst, const float *src, ptrdiff_t rs, int n
 }
 
 #if ATTN_AVX2
-/* exp(x) for 8 lanes: range reduction x = n ln2 + r, |r| <= ln2/2, degree-6 Taylor-like polynomial on r, scale by
- * 2^n through the exponent bits. Relative error about 2 ulp; x < -87.3 (including -inf) gives exactly 0;
+/* exp(x) for 8 lanes: range reduction x = n ln2 + r (ln2 split in two parts), |r| <= ln2/2, then
+ * 1 + r + r^2 p(r) with the degree-5 minimax p of Cephes' expf (S. L. Moshier), scaled by 2^n through the exponent
+ * bits. Relative error about 2 ulp; x < -87.3 (including -inf) gives exactly 0;
  * x > 88 saturates (never reached here: arguments are <= 0). */
 static inline __m256 attn_exp8(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.0f);

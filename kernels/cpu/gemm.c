@@ -2,14 +2,16 @@
  *
  * Why not plain cblas_sgemm. OpenBLAS 0.3.21 (Debian, DYNAMIC_ARCH, core "Zen" on the development machine) does
  * not give a row of C that is independent of M or of the thread count. Measured with the same first rows of A
- * and M = 1, 2, 3, 5, 17, 64, 300 (K, N from 7x5 up to 1536x8960, all four transpose cases): for every K >= 64
- * the shared rows differed in some or most elements, e.g. K = N = 1536: M = 5 vs M = 1 differed in 1413 of 1536
- * elements, M = 17 vs M = 1 in 73; with 2 threads the pattern changed again (M = 17 then differed like M = 5,
- * because each thread's share of rows chooses the micro-kernel). Reading the kernel (sgemm_kernel_8x4_haswell_2.c)
- * explains it: tiles of 16x6 keep one accumulator per element, while 8x4, 8x6 and 8x1 tiles split K into even and
- * odd halves and add them at the end, so the order of the K sum depends on where a row lands in the tiling, which
- * depends on M, on the thread split and on the row's position. (Only K <= 13 was invariant.) Other CPUs take other
- * kernels (DYNAMIC_ARCH), so no padding rule on top of OpenBLAS is portable.
+ * and M = 1, 2, 3, 5, 17, 64, 300 (K x N from 7x5 up to 1536x8960 and 8960x1536, all four transpose cases): for
+ * every K >= 64 the shared rows differed in some or most elements; e.g. K = N = 1536, both transposed: M = 5 vs
+ * M = 1 differed in 1413 of 1536 elements, M = 17 vs M = 1 in 73; with 2 threads the pattern changed again (M = 17
+ * then differed like M = 5, because each thread's share of rows picks the micro-kernel). Only K <= 13 was
+ * invariant. Reading the kernel (sgemm_kernel_8x4_haswell_2.c) explains it: its 16x6 tiles keep one accumulator
+ * per element, while its 8x4 and 8x6 tiles accumulate even and odd k in separate registers and add them at the
+ * end, so the order of the K sum depends on where a row lands in the tiling, which depends on M, on the thread
+ * split and on the row's position. Other CPUs take other kernels (DYNAMIC_ARCH), so no padding rule on top of
+ * OpenBLAS would be portable, and padding would still leave the result dependent on the row's position (a sample's
+ * offset in the batch).
  *
  * What this file does instead. Every element is computed by the same chain of fused multiply-adds:
  *     acc = 0;  for k = 0 .. K-1 in order:  acc = fma(op(A)[m,k], op(B)[k,n], acc)
@@ -17,14 +19,21 @@
  *     if bias: c = c + bias[n]
  * each step rounded to fp32 once (IEEE fma and single ops). The blocked kernel below (BLIS-style: packed A panels
  * of MR rows, packed B panels of NR columns, K blocked by KC with the partial accumulator stored in C exactly and
- * reloaded) performs exactly this chain for every element, whatever tile, thread or block the element falls in,
- * so a row of C depends only on its row of A, on B, K, alpha, beta and bias: not on M, not on its position, not on
- * the thread count, not even on the CPU (an fma is exactly rounded everywhere). tests/test_kernels_gemm.c checks
- * it bit for bit against a naive fma loop and across M, row offsets and thread counts.
+ * reloaded) performs exactly this chain for every element, whatever tile, thread, block or edge the element falls
+ * in, so a row of C depends only on its row of A, on B, K, alpha, beta and bias: not on M, not on its position,
+ * not on the thread count or the block sizes, not even on the CPU (an fma is exactly rounded everywhere).
+ * tests/test_kernels_gemm.c checks it bit for bit against a naive fma loop and across M, row offsets and thread
+ * counts.
  *
- * Speed: the 6x16 AVX2/FMA micro-kernel keeps one accumulator per element (12 ymm registers), which is also what a
- * fast kernel wants, so the fixed order costs little; see k_cpu_gemm_bench (gemm_bench.c) for the measured ratio
- * to raw cblas_sgemm. Machines without AVX2+FMA use a plain C micro-kernel built on fmaf with the same results. */
+ * Speed: the 6x16 AVX2/FMA micro-kernel keeps one accumulator per element (12 ymm registers), which is what a fast
+ * kernel wants anyway, so the fixed order costs little. Threads each take a rectangle of C and pack their own
+ * operands (no barrier inside a call). Measured on the 2-core Zen 3 development VM, best of 5, 2 threads
+ * (C = A B^T, the linear-layer form): 1024^3 about 120 GFLOP/s against cblas_sgemm's 127; 1560x1536x1536 about
+ * 128 against 129 (single-thread CPU time: 0.85-1.0 of OpenBLAS). `vgrpo bench kernels` prints both on any
+ * machine. Known cost: calls with M < 6 rows (timestep MLPs) compute a padded 6-row tile and pack B first, about
+ * 2x slower than OpenBLAS's gemv there; they are a few calls per forward. Machines without AVX2+FMA use a plain C
+ * micro-kernel built on fmaf with the same results (slowly). GEMM_KC/MC/NC may be overridden at compile time for
+ * tuning; they never change a value. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,9 +52,12 @@
 #define GEMM_KC 256
 #endif
 #ifndef GEMM_MC
-#define GEMM_MC 144
+#define GEMM_MC 72
 #endif
-enum { MR = 6, NR = 16, KC = GEMM_KC, MC = GEMM_MC, NC = 4080, BETA_ROWS = 256 };
+#ifndef GEMM_NC
+#define GEMM_NC 1024
+#endif
+enum { MR = 6, NR = 16, KC = GEMM_KC, MC = GEMM_MC, NC = GEMM_NC, BETA_ROWS = 256, BETA_SCRATCH = 1 << 24 };
 
 /* op(A)[m,k] and op(B)[k,n] of the BLAS convention (row-major storage). */
 static inline float a_at(const float *A, int lda, int transA, int m, int k) {
@@ -101,19 +113,51 @@ static void pack_a(float *ap, const float *A, int lda, int transA, int m0, int m
     }
 }
 
-/* Packs one NR-column panel of op(B)[k0 .. k0+kc, n0 .. n0+nr] as bp[k*NR + j]; columns past nr are 0. With transB
- * the panel is a transpose, done in 8 x NR tiles so that reads and writes both stay within a few cache lines. */
+#ifdef GEMM_AVX2
+/* dst[t*NR + j] = src_j[t] for an 8 x 8 block: rows src_j = src + j*lds (8 floats each), an in-register transpose. */
+static inline void transpose8x8_to_panel(float *dst, const float *src, size_t lds) {
+    __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds), r2 = _mm256_loadu_ps(src + 2 * lds),
+           r3 = _mm256_loadu_ps(src + 3 * lds), r4 = _mm256_loadu_ps(src + 4 * lds),
+           r5 = _mm256_loadu_ps(src + 5 * lds), r6 = _mm256_loadu_ps(src + 6 * lds),
+           r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+           t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+           t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+           u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+           u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+           u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_store_ps(dst + 0 * NR, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_store_ps(dst + 1 * NR, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_store_ps(dst + 2 * NR, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_store_ps(dst + 3 * NR, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_store_ps(dst + 4 * NR, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_store_ps(dst + 5 * NR, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_store_ps(dst + 6 * NR, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_store_ps(dst + 7 * NR, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#endif
+
+/* Packs one NR-column panel of op(B)[k0 .. k0+kc, n0 .. n0+nr] as bp[k*NR + j] (bp 64-byte aligned); columns past
+ * nr are 0. With transB the panel is a transpose, done in 8 x 8 register blocks where AVX2 is available. */
 static void pack_b_panel(float *bp, const float *B, int ldb, int transB, int k0, int kc, int n0, int nr) {
     if (transB) {
-        for (int kb = 0; kb < kc; kb += 8) {
-            int ke = kb + 8 < kc ? kb + 8 : kc;
-            for (int j = 0; j < NR; j++) {
-                if (j < nr) {
-                    const float *src = B + (size_t)(n0 + j) * ldb + k0;
-                    for (int k = kb; k < ke; k++) bp[k * NR + j] = src[k];
-                } else {
-                    for (int k = kb; k < ke; k++) bp[k * NR + j] = 0.0f;
-                }
+        int kb = 0;
+#ifdef GEMM_AVX2
+        if (nr == NR) {
+            const float *src = B + (size_t)n0 * ldb + k0;
+            for (; kb + 8 <= kc; kb += 8) {
+                transpose8x8_to_panel(bp + (size_t)kb * NR, src + kb, (size_t)ldb);
+                transpose8x8_to_panel(bp + (size_t)kb * NR + 8, src + (size_t)8 * ldb + kb, (size_t)ldb);
+            }
+        }
+#endif
+        for (int j = 0; j < NR; j++) {
+            if (j < nr) {
+                const float *src = B + (size_t)(n0 + j) * ldb + k0;
+                for (int k = kb; k < kc; k++) bp[k * NR + j] = src[k];
+            } else {
+                for (int k = kb; k < kc; k++) bp[k * NR + j] = 0.0f;
             }
         }
     } else {
@@ -130,9 +174,15 @@ static void pack_b_panel(float *bp, const float *B, int ldb, int transB, int k0,
  * (load == 0) or from the partial sums already in c (load == 1); on the last K block the epilogue (alpha, bias:
  * bias points at this tile's first column, or NULL) is applied before the store. */
 #ifdef GEMM_AVX2
-static void ukernel(int kc, const float *restrict a, const float *restrict b, float *restrict c, int ldc, int load,
-                    int last, float alpha, const float *bias) {
+__attribute__((noinline)) static void ukernel(int kc, const float *restrict a, const float *restrict b,
+                                              float *restrict c, int ldc, int load, int last, float alpha,
+                                              const float *bias, const float *c_next) {
     __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    /* C tiles live in memory, not cache: fetch the next tile's rows while this one computes */
+    for (int i = 0; i < MR; i++) {
+        _mm_prefetch((const char *)(c_next + (size_t)i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c_next + (size_t)i * ldc + NR - 1), _MM_HINT_T0);
+    }
     if (load) {
         c00 = _mm256_loadu_ps(c + 0 * ldc), c01 = _mm256_loadu_ps(c + 0 * ldc + 8);
         c10 = _mm256_loadu_ps(c + 1 * ldc), c11 = _mm256_loadu_ps(c + 1 * ldc + 8);
@@ -177,8 +227,10 @@ static void ukernel(int kc, const float *restrict a, const float *restrict b, fl
     _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
 #else
-static void ukernel(int kc, const float *restrict a, const float *restrict b, float *restrict c, int ldc, int load,
-                    int last, float alpha, const float *bias) {
+__attribute__((noinline)) static void ukernel(int kc, const float *restrict a, const float *restrict b,
+                                              float *restrict c, int ldc, int load, int last, float alpha,
+                                              const float *bias, const float *c_next) {
+    (void)c_next;
     float acc[MR][NR];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) acc[i][j] = load ? c[i * ldc + j] : 0.0f;
@@ -202,7 +254,7 @@ static void ukernel_edge(int kc, const float *a, const float *b, float *c, int l
         memset(bias_pad, 0, sizeof bias_pad);
         memcpy(bias_pad, bias, (size_t)nr * sizeof(float));
     }
-    ukernel(kc, a, b, tile, NR, load, last, alpha, last && bias ? bias_pad : NULL);
+    ukernel(kc, a, b, tile, NR, load, last, alpha, last && bias ? bias_pad : NULL, c);
     for (int i = 0; i < mr; i++) memcpy(c + (size_t)i * ldc, tile + i * NR, (size_t)nr * sizeof(float));
 }
 
@@ -237,8 +289,10 @@ static int gemm_rect(int transA, int transB, int m0, int m1, int n0, int n1, int
                         int mr = mc - ir < MR ? mc - ir : MR;
                         float *ct = C + (size_t)(ic + ir) * ldc + jc + p * NR;
                         const float *app = ap + (size_t)ir * kc;
+                        const float *cn =
+                            ir + MR < mc ? ct + (size_t)MR * ldc : C + (size_t)ic * ldc + jc + p * NR + NR;
                         if (mr == MR && nr == NR)
-                            ukernel(kc, app, bpp, ct, ldc, !first, last, alpha, bias_t);
+                            ukernel(kc, app, bpp, ct, ldc, !first, last, alpha, bias_t, cn);
                         else
                             ukernel_edge(kc, app, bpp, ct, ldc, mr, nr, !first, last, alpha, bias_t);
                     }
@@ -320,8 +374,11 @@ void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const 
         return;
     }
     /* beta != 0: the product goes to a scratch block of rows, then c = alpha*acc + beta*C_old (+ bias). Rows are
-     * independent, so processing them in blocks of BETA_ROWS does not change any value. */
-    int rows = M < BETA_ROWS ? M : BETA_ROWS;
+     * independent, so processing them in blocks does not change any value; blocks are as large as BETA_SCRATCH
+     * floats allow (at least BETA_ROWS rows) so that B is packed few times. */
+    long fit = BETA_SCRATCH / N;
+    int rows = fit < BETA_ROWS ? BETA_ROWS : (fit > M ? M : (int)fit);
+    if (rows > M) rows = M;
     float *t = malloc((size_t)rows * N * sizeof(float));
     for (int m0 = 0; m0 < M; m0 += rows) {
         int mb = M - m0 < rows ? M - m0 : rows;

@@ -7,15 +7,17 @@
  * - mean and rstd are rounded to fp32 and saved; out and the backward use those fp32 values, so forward and
  *   backward agree on x_hat = (x - mean) * rstd bit for bit.
  * - One row per OpenMP iteration (static schedule); weight and bias gradients are reduced over rows by threads
- *   that each own a block of columns and add rows in order 0..N-1 in double. No result depends on the thread count.
+ *   that each own a range of columns and add rows in order 0..N-1 in double. No result depends on the thread count.
  * Reference: torch.nn.LayerNorm (biased variance, eps inside the sqrt), torch.nn.RMSNorm / diffusers RMSNorm
  * (out = (x * rstd) * w). */
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu.h"
 
-enum { LANES = 16, COL_BLOCK = 64 };
+enum { LANES = 16, COL_BLOCK = 2048 };
 
 /* below this many elements a parallel region costs more than it saves */
 #define PAR(N, C) ((size_t)(N) * (size_t)(C) >= ((size_t)1 << 14))
@@ -98,27 +100,42 @@ void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *
     }
 }
 
+/* Sums over the rows, in order, for nd columns starting at c0: sw[j] += dout * x_hat, sb[j] += dout (sb may be NULL);
+ * x_hat = (x - mean) * rstd, or x * rstd when mean is NULL, in fp32 as the forward forms it. */
+static void col_param_sums(double *restrict sw, double *restrict sb, const float *restrict dout,
+                           const float *restrict x, const float *mean, const float *rstd, int N, int C, int c0,
+                           int nd) {
+    for (int n = 0; n < N; n++) {
+        const float *xr = x + (size_t)n * C + c0, *gr = dout + (size_t)n * C + c0;
+        float mf = mean ? mean[n] : 0.0f, rf = rstd[n];
+        for (int j = 0; j < nd; j++) {
+            float xh = (xr[j] - mf) * rf; /* mf = 0 for RMSNorm: x - 0 is exact */
+            sw[j] += (double)gr[j] * (double)xh;
+        }
+        if (sb)
+            for (int j = 0; j < nd; j++) sb[j] += (double)gr[j];
+    }
+}
+
 /* Gradient of the weight and bias: dw[c] += sum_n dout[n,c] * x_hat[n,c], db[c] += sum_n dout[n,c], rows added in
- * order in double; threads own column blocks. x_hat from x, mean, rstd (mean NULL for RMSNorm). */
+ * order 0..N-1 in double. Threads own contiguous column ranges (one each, swept in sub-blocks of COL_BLOCK) so that
+ * every thread reads long runs of each row; the split never changes a value. */
 static void norm_param_grads(float *dw, float *db, const float *dout, const float *x, const float *mean,
                              const float *rstd, int N, int C) {
-    int nblk = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel for schedule(static) if (PAR(N, C))
+    int nt = PAR(N, C) ? omp_get_max_threads() : 1;
+    int width = ((C + nt - 1) / nt + 15) / 16 * 16, nblk = (C + width - 1) / width;
+#pragma omp parallel for schedule(static) if (nblk > 1)
     for (int blk = 0; blk < nblk; blk++) {
-        int c0 = blk * COL_BLOCK, c1 = c0 + COL_BLOCK < C ? c0 + COL_BLOCK : C;
-        double sw[COL_BLOCK] = {0}, sb[COL_BLOCK] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *xr = x + (size_t)n * C, *gr = dout + (size_t)n * C;
-            float mf = mean ? mean[n] : 0.0f, rf = rstd[n];
-            for (int c = c0; c < c1; c++) {
-                float xh = mean ? (xr[c] - mf) * rf : xr[c] * rf;
-                sw[c - c0] += (double)gr[c] * (double)xh;
-                sb[c - c0] += (double)gr[c];
+        int end = (blk + 1) * width < C ? (blk + 1) * width : C;
+        for (int c0 = blk * width; c0 < end; c0 += COL_BLOCK) {
+            int nd = end - c0 < COL_BLOCK ? end - c0 : COL_BLOCK;
+            double sw[COL_BLOCK], sb[COL_BLOCK];
+            memset(sw, 0, sizeof(double) * nd), memset(sb, 0, sizeof(double) * nd);
+            col_param_sums(sw, db ? sb : NULL, dout, x, mean, rstd, N, C, c0, nd);
+            for (int j = 0; j < nd; j++) {
+                if (dw) dw[c0 + j] += (float)sw[j];
+                if (db) db[c0 + j] += (float)sb[j];
             }
-        }
-        for (int c = c0; c < c1; c++) {
-            if (dw) dw[c] += (float)sw[c - c0];
-            if (db) db[c] += (float)sb[c - c0];
         }
     }
 }

@@ -1,0 +1,394 @@
+/* cli/local_run.c — `vgrpo run` in local mode: one process rolls out with the SDE sampler on the Wan DiT, decodes
+ * the final latents through the tiny preset's latent-to-RGB map, scores them, computes group advantages and trains
+ * (DESIGN.md sections 4 and 7). Per GRPO step k (rollout round k):
+ *   prompts : B distinct prompts (local_sampler: epoch order from Philox stream 2, uid = epoch)
+ *   rollout : G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version = optimizer
+ *             steps so far; conditioning = word embeddings (model/word_embed.h), negative = zeros
+ *   reward  : total = sum of weight x scorer reward; advantages per group (or batch std)
+ *   train   : optimizer_steps_per_rollout updates, each over the whole batch (micro-batches of micro_batch_size
+ *             transitions, gradients accumulated; global denominator), AdamW with the lr schedule
+ *   log     : one metrics.jsonl row and one terminal line
+ * Eval (fixed set: every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
+ * per prompt + sample) runs before step 0, before every step that is a multiple of logging.eval_every, and after
+ * the last step (a final row holding only step, policy_version and eval fields). Timing fields are all under "time/"
+ * so runs can be compared bit for bit without them. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/local_run.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "core/philox.h"
+#include "model/word_embed.h"
+#include "rollout/engine.h"
+#include "trainer/grpo.h"
+#include "trainer/optim.h"
+#include "trainer/train_step.h"
+
+typedef struct {
+    const core_recipe *r;
+    wan_model pol, ref;
+    int have_ref;
+    wan_latent_rgb map;
+    local_prompts train, eval;
+    float *emb_train, *emb_eval; /* [P, L, td], [E, L, td] */
+    local_scoring scoring;
+    rollout_config rc;
+    trainer_config tc;
+    optim_config oc;
+    optim_adamw opt;
+    core_metrics *metrics;
+    uint8_t *video;
+    int64_t nl, ne;
+} run_state;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+    return 0;
+}
+
+static int parse_optim(const core_recipe *r, optim_config *oc) {
+    memset(oc, 0, sizeof *oc);
+    oc->lr = r->lr, oc->beta1 = r->beta1, oc->beta2 = r->beta2, oc->eps = r->eps, oc->weight_decay = r->weight_decay;
+    oc->max_grad_norm = r->max_grad_norm;
+    oc->schedule = !strcmp(r->schedule, "linear") ? OPTIM_SCHED_LINEAR
+                   : !strcmp(r->schedule, "cosine") ? OPTIM_SCHED_COSINE
+                                                    : OPTIM_SCHED_CONSTANT;
+    oc->warmup_steps = r->warmup_steps;
+    oc->total_steps = r->total_steps * r->optimizer_steps_per_rollout;
+    return optim_config_validate(oc);
+}
+
+/* Reads a prompt file and checks every prompt against the text length and the colour scorer. */
+static int read_checked_prompts(const core_recipe *r, const char *path, local_prompts *p) {
+    if (local_prompts_read(p, path)) return -1;
+    int need_color = 0;
+    for (int i = 0; i < r->scorers.n; i++) need_color |= !strcmp(r->scorers.v[i], "color_match");
+    for (int i = 0; i < p->n; i++) {
+        int n = wan_word_count(p->text[i]), c;
+        if (n > r->text_len)
+            return core_error("%s: prompt %d \"%s\" has %d words, more than rollout.text_len %d", path, i + 1,
+                              p->text[i], n, r->text_len);
+        if (need_color && reward_target_color(p->text[i], NULL, &c))
+            return core_error_push("%s: prompt %d (color_match): ", path, i + 1);
+    }
+    return 0;
+}
+
+int local_check_recipe(const core_recipe *r) {
+    grpo_selection sel;
+    if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
+    local_scoring s;
+    if (local_scoring_init(&s, r)) return -1;
+    optim_config oc;
+    if (parse_optim(r, &oc)) return -1;
+    local_prompts p;
+    if (read_checked_prompts(r, r->prompt_file, &p)) return local_prompts_free(&p), -1;
+    int n = p.n;
+    local_prompts_free(&p);
+    if (r->prompts_per_step > n)
+        return core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
+                          r->prompt_file, n);
+    if (read_checked_prompts(r, r->eval_prompt_file, &p)) return local_prompts_free(&p), -1;
+    local_prompts_free(&p);
+    if (strcmp(r->mode, "local")) return core_error("mode: \"%s\" is not implemented yet (use mode: local)", r->mode);
+    return 0;
+}
+
+static float *embed_all(const local_prompts *p, int L, int td) {
+    float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)L * (size_t)td);
+    if (!e) return core_error("out of memory"), NULL;
+    for (int i = 0; i < p->n; i++)
+        if (wan_word_embed(p->text[i], L, td, e + (int64_t)i * L * td)) return free(e), NULL;
+    return e;
+}
+
+/* mean and standard error (population std / sqrt(n)) of x[0..n), in double. */
+static void mean_se(const double *x, int n, double *mean, double *se, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    const double m = s / n;
+    for (int i = 0; i < n; i++) q += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *sd = sqrt(q / n);
+    *se = n > 1 ? sqrt(q / (n - 1)) / sqrt((double)n) : 0;
+}
+
+/* The fixed eval set; adds eval/... fields to the metrics row and prints one line. */
+static int run_eval(run_state *S, int64_t step) {
+    const core_recipe *r = S->r;
+    const int E = S->eval.n, K = r->eval_samples_per_prompt, n = E * K;
+    double t0 = now_s();
+    core_traj *tr = calloc((size_t)n, sizeof *tr);
+    const float **cond = malloc(sizeof(float *) * (size_t)n);
+    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
+    double *vals = malloc(sizeof(double) * (size_t)n * (size_t)(S->scoring.n + 1));
+    int rc = -1, have = 0;
+    if (!tr || !cond || !uids || !pidx || !vals) {
+        core_error("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < E; i++)
+        for (int k = 0; k < K; k++) {
+            const int s = i * K + k;
+            uids[s] = (uint64_t)s, pidx[s] = i, cond[s] = S->emb_eval + (int64_t)i * S->ne;
+        }
+    rollout_config rc_e = S->rc;
+    rc_e.stream = CORE_STREAM_EVAL_NOISE;
+    rc_e.policy_version = S->opt.step;
+    if (rollout_generate(&rc_e, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
+    have = 1;
+    for (int s = 0; s < n; s++) {
+        if (local_score(&S->scoring, &S->map, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
+        for (int j = 0; j < S->scoring.n; j++) vals[(int64_t)j * n + s] = tr[s].rewards[j];
+        vals[(int64_t)S->scoring.n * n + s] = tr[s].reward_total;
+    }
+    char key[160], line[1024];
+    int off = snprintf(line, sizeof line, "eval @ step %" PRId64 " (policy version %" PRId64 ", n=%d):", step, S->opt.step, n);
+    for (int j = 0; j <= S->scoring.n; j++) {
+        double m, se, sd;
+        mean_se(vals + (int64_t)j * n, n, &m, &se, &sd);
+        const char *name = j < S->scoring.n ? S->scoring.names[j] : "reward";
+        snprintf(key, sizeof key, "eval/%s/mean", name);
+        if (core_metrics_f64(S->metrics, key, m)) goto done;
+        snprintf(key, sizeof key, "eval/%s/se", name);
+        if (core_metrics_f64(S->metrics, key, se)) goto done;
+        if (off < (int)sizeof line) off += snprintf(line + off, sizeof line - off, " %s %.4f +- %.4f", name, m, se);
+    }
+    if (core_metrics_i64(S->metrics, "eval/n", n) || core_metrics_f64(S->metrics, "time/eval_s", now_s() - t0)) goto done;
+    printf("%s\n", line);
+    fflush(stdout);
+    rc = 0;
+done:
+    if (have)
+        for (int s = 0; s < n; s++) core_traj_free(&tr[s]);
+    free(tr), free(cond), free(uids), free(pidx), free(vals);
+    return rc;
+}
+
+static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
+    char k[96];
+    const double nt = st->n_transitions > 0 ? (double)st->n_transitions : 1;
+#define PUT(name, val) (snprintf(k, sizeof k, "%s%s", prefix, name), core_metrics_f64(m, k, val))
+    return PUT("loss", st->loss) || PUT("policy_loss", st->policy) || PUT("kl", st->kl) ||
+           PUT("clip_fraction", st->n_clipped / nt) || PUT("ratio_dev_mean", st->abs_ratio_dev_sum / nt) ||
+           PUT("log_prob_mean_abs_diff", st->abs_logp_diff_sum / nt);
+#undef PUT
+}
+
+/* One GRPO step (rollout round `round`). */
+static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t total) {
+    const core_recipe *r = S->r;
+    const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
+    const int64_t version0 = S->opt.step;
+    double t0 = now_s(), t1 = t0, t2 = t0, t3 = t0;
+    core_traj *tr = calloc((size_t)n, sizeof *tr);
+    const float **cond = malloc(sizeof(float *) * (size_t)n);
+    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
+    int *slot = malloc(sizeof(int) * (size_t)B);
+    float *rew = malloc(sizeof(float) * (size_t)n), *adv = malloc(sizeof(float) * (size_t)n);
+    uint8_t *mask = malloc((size_t)n);
+    double *per = malloc(sizeof(double) * (size_t)n);
+    int rc = -1, have = 0;
+    if (!tr || !cond || !uids || !pidx || !slot || !rew || !adv || !mask || !per) {
+        core_error("out of memory");
+        goto done;
+    }
+    local_sampler_next(smp, slot);
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            const int s = b * G + g;
+            uids[s] = (uint64_t)round * (uint64_t)n + (uint64_t)s;
+            pidx[s] = slot[b];
+            cond[s] = S->emb_train + (int64_t)slot[b] * S->ne;
+        }
+    if (uids[n - 1] > 0xffffffffull) {
+        core_error("rollout uid %llu exceeds 32 bits", (unsigned long long)uids[n - 1]);
+        goto done;
+    }
+    S->rc.policy_version = version0;
+    if (rollout_generate(&S->rc, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
+    have = 1;
+    t1 = now_s();
+    for (int s = 0; s < n; s++) {
+        if (local_score(&S->scoring, &S->map, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
+        rew[s] = tr[s].reward_total;
+    }
+    grpo_adv_stats as;
+    if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
+                        adv, mask, &as))
+        goto done;
+    t2 = now_s();
+    trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .text_len = r->text_len, .adv = adv, .mask = mask};
+    grpo_loss_stats first = {0}, last = {0};
+    optim_step_info info0 = {0}, info = {0};
+    for (int u = 0; u < U; u++) {
+        grpo_loss_stats st = {0};
+        if (trainer_update(&S->pol, S->have_ref ? &S->ref : NULL, NULL, &S->tc, &tb, &S->opt, &S->oc, &st, &info))
+            goto done;
+        if (u == 0) first = st, info0 = info;
+        last = st;
+    }
+    t3 = now_s();
+    /* metrics row */
+    core_metrics *m = S->metrics;
+    double gstd = 0;
+    for (int b = 0; b < B; b++) {
+        double mu = 0, q = 0;
+        for (int g = 0; g < G; g++) mu += rew[b * G + g];
+        mu /= G;
+        for (int g = 0; g < G; g++) q += (rew[b * G + g] - mu) * (rew[b * G + g] - mu);
+        gstd += sqrt(q / G);
+    }
+    gstd /= B;
+    int e = core_metrics_f64(m, "lr", info0.lr) || core_metrics_f64(m, "reward/mean", as.reward_mean) ||
+            core_metrics_f64(m, "reward/std", as.reward_std) || core_metrics_f64(m, "reward/min", as.reward_min) ||
+            core_metrics_f64(m, "reward/max", as.reward_max) || core_metrics_f64(m, "reward/group_std_mean", gstd);
+    char key[160];
+    for (int j = 0; j < S->scoring.n && !e; j++) {
+        for (int s = 0; s < n; s++) per[s] = tr[s].rewards[j];
+        double mu, se, sd, lo = per[0], hi = per[0];
+        mean_se(per, n, &mu, &se, &sd);
+        for (int s = 1; s < n; s++) lo = per[s] < lo ? per[s] : lo, hi = per[s] > hi ? per[s] : hi;
+        const char *nm = S->scoring.names[j];
+        e = (snprintf(key, sizeof key, "reward/%s/mean", nm), core_metrics_f64(m, key, mu)) ||
+            (snprintf(key, sizeof key, "reward/%s/std", nm), core_metrics_f64(m, key, sd)) ||
+            (snprintf(key, sizeof key, "reward/%s/min", nm), core_metrics_f64(m, key, lo)) ||
+            (snprintf(key, sizeof key, "reward/%s/max", nm), core_metrics_f64(m, key, hi));
+    }
+    e = e || put_stats(m, "", &first) || core_metrics_f64(m, "grad_norm", info0.grad_norm) ||
+        core_metrics_f64(m, "grad_clip_coef", info0.clip_coef) || core_metrics_f64(m, "masked_fraction", as.masked_fraction) ||
+        core_metrics_i64(m, "adv_clamped", as.n_clamped) || core_metrics_i64(m, "transitions", first.n_transitions) ||
+        core_metrics_i64(m, "optimizer_steps", U);
+    if (U > 1 && !e) e = put_stats(m, "offpolicy_last/", &last) || core_metrics_f64(m, "offpolicy_last/grad_norm", info.grad_norm);
+    const double step_s = t3 - t0;
+    e = e || core_metrics_f64(m, "time/rollout_s", t1 - t0) || core_metrics_f64(m, "time/reward_s", t2 - t1) ||
+        core_metrics_f64(m, "time/train_s", t3 - t2) || core_metrics_f64(m, "time/sync_s", 0.0) ||
+        core_metrics_f64(m, "time/step_s", step_s) || core_metrics_f64(m, "time/samples_per_s", n / step_s);
+    if (e) goto done;
+    printf("step %" PRId64 "/%" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | loss %+.5f kl %.3g | "
+           "clip %.3f |dlogp| %.3g | gnorm %.3g lr %.3g | masked %.2f | %.2fs (rollout %.2f, train %.2f) %.1f samples/s\n",
+           round + 1, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, first.loss, first.kl,
+           first.n_transitions ? (double)first.n_clipped / first.n_transitions : 0.0,
+           first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
+           as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
+    fflush(stdout);
+    rc = 0;
+done:
+    if (have)
+        for (int s = 0; s < n; s++) core_traj_free(&tr[s]);
+    free(tr), free(cond), free(uids), free(pidx), free(slot), free(rew), free(adv), free(mask), free(per);
+    return rc;
+}
+
+static int setup(run_state *S, const core_recipe *r) {
+    char path[4200];
+    if (local_check_recipe(r)) return -1;
+    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
+    struct stat sb;
+    if (!stat(path, &sb)) return core_error("model.path: %s has a text encoder; only the tiny preset's word "
+                                            "embeddings are supported yet", r->model_path);
+    snprintf(path, sizeof path, "%s/transformer", r->model_path);
+    if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
+                                           "`vgrpo init-model --preset tiny --out DIR`)", path);
+    if (wan_model_load(&S->pol, path) || wan_model_alloc_grads(&S->pol)) return -1;
+    snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
+    if (wan_latent_rgb_load(&S->map, path, S->pol.cfg.out_channels)) return -1;
+    if (r->beta > 0) {
+        if (wan_model_init(&S->ref, &S->pol.cfg)) return -1;
+        S->have_ref = 1;
+        memcpy(S->ref.params, S->pol.params, sizeof(float) * (size_t)S->pol.layout.numel);
+    }
+    if (optim_adamw_init(&S->opt, S->pol.layout.numel) || parse_optim(r, &S->oc)) return -1;
+    if (local_prompts_read(&S->train, r->prompt_file) || local_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
+    const int td = S->pol.cfg.text_dim;
+    if (!(S->emb_train = embed_all(&S->train, r->text_len, td)) || !(S->emb_eval = embed_all(&S->eval, r->text_len, td)))
+        return -1;
+    if (local_scoring_init(&S->scoring, r)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const int64_t shape[4] = {S->pol.cfg.in_channels, F, H, W};
+    if (rollout_config_init(&S->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
+                            (uint64_t)r->seed, r->batch_size))
+        return -1;
+    S->nl = shape[0] * F * H * W;
+    S->ne = (int64_t)r->text_len * td;
+    memset(&S->tc, 0, sizeof S->tc);
+    if (grpo_selection_parse(r->timestep_selection, &S->tc.sel)) return -1;
+    S->tc.seed = (uint64_t)r->seed;
+    S->tc.clip_eps = r->clip_range;
+    S->tc.beta = r->beta;
+    S->tc.micro_batch_size = r->micro_batch_size;
+    S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
+    if (!(S->video = malloc((size_t)F * H * W * 64 * 3))) return core_error("out of memory");
+    if (mkdir_p(r->run_dir)) return -1;
+    snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
+    int bad = core_recipe_dump(r, f);
+    if (fclose(f) || bad) return core_error("%s: write failed", path);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    return core_metrics_open(&S->metrics, path, 0);
+}
+
+static void teardown(run_state *S) {
+    wan_model_free(&S->pol);
+    if (S->have_ref) wan_model_free(&S->ref);
+    optim_adamw_free(&S->opt);
+    local_prompts_free(&S->train);
+    local_prompts_free(&S->eval);
+    free(S->emb_train), free(S->emb_eval), free(S->video);
+    core_metrics_close(S->metrics);
+}
+
+int local_run(const core_recipe *r, int64_t steps_override) {
+    run_state S;
+    memset(&S, 0, sizeof S);
+    S.r = r;
+    local_sampler smp = {0};
+    int rc = -1;
+    if (setup(&S, r) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
+    const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
+    printf("vgrpo run (local): %s, latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
+           " GRPO steps -> %s\n",
+           r->model_path, (int)S.rc.shape[0], (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps,
+           r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
+    fflush(stdout);
+    for (int64_t k = 0; k < total; k++) {
+        if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", S.opt.step)) goto done;
+        if (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0))
+            if (run_eval(&S, k)) goto done;
+        if (run_step(&S, &smp, k, total) || core_metrics_write_row(S.metrics)) goto done;
+    }
+    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", S.opt.step) ||
+        run_eval(&S, total) || core_metrics_write_row(S.metrics))
+        goto done;
+    rc = 0;
+done:
+    local_sampler_free(&smp);
+    teardown(&S);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* core/recipe.c — the recipe schema and its checks (see core/recipe.h). */
+#include "core/recipe.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+#define O(f) offsetof(core_recipe, f)
+#define MINV CORE_CFG_MIN
+#define MAXV CORE_CFG_MAX
+
+const core_cfg_entry core_recipe_schema[] = {
+    {"mode", CORE_CFG_STRING, O(mode), "local", 0, 0, 0, "local|colocated", "local: one process; colocated: later"},
+    {"model.path", CORE_CFG_STRING, O(model_path), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "pipeline folder"},
+    {"data.prompt_file", CORE_CFG_STRING, O(prompt_file), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "training prompts"},
+    {"data.eval_prompt_file", CORE_CFG_STRING, O(eval_prompt_file), NULL, 0, 0, 0, NULL, "eval prompts (default: training)"},
+    {"data.eval_samples_per_prompt", CORE_CFG_INT, O(eval_samples_per_prompt), "4", MINV | MAXV, 1, 1 << 16, NULL,
+     "eval samples per eval prompt"},
+    {"data.seed", CORE_CFG_INT64, O(seed), "42", MINV, 0, 0, NULL, "Philox key of every random stream"},
+    {"rollout.height", CORE_CFG_INT, O(height), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
+    {"rollout.width", CORE_CFG_INT, O(width), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
+    {"rollout.frames", CORE_CFG_INT, O(frames), "5", MINV | MAXV, 1, 4097, NULL, "video frames, 4k+1"},
+    {"rollout.num_steps", CORE_CFG_INT, O(num_steps), "10", MINV | MAXV, 1, 1000, NULL, "denoising steps"},
+    {"rollout.shift", CORE_CFG_DOUBLE, O(shift), "3.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1000, NULL, "sigma shift"},
+    {"rollout.eta", CORE_CFG_FLOAT, O(eta), "0.7", MINV | MAXV, 0, 10, NULL, "SDE noise level"},
+    {"rollout.guidance_scale", CORE_CFG_FLOAT, O(guidance_scale), "4.5", MINV | MAXV, 0, 100, NULL,
+     "classifier-free guidance (1: no unconditional forward)"},
+    {"rollout.prompts_per_step", CORE_CFG_INT, O(prompts_per_step), "2", MINV | MAXV, 1, 1 << 16, NULL, "B"},
+    {"rollout.samples_per_prompt", CORE_CFG_INT, O(samples_per_prompt), "4", MINV | MAXV, 1, 1 << 16, NULL, "G"},
+    {"rollout.text_len", CORE_CFG_INT, O(text_len), "8", MINV | MAXV, 1, 4096, NULL, "text tokens"},
+    {"rollout.batch_size", CORE_CFG_INT, O(batch_size), "8", MINV | MAXV, 1, 1 << 16, NULL, "samples per forward"},
+    {"reward.scorers", CORE_CFG_STRINGS, O(scorers), "[color_match]", 0, 0, 0, NULL, "scorer names"},
+    {"reward.weights", CORE_CFG_DOUBLES, O(weights), NULL, MINV | MAXV, -1e6, 1e6, NULL, "per scorer (default 1)"},
+    {"algorithm.beta", CORE_CFG_FLOAT, O(beta), "0.0", MINV | MAXV, 0, 1e6, NULL, "KL coefficient"},
+    {"algorithm.clip_range", CORE_CFG_FLOAT, O(clip_range), "0.2", CORE_CFG_MIN_OPEN | MAXV, 0, 1e6, NULL, "PPO eps"},
+    {"algorithm.adv_clip_max", CORE_CFG_FLOAT, O(adv_clip_max), "5.0", CORE_CFG_MIN_OPEN, 0, 0, NULL,
+     "advantage clamp (.inf: none)"},
+    {"algorithm.std_mode", CORE_CFG_STRING, O(std_mode), "group", 0, 0, 0, "group|batch", "advantage std"},
+    {"algorithm.timestep_selection", CORE_CFG_STRING, O(timestep_selection), "all", 0, 0, 0, NULL,
+     "all | first_fraction F | random_k K | from_range A B K"},
+    {"algorithm.optimizer_steps_per_rollout", CORE_CFG_INT, O(optimizer_steps_per_rollout), "1", MINV | MAXV, 1, 1000,
+     NULL, "updates per rollout batch"},
+    {"algorithm.micro_batch_size", CORE_CFG_INT, O(micro_batch_size), "16", MINV | MAXV, 1, 1 << 20, NULL,
+     "transitions per training forward"},
+    {"algorithm.activations", CORE_CFG_STRING, O(activations), "store", 0, 0, 0, "store|recompute",
+     "activation memory mode"},
+    {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},
+    {"optim.beta1", CORE_CFG_DOUBLE, O(beta1), "0.9", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta1"},
+    {"optim.beta2", CORE_CFG_DOUBLE, O(beta2), "0.999", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta2"},
+    {"optim.eps", CORE_CFG_DOUBLE, O(eps), "1e-8", CORE_CFG_MIN_OPEN, 0, 0, NULL, "AdamW eps"},
+    {"optim.weight_decay", CORE_CFG_DOUBLE, O(weight_decay), "0.0", MINV, 0, 0, NULL, "decoupled weight decay"},
+    {"optim.max_grad_norm", CORE_CFG_DOUBLE, O(max_grad_norm), "1.0", 0, 0, 0, NULL, "<= 0: no clipping"},
+    {"optim.schedule", CORE_CFG_STRING, O(schedule), "constant", 0, 0, 0, "constant|linear|cosine", "lr schedule"},
+    {"optim.warmup_steps", CORE_CFG_INT64, O(warmup_steps), "0", MINV, 0, 0, NULL, "optimizer steps of warm-up"},
+    {"optim.total_steps", CORE_CFG_INT64, O(total_steps), "20", MINV | MAXV, 1, 1e9, NULL, "GRPO steps of the run"},
+    {"parallel.trainer_ranks", CORE_CFG_INT, O(trainer_ranks), "1", MINV, 1, 0, NULL, "trainer processes"},
+    {"parallel.sp", CORE_CFG_INT, O(sp), "1", MINV, 1, 0, NULL, "sequence-parallel degree"},
+    {"parallel.ulysses_degree", CORE_CFG_INT, O(ulysses_degree), "1", MINV, 1, 0, NULL, "Ulysses degree"},
+    {"parallel.rollout_workers", CORE_CFG_INT, O(rollout_workers), "1", MINV, 1, 0, NULL, "rollout processes"},
+    {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "0", MINV, 0, 0, NULL, "0: off (later issue)"},
+    {"checkpoint.dir", CORE_CFG_STRING, O(ckpt_dir), NULL, 0, 0, 0, NULL, "default: the run directory"},
+    {"checkpoint.total_limit", CORE_CFG_INT, O(ckpt_total_limit), "0", MINV, 0, 0, NULL, "0: keep all"},
+    {"logging.run_dir", CORE_CFG_STRING, O(run_dir), "runs/run", 0, 0, 0, NULL, "run directory"},
+    {"logging.eval_every", CORE_CFG_INT64, O(eval_every), "0", MINV, 0, 0, NULL, "eval every K steps (0: start, end)"},
+    {"logging.video_every", CORE_CFG_INT64, O(video_every), "0", MINV, 0, 0, NULL, "0: off (later issue)"},
+    {0},
+};
+
+int core_recipe_check(core_recipe *r) {
+    if (r->height % 16) return core_error("rollout.height: must be a multiple of 16 (VAE factor 8 x patch 2), got %d", r->height);
+    if (r->width % 16) return core_error("rollout.width: must be a multiple of 16 (VAE factor 8 x patch 2), got %d", r->width);
+    if ((r->frames - 1) % 4) return core_error("rollout.frames: must be 4k+1 (1, 5, 9, ...), got %d", r->frames);
+    if (r->scorers.n < 1) return core_error("reward.scorers: at least one scorer is needed");
+    for (int i = 0; i < r->scorers.n; i++) {
+        if (!r->scorers.v[i] || !r->scorers.v[i][0]) return core_error("reward.scorers.%d: empty name", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(r->scorers.v[i], r->scorers.v[j]))
+                return core_error("reward.scorers: \"%s\" is listed twice", r->scorers.v[i]);
+    }
+    if (r->weights.n == 0) {
+        r->weights.v = malloc(sizeof(double) * (size_t)r->scorers.n);
+        if (!r->weights.v) return core_error("out of memory");
+        r->weights.n = r->scorers.n;
+        for (int i = 0; i < r->scorers.n; i++) r->weights.v[i] = 1.0;
+    } else if (r->weights.n != r->scorers.n) {
+        return core_error("reward.weights: %d weights for %d scorers", r->weights.n, r->scorers.n);
+    }
+    if (!r->eval_prompt_file && !(r->eval_prompt_file = strdup(r->prompt_file))) return core_error("out of memory");
+    if (!strcmp(r->mode, "local")) {
+        if (r->trainer_ranks != 1) return core_error("parallel.trainer_ranks: local mode trains in one process (1), got %d", r->trainer_ranks);
+        if (r->sp != 1) return core_error("parallel.sp: local mode has no sequence parallelism (1), got %d", r->sp);
+        if (r->ulysses_degree != 1) return core_error("parallel.ulysses_degree: must be 1 in local mode, got %d", r->ulysses_degree);
+        if (r->rollout_workers != 1) return core_error("parallel.rollout_workers: must be 1 in local mode, got %d", r->rollout_workers);
+    }
+    if (r->ckpt_every > 0) return core_error("checkpoint.every: checkpoints are not implemented yet (set 0)");
+    if (r->video_every > 0) return core_error("logging.video_every: video files are not implemented yet (set 0)");
+    if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))
+        return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
+                          (long long)(r->total_steps * r->optimizer_steps_per_rollout));
+    return 0;
+}
+
+void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W) {
+    *F = (r->frames - 1) / 4 + 1;
+    *H = r->height / 8;
+    *W = r->width / 8;
+}
+
+int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, int n_sets) {
+    memset(r, 0, sizeof *r);
+    core_cfg_node *root = NULL;
+    if (core_config_load_file(path, &root)) return -1;
+    int rc = 0;
+    for (int i = 0; i < n_sets && !rc; i++) rc = core_config_set(root, sets[i]);
+    if (!rc) rc = core_config_apply(root, core_recipe_schema, r);
+    core_config_free(root);
+    if (!rc && core_recipe_check(r)) rc = core_error_push("%s: ", path);
+    return rc;
+}
+
+int core_recipe_dump(const core_recipe *r, FILE *f) { return core_config_dump(core_recipe_schema, r, f); }
+
+void core_recipe_release(core_recipe *r) { core_config_release(core_recipe_schema, r); }

@@ -1,0 +1,91 @@
+/* core/recipe.h — the recipe: the YAML file `vgrpo run` reads (DESIGN.md section 7), its schema, defaults and the
+ * checks that need no weights on disk. Keys (defaults in core/recipe.c's schema; `vgrpo run --help-config` lists them):
+ *
+ *   mode: local | colocated        local: rollout, reward and training in one process (colocated: later issue)
+ *   model.path                     pipeline folder (model_index.json, transformer/, latent_rgb.safetensors for tiny)
+ *   data.prompt_file               training prompts, one per line ('#' comments and blank lines skipped)
+ *   data.eval_prompt_file          fixed eval prompts (default: the training prompts)
+ *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
+ *   data.seed                      the run's seed: Philox key of rollout noise, selection, shuffle and eval noise
+ *   rollout.height, rollout.width  video size in pixels, multiples of 16 (VAE factor 8 x patch 2); latent = / 8
+ *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The tiny
+ *                                  preset's latent-to-RGB map decodes one frame per latent frame (no temporal
+ *                                  upsampling), so its clips have (frames - 1) / 4 + 1 frames.
+ *   rollout.num_steps, rollout.shift, rollout.eta, rollout.guidance_scale
+ *   rollout.prompts_per_step (B), rollout.samples_per_prompt (G): each step trains on B x G samples
+ *   rollout.text_len               text tokens L (the tiny preset: words, zero-padded)
+ *   rollout.batch_size             samples per DiT forward in rollout (trajectories do not depend on it)
+ *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each)
+ *   algorithm.beta                 KL coefficient (0: no reference model)
+ *   algorithm.clip_range           PPO clip eps
+ *   algorithm.adv_clip_max         advantages clamped to +- this (.inf: no clamp)
+ *   algorithm.std_mode             group | batch
+ *   algorithm.timestep_selection   all | first_fraction F | random_k K | from_range A B K
+ *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
+ *                                  updates after the first are off-policy)
+ *   algorithm.micro_batch_size     trained transitions per DiT forward (gradient accumulation over the rest)
+ *   algorithm.activations          store | recompute
+ *   optim.lr, beta1, beta2, eps, weight_decay, max_grad_norm (<= 0: no clipping), schedule (constant | linear |
+ *   cosine), warmup_steps (optimizer steps), total_steps (GRPO steps of the run; the schedule spans total_steps x U
+ *   optimizer steps)
+ *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode
+ *   checkpoint.every (0 = off; checkpoints are a later issue: > 0 is refused), checkpoint.dir, checkpoint.total_limit
+ *   logging.run_dir (config.resolved.yaml, metrics.jsonl), logging.eval_every (0: only at start and end),
+ *   logging.video_every (0; video files are a later issue: > 0 is refused) */
+#ifndef CORE_RECIPE_H
+#define CORE_RECIPE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/config.h"
+
+typedef struct {
+    char *mode;
+    char *model_path;
+    char *prompt_file, *eval_prompt_file;
+    int eval_samples_per_prompt;
+    int64_t seed;
+    int height, width, frames, num_steps;
+    double shift;
+    float eta, guidance_scale;
+    int prompts_per_step, samples_per_prompt, text_len, batch_size;
+    core_cfg_strings scorers;
+    core_cfg_doubles weights;
+    float beta, clip_range, adv_clip_max;
+    char *std_mode, *timestep_selection, *activations;
+    int optimizer_steps_per_rollout, micro_batch_size;
+    double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+    char *schedule;
+    int64_t warmup_steps, total_steps;
+    int trainer_ranks, sp, ulysses_degree, rollout_workers;
+    int64_t ckpt_every;
+    char *ckpt_dir;
+    int ckpt_total_limit;
+    char *run_dir;
+    int64_t eval_every, video_every;
+} core_recipe;
+
+/* The schema (NULL-key terminated), for core_config_* calls and --help-config. */
+extern const core_cfg_entry core_recipe_schema[];
+
+/* Loads path, applies the n --set assignments in order, extracts against the schema and runs core_recipe_check.
+ * On success *r owns its strings (core_recipe_release). Errors (-1) name the file and line or the --set, and the
+ * key. *r is always safe to release afterwards. */
+int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, int n_sets);
+
+/* The cross-field checks that need no weights: size divisibility (rollout.height/width multiple of 16, frames 4k+1),
+ * reward.weights count, distinct scorer names, eval_prompt_file default, local mode needs every parallel degree 1,
+ * not-yet-implemented options (checkpoint.every, logging.video_every > 0). Fills defaults that depend on other keys
+ * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent). -1 naming the key. */
+int core_recipe_check(core_recipe *r);
+
+/* Latent frames, height, width of the recipe's video size. */
+void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W);
+
+/* Writes the resolved recipe (every key, defaults included) as YAML. -1 if writing fails. */
+int core_recipe_dump(const core_recipe *r, FILE *f);
+
+void core_recipe_release(core_recipe *r);
+
+#endif

@@ -1,0 +1,116 @@
+/* rollout/engine.c — the sampling loop (see rollout/engine.h). */
+#include "rollout/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "model/flow.h"
+#include "model/guidance.h"
+
+int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
+                        const int64_t shape[4], int text_len, uint64_t seed, int batch_size) {
+    memset(rc, 0, sizeof *rc);
+    if (n_steps < 1 || n_steps > ROLLOUT_MAX_STEPS)
+        return core_error("rollout.num_steps: must be in 1..%d, got %d", ROLLOUT_MAX_STEPS, n_steps);
+    if (flow_schedule(n_steps, shift, rc->sigmas, rc->timesteps)) return core_error_push("rollout.shift: ");
+    if (!isfinite(eta) || eta < 0) return core_error("rollout.eta: must be finite and >= 0, got %g", (double)eta);
+    if (!isfinite(guidance_scale)) return core_error("rollout.guidance_scale: must be finite");
+    for (int d = 0; d < 4; d++)
+        if (shape[d] < 1) return core_error("rollout: latent shape dim %d is %lld (must be >= 1)", d, (long long)shape[d]);
+    if (text_len < 1) return core_error("rollout.text_len: must be >= 1, got %d", text_len);
+    if (batch_size < 1) return core_error("rollout.batch_size: must be >= 1, got %d", batch_size);
+    rc->n_steps = n_steps;
+    rc->eta = eta;
+    rc->guidance_scale = guidance_scale;
+    memcpy(rc->shape, shape, sizeof rc->shape);
+    rc->text_len = text_len;
+    rc->seed = seed;
+    rc->stream = CORE_STREAM_ROLLOUT_NOISE;
+    rc->batch_size = batch_size;
+    return 0;
+}
+
+/* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata. */
+static int run_chunk(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int b, const float *const *cond,
+                     core_traj *tr) {
+    const int cfg = flow_cfg_active(rc->guidance_scale);
+    const int rows = b * (cfg ? 2 : 1);
+    const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
+    const int64_t ne = (int64_t)rc->text_len * m->cfg.text_dim;
+    wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3], .L = rc->text_len};
+    wan_acts *acts = wan_acts_new(&m->cfg, &sh, WAN_ACTS_INFER);
+    if (!acts) return -1;
+    float *x = malloc(sizeof(float) * (size_t)(rows * nl));
+    float *vout = malloc(sizeof(float) * (size_t)(rows * nl));
+    float *enc = calloc((size_t)(rows * ne), sizeof(float)); /* unconditional rows stay zero */
+    float *ts = malloc(sizeof(float) * (size_t)rows);
+    float *v = malloc(sizeof(float) * (size_t)nl), *eps = malloc(sizeof(float) * (size_t)nl);
+    int rc_ = -1;
+    if (!x || !vout || !enc || !ts || !v || !eps) {
+        core_error("rollout: out of memory");
+        goto done;
+    }
+    for (int j = 0; j < b; j++) memcpy(enc + j * ne, cond[j], sizeof(float) * (size_t)ne);
+    for (int i = 0; i < rc->n_steps; i++) {
+        for (int r = 0; r < rows; r++) {
+            memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
+            ts[r] = rc->timesteps[i];
+        }
+        if (wan_forward(m, acts, ex, vout, x, ts, enc)) goto done;
+        for (int j = 0; j < b; j++) {
+            const float *vc = vout + j * nl;
+            if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, rc->guidance_scale, nl);
+            else memcpy(v, vc, sizeof(float) * (size_t)nl);
+            core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
+            flow_step st;
+            if (flow_sde_step(core_traj_latent(&tr[j], i), v, eps, NULL, nl, rc->sigmas[i], rc->sigmas[i + 1],
+                              rc->sigmas[1], rc->eta, NULL, core_traj_latent(&tr[j], i + 1), &st))
+                goto done;
+            tr[j].log_probs[i] = st.has_logp ? st.logp : 0.0f;
+            tr[j].has_log_prob[i] = (uint8_t)st.has_logp;
+            tr[j].expert[i] = 0;
+        }
+    }
+    rc_ = 0;
+done:
+    wan_acts_free(acts);
+    free(x), free(vout), free(enc), free(ts), free(v), free(eps);
+    return rc_;
+}
+
+int rollout_generate(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int n, const float *const *cond,
+                     const uint64_t *uids, const int64_t *prompt_index, core_traj *out) {
+    if (n < 1) return core_error("rollout: no samples requested");
+    if (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels)
+        return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],
+                          m->cfg.in_channels, m->cfg.out_channels);
+    for (int j = 0; j < n; j++)
+        if (uids[j] > 0xffffffffull) return core_error("rollout: uid %llu does not fit Philox's 32-bit counter word",
+                                                      (unsigned long long)uids[j]);
+    memset(out, 0, sizeof(core_traj) * (size_t)n);
+    const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
+    for (int j = 0; j < n; j++) {
+        core_traj *t = &out[j];
+        if (core_traj_alloc(t, rc->n_steps, rc->shape)) goto fail;
+        t->uid = uids[j];
+        t->prompt_index = prompt_index ? prompt_index[j] : 0;
+        t->policy_version = rc->policy_version;
+        t->eta = rc->eta;
+        t->guidance_scale = rc->guidance_scale;
+        t->guidance_scale_2 = rc->guidance_scale;
+        memcpy(t->sigmas, rc->sigmas, sizeof(float) * (size_t)(rc->n_steps + 1));
+        memcpy(t->timesteps, rc->timesteps, sizeof(float) * (size_t)rc->n_steps);
+        core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
+    }
+    for (int s0 = 0; s0 < n; s0 += rc->batch_size) {
+        int b = n - s0 < rc->batch_size ? n - s0 : rc->batch_size;
+        if (run_chunk(rc, m, ex, b, cond + s0, out + s0)) goto fail;
+    }
+    return 0;
+fail:
+    for (int j = 0; j < n; j++) core_traj_free(&out[j]);
+    return -1;
+}

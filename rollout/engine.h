@@ -1,0 +1,53 @@
+/* rollout/engine.h — the sampling loop: Philox noise, classifier-free guidance, SDE steps with log-probs, recorded
+ * into trajectories (core/trajectory.h). First version: one expert, CPU, conditioning given as embeddings.
+ *
+ * Per sample with uid u (DESIGN.md section 4):
+ *   latents[0] = normals of Philox (seed, slot 0, uid u, stream), element index over [C, F, H, W];
+ *   step i (0..N-1): v = flow_cfg_combine(v_c, v_u, g) (or v_c alone when g == 1), eps = normals of
+ *   (seed, slot i+1, u, stream), flow_sde_step(latents[i], v, eps) -> latents[i+1] and the step's log-prob.
+ * The DiT forward is batched over up to batch_size samples (rows: the samples' conditional forwards, then their
+ * unconditional ones); a sample's trajectory is bitwise the same whatever its batch mates or batch size, because
+ * the DiT forward, the noise and the step are per-sample computations (tested).
+ * Stream: CORE_STREAM_ROLLOUT_NOISE (uid = round*B*G + prompt_slot*G + replica) for training rollouts,
+ * CORE_STREAM_EVAL_NOISE (uid = prompt index * samples_per_prompt + sample) for the fixed eval set. */
+#ifndef ROLLOUT_ENGINE_H
+#define ROLLOUT_ENGINE_H
+
+#include <stdint.h>
+
+#include "core/trajectory.h"
+#include "model/wan_dit.h"
+
+#define ROLLOUT_MAX_STEPS 1000
+
+typedef struct {
+    int n_steps;                            /* N >= 1 */
+    float sigmas[ROLLOUT_MAX_STEPS + 1];    /* flow_schedule(N, shift) */
+    float timesteps[ROLLOUT_MAX_STEPS];     /* 1000 * sigma */
+    float eta;                              /* SDE noise level >= 0 (0: ODE, no log-probs) */
+    float guidance_scale;                   /* g (1: no unconditional forward) */
+    int64_t shape[4];                       /* latent [C, F, H, W] */
+    int text_len;                           /* L: rows of each embedding */
+    uint64_t seed;                          /* Philox key */
+    uint32_t stream;                        /* CORE_STREAM_ROLLOUT_NOISE or CORE_STREAM_EVAL_NOISE */
+    int batch_size;                         /* samples per DiT forward, >= 1 */
+    int64_t policy_version;                 /* recorded in each trajectory */
+} rollout_config;
+
+/* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,
+ * stream CORE_STREAM_ROLLOUT_NOISE). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
+ * shift (rollout.shift), eta negative/non-finite (rollout.eta), guidance not finite (rollout.guidance_scale), a
+ * shape dim < 1, text_len < 1, batch_size < 1. */
+int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
+                        const int64_t shape[4], int text_len, uint64_t seed, int batch_size);
+
+/* Generates n >= 1 samples with model m (single expert; C == cfg.in_channels == out_channels).
+ *   cond[j]: sample j's prompt embedding [text_len, text_dim] fp32 (the negative prompt is all zeros: the tiny
+ *   preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
+ *   (core_traj_free each). ex NULL = CPU defaults.
+ * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size), out of memory, a DiT or
+ * step failure; on error no trajectory is left allocated. */
+int rollout_generate(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int n, const float *const *cond,
+                     const uint64_t *uids, const int64_t *prompt_index, core_traj *out);
+
+#endif

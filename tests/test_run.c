@@ -1,0 +1,149 @@
+/* tests/test_run.c — end-to-end `vgrpo run` in local mode on the tiny preset (B = 2 prompts x G = 4 samples,
+ * latent 16 x 2 x 8 x 8 = 32 tokens, 6 denoising steps, CFG 4.5, beta > 0, 2 optimizer steps per rollout,
+ * training micro-batch 5 transitions vs rollout batch 3 samples), and the recipe's errors.
+ * Checks: log_prob_mean_abs_diff is exactly 0 on the first update of every batch and not 0 on the off-policy second
+ * update; at step 0 most groups have reward std > 0; eval rows at start and end; two runs with the same seed and
+ * recipe give the same metrics bit for bit (time/ fields aside), also with 1 vs 2 threads, and another seed does not; recipe errors name the
+ * key and line. The slow test (make test-slow) runs recipes/tiny-cpu.yaml and requires the eval color_match to
+ * rise by more than 3 standard errors of the difference. */
+#include <jansson.h>
+#include <string.h>
+
+#include "tests/test.h"
+
+/* Reads metrics.jsonl: rows[] (json objects, caller decrefs), returns count. Timing fields (time/...) removed. */
+static int read_rows(const char *path, json_t **rows, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1 << 16];
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        json_error_t err;
+        json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
+        if (!json_is_object(o)) break;
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(o, tmp, k, v) if (!strncmp(k, "time/", 5)) json_object_del(o, k);
+        rows[n++] = o;
+    }
+    fclose(f);
+    return n;
+}
+
+static double num(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* A tiny model folder with init seed `seed` in dir/model. */
+static void make_model(const char *dir, int seed) {
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed %d", test_vgrpo_bin(), dir,
+                     seed) == 0);
+}
+
+#define SMALL                                                                                                      \
+    "--set rollout.num_steps=6 --set rollout.prompts_per_step=2 --set rollout.samples_per_prompt=4 "               \
+    "--set rollout.batch_size=3 --set algorithm.micro_batch_size=5 --set algorithm.beta=0.05 "                     \
+    "--set algorithm.optimizer_steps_per_rollout=2 --set data.eval_samples_per_prompt=1 --set logging.eval_every=0 " \
+    "--set optim.total_steps=3"
+
+static int run_small(const char *dir, const char *name, int threads, const char *extra, char *out, size_t cap) {
+    return test_run(out, cap, "OMP_NUM_THREADS=%d %s run recipes/tiny-cpu.yaml --set model.path=%s/model "
+                              "--set logging.run_dir=%s/%s " SMALL " %s",
+                    threads, test_vgrpo_bin(), dir, dir, name, extra);
+}
+
+TEST(run_local_parity_and_determinism) {
+    const char *dir = test_tmpdir();
+    char out[16384], path[700];
+    make_model(dir, 1);
+    int rc = run_small(dir, "a", 1, "", out, sizeof out);
+    REQUIRE_OK(rc != 0 ? (test_fail(__FILE__, __LINE__, "%s", out), -1) : 0);
+    CHECK(strstr(out, "step 3/3") != NULL && strstr(out, "eval @ step 0") != NULL);
+    REQUIRE(run_small(dir, "b", 2, "", out, sizeof out) == 0);
+    REQUIRE(run_small(dir, "c", 1, "--set data.seed=7", out, sizeof out) == 0);
+    json_t *a[8], *b[8], *c[8];
+    snprintf(path, sizeof path, "%s/a/metrics.jsonl", dir);
+    int na = read_rows(path, a, 8);
+    snprintf(path, sizeof path, "%s/b/metrics.jsonl", dir);
+    int nb = read_rows(path, b, 8);
+    snprintf(path, sizeof path, "%s/c/metrics.jsonl", dir);
+    int nc = read_rows(path, c, 8);
+    REQUIRE(na == 4 && nb == 4 && nc == 4); /* 3 steps + the final eval row */
+    for (int i = 0; i < 3; i++) {
+        CHECK(num(a[i], "step") == i && num(a[i], "policy_version") == 2 * i);
+        CHECK_MSG(num(a[i], "log_prob_mean_abs_diff") == 0.0, "step %d: log_prob_mean_abs_diff %g", i,
+                  num(a[i], "log_prob_mean_abs_diff"));
+        CHECK(num(a[i], "offpolicy_last/log_prob_mean_abs_diff") > 0); /* second update: off-policy */
+        CHECK(num(a[i], "transitions") == 48 && num(a[i], "kl") == (i == 0 ? 0.0 : num(a[i], "kl")));
+        CHECK(isfinite(num(a[i], "grad_norm")) && num(a[i], "lr") > 0);
+    }
+    /* step 0: advantages carry signal: no group with all-equal rewards, positive within-group std */
+    CHECK(num(a[0], "masked_fraction") < 0.5 && num(a[0], "reward/group_std_mean") > 0);
+    CHECK(num(a[0], "eval/n") == 18 && isfinite(num(a[0], "eval/color_match/mean")));
+    CHECK(num(a[3], "step") == 3 && num(a[3], "policy_version") == 6 && isfinite(num(a[3], "eval/color_match/mean")));
+    CHECK(num(a[1], "kl") > 0); /* weights moved from the reference */
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(json_equal(a[i], b[i]), "row %d differs between two identical runs (1 and 2 threads)", i);
+        if (i < 3) CHECK_MSG(!json_equal(a[i], c[i]), "row %d: another seed gives the same metrics", i);
+    }
+    for (int i = 0; i < 4; i++) json_decref(a[i]), json_decref(b[i]), json_decref(c[i]);
+    snprintf(path, sizeof path, "%s/a/config.resolved.yaml", dir);
+    CHECK(test_run(out, sizeof out, "grep -q 'micro_batch_size: 5' %s", path) == 0);
+}
+
+TEST(run_recipe_errors) {
+    const char *dir = test_tmpdir();
+    char out[8192], path[700];
+    const char *bin = test_vgrpo_bin();
+    snprintf(path, sizeof path, "%s/typo.yaml", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "mode: local\nmodel:\n  path: %s/none\ndata:\n  prompt_file: recipes/prompts/colors.txt\nrollout:\n"
+               "  num_steps: 6\n  nm_steps: 3\n", dir);
+    fclose(f);
+    CHECK(test_run(out, sizeof out, "%s run %s --dry-run", bin, path) == 1);
+    CHECK_MSG(strstr(out, "typo.yaml:8") && strstr(out, "unknown key \"rollout.nm_steps\""), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set \"algorithm.timestep_selection=first_fraction 0.1\"", bin) == 1);
+    CHECK_MSG(strstr(out, "algorithm.timestep_selection"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set \"algorithm.timestep_selection=random_k 9\"", bin) == 1);
+    CHECK_MSG(strstr(out, "algorithm.timestep_selection"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set rollout.frames=6", bin) == 1);
+    CHECK_MSG(strstr(out, "rollout.frames"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.trainer_ranks=2", bin) == 1);
+    CHECK_MSG(strstr(out, "parallel.trainer_ranks"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set rollout.text_len=3", bin) == 1);
+    CHECK_MSG(strstr(out, "rollout.text_len") && strstr(out, "colors.txt"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set reward.scorers=[colour]", bin) == 1);
+    CHECK_MSG(strstr(out, "reward.scorers"), "got: %s", out);
+    /* dry run: valid, prints every key (defaults included), needs no weights */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/none", bin, dir) == 0);
+    CHECK(strstr(out, "micro_batch_size: 64") && strstr(out, "total_limit: 0"));
+    /* a real run refuses the missing model, naming model.path */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set logging.run_dir=%s/r",
+                   bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "model.path"), "got: %s", out);
+}
+
+/* Learning: the full tiny-cpu recipe. eval color_match at the end exceeds the start by > 3 standard errors of the
+ * difference (sqrt(se_start^2 + se_end^2), treating the two evals as independent: conservative, they share seeds). */
+TEST(run_learns_color_slow) {
+    TEST_SLOW();
+    const char *dir = test_tmpdir();
+    char out[1 << 16], path[700];
+    make_model(dir, 0); /* as `make demo` */
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model --set logging.run_dir=%s/run",
+                     test_vgrpo_bin(), dir, dir) == 0);
+    json_t *rows[256];
+    snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
+    int n = read_rows(path, rows, 256);
+    REQUIRE(n >= 2);
+    double m0 = num(rows[0], "eval/color_match/mean"), s0 = num(rows[0], "eval/color_match/se");
+    double m1 = num(rows[n - 1], "eval/color_match/mean"), s1 = num(rows[n - 1], "eval/color_match/se");
+    double z = (m1 - m0) / sqrt(s0 * s0 + s1 * s1);
+    fprintf(stderr, "  eval color_match %.4f +- %.4f -> %.4f +- %.4f (%.1f standard errors)\n", m0, s0, m1, s1, z);
+    CHECK(z > 3);
+    for (int i = 0; i < n; i++) json_decref(rows[i]);
+}
