@@ -6,6 +6,7 @@ Set-up (once; CI never runs this script, the fixtures it writes are committed):
 Run from the repository root:
     .venv/bin/python scripts/gen_fixtures.py            # every generator
     .venv/bin/python scripts/gen_fixtures.py wan        # only the Wan transformer fixtures
+    .venv/bin/python scripts/gen_fixtures.py flow optim safetensors   # the others (scripts/fixtures_<name>.py)
     .venv/bin/python scripts/gen_fixtures.py check-wan-load DIR [IN.safetensors [OUT.safetensors]]
         loads DIR (a transformer folder vgrpo wrote) with diffusers' WanTransformer3DModel.from_pretrained, and with
         IN (inputs as `vgrpo dit-forward` takes them) compares diffusers' forward with `output` from OUT (default:
@@ -221,7 +222,17 @@ def check_wan_load(mdir, io_path=None, out_path=None):
     return 0 if err <= 1e-5 else 1
 
 
-GENERATORS = {"wan": gen_wan}
+def gen_script(name):
+    """A generator kept in its own file, scripts/fixtures_<name>.py, run as a script."""
+    def gen():
+        import runpy
+        runpy.run_path(os.path.join(ROOT, "scripts", f"fixtures_{name}.py"), run_name="__main__")
+    return gen
+
+
+# Each generator writes its own fixtures; the ones in scripts/fixtures_<name>.py document their files there.
+GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": gen_script("flow"),
+              "optim": gen_script("optim")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
