@@ -1,6 +1,9 @@
 # vgrpo build. `make` builds build/vgrpo; `make test` installs missing system packages, builds and runs the suite.
 # Sources are found by wildcard: a new .c file in a module folder is picked up without editing this file.
 CC       ?= gcc
+# Idle OpenMP threads sleep instead of spinning, so processes sharing the cores (a test spawning vgrpo, the
+# colocated run's processes) do not starve each other.
+export OMP_WAIT_POLICY ?= passive
 OPT      ?= -O3 -march=native
 # OpenBLAS: the OpenMP build, named explicitly so the Debian alternatives setting cannot swap in the pthread one.
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
@@ -54,7 +57,8 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_ASAN=1 build-asan/vgrpo_tests
 
 # The demo: a tiny random Wan pipeline (made once) and GRPO on it in one process (recipes/tiny-cpu.yaml).
-demo: deps all
+demo: deps
+	@$(MAKE) --no-print-directory $(BUILD)/vgrpo
 	@test -f runs/demo/model/model_index.json || { mkdir -p runs/demo && $(BUILD)/vgrpo init-model --preset tiny --out runs/demo/model --seed 0; }
 	$(BUILD)/vgrpo run recipes/tiny-cpu.yaml
 
