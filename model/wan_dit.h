@@ -59,6 +59,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/philox.h"
 #include "kernels/kernels.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ void wan_model_free(wan_model *m);
  * weights 1, scale_shift_tables N(0, 1/D) (diffusers' initialisation of those tables). Normals from Philox
  * (core/philox.h) with key seed, counter (element / 4, slot = tensor index, uid 0, stream WAN_INIT_STREAM), so a
  * tensor's values depend only on (seed, its index, element). */
-#define WAN_INIT_STREAM 5
+#define WAN_INIT_STREAM CORE_STREAM_MODEL_INIT
 void wan_params_init_random(wan_model *m, uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------------------------------
