@@ -52,7 +52,7 @@ test-slow: deps
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build folder.
 asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -march=native -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/vgrpo build-asan/vgrpo_tests
 	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_ASAN=1 build-asan/vgrpo_tests
 
