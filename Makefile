@@ -64,6 +64,7 @@ demo: deps
 
 bench: all
 	$(BUILD)/vgrpo bench kernels
+	$(BUILD)/vgrpo bench dit
 
 # libFuzzer targets (clang), each run for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 60
@@ -77,7 +78,10 @@ fuzz: deps
 	    -lyaml -ljansson -lm; \
 	  mkdir -p build-fuzz/corpus-$$t; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 build-fuzz/corpus-$$t tests/fuzz/seeds-$$t 2>&1 | tail -n 12; \
+	  rc=0; build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build-fuzz/$$t- \
+	    build-fuzz/corpus-$$t tests/fuzz/seeds-$$t > build-fuzz/$$t.log 2>&1 || rc=$$?; \
+	  tail -n 12 build-fuzz/$$t.log; \
+	  if [ $$rc -ne 0 ]; then echo "fuzz: $$t FAILED (exit $$rc); log build-fuzz/$$t.log, crash input build-fuzz/$$t-*"; exit 1; fi; \
 	done
 
 clean:

@@ -228,8 +228,8 @@ static int bench_kernels(const bench_opts *opt) {
 
     /* The headline ratio, timed interleaved (sgemm, attention, sgemm, attention, ...) so that both figures see
      * the same machine load: on a shared machine, separate tables can be minutes and several loads apart. */
-    gemm_case g;
-    attn_case a;
+    gemm_case g = {0};
+    attn_case a = {0};
     int fail = gemm_alloc(&g, best_shape, best_blas) || attn_alloc(&a, 4096, 128);
     if (!fail) {
         const int rounds = opt->quick ? 1 : 3;

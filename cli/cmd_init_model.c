@@ -15,12 +15,14 @@
  * Components other models add later (vae, text_encoder, tokenizer, scheduler) are listed once their folders
  * exist. Exit status 0, 1 on failure, 2 on a usage error. */
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -36,7 +38,7 @@ static void usage(FILE *f) {
                 : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
                                      : "config only (no weights)");
     fprintf(f, "\n  --seed N   seed of the tiny preset's random weights (default 0)\n"
-               "  --force    write into DIR even if it already holds a model_index.json\n");
+               "  --force    replace an earlier init-model's files in DIR (other files are kept)\n");
 }
 
 static int make_dir(const char *path) {
@@ -48,6 +50,29 @@ static int make_dir(const char *path) {
 static int exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+/* --force: removes what an earlier init-model wrote into dir (and nothing else), so a different preset leaves no
+ * stale weights or expert folder behind. Files of other origin stay; a component folder is removed once empty. */
+static void remove_previous(const char *dir) {
+    static const char *const files[] = {"model_index.json", "latent_rgb.safetensors"};
+    static const char *const subs[] = {"transformer", "transformer_2"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s/config.json", dir, subs[i]);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/%s/diffusion_pytorch_model*.safetensors*", dir, subs[i]);
+        glob_t g;
+        if (glob(path, 0, NULL, &g) == 0)
+            for (size_t k = 0; k < g.gl_pathc; k++) unlink(g.gl_pathv[k]);
+        globfree(&g);
+        snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+        rmdir(path);
+    }
 }
 
 /* model_index.json: every component folder present in dir, plus the pipeline's config values. */
@@ -135,6 +160,7 @@ int cmd_init_model(int argc, char **argv) {
         return 1;
     }
     const int two = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
+    if (force) remove_previous(out);
     int rc = make_dir(out);
     for (int e = 0; e < 1 + two && !rc; e++) {
         snprintf(path, sizeof path, "%s/%s", out, e ? "transformer_2" : "transformer");

@@ -1,5 +1,6 @@
 /* cli/local_data.c — prompt lists, the epoch shuffle and scoring for local mode (see cli/local_run.h). */
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,11 @@
 int local_prompts_read(local_prompts *p, const char *path) {
     memset(p, 0, sizeof *p);
     FILE *f = fopen(path, "r");
-    if (!f) return core_error("%s: cannot open prompt file", path);
-    char line[4096];
-    int cap = 0;
-    while (fgets(line, sizeof line, f)) {
+    if (!f) return core_error("%s: cannot open prompt file: %s", path, strerror(errno));
+    char *line = NULL; /* getline: prompts of any length, never split */
+    size_t linecap = 0;
+    int cap = 0, oom = 0;
+    while (getline(&line, &linecap, f) >= 0) {
         char *s = line, *e = line + strlen(line);
         while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
         while (isspace((unsigned char)*s)) s++;
@@ -23,17 +25,19 @@ int local_prompts_read(local_prompts *p, const char *path) {
         if (p->n == cap) {
             cap = cap ? 2 * cap : 16;
             char **t = realloc(p->text, sizeof(char *) * (size_t)cap);
-            if (!t) break;
+            if (!t) { oom = 1; break; }
             p->text = t;
         }
-        if (!(p->text[p->n] = strdup(s))) break;
+        if (!(p->text[p->n] = strdup(s))) { oom = 1; break; }
         p->n++;
     }
-    int bad = ferror(f) || !feof(f);
+    int err = ferror(f) ? errno : 0;
+    free(line);
     fclose(f);
-    if (bad) {
+    if (oom || err) {
         local_prompts_free(p);
-        return core_error("%s: read error or out of memory", path);
+        return oom ? core_error("%s: out of memory reading prompts", path)
+                   : core_error("%s: cannot read prompt file: %s", path, strerror(err));
     }
     if (p->n == 0) return core_error("%s: no prompts", path);
     return 0;

@@ -124,7 +124,7 @@ static float *embed_all(const local_prompts *p, int L, int td) {
     return e;
 }
 
-/* mean and standard error (population std / sqrt(n)) of x[0..n), in double. */
+/* mean, standard error of the mean (sample std, ddof 1, / sqrt(n)) and population std of x[0..n), in double. */
 static void mean_se(const double *x, int n, double *mean, double *se, double *sd) {
     double s = 0, q = 0;
     for (int i = 0; i < n; i++) s += x[i];
@@ -289,9 +289,10 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
         core_metrics_f64(m, "time/train_s", t3 - t2) || core_metrics_f64(m, "time/sync_s", 0.0) ||
         core_metrics_f64(m, "time/step_s", step_s) || core_metrics_f64(m, "time/samples_per_s", n / step_s);
     if (e) goto done;
-    printf("step %" PRId64 "/%" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | loss %+.5f kl %.3g | "
+    /* step numbered as in metrics.jsonl (from 0); loss in %e: the GRPO loss is ~0 on average by construction */
+    printf("step %" PRId64 " of %" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | loss %+.3e kl %.3g | "
            "clip %.3f |dlogp| %.3g | gnorm %.3g lr %.3g | masked %.2f | %.2fs (rollout %.2f, train %.2f) %.1f samples/s\n",
-           round + 1, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, first.loss, first.kl,
+           round, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, first.loss, first.kl,
            first.n_transitions ? (double)first.n_clipped / first.n_transitions : 0.0,
            first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
            as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);

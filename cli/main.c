@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/omp_env.h"
 
 typedef struct {
     const char *name;
@@ -25,6 +26,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    core_omp_env_defaults(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -24,10 +24,9 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-int wan_model_load_weights(wan_model *m, const char *dir) {
-    st_set *s = st_open_dir(dir);
-    if (!s) return -1;
-    const wan_layout *L = &m->layout;
+/* Checks the open checkpoint s against layout L: no tensor extra, none missing, shapes equal, dtype F32/BF16/F16.
+ * Returns 0 or -1 naming dir and the tensor. */
+static int check_checkpoint(const wan_layout *L, st_set *s, const char *dir) {
     int rc = 0;
     /* Extra tensors and shape/dtype mismatches, in the checkpoint's (sorted) order. */
     for (int i = 0; i < st_set_count(s) && !rc; i++) {
@@ -58,6 +57,14 @@ int wan_model_load_weights(wan_model *m, const char *dir) {
     for (int j = 0; j < L->count && !rc; j++)
         if (st_set_find(s, L->tensors[j].name) < 0)
             rc = core_error("%s: missing tensor \"%s\"", dir, L->tensors[j].name);
+    return rc;
+}
+
+int wan_model_load_weights(wan_model *m, const char *dir) {
+    st_set *s = st_open_dir(dir);
+    if (!s) return -1;
+    const wan_layout *L = &m->layout;
+    int rc = check_checkpoint(L, s, dir);
     for (int j = 0; j < L->count && !rc; j++) {
         const wan_tensor *w = &L->tensors[j];
         rc = st_set_read_f32(s, w->name, m->params + w->offset, w->numel);
@@ -72,6 +79,14 @@ int wan_model_load(wan_model *m, const char *dir) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     wan_config cfg;
     if (wan_config_load(&cfg, path)) return -1;
+    /* Check the checkpoint against the config before allocating the parameters (GBs at real sizes). */
+    wan_layout L;
+    if (wan_layout_init(&L, &cfg)) return -1;
+    st_set *s = st_open_dir(dir);
+    int rc = s ? check_checkpoint(&L, s, dir) : -1;
+    if (s) st_set_close(s);
+    wan_layout_free(&L);
+    if (rc) return -1;
     if (wan_model_init(m, &cfg)) return -1;
     if (wan_model_load_weights(m, dir)) {
         wan_model_free(m);

@@ -197,8 +197,9 @@ int wan_model_init(wan_model *m, const wan_config *cfg) {
     m->cfg = *cfg;
     m->params = alloc_floats(m->layout.numel);
     if (!m->params) {
+        long long n = (long long)m->layout.numel;
         wan_model_free(m);
-        return core_error("wan model: out of memory for %lld parameters", (long long)m->layout.numel);
+        return core_error("wan model: out of memory for %lld parameters (%.1f GB)", n, n * 4e-9);
     }
     if (wan_weights_bind(&m->w, &m->layout, m->params)) {
         wan_model_free(m);

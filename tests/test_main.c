@@ -1,6 +1,8 @@
 /* tests/test_main.c — the runner for every TEST() linked into build/vgrpo_tests; see test.h. */
 #include "tests/test.h"
 
+#include "core/omp_env.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +105,12 @@ static int selected(const char *name, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    core_omp_env_defaults(argv);
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: %s [SUBSTRING ...]\nRuns every test, or those whose name contains one of the substrings.\n"
+               "VGRPO_SLOW=1 also runs the slow tests; VGRPO_BIN names the vgrpo binary under test.\n", argv[0]);
+        return 0;
+    }
     static int passed, failed, skipped;
     static int i;
     for (i = 0; i < n_tests; i++) {
@@ -127,6 +135,11 @@ int main(int argc, char **argv) {
             passed++;
             fprintf(stderr, "[  OK  ] %s (%.0f ms)\n", tests[i].name, ms);
         }
+    }
+    if (passed + failed + skipped == 0) {
+        fprintf(stderr, "no test name contains any of the given substrings\n");
+        printf("0 passed, 0 failed\n");
+        return 2;
     }
     if (skipped) fprintf(stderr, "%d skipped\n", skipped);
     printf("%d passed, %d failed\n", passed, failed);
