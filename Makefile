@@ -9,7 +9,7 @@ OPT      ?= -O3 -march=native
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
 CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(EXTRA_CFLAGS)
-LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lm $(EXTRA_LDLIBS)
+LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lm $(EXTRA_LDLIBS)
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
