@@ -1,0 +1,114 @@
+/* rollout/contact_sheet.c — contact sheets (rows = samples, columns = evenly spaced frames) and the tiny
+ * built-in 3 x 5 bitmap font for their labels. The layout is documented in rollout/png.h. The glyphs were drawn
+ * for this project: each is five rows top to bottom, each row one octal digit whose bits 4, 2, 1 are the left,
+ * middle and right pixel. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "rollout/png.h"
+
+#define SHEET_GAP 2
+static const uint8_t sheet_bg[3] = {24, 24, 24};
+static const uint8_t label_fg[3] = {255, 255, 255};
+
+static const char font_chars[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ .,:;-_+=/()#'!?%[]<>*\"";
+static const char *const font_glyphs[] = {
+    "75557", "26227", "71747", "71717", "55711", "74717", "74757", "71111", "75757", "75717", /* 0-9 */
+    "25755", "65656", "34443", "65556", "74647", "74644", "34553", "55755", "72227", "11152", /* A-J */
+    "55655", "44447", "57755", "65555", "25552", "65644", "25563", "65655", "34216", "72222", /* K-T */
+    "55557", "55552", "55775", "55255", "55222", "71247",                                     /* U-Z */
+    "00000", "00002", "00024", "02020", "02024", "00700", "00007", "02720", "07070", "11244", /*  .,:;-_+=/ */
+    "24442", "21112", "57575", "22000", "22202", "61202", "51245", "64446", "31113", "12421", /* ()#'!?%[]< */
+    "42124", "05250", "55000",                                                                /* >*"        */
+};
+static const char font_unknown[] = "77777"; /* filled block */
+
+static const char *glyph_of(char c) {
+    if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+    const char *p = c ? strchr(font_chars, c) : NULL;
+    return p ? font_glyphs[p - font_chars] : font_unknown;
+}
+
+int rollout_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
+                          const char *text) {
+    if (scale < 1) scale = 1;
+    for (const char *t = text; t && *t; t++, x += 4 * scale) {
+        const char *g = glyph_of(*t);
+        for (int r = 0; r < 5; r++) {
+            int bits = g[r] - '0';
+            for (int c = 0; c < 3; c++) {
+                if (!(bits & (4 >> c))) continue;
+                for (int dy = 0; dy < scale; dy++) {
+                    int py = y + r * scale + dy;
+                    if (py < 0 || py >= img_h) continue;
+                    for (int dx = 0; dx < scale; dx++) {
+                        int px = x + c * scale + dx;
+                        if (px < 0 || px >= img_w) continue;
+                        memcpy(img + ((size_t)py * img_w + px) * 3, color, 3);
+                    }
+                }
+            }
+        }
+    }
+    return x;
+}
+
+static int label_scale(int h) {
+    int s = h / 32;
+    return s < 1 ? 1 : s > 4 ? 4 : s;
+}
+
+int rollout_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
+                             int *sheet_w, int *cols) {
+    if (n < 1 || frames < 1 || h < 1 || w < 1)
+        return core_error("contact sheet: bad video shape [%d, %d, %d, %d, 3]", n, frames, h, w);
+    int c = (max_cols > 0 && max_cols < frames) ? max_cols : frames;
+    int64_t L = has_labels ? 7 * label_scale(h) : 0;
+    int64_t sw = (int64_t)c * w + (int64_t)(c + 1) * SHEET_GAP;
+    int64_t sh = (int64_t)n * (L + h) + (int64_t)(n + 1) * SHEET_GAP;
+    if (sw > 65535 || sh > 65535)
+        return core_error("contact sheet: %lldx%lld pixels is over the PNG limit used here (65535); "
+                          "use fewer columns or samples",
+                          (long long)sw, (long long)sh);
+    *sheet_h = (int)sh;
+    *sheet_w = (int)sw;
+    *cols = c;
+    return 0;
+}
+
+int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                             const char *const *labels, core_tensor *out) {
+    memset(out, 0, sizeof *out);
+    if (!videos) return core_error("contact sheet: no video data");
+    int sh, sw, cols;
+    if (rollout_png_sheet_layout(n, frames, h, w, max_cols, labels != NULL, &sh, &sw, &cols)) return -1;
+    int64_t shape[3] = {sh, sw, 3};
+    if (core_tensor_alloc(out, CORE_U8, 3, shape)) return core_error_push("contact sheet: ");
+    uint8_t *img = out->data;
+    for (size_t p = 0; p < (size_t)sh * sw; p++) memcpy(img + p * 3, sheet_bg, 3);
+    int s = label_scale(h), L = labels ? 7 * s : 0;
+    size_t frame_bytes = (size_t)h * w * 3;
+    for (int i = 0; i < n; i++) {
+        int band_y = SHEET_GAP + i * (L + h + SHEET_GAP);
+        if (labels && labels[i]) rollout_png_draw_text(img, sh, sw, SHEET_GAP, band_y + s, s, label_fg, labels[i]);
+        for (int j = 0; j < cols; j++) {
+            int f = cols == 1 ? 0 : (int)(((int64_t)j * (frames - 1) * 2 + (cols - 1)) / (2 * (int64_t)(cols - 1)));
+            const uint8_t *src = videos + ((size_t)i * frames + f) * frame_bytes;
+            int x0 = SHEET_GAP + j * (w + SHEET_GAP);
+            for (int y = 0; y < h; y++)
+                memcpy(img + ((size_t)(band_y + L + y) * sw + x0) * 3, src + (size_t)y * w * 3, (size_t)w * 3);
+        }
+    }
+    return 0;
+}
+
+int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                            const char *const *labels) {
+    core_tensor sheet;
+    if (rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &sheet))
+        return core_error_push("png %s: ", path ? path : "(null)");
+    int rc = rollout_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
+    core_tensor_free(&sheet);
+    return rc;
+}

@@ -1,0 +1,54 @@
+/* rollout/png.h — PNG frames and contact sheets through libpng.
+ *
+ * rollout_png_write / rollout_png_read: one 8-bit RGB image, written losslessly (read back bit-exact).
+ *
+ * Contact sheet (rollout/contact_sheet.c): a grid with one ROW PER SAMPLE and one COLUMN PER CHOSEN FRAME.
+ * For N videos U8 [N, F, H, W, 3] and C columns (C = min(F, max_cols); max_cols <= 0 means all F frames) the
+ * column j shows frame round(j * (F - 1) / (C - 1)) (frame 0 when C = 1), so the first and last frames are
+ * always shown. Every tile is the full-size frame (no scaling). Layout, in pixels:
+ *   gap g = 2 (background colour RGB 24,24,24 between tiles and around the border)
+ *   label scale s = clamp(H / 32, 1, 4); label band height L = 7 * s when labels are given, else 0
+ *   sheet width  = C * W + (C + 1) * g
+ *   sheet height = N * (L + H) + (N + 1) * g
+ *   sample i's label band starts at y = g + i * (L + H + g), its tiles at y + L; column j's tile at
+ *   x = g + j * (W + g).
+ * Labels are drawn in the band in white with a built-in 3 x 5 pixel font scaled by s (each character 4s wide,
+ * one row s of space above). The font has digits, A-Z (lower case is drawn as upper case) and  . , : ; - _ + = /
+ * ( ) # ' ! ? % [ ] < > * "; any other character is drawn as a filled block. Text past the sheet's width is cut. */
+#ifndef ROLLOUT_PNG_H
+#define ROLLOUT_PNG_H
+
+#include <stdint.h>
+#include "core/tensor.h"
+
+/* Writes `rgb` (U8 [height, width, 3], contiguous) to `path` as an 8-bit RGB PNG (via "<path>.partial", renamed
+ * when complete). 1 <= height, width <= 65535. Returns 0, or -1 with an error naming `path` (libpng's message
+ * included); no file is left at `path` on failure. */
+int rollout_png_write(const char *path, const uint8_t *rgb, int height, int width);
+
+/* Reads a PNG into `out`: a new owned tensor U8 [H, W, 3]. Palette, grey, 16-bit and alpha images are converted
+ * to 8-bit RGB (alpha dropped, 16-bit truncated to the high byte). Returns 0, or -1 naming `path`. */
+int rollout_png_read(const char *path, core_tensor *out);
+
+/* Contact-sheet size for n samples of h x w frames with `frames` frames each, max_cols as above and labels
+ * drawn (has_labels != 0) or not. Sets *sheet_h, *sheet_w, *cols. Returns 0, or -1 for bad sizes. */
+int rollout_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
+                             int *sheet_w, int *cols);
+
+/* Renders the contact sheet of `videos` (U8 [n, frames, h, w, 3], contiguous) into `out`: a new owned tensor
+ * U8 [sheet_h, sheet_w, 3] laid out as documented above. `labels`: NULL (no label bands) or n strings (NULL
+ * entries draw nothing). Returns 0, or -1 (bad sizes, out of memory). */
+int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                             const char *const *labels, core_tensor *out);
+
+/* Renders the contact sheet and writes it to `path` as PNG. Returns 0, or -1 naming `path`. */
+int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                            const char *const *labels);
+
+/* Draws `text` at (x, y) (top-left of the first character) into an RGB image [img_h, img_w, 3] with the
+ * built-in 3 x 5 font at integer `scale` >= 1 in `color`; pixels outside the image are skipped. Returns the
+ * x just past the last character. */
+int rollout_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
+                          const char *text);
+
+#endif
