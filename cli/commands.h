@@ -7,6 +7,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_init_model(int argc, char **argv);
 int cmd_dit_forward(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_vae_decode(int argc, char **argv);
+int cmd_encode_prompts(int argc, char **argv);
 /* `vgrpo bench dit` (cli/bench_dit.c), dispatched by cmd_bench; threads 0 = OpenMP default. */
 int cmd_bench_dit(int threads, int quick);
 

@@ -16,6 +16,8 @@ static const command commands[] = {
     {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
     {"run", cmd_run, "run a GRPO recipe (mode: local: rollout, reward and training in one process)"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
+    {"vae-decode", cmd_vae_decode, "decode latents with a Wan VAE (AutoencoderKLWan.decode) to a video tensor"},
+    {"encode-prompts", cmd_encode_prompts, "encode a prompt file with umT5 into a safetensors cache (embeds, lengths)"},
 };
 
 static void usage(FILE *f) {

@@ -232,7 +232,8 @@ def gen_script(name):
 
 # Each generator writes its own fixtures; the ones in scripts/fixtures_<name>.py document their files there.
 GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": gen_script("flow"),
-              "optim": gen_script("optim")}
+              "optim": gen_script("optim"), "vae": gen_script("vae"),
+              "text": gen_script("text")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

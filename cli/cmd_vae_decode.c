@@ -1,0 +1,100 @@
+/* cli/cmd_vae_decode.c — `vgrpo vae-decode --vae DIR --latents IN.safetensors --out OUT.safetensors`: decodes tensor
+ * `latents` F32 (or BF16/F16) [B, z_dim, T, h, w] exactly as diffusers' AutoencoderKLWan.decode(latents).sample
+ * (no un-normalisation) and writes `video` F32 [B, 3, 1 + 4 (T - 1), H, W] (model/wan_vae.h), for debugging and
+ * parity checks. DIR is a vae folder or a pipeline folder (its vae/ is used). Exit 0, 1 on failure, 2 on usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "model/wan_vae.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: vgrpo vae-decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n\n"
+               "  --vae DIR       AutoencoderKLWan folder (config.json + weights), or a pipeline folder (uses DIR/vae)\n"
+               "  --latents IN    tensor `latents` [B, z_dim, T, h, w] (not un-normalised)\n"
+               "  --out OUT       tensor `video` F32 [B, 3, 1 + 4 (T - 1), H, W] in [-1, 1]\n");
+}
+
+static int run(const char *vae_dir, const char *in_path, const char *out_path) {
+    int rc = -1;
+    vae_model *m = NULL;
+    st_file *in = NULL;
+    float *lat = NULL, *vid = NULL;
+    st_writer *w = NULL;
+    if (!(m = vae_load(vae_dir))) goto done;
+    if (!(in = st_open(in_path))) goto done;
+    int i = st_find(in, "latents");
+    if (i < 0) {
+        core_error("%s: no tensor \"latents\"", in_path);
+        goto done;
+    }
+    const st_info *t = st_info_at(in, i);
+    if (t->ndim != 5) {
+        core_error("%s: latents has %d dimensions, expected 5 [B, z_dim, T, h, w]", in_path, t->ndim);
+        goto done;
+    }
+    for (int d = 0; d < 5; d++)
+        if (t->shape[d] < 1 || t->shape[d] > (1 << 20)) {
+            core_error("%s: latents dimension %d is %lld", in_path, d, (long long)t->shape[d]);
+            goto done;
+        }
+    const int B = (int)t->shape[0], z = (int)t->shape[1], T = (int)t->shape[2], h = (int)t->shape[3],
+              wd = (int)t->shape[4];
+    if (z != vae_get_config(m)->z_dim) {
+        core_error("%s: latents have %d channels, the VAE's z_dim is %d", in_path, z, vae_get_config(m)->z_dim);
+        goto done;
+    }
+    const size_t nl = (size_t)B * z * T * h * wd;
+    const int C = vae_video_channels(m), F = vae_frames_out(m, T), s = vae_spatial_factor(m);
+    int64_t vs[5] = {B, C, F, (int64_t)h * s, (int64_t)wd * s};
+    lat = malloc(nl * sizeof(float));
+    vid = malloc((size_t)B * C * F * vs[3] * vs[4] * sizeof(float));
+    if (!lat || !vid) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (st_read_f32(in, "latents", lat, (int64_t)nl)) goto done;
+    if (vae_decode(m, lat, B, z, T, h, wd, vid)) goto done;
+    if (!(w = st_writer_new()) || st_writer_add(w, "video", CORE_F32, 5, vs, vid) || st_writer_write(w, out_path))
+        goto done;
+    rc = 0;
+done:
+    st_writer_free(w);
+    free(lat), free(vid);
+    st_close(in);
+    vae_free(m);
+    return rc;
+}
+
+int cmd_vae_decode(int argc, char **argv) {
+    const char *vae = NULL, *lat = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--vae") && i + 1 < argc) {
+            vae = argv[++i];
+        } else if (!strcmp(argv[i], "--latents") && i + 1 < argc) {
+            lat = argv[++i];
+        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else {
+            fprintf(stderr, "vgrpo vae-decode: unknown or incomplete option \"%s\"\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!vae || !lat || !out) {
+        fprintf(stderr, "vgrpo vae-decode: --vae, --latents and --out are required\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (run(vae, lat, out)) {
+        fprintf(stderr, "vgrpo vae-decode: %s\n", core_last_error());
+        return 1;
+    }
+    return 0;
+}
