@@ -22,7 +22,7 @@ Writes, under tests/fixtures/:
   The cases take sigma, sigma_next from diffusers' schedule N=10, shift=3 (rounded to float32 as the scheduler
   stores them): step 0 (sigma == 1, the 1 - sigmas[1] denominator), a middle step, the last step (sigma_next == 0).
 
-Run: /work/venv/bin/python scripts/fixtures_flow.py   (needs numpy, torch, diffusers, safetensors; CI never runs it)
+Run: .venv/bin/python scripts/fixtures_flow.py   (needs numpy, torch, diffusers, safetensors; CI never runs it)
 """
 import os
 import sys

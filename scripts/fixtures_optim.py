@@ -11,7 +11,7 @@ Cases (hyperparameters are repeated in tests/test_optim.c; keep the two in step)
 Tensors per case c: c.p0 [N] initial parameters, c.grads [T, N] raw gradients (before clipping), c.p [T, N]
 parameters after each step, c.norm [T] total_norm returned by clip_grad_norm_ (clip, cos), c.lr [T] learning rate
 used by each step (cos). Gradient scales vary per step so clipping engages on some steps and not on others.
-Run: /work/venv/bin/python scripts/fixtures_optim.py   (needs torch, transformers, safetensors)
+Run: .venv/bin/python scripts/fixtures_optim.py   (needs torch, transformers, safetensors)
 """
 import os
 

@@ -3,7 +3,7 @@
 package (the reference writer), for tests/test_safetensors.c.
 
 Every value is a closed-form pattern that the C test recomputes; the C writer must also reproduce this file byte
-for byte from the same tensors and metadata. Run: /work/venv/bin/python scripts/fixtures_safetensors.py
+for byte from the same tensors and metadata. Run: .venv/bin/python scripts/fixtures_safetensors.py
 (needs numpy and safetensors; to be merged into scripts/gen_fixtures.py later).
 """
 import os

@@ -25,7 +25,7 @@ Writes, under tests/fixtures/:
       buckets I64 [1201]: UMT5Attention._relative_position_bucket of relative positions -600..600 (encoder).
       ftfy is not installed here, so basic_clean skips ftfy.fix_text, as vgrpo does.
 
-Run: /work/venv/bin/python scripts/fixtures_text.py   (needs sentencepiece, protobuf, tokenizers, transformers,
+Run: .venv/bin/python scripts/fixtures_text.py   (needs sentencepiece, protobuf, tokenizers, transformers,
 torch, diffusers, safetensors; CI never runs it)
 """
 import json

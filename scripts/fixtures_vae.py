@@ -16,7 +16,7 @@ The base dims differ between encoder (2) and decoder (6) so that decoder_base_di
 wide (fan-in scaled normals, biases 0.3 N(0,1), RMS-norm gammas 1 + 0.3 N(0,1)) and latents_mean/std are random,
 so a term left out cannot hide behind a zero or a one.
 
-Run: /work/venv/bin/python scripts/fixtures_vae.py   (needs torch, diffusers, safetensors; CI never runs it)
+Run: .venv/bin/python scripts/fixtures_vae.py   (needs torch, diffusers, safetensors; CI never runs it)
 """
 import math
 import os
