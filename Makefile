@@ -9,7 +9,7 @@ OPT      ?= -O3 -march=native
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
 CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(EXTRA_CFLAGS)
-LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lm $(EXTRA_LDLIBS)
+LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lzmq -lm $(EXTRA_LDLIBS)
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
@@ -70,7 +70,7 @@ bench: all
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
-FUZZ_LIB_SRC := core/error.c core/tensor.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
+FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
 fuzz: deps
 	@mkdir -p build-fuzz
 	@set -e; for t in $(FUZZ_TARGETS); do \

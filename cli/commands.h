@@ -9,7 +9,12 @@ int cmd_dit_forward(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_vae_decode(int argc, char **argv);
 int cmd_encode_prompts(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_reward_server(int argc, char **argv);
 /* `vgrpo bench dit` (cli/bench_dit.c), dispatched by cmd_bench; threads 0 = OpenMP default. */
 int cmd_bench_dit(int threads, int quick);
+/* `vgrpo bench vae` / `vgrpo bench umt5` (cli/bench_text_vae.c), dispatched by cmd_bench; threads 0 = default. */
+int cmd_bench_vae(int threads, int quick);
+int cmd_bench_umt5(int threads, int quick);
 
 #endif

@@ -1,0 +1,66 @@
+/* reward/server.h — the reward server: a ZeroMQ ROUTER that scores batches of videos with the built-in scorers
+ * (reward/scorers.h) for any number of clients, as reward/PROTOCOL.md specifies (DESIGN.md section 3).
+ *
+ * One thread owns the sockets: it receives, checks every message (core/wire.h plus the score_request fields),
+ * answers errors, hellos and repeats itself, and queues good requests for a pool of scoring threads, whose replies
+ * come back over an inproc socket and are cached for idempotent repeats. */
+#ifndef REWARD_SERVER_H
+#define REWARD_SERVER_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+
+#include "core/wire.h"
+#include "reward/scorers.h"
+
+#define REWARD_SERVER_MAX_SCORERS 16
+
+typedef struct {
+    const reward_scorer *scorer;
+    double weight;
+} reward_weighted;
+
+typedef struct {
+    const char *endpoint;   /* ipc://PATH (PATH < 100 bytes) or tcp://HOST:PORT */
+    int n_scorers;
+    reward_weighted scorers[REWARD_SERVER_MAX_SCORERS];
+    int threads;            /* scoring threads, >= 1 */
+    int queue;              /* requests waiting for a thread before `busy` errors, >= 1 */
+    size_t max_frame_bytes; /* largest tensor frame (ZMQ_MAXMSGSIZE); the whole message may add 1 MiB of header */
+    int cache;              /* replies kept for idempotent repeats, >= 1 */
+} reward_server_config;
+
+/* Counters printed at exit. */
+typedef struct {
+    long long received;  /* messages received (all kinds) */
+    long long replies;   /* score_reply sent (repeats included) */
+    long long errors;    /* error replies sent */
+    long long repeats;   /* requests answered from (or joined to) the cache */
+    long long videos;    /* videos scored */
+    long long undeliverable; /* replies whose peer was gone */
+} reward_server_stats;
+
+/* Defaults: no scorers, 2 threads, queue 64, frame limit 1 GiB, cache 4096. */
+void reward_server_config_default(reward_server_config *cfg);
+
+/* Parses "NAME:WEIGHT,NAME[:WEIGHT],..." (weight default 1, finite) into cfg->scorers. Returns 0, or -1 with
+ * core_error naming the entry (unknown scorer: the message lists the known ones; repeated name; bad weight). */
+int reward_server_parse_scorers(reward_server_config *cfg, const char *spec);
+
+/* Checks a parsed score_request's fields (PROTOCOL.md section 2): one U8 tensor "videos" [N,F,H,W,3] with all dims
+ * >= 1, "fps" a number > 0, "items" an array of N objects with a string "prompt" and an optional "metadata" object
+ * of strings. Returns 0, or -1 with core_error naming the field. */
+int reward_check_score_request(const core_wire_msg *m);
+
+/* Scores a checked score_request with the weighted scorers: returns the score_reply's fields
+ * {"rewards": [{"total", "scores": {...}}...], "scorers": [...]} (new reference), or NULL with core_error naming
+ * the item and scorer that failed. Thread-safe. */
+json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scorers, int n_scorers);
+
+/* Serves on cfg->endpoint until *stop becomes non-zero (a signal handler sets it) or a `shutdown` message
+ * arrives, then finishes the requests in flight (up to 10 s) and returns 0, filling *stats. Returns -1 with
+ * core_error when the endpoint cannot be bound or a socket fails. A peer's message never makes it return. */
+int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *stop, reward_server_stats *stats);
+
+#endif
