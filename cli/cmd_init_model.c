@@ -8,12 +8,15 @@
  *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only)
  *   DIR/latent_rgb.safetensors  `tiny` only: the fixed latent-to-RGB map standing in for the VAE
  *                            (model/latent_rgb.h; a vgrpo file, not a diffusers component, so not in model_index)
+ *   DIR/text_encoder/, DIR/tokenizer/, DIR/vae/  `tiny` only: a random umT5 encoder (d_model = the DiT's
+ *                            text_dim), a small Unigram tokenizer.json and a random Wan 2.1-style VAE decoder
+ *                            (model/tiny_components.h), so `vgrpo generate` runs on the folder end to end
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
  * presets get configs only: vgrpo never writes random full-size weights; put the official weights beside them.
- * Components other models add later (vae, text_encoder, tokenizer, scheduler) are listed once their folders
- * exist. Exit status 0, 1 on failure, 2 on a usage error. */
+ * Every component folder present is listed in model_index.json (a scheduler folder is not written: vgrpo's
+ * schedule is FlowMatchEulerDiscreteScheduler's, model/flow.h). Exit status 0, 1 on failure, 2 on a usage error. */
 #include <errno.h>
 #include <glob.h>
 #include <inttypes.h>
@@ -27,6 +30,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/latent_rgb.h"
+#include "model/tiny_components.h"
 #include "model/wan_dit.h"
 
 static void usage(FILE *f) {
@@ -57,10 +61,18 @@ static int exists(const char *path) {
 static void remove_previous(const char *dir) {
     static const char *const files[] = {"model_index.json", "latent_rgb.safetensors"};
     static const char *const subs[] = {"transformer", "transformer_2"};
+    static const char *const tiny_files[] = {"text_encoder/config.json", "text_encoder/model.safetensors",
+                                             "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
+                                             "vae/config.json", "vae/diffusion_pytorch_model.safetensors",
+                                             "text_encoder", "tokenizer", "vae"};
     char path[4200];
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
+    }
+    for (size_t i = 0; i < sizeof tiny_files / sizeof tiny_files[0]; i++) { /* files, then the emptied folders */
+        snprintf(path, sizeof path, "%s/%s", dir, tiny_files[i]);
+        if (unlink(path) != 0) rmdir(path);
     }
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         snprintf(path, sizeof path, "%s/%s/config.json", dir, subs[i]);
@@ -184,6 +196,13 @@ int cmd_init_model(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", out);
         rc = wan_latent_rgb_default(&map, cfg.in_channels);
         if (!rc) rc = wan_latent_rgb_save(&map, path);
+        int vocab = 0;
+        snprintf(path, sizeof path, "%s/tokenizer", out);
+        if (!rc) rc = tok_tiny_write(path, &vocab);
+        snprintf(path, sizeof path, "%s/text_encoder", out);
+        if (!rc) rc = t5_tiny_write(path, cfg.text_dim, (vocab + 63) / 64 * 64, seed);
+        snprintf(path, sizeof path, "%s/vae", out);
+        if (!rc) rc = vae_tiny_write(path, cfg.in_channels, seed);
     }
     if (!rc) rc = write_model_index(out, preset, two);
     if (rc) {

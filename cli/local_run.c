@@ -308,10 +308,13 @@ done:
 static int setup(run_state *S, const core_recipe *r) {
     char path[4200];
     if (local_check_recipe(r)) return -1;
-    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
+    snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
     struct stat sb;
-    if (!stat(path, &sb)) return core_error("model.path: %s has a text encoder; only the tiny preset's word "
-                                            "embeddings are supported yet", r->model_path);
+    const int tiny = !stat(path, &sb); /* the tiny preset also writes text_encoder/ and vae/ (used by generate) */
+    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
+    if (!tiny && !stat(path, &sb))
+        return core_error("model.path: %s has a text encoder; only the tiny preset's word embeddings are supported yet",
+                          r->model_path);
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);

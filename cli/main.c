@@ -17,6 +17,7 @@ static const command commands[] = {
     {"run", cmd_run, "run a GRPO recipe (mode: local: rollout, reward and training in one process)"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
     {"vae-decode", cmd_vae_decode, "decode latents with a Wan VAE (AutoencoderKLWan.decode) to a video tensor"},
+    {"generate", cmd_generate, "text to video with a pipeline folder: umT5, DiT sampling (CFG), VAE -> mp4 + PNG"},
     {"encode-prompts", cmd_encode_prompts, "encode a prompt file with umT5 into a safetensors cache (embeds, lengths)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},
 };
