@@ -14,6 +14,7 @@
 #include "core/wire.h"
 #include "reward/server.h"
 #include "tests/test.h"
+#include "tests/zmq_test_util.h"
 
 /* Two 2-frame 2x3 videos: video 0 all red (255,0,0); video 1 frame 0 grey 128, frame 1 blue (0,0,255). */
 static uint8_t vids[2 * 2 * 2 * 3 * 3];
@@ -107,101 +108,13 @@ TEST(reward_server_score_in_process) {
 
 /* ---- The server as a subprocess ---- */
 
-typedef struct {
-    pid_t pid;
-    char endpoint[160], log[160];
-    void *ctx, *sock;
-} srv;
-
 static void srv_start(srv *s, const char *scorers, const char *max_frame_mb) {
     const char *dir = test_tmpdir();
     snprintf(s->endpoint, sizeof s->endpoint, "ipc://%s/rs.sock", dir);
     snprintf(s->log, sizeof s->log, "%s/server.log", dir);
-    s->pid = fork();
-    REQUIRE(s->pid >= 0);
-    if (s->pid == 0) {
-        FILE *f = freopen(s->log, "w", stderr);
-        (void)f;
-        execl(test_vgrpo_bin(), test_vgrpo_bin(), "reward-server", "--bind", s->endpoint, "--scorers", scorers,
-              "--threads", "2", "--max-frame-mb", max_frame_mb, (char *)NULL);
-        _exit(127);
-    }
-    s->ctx = zmq_ctx_new();
-    s->sock = zmq_socket(s->ctx, ZMQ_DEALER);
-    int linger = 0, tmo = 5000;
-    zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(s->sock, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    zmq_setsockopt(s->sock, ZMQ_SNDTIMEO, &tmo, sizeof tmo);
-    REQUIRE(zmq_connect(s->sock, s->endpoint) == 0);
-}
-
-/* SIGTERM, then the exit status (or -1 after 8 s). */
-static int srv_stop(srv *s) {
-    zmq_close(s->sock);
-    zmq_ctx_term(s->ctx);
-    kill(s->pid, SIGTERM);
-    for (int i = 0; i < 800; i++) {
-        int st;
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, NULL, 0);
-    return -1;
-}
-
-static void send_frames(void *sock, const char *hdr, const void *t, size_t tlen, int with_tensor) {
-    zmq_send(sock, hdr, strlen(hdr), with_tensor ? ZMQ_SNDMORE : 0);
-    if (with_tensor) zmq_send(sock, t, tlen, 0);
-}
-
-/* Receives one reply (header only expected); returns its header text (malloc'd) or NULL on time-out. */
-static char *recv_reply(void *sock) {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, sock, 0) < 0) {
-        zmq_msg_close(&m);
-        return NULL;
-    }
-    char *s = strndup(zmq_msg_data(&m), zmq_msg_size(&m));
-    int more = zmq_msg_more(&m);
-    while (more) { /* a reply of the reward server has no tensor frames: any extra frame is a defect */
-        test_fail(__FILE__, __LINE__, "reply has an unexpected tensor frame");
-        zmq_msg_recv(&m, sock, 0);
-        more = zmq_msg_more(&m);
-    }
-    zmq_msg_close(&m);
-    return s;
-}
-
-/* Parses a reply with the wire parser (so the server's output is itself checked) and returns its header. */
-static json_t *parse_reply(const char *text, core_wire_type want, const char *want_id) {
-    core_wire_frame f = {text, strlen(text)};
-    core_wire_msg m;
-    if (core_wire_parse(&f, 1, NULL, &m) != 0) {
-        test_fail(__FILE__, __LINE__, "reply does not parse: %s (%s)", core_last_error(), text);
-        return NULL;
-    }
-    if (m.type != want || strcmp(m.id, want_id))
-        test_fail(__FILE__, __LINE__, "reply type %s id \"%s\", want %s \"%s\": %s", core_wire_type_name(m.type), m.id,
-                  core_wire_type_name(want), want_id, text);
-    json_t *h = json_incref(m.header);
-    core_wire_msg_free(&m);
-    return h;
-}
-
-static void expect_error(srv *s, const char *hdr, const void *t, size_t tlen, int with_tensor, const char *id,
-                         const char *code, const char *reason_part) {
-    send_frames(s->sock, hdr, t, tlen, with_tensor);
-    char *r = recv_reply(s->sock);
-    CHECK_MSG(r != NULL, "no reply to a malformed message: %s", hdr);
-    if (!r) return;
-    json_t *h = parse_reply(r, CORE_WIRE_ERROR, id);
-    const char *c = json_string_value(json_object_get(h, "code")), *why = json_string_value(json_object_get(h, "reason"));
-    CHECK_MSG(c && !strcmp(c, code), "code %s, want %s", c ? c : "(none)", code);
-    CHECK_MSG(why && strstr(why, reason_part), "reason \"%s\" lacks \"%s\"", why ? why : "(none)", reason_part);
-    json_decref(h);
-    free(r);
+    const char *argv[] = {test_vgrpo_bin(), "reward-server", "--bind", s->endpoint, "--scorers", scorers,
+                          "--threads", "2", "--max-frame-mb", max_frame_mb, NULL};
+    srv_spawn(s, argv);
 }
 
 TEST(reward_server_requests) {
