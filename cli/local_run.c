@@ -1,9 +1,11 @@
 /* cli/local_run.c — `vgrpo run` in local mode: one process rolls out with the SDE sampler on the Wan DiT, decodes
- * the final latents through the tiny preset's latent-to-RGB map, scores them, computes group advantages and trains
- * (DESIGN.md sections 4 and 7). Per GRPO step k (rollout round k):
+ * the final latents (model.decoder: the pipeline's VAE, or the tiny preset's latent-to-RGB map), scores them,
+ * computes group advantages and trains (DESIGN.md sections 4 and 7). Per GRPO step k (rollout round k):
  *   prompts : B distinct prompts (local_sampler: epoch order from Philox stream 2, uid = epoch)
  *   rollout : G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version = optimizer
- *             steps so far; conditioning = word embeddings (model/word_embed.h), negative = zeros
+ *             steps so far; conditioning (model.text_encoder) = umT5 embeddings of every prompt, encoded once at
+ *             start-up (WanPipeline handling, max length rollout.text_len; negative = the empty prompt), or the
+ *             tiny preset's word embeddings (model/word_embed.h; negative = zeros)
  *   reward  : total = sum of weight x scorer reward; advantages per group (or batch std)
  *   train   : optimizer_steps_per_rollout updates, each over the whole batch (micro-batches of micro_batch_size
  *             transitions, gradients accumulated; global denominator), AdamW with the lr schedule
@@ -26,6 +28,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/philox.h"
+#include "model/t5_prompt.h"
 #include "model/word_embed.h"
 #include "rollout/engine.h"
 #include "trainer/grpo.h"
@@ -37,8 +40,10 @@ typedef struct {
     wan_model pol, ref;
     int have_ref;
     wan_latent_rgb map;
+    vae_model *vae;
+    local_decoder dec;
     local_prompts train, eval;
-    float *emb_train, *emb_eval; /* [P, L, td], [E, L, td] */
+    float *emb_train, *emb_eval, *emb_neg; /* [P, L, td], [E, L, td], [L, td] (umt5 only; NULL: zeros) */
     local_scoring scoring;
     rollout_config rc;
     trainer_config tc;
@@ -85,9 +90,10 @@ static int read_checked_prompts(const core_recipe *r, const char *path, local_pr
     if (local_prompts_read(p, path)) return -1;
     int need_color = 0;
     for (int i = 0; i < r->scorers.n; i++) need_color |= !strcmp(r->scorers.v[i], "color_match");
+    const int words = !strcmp(r->text_encoder, "word_embed");
     for (int i = 0; i < p->n; i++) {
         int n = wan_word_count(p->text[i]), c;
-        if (n > r->text_len)
+        if (words && n > r->text_len)
             return core_error("%s: prompt %d \"%s\" has %d words, more than rollout.text_len %d", path, i + 1,
                               p->text[i], n, r->text_len);
         if (need_color && reward_target_color(p->text[i], NULL, &c))
@@ -113,6 +119,75 @@ int local_check_recipe(const core_recipe *r) {
     if (read_checked_prompts(r, r->eval_prompt_file, &p)) return local_prompts_free(&p), -1;
     local_prompts_free(&p);
     if (strcmp(r->mode, "local")) return core_error("mode: \"%s\" is not implemented yet (use mode: local)", r->mode);
+    return 0;
+}
+
+/* umT5 embeddings of n prompts at max length L: [n, L, td], trimmed and zero-padded (t5_encode_prompts). */
+static float *t5_embed(const t5_encoder *enc, const tok_tokenizer *tok, const char *const *text, int n, int L, int td) {
+    float *e = malloc(sizeof(float) * (size_t)n * (size_t)L * (size_t)td);
+    int64_t *len = malloc(sizeof(int64_t) * (size_t)n);
+    if (!e || !len) return free(e), free(len), core_error("out of memory"), NULL;
+    if (t5_encode_prompts(enc, tok, text, n, L, 16, e, len)) return free(e), free(len), NULL;
+    free(len);
+    return e;
+}
+
+/* Fills S->emb_train, emb_eval, emb_neg with the pipeline's umT5 (model.text_encoder: umt5). */
+static int setup_umt5(run_state *S, const core_recipe *r) {
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", r->model_path);
+    if (stat(path, &sb))
+        return core_error("model.text_encoder (umt5): %s does not exist (the pipeline needs tokenizer/tokenizer.json; "
+                          "model.text_encoder: word_embed uses the tiny preset's word embeddings)", path);
+    tok_tokenizer *tok = tok_load(path);
+    if (!tok) return core_error_push("model.text_encoder (umt5): ");
+    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
+    t5_encoder *enc = t5_load(path);
+    int rc = -1;
+    if (!enc) {
+        core_error_push("model.text_encoder (umt5): ");
+        goto done;
+    }
+    const int td = S->pol.cfg.text_dim, L = r->text_len;
+    if (t5_get_config(enc)->d_model != td) {
+        core_error("model.text_encoder (umt5): %s has d_model %d but the transformer's text_dim is %d", path,
+                   t5_get_config(enc)->d_model, td);
+        goto done;
+    }
+    const char *empty = "";
+    if (!(S->emb_train = t5_embed(enc, tok, (const char *const *)S->train.text, S->train.n, L, td)) ||
+        !(S->emb_eval = t5_embed(enc, tok, (const char *const *)S->eval.text, S->eval.n, L, td)) ||
+        !(S->emb_neg = t5_embed(enc, tok, &empty, 1, L, td)))
+        goto done;
+    rc = 0;
+done:
+    t5_free(enc);
+    tok_free(tok);
+    return rc;
+}
+
+/* Loads the decoder (model.decoder) into S->dec. */
+static int setup_decoder(run_state *S, const core_recipe *r) {
+    char path[4200];
+    if (!strcmp(r->decoder, "latent_rgb")) {
+        snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
+        if (wan_latent_rgb_load(&S->map, path, S->pol.cfg.out_channels))
+            return core_error_push("model.decoder (latent_rgb): ");
+        S->dec.map = &S->map;
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/vae", r->model_path);
+    if (!(S->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
+    const vae_config *vc = vae_get_config(S->vae);
+    if (vc->z_dim != S->pol.cfg.in_channels)
+        return core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
+                          vc->z_dim, S->pol.cfg.in_channels);
+    if (vae_spatial_factor(S->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(S->vae, 2) != 5 ||
+        vae_video_channels(S->vae) != 3)
+        return core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, RGB); "
+                          "local mode needs factor %d", path, vae_spatial_factor(S->vae), WAN_LATENT_RGB_FACTOR);
+    S->dec.vae = S->vae;
     return 0;
 }
 
@@ -161,7 +236,7 @@ static int run_eval(run_state *S, int64_t step) {
     if (rollout_generate(&rc_e, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int s = 0; s < n; s++) {
-        if (local_score(&S->scoring, &S->map, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
+        if (local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
         for (int j = 0; j < S->scoring.n; j++) vals[(int64_t)j * n + s] = tr[s].rewards[j];
         vals[(int64_t)S->scoring.n * n + s] = tr[s].reward_total;
     }
@@ -234,7 +309,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     have = 1;
     t1 = now_s();
     for (int s = 0; s < n; s++) {
-        if (local_score(&S->scoring, &S->map, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
+        if (local_score(&S->scoring, &S->dec, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
         rew[s] = tr[s].reward_total;
     }
     grpo_adv_stats as;
@@ -242,7 +317,8 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
                         adv, mask, &as))
         goto done;
     t2 = now_s();
-    trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .text_len = r->text_len, .adv = adv, .mask = mask};
+    trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .neg = S->emb_neg, .text_len = r->text_len, .adv = adv,
+                        .mask = mask};
     grpo_loss_stats first = {0}, last = {0};
     optim_step_info info0 = {0}, info = {0};
     for (int u = 0; u < U; u++) {
@@ -308,19 +384,12 @@ done:
 static int setup(run_state *S, const core_recipe *r) {
     char path[4200];
     if (local_check_recipe(r)) return -1;
-    snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
     struct stat sb;
-    const int tiny = !stat(path, &sb); /* the tiny preset also writes text_encoder/ and vae/ (used by generate) */
-    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
-    if (!tiny && !stat(path, &sb))
-        return core_error("model.path: %s has a text encoder; only the tiny preset's word embeddings are supported yet",
-                          r->model_path);
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
     if (wan_model_load(&S->pol, path) || wan_model_alloc_grads(&S->pol)) return -1;
-    snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
-    if (wan_latent_rgb_load(&S->map, path, S->pol.cfg.out_channels)) return -1;
+    if (setup_decoder(S, r)) return -1;
     if (r->beta > 0) {
         if (wan_model_init(&S->ref, &S->pol.cfg)) return -1;
         S->have_ref = 1;
@@ -329,8 +398,12 @@ static int setup(run_state *S, const core_recipe *r) {
     if (optim_adamw_init(&S->opt, S->pol.layout.numel) || parse_optim(r, &S->oc)) return -1;
     if (local_prompts_read(&S->train, r->prompt_file) || local_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
     const int td = S->pol.cfg.text_dim;
-    if (!(S->emb_train = embed_all(&S->train, r->text_len, td)) || !(S->emb_eval = embed_all(&S->eval, r->text_len, td)))
+    if (!strcmp(r->text_encoder, "umt5")) {
+        if (setup_umt5(S, r)) return -1;
+    } else if (!(S->emb_train = embed_all(&S->train, r->text_len, td)) ||
+               !(S->emb_eval = embed_all(&S->eval, r->text_len, td))) {
         return -1;
+    }
     if (local_scoring_init(&S->scoring, r)) return -1;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -338,6 +411,7 @@ static int setup(run_state *S, const core_recipe *r) {
     if (rollout_config_init(&S->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
                             (uint64_t)r->seed, r->batch_size))
         return -1;
+    S->rc.neg = S->emb_neg;
     S->nl = shape[0] * F * H * W;
     S->ne = (int64_t)r->text_len * td;
     memset(&S->tc, 0, sizeof S->tc);
@@ -347,7 +421,7 @@ static int setup(run_state *S, const core_recipe *r) {
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
     S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
-    if (!(S->video = malloc((size_t)F * H * W * 64 * 3))) return core_error("out of memory");
+    if (!(S->video = malloc((size_t)local_decoder_frames(&S->dec, F) * H * W * 64 * 3))) return core_error("out of memory");
     if (mkdir_p(r->run_dir)) return -1;
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
     FILE *f = fopen(path, "w");
@@ -364,7 +438,8 @@ static void teardown(run_state *S) {
     optim_adamw_free(&S->opt);
     local_prompts_free(&S->train);
     local_prompts_free(&S->eval);
-    free(S->emb_train), free(S->emb_eval), free(S->video);
+    free(S->emb_train), free(S->emb_eval), free(S->emb_neg), free(S->video);
+    vae_free(S->vae);
     core_metrics_close(S->metrics);
 }
 
@@ -376,9 +451,9 @@ int local_run(const core_recipe *r, int64_t steps_override) {
     int rc = -1;
     if (setup(&S, r) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
     const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
-    printf("vgrpo run (local): %s, latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
+    printf("vgrpo run (local): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
            " GRPO steps -> %s\n",
-           r->model_path, (int)S.rc.shape[0], (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps,
+           r->model_path, r->text_encoder, r->decoder, (int)S.rc.shape[0], (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps,
            r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
     fflush(stdout);
     for (int64_t k = 0; k < total; k++) {

@@ -14,6 +14,10 @@
 const core_cfg_entry core_recipe_schema[] = {
     {"mode", CORE_CFG_STRING, O(mode), "local", 0, 0, 0, "local|colocated", "local: one process; colocated: later"},
     {"model.path", CORE_CFG_STRING, O(model_path), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "pipeline folder"},
+    {"model.text_encoder", CORE_CFG_STRING, O(text_encoder), "umt5", 0, 0, 0, "umt5|word_embed",
+     "prompt conditioning: the pipeline's umT5, or the tiny preset's word embeddings"},
+    {"model.decoder", CORE_CFG_STRING, O(decoder), "vae", 0, 0, 0, "vae|latent_rgb",
+     "latents to pixels: the pipeline's VAE, or the tiny preset's latent-to-RGB map"},
     {"data.prompt_file", CORE_CFG_STRING, O(prompt_file), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "training prompts"},
     {"data.eval_prompt_file", CORE_CFG_STRING, O(eval_prompt_file), NULL, 0, 0, 0, NULL, "eval prompts (default: training)"},
     {"data.eval_samples_per_prompt", CORE_CFG_INT, O(eval_samples_per_prompt), "4", MINV | MAXV, 1, 1 << 16, NULL,

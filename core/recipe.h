@@ -2,18 +2,27 @@
  * checks that need no weights on disk. Keys (defaults in core/recipe.c's schema; `vgrpo run --help-config` lists them):
  *
  *   mode: local | colocated        local: rollout, reward and training in one process (colocated: later issue)
- *   model.path                     pipeline folder (model_index.json, transformer/, latent_rgb.safetensors for tiny)
+ *   model.path                     pipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,
+ *                                  vae/; latent_rgb.safetensors for the tiny preset's latent_rgb decoder)
+ *   model.text_encoder             umt5 | word_embed: prompts encoded once at start-up by the pipeline's umT5
+ *                                  (text_encoder/ + tokenizer/tokenizer.json; WanPipeline handling: max length
+ *                                  rollout.text_len, trimmed and zero-padded; negative = the empty prompt), or the
+ *                                  tiny preset's fixed word embeddings (model/word_embed.h; negative = zeros)
+ *   model.decoder                  vae | latent_rgb: final latents to pixels by the pipeline's VAE (vae/,
+ *                                  vae_latents_to_u8: 1 + 4(T-1) frames at rollout.height x width) or by the tiny
+ *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)
  *   data.prompt_file               training prompts, one per line ('#' comments and blank lines skipped)
  *   data.eval_prompt_file          fixed eval prompts (default: the training prompts)
  *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
  *   data.seed                      the run's seed: Philox key of rollout noise, selection, shuffle and eval noise
  *   rollout.height, rollout.width  video size in pixels, multiples of 16 (VAE factor 8 x patch 2); latent = / 8
- *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The tiny
- *                                  preset's latent-to-RGB map decodes one frame per latent frame (no temporal
+ *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The
+ *                                  latent_rgb decoder decodes one frame per latent frame (no temporal
  *                                  upsampling), so its clips have (frames - 1) / 4 + 1 frames.
  *   rollout.num_steps, rollout.shift, rollout.eta, rollout.guidance_scale
  *   rollout.prompts_per_step (B), rollout.samples_per_prompt (G): each step trains on B x G samples
- *   rollout.text_len               text tokens L (the tiny preset: words, zero-padded)
+ *   rollout.text_len               text tokens L (umt5: max_sequence_length, longer prompts truncated;
+ *                                  word_embed: words, a longer prompt is an error)
  *   rollout.batch_size             samples per DiT forward in rollout (trajectories do not depend on it)
  *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each)
  *   algorithm.beta                 KL coefficient (0: no reference model)
@@ -42,7 +51,7 @@
 
 typedef struct {
     char *mode;
-    char *model_path;
+    char *model_path, *text_encoder, *decoder;
     char *prompt_file, *eval_prompt_file;
     int eval_samples_per_prompt;
     int64_t seed;

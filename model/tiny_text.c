@@ -100,7 +100,8 @@ int tok_tiny_write(const char *dir, int *vocab_size) {
 
 typedef struct {
     st_writer *w;
-    float *buf;
+    float *buf; /* every tensor's values, one after another: st_writer_add borrows the data until the write */
+    int64_t off, cap;
     uint64_t seed;
     uint32_t slot;
 } init_ctx;
@@ -108,14 +109,17 @@ typedef struct {
 /* Adds tensor `name` [rows, cols] (cols 0: a vector of rows) = std * N(0, 1), or all ones when std == 0. */
 static int add(init_ctx *c, const char *name, int64_t rows, int64_t cols, double std) {
     int64_t n = rows * (cols ? cols : 1), shape[2] = {rows, cols};
+    if (c->off + n > c->cap) return core_error("tiny text encoder: %s does not fit the init buffer", name);
+    float *x = c->buf + c->off;
+    c->off += n;
     if (std > 0) {
-        core_philox_normal(c->buf, n, c->seed, TINY_SLOT_TEXT + c->slot, 0, CORE_STREAM_MODEL_INIT);
-        for (int64_t i = 0; i < n; i++) c->buf[i] *= (float)std;
+        core_philox_normal(x, n, c->seed, TINY_SLOT_TEXT + c->slot, 0, CORE_STREAM_MODEL_INIT);
+        for (int64_t i = 0; i < n; i++) x[i] *= (float)std;
     } else {
-        for (int64_t i = 0; i < n; i++) c->buf[i] = 1.0f;
+        for (int64_t i = 0; i < n; i++) x[i] = 1.0f;
     }
     c->slot++;
-    return st_writer_add(c->w, name, CORE_F32, cols ? 2 : 1, shape, c->buf);
+    return st_writer_add(c->w, name, CORE_F32, cols ? 2 : 1, shape, x);
 }
 
 int t5_tiny_write(const char *dir, int d_model, int vocab_size, uint64_t seed) {
@@ -138,9 +142,9 @@ int t5_tiny_write(const char *dir, int d_model, int vocab_size, uint64_t seed) {
     json_object_set_new(cfg, "relative_attention_max_distance", json_integer(128));
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (dump(cfg, path)) return -1;
-    int64_t maxn = (int64_t)vocab_size * D;
-    if ((int64_t)F * D > maxn) maxn = (int64_t)F * D;
-    init_ctx c = {st_writer_new(), malloc(sizeof(float) * (size_t)maxn), seed, 0};
+    const int64_t I = (int64_t)H * dkv;
+    const int64_t total = (int64_t)vocab_size * D + layers * (4 * I * D + buckets * H + 2 * D + 3 * (int64_t)F * D) + D;
+    init_ctx c = {st_writer_new(), malloc(sizeof(float) * (size_t)total), 0, total, seed, 0};
     int rc = -1;
     if (!c.w || !c.buf) {
         core_error("tiny text encoder: out of memory");

@@ -54,6 +54,8 @@ static int run_chunk(const rollout_config *rc, const wan_model *m, const wan_exe
         goto done;
     }
     for (int j = 0; j < b; j++) memcpy(enc + j * ne, cond[j], sizeof(float) * (size_t)ne);
+    if (cfg && rc->neg)
+        for (int j = b; j < rows; j++) memcpy(enc + j * ne, rc->neg, sizeof(float) * (size_t)ne);
     for (int i = 0; i < rc->n_steps; i++) {
         for (int r = 0; r < rows; r++) {
             memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);

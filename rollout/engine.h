@@ -32,18 +32,19 @@ typedef struct {
     uint32_t stream;                        /* CORE_STREAM_ROLLOUT_NOISE or CORE_STREAM_EVAL_NOISE */
     int batch_size;                         /* samples per DiT forward, >= 1 */
     int64_t policy_version;                 /* recorded in each trajectory */
+    const float *neg;                       /* negative prompt embedding [text_len, text_dim] (NULL: all zeros) */
 } rollout_config;
 
 /* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,
- * stream CORE_STREAM_ROLLOUT_NOISE). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
+ * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
  * shift (rollout.shift), eta negative/non-finite (rollout.eta), guidance not finite (rollout.guidance_scale), a
  * shape dim < 1, text_len < 1, batch_size < 1. */
 int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
                         const int64_t shape[4], int text_len, uint64_t seed, int batch_size);
 
 /* Generates n >= 1 samples with model m (single expert; C == cfg.in_channels == out_channels).
- *   cond[j]: sample j's prompt embedding [text_len, text_dim] fp32 (the negative prompt is all zeros: the tiny
- *   preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
+ *   cond[j]: sample j's prompt embedding [text_len, text_dim] fp32 (the negative prompt is rc->neg, or all zeros when
+ *   NULL: the word-embedding preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
  *   (core_traj_free each). ex NULL = CPU defaults.
  * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size), out of memory, a DiT or
  * step failure; on error no trajectory is left allocated. */

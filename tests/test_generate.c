@@ -62,6 +62,15 @@ TEST(gen_tiny_text_encoder_loads) {
     double diff = 0;
     for (int d = 0; d < 64; d++) diff += fabs(out[d] - out[64 + d]);
     CHECK(diff > 1.0);
+    /* the colour word of "a red" vs "a green" (ids 40, 41) gives clearly different rows: every tensor has its own
+     * values (the writer borrows each tensor's data until the file is written) */
+    int32_t ids2[3] = {4, 41, 1};
+    float out2[3 * 64];
+    REQUIRE_OK(t5_forward(e, ids2, NULL, 1, 3, out2));
+    double dot = 0, n1 = 0, n2 = 0;
+    for (int d = 0; d < 64; d++) dot += (double)out[64 + d] * out2[64 + d], n1 += (double)out[64 + d] * out[64 + d],
+                                 n2 += (double)out2[64 + d] * out2[64 + d];
+    CHECK_MSG(dot / sqrt(n1 * n2) < 0.9, "cosine of the red and green rows %.3f", dot / sqrt(n1 * n2));
     t5_free(e);
 }
 

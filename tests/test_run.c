@@ -1,8 +1,9 @@
-/* tests/test_run.c — end-to-end `vgrpo run` in local mode on the tiny preset (B = 2 prompts x G = 4 samples,
+/* tests/test_run.c — end-to-end `vgrpo run` in local mode on the tiny preset (umT5 + VAE, and the word-embedding +
+ * latent-to-RGB path; B = 2 prompts x G = 4 samples,
  * latent 16 x 2 x 8 x 8 = 32 tokens, 6 denoising steps, CFG 4.5, beta > 0, 2 optimizer steps per rollout,
  * training micro-batch 5 transitions vs rollout batch 3 samples), and the recipe's errors.
  * Checks: log_prob_mean_abs_diff is exactly 0 on the first update of every batch and not 0 on the off-policy second
- * update; at step 0 most groups have reward std > 0; eval rows at start and end; two runs with the same seed and
+ * update; at step 0 most groups have reward std > 0 (umT5 conditioning, VAE decoding, the empty negative prompt); eval rows at start and end; two runs with the same seed and
  * recipe give the same metrics bit for bit (time/ fields aside), also with 1 vs 2 threads, and another seed does not; recipe errors name the
  * key and line. The slow test (make test-slow) runs recipes/tiny-cpu.yaml and requires the eval color_match to
  * rise by more than 3 standard errors of the difference. */
@@ -64,6 +65,10 @@ TEST(run_local_parity_and_determinism) {
     CHECK(strstr(out, "step 2 of 3") != NULL && strstr(out, "eval @ step 0") != NULL);
     REQUIRE(run_small(dir, "b", 2, "", out, sizeof out) == 0);
     REQUIRE(run_small(dir, "c", 1, "--set data.seed=7", out, sizeof out) == 0);
+    /* the word-embedding + latent-to-RGB path still runs, on-policy first update exact, and differs from umT5 + VAE */
+    REQUIRE(run_small(dir, "d", 2, "--set model.text_encoder=word_embed --set model.decoder=latent_rgb", out,
+                      sizeof out) == 0);
+    CHECK_MSG(strstr(out, "(word_embed, latent_rgb)") != NULL, "got: %s", out);
     json_t *a[8], *b[8], *c[8];
     snprintf(path, sizeof path, "%s/a/metrics.jsonl", dir);
     int na = read_rows(path, a, 8);
@@ -90,7 +95,17 @@ TEST(run_local_parity_and_determinism) {
         CHECK_MSG(json_equal(a[i], b[i]), "row %d differs between two identical runs (1 and 2 threads)", i);
         if (i < 3) CHECK_MSG(!json_equal(a[i], c[i]), "row %d: another seed gives the same metrics", i);
     }
-    for (int i = 0; i < 4; i++) json_decref(a[i]), json_decref(b[i]), json_decref(c[i]);
+    json_t *d[8];
+    snprintf(path, sizeof path, "%s/d/metrics.jsonl", dir);
+    int nd = read_rows(path, d, 8);
+    REQUIRE(nd == 4);
+    for (int i = 0; i < 3; i++) {
+        CHECK_MSG(num(d[i], "log_prob_mean_abs_diff") == 0.0, "word_embed step %d: log_prob_mean_abs_diff %g", i,
+                  num(d[i], "log_prob_mean_abs_diff"));
+        CHECK(num(d[i], "transitions") == 48);
+    }
+    CHECK(num(d[0], "eval/color_match/mean") != num(a[0], "eval/color_match/mean"));
+    for (int i = 0; i < 4; i++) json_decref(a[i]), json_decref(b[i]), json_decref(c[i]), json_decref(d[i]);
     snprintf(path, sizeof path, "%s/a/config.resolved.yaml", dir);
     CHECK(test_run(out, sizeof out, "grep -q 'micro_batch_size: 5' %s", path) == 0);
 }
@@ -115,10 +130,27 @@ TEST(run_recipe_errors) {
     CHECK_MSG(strstr(out, "rollout.frames"), "got: %s", out);
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.trainer_ranks=2", bin) == 1);
     CHECK_MSG(strstr(out, "parallel.trainer_ranks"), "got: %s", out);
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set rollout.text_len=3", bin) == 1);
+    /* word_embed: one row per word, a longer prompt is an error (umt5 truncates, as WanPipeline does) */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set rollout.text_len=3 "
+                                    "--set model.text_encoder=word_embed", bin) == 1);
     CHECK_MSG(strstr(out, "rollout.text_len") && strstr(out, "colors.txt"), "got: %s", out);
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set reward.scorers=[colour]", bin) == 1);
     CHECK_MSG(strstr(out, "reward.scorers"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set rollout.text_len=3", bin) == 0);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.decoder=rgb", bin) == 1);
+    CHECK_MSG(strstr(out, "model.decoder"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.text_encoder=t5", bin) == 1);
+    CHECK_MSG(strstr(out, "model.text_encoder"), "got: %s", out);
+    /* a pipeline without tokenizer.json (umt5) or without vae/ (vae): errors naming the key */
+    make_model(dir, 3);
+    CHECK(test_run(out, sizeof out, "rm %s/model/tokenizer/tokenizer.json && mv %s/model/vae %s/model/novae", dir, dir,
+                   dir) == 0);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model --set logging.run_dir=%s/r1",
+                   bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "model.decoder") && strstr(out, "vae"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model --set logging.run_dir=%s/r2 "
+                                    "--set model.decoder=latent_rgb", bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "model.text_encoder") && strstr(out, "tokenizer.json"), "got: %s", out);
     /* dry run: valid, prints every key (defaults included), needs no weights */
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/none", bin, dir) == 0);
     CHECK(strstr(out, "micro_batch_size: 64") && strstr(out, "total_limit: 0"));

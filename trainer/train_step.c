@@ -72,7 +72,8 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         if (w->urow[t] >= 0) {
             const int u = w->urow[t];
             memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
-            memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);
+            if (b->neg) memcpy(w->enc + (int64_t)u * ne, b->neg, sizeof(float) * ne);
+            else memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);
             w->ts[u] = s->timesteps[i];
         }
     }

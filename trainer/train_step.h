@@ -31,7 +31,8 @@
 typedef struct {
     int n;                       /* samples */
     const core_traj *traj;       /* [n]; uid, sigmas, timesteps, latents, log-probs, has_log_prob, eta, guidance */
-    const float *const *cond;    /* [n] prompt embeddings [text_len, text_dim]; the negative prompt is zeros */
+    const float *const *cond;    /* [n] prompt embeddings [text_len, text_dim] */
+    const float *neg;            /* negative prompt embedding [text_len, text_dim]; NULL: all zeros */
     int text_len;                /* L */
     const float *adv;            /* [n] advantages (grpo_advantages) */
     const uint8_t *mask;         /* [n] 1: policy term trained */
