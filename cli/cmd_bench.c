@@ -33,10 +33,14 @@ typedef struct {
 
 static int bench_kernels(const bench_opts *o);
 static int bench_dit(const bench_opts *o);
+static int bench_vae(const bench_opts *o);
+static int bench_umt5(const bench_opts *o);
 
 static const bench benches[] = {
     {"kernels", bench_kernels, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm"},
     {"dit", bench_dit, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
+    {"vae", bench_vae, "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory"},
+    {"umt5", bench_umt5, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms"},
 };
 
 static void usage(FILE *f) {
@@ -292,3 +296,6 @@ int cmd_bench(int argc, char **argv) {
 
 /* `vgrpo bench dit`: cli/bench_dit.c. */
 static int bench_dit(const bench_opts *o) { return cmd_bench_dit(o->threads, o->quick); }
+/* `vgrpo bench vae` and `vgrpo bench umt5`: cli/bench_text_vae.c. */
+static int bench_vae(const bench_opts *o) { return cmd_bench_vae(o->threads, o->quick); }
+static int bench_umt5(const bench_opts *o) { return cmd_bench_umt5(o->threads, o->quick); }

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
                "                            [--max-length N]\n\n"
                "  --text-encoder DIR  umT5 encoder folder (config.json + safetensors), e.g. PIPELINE/text_encoder\n"
                "  --tokenizer DIR     folder holding tokenizer.json, e.g. PIPELINE/tokenizer\n"
-               "  --prompts FILE      one prompt per line (blank lines skipped)\n"
+               "  --prompts FILE      one prompt per line (blank and #-comment lines skipped)\n"
                "  --out OUT           writes embeds [P,N,D], lengths [P], negative_embeds [1,N,D]\n"
                "  --max-length N      tokens per prompt, padded/truncated (default 512)\n");
 }
@@ -41,9 +41,10 @@ static int read_prompts(const char *path, char ***out, int *count) {
     int n = 0, rc = 0;
     while ((len = getline(&line, &cap, f)) >= 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        int blank = 1;
-        for (ssize_t i = 0; i < len && blank; i++) blank = strchr(" \t\v\f", line[i]) != NULL;
-        if (blank) continue;
+        ssize_t first = 0; /* blank lines and lines whose first non-blank character is '#' are skipped, as in
+                              the recipes' prompt lists (cli/local_data.c) */
+        while (first < len && strchr(" \t\v\f", line[first])) first++;
+        if (first == len || line[first] == '#') continue;
         char **nv = realloc(v, (size_t)(n + 1) * sizeof *v);
         if (!nv || !(nv[n] = strdup(line))) {
             if (nv) v = nv;

@@ -2,7 +2,17 @@
 """scripts/bench_torch.py — PyTorch CPU eager timing of diffusers' WanTransformerBlock on the shapes of
 `vgrpo bench dit`, for comparison (DESIGN.md section 9: vgrpo's figure beside PyTorch's on the same machine).
 
-    .venv/bin/python scripts/bench_torch.py [--threads N] [--quick]
+    .venv/bin/python scripts/bench_torch.py [--threads N] [--quick]           # vgrpo bench dit
+    .venv/bin/python scripts/bench_torch.py --vae [--threads N] [--quick]     # vgrpo bench vae
+    .venv/bin/python scripts/bench_torch.py --umt5 [--threads N] [--quick]    # vgrpo bench umt5
+
+--vae: diffusers AutoencoderKLWan (its default config = the Wan 2.1 VAE, random init), `decode(latents).sample`
+of latents [1, 16, 1, 60, 104] -> [1, 3, 1, 480, 832] under torch.no_grad(); seconds per frame and the process's
+peak RSS (with the RSS before building the model, PyTorch's own baseline). The encoder is dropped after
+construction (decode never uses it), so the weights held are the decoder's, as in vgrpo.
+--umt5: transformers UMT5EncoderModel (vocab 32128, d_model 512, 4 layers, 8 heads, d_kv 64, d_ff 1024,
+gated-gelu, random init, eval mode) on one prompt of 512 random ids with an all-ones attention mask; ms.
+Median of 3 (VAE) / 5 (umT5) runs after one warm-up run; --quick: one run (the VAE without warm-up), as the C side.
 
 (venv: python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements-fixtures.txt)
 Shapes, FLOP count and the median-of-runs method are those of cli/bench_dit.c: one block, batch 1,
@@ -10,6 +20,7 @@ forward = 12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F FLOPs, forward+backwa
 torch.no_grad(); forward+backward computes the gradients of every parameter and of the block input, in fp32.
 """
 import argparse
+import resource
 import statistics
 import time
 
@@ -31,13 +42,83 @@ def timed(fn, reps):
     return statistics.median(t)
 
 
+def rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def bench_vae(quick):
+    from diffusers import AutoencoderKLWan
+
+    base = rss_mib()
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                           temperal_downsample=[False, True, True]).float().eval()
+    vae.encoder = None  # decode never uses it
+    nparams = sum(p.numel() for p in vae.parameters())
+    z = torch.randn(1, 16, 1, 60, 104)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; diffusers AutoencoderKLWan (Wan 2.1 "
+          f"config, random init), decoder + post_quant_conv {nparams * 1e-6:.1f} M parameters")
+    out = []
+
+    def run():
+        with torch.no_grad():
+            out[:] = [vae.decode(z).sample]
+
+    reps = 1 if quick else 3
+    t = []
+    if not quick:
+        run()
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        t.append(time.perf_counter() - t0)
+    v = out[0]
+    F = v.shape[2]
+    print(f"latents {list(z.shape)} -> video {list(v.shape)}; "
+          f"{'one timed run (no warm-up)' if quick else 'median of 3 runs after one warm-up run'}\n")
+    print(f"{'':34s} {'s / frame':>12s} {'weights MiB':>12s} {'base RSS MiB':>12s} {'peak RSS MiB':>12s}")
+    print(f"{'torch AutoencoderKLWan.decode':34s} {statistics.median(t) / F:12.2f} {nparams * 4 / 2**20:12.1f} "
+          f"{base:12.1f} {rss_mib():12.1f}")
+
+
+def bench_umt5(quick):
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    cfg = UMT5Config(vocab_size=32128, d_model=512, d_kv=64, d_ff=1024, num_layers=4, num_heads=8,
+                     relative_attention_num_buckets=32, relative_attention_max_distance=128,
+                     feed_forward_proj="gated-gelu", dropout_rate=0.0)
+    torch.manual_seed(0)
+    enc = UMT5EncoderModel(cfg).float().eval()
+    ids = torch.randint(0, 32128, (1, 512))
+    mask = torch.ones(1, 512, dtype=torch.long)
+
+    def run():
+        with torch.no_grad():
+            enc(input_ids=ids, attention_mask=mask)
+
+    t = timed(run, 1 if quick else 5)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; transformers UMT5EncoderModel "
+          f"(vocab 32128, d_model 512, 4 layers, 8 heads, d_kv 64, d_ff 1024, gated-gelu; attention "
+          f"{enc.config._attn_implementation}), random init")
+    print(f"one prompt of 512 tokens (batch 1, mask all ones); "
+          f"{'one timed run after one warm-up run' if quick else 'median of 5 runs after one warm-up run'}\n")
+    print(f"{'':34s} {'ms':>10s} {'peak RSS MiB':>12s}")
+    print(f"{'torch UMT5EncoderModel (512 tok)':34s} {t * 1e3:10.1f} {rss_mib():12.1f}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--vae", action="store_true", help="time AutoencoderKLWan.decode (vgrpo bench vae)")
+    ap.add_argument("--umt5", action="store_true", help="time UMT5EncoderModel (vgrpo bench umt5)")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.vae:
+        return bench_vae(args.quick)
+    if args.umt5:
+        return bench_umt5(args.quick)
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed, WanTransformerBlock
 
     reps = 1 if args.quick else 3
