@@ -2,6 +2,7 @@
 #include "reward/scorers.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -145,12 +146,130 @@ int reward_brightness(const reward_video *video, const char *prompt, const rewar
     return 0;
 }
 
+/* ---- Video-statistics scorers (prompt and metadata ignored) ---- */
+
+/* 1000 x Rec. 601 luma of pixel i, exact in integers: 299 R + 587 G + 114 B, in [0, 255000]. */
+static inline int64_t luma1000(const uint8_t *p, int64_t i)
+{
+    return 299 * (int64_t)p[3 * i] + 587 * (int64_t)p[3 * i + 1] + 114 * (int64_t)p[3 * i + 2];
+}
+
+/* 4 x 1000 x (Y - mean of the 4 neighbours) at (y, x) of one frame, neighbours outside the frame replaced by the
+ * pixel itself (edge replication). Exact integer, |value| <= 1020000. */
+static int64_t highpass4000(const uint8_t *f, int64_t H, int64_t W, int64_t y, int64_t x)
+{
+    const int64_t c = luma1000(f, y * W + x);
+    const int64_t up = y > 0 ? luma1000(f, (y - 1) * W + x) : c;
+    const int64_t dn = y + 1 < H ? luma1000(f, (y + 1) * W + x) : c;
+    const int64_t lf = x > 0 ? luma1000(f, y * W + x - 1) : c;
+    const int64_t rt = x + 1 < W ? luma1000(f, y * W + x + 1) : c;
+    return 4 * c - up - dn - lf - rt;
+}
+
+int reward_colorfulness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out)
+{
+    const int64_t n = check_video(video, "colorfulness");
+    if (n < 0) return -1;
+    /* Exact integer sums of rg = R - G and yb2 = 2 yb = R + G - 2B and of their squares. */
+    int64_t s_rg = 0, s_yb2 = 0;
+    uint64_t q_rg = 0, q_yb2 = 0;
+    const uint8_t *p = video->data;
+#pragma omp parallel for reduction(+ : s_rg, s_yb2, q_rg, q_yb2) schedule(static) if (n >= (1 << 16))
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t rg = (int64_t)p[3 * i] - p[3 * i + 1];
+        const int64_t yb2 = (int64_t)p[3 * i] + p[3 * i + 1] - 2 * (int64_t)p[3 * i + 2];
+        s_rg += rg;
+        s_yb2 += yb2;
+        q_rg += (uint64_t)(rg * rg);
+        q_yb2 += (uint64_t)(yb2 * yb2);
+    }
+    const double nd = (double)n;
+    const double m_rg = (double)s_rg / nd, m_yb = 0.5 * (double)s_yb2 / nd;
+    double v_rg = (double)q_rg / nd - m_rg * m_rg, v_yb = 0.25 * (double)q_yb2 / nd - m_yb * m_yb;
+    if (v_rg < 0.0) v_rg = 0.0; /* rounding only */
+    if (v_yb < 0.0) v_yb = 0.0;
+    const double M = sqrt(v_rg + v_yb) + 0.3 * sqrt(m_rg * m_rg + m_yb * m_yb);
+    const double r = M / REWARD_COLORFULNESS_SCALE;
+    *out = r > 1.0 ? 1.0 : r;
+    return 0;
+}
+
+int reward_motion(const reward_video *video, const char *prompt, const reward_meta *meta, double *out)
+{
+    const int64_t n = check_video(video, "motion");
+    if (n < 0) return -1;
+    if (video->frames == 1) {
+        *out = 0.0;
+        return 0;
+    }
+    const int64_t fp = video->height * video->width, m = n - fp; /* pixels in frames 1..F-1 */
+    uint64_t sum = 0;
+    const uint8_t *p = video->data;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (m >= (1 << 16))
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t d = luma1000(p, i + fp) - luma1000(p, i);
+        sum += (uint64_t)(d < 0 ? -d : d);
+    }
+    *out = (double)sum / (255000.0 * (double)m);
+    return 0;
+}
+
+int reward_flicker(const reward_video *video, const char *prompt, const reward_meta *meta, double *out)
+{
+    const int64_t n = check_video(video, "flicker");
+    if (n < 0) return -1;
+    if (video->frames == 1) {
+        *out = 1.0;
+        return 0;
+    }
+    const int64_t H = video->height, W = video->width, fp = H * W, m = n - fp;
+    uint64_t sum = 0;
+    const uint8_t *p = video->data;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (m >= (1 << 16))
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t t = i / fp + 1, y = (i % fp) / W, x = i % W;
+        const int64_t d = highpass4000(p + 3 * t * fp, H, W, y, x) - highpass4000(p + 3 * (t - 1) * fp, H, W, y, x);
+        sum += (uint64_t)(d < 0 ? -d : d);
+    }
+    const double d = REWARD_FLICKER_K * (double)sum / (4.0 * 255000.0 * (double)m);
+    *out = d >= 1.0 ? 0.0 : 1.0 - d;
+    return 0;
+}
+
+int reward_sharpness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out)
+{
+    if (check_video(video, "sharpness") < 0) return -1;
+    const int64_t F = video->frames, H = video->height, W = video->width, fp = H * W;
+    /* Laplacian in luma units is -highpass4000 / 1000; frames in order, pixels in order, sums in double. */
+    double acc = 0.0;
+    for (int64_t t = 0; t < F; t++) {
+        const uint8_t *f = video->data + 3 * t * fp;
+        double s = 0.0, q = 0.0;
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++) {
+                const double l = (double)highpass4000(f, H, W, y, x) / 1000.0;
+                s += l;
+                q += l * l;
+            }
+        const double mean = s / (double)fp;
+        const double v = q / (double)fp - mean * mean;
+        acc += v > 0.0 ? v : 0.0;
+    }
+    const double v = acc / (double)F;
+    *out = v / (v + REWARD_SHARPNESS_C);
+    return 0;
+}
+
 /* ---- Registry ---- */
 
 static const reward_scorer registry[] = {
     {"color_match", reward_color_match, 0.0, 1.0,
      "share of pixels in the colour named by metadata 'color' or the prompt (VBench colour words)"},
     {"brightness", reward_brightness, 0.0, 1.0, "mean Rec. 601 luma / 255"},
+    {"colorfulness", reward_colorfulness, 0.0, 1.0, "Hasler-Suesstrunk colourfulness M / 150, clamped to 1"},
+    {"motion", reward_motion, 0.0, 1.0, "mean |luma difference| of consecutive frames / 255"},
+    {"flicker", reward_flicker, 0.0, 1.0, "1 - 2 x mean |change of high-pass luma| / 255, clamped; 1 = steady"},
+    {"sharpness", reward_sharpness, 0.0, 1.0, "variance of the luma Laplacian v, as v / (v + 100)"},
 };
 #define N_SCORERS ((int)(sizeof registry / sizeof registry[0]))
 

@@ -15,7 +15,27 @@
  *                Follows the idea of VBench's "color" dimension (Huang et al., CVPR 2024), which asks whether the
  *                generated object has the prompted colour; this is a pixel-statistics proxy, not VBench's detector.
  *   brightness   mean Rec. 601 luma / 255, Y = 0.299 R + 0.587 G + 0.114 B (ITU-R BT.601 weights on the stored,
- *                gamma-encoded values), in [0, 1]; prompt and metadata are ignored. */
+ *                gamma-encoded values), in [0, 1]; prompt and metadata are ignored.
+ *
+ * Video-statistics scorers (prompt and metadata ignored; Y is the Rec. 601 luma above, in [0, 255]; "highpass" of a
+ * frame is h = Y - (mean of the 4 neighbours), with a neighbour outside the frame replaced by the pixel itself):
+ *   colorfulness min(M / 150, 1) in [0, 1], with M the colourfulness metric of Hasler and Suesstrunk ("Measuring
+ *                colourfulness in natural images", SPIE Human Vision and Electronic Imaging 2003):
+ *                M = sqrt(std_rg^2 + std_yb^2) + 0.3 sqrt(mean_rg^2 + mean_yb^2), rg = R - G, yb = (R + G) / 2 - B,
+ *                means and population standard deviations over all pixels of all frames. A grey video scores 0;
+ *                solid pure red scores 0.3 * 255 * sqrt(1.25) / 150 = 0.5702. The paper's "extremely colourful"
+ *                class starts near M = 109, so 150 leaves headroom; M reaches about 300 at most (then clamped).
+ *   motion       mean |Y_t - Y_{t-1}| / 255 over consecutive frame pairs and all pixels, in [0, 1]; 0 for 1 frame.
+ *   flicker      1 - min(1, 2 D), D = mean |h_t - h_{t-1}| / 255 over consecutive frame pairs and all pixels, in
+ *                [0, 1]: 1 for a static video or one frame, lower when fine detail changes between frames (k = 2:
+ *                D = 0.5, a mean high-pass change of half the luma range, scores 0). A uniform change of the whole
+ *                frame leaves h unchanged and is not penalised (motion sees it).
+ *   sharpness    v / (v + 100) in [0, 1), with v the variance over the pixels of a frame of the 4-neighbour Laplacian
+ *                of Y (sum of the 4 neighbours - 4 Y, edges replicated), averaged over frames: the variance-of-
+ *                Laplacian focus measure (Pech-Pacheco et al., ICPR 2000). c = 100 is the usual blur threshold for it,
+ *                so a video at that threshold scores 0.5. A flat video scores 0.
+ * These sums are exact integers except sharpness, which sums each frame in double in pixel order, frames in order;
+ * all results are deterministic. */
 #ifndef REWARD_SCORERS_H
 #define REWARD_SCORERS_H
 
@@ -98,5 +118,17 @@ int reward_target_color(const char *prompt, const reward_meta *meta, int *color)
 int reward_color_match(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
 /* brightness (see the top of this file). Errors: bad video. */
 int reward_brightness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
+
+/* The constants of the scorers below (see the top of this file). */
+#define REWARD_COLORFULNESS_SCALE 150.0
+#define REWARD_FLICKER_K 2.0
+#define REWARD_SHARPNESS_C 100.0
+
+/* colorfulness, motion, flicker, sharpness (see the top of this file): one video U8 [F, H, W, 3] -> *out in
+ * [0, 1]. Errors: bad video (NULL data, a dim < 1, size overflow). */
+int reward_colorfulness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
+int reward_motion(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
+int reward_flicker(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
+int reward_sharpness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
 
 #endif
