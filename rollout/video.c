@@ -75,11 +75,12 @@ static int encode_and_write(AVCodecContext *cc, AVFrame *frame, AVPacket *pkt, A
     }
 }
 
-/* Copies one H x W RGB frame into an H2 x W2 buffer, replicating the last column and row. */
-static void pad_frame(uint8_t *dst, const uint8_t *src, int h, int w, int h2, int w2) {
+/* Copies one H x W RGB frame into an H2 x W2 buffer with row stride dst_stride bytes, replicating the last column
+ * and row. */
+static void pad_frame(uint8_t *dst, size_t dst_stride, const uint8_t *src, int h, int w, int h2, int w2) {
     for (int y = 0; y < h2; y++) {
         const uint8_t *s = src + (size_t)(y < h ? y : h - 1) * w * 3;
-        uint8_t *d = dst + (size_t)y * w2 * 3;
+        uint8_t *d = dst + (size_t)y * dst_stride;
         memcpy(d, s, (size_t)w * 3);
         for (int x = w; x < w2; x++) memcpy(d + (size_t)x * 3, s + (size_t)(w - 1) * 3, 3);
     }
@@ -113,7 +114,6 @@ int rollout_video_write_mp4(const char *path, const uint8_t *rgb, int frames, in
         return core_error("video %s: path too long", path);
 
     int w2 = (width + 1) & ~1, h2 = (height + 1) & ~1;
-    int padded = (w2 != width || h2 != height);
     AVFormatContext *oc = NULL;
     AVCodecContext *cc = NULL;
     AVFrame *yuv = NULL;
@@ -198,25 +198,27 @@ int rollout_video_write_mp4(const char *path, const uint8_t *rgb, int frames, in
     /* RGB is full range; YUV is BT.601 limited range, as tagged on the stream. */
     sws_setColorspaceDetails(sws, sws_getCoefficients(SWS_CS_ITU601), 1, sws_getCoefficients(SWS_CS_ITU601), 0, 0,
                              1 << 16, 1 << 16);
-    if (padded && !(padbuf = malloc((size_t)w2 * h2 * 3))) {
-        core_error("video %s: out of memory (padding buffer %dx%d)", path, w2, h2);
+    /* Every frame goes through a staging buffer whose rows are 64-byte aligned with 64 spare bytes at the end:
+     * swscale's SIMD paths read past the last pixel of a row and of the image (an ASan run crashed on a caller's
+     * tightly packed buffer ending at a page boundary), so it must never read the caller's memory directly. */
+    const size_t stage_stride = ((size_t)w2 * 3 + 63) & ~(size_t)63;
+    if (!(padbuf = malloc(stage_stride * (size_t)h2 + 64))) {
+        core_error("video %s: out of memory (staging buffer %dx%d)", path, w2, h2);
         goto done;
     }
+    memset(padbuf, 0, stage_stride * (size_t)h2 + 64);
 
     size_t frame_bytes = (size_t)width * height * 3;
     for (int f = 0; f < frames; f++) {
-        const uint8_t *src = rgb + (size_t)f * frame_bytes;
-        if (padded) {
-            pad_frame(padbuf, src, height, width, h2, w2);
-            src = padbuf;
-        }
+        pad_frame(padbuf, stage_stride, rgb + (size_t)f * frame_bytes, height, width, h2, w2);
+        const uint8_t *src = padbuf;
         ret = av_frame_make_writable(yuv);
         if (ret < 0) {
             video_av_fail(path, "av_frame_make_writable", ret);
             goto done;
         }
         const uint8_t *planes[1] = {src};
-        int strides[1] = {w2 * 3};
+        int strides[1] = {(int)stage_stride};
         sws_scale(sws, planes, strides, 0, h2, yuv->data, yuv->linesize);
         yuv->pts = f;
         if (encode_and_write(cc, yuv, pkt, oc, st, path)) goto done;
@@ -283,9 +285,9 @@ static int append_frame(read_state *rs, const AVFrame *fr, const char *path) {
                           rs->frames, fr->width, fr->height, rs->w, rs->h);
     }
     size_t fb = (size_t)rs->w * rs->h * 3;
-    if ((rs->frames + 1) * fb > rs->cap) {
+    if ((rs->frames + 1) * fb + 64 > rs->cap) { /* 64 spare bytes: swscale may store past the last pixel */
         size_t cap = rs->cap ? rs->cap * 2 : fb * 8;
-        while (cap < (rs->frames + 1) * fb) cap *= 2;
+        while (cap < (rs->frames + 1) * fb + 64) cap *= 2;
         uint8_t *nb = realloc(rs->buf, cap);
         if (!nb) return core_error("video %s: out of memory at frame %zu", path, rs->frames);
         rs->buf = nb;
