@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "kernels/kernels.h"
 
@@ -39,9 +40,8 @@ static int get_int(json_t *root, const char *key, int *out, const char *file) {
 int t5_config_load(const char *dir, t5_config *cfg) {
     char file[4096];
     snprintf(file, sizeof file, "%s/config.json", dir);
-    json_error_t je;
-    json_t *root = json_load_file(file, 0, &je);
-    if (!root) return core_error("%s: cannot read (%s)", file, je.text);
+    json_t *root = core_json_load_object(file);
+    if (!root) return -1;
     int rc = get_int(root, "vocab_size", &cfg->vocab_size, file) || get_int(root, "d_model", &cfg->d_model, file) ||
              get_int(root, "d_kv", &cfg->d_kv, file) || get_int(root, "d_ff", &cfg->d_ff, file) ||
              get_int(root, "num_layers", &cfg->num_layers, file) || get_int(root, "num_heads", &cfg->num_heads, file);

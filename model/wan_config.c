@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/json.h"
 
 /* diffusers' __init__ defaults. */
 static const wan_config wan_defaults = {
@@ -38,13 +39,8 @@ static int get_int(const char *label, const char *key, json_t *v, int *out) {
 }
 
 int wan_config_parse(wan_config *c, const char *json_text, const char *label) {
-    json_error_t jerr;
-    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return core_error("%s: line %d: %s", label, jerr.line, jerr.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return core_error("%s: not a JSON object", label);
-    }
+    json_t *root = core_json_parse_object(json_text, label);
+    if (!root) return -1;
     *c = wan_defaults;
     int out_channels_null = 0;
     const char *key;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/safetensors.h"
 #include "model/wan_vae_internal.h"
 
@@ -38,13 +39,8 @@ static int get_floats(const char *label, const char *key, json_t *v, float *out,
 }
 
 int vae_config_parse(vae_config *c, const char *json_text, const char *label) {
-    json_error_t jerr;
-    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return core_error("%s: line %d: %s", label, jerr.line, jerr.text);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return core_error("%s: not a JSON object", label);
-    }
+    json_t *root = core_json_parse_object(json_text, label);
+    if (!root) return -1;
     memset(c, 0, sizeof *c);
     c->base_dim = 96;
     c->decoder_base_dim = -1;
