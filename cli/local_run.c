@@ -119,6 +119,8 @@ int local_check_recipe(const core_recipe *r) {
     if (read_checked_prompts(r, r->eval_prompt_file, &p)) return local_prompts_free(&p), -1;
     local_prompts_free(&p);
     if (strcmp(r->mode, "local")) return core_error("mode: \"%s\" is not implemented yet (use mode: local)", r->mode);
+    if (r->rollout_workers != 1)
+        return core_error("parallel.rollout_workers: local mode rolls out in its own process (1), got %d", r->rollout_workers);
     return 0;
 }
 
@@ -232,6 +234,7 @@ static int run_eval(run_state *S, int64_t step) {
         }
     rollout_config rc_e = S->rc;
     rc_e.stream = CORE_STREAM_EVAL_NOISE;
+    rc_e.eta = S->r->eval_eta;
     rc_e.policy_version = S->opt.step;
     if (rollout_generate(&rc_e, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;

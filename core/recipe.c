@@ -18,10 +18,14 @@ const core_cfg_entry core_recipe_schema[] = {
      "prompt conditioning: the pipeline's umT5, or the tiny preset's word embeddings"},
     {"model.decoder", CORE_CFG_STRING, O(decoder), "vae", 0, 0, 0, "vae|latent_rgb",
      "latents to pixels: the pipeline's VAE, or the tiny preset's latent-to-RGB map"},
+    {"model.boundary_ratio", CORE_CFG_DOUBLE, O(boundary_ratio), "0.875", CORE_CFG_MIN_OPEN | CORE_CFG_MAX_OPEN, 0, 1,
+     NULL, "two experts: timestep >= this x 1000 uses transformer/, else transformer_2/"},
     {"data.prompt_file", CORE_CFG_STRING, O(prompt_file), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "training prompts"},
     {"data.eval_prompt_file", CORE_CFG_STRING, O(eval_prompt_file), NULL, 0, 0, 0, NULL, "eval prompts (default: training)"},
     {"data.eval_samples_per_prompt", CORE_CFG_INT, O(eval_samples_per_prompt), "4", MINV | MAXV, 1, 1 << 16, NULL,
      "eval samples per eval prompt"},
+    {"data.eval_eta", CORE_CFG_FLOAT, O(eval_eta), "-1", MINV | MAXV, -1, 10, NULL,
+     "eval noise level (0: ODE; -1: rollout.eta)"},
     {"data.seed", CORE_CFG_INT64, O(seed), "42", MINV, 0, 0, NULL, "Philox key of every random stream"},
     {"rollout.height", CORE_CFG_INT, O(height), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
     {"rollout.width", CORE_CFG_INT, O(width), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
@@ -31,6 +35,8 @@ const core_cfg_entry core_recipe_schema[] = {
     {"rollout.eta", CORE_CFG_FLOAT, O(eta), "0.7", MINV | MAXV, 0, 10, NULL, "SDE noise level"},
     {"rollout.guidance_scale", CORE_CFG_FLOAT, O(guidance_scale), "4.5", MINV | MAXV, 0, 100, NULL,
      "classifier-free guidance (1: no unconditional forward)"},
+    {"rollout.guidance_scale_2", CORE_CFG_FLOAT, O(guidance_scale_2), "-1", MINV | MAXV, -1, 100, NULL,
+     "guidance of the low-noise expert transformer_2 (-1: rollout.guidance_scale)"},
     {"rollout.prompts_per_step", CORE_CFG_INT, O(prompts_per_step), "2", MINV | MAXV, 1, 1 << 16, NULL, "B"},
     {"rollout.samples_per_prompt", CORE_CFG_INT, O(samples_per_prompt), "4", MINV | MAXV, 2, 1 << 16, NULL,
      "G (>= 2: a group of one has advantage 0 and never trains)"},
@@ -38,6 +44,13 @@ const core_cfg_entry core_recipe_schema[] = {
     {"rollout.batch_size", CORE_CFG_INT, O(batch_size), "8", MINV | MAXV, 1, 1 << 16, NULL, "samples per forward"},
     {"reward.scorers", CORE_CFG_STRINGS, O(scorers), "[color_match]", 0, 0, 0, NULL, "scorer names"},
     {"reward.weights", CORE_CFG_DOUBLES, O(weights), NULL, MINV | MAXV, -1e6, 1e6, NULL, "per scorer (default 1)"},
+    {"reward.endpoint", CORE_CFG_STRING, O(reward_endpoint), NULL, 0, 0, 0, NULL,
+     "external reward server (ipc://PATH or tcp://HOST:PORT); default: start one"},
+    {"reward.threads", CORE_CFG_INT, O(reward_threads), "2", MINV | MAXV, 1, 256, NULL, "scoring threads of a started server"},
+    {"reward.timeout_s", CORE_CFG_DOUBLE, O(reward_timeout_s), "30", CORE_CFG_MIN_OPEN | MAXV, 0, 86400, NULL,
+     "seconds before a score request is re-sent (same id)"},
+    {"reward.max_attempts", CORE_CFG_INT, O(reward_max_attempts), "20", MINV | MAXV, 1, 100000, NULL,
+     "sends of one score request before the worker gives up"},
     {"algorithm.beta", CORE_CFG_FLOAT, O(beta), "0.0", MINV | MAXV, 0, 1e6, NULL, "KL coefficient"},
     {"algorithm.clip_range", CORE_CFG_FLOAT, O(clip_range), "0.2", CORE_CFG_MIN_OPEN | MAXV, 0, 1e6, NULL, "PPO eps"},
     {"algorithm.adv_clip_max", CORE_CFG_FLOAT, O(adv_clip_max), "5.0", CORE_CFG_MIN_OPEN, 0, 0, NULL,
@@ -97,8 +110,9 @@ int core_recipe_check(core_recipe *r) {
         if (r->trainer_ranks != 1) return core_error("parallel.trainer_ranks: local mode trains in one process (1), got %d", r->trainer_ranks);
         if (r->sp != 1) return core_error("parallel.sp: local mode has no sequence parallelism (1), got %d", r->sp);
         if (r->ulysses_degree != 1) return core_error("parallel.ulysses_degree: must be 1 in local mode, got %d", r->ulysses_degree);
-        if (r->rollout_workers != 1) return core_error("parallel.rollout_workers: must be 1 in local mode, got %d", r->rollout_workers);
     }
+    if (r->guidance_scale_2 < 0) r->guidance_scale_2 = r->guidance_scale;
+    if (r->eval_eta < 0) r->eval_eta = r->eta;
     if (r->ckpt_every > 0) return core_error("checkpoint.every: checkpoints are not implemented yet (set 0)");
     if (r->video_every > 0) return core_error("logging.video_every: video files are not implemented yet (set 0)");
     if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))

@@ -14,17 +14,25 @@
  *   data.prompt_file               training prompts, one per line ('#' comments and blank lines skipped)
  *   data.eval_prompt_file          fixed eval prompts (default: the training prompts)
  *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
+ *   data.eval_eta                  eval noise level (0: ODE, deterministic; -1, the default: rollout.eta)
  *   data.seed                      the run's seed: Philox key of rollout noise, selection, shuffle and eval noise
  *   rollout.height, rollout.width  video size in pixels, multiples of 16 (VAE factor 8 x patch 2); latent = / 8
  *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The
  *                                  latent_rgb decoder decodes one frame per latent frame (no temporal
  *                                  upsampling), so its clips have (frames - 1) / 4 + 1 frames.
  *   rollout.num_steps, rollout.shift, rollout.eta, rollout.guidance_scale
+ *   rollout.guidance_scale_2       guidance of the low-noise expert (two-expert pipelines; -1: guidance_scale)
+ *   model.boundary_ratio           two-expert pipelines (transformer_2/ present): timestep >= ratio x 1000 runs
+ *                                  transformer/ (high noise), below it transformer_2/ (low noise); in (0, 1)
  *   rollout.prompts_per_step (B), rollout.samples_per_prompt (G): each step trains on B x G samples
  *   rollout.text_len               text tokens L (umt5: max_sequence_length, longer prompts truncated;
  *                                  word_embed: words, a longer prompt is an error)
  *   rollout.batch_size             samples per DiT forward in rollout (trajectories do not depend on it)
  *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each)
+ *   reward.endpoint                an external reward server (ipc:// or tcp://); absent: eval/run start one
+ *                                  (vgrpo reward-server) with reward.threads scoring threads
+ *   reward.timeout_s, reward.max_attempts  a rollout worker re-sends a score request (same id) after timeout_s
+ *                                  without a reply, up to max_attempts sends, then fails
  *   algorithm.beta                 KL coefficient (0: no reference model)
  *   algorithm.clip_range           PPO clip eps
  *   algorithm.adv_clip_max         advantages clamped to +- this (.inf: no clamp)
@@ -52,15 +60,20 @@
 typedef struct {
     char *mode;
     char *model_path, *text_encoder, *decoder;
+    double boundary_ratio;
     char *prompt_file, *eval_prompt_file;
     int eval_samples_per_prompt;
+    float eval_eta;
     int64_t seed;
     int height, width, frames, num_steps;
     double shift;
-    float eta, guidance_scale;
+    float eta, guidance_scale, guidance_scale_2;
     int prompts_per_step, samples_per_prompt, text_len, batch_size;
     core_cfg_strings scorers;
     core_cfg_doubles weights;
+    char *reward_endpoint;
+    int reward_threads, reward_max_attempts;
+    double reward_timeout_s;
     float beta, clip_range, adv_clip_max;
     char *std_mode, *timestep_selection, *activations;
     int optimizer_steps_per_rollout, micro_batch_size;
