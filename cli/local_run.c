@@ -236,7 +236,7 @@ static int run_eval(run_state *S, int64_t step) {
     rc_e.stream = CORE_STREAM_EVAL_NOISE;
     rc_e.eta = S->r->eval_eta;
     rc_e.policy_version = S->opt.step;
-    if (rollout_generate(&rc_e, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
+    if (rollout_generate(&rc_e, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int s = 0; s < n; s++) {
         if (local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
@@ -308,7 +308,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
         goto done;
     }
     S->rc.policy_version = version0;
-    if (rollout_generate(&S->rc, &S->pol, NULL, n, cond, uids, pidx, tr)) goto done;
+    if (rollout_generate(&S->rc, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     t1 = now_s();
     for (int s = 0; s < n; s++) {

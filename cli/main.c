@@ -19,6 +19,8 @@ static const command commands[] = {
     {"vae-decode", cmd_vae_decode, "decode latents with a Wan VAE (AutoencoderKLWan.decode) to a video tensor"},
     {"generate", cmd_generate, "text to video with a pipeline folder: umT5, DiT sampling (CFG), VAE -> mp4 + PNG"},
     {"encode-prompts", cmd_encode_prompts, "encode a prompt file with umT5 into a safetensors cache (embeds, lengths)"},
+    {"eval", cmd_eval, "rollout-only eval: reward server + rollout workers on a prompt set -> eval.json, mp4s, sheets"},
+    {"rollout-worker", cmd_rollout_worker, "a rollout worker process (started by eval/run; serves a controller)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},
 };
 

@@ -188,6 +188,17 @@ void wan_model_free(wan_model *m);
 void wan_params_init_random(wan_model *m, uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------------------------------
+ * Checksums (DESIGN.md section 3; model/wan_hash.c) */
+
+/* "transformer" for expert 0 (high noise, or the only one), "transformer_2" for expert 1. */
+const char *wan_expert_folder(int expert);
+/* xxh64 (seed 0) of tensor i's F32 bytes. */
+uint64_t wan_tensor_hash(const wan_model *m, int i);
+/* The whole-model hash of n experts (core_model_hash over names "transformer/<name>", "transformer_2/<name>").
+ * -1 only when out of memory. */
+int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out);
+
+/* ---------------------------------------------------------------------------------------------------------------
  * Checkpoints (diffusers layout) */
 
 /* Loads a transformer folder: config.json and either one *.safetensors or a *.safetensors.index.json with its

@@ -25,6 +25,8 @@ int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta
     rc->n_steps = n_steps;
     rc->eta = eta;
     rc->guidance_scale = guidance_scale;
+    rc->guidance_scale_2 = guidance_scale;
+    rc->boundary_ratio = 0.875;
     memcpy(rc->shape, shape, sizeof rc->shape);
     rc->text_len = text_len;
     rc->seed = seed;
@@ -33,20 +35,18 @@ int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta
     return 0;
 }
 
-/* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata. */
-static int run_chunk(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int b, const float *const *cond,
-                     core_traj *tr) {
-    const int cfg = flow_cfg_active(rc->guidance_scale);
-    const int rows = b * (cfg ? 2 : 1);
+/* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata.
+ * Activations are allocated per row count (b, or 2b with CFG), since the experts' guidance may differ. */
+static int run_chunk(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int b,
+                     const float *const *cond, core_traj *tr) {
+    const wan_model *m0 = E->expert[0];
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
-    const int64_t ne = (int64_t)rc->text_len * m->cfg.text_dim;
-    wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3], .L = rc->text_len};
-    wan_acts *acts = wan_acts_new(&m->cfg, &sh, WAN_ACTS_INFER);
-    if (!acts) return -1;
-    float *x = malloc(sizeof(float) * (size_t)(rows * nl));
-    float *vout = malloc(sizeof(float) * (size_t)(rows * nl));
-    float *enc = calloc((size_t)(rows * ne), sizeof(float)); /* unconditional rows stay zero */
-    float *ts = malloc(sizeof(float) * (size_t)rows);
+    const int64_t ne = (int64_t)rc->text_len * m0->cfg.text_dim;
+    wan_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
+    float *x = malloc(sizeof(float) * (size_t)(2 * b * nl));
+    float *vout = malloc(sizeof(float) * (size_t)(2 * b * nl));
+    float *enc = calloc((size_t)(2 * b * ne), sizeof(float)); /* unconditional rows stay zero without rc->neg */
+    float *ts = malloc(sizeof(float) * (size_t)(2 * b));
     float *v = malloc(sizeof(float) * (size_t)nl), *eps = malloc(sizeof(float) * (size_t)nl);
     int rc_ = -1;
     if (!x || !vout || !enc || !ts || !v || !eps) {
@@ -54,17 +54,26 @@ static int run_chunk(const rollout_config *rc, const wan_model *m, const wan_exe
         goto done;
     }
     for (int j = 0; j < b; j++) memcpy(enc + j * ne, cond[j], sizeof(float) * (size_t)ne);
-    if (cfg && rc->neg)
-        for (int j = b; j < rows; j++) memcpy(enc + j * ne, rc->neg, sizeof(float) * (size_t)ne);
+    if (rc->neg)
+        for (int j = b; j < 2 * b; j++) memcpy(enc + j * ne, rc->neg, sizeof(float) * (size_t)ne);
     for (int i = 0; i < rc->n_steps; i++) {
+        const int e = E->n == 2 ? flow_expert(rc->timesteps[i], rc->boundary_ratio) : 0;
+        const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
+        const int cfg = flow_cfg_active(g);
+        const int rows = b * (cfg ? 2 : 1);
+        if (!acts[cfg]) {
+            wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3],
+                            .L = rc->text_len};
+            if (!(acts[cfg] = wan_acts_new(&m0->cfg, &sh, WAN_ACTS_INFER))) goto done;
+        }
         for (int r = 0; r < rows; r++) {
             memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
             ts[r] = rc->timesteps[i];
         }
-        if (wan_forward(m, acts, ex, vout, x, ts, enc)) goto done;
+        if (wan_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc)) goto done;
         for (int j = 0; j < b; j++) {
             const float *vc = vout + j * nl;
-            if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, rc->guidance_scale, nl);
+            if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
             else memcpy(v, vc, sizeof(float) * (size_t)nl);
             core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
             flow_step st;
@@ -73,19 +82,29 @@ static int run_chunk(const rollout_config *rc, const wan_model *m, const wan_exe
                 goto done;
             tr[j].log_probs[i] = st.has_logp ? st.logp : 0.0f;
             tr[j].has_log_prob[i] = (uint8_t)st.has_logp;
-            tr[j].expert[i] = 0;
+            tr[j].expert[i] = (uint8_t)e;
         }
     }
     rc_ = 0;
 done:
-    wan_acts_free(acts);
+    wan_acts_free(acts[0]);
+    wan_acts_free(acts[1]);
     free(x), free(vout), free(enc), free(ts), free(v), free(eps);
     return rc_;
 }
 
-int rollout_generate(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int n, const float *const *cond,
-                     const uint64_t *uids, const int64_t *prompt_index, core_traj *out) {
+int rollout_generate(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int n,
+                     const float *const *cond, const uint64_t *uids, const int64_t *prompt_index, core_traj *out) {
     if (n < 1) return core_error("rollout: no samples requested");
+    if (E->n < 1 || E->n > 2 || !E->expert[0] || (E->n == 2 && !E->expert[1]))
+        return core_error("rollout: %d experts given (1 or 2)", E->n);
+    const wan_model *m = E->expert[0];
+    if (E->n == 2) {
+        if (!wan_config_equal(&E->expert[0]->cfg, &E->expert[1]->cfg))
+            return core_error("rollout: transformer and transformer_2 have different configs");
+        if (!(rc->boundary_ratio > 0 && rc->boundary_ratio < 1))
+            return core_error("model.boundary_ratio: must be in (0, 1) for two experts, got %g", rc->boundary_ratio);
+    }
     if (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels)
         return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],
                           m->cfg.in_channels, m->cfg.out_channels);
@@ -102,14 +121,14 @@ int rollout_generate(const rollout_config *rc, const wan_model *m, const wan_exe
         t->policy_version = rc->policy_version;
         t->eta = rc->eta;
         t->guidance_scale = rc->guidance_scale;
-        t->guidance_scale_2 = rc->guidance_scale;
+        t->guidance_scale_2 = E->n == 2 ? rc->guidance_scale_2 : rc->guidance_scale;
         memcpy(t->sigmas, rc->sigmas, sizeof(float) * (size_t)(rc->n_steps + 1));
         memcpy(t->timesteps, rc->timesteps, sizeof(float) * (size_t)rc->n_steps);
         core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
     }
     for (int s0 = 0; s0 < n; s0 += rc->batch_size) {
         int b = n - s0 < rc->batch_size ? n - s0 : rc->batch_size;
-        if (run_chunk(rc, m, ex, b, cond + s0, out + s0)) goto fail;
+        if (run_chunk(rc, E, ex, b, cond + s0, out + s0)) goto fail;
     }
     return 0;
 fail:

@@ -5,6 +5,9 @@
  *   latents[0] = normals of Philox (seed, slot 0, uid u, stream), element index over [C, F, H, W];
  *   step i (0..N-1): v = flow_cfg_combine(v_c, v_u, g) (or v_c alone when g == 1), eps = normals of
  *   (seed, slot i+1, u, stream), flow_sde_step(latents[i], v, eps) -> latents[i+1] and the step's log-prob.
+ * Two experts (Wan 2.2 A14B): step i runs experts[flow_expert(timesteps[i], boundary_ratio)] with guidance_scale
+ * (expert 0, high noise) or guidance_scale_2 (expert 1, low noise), and records the expert in the trajectory; the
+ * whole batch shares the schedule, so every sample of a forward routes to the same expert.
  * The DiT forward is batched over up to batch_size samples (rows: the samples' conditional forwards, then their
  * unconditional ones); a sample's trajectory is bitwise the same whatever its batch mates or batch size, because
  * the DiT forward, the noise and the step are per-sample computations (tested).
@@ -25,7 +28,9 @@ typedef struct {
     float sigmas[ROLLOUT_MAX_STEPS + 1];    /* flow_schedule(N, shift) */
     float timesteps[ROLLOUT_MAX_STEPS];     /* 1000 * sigma */
     float eta;                              /* SDE noise level >= 0 (0: ODE, no log-probs) */
-    float guidance_scale;                   /* g (1: no unconditional forward) */
+    float guidance_scale;                   /* g of expert 0 (1: no unconditional forward) */
+    float guidance_scale_2;                 /* g of expert 1, the low-noise transformer_2 (two experts only) */
+    double boundary_ratio;                  /* two experts: timestep >= boundary_ratio * 1000 runs expert 0 */
     int64_t shape[4];                       /* latent [C, F, H, W] */
     int text_len;                           /* L: rows of each embedding */
     uint64_t seed;                          /* Philox key */
@@ -36,19 +41,33 @@ typedef struct {
 } rollout_config;
 
 /* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,
- * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
+ * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL, guidance_scale_2 = guidance_scale, boundary_ratio 0.875). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
  * shift (rollout.shift), eta negative/non-finite (rollout.eta), guidance not finite (rollout.guidance_scale), a
  * shape dim < 1, text_len < 1, batch_size < 1. */
 int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
                         const int64_t shape[4], int text_len, uint64_t seed, int batch_size);
 
-/* Generates n >= 1 samples with model m (single expert; C == cfg.in_channels == out_channels).
+/* The models a rollout runs: one expert, or two (Wan 2.2 A14B: expert[0] = transformer/, expert[1] =
+ * transformer_2/, same config). */
+typedef struct {
+    int n;                       /* 1 or 2 */
+    const wan_model *expert[2];
+} rollout_experts;
+
+/* Generates n >= 1 samples with the experts (C == cfg.in_channels == out_channels).
  *   cond[j]: sample j's prompt embedding [text_len, text_dim] fp32 (the negative prompt is rc->neg, or all zeros when
  *   NULL: the word-embedding preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
  *   (core_traj_free each). ex NULL = CPU defaults.
- * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size), out of memory, a DiT or
- * step failure; on error no trajectory is left allocated. */
-int rollout_generate(const rollout_config *rc, const wan_model *m, const wan_exec *ex, int n, const float *const *cond,
-                     const uint64_t *uids, const int64_t *prompt_index, core_traj *out);
+ * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size, experts.n not 1 or 2,
+ * two experts of different configs, boundary_ratio outside (0, 1) with two experts), out of memory, a DiT or step
+ * failure; on error no trajectory is left allocated. */
+int rollout_generate(const rollout_config *rc, const rollout_experts *experts, const wan_exec *ex, int n,
+                     const float *const *cond, const uint64_t *uids, const int64_t *prompt_index, core_traj *out);
+
+/* rollout_experts of one model. */
+static inline rollout_experts rollout_one_expert(const wan_model *m) {
+    rollout_experts e = {1, {m, NULL}};
+    return e;
+}
 
 #endif

@@ -90,6 +90,7 @@ static float *embeds(const char *const *prompts, int n, int td) {
 TEST(engine_first_step_recomputed) {
     wan_model m;
     tiny_model(&m, 3);
+    rollout_experts E1 = rollout_one_expert(&m);
     rollout_config rc;
     REQUIRE_OK(rollout_config_init(&rc, 6, 3.0, 0.8f, 4.5f, SHAPE, EL, 77, 2));
     const char *pr[1] = {"a green frog"};
@@ -98,7 +99,7 @@ TEST(engine_first_step_recomputed) {
     const float *cond[1] = {e};
     uint64_t uid = 9;
     core_traj t;
-    REQUIRE_OK(rollout_generate(&rc, &m, NULL, 1, cond, &uid, NULL, &t));
+    REQUIRE_OK(rollout_generate(&rc, &E1, NULL, 1, cond, &uid, NULL, &t));
     const int64_t nl = 16 * 2 * 8 * 8;
     float *z = malloc(sizeof(float) * nl * 4), *eps = z + nl, *v = z + 2 * nl, *xn = z + 3 * nl;
     core_philox_normal(z, nl, 77, 0, 9, 0);
@@ -130,6 +131,7 @@ TEST(engine_first_step_recomputed) {
 TEST(engine_batch_invariance) {
     wan_model m;
     tiny_model(&m, 5);
+    rollout_experts E1 = rollout_one_expert(&m);
     const char *pr[4] = {"a red car", "blue sky", "a white cat", "the black night"};
     float *e = embeds(pr, 4, m.cfg.text_dim);
     REQUIRE(e);
@@ -144,11 +146,11 @@ TEST(engine_batch_invariance) {
         REQUIRE_OK(rollout_config_init(&r3, 5, 3.0, 0.7f, gs[gi], SHAPE, EL, 1234, 3));
         REQUIRE_OK(rollout_config_init(&r1, 5, 3.0, 0.7f, gs[gi], SHAPE, EL, 1234, 1));
         core_traj t4[4], t3[4], t1;
-        REQUIRE_OK(rollout_generate(&r4, &m, NULL, 4, cond, uids, pidx, t4));
-        REQUIRE_OK(rollout_generate(&r3, &m, NULL, 4, cond, uids, pidx, t3));
+        REQUIRE_OK(rollout_generate(&r4, &E1, NULL, 4, cond, uids, pidx, t4));
+        REQUIRE_OK(rollout_generate(&r3, &E1, NULL, 4, cond, uids, pidx, t3));
         const int64_t bytes = sizeof(float) * 6 * core_traj_latent_numel(&t4[0]);
         for (int j = 0; j < 4; j++) {
-            REQUIRE_OK(rollout_generate(&r1, &m, NULL, 1, cond + j, uids + j, pidx + j, &t1));
+            REQUIRE_OK(rollout_generate(&r1, &E1, NULL, 1, cond + j, uids + j, pidx + j, &t1));
             CHECK_MSG(memcmp(t1.latents, t4[j].latents, bytes) == 0, "g %g sample %d: alone vs batch of 4", gs[gi], j);
             CHECK_MSG(memcmp(t3[j].latents, t4[j].latents, bytes) == 0, "g %g sample %d: batches of 3 vs 4", gs[gi], j);
             CHECK(memcmp(t1.log_probs, t4[j].log_probs, sizeof(float) * 5) == 0);
@@ -161,4 +163,66 @@ TEST(engine_batch_invariance) {
     }
     free(e);
     wan_model_free(&m);
+}
+
+/* Two experts (Wan 2.2 A14B routing): every step recomputed by hand from the recorded latents with the expert
+ * flow_expert picks and that expert's guidance (4.5 with CFG rows; 1.0: one conditional forward only). */
+TEST(engine_two_experts_routing) {
+    wan_model hi, lo;
+    tiny_model(&hi, 21);
+    tiny_model(&lo, 22);
+    rollout_experts E2 = {2, {&hi, &lo}};
+    rollout_config rc;
+    REQUIRE_OK(rollout_config_init(&rc, 6, 3.0, 0.7f, 4.5f, SHAPE, EL, 5, 2));
+    rc.guidance_scale_2 = 1.0f;
+    rc.boundary_ratio = 0.875;
+    const char *pr[2] = {"a red car", "blue sky"};
+    float *e = embeds(pr, 2, hi.cfg.text_dim);
+    REQUIRE(e);
+    const int64_t ne = EL * hi.cfg.text_dim, nl = 16 * 2 * 8 * 8;
+    const float *cond[2] = {e, e + ne};
+    uint64_t uids[2] = {4, 11};
+    core_traj t[2];
+    REQUIRE_OK(rollout_generate(&rc, &E2, NULL, 2, cond, uids, NULL, t));
+    int n_hi = 0, n_lo = 0;
+    wan_shape sh = {.B = 2, .F = 2, .H = 8, .W = 8, .L = EL};
+    wan_acts *a = wan_acts_new(&hi.cfg, &sh, WAN_ACTS_INFER);
+    float *x2 = malloc(sizeof(float) * nl * 2), *o2 = malloc(sizeof(float) * nl * 2), *v = malloc(sizeof(float) * nl);
+    float *eps = malloc(sizeof(float) * nl), *xn = malloc(sizeof(float) * nl);
+    float *enc = calloc((size_t)(2 * ne), sizeof(float));
+    REQUIRE(a && x2 && o2 && v && eps && xn && enc);
+    for (int j = 0; j < 2; j++) {
+        CHECK(t[j].guidance_scale == 4.5f && t[j].guidance_scale_2 == 1.0f);
+        for (int i = 0; i < 6; i++) {
+            const int ex = t[j].timesteps[i] >= 875.0f ? 0 : 1;
+            CHECK(t[j].expert[i] == ex);
+            n_hi += j == 0 && ex == 0, n_lo += j == 0 && ex == 1;
+            const wan_model *m = ex ? &lo : &hi;
+            const float g = ex ? 1.0f : 4.5f;
+            memcpy(enc, cond[j], sizeof(float) * ne);
+            memcpy(x2, core_traj_latent(&t[j], i), sizeof(float) * nl);
+            memcpy(x2 + nl, x2, sizeof(float) * nl);
+            float ts[2] = {rc.timesteps[i], rc.timesteps[i]};
+            /* B = 2 rows (cond, uncond); with g = 1 only row 0 is used: a row's output does not depend on its mates. */
+            REQUIRE_OK(wan_forward(m, a, NULL, o2, x2, ts, enc));
+            for (int64_t k = 0; k < nl; k++) v[k] = g == 1.0f ? o2[k] : o2[nl + k] + g * (o2[k] - o2[nl + k]);
+            core_philox_normal(eps, nl, 5, (uint32_t)(i + 1), (uint32_t)uids[j], 0);
+            flow_step st;
+            REQUIRE_OK(flow_sde_step(x2, v, eps, NULL, nl, rc.sigmas[i], rc.sigmas[i + 1], rc.sigmas[1], 0.7f, NULL, xn,
+                                     &st));
+            CHECK(memcmp(xn, core_traj_latent(&t[j], i + 1), sizeof(float) * nl) == 0);
+            CHECK(t[j].log_probs[i] == st.logp);
+        }
+    }
+    CHECK(n_hi >= 1 && n_lo >= 1); /* the schedule crosses the boundary */
+    /* A bad boundary and mismatched experts are refused. */
+    rc.boundary_ratio = 1.0;
+    CHECK(rollout_generate(&rc, &E2, NULL, 1, cond, uids, NULL, t) == -1);
+    CHECK(strstr(core_last_error(), "model.boundary_ratio") != NULL);
+    wan_acts_free(a);
+    free(x2), free(o2), free(v), free(eps), free(xn), free(enc), free(e);
+    core_traj_free(&t[0]);
+    core_traj_free(&t[1]);
+    wan_model_free(&hi);
+    wan_model_free(&lo);
 }

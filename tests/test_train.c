@@ -58,7 +58,7 @@ static void fixture_build(fixture *f, float delta, int roll_by_ref) {
     rollout_config rc;
     const int64_t shape[4] = {16, 2, 8, 8};
     REQUIRE_OK(rollout_config_init(&rc, TSTEPS, 3.0, 0.9f, 4.5f, shape, TL, 2024, 4));
-    REQUIRE_OK(rollout_generate(&rc, roll_by_ref ? &f->ref : &f->pol, NULL, TN, f->cond, uids, pidx, f->traj));
+    REQUIRE_OK(rollout_generate(&rc, &(rollout_experts){1, {roll_by_ref ? &f->ref : &f->pol, NULL}}, NULL, TN, f->cond, uids, pidx, f->traj));
     const float rewards[TN] = {0.1f, 0.7f, 0.4f, 0.2f, 0.5f, 0.5f, 0.5f, 0.5f};
     REQUIRE_OK(grpo_advantages(rewards, TB, TG, GRPO_STD_GROUP, 5.0f, f->adv, f->mask, NULL));
 }

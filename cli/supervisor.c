@@ -1,0 +1,101 @@
+/* cli/supervisor.c — child processes of a job (see cli/supervisor.h). */
+#include "cli/supervisor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+const char *sup_self_exe(void) {
+    static char path[4096];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0) return core_error("cannot read /proc/self/exe: %s", strerror(errno)), NULL;
+    path[n] = 0;
+    return path;
+}
+
+int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path) {
+    if (s->n >= SUP_MAX_PROCS) return core_error("supervisor: more than %d processes", SUP_MAX_PROCS);
+    const pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return core_error("%s: fork failed: %s", name, strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127); /* the parent died before prctl */
+        char t[16];
+        snprintf(t, sizeof t, "%d", threads > 0 ? threads : 1);
+        setenv("OMP_NUM_THREADS", t, 1);
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        if (log_path) {
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+        }
+        execv(argv[0], argv);
+        fprintf(stderr, "%s: cannot run %s: %s\n", name, argv[0], strerror(errno));
+        _exit(127);
+    }
+    int i = s->n++;
+    snprintf(s->p[i].name, sizeof s->p[i].name, "%s", name);
+    s->p[i].pid = pid;
+    s->p[i].status = 0;
+    snprintf(s->p[i].log, sizeof s->p[i].log, "%s", log_path ? log_path : "");
+    return i;
+}
+
+int sup_poll(sup_procs *s) {
+    int first = -1;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->p[i].pid) continue;
+        int st;
+        pid_t r = waitpid(s->p[i].pid, &st, WNOHANG);
+        if (r == s->p[i].pid) {
+            s->p[i].pid = 0;
+            s->p[i].status = st;
+            if (first < 0) first = i;
+        }
+    }
+    return first;
+}
+
+void sup_describe(const sup_procs *s, int i, char *buf, size_t n) {
+    const int st = s->p[i].status;
+    if (WIFEXITED(st)) snprintf(buf, n, "%s exited with status %d", s->p[i].name, WEXITSTATUS(st));
+    else if (WIFSIGNALED(st)) snprintf(buf, n, "%s was killed by signal %d (%s)", s->p[i].name, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else snprintf(buf, n, "%s stopped (status %d)", s->p[i].name, st);
+    if (s->p[i].log[0]) {
+        size_t k = strlen(buf);
+        snprintf(buf + k, n - k, "; its log: %s", s->p[i].log);
+    }
+}
+
+static int any_running(sup_procs *s) {
+    sup_poll(s);
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i].pid) return 1;
+    return 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void sup_stop_all(sup_procs *s, double timeout_s) {
+    for (int k = 0; k < (int)(timeout_s * 50) && any_running(s); k++) sleep_ms(20);
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i].pid) kill(s->p[i].pid, SIGTERM);
+    for (int k = 0; k < 100 && any_running(s); k++) sleep_ms(20);
+    for (int i = 0; i < s->n; i++)
+        if (s->p[i].pid) kill(s->p[i].pid, SIGKILL);
+    while (any_running(s)) sleep_ms(10);
+}

@@ -1,0 +1,39 @@
+/* cli/supervisor.h — the processes a job starts (DESIGN.md section 3): spawn `vgrpo <subcommand> ...` children
+ * with their own OMP_NUM_THREADS, notice any that exits, stop them all. The supervisor is never an MPI process.
+ * Children get PR_SET_PDEATHSIG = SIGTERM, so they do not outlive a supervisor that is killed. */
+#ifndef CLI_SUPERVISOR_H
+#define CLI_SUPERVISOR_H
+
+#include <sys/types.h>
+
+#define SUP_MAX_PROCS 64
+
+typedef struct {
+    int n;
+    struct {
+        char name[64];  /* e.g. "rollout worker 1" */
+        pid_t pid;      /* 0 once reaped */
+        int status;     /* wait status once reaped */
+        char log[4096]; /* its stderr+stdout file ("" = inherited) */
+    } p[SUP_MAX_PROCS];
+} sup_procs;
+
+/* The path of the running vgrpo executable (/proc/self/exe), for spawning subcommands. NULL on failure. */
+const char *sup_self_exe(void);
+
+/* Starts argv (argv[0] the executable, NULL-terminated) as process `name`, with OMP_NUM_THREADS=threads (> 0) and
+ * OPENBLAS_NUM_THREADS=1 in its environment, stdout and stderr written to log_path (truncated) (NULL: inherited). Returns its
+ * index in s, or -1 with core_error. */
+int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path);
+
+/* Reaps children that have exited; returns the index of the first one found exited (since the last call), or -1
+ * if all are running. */
+int sup_poll(sup_procs *s);
+
+/* Describes process i's exit ("exited with status 3", "killed by signal 9") into buf. */
+void sup_describe(const sup_procs *s, int i, char *buf, size_t n);
+
+/* Waits up to timeout_s for every child to exit (after a shutdown message), then SIGTERM, then SIGKILL after 2 s. */
+void sup_stop_all(sup_procs *s, double timeout_s);
+
+#endif

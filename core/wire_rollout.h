@@ -1,0 +1,75 @@
+/* core/wire_rollout.h — the controller <-> rollout worker messages on top of core/wire.h (reward/PROTOCOL.md
+ * section 8): rollout_request, trajectory, weights_begin / weights_tensor / weights_end, weights_ack. Both sides
+ * (cli/ and trainer/ controllers, rollout/ workers) build and check messages only through these functions.
+ *
+ * rollout_request  {"policy_version": int, "stream": "rollout" | "eval", "eta": number >= 0,
+ *                   "return_trajectories": bool, "return_videos": bool,
+ *                   "samples": [{"uid": int < 2^32, "prompt_index": int >= 0, "prompt": string,
+ *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
+ * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
+ *                   "rewards": {scorer: number}, "video_xxh64": "16 hex digits", "trajectory": {metadata}?}, ...]}
+ *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h) when
+ *                   return_trajectories, and "videos" U8 [n, F, H, W, 3] when return_videos.
+ * weights_begin    {"policy_version": int, "tensors_count": tensors that follow}
+ * weights_tensor   {"name": full name "transformer/blocks.0...", "xxh64": "16 hex digits"} + one F32 tensor "value"
+ * weights_end      {"policy_version": int, "model_xxh64": whole-model hash of the receiver's complete model after
+ *                   the update (every expert, sent or not)}
+ * weights_ack      {"policy_version": int, "model_xxh64": the hash the worker computed} (or an error reply)
+ * Hashes are strings of 16 lower-case hex digits (a JSON number cannot hold every u64). */
+#ifndef CORE_WIRE_ROLLOUT_H
+#define CORE_WIRE_ROLLOUT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/trajectory.h"
+#include "core/wire.h"
+
+#define CORE_WIRE_MAX_SAMPLES 4096
+
+typedef struct {
+    uint64_t uid;
+    int64_t prompt_index;
+    const char *prompt;     /* borrowed from the message header */
+    const json_t *metadata; /* object of strings, or NULL; borrowed */
+} core_rollout_sample;
+
+typedef struct {
+    int64_t policy_version;
+    uint32_t stream; /* CORE_STREAM_ROLLOUT_NOISE or CORE_STREAM_EVAL_NOISE */
+    float eta;
+    int return_trajectories, return_videos;
+    int n;
+    core_rollout_sample *samples; /* [n], owned (free with core_rollout_request_free) */
+} core_rollout_request;
+
+/* Builds a rollout_request with id (the request's fields as above). -1 naming the field on a bad value. */
+int core_rollout_request_build(const char *id, const core_rollout_request *req, core_wire_built *out);
+/* Checks a parsed rollout_request's fields and fills *req (borrowing strings from m). -1 naming the field. */
+int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req);
+void core_rollout_request_free(core_rollout_request *req);
+
+/* One sample of a trajectory reply. */
+typedef struct {
+    core_traj traj;      /* arrays present only when the reply carries trajectories (traj.latents != NULL);
+                            uid, prompt_index, policy_version and rewards always filled */
+    uint64_t video_hash; /* xxh64 of the sample's decoded U8 video */
+} core_rollout_result;
+
+/* Builds the trajectory reply for n samples: tr[j] must have rewards set; video_hash[j] per sample; with_traj adds
+ * the trajectory tensors; videos (NULL: none) is [n, vshape[0..3]] U8. The message borrows tr's arrays and videos
+ * until freed. -1 on an invalid trajectory (named by index). */
+int core_trajectory_reply_build(const char *id, int64_t policy_version, int n, const core_traj *tr,
+                                const uint64_t *video_hash, int with_traj, const uint8_t *videos,
+                                const int64_t vshape[4], core_wire_built *out);
+/* Checks a parsed trajectory reply against the request it answers (same uids in order, same policy version,
+ * trajectories when asked, videos when asked) and fills out[req->n] (core_traj_free each .traj); *videos points
+ * into m's frame (NULL when not asked) with vshape [F, H, W, 3]. -1 naming the sample and field. */
+int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_request *req, core_rollout_result *out,
+                                const uint8_t **videos, int64_t vshape[4]);
+
+/* 16 lower-case hex digits of h into buf[17]; and back (-1 unless exactly 16 hex digits). */
+void core_hash_hex(uint64_t h, char buf[17]);
+int core_hash_parse(const char *s, uint64_t *h);
+
+#endif

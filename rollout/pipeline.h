@@ -1,0 +1,65 @@
+/* rollout/pipeline.h — everything a rollout process loads from a recipe (DESIGN.md sections 3 and 5): the expert(s)
+ * (transformer/, and transformer_2/ for Wan 2.2 A14B), the prompt conditioning (umT5 or the tiny preset's word
+ * embeddings, cached per prompt text), the decoder from final latents to U8 video, and the sampling settings.
+ *
+ *   rollout_pipeline p;
+ *   rollout_pipeline_load(&p, &recipe, NULL);               // NULL: model.path/transformer[_2]
+ *   rollout_pipeline_embed(&p, "a red car", &emb);           // [L, text_dim] fp32, cached (owned by p)
+ *   rollout_generate(&p.rc, &p.experts, NULL, n, cond, uids, pidx, traj);
+ *   rollout_pipeline_decode(&p, &traj[j], video);            // [frames, H, W, 3] U8
+ *
+ * The encoded prompts follow WanPipeline (umT5: max length rollout.text_len, trimmed and zero-padded; the negative
+ * prompt is the empty prompt, so p.rc.neg is its embedding) or model/word_embed.h (negative: zeros, p.rc.neg NULL). */
+#ifndef ROLLOUT_PIPELINE_H
+#define ROLLOUT_PIPELINE_H
+
+#include <stdint.h>
+
+#include "core/recipe.h"
+#include "core/trajectory.h"
+#include "model/latent_rgb.h"
+#include "model/wan_dit.h"
+#include "model/wan_vae.h"
+#include "rollout/engine.h"
+
+typedef struct rollout_embed_cache rollout_embed_cache;
+typedef struct t5_encoder t5_encoder;
+typedef struct tok_tokenizer tok_tokenizer;
+
+typedef struct {
+    wan_model model[2];           /* model[1] loaded only for two experts */
+    rollout_experts experts;      /* points into model[] */
+    t5_encoder *t5;               /* model.text_encoder umt5 (else NULL) */
+    tok_tokenizer *tok;
+    float *neg;                   /* umt5: the empty prompt's embedding [L, text_dim]; NULL for word_embed */
+    rollout_embed_cache *cache;
+    wan_latent_rgb map;           /* model.decoder latent_rgb */
+    vae_model *vae;               /* model.decoder vae */
+    rollout_config rc;            /* sampling: rollout.* of the recipe (stream: rollout noise) */
+    int text_len, text_dim;
+    int video_frames, video_height, video_width; /* decoded video size */
+} rollout_pipeline;
+
+/* Loads the pipeline of recipe r (model.path, model.text_encoder, model.decoder, rollout.*, model.boundary_ratio).
+ * transformer_dir: the high-noise (or only) expert's folder instead of model.path/transformer (a checkpoint's
+ * transformer/; its transformer_2/ sibling, when present, replaces model.path/transformer_2). Two experts when
+ * model.path/transformer_2 (or the sibling) exists; they must share one config. Errors (-1) name the key and the
+ * path: a missing folder, a config mismatch between transformer, text encoder and VAE, a VAE that is not Wan
+ * 2.1-style (spatial factor 8, temporal 4, RGB). On error everything loaded so far is freed. */
+int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir);
+
+/* The conditioning of one prompt: *out points to [text_len, text_dim] fp32 owned by the pipeline's cache (valid
+ * until rollout_pipeline_free). Errors (-1): a word_embed prompt with more than text_len words (names
+ * rollout.text_len), tokenizer or encoder failure, out of memory. Not thread-safe. */
+int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float **out);
+
+/* Decodes a finished trajectory's final latent [C, F, h, w] into video [video_frames, video_height, video_width, 3]
+ * U8 (caller's buffer). -1 naming model.decoder on a shape mismatch or decoder failure. */
+int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *video);
+
+/* Bytes of one decoded video. */
+int64_t rollout_pipeline_video_bytes(const rollout_pipeline *p);
+
+void rollout_pipeline_free(rollout_pipeline *p);
+
+#endif
