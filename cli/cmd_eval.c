@@ -28,24 +28,24 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "cli/commands.h"
 #include "cli/local_run.h"
-#include "cli/supervisor.h"
+#include "cli/job.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/recipe.h"
 #include "core/wire_rollout.h"
-#include "core/wire_zmq.h"
 #include "model/word_embed.h"
 #include "reward/scorers.h"
 #include "rollout/png.h"
 #include "rollout/video.h"
+#include "trainer/controller.h"
 
 #define EVAL_FPS 16.0
 #define EVAL_SHEET_COLS 8
 #define EVAL_START_TIMEOUT_S 600.0
+#define EVAL_CHUNK_TIMEOUT_S 3600.0
 
 /* ---- the prompt set ---- */
 
@@ -203,13 +203,6 @@ static json_t *acc_json(const stat_acc *a, const double *xs, double *mean_out, d
 /* ---- the job ---- */
 
 typedef struct {
-    char id[64];                 /* client id from hello */
-    uint8_t rid[256];
-    size_t rid_len;
-    int busy;                    /* chunk index + 1, or 0 */
-} eval_worker;
-
-typedef struct {
     const core_recipe *r;
     eval_prompts prompts;
     int K, total;                /* samples per prompt, all samples */
@@ -225,6 +218,8 @@ typedef struct {
     int64_t vshape[4];
     int n_scorers;
     char scorer_names[CORE_TRAJ_MAX_REWARDS][CORE_TRAJ_NAME_MAX];
+    int n_done, tty;
+    double t0;
 } eval_state;
 
 static int store_result(eval_state *E, const core_rollout_result *res, const uint8_t *video, const int64_t vshape[4]) {
@@ -361,6 +356,17 @@ static int is_dir(const char *p) {
     return !stat(p, &sb) && S_ISDIR(sb.st_mode);
 }
 
+static int on_chunk(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
+                    const uint8_t *videos, const int64_t vshape[4]) {
+    eval_state *E = ctx;
+    const int64_t vb = vshape[0] * vshape[1] * vshape[2] * vshape[3];
+    for (int j = 0; j < n; j++)
+        if (store_result(E, &res[j], videos + vb * j, vshape)) return -1;
+    E->n_done += n;
+    progress(E->n_done, E->total, E->t0, E->tty);
+    return 0;
+}
+
 typedef struct {
     const char *recipe, *checkpoint, *prompts, *out;
     int workers;
@@ -372,11 +378,12 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     eval_state E;
     memset(&E, 0, sizeof E);
     E.r = r;
-    sup_procs procs;
-    memset(&procs, 0, sizeof procs);
-    void *ctx = NULL, *router = NULL;
-    char rundir[64] = "", ctl_ep[160], rew_ep[160], transformer[4200] = "", out[4200];
-    int rc = -1, reward_proc = -1;
+    job J;
+    memset(&J, 0, sizeof J);
+    J.reward_proc = -1;
+    ctl_server *ctl = NULL;
+    char transformer[4200] = "", out[4200], logs[4300];
+    int rc = -1;
     const char *prompt_path = A->prompts ? A->prompts : r->eval_prompt_file;
     const int N = A->workers > 0 ? A->workers : r->rollout_workers;
     if (read_prompts(&E.prompts, prompt_path) || check_prompts(&E.prompts, r, prompt_path)) goto done;
@@ -413,8 +420,8 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     if (mkdir_p(sub)) goto done;
     snprintf(sub, sizeof sub, "%s/sheets", out);
     if (mkdir_p(sub)) goto done;
-    snprintf(sub, sizeof sub, "%s/logs", out);
-    if (mkdir_p(sub)) goto done;
+    snprintf(logs, sizeof logs, "%s/logs", out);
+    if (mkdir_p(logs)) goto done;
     E.K = r->eval_samples_per_prompt;
     E.total = E.prompts.n * E.K;
     if ((int64_t)E.prompts.n * E.K > 0xffffffffll / 2) {
@@ -432,71 +439,17 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         goto done;
     }
 
-    /* Endpoints in a short private folder (ipc:// paths must stay under 100 bytes). */
-    snprintf(rundir, sizeof rundir, "/tmp/vgrpo-eval-XXXXXX");
-    if (!mkdtemp(rundir)) {
-        core_error("cannot create a folder for the job's sockets under /tmp: %s", strerror(errno));
-        rundir[0] = 0;
+    if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
+    if (!(ctl = ctl_open(J.ctl_ep, job_abort_check, &J))) goto done;
+    if (job_start_workers(&J, A->recipe, A->sets, A->n_sets, transformer[0] ? transformer : NULL, N,
+                          job_threads_per_process(N), logs))
         goto done;
-    }
-    snprintf(ctl_ep, sizeof ctl_ep, "ipc://%s/ctl", rundir);
-    if (r->reward_endpoint) snprintf(rew_ep, sizeof rew_ep, "%s", r->reward_endpoint);
-    else snprintf(rew_ep, sizeof rew_ep, "ipc://%s/reward", rundir);
-    ctx = zmq_ctx_new();
-    router = zmq_socket(ctx, ZMQ_ROUTER);
-    int one = 1, linger = 0;
-    zmq_setsockopt(router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-    zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
-    if (zmq_bind(router, ctl_ep)) {
-        core_error("cannot bind %s: %s", ctl_ep, zmq_strerror(errno));
-        goto done;
-    }
-    const char *exe = sup_self_exe();
-    if (!exe) goto done;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1) cores = 1;
-    char logp[4400];
-    if (!r->reward_endpoint) {
-        char spec[2048] = "";
-        for (int i = 0; i < r->scorers.n; i++) {
-            size_t k = strlen(spec);
-            snprintf(spec + k, sizeof spec - k, "%s%s:%.17g", i ? "," : "", r->scorers.v[i], r->weights.v[i]);
-        }
-        char thr[16];
-        snprintf(thr, sizeof thr, "%d", r->reward_threads);
-        char *argv[] = {(char *)exe, "reward-server", "--bind", rew_ep, "--scorers", spec, "--threads", thr, NULL};
-        snprintf(logp, sizeof logp, "%s/logs/reward-server.log", out);
-        if ((reward_proc = sup_spawn(&procs, "reward server", argv, 1, logp)) < 0) goto done;
-    }
-    const int threads = cores / N > 0 ? (int)(cores / N) : 1;
-    for (int w = 0; w < N; w++) {
-        char id[32], name[64];
-        snprintf(id, sizeof id, "worker-%d", w);
-        snprintf(name, sizeof name, "rollout worker %d", w);
-        char **argv = calloc((size_t)(16 + 2 * A->n_sets), sizeof(char *));
-        if (!argv) {
-            core_error("out of memory");
-            goto done;
-        }
-        int a = 0;
-        argv[a++] = (char *)exe, argv[a++] = "rollout-worker", argv[a++] = (char *)A->recipe;
-        argv[a++] = "--controller", argv[a++] = ctl_ep, argv[a++] = "--reward", argv[a++] = rew_ep;
-        argv[a++] = "--id", argv[a++] = id, argv[a++] = "--idle-exit", argv[a++] = "3600";
-        if (transformer[0]) argv[a++] = "--transformer", argv[a++] = transformer;
-        for (int s = 0; s < A->n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)A->sets[s];
-        snprintf(logp, sizeof logp, "%s/logs/worker-%d.log", out, w);
-        int ok = sup_spawn(&procs, name, argv, threads, logp);
-        free(argv);
-        if (ok < 0) goto done;
-    }
 
-    /* Wait for every worker's hello, then hand out chunks. */
-    eval_worker *ws = calloc((size_t)N, sizeof *ws);
-    const int chunk = r->batch_size, n_chunks = (E.total + chunk - 1) / chunk;
-    core_rollout_request *reqs = calloc((size_t)n_chunks, sizeof *reqs);
+    /* Wait for every worker's hello, then hand out the samples in chunks of rollout.batch_size. */
     core_rollout_sample *samp = calloc((size_t)E.total, sizeof *samp);
-    if (!ws || !reqs || !samp) {
-        free(ws), free(reqs), free(samp);
+    core_rollout_result *res = calloc((size_t)E.total, sizeof *res);
+    if (!samp || !res) {
+        free(samp), free(res);
         core_error("out of memory");
         goto done;
     }
@@ -505,145 +458,29 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         samp[u] = (core_rollout_sample){.uid = (uint64_t)u, .prompt_index = i, .prompt = E.prompts.text[i],
                                         .metadata = json_object_size(E.prompts.meta[i]) ? E.prompts.meta[i] : NULL};
     }
-    for (int c = 0; c < n_chunks; c++) {
-        reqs[c] = (core_rollout_request){.policy_version = 0, .stream = CORE_STREAM_EVAL_NOISE, .eta = r->eval_eta,
-                                         .return_trajectories = 0, .return_videos = 1, .samples = samp + c * chunk};
-        reqs[c].n = E.total - c * chunk < chunk ? E.total - c * chunk : chunk;
-    }
     printf("vgrpo eval: %s, %d prompts x %d samples (eta %g, %d steps), %d worker(s), reward server %s -> %s\n",
            transformer[0] ? transformer : r->model_path, E.prompts.n, E.K, (double)r->eval_eta, r->num_steps, N,
            r->reward_endpoint ? r->reward_endpoint : "started here", out);
     fflush(stdout);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    const int tty = isatty(2);
-    int n_ready = 0, next = 0, n_done = 0, failed = 0;
-    double t0 = now_s(), t_start = t0;
-    while (n_done < E.total && !failed) {
-        if (stop_flag) {
-            core_error("interrupted");
-            failed = 1;
-            break;
-        }
-        int dead = sup_poll(&procs);
-        if (dead >= 0) {
-            char why[4600];
-            sup_describe(&procs, dead, why, sizeof why);
-            core_error("%s", why);
-            failed = 1;
-            break;
-        }
-        if (n_ready < N && now_s() - t_start > EVAL_START_TIMEOUT_S) {
-            core_error("only %d of %d rollout workers said hello within %.0f s", n_ready, N, EVAL_START_TIMEOUT_S);
-            failed = 1;
-            break;
-        }
-        /* hand out work */
-        for (int w = 0; w < n_ready && next < n_chunks; w++) {
-            if (ws[w].busy) continue;
-            char id[32];
-            snprintf(id, sizeof id, "eval-%d", next);
-            core_wire_built b;
-            if (core_rollout_request_build(id, &reqs[next], &b) || core_zmq_send(router, ws[w].rid, ws[w].rid_len, &b)) {
-                core_wire_built_free(&b);
-                core_error_push("sending %s to %s: ", id, ws[w].id);
-                failed = 1;
-                break;
-            }
-            core_wire_built_free(&b);
-            ws[w].busy = next + 1;
-            next++;
-            if (n_ready == N && next == 1) t0 = now_s();
-        }
-        if (failed) break;
-        zmq_pollitem_t it = {router, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 100) <= 0) continue;
-        core_zmq_msg zm;
-        int r2 = core_zmq_recv(router, ZMQ_DONTWAIT, &zm);
-        if (r2 == 1) continue;
-        if (r2 < 0 || zm.n < 2) {
-            if (r2 == 0) core_zmq_msg_close(&zm);
-            else failed = 1;
-            continue;
-        }
-        const void *rid = zmq_msg_data(&zm.frames[0]);
-        const size_t rid_len = zmq_msg_size(&zm.frames[0]);
-        int w = -1;
-        for (int k = 0; k < n_ready; k++)
-            if (ws[k].rid_len == rid_len && !memcmp(ws[k].rid, rid, rid_len)) w = k;
-        core_wire_msg m;
-        if (core_zmq_parse(&zm, 1, NULL, &m)) {
-            core_error_push("a malformed message from %s: ", w >= 0 ? ws[w].id : "an unknown peer");
-            failed = 1;
-        } else if (m.type == CORE_WIRE_HELLO) {
-            const char *cid = json_string_value(json_object_get(m.header, "client"));
-            if (w < 0 && n_ready < N && rid_len <= sizeof ws[0].rid) {
-                eval_worker *x = &ws[n_ready++];
-                snprintf(x->id, sizeof x->id, "%s", cid ? cid : "?");
-                memcpy(x->rid, rid, rid_len);
-                x->rid_len = rid_len;
-                if (n_ready == N) t0 = now_s();
-            }
-        } else if (w < 0) {
-            core_error("a %s message from a peer that never said hello", core_wire_type_name(m.type));
-            failed = 1;
-        } else if (m.type == CORE_WIRE_ERROR) {
-            core_error("%s: request %s failed: %s: %s", ws[w].id, m.id, json_string_value(json_object_get(m.header, "code")),
-                       json_string_value(json_object_get(m.header, "reason")));
-            failed = 1;
-        } else if (m.type == CORE_WIRE_TRAJECTORY && ws[w].busy) {
-            const int c = ws[w].busy - 1;
-            core_rollout_result *res = calloc((size_t)reqs[c].n, sizeof *res);
-            const uint8_t *videos;
-            int64_t vshape[4];
-            char want_id[32];
-            snprintf(want_id, sizeof want_id, "eval-%d", c);
-            if (!res) {
-                core_error("out of memory");
-                failed = 1;
-            } else if (strcmp(m.id, want_id)) {
-                core_error("%s answered %s while working on %s", ws[w].id, m.id, want_id);
-                failed = 1;
-            } else if (core_trajectory_reply_parse(&m, &reqs[c], res, &videos, vshape)) {
-                core_error_push("%s: ", ws[w].id);
-                failed = 1;
-            } else {
-                const int64_t vb = vshape[0] * vshape[1] * vshape[2] * vshape[3];
-                for (int j = 0; j < reqs[c].n && !failed; j++)
-                    if (store_result(&E, &res[j], videos + vb * j, vshape)) failed = 1;
-                for (int j = 0; j < reqs[c].n; j++) core_traj_free(&res[j].traj);
-                n_done += reqs[c].n;
-                ws[w].busy = 0;
-                progress(n_done, E.total, t0, tty);
-            }
-            free(res);
-        } else {
-            core_error("%s: unexpected %s message", ws[w].id, core_wire_type_name(m.type));
-            failed = 1;
-        }
-        core_wire_msg_free(&m);
-        core_zmq_msg_close(&zm);
-    }
-    const double secs = now_s() - t0;
-    /* Stop the workers (and our reward server). */
-    for (int w = 0; w < n_ready; w++) core_zmq_send_fields(router, ws[w].rid, ws[w].rid_len, CORE_WIRE_SHUTDOWN, "bye", NULL);
-    if (reward_proc >= 0 && procs.p[reward_proc].pid) kill(procs.p[reward_proc].pid, SIGTERM);
-    free(ws), free(reqs), free(samp);
+    E.tty = isatty(2);
+    const core_rollout_request tmpl = {.policy_version = 0, .stream = CORE_STREAM_EVAL_NOISE, .eta = r->eval_eta,
+                                       .return_trajectories = 0, .return_videos = 1};
+    int failed = ctl_wait_workers(ctl, N, EVAL_START_TIMEOUT_S);
+    E.t0 = now_s();
+    if (!failed) failed = ctl_rollout(ctl, &tmpl, samp, E.total, r->batch_size, EVAL_CHUNK_TIMEOUT_S, res, on_chunk, &E);
+    const double secs = now_s() - E.t0;
+    if (!failed)
+        for (int u = 0; u < E.total; u++) core_rollout_result_free(&res[u]);
+    ctl_shutdown(ctl, 5.0);
+    free(samp), free(res);
     if (failed) goto done;
     if (write_eval_json(&E, A->recipe, A->checkpoint, N, secs, stdout)) goto done;
     rc = 0;
 done:
-    if (procs.n) sup_stop_all(&procs, 5.0);
-    if (router) zmq_close(router);
-    if (ctx) zmq_ctx_term(ctx);
-    if (rundir[0]) {
-        char p2[200];
-        snprintf(p2, sizeof p2, "%s/ctl", rundir);
-        unlink(p2);
-        snprintf(p2, sizeof p2, "%s/reward", rundir);
-        unlink(p2);
-        rmdir(rundir);
-    }
+    ctl_close(ctl);
+    job_stop(&J, 5.0);
     for (int i = 0; E.pvideo && i < E.prompts.n; i++) free(E.pvideo[i]);
     free(E.pvideo), free(E.pcount), free(E.reward_total), free(E.rewards), free(E.video_hash), free(E.got);
     eval_prompts_free(&E.prompts);

@@ -13,7 +13,9 @@
  * Eval (fixed set: every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
  * per prompt + sample) runs before step 0, before every step that is a multiple of logging.eval_every, and after
  * the last step (a final row holding only step, policy_version and eval fields). Timing fields are all under "time/"
- * so runs can be compared bit for bit without them. */
+ * so runs can be compared bit for bit without them. Checkpoints (checkpoint.every) and --resume: trainer/checkpoint.h,
+ * cli/local_ckpt.c; a checkpoint holds everything the loop carries from one step to the next (weights, Adam state,
+ * the step, the sampler's epoch and position), so a resumed run repeats a straight run bit for bit. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -31,6 +33,7 @@
 #include "model/t5_prompt.h"
 #include "model/word_embed.h"
 #include "rollout/engine.h"
+#include "trainer/checkpoint.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"
 #include "trainer/train_step.h"
@@ -118,9 +121,12 @@ int local_check_recipe(const core_recipe *r) {
                           r->prompt_file, n);
     if (read_checked_prompts(r, r->eval_prompt_file, &p)) return local_prompts_free(&p), -1;
     local_prompts_free(&p);
-    if (strcmp(r->mode, "local")) return core_error("mode: \"%s\" is not implemented yet (use mode: local)", r->mode);
+    if (strcmp(r->mode, "local")) return 0; /* colocated: refused by `vgrpo run` itself (not implemented yet) */
     if (r->rollout_workers != 1)
         return core_error("parallel.rollout_workers: local mode rolls out in its own process (1), got %d", r->rollout_workers);
+    if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
+        return core_error("model.vae_scale_factor_spatial: local mode decodes with a Wan 2.1-style VAE or latent_rgb "
+                          "(factor %d), got %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
     return 0;
 }
 
@@ -425,6 +431,13 @@ static int setup(run_state *S, const core_recipe *r) {
     S->tc.micro_batch_size = r->micro_batch_size;
     S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
     if (!(S->video = malloc((size_t)local_decoder_frames(&S->dec, F) * H * W * 64 * 3))) return core_error("out of memory");
+    return 0; /* the run directory's files: open_run_files, after a resume was checked */
+}
+
+/* Creates the run directory, writes config.resolved.yaml and opens metrics.jsonl: truncated, or after a resume
+ * from step `start` cut back to the rows before it and appended to. */
+static int open_run_files(run_state *S, const core_recipe *r, int resumed, int64_t start) {
+    char path[4200];
     if (mkdir_p(r->run_dir)) return -1;
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
     FILE *f = fopen(path, "w");
@@ -432,7 +445,8 @@ static int setup(run_state *S, const core_recipe *r) {
     int bad = core_recipe_dump(r, f);
     if (fclose(f) || bad) return core_error("%s: write failed", path);
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
-    return core_metrics_open(&S->metrics, path, 0);
+    if (resumed && local_metrics_truncate(path, start)) return -1;
+    return core_metrics_open(&S->metrics, path, resumed);
 }
 
 static void teardown(run_state *S) {
@@ -446,30 +460,102 @@ static void teardown(run_state *S) {
     core_metrics_close(S->metrics);
 }
 
-int local_run(const core_recipe *r, int64_t steps_override) {
+/* Saves checkpoint-<step> into checkpoint.dir (default: the run directory) and prints one line. */
+static int save_checkpoint(run_state *S, const local_sampler *smp, int64_t step, const char *config_text) {
+    const core_recipe *r = S->r;
+    trainer_ckpt_state st = {.step = step, .policy_version = S->opt.step, .rollout_round = step,
+                             .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
+                             .seed = r->seed, .config = (char *)config_text};
+    trainer_ckpt_expert ex = {"transformer", &S->pol, &S->opt};
+    char path[TRAINER_CKPT_PATH_MAX];
+    const double t0 = now_s();
+    if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, &ex, 1, r->ckpt_total_limit, path, sizeof path))
+        return -1;
+    printf("checkpoint %s (%.2fs)\n", path, now_s() - t0);
+    fflush(stdout);
+    return 0;
+}
+
+/* --resume: loads the checkpoint at (or latest in) dir into S and smp; *step = its step (GRPO steps done). */
+static int resume_from(run_state *S, local_sampler *smp, const char *dir, const char *config_text, int64_t total,
+                       int64_t *step) {
+    char ck[TRAINER_CKPT_PATH_MAX];
+    trainer_ckpt_state st;
+    trainer_ckpt_expert ex = {"transformer", &S->pol, &S->opt};
+    if (trainer_ckpt_resolve(dir, ck, sizeof ck) || trainer_ckpt_load(ck, config_text, &ex, 1, &st))
+        return core_error_push("--resume: ");
+    int rc = -1;
+    if (st.data_size != smp->n)
+        core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
+                   st.data_size, S->r->prompt_file, smp->n);
+    else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
+        core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64
+                   " out of range", ck, st.data_epoch, st.data_position);
+    else if (st.rollout_round != st.step || st.policy_version != S->opt.step ||
+             st.policy_version != st.step * S->r->optimizer_steps_per_rollout)
+        core_error("--resume: %s: step %" PRId64 ", rollout_round %" PRId64 ", policy_version %" PRId64
+                   " and the optimizer's step %" PRId64 " disagree for a local run", ck, st.step, st.rollout_round,
+                   st.policy_version, S->opt.step);
+    else if (st.step > total)
+        core_error("--resume: %s is at step %" PRId64 ", past this run's %" PRId64 " steps (optim.total_steps or "
+                   "--steps)", ck, st.step, total);
+    else
+        rc = 0;
+    if (!rc) {
+        smp->epoch = (uint32_t)st.data_epoch;
+        smp->pos = (int)st.data_position;
+        local_epoch_order(smp->seed, smp->epoch, smp->n, smp->perm);
+        *step = st.step;
+        printf("resumed from %s: step %" PRId64 ", policy version %" PRId64 "\n", ck, st.step, st.policy_version);
+        fflush(stdout);
+    }
+    trainer_ckpt_state_free(&st);
+    return rc;
+}
+
+int local_run(const core_recipe *r, int64_t steps_override, const char *resume) {
     run_state S;
     memset(&S, 0, sizeof S);
     S.r = r;
     local_sampler smp = {0};
-    int rc = -1;
+    int rc = -1, signals = 0;
+    int64_t start = 0;
+    char *config_text = NULL;
     if (setup(&S, r) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
     const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
+    if (!(config_text = local_config_text(r))) goto done;
+    if (resume && resume_from(&S, &smp, resume, config_text, total, &start)) goto done;
+    if (open_run_files(&S, r, resume != NULL, start)) goto done;
     printf("vgrpo run (local): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
            " GRPO steps -> %s\n",
            r->model_path, r->text_encoder, r->decoder, (int)S.rc.shape[0], (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps,
            r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
     fflush(stdout);
-    for (int64_t k = 0; k < total; k++) {
+    local_signals_install();
+    signals = 1;
+    for (int64_t k = start; k < total; k++) {
         if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", S.opt.step)) goto done;
         if (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0))
             if (run_eval(&S, k)) goto done;
         if (run_step(&S, &smp, k, total) || core_metrics_write_row(S.metrics)) goto done;
+        const int sig = local_signal_pending();
+        if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig)) {
+            if (save_checkpoint(&S, &smp, k + 1, config_text)) goto done;
+        }
+        if (sig) {
+            core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); %s", sig,
+                       k, k + 1, total, r->ckpt_every > 0 ? "checkpoint saved: continue with --resume"
+                                                          : "no checkpoint (checkpoint.every is 0)");
+            goto done;
+        }
     }
     if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", S.opt.step) ||
         run_eval(&S, total) || core_metrics_write_row(S.metrics))
         goto done;
     rc = 0;
 done:
+    if (signals) local_signals_restore();
+    free(config_text);
     local_sampler_free(&smp);
     teardown(&S);
     return rc;

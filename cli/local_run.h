@@ -71,11 +71,38 @@ int local_score(const local_scoring *s, const local_decoder *d, core_traj *t, co
 /* ---- the run (cli/local_run.c) ---- */
 
 /* Runs the recipe in local mode: steps_override > 0 replaces optim.total_steps as the number of GRPO steps (the lr
- * schedule keeps optim.total_steps). Writes the run directory and prints one line per step. -1 with an error. */
-int local_run(const core_recipe *r, int64_t steps_override);
+ * schedule keeps optim.total_steps). Writes the run directory and prints one line per step. -1 with an error.
+ * Checkpoints (checkpoint.every > 0; trainer/checkpoint.h) go to checkpoint.dir (default logging.run_dir): after
+ * every `every` steps, at the end of the run, and when SIGINT/SIGTERM arrives (the current step finishes, a
+ * checkpoint is saved, and the run stops with an error saying so). resume (NULL: none) is a checkpoint-N folder or a
+ * folder meaning its latest complete checkpoint: weights, Adam state, step counters and the prompt sampler's
+ * position are restored (the reference model stays the initial weights of model.path), the recipe must match the
+ * checkpoint's (local_resume_free_keys aside), and metrics.jsonl keeps its rows before the checkpoint's step and is
+ * appended to, so a resumed run's rows equal a straight run's (time/ fields aside). */
+int local_run(const core_recipe *r, int64_t steps_override, const char *resume);
 
-/* The checks of a recipe that need trainer/reward modules but no weights: timestep selection vs num_steps, scorer
- * names, optimizer values. -1 naming the key. */
+/* ---- checkpoints (cli/local_ckpt.c) ---- */
+
+/* Recipe keys that may change when a run is resumed (NULL-terminated): optim.total_steps, checkpoint.*, logging.*,
+ * the eval-only data keys (eval_prompt_file, eval_samples_per_prompt, eval_eta), where scoring runs (reward.endpoint,
+ * threads, timeout_s, max_attempts), and keys that do not change any number a run computes (rollout.batch_size,
+ * parallel.rollout_workers, algorithm.activations). Every other key is part of the config hash. */
+extern const char *const local_resume_free_keys[];
+/* The recipe's canonical config text for the checkpoint's config hash (trainer_ckpt_config_text with the keys
+ * above set to null). malloc'd, or NULL with an error. */
+char *local_config_text(const core_recipe *r);
+/* Keeps the rows of metrics.jsonl at path whose "step" is below step (stopping at the first that is not, or at a
+ * row cut short), replacing the file atomically. A missing file is fine. -1 naming the path. */
+int local_metrics_truncate(const char *path, int64_t step);
+/* SIGINT/SIGTERM: install sets a flag instead of stopping (once: a second signal stops at once); pending returns
+ * the signal number (0: none); restore puts the previous handlers back. */
+void local_signals_install(void);
+int local_signal_pending(void);
+void local_signals_restore(void);
+
+/* The checks of a recipe that need trainer/reward modules but no weights (every mode; `vgrpo run --dry-run` runs
+ * them): timestep selection vs num_steps, scorer names, optimizer values, prompt files; in local mode also
+ * rollout_workers 1 and VAE factor 8. -1 naming the key. */
 int local_check_recipe(const core_recipe *r);
 
 #endif

@@ -18,6 +18,8 @@ const core_cfg_entry core_recipe_schema[] = {
      "prompt conditioning: the pipeline's umT5, or the tiny preset's word embeddings"},
     {"model.decoder", CORE_CFG_STRING, O(decoder), "vae", 0, 0, 0, "vae|latent_rgb",
      "latents to pixels: the pipeline's VAE, or the tiny preset's latent-to-RGB map"},
+    {"model.vae_scale_factor_spatial", CORE_CFG_INT, O(vae_scale_factor_spatial), "8", MINV | MAXV, 8, 16, NULL,
+     "VAE spatial factor: 8 (Wan 2.1 VAE: Wan 2.1, Wan 2.2 A14B, tiny) or 16 (Wan 2.2 VAE: TI2V-5B)"},
     {"model.boundary_ratio", CORE_CFG_DOUBLE, O(boundary_ratio), "0.875", CORE_CFG_MIN_OPEN | CORE_CFG_MAX_OPEN, 0, 1,
      NULL, "two experts: timestep >= this x 1000 uses transformer/, else transformer_2/"},
     {"data.prompt_file", CORE_CFG_STRING, O(prompt_file), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "training prompts"},
@@ -27,10 +29,13 @@ const core_cfg_entry core_recipe_schema[] = {
     {"data.eval_eta", CORE_CFG_FLOAT, O(eval_eta), "-1", MINV | MAXV, -1, 10, NULL,
      "eval noise level (0: ODE; -1: rollout.eta)"},
     {"data.seed", CORE_CFG_INT64, O(seed), "42", MINV, 0, 0, NULL, "Philox key of every random stream"},
-    {"rollout.height", CORE_CFG_INT, O(height), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
-    {"rollout.width", CORE_CFG_INT, O(width), "64", MINV | MAXV, 16, 8192, NULL, "pixels, multiple of 16"},
+    {"rollout.height", CORE_CFG_INT, O(height), "64", MINV | MAXV, 16, 8192, NULL,
+     "pixels, multiple of 2 x model.vae_scale_factor_spatial"},
+    {"rollout.width", CORE_CFG_INT, O(width), "64", MINV | MAXV, 16, 8192, NULL,
+     "pixels, multiple of 2 x model.vae_scale_factor_spatial"},
     {"rollout.frames", CORE_CFG_INT, O(frames), "5", MINV | MAXV, 1, 4097, NULL, "video frames, 4k+1"},
-    {"rollout.num_steps", CORE_CFG_INT, O(num_steps), "10", MINV | MAXV, 1, 1000, NULL, "denoising steps"},
+    {"rollout.num_steps", CORE_CFG_INT, O(num_steps), "10", MINV | MAXV, 2, 1000, NULL,
+     "denoising steps (>= 2)"},
     {"rollout.shift", CORE_CFG_DOUBLE, O(shift), "3.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1000, NULL, "sigma shift"},
     {"rollout.eta", CORE_CFG_FLOAT, O(eta), "0.7", MINV | MAXV, 0, 10, NULL, "SDE noise level"},
     {"rollout.guidance_scale", CORE_CFG_FLOAT, O(guidance_scale), "4.5", MINV | MAXV, 0, 100, NULL,
@@ -77,7 +82,8 @@ const core_cfg_entry core_recipe_schema[] = {
     {"parallel.sp", CORE_CFG_INT, O(sp), "1", MINV, 1, 0, NULL, "sequence-parallel degree"},
     {"parallel.ulysses_degree", CORE_CFG_INT, O(ulysses_degree), "1", MINV, 1, 0, NULL, "Ulysses degree"},
     {"parallel.rollout_workers", CORE_CFG_INT, O(rollout_workers), "1", MINV, 1, 0, NULL, "rollout processes"},
-    {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "0", MINV, 0, 0, NULL, "0: off (later issue)"},
+    {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "0", MINV, 0, 0, NULL,
+     "save every N GRPO steps, at the end and on SIGINT/SIGTERM (0: off)"},
     {"checkpoint.dir", CORE_CFG_STRING, O(ckpt_dir), NULL, 0, 0, 0, NULL, "default: the run directory"},
     {"checkpoint.total_limit", CORE_CFG_INT, O(ckpt_total_limit), "0", MINV, 0, 0, NULL, "0: keep all"},
     {"logging.run_dir", CORE_CFG_STRING, O(run_dir), "runs/run", 0, 0, 0, NULL, "run directory"},
@@ -87,8 +93,15 @@ const core_cfg_entry core_recipe_schema[] = {
 };
 
 int core_recipe_check(core_recipe *r) {
-    if (r->height % 16) return core_error("rollout.height: must be a multiple of 16 (VAE factor 8 x patch 2), got %d", r->height);
-    if (r->width % 16) return core_error("rollout.width: must be a multiple of 16 (VAE factor 8 x patch 2), got %d", r->width);
+    const int f = r->vae_scale_factor_spatial, m = 2 * f; /* every Wan DiT patchifies 2 x 2 latent pixels */
+    if (f != 8 && f != 16)
+        return core_error("model.vae_scale_factor_spatial: must be 8 (Wan 2.1 VAE) or 16 (Wan 2.2 VAE), got %d", f);
+    if (r->height % m)
+        return core_error("rollout.height: must be a multiple of %d (model.vae_scale_factor_spatial %d x patch 2), got %d",
+                          m, f, r->height);
+    if (r->width % m)
+        return core_error("rollout.width: must be a multiple of %d (model.vae_scale_factor_spatial %d x patch 2), got %d",
+                          m, f, r->width);
     if ((r->frames - 1) % 4) return core_error("rollout.frames: must be 4k+1 (1, 5, 9, ...), got %d", r->frames);
     if (r->scorers.n < 1) return core_error("reward.scorers: at least one scorer is needed");
     for (int i = 0; i < r->scorers.n; i++) {
@@ -110,10 +123,21 @@ int core_recipe_check(core_recipe *r) {
         if (r->trainer_ranks != 1) return core_error("parallel.trainer_ranks: local mode trains in one process (1), got %d", r->trainer_ranks);
         if (r->sp != 1) return core_error("parallel.sp: local mode has no sequence parallelism (1), got %d", r->sp);
         if (r->ulysses_degree != 1) return core_error("parallel.ulysses_degree: must be 1 in local mode, got %d", r->ulysses_degree);
+    } else {
+        /* DESIGN.md section 6: dp = trainer_ranks / sp, ring = sp / ulysses_degree; the sequence is sharded over sp */
+        if (r->trainer_ranks % r->sp)
+            return core_error("parallel.sp: %d does not divide parallel.trainer_ranks %d", r->sp, r->trainer_ranks);
+        if (r->sp % r->ulysses_degree)
+            return core_error("parallel.ulysses_degree: %d does not divide parallel.sp %d", r->ulysses_degree, r->sp);
+        int F, H, W;
+        core_recipe_latent_size(r, &F, &H, &W);
+        const int64_t tokens = (int64_t)F * (H / 2) * (W / 2);
+        if (tokens % r->sp)
+            return core_error("parallel.sp: %d does not divide the video's %lld tokens (%d latent frames x %d x %d "
+                              "patches)", r->sp, (long long)tokens, F, H / 2, W / 2);
     }
     if (r->guidance_scale_2 < 0) r->guidance_scale_2 = r->guidance_scale;
     if (r->eval_eta < 0) r->eval_eta = r->eta;
-    if (r->ckpt_every > 0) return core_error("checkpoint.every: checkpoints are not implemented yet (set 0)");
     if (r->video_every > 0) return core_error("logging.video_every: video files are not implemented yet (set 0)");
     if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))
         return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
@@ -123,8 +147,8 @@ int core_recipe_check(core_recipe *r) {
 
 void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W) {
     *F = (r->frames - 1) / 4 + 1;
-    *H = r->height / 8;
-    *W = r->width / 8;
+    *H = r->height / r->vae_scale_factor_spatial;
+    *W = r->width / r->vae_scale_factor_spatial;
 }
 
 int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, int n_sets) {

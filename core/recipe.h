@@ -16,11 +16,16 @@
  *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
  *   data.eval_eta                  eval noise level (0: ODE, deterministic; -1, the default: rollout.eta)
  *   data.seed                      the run's seed: Philox key of rollout noise, selection, shuffle and eval noise
- *   rollout.height, rollout.width  video size in pixels, multiples of 16 (VAE factor 8 x patch 2); latent = / 8
+ *   model.vae_scale_factor_spatial the VAE's spatial factor (diffusers' vae_scale_factor_spatial): 8 for the Wan 2.1
+ *                                  VAE (Wan 2.1, Wan 2.2 A14B, the tiny preset), 16 for the Wan 2.2 VAE (TI2V-5B).
+ *                                  In the recipe so --dry-run checks sizes without the VAE's config.json; local mode
+ *                                  decodes with factor 8 only
+ *   rollout.height, rollout.width  video size in pixels, multiples of factor x 2 (the DiT's patch is 2 x 2 in every
+ *                                  Wan model): 16 for factor 8, 32 for factor 16; latent = / factor
  *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The
  *                                  latent_rgb decoder decodes one frame per latent frame (no temporal
  *                                  upsampling), so its clips have (frames - 1) / 4 + 1 frames.
- *   rollout.num_steps, rollout.shift, rollout.eta, rollout.guidance_scale
+ *   rollout.num_steps (>= 2), rollout.shift, rollout.eta, rollout.guidance_scale
  *   rollout.guidance_scale_2       guidance of the low-noise expert (two-expert pipelines; -1: guidance_scale)
  *   model.boundary_ratio           two-expert pipelines (transformer_2/ present): timestep >= ratio x 1000 runs
  *                                  transformer/ (high noise), below it transformer_2/ (low noise); in (0, 1)
@@ -45,8 +50,12 @@
  *   optim.lr, beta1, beta2, eps, weight_decay, max_grad_norm (<= 0: no clipping), schedule (constant | linear |
  *   cosine), warmup_steps (optimizer steps), total_steps (GRPO steps of the run; the schedule spans total_steps x U
  *   optimizer steps)
- *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode
- *   checkpoint.every (0 = off; checkpoints are a later issue: > 0 is refused), checkpoint.dir, checkpoint.total_limit
+ *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode;
+ *                                  otherwise sp divides trainer_ranks, ulysses_degree divides sp and sp divides the
+ *                                  video's token count (DESIGN.md section 6)
+ *   checkpoint.every               save checkpoint-N (trainer/checkpoint.h) every N GRPO steps, at the end of the run
+ *                                  and on SIGINT/SIGTERM (0: no checkpoints); checkpoint.dir (default:
+ *                                  logging.run_dir); checkpoint.total_limit (keep the newest K; 0: all)
  *   logging.run_dir (config.resolved.yaml, metrics.jsonl), logging.eval_every (0: only at start and end),
  *   logging.video_every (0; video files are a later issue: > 0 is refused) */
 #ifndef CORE_RECIPE_H
@@ -60,6 +69,7 @@
 typedef struct {
     char *mode;
     char *model_path, *text_encoder, *decoder;
+    int vae_scale_factor_spatial;
     double boundary_ratio;
     char *prompt_file, *eval_prompt_file;
     int eval_samples_per_prompt;
@@ -96,13 +106,16 @@ extern const core_cfg_entry core_recipe_schema[];
  * key. *r is always safe to release afterwards. */
 int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, int n_sets);
 
-/* The cross-field checks that need no weights: size divisibility (rollout.height/width multiple of 16, frames 4k+1),
- * reward.weights count, distinct scorer names, eval_prompt_file default, local mode needs every parallel degree 1,
- * not-yet-implemented options (checkpoint.every, logging.video_every > 0). Fills defaults that depend on other keys
+/* The cross-field checks that need no weights: size divisibility (rollout.height/width multiple of 2 x
+ * model.vae_scale_factor_spatial, which is 8 or 16; frames 4k+1), reward.weights count, distinct scorer names,
+ * eval_prompt_file default, parallel degrees (local mode: trainer_ranks, sp, ulysses_degree 1; else trainer_ranks %
+ * sp, sp % ulysses_degree, tokens % sp),
+ * not-yet-implemented options (logging.video_every > 0). Fills defaults that depend on other keys
  * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent). -1 naming the key. */
 int core_recipe_check(core_recipe *r);
 
-/* Latent frames, height, width of the recipe's video size. */
+/* Latent frames, height, width of the recipe's video size: (frames - 1) / 4 + 1, height / factor, width / factor
+ * (factor = model.vae_scale_factor_spatial). */
 void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W);
 
 /* Writes the resolved recipe (every key, defaults included) as YAML. -1 if writing fails. */

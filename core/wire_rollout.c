@@ -43,6 +43,7 @@ int core_rollout_request_build(const char *id, const core_rollout_request *req, 
     json_object_set_new(f, "eta", json_real(req->eta));
     json_object_set_new(f, "return_trajectories", json_boolean(req->return_trajectories));
     json_object_set_new(f, "return_videos", json_boolean(req->return_videos));
+    if (req->return_velocities) json_object_set_new(f, "return_velocities", json_true());
     for (int j = 0; j < req->n; j++) {
         const core_rollout_sample *s = &req->samples[j];
         json_t *o = json_object();
@@ -77,6 +78,11 @@ int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req
     if (!json_is_boolean(rt)) return core_error("rollout_request: \"return_trajectories\" must be true or false");
     if (!json_is_boolean(rv)) return core_error("rollout_request: \"return_videos\" must be true or false");
     req->return_trajectories = json_is_true(rt), req->return_videos = json_is_true(rv);
+    const json_t *rvel = json_object_get(h, "return_velocities");
+    if (rvel && !json_is_boolean(rvel)) return core_error("rollout_request: \"return_velocities\" must be true or false");
+    req->return_velocities = json_is_true(rvel);
+    if (req->return_velocities && !req->return_trajectories)
+        return core_error("rollout_request: \"return_velocities\" needs \"return_trajectories\"");
     const json_t *arr = json_object_get(h, "samples");
     if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > CORE_WIRE_MAX_SAMPLES)
         return core_error("rollout_request: \"samples\" must be an array of 1..%d objects", CORE_WIRE_MAX_SAMPLES);
@@ -133,12 +139,25 @@ void core_rollout_request_free(core_rollout_request *req) {
 
 /* ---- trajectory replies ---- */
 
+void core_rollout_result_free(core_rollout_result *r) {
+    core_traj_free(&r->traj);
+    free(r->velocity);
+    r->velocity = NULL;
+}
+
 int core_trajectory_reply_build(const char *id, int64_t policy_version, int n, const core_traj *tr,
                                 const uint64_t *video_hash, int with_traj, const uint8_t *videos,
                                 const int64_t vshape[4], core_wire_built *out) {
+    return core_trajectory_reply_build_v(id, policy_version, n, tr, video_hash, with_traj, NULL, videos, vshape, out);
+}
+
+int core_trajectory_reply_build_v(const char *id, int64_t policy_version, int n, const core_traj *tr,
+                                  const uint64_t *video_hash, int with_traj, const float *const *vel,
+                                  const uint8_t *videos, const int64_t vshape[4], core_wire_built *out) {
     memset(out, 0, sizeof *out);
     if (n < 1 || n > CORE_WIRE_MAX_SAMPLES) return core_error("trajectory: %d samples", n);
-    const int per = with_traj ? CORE_TRAJ_N_TENSORS : 0;
+    if (vel && !with_traj) return core_error("trajectory: velocities need the trajectories");
+    const int per = with_traj ? CORE_TRAJ_N_TENSORS + (vel ? 1 : 0) : 0;
     core_wire_tensor *ts = calloc((size_t)(n * per + 1), sizeof *ts);
     char (*names)[48] = calloc((size_t)(n * per + 1), sizeof *names);
     core_traj_fields *flds = calloc((size_t)n, sizeof *flds);
@@ -180,6 +199,14 @@ int core_trajectory_reply_build(const char *id, int64_t policy_version, int n, c
             ts[nt].nbytes = core_tensor_nbytes(x);
             nt++;
         }
+        if (vel) {
+            snprintf(names[nt], sizeof names[nt], "%d/velocity", j);
+            ts[nt] = (core_wire_tensor){.name = names[nt], .dtype = CORE_F32, .ndim = 5, .data = vel[j]};
+            ts[nt].shape[0] = t->n_steps;
+            memcpy(ts[nt].shape + 1, t->shape, sizeof(int64_t) * 4);
+            ts[nt].nbytes = sizeof(float) * (size_t)t->n_steps * (size_t)core_traj_latent_numel(t);
+            nt++;
+        }
     }
     if (videos) {
         ts[nt] = (core_wire_tensor){.name = "videos", .dtype = CORE_U8, .ndim = 5, .data = videos};
@@ -213,7 +240,8 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
     const json_t *arr = json_object_get(h, "samples");
     if (!json_is_array(arr) || (int)json_array_size(arr) != req->n)
         return core_error("trajectory: \"samples\" must be an array of %d objects (one per requested sample)", req->n);
-    const int per = req->return_trajectories ? CORE_TRAJ_N_TENSORS : 0;
+    const int nv = req->return_velocities ? 1 : 0;
+    const int per = req->return_trajectories ? CORE_TRAJ_N_TENSORS + nv : 0;
     const int want_tensors = req->n * per + (req->return_videos ? 1 : 0);
     if (m->n_tensors != want_tensors)
         return core_error("trajectory: %d tensors, expected %d", m->n_tensors, want_tensors);
@@ -277,7 +305,7 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
             core_tensor tt[CORE_TRAJ_N_TENSORS];
             char prefix[24];
             const int plen = snprintf(prefix, sizeof prefix, "%d/", j);
-            for (int q = 0; q < per; q++) {
+            for (int q = 0; q < per - nv; q++) {
                 const core_wire_tensor *w = &m->tensors[j * per + q];
                 if (strncmp(w->name, prefix, (size_t)plen)) {
                     core_error("%s: tensor %d is \"%s\", expected a \"%s...\" tensor", where, j * per + q, w->name, prefix);
@@ -286,7 +314,24 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
                 tn[q] = w->name + plen;
                 core_tensor_wrap(&tt[q], (void *)w->data, w->dtype, w->ndim, w->shape);
             }
-            if (core_traj_from_fields(&res->traj, per, tn, tt, nm, keys, values, where)) goto fail;
+            if (core_traj_from_fields(&res->traj, per - nv, tn, tt, nm, keys, values, where)) goto fail;
+            if (nv) {
+                const core_wire_tensor *w = &m->tensors[j * per + per - 1];
+                const core_traj *t = &res->traj;
+                int ok = !strncmp(w->name, prefix, (size_t)plen) && !strcmp(w->name + plen, "velocity") &&
+                         w->dtype == CORE_F32 && w->ndim == 5 && w->shape[0] == t->n_steps;
+                for (int d = 0; ok && d < 4; d++) ok = w->shape[d + 1] == t->shape[d];
+                if (!ok) {
+                    core_error("%s: tensor \"%s\" must be \"%svelocity\" F32 [N, C, F, H, W] of the trajectory", where,
+                               w->name, prefix);
+                    goto fail;
+                }
+                if (!(res->velocity = malloc(w->nbytes))) {
+                    core_error("out of memory");
+                    goto fail;
+                }
+                memcpy(res->velocity, w->data, w->nbytes);
+            }
             if (res->traj.uid != (uint64_t)u || res->traj.policy_version != pv) {
                 core_error("%s: trajectory metadata uid/policy_version differ from the sample's", where);
                 goto fail;
@@ -311,6 +356,6 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
     }
     return 0;
 fail:
-    for (int j = 0; j < req->n; j++) core_traj_free(&out[j].traj);
+    for (int j = 0; j < req->n; j++) core_rollout_result_free(&out[j]);
     return -1;
 }

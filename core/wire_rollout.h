@@ -4,6 +4,7 @@
  *
  * rollout_request  {"policy_version": int, "stream": "rollout" | "eval", "eta": number >= 0,
  *                   "return_trajectories": bool, "return_videos": bool,
+ *                   "return_velocities": bool (optional, default false),
  *                   "samples": [{"uid": int < 2^32, "prompt_index": int >= 0, "prompt": string,
  *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
@@ -39,6 +40,7 @@ typedef struct {
     uint32_t stream; /* CORE_STREAM_ROLLOUT_NOISE or CORE_STREAM_EVAL_NOISE */
     float eta;
     int return_trajectories, return_videos;
+    int return_velocities;   /* with return_trajectories: each step's guided velocity too (parity check) */
     int n;
     core_rollout_sample *samples; /* [n], owned (free with core_rollout_request_free) */
 } core_rollout_request;
@@ -54,6 +56,7 @@ typedef struct {
     core_traj traj;      /* arrays present only when the reply carries trajectories (traj.latents != NULL);
                             uid, prompt_index, policy_version and rewards always filled */
     uint64_t video_hash; /* xxh64 of the sample's decoded U8 video */
+    float *velocity;     /* [N, C, F, H, W] when return_velocities (owned: free()), else NULL */
 } core_rollout_result;
 
 /* Builds the trajectory reply for n samples: tr[j] must have rewards set; video_hash[j] per sample; with_traj adds
@@ -62,6 +65,13 @@ typedef struct {
 int core_trajectory_reply_build(const char *id, int64_t policy_version, int n, const core_traj *tr,
                                 const uint64_t *video_hash, int with_traj, const uint8_t *videos,
                                 const int64_t vshape[4], core_wire_built *out);
+/* The same with velocities: vel[j] = [N, C, F, H, W] of sample j (NULL: none), sent as tensor "j/velocity" after
+ * the sample's trajectory tensors (with_traj must be set). */
+int core_trajectory_reply_build_v(const char *id, int64_t policy_version, int n, const core_traj *tr,
+                                  const uint64_t *video_hash, int with_traj, const float *const *vel,
+                                  const uint8_t *videos, const int64_t vshape[4], core_wire_built *out);
+/* Frees what a parsed result owns (trajectory arrays, velocity). */
+void core_rollout_result_free(core_rollout_result *r);
 /* Checks a parsed trajectory reply against the request it answers (same uids in order, same policy version,
  * trajectories when asked, videos when asked) and fills out[req->n] (core_traj_free each .traj); *videos points
  * into m's frame (NULL when not asked) with vshape [F, H, W, 3]. -1 naming the sample and field. */

@@ -38,7 +38,7 @@ int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta
 /* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata.
  * Activations are allocated per row count (b, or 2b with CFG), since the experts' guidance may differ. */
 static int run_chunk(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int b,
-                     const float *const *cond, core_traj *tr) {
+                     const float *const *cond, core_traj *tr, float *const *vel) {
     const wan_model *m0 = E->expert[0];
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
     const int64_t ne = (int64_t)rc->text_len * m0->cfg.text_dim;
@@ -75,6 +75,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
             const float *vc = vout + j * nl;
             if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
             else memcpy(v, vc, sizeof(float) * (size_t)nl);
+            if (vel) memcpy(vel[j] + (int64_t)i * nl, v, sizeof(float) * (size_t)nl);
             core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
             flow_step st;
             if (flow_sde_step(core_traj_latent(&tr[j], i), v, eps, NULL, nl, rc->sigmas[i], rc->sigmas[i + 1],
@@ -128,7 +129,7 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
     }
     for (int s0 = 0; s0 < n; s0 += rc->batch_size) {
         int b = n - s0 < rc->batch_size ? n - s0 : rc->batch_size;
-        if (run_chunk(rc, E, ex, b, cond + s0, out + s0)) goto fail;
+        if (run_chunk(rc, E, ex, b, cond + s0, out + s0, rc->velocities ? rc->velocities + s0 : NULL)) goto fail;
     }
     return 0;
 fail:

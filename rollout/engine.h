@@ -38,6 +38,9 @@ typedef struct {
     int batch_size;                         /* samples per DiT forward, >= 1 */
     int64_t policy_version;                 /* recorded in each trajectory */
     const float *neg;                       /* negative prompt embedding [text_len, text_dim] (NULL: all zeros) */
+    float *const *velocities;               /* NULL, or per sample j of a rollout_generate call a buffer
+                                               [N, C, F, H, W] that receives the guided velocity v of every step
+                                               (what the step used; for the parity check) */
 } rollout_config;
 
 /* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,

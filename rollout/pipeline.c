@@ -7,21 +7,6 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
-#include "model/t5_prompt.h"
-#include "model/tokenizer.h"
-#include "model/umt5.h"
-#include "model/word_embed.h"
-
-/* Prompt text -> embedding, a chained hash table keyed by the FNV-1a hash of the text. */
-typedef struct cache_entry {
-    char *text;
-    float *emb;
-    struct cache_entry *next;
-} cache_entry;
-
-struct rollout_embed_cache {
-    cache_entry *bucket[1024];
-};
 
 static int is_dir(const char *path) {
     struct stat sb;
@@ -55,28 +40,6 @@ static int load_decoder(rollout_pipeline *p, const core_recipe *r, const wan_con
     return 0;
 }
 
-static int load_text(rollout_pipeline *p, const core_recipe *r) {
-    if (strcmp(r->text_encoder, "umt5")) return 0;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", r->model_path);
-    struct stat sb;
-    if (stat(path, &sb))
-        return core_error("model.text_encoder (umt5): %s does not exist (the pipeline needs tokenizer/tokenizer.json; "
-                          "model.text_encoder: word_embed uses the tiny preset's word embeddings)", path);
-    if (!(p->tok = tok_load(path))) return core_error_push("model.text_encoder (umt5): ");
-    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
-    if (!(p->t5 = t5_load(path))) return core_error_push("model.text_encoder (umt5): ");
-    if (t5_get_config(p->t5)->d_model != p->text_dim)
-        return core_error("model.text_encoder (umt5): %s has d_model %d but the transformer's text_dim is %d", path,
-                          t5_get_config(p->t5)->d_model, p->text_dim);
-    if (!(p->neg = malloc(sizeof(float) * (size_t)p->text_len * (size_t)p->text_dim))) return core_error("out of memory");
-    const char *empty = "";
-    int64_t len;
-    if (t5_encode_prompts(p->t5, p->tok, &empty, 1, p->text_len, 1, p->neg, &len))
-        return core_error_push("model.text_encoder (umt5): the empty negative prompt: ");
-    return 0;
-}
-
 int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir) {
     memset(p, 0, sizeof *p);
     char dir[4200], dir2[4200];
@@ -107,11 +70,8 @@ int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char 
     const wan_config *wc = &p->model[0].cfg;
     p->text_len = r->text_len;
     p->text_dim = wc->text_dim;
-    if (!(p->cache = calloc(1, sizeof *p->cache))) {
-        core_error("out of memory");
+    if (load_decoder(p, r, wc) || !(p->text = text_cond_load(r->text_encoder, r->model_path, r->text_len, wc->text_dim)))
         goto fail;
-    }
-    if (load_decoder(p, r, wc) || load_text(p, r)) goto fail;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
     const int64_t shape[4] = {wc->in_channels, F, H, W};
@@ -120,40 +80,15 @@ int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char 
         goto fail;
     p->rc.guidance_scale_2 = r->guidance_scale_2;
     p->rc.boundary_ratio = r->boundary_ratio;
-    p->rc.neg = p->neg;
+    p->rc.neg = text_cond_negative(p->text);
     return 0;
 fail:
     rollout_pipeline_free(p);
     return -1;
 }
 
-static uint32_t text_hash(const char *s) { return wan_fnv1a32(s, (int64_t)strlen(s)); }
-
 int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float **out) {
-    cache_entry **head = &p->cache->bucket[text_hash(prompt) % 1024];
-    for (cache_entry *e = *head; e; e = e->next)
-        if (!strcmp(e->text, prompt)) return *out = e->emb, 0;
-    cache_entry *e = calloc(1, sizeof *e);
-    if (e) e->text = strdup(prompt), e->emb = malloc(sizeof(float) * (size_t)p->text_len * (size_t)p->text_dim);
-    if (!e || !e->text || !e->emb) {
-        if (e) free(e->text), free(e->emb), free(e);
-        return core_error("out of memory");
-    }
-    int rc;
-    if (p->t5) {
-        int64_t len;
-        rc = t5_encode_prompts(p->t5, p->tok, &prompt, 1, p->text_len, 1, e->emb, &len);
-    } else {
-        rc = wan_word_embed(prompt, p->text_len, p->text_dim, e->emb);
-    }
-    if (rc) {
-        free(e->text), free(e->emb), free(e);
-        return core_error_push("prompt \"%.80s\": ", prompt);
-    }
-    e->next = *head;
-    *head = e;
-    *out = e->emb;
-    return 0;
+    return text_cond_embed(p->text, prompt, out);
 }
 
 int64_t rollout_pipeline_video_bytes(const rollout_pipeline *p) {
@@ -178,17 +113,7 @@ int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *vi
 void rollout_pipeline_free(rollout_pipeline *p) {
     wan_model_free(&p->model[0]);
     wan_model_free(&p->model[1]);
-    t5_free(p->t5);
-    tok_free(p->tok);
-    free(p->neg);
-    if (p->cache) {
-        for (int b = 0; b < 1024; b++)
-            for (cache_entry *e = p->cache->bucket[b], *nx; e; e = nx) {
-                nx = e->next;
-                free(e->text), free(e->emb), free(e);
-            }
-        free(p->cache);
-    }
+    text_cond_free(p->text);
     vae_free(p->vae);
     memset(p, 0, sizeof *p);
 }

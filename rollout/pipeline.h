@@ -8,8 +8,7 @@
  *   rollout_generate(&p.rc, &p.experts, NULL, n, cond, uids, pidx, traj);
  *   rollout_pipeline_decode(&p, &traj[j], video);            // [frames, H, W, 3] U8
  *
- * The encoded prompts follow WanPipeline (umT5: max length rollout.text_len, trimmed and zero-padded; the negative
- * prompt is the empty prompt, so p.rc.neg is its embedding) or model/word_embed.h (negative: zeros, p.rc.neg NULL). */
+ * The conditioning is model/text_cond.h (p.rc.neg is its negative embedding: umT5's empty prompt, or NULL). */
 #ifndef ROLLOUT_PIPELINE_H
 #define ROLLOUT_PIPELINE_H
 
@@ -18,21 +17,16 @@
 #include "core/recipe.h"
 #include "core/trajectory.h"
 #include "model/latent_rgb.h"
+#include "model/text_cond.h"
 #include "model/wan_dit.h"
 #include "model/wan_vae.h"
 #include "rollout/engine.h"
 
-typedef struct rollout_embed_cache rollout_embed_cache;
-typedef struct t5_encoder t5_encoder;
-typedef struct tok_tokenizer tok_tokenizer;
 
 typedef struct {
     wan_model model[2];           /* model[1] loaded only for two experts */
     rollout_experts experts;      /* points into model[] */
-    t5_encoder *t5;               /* model.text_encoder umt5 (else NULL) */
-    tok_tokenizer *tok;
-    float *neg;                   /* umt5: the empty prompt's embedding [L, text_dim]; NULL for word_embed */
-    rollout_embed_cache *cache;
+    text_cond *text;              /* model.text_encoder (umt5 or word_embed), cached per prompt */
     wan_latent_rgb map;           /* model.decoder latent_rgb */
     vae_model *vae;               /* model.decoder vae */
     rollout_config rc;            /* sampling: rollout.* of the recipe (stream: rollout noise) */

@@ -67,9 +67,13 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
     const char **prompts = calloc((size_t)n, sizeof *prompts);
     const json_t **meta = calloc((size_t)n, sizeof *meta);
     reward_result *res = calloc((size_t)n, sizeof *res);
+    const int64_t nstep_el = (int64_t)p->rc.n_steps * p->rc.shape[0] * p->rc.shape[1] * p->rc.shape[2] * p->rc.shape[3];
+    float **vel = req.return_velocities ? calloc((size_t)n, sizeof(float *)) : NULL;
+    float *vel_buf = req.return_velocities ? malloc(sizeof(float) * (size_t)(nstep_el * n)) : NULL;
     int have = 0, rc = 0, failed = 1;
     core_wire_built b = {0};
-    if (!tr || !cond || !uids || !vh || !pidx || !videos || !prompts || !meta || !res) {
+    if (!tr || !cond || !uids || !vh || !pidx || !videos || !prompts || !meta || !res ||
+        (req.return_velocities && (!vel || !vel_buf))) {
         core_error("out of memory for %d samples", n);
         goto done;
     }
@@ -82,6 +86,10 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
     rc_.stream = req.stream;
     rc_.eta = req.eta;
     rc_.policy_version = req.policy_version;
+    if (vel) {
+        for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;
+        rc_.velocities = vel;
+    }
     if (rollout_generate(&rc_, &p->experts, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int j = 0; j < n; j++) {
@@ -99,8 +107,8 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
         if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
     }
     const int64_t vshape[4] = {p->video_frames, p->video_height, p->video_width, 3};
-    if (core_trajectory_reply_build(m->id, req.policy_version, n, tr, vh, req.return_trajectories,
-                                    req.return_videos ? videos : NULL, vshape, &b))
+    if (core_trajectory_reply_build_v(m->id, req.policy_version, n, tr, vh, req.return_trajectories,
+                                      (const float *const *)vel, req.return_videos ? videos : NULL, vshape, &b))
         goto done;
     failed = 0;
     rc = core_zmq_send(w->sock, rid, rid_len, &b);
@@ -115,6 +123,7 @@ done:
     if (have)
         for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
     free(tr), free(cond), free(uids), free(vh), free(pidx), free(videos), free(prompts), free(meta), free(res);
+    free(vel), free(vel_buf);
     core_rollout_request_free(&req);
     return rc;
 }
@@ -254,7 +263,13 @@ static int weights_end(worker *w, const core_wire_msg *m, const uint8_t *rid, si
 static int send_hello(worker *w) {
     json_t *ex = json_array();
     for (int e = 0; e < w->p->experts.n; e++) json_array_append_new(ex, json_string(wan_expert_folder(e)));
-    json_t *f = json_pack("{s:s, s:I, s:o}", "client", w->cfg->id, "policy_version", (json_int_t)w->version, "experts", ex);
+    const wan_model *ms[2] = {w->p->experts.expert[0], w->p->experts.expert[1]};
+    uint64_t h;
+    char hx[17];
+    if (wan_models_hash(ms, w->p->experts.n, &h)) return json_decref(ex), -1;
+    core_hash_hex(h, hx);
+    json_t *f = json_pack("{s:s, s:I, s:s, s:o}", "client", w->cfg->id, "policy_version", (json_int_t)w->version,
+                          "model_xxh64", hx, "experts", ex);
     int rc = core_zmq_send_fields(w->sock, NULL, 0, CORE_WIRE_HELLO, "hello", f);
     json_decref(f);
     return rc;

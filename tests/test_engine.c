@@ -99,8 +99,12 @@ TEST(engine_first_step_recomputed) {
     const float *cond[1] = {e};
     uint64_t uid = 9;
     core_traj t;
-    REQUIRE_OK(rollout_generate(&rc, &E1, NULL, 1, cond, &uid, NULL, &t));
     const int64_t nl = 16 * 2 * 8 * 8;
+    float *vrec = malloc(sizeof(float) * nl * 6);
+    REQUIRE(vrec);
+    float *const vrecs[1] = {vrec};
+    rc.velocities = vrecs; /* the guided velocity of every step is recorded */
+    REQUIRE_OK(rollout_generate(&rc, &E1, NULL, 1, cond, &uid, NULL, &t));
     float *z = malloc(sizeof(float) * nl * 4), *eps = z + nl, *v = z + 2 * nl, *xn = z + 3 * nl;
     core_philox_normal(z, nl, 77, 0, 9, 0);
     CHECK(memcmp(z, core_traj_latent(&t, 0), sizeof(float) * nl) == 0);
@@ -114,6 +118,8 @@ TEST(engine_first_step_recomputed) {
     memcpy(x2 + nl, z, sizeof(float) * nl);
     REQUIRE_OK(wan_forward(&m, a, NULL, o2, x2, ts, enc));
     for (int64_t k = 0; k < nl; k++) v[k] = o2[nl + k] + 4.5f * (o2[k] - o2[nl + k]);
+    CHECK(memcmp(v, vrec, sizeof(float) * nl) == 0);
+    free(vrec);
     core_philox_normal(eps, nl, 77, 1, 9, 0);
     flow_step st;
     REQUIRE_OK(flow_sde_step(z, v, eps, NULL, nl, rc.sigmas[0], rc.sigmas[1], rc.sigmas[1], 0.8f, NULL, xn, &st));

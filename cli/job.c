@@ -1,0 +1,100 @@
+/* cli/job.c — processes of a multi-process job (see cli/job.h). */
+#include "cli/job.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+int job_init(job *j, const core_recipe *r, volatile sig_atomic_t *stop) {
+    memset(j, 0, sizeof *j);
+    j->reward_proc = -1;
+    j->stop = stop;
+    snprintf(j->sockdir, sizeof j->sockdir, "/tmp/vgrpo-XXXXXX");
+    if (!mkdtemp(j->sockdir)) {
+        j->sockdir[0] = 0;
+        return core_error("cannot create a folder for the job's sockets under /tmp: %s", strerror(errno));
+    }
+    snprintf(j->ctl_ep, sizeof j->ctl_ep, "ipc://%s/ctl", j->sockdir);
+    if (r->reward_endpoint) snprintf(j->rew_ep, sizeof j->rew_ep, "%s", r->reward_endpoint);
+    else snprintf(j->rew_ep, sizeof j->rew_ep, "ipc://%s/reward", j->sockdir);
+    return 0;
+}
+
+int job_start_reward(job *j, const core_recipe *r, const char *log_dir) {
+    if (r->reward_endpoint) return 0;
+    const char *exe = sup_self_exe();
+    if (!exe) return -1;
+    char spec[2048] = "", thr[16], logp[4200];
+    for (int i = 0; i < r->scorers.n; i++) {
+        size_t k = strlen(spec);
+        snprintf(spec + k, sizeof spec - k, "%s%s:%.17g", i ? "," : "", r->scorers.v[i], r->weights.v[i]);
+    }
+    snprintf(thr, sizeof thr, "%d", r->reward_threads);
+    snprintf(logp, sizeof logp, "%s/reward-server.log", log_dir);
+    char *argv[] = {(char *)exe, "reward-server", "--bind", j->rew_ep, "--scorers", spec, "--threads", thr, NULL};
+    j->reward_proc = sup_spawn(&j->procs, "reward server", argv, 1, logp);
+    return j->reward_proc < 0 ? -1 : 0;
+}
+
+int job_start_workers(job *j, const char *recipe_path, const char *const *sets, int n_sets, const char *transformer,
+                      int n, int threads, const char *log_dir) {
+    const char *exe = sup_self_exe();
+    if (!exe) return -1;
+    char **argv = calloc((size_t)(16 + 2 * n_sets), sizeof(char *));
+    if (!argv) return core_error("out of memory");
+    for (int w = 0; w < n; w++) {
+        char id[32], name[64], logp[4200];
+        snprintf(id, sizeof id, "worker-%d", w);
+        snprintf(name, sizeof name, "rollout worker %d", w);
+        int a = 0;
+        argv[a++] = (char *)exe, argv[a++] = "rollout-worker", argv[a++] = (char *)recipe_path;
+        argv[a++] = "--controller", argv[a++] = j->ctl_ep, argv[a++] = "--reward", argv[a++] = j->rew_ep;
+        argv[a++] = "--id", argv[a++] = id;
+        if (transformer) argv[a++] = "--transformer", argv[a++] = (char *)transformer;
+        for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
+        argv[a] = NULL;
+        snprintf(logp, sizeof logp, "%s/worker-%d.log", log_dir, w);
+        if (sup_spawn(&j->procs, name, argv, threads, logp) < 0) {
+            free(argv);
+            return -1;
+        }
+    }
+    free(argv);
+    return 0;
+}
+
+int job_abort_check(void *ctx) {
+    job *j = ctx;
+    if (j->stop && *j->stop) return core_error("interrupted by a signal");
+    int dead = sup_poll(&j->procs);
+    if (dead < 0) return 0;
+    char why[4600];
+    sup_describe(&j->procs, dead, why, sizeof why);
+    return core_error("%s", why);
+}
+
+void job_stop(job *j, double timeout_s) {
+    if (j->reward_proc >= 0 && j->procs.p[j->reward_proc].pid) kill(j->procs.p[j->reward_proc].pid, SIGTERM);
+    if (j->procs.n) sup_stop_all(&j->procs, timeout_s);
+    if (j->sockdir[0]) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/ctl", j->sockdir);
+        unlink(p);
+        snprintf(p, sizeof p, "%s/reward", j->sockdir);
+        unlink(p);
+        rmdir(j->sockdir);
+        j->sockdir[0] = 0;
+    }
+}
+
+int job_threads_per_process(int procs) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int t = (int)(cores / (procs > 0 ? procs : 1));
+    return t > 0 ? t : 1;
+}

@@ -1,0 +1,190 @@
+/* tests/test_recipes.c — the shipped recipes (every .yaml in recipes/) and the recipe checks of `vgrpo run --dry-run`
+ * (DESIGN.md section 7). Checks: every recipe in recipes/ passes --dry-run without weights on disk, and its resolved
+ * render equals the committed tests/fixtures/recipes/NAME.resolved.yaml (and every fixture has its recipe); a
+ * colocated recipe's `run` is refused with a plain "not implemented yet"; each bad value (group size, clip range,
+ * boundary ratio, step count, frames, H/W vs the VAE factor x patch, timestep selection, scorer name, parallel
+ * degrees, local-mode limits) is refused with its key named in the error. No model runs: each case is one process
+ * that reads the recipe and its prompt files.
+ *
+ * After an intended change of a recipe or of the recipe schema, regenerate the fixtures from the repository root:
+ *   for f in recipes/?*.yaml; do n=$(basename "$f" .yaml);
+ *     build/vgrpo run "$f" --dry-run > "tests/fixtures/recipes/$n.resolved.yaml"; done
+ * and review the diff. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/test.h"
+
+#define MAX_RECIPES 64
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Names (without .yaml) of the files in dir ending in suffix, sorted; returns the count. */
+static int list_names(const char *dir, const char *suffix, char **names, int cap) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    const size_t ls = strlen(suffix);
+    for (struct dirent *e; (e = readdir(d)) && n < cap;) {
+        size_t l = strlen(e->d_name);
+        if (e->d_name[0] == '.' || l <= ls || strcmp(e->d_name + l - ls, suffix)) continue;
+        names[n] = strndup(e->d_name, l - ls);
+        if (names[n]) n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    return n;
+}
+
+TEST(recipes_dry_run_match_fixtures) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char *names[MAX_RECIPES], out[16384];
+    int n = list_names("recipes", ".yaml", names, MAX_RECIPES);
+    CHECK_MSG(n >= 4, "recipes/: %d recipes found (tiny-cpu and the three Wan recipes expected)", n);
+    REQUIRE(n >= 1);
+    const char *want[] = {"tiny-cpu", "wan2.1-t2v-1.3b", "wan2.2-t2v-a14b", "wan2.2-ti2v-5b"};
+    for (int w = 0; w < 4; w++) {
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= !strcmp(names[i], want[w]);
+        CHECK_MSG(found, "recipes/%s.yaml is missing", want[w]);
+    }
+    for (int i = 0; i < n; i++) {
+        /* no weights on disk: a model path that does not exist still passes the dry run */
+        int rc = test_run(out, sizeof out, "%s run recipes/%s.yaml --dry-run --set model.path=%s/no-model > %s/%s.nomodel",
+                          bin, names[i], dir, dir, names[i]);
+        CHECK_MSG(rc == 0, "recipes/%s.yaml --dry-run without weights: exit %d: %s", names[i], rc, out);
+        rc = test_run(out, sizeof out, "%s run recipes/%s.yaml --dry-run > %s/%s.out", bin, names[i], dir, names[i]);
+        CHECK_MSG(rc == 0, "recipes/%s.yaml --dry-run: exit %d: %s", names[i], rc, out);
+        if (rc) continue;
+        rc = test_run(out, sizeof out, "diff -u tests/fixtures/recipes/%s.resolved.yaml %s/%s.out", names[i], dir, names[i]);
+        CHECK_MSG(rc == 0, "recipes/%s.yaml resolves differently from tests/fixtures/recipes/%s.resolved.yaml "
+                           "(regenerate as the comment at the top of tests/test_recipes.c says if intended):\n%s",
+                  names[i], names[i], out);
+    }
+    /* every fixture belongs to a recipe (a renamed or removed recipe leaves none behind) */
+    char *fix[MAX_RECIPES];
+    int nf = list_names("tests/fixtures/recipes", ".resolved.yaml", fix, MAX_RECIPES);
+    CHECK_MSG(nf == n, "%d fixtures in tests/fixtures/recipes for %d recipes", nf, n);
+    for (int i = 0; i < nf; i++) {
+        char path[512];
+        struct stat sb;
+        snprintf(path, sizeof path, "recipes/%s.yaml", fix[i]);
+        CHECK_MSG(stat(path, &sb) == 0, "tests/fixtures/recipes/%s.resolved.yaml has no recipe %s", fix[i], path);
+        free(fix[i]);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    /* resolved values that come from other keys or from the model family */
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/wan2.1-t2v-1.3b.yaml --dry-run", bin) == 0);
+    CHECK_MSG(strstr(out, "guidance_scale: 5.0\n  guidance_scale_2: 5.0\n") && strstr(out, "eval_eta: 0.0\n") &&
+                  strstr(out, "vae_scale_factor_spatial: 8\n") && strstr(out, "mode: colocated\n"),
+              "got: %s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run", bin) == 0);
+    CHECK_MSG(strstr(out, "boundary_ratio: 0.875\n") && strstr(out, "guidance_scale: 4.0\n  guidance_scale_2: 3.0\n") &&
+                  strstr(out, "timestep_selection: from_range 0 8 4\n"),
+              "got: %s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/wan2.2-ti2v-5b.yaml --dry-run", bin) == 0);
+    CHECK_MSG(strstr(out, "vae_scale_factor_spatial: 16\n") && strstr(out, "height: 480\n  width: 832\n"), "got: %s", out);
+}
+
+TEST(recipes_colocated_run_refused) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[8192];
+    const char *rs[] = {"wan2.1-t2v-1.3b", "wan2.2-ti2v-5b", "wan2.2-t2v-a14b"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(test_run(out, sizeof out, "%s run recipes/%s.yaml --set logging.run_dir=%s/r%d", bin, rs[i], dir, i) == 1);
+        CHECK_MSG(strstr(out, "mode: colocated") && strstr(out, "not implemented yet"), "%s: got: %s", rs[i], out);
+    }
+    /* nothing was written for a refused run */
+    struct stat sb;
+    char path[700];
+    snprintf(path, sizeof path, "%s/r0", dir);
+    CHECK(stat(path, &sb) != 0);
+    /* a local run refuses a missing model folder, naming model.path (after the checks that need no weights) */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set logging.run_dir=%s/l",
+                   bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "model.path") && strstr(out, "does not exist"), "got: %s", out);
+}
+
+/* One bad value: the recipe, the --set arguments, and the text the error must contain (the key). */
+typedef struct {
+    const char *recipe, *sets, *want;
+} bad_case;
+
+#define W13 "recipes/wan2.1-t2v-1.3b.yaml"
+#define W5 "recipes/wan2.2-ti2v-5b.yaml"
+#define A14 "recipes/wan2.2-t2v-a14b.yaml"
+#define TINY "recipes/tiny-cpu.yaml"
+
+static const bad_case bad_cases[] = {
+    /* group size: a group of one has advantage 0 and never trains, so G >= 2 */
+    {W13, "--set rollout.samples_per_prompt=1", "rollout.samples_per_prompt"},
+    {W13, "--set rollout.samples_per_prompt=0", "rollout.samples_per_prompt"},
+    /* PPO clip range must be > 0 */
+    {W13, "--set algorithm.clip_range=0", "algorithm.clip_range"},
+    {W13, "--set algorithm.clip_range=-1e-4", "algorithm.clip_range"},
+    /* expert boundary in (0, 1) */
+    {A14, "--set model.boundary_ratio=0", "model.boundary_ratio"},
+    {A14, "--set model.boundary_ratio=1", "model.boundary_ratio"},
+    {A14, "--set model.boundary_ratio=1.5", "model.boundary_ratio"},
+    /* at least 2 denoising steps */
+    {W13, "--set rollout.num_steps=1", "rollout.num_steps"},
+    {W13, "--set rollout.num_steps=0", "rollout.num_steps"},
+    /* frames 4k+1 */
+    {W13, "--set rollout.frames=32", "rollout.frames"},
+    {W5, "--set rollout.frames=35", "rollout.frames"},
+    /* H, W multiples of VAE factor x patch: 16 for the Wan 2.1 VAE, 32 for the Wan 2.2 VAE of the 5B */
+    {W13, "--set rollout.height=472", "rollout.height"},
+    {W13, "--set rollout.width=840", "rollout.width"},
+    {A14, "--set rollout.width=824", "rollout.width"},
+    {W5, "--set rollout.height=496", "rollout.height: must be a multiple of 32"},
+    {W5, "--set rollout.width=848", "rollout.width: must be a multiple of 32"},
+    {W13, "--set model.vae_scale_factor_spatial=12", "model.vae_scale_factor_spatial"},
+    {W13, "--set model.vae_scale_factor_spatial=4", "model.vae_scale_factor_spatial"},
+    /* timestep selection that selects nothing or is out of range for 10 steps */
+    {W13, "--set \"algorithm.timestep_selection=first_fraction 0.05\"", "algorithm.timestep_selection"},
+    {W13, "--set \"algorithm.timestep_selection=first_fraction 1.5\"", "algorithm.timestep_selection"},
+    {W13, "--set \"algorithm.timestep_selection=random_k 0\"", "algorithm.timestep_selection"},
+    {W13, "--set \"algorithm.timestep_selection=random_k 11\"", "algorithm.timestep_selection"},
+    {A14, "--set \"algorithm.timestep_selection=from_range 3 10 2\"", "algorithm.timestep_selection"},
+    {A14, "--set \"algorithm.timestep_selection=from_range 5 3 1\"", "algorithm.timestep_selection"},
+    {W13, "--set \"algorithm.timestep_selection=sometimes\"", "algorithm.timestep_selection"},
+    /* scorer names */
+    {W13, "--set \"reward.scorers=[color_match, aesthetic]\"", "reward.scorers"},
+    /* parallel degrees: sp divides trainer_ranks, ulysses divides sp, sp divides the token count */
+    {W13, "--set parallel.sp=3", "parallel.sp: 3 does not divide parallel.trainer_ranks 8"},
+    {A14, "--set parallel.ulysses_degree=3", "parallel.ulysses_degree: 3 does not divide parallel.sp 4"},
+    {W13, "--set parallel.sp=8 --set rollout.height=496", "parallel.sp: 8 does not divide the video's 14508 tokens"},
+    /* local mode: every degree 1, the factor-8 decoders */
+    {TINY, "--set parallel.trainer_ranks=2", "parallel.trainer_ranks"},
+    {TINY, "--set parallel.sp=2", "parallel.sp"},
+    {TINY, "--set parallel.ulysses_degree=2", "parallel.ulysses_degree"},
+    {TINY, "--set parallel.rollout_workers=2", "parallel.rollout_workers"},
+    {TINY, "--set model.vae_scale_factor_spatial=16", "model.vae_scale_factor_spatial"},
+    /* more prompts per step than the prompt file holds */
+    {W13, "--set rollout.prompts_per_step=49", "rollout.prompts_per_step"},
+};
+
+TEST(recipes_bad_values_named) {
+    const char *bin = test_vgrpo_bin();
+    char out[8192];
+    for (size_t i = 0; i < sizeof bad_cases / sizeof *bad_cases; i++) {
+        const bad_case *c = &bad_cases[i];
+        int rc = test_run(out, sizeof out, "%s run %s --dry-run %s", bin, c->recipe, c->sets);
+        CHECK_MSG(rc == 1, "%s %s: exit %d (want 1): %s", c->recipe, c->sets, rc, out);
+        CHECK_MSG(strstr(out, c->want) != NULL, "%s %s: error lacks \"%s\": %s", c->recipe, c->sets, c->want, out);
+    }
+    /* the same values one step inside the limits pass (the table's refusals are the limits, not the recipes) */
+    const char *ok[][2] = {
+        {W13, "--set rollout.samples_per_prompt=2 --set rollout.num_steps=2 --set \"algorithm.timestep_selection=all\""},
+        {A14, "--set model.boundary_ratio=0.5 --set rollout.frames=5 --set rollout.width=816"},
+        {W5, "--set rollout.height=512 --set rollout.width=864"},
+        {W13, "--set \"algorithm.timestep_selection=first_fraction 0.1\" --set parallel.sp=8 --set rollout.prompts_per_step=48"},
+        {A14, "--set \"algorithm.timestep_selection=from_range 9 9 1\" --set parallel.sp=2 --set parallel.ulysses_degree=1"},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int rc = test_run(out, sizeof out, "%s run %s --dry-run %s", bin, ok[i][0], ok[i][1]);
+        CHECK_MSG(rc == 0, "%s %s: exit %d (want 0): %s", ok[i][0], ok[i][1], rc, out);
+    }
+}

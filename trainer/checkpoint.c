@@ -1,0 +1,671 @@
+/* trainer/checkpoint.c — training checkpoints (see checkpoint.h): folders written under a temporary name, fsync'd
+ * and renamed; weights through model/wan_io.c, Adam moments through the safetensors writer, the trainer state as
+ * JSON (jansson). */
+#include "trainer/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/safetensors.h"
+
+#define STATE_FILE "trainer_state.json"
+#define OPTIM_FILE "optimizer.safetensors"
+#define STATE_FORMAT "vgrpo-trainer-state"
+#define OPTIM_FORMAT "vgrpo-adamw"
+
+void trainer_ckpt_state_free(trainer_ckpt_state *s) {
+    if (!s) return;
+    free(s->config);
+    s->config = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Config text, hash and diff */
+
+char *trainer_ckpt_config_text(const core_cfg_entry *schema, const void *obj, const char *const *free_keys) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return core_error("config text: out of memory"), NULL;
+    int bad = core_config_dump(schema, obj, f);
+    if (fclose(f) || bad) return free(buf), core_error_push("config text: "), NULL;
+    core_cfg_node *root = NULL;
+    bad = core_config_load_string(buf, len, "resolved config", &root);
+    free(buf);
+    if (bad) return NULL;
+    for (int i = 0; free_keys && free_keys[i] && !bad; i++) {
+        char as[512];
+        snprintf(as, sizeof as, "%s=", free_keys[i]);
+        bad = core_config_set(root, as);
+    }
+    buf = NULL, len = 0;
+    if (!bad && !(f = open_memstream(&buf, &len))) bad = core_error("config text: out of memory");
+    if (!bad) {
+        bad = core_config_write_flow(root, f);
+        if (fclose(f)) bad = core_error("config text: write failed");
+    }
+    core_config_free(root);
+    if (bad) return free(buf), NULL;
+    return buf;
+}
+
+uint64_t trainer_ckpt_config_hash(const char *text) { return core_xxh64(text, strlen(text), 0); }
+
+/* Appends s to out[*n..cap) (truncating with "..."). */
+static void append(char *out, size_t cap, size_t *n, const char *s) {
+    if (*n + 1 >= cap) return;
+    size_t room = cap - 1 - *n, l = strlen(s);
+    if (l > room) {
+        memcpy(out + *n, s, room);
+        *n += room;
+        if (cap >= 4) memcpy(out + cap - 4, "...", 3);
+    } else {
+        memcpy(out + *n, s, l);
+        *n += l;
+    }
+    out[*n] = 0;
+}
+
+/* One node as flow text, at most 60 characters ("(absent)" for NULL). */
+static void node_str(const core_cfg_node *n, char *buf, size_t cap) {
+    if (!n) {
+        snprintf(buf, cap, "(absent)");
+        return;
+    }
+    char *s = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&s, &len);
+    if (f) core_config_write_flow(n, f), fclose(f);
+    snprintf(buf, cap, "%.60s%s", s ? s : "?", s && len > 60 ? "..." : "");
+    free(s);
+}
+
+static int nodes_equal(const core_cfg_node *a, const core_cfg_node *b) {
+    if (a->kind != b->kind || a->n != b->n) return 0;
+    if (a->kind == CORE_NODE_SCALAR) {
+        int na = core_config_is_null(a), nb = core_config_is_null(b);
+        if (na || nb) return na && nb;
+        return a->quoted == b->quoted && !strcmp(a->text, b->text);
+    }
+    for (int i = 0; i < a->n; i++) {
+        const core_cfg_node *bi = a->kind == CORE_NODE_MAP ? core_config_child(b, a->keys[i]) : b->items[i];
+        if (!bi || !nodes_equal(a->items[i], bi)) return 0;
+    }
+    return 1;
+}
+
+static void report(const char *path, const core_cfg_node *a, const core_cfg_node *b, char *out, size_t cap,
+                   size_t *n, int *count) {
+    char va[80], vb[80], line[400];
+    node_str(a, va, sizeof va);
+    node_str(b, vb, sizeof vb);
+    snprintf(line, sizeof line, "%s%s (checkpoint %s, now %s)", *count ? ", " : "", path, va, vb);
+    append(out, cap, n, line);
+    (*count)++;
+}
+
+/* Lists the leaves (map keys, whole lists) where a and b differ. */
+static void diff_nodes(const char *path, const core_cfg_node *a, const core_cfg_node *b, char *out, size_t cap,
+                       size_t *n, int *count) {
+    if (a && b && a->kind == CORE_NODE_MAP && b->kind == CORE_NODE_MAP) {
+        char sub[512];
+        for (int i = 0; i < a->n; i++) {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", a->keys[i]);
+            diff_nodes(sub, a->items[i], core_config_child(b, a->keys[i]), out, cap, n, count);
+        }
+        for (int i = 0; i < b->n; i++)
+            if (!core_config_child(a, b->keys[i])) {
+                snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", b->keys[i]);
+                report(sub, NULL, b->items[i], out, cap, n, count);
+            }
+        return;
+    }
+    if (!a || !b || !nodes_equal(a, b)) report(path, a, b, out, cap, n, count);
+}
+
+int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *out, size_t cap) {
+    core_cfg_node *a = NULL, *b = NULL;
+    if (cap) out[0] = 0;
+    if (core_config_load_string(ckpt_text, strlen(ckpt_text), "checkpoint config", &a)) return -1;
+    if (core_config_load_string(now_text, strlen(now_text), "config", &b)) return core_config_free(a), -1;
+    size_t n = 0;
+    int count = 0;
+    diff_nodes("", a, b, out, cap, &n, &count);
+    core_config_free(a);
+    core_config_free(b);
+    return count;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Files and folders */
+
+static int mkdir_p(const char *path) {
+    char buf[TRAINER_CKPT_PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return core_error("%s: path too long", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+    return 0;
+}
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return !stat(path, &sb) && S_ISDIR(sb.st_mode);
+}
+
+static int is_file(const char *path) {
+    struct stat sb;
+    return !stat(path, &sb) && S_ISREG(sb.st_mode);
+}
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p) ? -1 : 0;
+}
+
+/* rm -rf path (absent: fine). */
+static int rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb)) return errno == ENOENT ? 0 : core_error("%s: %s", path, strerror(errno));
+    if (nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS)) return core_error("%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}
+
+static int fsync_path(const char *p) {
+    int fd = open(p, O_RDONLY);
+    if (fd < 0) return core_error("%s: cannot open to fsync: %s", p, strerror(errno));
+    int rc = fsync(fd) ? core_error("%s: fsync failed: %s", p, strerror(errno)) : 0;
+    close(fd);
+    return rc;
+}
+
+static int sync_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)ftw;
+    if (flag == FTW_F || flag == FTW_DP || flag == FTW_D) return (S_ISREG(sb->st_mode) || S_ISDIR(sb->st_mode)) && fsync_path(p) ? -1 : 0;
+    return 0;
+}
+
+/* fsync every file and folder under path (folders after their contents). */
+static int sync_tree(const char *path) {
+    core_error_clear();
+    int rc = nftw(path, sync_cb, 16, FTW_DEPTH | FTW_PHYS);
+    return rc ? (*core_last_error() ? -1 : core_error("%s: fsync walk failed: %s", path, strerror(errno))) : 0;
+}
+
+/* 1 if name is "checkpoint-<1..18 digits>", with the step in *step. */
+static int ckpt_name(const char *name, int64_t *step) {
+    if (strncmp(name, "checkpoint-", 11)) return 0;
+    const char *d = name + 11;
+    size_t l = strlen(d);
+    if (l < 1 || l > 18) return 0;
+    for (size_t i = 0; i < l; i++)
+        if (d[i] < '0' || d[i] > '9') return 0;
+    *step = strtoll(d, NULL, 10);
+    return 1;
+}
+
+/* 1 if name is ".checkpoint-*.tmp". */
+static int tmp_name(const char *name) {
+    size_t l = strlen(name);
+    return !strncmp(name, ".checkpoint-", 12) && l > 16 && !strcmp(name + l - 4, ".tmp");
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int trainer_ckpt_list(const char *dir, int64_t **steps) {
+    *steps = NULL;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : core_error("%s: cannot list: %s", dir, strerror(errno));
+    int n = 0, cap = 0;
+    struct dirent *e;
+    char p[TRAINER_CKPT_PATH_MAX];
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!ckpt_name(e->d_name, &s)) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (!is_dir(p)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *t = realloc(*steps, sizeof(int64_t) * (size_t)cap);
+            if (!t) return closedir(d), free(*steps), *steps = NULL, core_error("out of memory");
+            *steps = t;
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof(int64_t), cmp_i64);
+    return n;
+}
+
+/* Removes every .checkpoint-*.tmp folder in dir. Returns the number removed or -1. */
+static int clean_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : core_error("%s: cannot list: %s", dir, strerror(errno));
+    int n = 0, rc = 0;
+    struct dirent *e;
+    char p[TRAINER_CKPT_PATH_MAX];
+    while ((e = readdir(d)) && !rc)
+        if (tmp_name(e->d_name)) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            rc = rm_tree(p);
+            n++;
+        }
+    closedir(d);
+    return rc ? -1 : n;
+}
+
+int trainer_ckpt_prune(const char *dir, int keep, int64_t spare) {
+    if (keep < 1) return core_error("checkpoint.total_limit: must keep at least 1, got %d", keep);
+    if (clean_tmp(dir) < 0) return -1;
+    int64_t *steps;
+    int n = trainer_ckpt_list(dir, &steps), removed = 0;
+    if (n < 0) return -1;
+    char p[TRAINER_CKPT_PATH_MAX];
+    for (int i = 0; i < n && n - removed > keep; i++) {
+        if (steps[i] == spare) continue;
+        snprintf(p, sizeof p, "%s/checkpoint-%" PRId64, dir, steps[i]);
+        if (rm_tree(p)) return free(steps), -1;
+        removed++;
+    }
+    free(steps);
+    return removed;
+}
+
+int trainer_ckpt_resolve(const char *path, char *out, size_t cap) {
+    char p[TRAINER_CKPT_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return core_error("%s: path too long", path);
+    size_t l = strlen(p);
+    while (l > 1 && p[l - 1] == '/') p[--l] = 0;
+    if (!is_dir(p)) return core_error("%s: no such checkpoint folder", path);
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    int64_t s;
+    char f[TRAINER_CKPT_PATH_MAX + 32];
+    snprintf(f, sizeof f, "%s/" STATE_FILE, p);
+    if (ckpt_name(base, &s) || is_file(f)) {
+        if (snprintf(out, cap, "%s", p) >= (int)cap) return core_error("%s: path too long", p);
+        return 0;
+    }
+    int64_t *steps;
+    int n = trainer_ckpt_list(p, &steps);
+    if (n < 0) return -1;
+    if (n == 0)
+        return core_error("%s: no complete checkpoint (no checkpoint-N folder; .checkpoint-N.tmp folders are "
+                          "incomplete saves)", path);
+    int rc = snprintf(out, cap, "%s/checkpoint-%" PRId64, p, steps[n - 1]) >= (int)cap ? core_error("%s: path too long", p) : 0;
+    free(steps);
+    return rc;
+}
+
+int trainer_ckpt_transformer_dirs(const char *path, char dirs[TRAINER_CKPT_MAX_EXPERTS][TRAINER_CKPT_PATH_MAX]) {
+    char ck[TRAINER_CKPT_PATH_MAX], f[TRAINER_CKPT_PATH_MAX + 64];
+    if (trainer_ckpt_resolve(path, ck, sizeof ck)) return -1;
+    static const char *names[TRAINER_CKPT_MAX_EXPERTS] = {"transformer", "transformer_2"};
+    int n = 0;
+    for (int e = 0; e < TRAINER_CKPT_MAX_EXPERTS; e++) {
+        snprintf(f, sizeof f, "%s/%s", ck, names[e]);
+        if (e > 0 && !is_dir(f)) break;
+        snprintf(f, sizeof f, "%s/%s/config.json", ck, names[e]);
+        if (!is_file(f)) return core_error("%s: missing file %s/config.json", ck, names[e]);
+        snprintf(dirs[e], TRAINER_CKPT_PATH_MAX, "%s/%s", ck, names[e]);
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Save */
+
+static int write_file_sync(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return core_error("%s: cannot create: %s", path, strerror(errno));
+    size_t l = strlen(text);
+    int rc = fwrite(text, 1, l, f) != l || fflush(f) ? core_error("%s: write failed: %s", path, strerror(errno)) : 0;
+    if (!rc && fsync(fileno(f))) rc = core_error("%s: fsync failed: %s", path, strerror(errno));
+    if (fclose(f) && !rc) rc = core_error("%s: close failed: %s", path, strerror(errno));
+    return rc;
+}
+
+static int check_expert(const trainer_ckpt_expert *e) {
+    if (!e->name || !*e->name || strlen(e->name) >= 32 || strchr(e->name, '/'))
+        return core_error("checkpoint: bad expert folder name \"%s\"", e->name ? e->name : "(null)");
+    if (!e->model || !e->opt || !e->model->params || !e->opt->m || !e->opt->v)
+        return core_error("checkpoint: expert %s has no weights or optimizer state", e->name);
+    if (e->opt->n != e->model->layout.numel)
+        return core_error("checkpoint: expert %s: optimizer over %" PRId64 " values, model has %" PRId64, e->name,
+                          e->opt->n, e->model->layout.numel);
+    return 0;
+}
+
+static int check_experts(const trainer_ckpt_expert *ex, int n_ex) {
+    if (n_ex < 1 || n_ex > TRAINER_CKPT_MAX_EXPERTS) return core_error("checkpoint: %d experts (1 or 2)", n_ex);
+    for (int e = 0; e < n_ex; e++)
+        if (check_expert(&ex[e])) return -1;
+    if (n_ex == 2 && !strcmp(ex[0].name, ex[1].name))
+        return core_error("checkpoint: two experts named \"%s\"", ex[0].name);
+    return 0;
+}
+
+static int write_optimizer(const char *path, const trainer_ckpt_expert *ex, int n_ex, const int64_t *steps) {
+    st_writer *w = st_writer_new();
+    if (!w) return -1;
+    int rc = st_writer_set_metadata(w, "format", OPTIM_FORMAT);
+    char name[WAN_NAME_MAX + 64];
+    for (int e = 0; e < n_ex && !rc; e++) {
+        const wan_layout *L = &ex[e].model->layout;
+        for (int j = 0; j < L->count && !rc; j++) {
+            const wan_tensor *t = &L->tensors[j];
+            snprintf(name, sizeof name, "%s/exp_avg/%s", ex[e].name, t->name);
+            rc = st_writer_add(w, name, CORE_F32, t->ndim, t->shape, ex[e].opt->m + t->offset);
+            snprintf(name, sizeof name, "%s/exp_avg_sq/%s", ex[e].name, t->name);
+            if (!rc) rc = st_writer_add(w, name, CORE_F32, t->ndim, t->shape, ex[e].opt->v + t->offset);
+        }
+        snprintf(name, sizeof name, "%s/step", ex[e].name);
+        if (!rc) rc = st_writer_add(w, name, CORE_I64, 0, NULL, &steps[e]);
+    }
+    if (!rc) rc = st_writer_write(w, path);
+    st_writer_free(w);
+    return rc;
+}
+
+static char *state_json(const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex) {
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016" PRIx64, trainer_ckpt_config_hash(st->config));
+    json_t *names = json_array();
+    for (int e = 0; e < n_ex && names; e++) json_array_append_new(names, json_string(ex[e].name));
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:s, s:s}", "format", STATE_FORMAT,
+                          "version", 1, "step", (json_int_t)st->step, "policy_version", (json_int_t)st->policy_version,
+                          "rollout_round", (json_int_t)st->rollout_round, "data_epoch", (json_int_t)st->data_epoch,
+                          "data_position", (json_int_t)st->data_position, "data_size", (json_int_t)st->data_size,
+                          "seed", (json_int_t)st->seed, "experts", names, "config_hash", hash, "config", st->config);
+    if (!o) return core_error("trainer state: out of memory"), NULL;
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s) return core_error("trainer state: out of memory"), NULL;
+    size_t l = strlen(s);
+    char *t = realloc(s, l + 2);
+    if (!t) return free(s), core_error("trainer state: out of memory"), NULL;
+    t[l] = '\n', t[l + 1] = 0;
+    return t;
+}
+
+int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
+                      int total_limit, char *path, size_t path_cap) {
+    if (check_experts(ex, n_ex)) return -1;
+    if (st->step < 0 || !st->config) return core_error("checkpoint: bad state (step %" PRId64 ")", st->step);
+    char tmp[TRAINER_CKPT_PATH_MAX], fin[TRAINER_CKPT_PATH_MAX], old[TRAINER_CKPT_PATH_MAX], p[TRAINER_CKPT_PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s/.checkpoint-%" PRId64 ".tmp", dir, st->step) >= (int)sizeof tmp - 64)
+        return core_error("%s: path too long", dir);
+    snprintf(fin, sizeof fin, "%s/checkpoint-%" PRId64, dir, st->step);
+    snprintf(old, sizeof old, "%s/.checkpoint-%" PRId64 ".old.tmp", dir, st->step);
+    if (mkdir_p(dir) || clean_tmp(dir) < 0) return -1;
+    if (mkdir(tmp, 0777)) return core_error("%s: cannot create folder: %s", tmp, strerror(errno));
+    int64_t steps[TRAINER_CKPT_MAX_EXPERTS];
+    char *js = NULL;
+    int rc = -1;
+    for (int e = 0; e < n_ex; e++) {
+        snprintf(p, sizeof p, "%s/%s", tmp, ex[e].name);
+        if (wan_model_save(ex[e].model, p)) goto fail;
+        steps[e] = ex[e].opt->step;
+    }
+    snprintf(p, sizeof p, "%s/" OPTIM_FILE, tmp);
+    if (write_optimizer(p, ex, n_ex, steps)) goto fail;
+    snprintf(p, sizeof p, "%s/" STATE_FILE, tmp);
+    if (!(js = state_json(st, ex, n_ex)) || write_file_sync(p, js)) goto fail;
+    if (sync_tree(tmp)) goto fail;
+    if (is_dir(fin) && rename(fin, old)) {
+        core_error("%s: cannot move the previous checkpoint aside: %s", fin, strerror(errno));
+        goto fail;
+    }
+    if (rename(tmp, fin)) {
+        core_error("%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
+        if (is_dir(old)) rename(old, fin); /* put the previous checkpoint back */
+        goto fail;
+    }
+    if (fsync_path(dir) || rm_tree(old)) goto done;
+    if (total_limit > 0 && trainer_ckpt_prune(dir, total_limit, st->step) < 0) goto done;
+    if (path && snprintf(path, path_cap, "%s", fin) >= (int)path_cap) {
+        core_error("%s: path too long", fin);
+        goto done;
+    }
+    rc = 0;
+    goto done;
+fail:
+    core_error_push("saving checkpoint %s: ", fin);
+    rm_tree(tmp);
+done:
+    free(js);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Load */
+
+static int get_i64(json_t *o, const char *key, int64_t *out, const char *path) {
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return core_error("%s: field \"%s\": expected a non-negative integer", path, key);
+    *out = (int64_t)json_integer_value(v);
+    return 0;
+}
+
+int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st) {
+    memset(st, 0, sizeof *st);
+    char path[TRAINER_CKPT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/" STATE_FILE, ckpt);
+    if (!is_file(path)) return core_error("%s: missing file " STATE_FILE " (incomplete checkpoint)", ckpt);
+    json_t *o = core_json_load_object(path);
+    if (!o) return -1;
+    int rc = -1;
+    json_t *v = json_object_get(o, "format");
+    if (!json_is_string(v) || strcmp(json_string_value(v), STATE_FORMAT)) {
+        core_error("%s: field \"format\": expected \"" STATE_FORMAT "\"", path);
+        goto done;
+    }
+    v = json_object_get(o, "version");
+    if (!json_is_integer(v) || json_integer_value(v) != 1) {
+        core_error("%s: field \"version\": expected 1 (written by another vgrpo version?)", path);
+        goto done;
+    }
+    if (get_i64(o, "step", &st->step, path) || get_i64(o, "policy_version", &st->policy_version, path) ||
+        get_i64(o, "rollout_round", &st->rollout_round, path) || get_i64(o, "data_epoch", &st->data_epoch, path) ||
+        get_i64(o, "data_position", &st->data_position, path) || get_i64(o, "data_size", &st->data_size, path) ||
+        get_i64(o, "seed", &st->seed, path))
+        goto done;
+    v = json_object_get(o, "experts");
+    if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > TRAINER_CKPT_MAX_EXPERTS) {
+        core_error("%s: field \"experts\": expected a list of 1 or 2 folder names", path);
+        goto done;
+    }
+    st->n_experts = (int)json_array_size(v);
+    for (int e = 0; e < st->n_experts; e++) {
+        json_t *s = json_array_get(v, (size_t)e);
+        if (!json_is_string(s) || !*json_string_value(s) || strlen(json_string_value(s)) >= 32 ||
+            strchr(json_string_value(s), '/')) {
+            core_error("%s: field \"experts\": entry %d is not a folder name", path, e);
+            goto done;
+        }
+        snprintf(st->experts[e], sizeof st->experts[e], "%s", json_string_value(s));
+    }
+    json_t *h = json_object_get(o, "config_hash"), *c = json_object_get(o, "config");
+    char *end = NULL;
+    if (!json_is_string(h) || strlen(json_string_value(h)) != 16 ||
+        (st->config_hash = strtoull(json_string_value(h), &end, 16), *end)) {
+        core_error("%s: field \"config_hash\": expected 16 hex digits", path);
+        goto done;
+    }
+    if (!json_is_string(c) || !(st->config = strdup(json_string_value(c)))) {
+        core_error("%s: field \"config\": expected a string", path);
+        goto done;
+    }
+    if (trainer_ckpt_config_hash(st->config) != st->config_hash) {
+        core_error("%s: config_hash %016" PRIx64 " is not the hash of its config text (%016" PRIx64 "; edited file?)",
+                   path, st->config_hash, trainer_ckpt_config_hash(st->config));
+        goto done;
+    }
+    rc = 0;
+done:
+    json_decref(o);
+    if (rc) trainer_ckpt_state_free(st);
+    return rc;
+}
+
+/* Checks that every file of the checkpoint is present, naming the first missing one. */
+static int check_files(const char *ckpt, const trainer_ckpt_expert *ex, int n_ex) {
+    char p[TRAINER_CKPT_PATH_MAX + 128];
+    static const char *top[] = {STATE_FILE, OPTIM_FILE};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", ckpt, top[i]);
+        if (!is_file(p)) return core_error("%s: missing file %s (incomplete checkpoint)", ckpt, top[i]);
+    }
+    for (int e = 0; e < n_ex; e++) {
+        snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);
+        if (!is_file(p)) return core_error("%s: missing file %s/config.json (incomplete checkpoint)", ckpt, ex[e].name);
+        snprintf(p, sizeof p, "%s/%s/diffusion_pytorch_model.safetensors", ckpt, ex[e].name);
+        int single = is_file(p);
+        snprintf(p, sizeof p, "%s/%s/diffusion_pytorch_model.safetensors.index.json", ckpt, ex[e].name);
+        if (!single && !is_file(p))
+            return core_error("%s: missing file %s/diffusion_pytorch_model.safetensors (incomplete checkpoint)", ckpt,
+                              ex[e].name);
+    }
+    return 0;
+}
+
+/* Validates optimizer.safetensors against the experts' layouts: names, dtypes, shapes, nothing extra. */
+static int check_optimizer(const st_file *f, const trainer_ckpt_expert *ex, int n_ex) {
+    const char *path = st_label(f);
+    for (int i = 0; i < st_count(f); i++) {
+        const st_info *t = st_info_at(f, i);
+        const char *slash = strchr(t->name, '/');
+        int ok = 0;
+        for (int e = 0; e < n_ex && slash && !ok; e++) {
+            size_t l = strlen(ex[e].name);
+            if ((size_t)(slash - t->name) != l || strncmp(t->name, ex[e].name, l)) continue;
+            const char *rest = slash + 1, *pname = NULL;
+            if (!strcmp(rest, "step")) {
+                if (t->dtype != CORE_I64 || t->ndim != 0)
+                    return core_error("%s: tensor \"%s\": expected an I64 scalar", path, t->name);
+                ok = 1;
+                break;
+            }
+            if (!strncmp(rest, "exp_avg/", 8)) pname = rest + 8;
+            else if (!strncmp(rest, "exp_avg_sq/", 11)) pname = rest + 11;
+            int j = pname ? wan_layout_find(&ex[e].model->layout, pname) : -1;
+            if (j < 0) break;
+            const wan_tensor *w = &ex[e].model->layout.tensors[j];
+            int same = t->ndim == w->ndim && t->dtype == CORE_F32;
+            for (int d = 0; same && d < w->ndim; d++) same = t->shape[d] == w->shape[d];
+            if (!same) return core_error("%s: tensor \"%s\": expected F32 with the parameter's shape", path, t->name);
+            ok = 1;
+        }
+        if (!ok) return core_error("%s: unexpected tensor \"%s\" (not an optimizer state of this model)", path, t->name);
+    }
+    char name[WAN_NAME_MAX + 64];
+    static const char *kinds[2] = {"exp_avg", "exp_avg_sq"};
+    for (int e = 0; e < n_ex; e++) {
+        snprintf(name, sizeof name, "%s/step", ex[e].name);
+        if (st_find(f, name) < 0) return core_error("%s: missing tensor \"%s\"", path, name);
+        const wan_layout *L = &ex[e].model->layout;
+        for (int j = 0; j < L->count; j++)
+            for (int k = 0; k < 2; k++) {
+                snprintf(name, sizeof name, "%s/%s/%s", ex[e].name, kinds[k], L->tensors[j].name);
+                if (st_find(f, name) < 0) return core_error("%s: missing tensor \"%s\"", path, name);
+            }
+    }
+    return 0;
+}
+
+int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex, int n_ex,
+                      trainer_ckpt_state *st) {
+    memset(st, 0, sizeof *st);
+    if (check_experts(ex, n_ex)) return -1;
+    if (trainer_ckpt_read_state(ckpt, st)) return -1;
+    char p[TRAINER_CKPT_PATH_MAX + 128];
+    st_file *f = NULL;
+    int rc = -1;
+    const char *base = strrchr(ckpt, '/');
+    int64_t named;
+    base = base ? base + 1 : ckpt;
+    if (ckpt_name(base, &named) && named != st->step) {
+        core_error("%s/" STATE_FILE ": step %" PRId64 " but the folder is named %s", ckpt, st->step, base);
+        goto done;
+    }
+    int same = st->n_experts == n_ex;
+    for (int e = 0; e < n_ex && same; e++) same = !strcmp(st->experts[e], ex[e].name);
+    if (!same) {
+        core_error("%s/" STATE_FILE ": the checkpoint has %d expert(s) (%s%s%s), this run %d (%s%s%s)", ckpt,
+                   st->n_experts, st->experts[0], st->n_experts > 1 ? ", " : "", st->n_experts > 1 ? st->experts[1] : "",
+                   n_ex, ex[0].name, n_ex > 1 ? ", " : "", n_ex > 1 ? ex[1].name : "");
+        goto done;
+    }
+    if (check_files(ckpt, ex, n_ex)) goto done;
+    if (config_text) {
+        const uint64_t h = trainer_ckpt_config_hash(config_text);
+        if (h != st->config_hash) {
+            char diff[1024];
+            int n = trainer_ckpt_config_diff(st->config, config_text, diff, sizeof diff);
+            core_error("%s: the recipe differs from the checkpoint's (config hash %016" PRIx64 " vs checkpoint %016" PRIx64
+                       ")%s%s", ckpt, h, st->config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
+            goto done;
+        }
+    }
+    for (int e = 0; e < n_ex; e++) {
+        snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);
+        wan_config c;
+        if (wan_config_load(&c, p)) goto done;
+        if (!wan_config_equal(&c, &ex[e].model->cfg)) {
+            core_error("%s: the transformer config differs from the run's model (%s)", p, "model.path");
+            goto done;
+        }
+    }
+    snprintf(p, sizeof p, "%s/" OPTIM_FILE, ckpt);
+    if (!(f = st_open(p)) || check_optimizer(f, ex, n_ex)) goto done;
+    for (int e = 0; e < n_ex; e++) {
+        snprintf(p, sizeof p, "%s/%s", ckpt, ex[e].name);
+        if (wan_model_load_weights(ex[e].model, p)) goto done;
+        char name[WAN_NAME_MAX + 64];
+        const wan_layout *L = &ex[e].model->layout;
+        for (int j = 0; j < L->count; j++) {
+            const wan_tensor *t = &L->tensors[j];
+            snprintf(name, sizeof name, "%s/exp_avg/%s", ex[e].name, t->name);
+            if (st_read_f32(f, name, ex[e].opt->m + t->offset, t->numel)) goto done;
+            snprintf(name, sizeof name, "%s/exp_avg_sq/%s", ex[e].name, t->name);
+            if (st_read_f32(f, name, ex[e].opt->v + t->offset, t->numel)) goto done;
+        }
+        snprintf(name, sizeof name, "%s/step", ex[e].name);
+        core_tensor s;
+        if (st_get(f, name, &s)) goto done;
+        int64_t step;
+        memcpy(&step, s.data, sizeof step);
+        core_tensor_free(&s);
+        if (step < 0) {
+            core_error("%s: tensor \"%s\" is negative (%" PRId64 ")", st_label(f), name, step);
+            goto done;
+        }
+        ex[e].opt->step = step;
+    }
+    rc = 0;
+done:
+    st_close(f);
+    if (rc) trainer_ckpt_state_free(st);
+    return rc;
+}

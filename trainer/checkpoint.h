@@ -1,0 +1,133 @@
+/* trainer/checkpoint.h — training checkpoints: save, validate and load, list, prune, find the latest
+ * (DESIGN.md section 7). A checkpoint is a folder `checkpoint-N` (N = GRPO steps completed) holding:
+ *
+ *   transformer/, transformer_2/   one per expert, diffusers layout (config.json + diffusion_pytorch_model.safetensors,
+ *                                  F32), written by wan_model_save: WanTransformer3DModel.from_pretrained loads them,
+ *                                  and so does wan_model_load
+ *   optimizer.safetensors          AdamW state per expert E and parameter P (names as the state_dict's):
+ *                                  "E/exp_avg/P" and "E/exp_avg_sq/P" (m and v, F32, the parameter's shape; torch's
+ *                                  names) and "E/step" (I64, shape []: optimizer steps completed);
+ *                                  __metadata__ {"format": "vgrpo-adamw"}. Weights are F32 already, so there are no
+ *                                  separate master weights.
+ *   trainer_state.json             {"format": "vgrpo-trainer-state", "version": 1,
+ *                                   "step": N, "policy_version": V, "rollout_round": R,
+ *                                   "data_epoch": E, "data_position": P, "data_size": D, "seed": S,
+ *                                   "experts": ["transformer", ...],
+ *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>"}
+ *                                  step: GRPO steps completed; policy_version: optimizer steps completed; rollout_round:
+ *                                  the next rollout round (the uid base of the next batch: every random stream is
+ *                                  counter-based Philox, so this and the seed are the whole RNG state);
+ *                                  data_*: the prompt sampler's epoch, prompts of that epoch already drawn, and the
+ *                                  number of prompts (a changed prompt file is refused); config_hash: xxh64 (seed 0)
+ *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
+ *                                  names the keys that differ.
+ *
+ * Atomicity: a checkpoint is written under `.checkpoint-N.tmp` in the same folder; every file and folder in it is
+ * fsync'd, the folder is renamed to `checkpoint-N`, and the parent folder is fsync'd. A folder named checkpoint-N is
+ * therefore complete; `.checkpoint-*.tmp` folders (a crash mid-save) are never read and are removed by the next save.
+ * One process saves into a folder at a time. The rolling limit removes the oldest complete checkpoints (by step) only
+ * after the new one is in place. */
+#ifndef TRAINER_CHECKPOINT_H
+#define TRAINER_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "model/wan_dit.h"
+#include "trainer/optim.h"
+
+#define TRAINER_CKPT_MAX_EXPERTS 2
+#define TRAINER_CKPT_PATH_MAX 4096
+
+/* One expert: its folder name ("transformer" or "transformer_2"), weights and optimizer state. The optimizer is over
+ * the model's flat parameters: opt->n == model->layout.numel, m and v in the layout's order. */
+typedef struct {
+    const char *name;
+    wan_model *model;
+    optim_adamw *opt;
+} trainer_ckpt_expert;
+
+/* What trainer_state.json holds (see the top comment). config: NUL-terminated canonical config text; borrowed by
+ * trainer_ckpt_save, owned (malloc) after trainer_ckpt_read_state / trainer_ckpt_load (trainer_ckpt_state_free). */
+typedef struct {
+    int64_t step;
+    int64_t policy_version;
+    int64_t rollout_round;
+    int64_t data_epoch, data_position, data_size;
+    int64_t seed;
+    int n_experts;
+    char experts[TRAINER_CKPT_MAX_EXPERTS][32];
+    uint64_t config_hash;
+    char *config;
+} trainer_ckpt_state;
+
+void trainer_ckpt_state_free(trainer_ckpt_state *s);
+
+/* ---- config hash ---- */
+
+/* The canonical config text of a resolved config: core_config_dump(schema, obj) read back, every key of free_keys
+ * (NULL-terminated dotted paths: keys that may change on resume) set to null, written as one line of YAML flow text.
+ * Returns malloc'd text, or NULL with an error. */
+char *trainer_ckpt_config_text(const core_cfg_entry *schema, const void *obj, const char *const *free_keys);
+/* xxh64 (seed 0) of the text's bytes. */
+uint64_t trainer_ckpt_config_hash(const char *text);
+/* Writes into out (cap bytes) the dotted keys whose values differ between two config texts, with both values:
+ * "optim.lr (checkpoint 0.0005, now 0.001), rollout.eta (...)". Returns the number of differing keys (0: the same
+ * tree), or -1 when a text does not parse. */
+int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *out, size_t cap);
+
+/* ---- save ---- */
+
+/* Writes dir/checkpoint-<st->step> atomically (see the top comment): the experts' folders, optimizer.safetensors,
+ * trainer_state.json (config_hash is computed here from st->config; st->n_experts/experts are taken from ex).
+ * dir is created if missing; leftover `.checkpoint-*.tmp` folders in dir are removed first; an existing
+ * checkpoint-N is replaced (after the new one is complete). Then, when total_limit > 0, the oldest complete
+ * checkpoints beyond total_limit are removed (never the one just written). path (may be NULL) receives the
+ * checkpoint's folder. Returns 0, or -1 naming the file or folder that failed (the temporary folder is removed). */
+int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
+                      int total_limit, char *path, size_t path_cap);
+
+/* ---- find, list, prune ---- */
+
+/* The steps of the complete checkpoints in dir (folders named checkpoint-<digits>), ascending, in *steps (malloc'd,
+ * caller frees; NULL when none). Returns the count (0 when dir is missing or holds none), or -1 (unreadable dir,
+ * out of memory). */
+int trainer_ckpt_list(const char *dir, int64_t **steps);
+
+/* Removes the oldest complete checkpoints of dir until at most keep remain (keep >= 1), never the one at step
+ * `spare` (-1: none), and every `.checkpoint-*.tmp` folder. Returns the number removed, or -1 naming the folder. */
+int trainer_ckpt_prune(const char *dir, int keep, int64_t spare);
+
+/* Resolves `path` to one checkpoint folder into out: a folder named checkpoint-<digits> (or one holding
+ * trainer_state.json) is itself; any other folder means its latest complete checkpoint (highest step).
+ * -1 when path does not exist or holds no checkpoint-N folder. */
+int trainer_ckpt_resolve(const char *path, char *out, size_t cap);
+
+/* For `vgrpo eval --checkpoint DIR`: resolves DIR (trainer_ckpt_resolve) and writes the transformer folder paths
+ * into dirs[0] ("<ckpt>/transformer") and, for a two-expert checkpoint, dirs[1] ("<ckpt>/transformer_2").
+ * Returns the number of experts (1 or 2), or -1 (no checkpoint, a missing transformer/config.json). */
+int trainer_ckpt_transformer_dirs(const char *path, char dirs[TRAINER_CKPT_MAX_EXPERTS][TRAINER_CKPT_PATH_MAX]);
+
+/* ---- load ---- */
+
+/* Reads ckpt/trainer_state.json into st (validated: every field present with its type, step/policy/round/data
+ * fields >= 0, config_hash equal to the hash of config). -1 naming the file and field. */
+int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st);
+
+/* Loads checkpoint folder ckpt into the experts ex[0..n_ex) (models initialised with their config; opt allocated
+ * with n == layout.numel) and st. Checks, each error naming the file (and tensor / key):
+ *   every file present (trainer_state.json, optimizer.safetensors, <expert>/config.json, the weights): "missing
+ *   file"; the checkpoint's experts are exactly ex's names in order; when config_text is not NULL, the config hash
+ *   equals trainer_ckpt_config_hash(config_text), else the error lists the differing keys (trainer_ckpt_config_diff)
+ *   and both hashes; <expert>/config.json equals the model's config; every weight tensor by name and shape
+ *   (wan_model_load_weights); optimizer.safetensors: every m and v tensor present, F32, with the parameter's shape,
+ *   no extra tensor, E/step an I64 scalar >= 0. Truncated files are refused by the readers, naming the file.
+ * The state, the config, the file list and optimizer.safetensors are validated before anything is overwritten, each
+ * expert's weights before they are read; a load that fails later (a second expert's bad tensor, an I/O error) may
+ * leave the models and optimizers partly overwritten: the caller must not train on them. On success st owns its
+ * config text; on failure st holds nothing to free. */
+int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex, int n_ex,
+                      trainer_ckpt_state *st);
+
+#endif

@@ -1,0 +1,60 @@
+/* trainer/controller.h — the controller's side of the controller <-> rollout worker channel (DESIGN.md section 3,
+ * reward/PROTOCOL.md section 8): a ROUTER that the workers (rollout/worker.h) connect to, the registry of workers
+ * from their `hello`, rollouts spread over the workers in chunks, weight syncs with per-tensor and whole-model
+ * xxh64 checked on both sides, and shutdown. Used by `vgrpo eval`, `vgrpo trainer` (rank 0) and `vgrpo parity`.
+ *
+ * Every wait polls `abort_check` (when set) every 100 ms: a non-zero return stops the wait with an error (the
+ * supervisor's "a child exited" or a signal), so a dead worker never hangs the controller. */
+#ifndef TRAINER_CONTROLLER_H
+#define TRAINER_CONTROLLER_H
+
+#include <stdint.h>
+
+#include "core/wire_rollout.h"
+#include "model/wan_dit.h"
+
+#define CTL_MAX_WORKERS 64
+
+typedef struct ctl_server ctl_server;
+
+/* Returns non-zero (with core_error set to the reason) when the controller must stop waiting. */
+typedef int (*ctl_abort_fn)(void *ctx);
+
+/* Called once per finished chunk with its results (in sample order) and, when the request asked for videos, the
+ * videos [n, vshape] U8 (borrowed for the call). Non-zero aborts the rollout. */
+typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
+                            const uint8_t *videos, const int64_t vshape[4]);
+
+/* Binds a ROUTER at endpoint. NULL with core_error when it cannot. */
+ctl_server *ctl_open(const char *endpoint, ctl_abort_fn abort_check, void *abort_ctx);
+void ctl_close(ctl_server *c);
+
+/* Waits up to timeout_s for n workers' hello {client, policy_version, model_xxh64, experts}. -1 with core_error
+ * (time-out naming how many came, abort, a hello without client id or model hash). */
+int ctl_wait_workers(ctl_server *c, int n, double timeout_s);
+
+/* Number of workers and their client ids. */
+int ctl_n_workers(const ctl_server *c);
+const char *ctl_worker_id(const ctl_server *c, int w);
+/* The hash and version a worker reported in its hello (for start-up checks). */
+uint64_t ctl_worker_hello_hash(const ctl_server *c, int w);
+
+/* Runs samples[0..n) through the workers: chunks of `chunk` samples, each a rollout_request built from tmpl
+ * (policy_version, stream, eta, return flags; tmpl->samples and n ignored), handed to idle workers in order. Results
+ * land in res[0..n) in sample order (core_traj_free each .traj); on_chunk (may be NULL) sees each chunk as it
+ * arrives. Errors (-1): a worker's error reply (named with its reason), a malformed or mismatched reply, a time-out
+ * of timeout_s for one chunk, an abort. On error res holds nothing to free. */
+int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_rollout_sample *samples, int n, int chunk,
+                double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx);
+
+/* Pushes the weights of the experts with send[e] != 0 to every worker as policy `version` (weights_begin,
+ * weights_tensor per tensor with its xxh64, weights_end with the whole-model hash of all n_experts experts) and
+ * waits for every weights_ack. *hash_match = 1 when every worker's hash equals the controller's. Errors (-1): a
+ * worker's refusal (its reason), an ack with another hash (names the worker and both hashes), a time-out, abort. */
+int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                     int64_t version, double timeout_s, int *hash_match);
+
+/* Sends `shutdown` to every worker and waits up to timeout_s for their replies. */
+void ctl_shutdown(ctl_server *c, double timeout_s);
+
+#endif
