@@ -8,17 +8,23 @@ OPT      ?= -O3 -march=native
 # OpenBLAS: the OpenMP build, named explicitly so the Debian alternatives setting cannot swap in the pthread one.
 BLAS_INC := /usr/include/x86_64-linux-gnu/openblas-openmp
 BLAS_LIB := /usr/lib/x86_64-linux-gnu/openblas-openmp
-CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(EXTRA_CFLAGS)
-LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lzmq -lm $(EXTRA_LDLIBS)
+# --- MPI (sp/: sequence-parallel collectives; OpenMPI, Debian libopenmpi-dev): flags from the mpicc wrapper ---
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+# --- end MPI ---
+CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lzmq $(MPI_LIBS) -lm $(EXTRA_LDLIBS)
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
 LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c model/*.c sp/*.c rollout/*.c reward/*.c trainer/*.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
+MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+MPI_TEST_OBJ := $(MPI_TEST_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all test test-slow asan bench fuzz deps clean demo
 all: $(BUILD)/vgrpo
@@ -40,21 +46,25 @@ $(BUILD)/vgrpo: $(CLI_OBJ) $(BUILD)/libvgrpo.a
 $(BUILD)/vgrpo_tests: $(TEST_OBJ) $(BUILD)/libvgrpo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
 
+# Multi-rank test programs (tests/mpi/), one binary, case name as argv[1]; tests/test_sp.c runs it under mpirun.
+$(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
+	$(CC) $(LDFLAGS) -o $@ $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
+
 # The suite: unit, fixture-parity and end-to-end tests in one runner; prints `N passed, N failed`.
 test: deps
-	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests
-	VGRPO_BIN=$(BUILD)/vgrpo $(BUILD)/vgrpo_tests
+	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
+	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests
 
 # Slow suites (learning runs, long multi-rank runs); CI does not run these.
 test-slow: deps
-	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests
-	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_SLOW=1 $(BUILD)/vgrpo_tests
+	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
+	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_SLOW=1 $(BUILD)/vgrpo_tests
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build folder.
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -march=native -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/vgrpo build-asan/vgrpo_tests
-	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_ASAN=1 build-asan/vgrpo_tests
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/vgrpo build-asan/vgrpo_tests build-asan/vgrpo_mpi_tests
+	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_MPI_TESTS=build-asan/vgrpo_mpi_tests VGRPO_ASAN=1 build-asan/vgrpo_tests
 
 # The demo: a tiny random Wan pipeline (made once) and GRPO on it in one process (recipes/tiny-cpu.yaml).
 demo: deps
@@ -87,4 +97,4 @@ fuzz: deps
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d)

@@ -1,0 +1,85 @@
+/* sp/comm.h — the collectives sequence parallelism needs, behind one interface.
+ *
+ * An sp_comm is a group of ranks with a table of operations. Two implementations exist now:
+ *   - MPI on host (CPU) memory (sp_comm_mpi_world, sp/comm_mpi.c), the trainer's CPU path and the tests;
+ *   - "self", a group of one rank (sp_comm_self), so sp = 1 runs the same code without MPI.
+ * A later NCCL implementation fills the same table (device pointers, a stream in impl) and is split from an MPI
+ * communicator the same way. Callers only use the sp_comm_* functions below, never MPI directly.
+ *
+ * Conventions:
+ * - Buffers hold `count` elements of `dtype` (counts are elements, not bytes). For the collectives with one block
+ *   per rank (all-to-all, all-gather, reduce-scatter) `count` is the size of ONE block and the big buffer holds
+ *   size * count elements, block r for rank r.
+ * - Reductions are sums, F32 only. An implementation must be deterministic: the same inputs on the same group give
+ *   bit-identical results, run after run (OpenMPI's reduction algorithm is fixed for a given group size and count).
+ * - Every function returns 0, or -1 with core_error naming the operation, the group and the cause. A failure is
+ *   not recoverable on the group (peers may be blocked); the caller reports and exits.
+ * - Every call is collective over the group except sendrecv, which pairs with the matching sendrecv of the peers.
+ */
+#ifndef SP_COMM_H
+#define SP_COMM_H
+
+#include <stddef.h>
+
+typedef enum { SP_F32 = 0, SP_I64 = 1, SP_U8 = 2 } sp_dtype;
+
+/* Bytes of one element of dtype (0 for an unknown value). */
+size_t sp_dtype_size(sp_dtype dtype);
+
+typedef struct sp_comm sp_comm;
+
+/* The operation table an implementation fills. Arguments as in the sp_comm_* wrappers below (which check the
+ * common preconditions first, so implementations can assume count sizes fit and ranks are in range). */
+typedef struct sp_comm_ops {
+    int (*all_to_all)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+    int (*sendrecv)(sp_comm *c, const void *send, size_t send_count, int dest, void *recv, size_t recv_count,
+                    int source, sp_dtype dtype);
+    int (*all_gather)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+    int (*reduce_scatter)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+    int (*all_reduce)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+    int (*barrier)(sp_comm *c);
+    int (*split)(sp_comm *c, int colour, int key, const char *name, sp_comm **out);
+    void (*destroy)(sp_comm *c);
+} sp_comm_ops;
+
+struct sp_comm {
+    const sp_comm_ops *ops;
+    int rank;          /* this rank within the group */
+    int size;          /* ranks in the group */
+    char name[48];     /* for messages: "world", "ulysses", "ring", ... */
+    void *impl;        /* implementation state (an MPI_Comm, later an ncclComm_t + stream) */
+};
+
+/* A group of one rank on host memory: all-to-all, all-gather, reduce-scatter and all-reduce copy send to recv,
+ * sendrecv with itself copies, split returns another self group. Returns NULL only when out of memory. */
+sp_comm *sp_comm_self(const char *name);
+
+/* MPI: initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED; a no-op when already initialised) and returns the
+ * world group: a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so failures come back as -1. argc/argv may
+ * be NULL. -1 with core_error. */
+int sp_comm_mpi_world(int *argc, char ***argv, sp_comm **out);
+/* MPI_Finalize if MPI is initialised and not finalised. Call after destroying every sp_comm. */
+void sp_comm_mpi_finalize(void);
+
+/* all-to-all: send holds size blocks of count elements, block j goes to rank j; recv gets block i from rank i
+ * (the block this rank sent itself is copied). send and recv must not overlap. */
+int sp_comm_all_to_all(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+/* Sends send_count elements to dest and receives recv_count elements from source at the same time (a ring shift
+ * when every rank sends to rank+1 and receives from rank-1). dest == source == rank copies. No overlap. */
+int sp_comm_sendrecv(sp_comm *c, const void *send, size_t send_count, int dest, void *recv, size_t recv_count,
+                     int source, sp_dtype dtype);
+/* all-gather: recv [size * count] gets rank i's send [count] as block i. */
+int sp_comm_all_gather(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+/* reduce-scatter (sum, F32): send [size * count]; recv [count] = sum over ranks of their block `rank`. */
+int sp_comm_reduce_scatter(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+/* all-reduce (sum, F32): recv [count] = sum over ranks of send; send == recv reduces in place. */
+int sp_comm_all_reduce(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
+int sp_comm_barrier(sp_comm *c);
+/* Splits c: ranks passing the same colour (>= 0) form one new group, ordered by key (ties by rank in c). The new
+ * group is named `name` (NULL: c's name). Collective over c. */
+int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out);
+/* Frees c (NULL allowed). For MPI this is MPI_Comm_free, collective over the group (the world group too: it is a
+ * duplicate of MPI_COMM_WORLD). */
+void sp_comm_destroy(sp_comm *c);
+
+#endif
