@@ -8,6 +8,8 @@
  *     over the best sgemm figure (target: >= 0.5). Each figure is the median of several timed runs after one
  *     warm-up run.
  *
+ *   vgrpo bench reward [--scorers LIST] [--videos N] [--threads T] ...: reward-server videos/s (cli/bench_reward.c).
+ *
  * New benchmarks (`vgrpo bench dit`, ...) are one entry in the `benches` table. Exit status: 0, 1 on failure
  * (out of memory), 2 on a usage error. Benchmarks are commands, never timed tests (DESIGN.md section 9). */
 #include <cblas.h>
@@ -41,7 +43,12 @@ static const bench benches[] = {
     {"dit", bench_dit, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
     {"vae", bench_vae, "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory"},
     {"umt5", bench_umt5, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms"},
+    /* Own options (--scorers, --videos, --threads: the server's, --batch, --inflight): dispatched before parsing. */
+    {"reward", NULL, "reward-server throughput, videos/s, batched and unbatched (`vgrpo bench reward --help`)"},
 };
+
+/* `vgrpo bench reward`: cli/bench_reward.c; argv[0] is "reward". */
+int cmd_bench_reward(int argc, char **argv);
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo bench <name> [--threads N] [--quick]\n\nbenchmarks:\n");
@@ -266,6 +273,7 @@ int cmd_bench(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (!b->fn) return cmd_bench_reward(argc - 1, argv + 1);
     bench_opts o = {0, 0};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) {

@@ -1,11 +1,12 @@
-/* cli/cmd_init_model.c — `vgrpo init-model --preset P --out DIR [--seed N] [--force]`: writes a pipeline folder in
- * diffusers' WanPipeline layout.
+/* cli/cmd_init_model.c — `vgrpo init-model --preset P --out DIR [--seed N] [--experts 1|2] [--force]`: writes a
+ * pipeline folder in diffusers' WanPipeline layout.
  *
  *   DIR/model_index.json     {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
  *                             "transformer_2": [...] or [null, null], "boundary_ratio": 0.875 or null,
  *                             "expand_timesteps": true for wan2.2-ti2v-5b, ...}
  *   DIR/transformer/         config.json (+ diffusion_pytorch_model.safetensors for `tiny`)
- *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only)
+ *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only), or of `tiny --experts 2`
+ *                            (random weights from seed + 1; a two-expert test model, boundary_ratio 0.875)
  *   DIR/latent_rgb.safetensors  `tiny` only: the fixed latent-to-RGB map standing in for the VAE
  *                            (model/latent_rgb.h; a vgrpo file, not a diffusers component, so not in model_index)
  *   DIR/text_encoder/, DIR/tokenizer/, DIR/vae/  `tiny` only: a random umT5 encoder (d_model = the DiT's
@@ -34,7 +35,7 @@
 #include "model/wan_dit.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo init-model --preset P --out DIR [--seed N] [--force]\n\n"
+    fprintf(f, "usage: vgrpo init-model --preset P --out DIR [--seed N] [--experts 1|2] [--force]\n\n"
                "Writes a Wan pipeline folder (diffusers WanPipeline layout) for preset P:\n");
     for (const char *const *p = wan_preset_names(); *p; p++)
         fprintf(f, "  %-16s %s\n", *p,
@@ -42,6 +43,7 @@ static void usage(FILE *f) {
                 : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
                                      : "config only (no weights)");
     fprintf(f, "\n  --seed N   seed of the tiny preset's random weights (default 0)\n"
+               "  --experts 2  tiny only: also write transformer_2/ (seed + 1), a two-expert model as Wan 2.2 A14B\n"
                "  --force    replace an earlier init-model's files in DIR (other files are kept)\n");
 }
 
@@ -130,7 +132,7 @@ static int write_model_index(const char *dir, const char *preset, int two_expert
 int cmd_init_model(int argc, char **argv) {
     const char *preset = NULL, *out = NULL;
     uint64_t seed = 0;
-    int force = 0;
+    int force = 0, experts = 0; /* 0: the preset's own count */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
@@ -147,6 +149,13 @@ int cmd_init_model(int argc, char **argv) {
                 fprintf(stderr, "vgrpo init-model: --seed: expected a non-negative integer, got \"%s\"\n", argv[i]);
                 return 2;
             }
+        } else if (!strcmp(argv[i], "--experts") && i + 1 < argc) {
+            ++i;
+            if (strcmp(argv[i], "1") && strcmp(argv[i], "2")) {
+                fprintf(stderr, "vgrpo init-model: --experts: expected 1 or 2, got \"%s\"\n", argv[i]);
+                return 2;
+            }
+            experts = argv[i][0] - '0';
         } else if (!strcmp(argv[i], "--force")) {
             force = 1;
         } else {
@@ -171,7 +180,13 @@ int cmd_init_model(int argc, char **argv) {
         fprintf(stderr, "vgrpo init-model: %s already exists (use --force to overwrite)\n", path);
         return 1;
     }
-    const int two = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
+    const int a14b = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
+    if ((a14b && experts == 1) || (!a14b && !weights && experts == 2)) {
+        fprintf(stderr, "vgrpo init-model: --experts %d: preset %s has %s (--experts 2 is for the tiny test model)\n",
+                experts, preset, a14b ? "two experts" : "one expert");
+        return 2;
+    }
+    const int two = a14b || experts == 2;
     if (force) remove_previous(out);
     int rc = make_dir(out);
     for (int e = 0; e < 1 + two && !rc; e++) {

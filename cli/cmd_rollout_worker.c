@@ -1,6 +1,6 @@
 /* cli/cmd_rollout_worker.c — `vgrpo rollout-worker RECIPE --controller EP --reward EP --id NAME [--transformer DIR]
  * [--set key=value ...]`: loads the recipe's rollout pipeline (rollout/pipeline.h) and serves the controller
- * (rollout/worker.h) until `shutdown`, SIGTERM or SIGINT. Jobs (`vgrpo eval`, `vgrpo run`) start workers
+ * (rollout/worker.h) until `shutdown` (exit 0) or SIGTERM/SIGINT (exit 1: a worker stops cleanly only when asked). Jobs (`vgrpo eval`, `vgrpo run`) start workers
  * themselves; running one by hand is for debugging. Exit status 0, 1 on failure, 2 on a usage error. */
 #include <signal.h>
 #include <stdio.h>
@@ -81,6 +81,7 @@ int cmd_rollout_worker(int argc, char **argv) {
         signal(SIGTERM, on_signal);
         signal(SIGINT, on_signal);
         if (rollout_worker_run(&p, &cfg, &stop_flag)) fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
+        else if (stop_flag) fprintf(stderr, "rollout-worker %s: stopped by a signal\n", cfg.id); /* exit 1: not asked to */
         else status = 0;
     }
     rollout_pipeline_free(&p);

@@ -3,7 +3,8 @@
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights
  *                  (prompt files are read and checked);
  *   mode: local    runs rollout, reward and training in this process (cli/local_run.c);
- *   mode: colocated: a later issue (refused with a message; --dry-run checks such a recipe all the same).
+ *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
+ *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe).
  * --steps N replaces optim.total_steps as the number of GRPO steps to run (the lr schedule is unchanged).
  * --resume DIR continues from a checkpoint (DIR: checkpoint-N, or a folder meaning its latest complete one).
  * Exit status 0, 1 on failure, 2 on a usage error. */
@@ -78,10 +79,9 @@ int cmd_run(int argc, char **argv) {
     } else if (dry) {
         printf("# %s: resolved (dry run; valid)\n", path);
         status = core_recipe_dump(&r, stdout) ? 1 : 0;
-    } else if (strcmp(r.mode, "local")) {
-        fprintf(stderr, "vgrpo run: mode: %s runs are not implemented yet (a later issue: separate rollout, reward and "
-                        "trainer processes, and the CUDA backend the full-size Wan models need); --dry-run checks this "
-                        "recipe, mode: local runs on the CPU\n", r.mode);
+    } else if (!strcmp(r.mode, "colocated")) {
+        if (colocated_run(path, sets, n_sets, &r, steps, resume)) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
+        else status = 0;
     } else if (local_run(&r, steps, resume)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {

@@ -34,6 +34,8 @@
 #include "model/word_embed.h"
 #include "rollout/engine.h"
 #include "trainer/checkpoint.h"
+#include "trainer/controller.h"
+#include "trainer/dp.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"
 #include "trainer/train_step.h"
@@ -55,6 +57,10 @@ typedef struct {
     core_metrics *metrics;
     uint8_t *video;
     int64_t nl, ne;
+    /* colocated (vgrpo trainer): rollouts, rewards and weight syncs go through the workers; dp over trainer ranks */
+    ctl_server *ctl;    /* NULL: local mode, rollout and scoring in this process */
+    sp_comm *dp;        /* NULL: one trainer rank */
+    double ctl_timeout; /* seconds one rollout chunk or weight sync may take */
 } run_state;
 
 static double now_s(void) {
@@ -218,6 +224,23 @@ static void mean_se(const double *x, int n, double *mean, double *se, double *sd
     *se = n > 1 ? sqrt(q / (n - 1)) / sqrt((double)n) : 0;
 }
 
+/* Colocated: n samples (uids, prompt indices into prompts) rolled out and scored by the workers at the current
+ * policy version; tr[n] receives the trajectories (with_traj) or just uid, prompt index and rewards. */
+static int remote_rollout(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
+                          uint32_t stream, float eta, int with_traj, core_traj *tr) {
+    core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
+    core_rollout_result *res = calloc((size_t)n, sizeof *res);
+    if (!smp || !res) return free(smp), free(res), core_error("out of memory");
+    for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = pidx[j], .prompt = prompts[pidx[j]]};
+    const core_rollout_request tmpl = {.policy_version = S->opt.step, .stream = stream, .eta = eta,
+                                       .return_trajectories = with_traj};
+    int rc = ctl_rollout(S->ctl, &tmpl, smp, n, S->r->batch_size, S->ctl_timeout, res, NULL, NULL);
+    if (!rc)
+        for (int j = 0; j < n; j++) tr[j] = res[j].traj; /* ownership moves */
+    free(smp), free(res);
+    return rc;
+}
+
 /* The fixed eval set; adds eval/... fields to the metrics row and prints one line. */
 static int run_eval(run_state *S, int64_t step) {
     const core_recipe *r = S->r;
@@ -238,14 +261,24 @@ static int run_eval(run_state *S, int64_t step) {
             const int s = i * K + k;
             uids[s] = (uint64_t)s, pidx[s] = i, cond[s] = S->emb_eval + (int64_t)i * S->ne;
         }
-    rollout_config rc_e = S->rc;
-    rc_e.stream = CORE_STREAM_EVAL_NOISE;
-    rc_e.eta = S->r->eval_eta;
-    rc_e.policy_version = S->opt.step;
-    if (rollout_generate(&rc_e, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
+    if (S->ctl) {
+        if (remote_rollout(S, n, uids, pidx, (const char *const *)S->eval.text, CORE_STREAM_EVAL_NOISE,
+                           S->r->eval_eta, 0, tr))
+            goto done;
+    } else {
+        rollout_config rc_e = S->rc;
+        rc_e.stream = CORE_STREAM_EVAL_NOISE;
+        rc_e.eta = S->r->eval_eta;
+        rc_e.policy_version = S->opt.step;
+        if (rollout_generate(&rc_e, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
+    }
     have = 1;
     for (int s = 0; s < n; s++) {
-        if (local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
+        if (!S->ctl && local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
+        if (tr[s].n_rewards != S->scoring.n) {
+            core_error("eval sample %d has %d rewards, reward.scorers lists %d", s, tr[s].n_rewards, S->scoring.n);
+            goto done;
+        }
         for (int j = 0; j < S->scoring.n; j++) vals[(int64_t)j * n + s] = tr[s].rewards[j];
         vals[(int64_t)S->scoring.n * n + s] = tr[s].reward_total;
     }
@@ -270,6 +303,23 @@ done:
         for (int s = 0; s < n; s++) core_traj_free(&tr[s]);
     free(tr), free(cond), free(uids), free(pidx), free(vals);
     return rc;
+}
+
+/* One optimizer update over the batch. Alone: trainer_update. Over dp trainer ranks (every rank holds the whole
+ * batch): this rank's contiguous share with the whole batch's transition count as the denominator, the gradients
+ * summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes. */
+static int train_update(run_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info) {
+    const wan_model *ref = S->have_ref ? &S->ref : NULL;
+    if (!S->dp || S->dp->size == 1) return trainer_update(&S->pol, ref, NULL, &S->tc, tb, &S->opt, &S->oc, st, info);
+    int lo, hi;
+    dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+    trainer_batch sub = *tb;
+    if (trainer_count_transitions(&S->tc, tb, 1, NULL, &sub.denom)) return -1;
+    sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
+    trainer_config tc = S->tc;
+    tc.grad_reduce = dp_grad_reduce;
+    tc.grad_reduce_ctx = S->dp;
+    return trainer_update(&S->pol, ref, NULL, &tc, &sub, &S->opt, &S->oc, st, info);
 }
 
 static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
@@ -314,11 +364,21 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
         goto done;
     }
     S->rc.policy_version = version0;
-    if (rollout_generate(&S->rc, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
+    if (S->ctl) {
+        if (remote_rollout(S, n, uids, pidx, (const char *const *)S->train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr))
+            goto done;
+    } else if (rollout_generate(&S->rc, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) {
+        goto done;
+    }
     have = 1;
     t1 = now_s();
     for (int s = 0; s < n; s++) {
-        if (local_score(&S->scoring, &S->dec, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
+        if (!S->ctl && local_score(&S->scoring, &S->dec, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
+        if (tr[s].n_rewards != S->scoring.n) {
+            core_error("sample uid %llu has %d rewards, reward.scorers lists %d", (unsigned long long)tr[s].uid,
+                       tr[s].n_rewards, S->scoring.n);
+            goto done;
+        }
         rew[s] = tr[s].reward_total;
     }
     grpo_adv_stats as;
@@ -330,14 +390,29 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
                         .mask = mask};
     grpo_loss_stats first = {0}, last = {0};
     optim_step_info info0 = {0}, info = {0};
+    if (S->dp && S->dp->size > 1) {
+        dp_batch db = {.n = n, .traj = tr, .adv = adv, .mask = mask};
+        int64_t cmd = DP_CMD_TRAIN;
+        if (sp_comm_broadcast(S->dp, &cmd, 1, SP_I64, 0) || dp_batch_broadcast(S->dp, &db)) goto done;
+    }
     for (int u = 0; u < U; u++) {
         grpo_loss_stats st = {0};
-        if (trainer_update(&S->pol, S->have_ref ? &S->ref : NULL, NULL, &S->tc, &tb, &S->opt, &S->oc, &st, &info))
-            goto done;
+        if (train_update(S, &tb, &st, &info)) goto done;
         if (u == 0) first = st, info0 = info;
         last = st;
     }
     t3 = now_s();
+    double sync_s = 0;
+    if (S->ctl) {
+        const wan_model *ex[1] = {&S->pol};
+        const uint8_t send[1] = {1};
+        int match = 0;
+        if (ctl_sync_weights(S->ctl, ex, 1, send, S->opt.step, S->ctl_timeout, &match)) goto done;
+        sync_s = now_s() - t3;
+        if (core_metrics_f64(S->metrics, "weight_sync/seconds", sync_s) ||
+            core_metrics_i64(S->metrics, "weight_sync/hash_match", match))
+            goto done;
+    }
     /* metrics row */
     core_metrics *m = S->metrics;
     double gstd = 0;
@@ -371,7 +446,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     if (U > 1 && !e) e = put_stats(m, "offpolicy_last/", &last) || core_metrics_f64(m, "offpolicy_last/grad_norm", info.grad_norm);
     const double step_s = t3 - t0;
     e = e || core_metrics_f64(m, "time/rollout_s", t1 - t0) || core_metrics_f64(m, "time/reward_s", t2 - t1) ||
-        core_metrics_f64(m, "time/train_s", t3 - t2) || core_metrics_f64(m, "time/sync_s", 0.0) ||
+        core_metrics_f64(m, "time/train_s", t3 - t2) || core_metrics_f64(m, "time/sync_s", sync_s) ||
         core_metrics_f64(m, "time/step_s", step_s) || core_metrics_f64(m, "time/samples_per_s", n / step_s);
     if (e) goto done;
     /* step numbered as in metrics.jsonl (from 0); loss in %e: the GRPO loss is ~0 on average by construction */
@@ -390,7 +465,7 @@ done:
     return rc;
 }
 
-static int setup(run_state *S, const core_recipe *r) {
+static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     char path[4200];
     if (local_check_recipe(r)) return -1;
     struct stat sb;
@@ -398,7 +473,7 @@ static int setup(run_state *S, const core_recipe *r) {
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
     if (wan_model_load(&S->pol, path) || wan_model_alloc_grads(&S->pol)) return -1;
-    if (setup_decoder(S, r)) return -1;
+    if (in_process_rollout && setup_decoder(S, r)) return -1;
     if (r->beta > 0) {
         if (wan_model_init(&S->ref, &S->pol.cfg)) return -1;
         S->have_ref = 1;
@@ -430,7 +505,8 @@ static int setup(run_state *S, const core_recipe *r) {
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
     S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
-    if (!(S->video = malloc((size_t)local_decoder_frames(&S->dec, F) * H * W * 64 * 3))) return core_error("out of memory");
+    if (in_process_rollout && !(S->video = malloc((size_t)local_decoder_frames(&S->dec, F) * H * W * 64 * 3)))
+        return core_error("out of memory");
     return 0; /* the run directory's files: open_run_files, after a resume was checked */
 }
 
@@ -513,23 +589,51 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
     return rc;
 }
 
-int local_run(const core_recipe *r, int64_t steps_override, const char *resume) {
+/* Colocated start-up: the workers hold the initial weights of model.path (policy version 0). A fresh run checks
+ * that each worker's model hash equals this trainer's; a resumed run pushes its weights first. */
+static int start_workers(run_state *S, int resumed) {
+    const wan_model *ex[1] = {&S->pol};
+    if (resumed) {
+        const uint8_t send[1] = {1};
+        int match;
+        return ctl_sync_weights(S->ctl, ex, 1, send, S->opt.step, S->ctl_timeout, &match);
+    }
+    uint64_t h;
+    if (wan_models_hash(ex, 1, &h)) return -1;
+    for (int w = 0; w < ctl_n_workers(S->ctl); w++)
+        if (ctl_worker_hello_hash(S->ctl, w) != h)
+            return core_error("%s holds weights with model hash %016llx, the trainer's initial weights hash to %016llx "
+                              "(both must load model.path %s)", ctl_worker_id(S->ctl, w),
+                              (unsigned long long)ctl_worker_hello_hash(S->ctl, w), (unsigned long long)h,
+                              S->r->model_path);
+    return 0;
+}
+
+int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, ctl_server *ctl, sp_comm *dp,
+             double ctl_timeout) {
     run_state S;
     memset(&S, 0, sizeof S);
     S.r = r;
+    S.ctl = ctl;
+    S.dp = dp;
+    S.ctl_timeout = ctl_timeout;
     local_sampler smp = {0};
     int rc = -1, signals = 0;
     int64_t start = 0;
     char *config_text = NULL;
-    if (setup(&S, r) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
+    if (setup(&S, r, ctl == NULL) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
     const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
     if (!(config_text = local_config_text(r))) goto done;
     if (resume && resume_from(&S, &smp, resume, config_text, total, &start)) goto done;
+    if (ctl && start_workers(&S, resume != NULL)) goto done;
     if (open_run_files(&S, r, resume != NULL, start)) goto done;
-    printf("vgrpo run (local): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
+    printf("vgrpo run (%s): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
            " GRPO steps -> %s\n",
-           r->model_path, r->text_encoder, r->decoder, (int)S.rc.shape[0], (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps,
-           r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
+           ctl ? "colocated" : "local", r->model_path, r->text_encoder, r->decoder, (int)S.rc.shape[0],
+           (int)S.rc.shape[1], (int)S.rc.shape[2], (int)S.rc.shape[3], r->num_steps, r->prompts_per_step,
+           r->samples_per_prompt, total, r->run_dir);
+    if (ctl)
+        printf("  %d rollout worker(s), %d trainer rank(s)\n", ctl_n_workers(ctl), dp ? dp->size : 1);
     fflush(stdout);
     local_signals_install();
     signals = 1;
@@ -555,6 +659,69 @@ int local_run(const core_recipe *r, int64_t steps_override, const char *resume) 
     rc = 0;
 done:
     if (signals) local_signals_restore();
+    if (!rc && dp && dp->size > 1) {
+        int64_t cmd = DP_CMD_STOP;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) rc = -1;
+    }
+    free(config_text);
+    local_sampler_free(&smp);
+    teardown(&S);
+    return rc;
+}
+
+int local_run(const core_recipe *r, int64_t steps_override, const char *resume) {
+    return grpo_run(r, steps_override, resume, NULL, NULL, 0);
+}
+
+int grpo_follow(const core_recipe *r, int64_t steps_override, const char *resume, sp_comm *dp) {
+    run_state S;
+    memset(&S, 0, sizeof S);
+    S.r = r;
+    S.dp = dp;
+    local_sampler smp = {0};
+    dp_batch db = {0};
+    const float **cond = NULL;
+    int rc = -1;
+    int64_t start = 0;
+    char *config_text = NULL;
+    if (setup(&S, r, 0) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
+    const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
+    if (!(config_text = local_config_text(r))) goto done;
+    if (resume && resume_from(&S, &smp, resume, config_text, total, &start)) goto done;
+    for (;;) {
+        int64_t cmd = -1;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) goto done;
+        if (cmd == DP_CMD_STOP) break;
+        if (cmd != DP_CMD_TRAIN) {
+            core_error("trainer rank %d: unknown command %lld from rank 0", dp->rank, (long long)cmd);
+            goto done;
+        }
+        if (dp_batch_broadcast(dp, &db)) goto done;
+        free(cond);
+        if (!(cond = malloc(sizeof(float *) * (size_t)db.n))) {
+            core_error("out of memory");
+            goto done;
+        }
+        for (int s = 0; s < db.n; s++) {
+            if (db.traj[s].prompt_index < 0 || db.traj[s].prompt_index >= S.train.n) {
+                core_error("trainer rank %d: prompt index %lld out of range", dp->rank, (long long)db.traj[s].prompt_index);
+                goto done;
+            }
+            cond[s] = S.emb_train + db.traj[s].prompt_index * S.ne;
+        }
+        trainer_batch tb = {.n = db.n, .traj = db.traj, .cond = cond, .neg = S.emb_neg, .text_len = r->text_len,
+                            .adv = db.adv, .mask = db.mask};
+        for (int u = 0; u < r->optimizer_steps_per_rollout; u++) {
+            grpo_loss_stats st = {0};
+            optim_step_info info;
+            if (train_update(&S, &tb, &st, &info)) goto done;
+        }
+        dp_batch_free(&db);
+    }
+    rc = 0;
+done:
+    dp_batch_free(&db);
+    free(cond);
     free(config_text);
     local_sampler_free(&smp);
     teardown(&S);

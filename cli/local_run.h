@@ -10,6 +10,8 @@
 #include "model/latent_rgb.h"
 #include "model/wan_vae.h"
 #include "reward/scorers.h"
+#include "sp/comm.h"
+#include "trainer/controller.h"
 
 /* ---- prompts (cli/local_data.c) ---- */
 
@@ -80,6 +82,26 @@ int local_score(const local_scoring *s, const local_decoder *d, core_traj *t, co
  * checkpoint's (local_resume_free_keys aside), and metrics.jsonl keeps its rows before the checkpoint's step and is
  * appended to, so a resumed run's rows equal a straight run's (time/ fields aside). */
 int local_run(const core_recipe *r, int64_t steps_override, const char *resume);
+
+/* The same loop for trainer rank 0 of a colocated run (`vgrpo trainer`): rollouts and rewards come from the
+ * workers behind ctl (connected; ctl_wait_workers done), weights are pushed to them after every optimizer step
+ * (ctl_sync_weights, metrics weight_sync/seconds and weight_sync/hash_match), and with dp (NULL or one rank: alone)
+ * the batch is broadcast to the other trainer ranks (grpo_follow) and the gradients summed over them. A fresh run
+ * first checks that every worker holds the trainer's initial weights (hello hash); a resumed run pushes its own.
+ * ctl_timeout: seconds one rollout chunk or sync may take. -1 with an error. */
+int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, ctl_server *ctl, sp_comm *dp,
+             double ctl_timeout);
+
+/* `vgrpo run` with mode: colocated (cli/colocated.c): starts the reward server, parallel.rollout_workers workers and
+ * parallel.trainer_ranks trainer ranks (`vgrpo trainer`, through mpirun when more than one), waits for the trainer
+ * and stops everything when any process fails (the error names it and its log). recipe_path and the --set
+ * assignments are passed on to the children. A full-size Wan transformer is refused (needs the CUDA backend). */
+int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
+                  const char *resume);
+
+/* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each
+ * batch rank 0 broadcasts until rank 0 says stop. -1 with an error (the caller aborts the MPI job). */
+int grpo_follow(const core_recipe *r, int64_t steps_override, const char *resume, sp_comm *dp);
 
 /* ---- checkpoints (cli/local_ckpt.c) ---- */
 

@@ -48,12 +48,12 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
     snprintf(s->p[i].name, sizeof s->p[i].name, "%s", name);
     s->p[i].pid = pid;
     s->p[i].status = 0;
+    s->p[i].reported = 0;
     snprintf(s->p[i].log, sizeof s->p[i].log, "%s", log_path ? log_path : "");
     return i;
 }
 
 int sup_poll(sup_procs *s) {
-    int first = -1;
     for (int i = 0; i < s->n; i++) {
         if (!s->p[i].pid) continue;
         int st;
@@ -61,10 +61,14 @@ int sup_poll(sup_procs *s) {
         if (r == s->p[i].pid) {
             s->p[i].pid = 0;
             s->p[i].status = st;
-            if (first < 0) first = i;
         }
     }
-    return first;
+    for (int i = 0; i < s->n; i++)
+        if (!s->p[i].pid && !s->p[i].reported) {
+            s->p[i].reported = 1;
+            return i;
+        }
+    return -1;
 }
 
 void sup_describe(const sup_procs *s, int i, char *buf, size_t n) {

@@ -14,6 +14,7 @@ typedef struct {
         char name[64];  /* e.g. "rollout worker 1" */
         pid_t pid;      /* 0 once reaped */
         int status;     /* wait status once reaped */
+        int reported;   /* sup_poll returned it already */
         char log[4096]; /* its stderr+stdout file ("" = inherited) */
     } p[SUP_MAX_PROCS];
 } sup_procs;
@@ -26,8 +27,8 @@ const char *sup_self_exe(void);
  * index in s, or -1 with core_error. */
 int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path);
 
-/* Reaps children that have exited; returns the index of the first one found exited (since the last call), or -1
- * if all are running. */
+/* Reaps children that have exited; returns the index of one exited child not returned before (lowest index first),
+ * or -1 when there is none. */
 int sup_poll(sup_procs *s);
 
 /* Describes process i's exit ("exited with status 3", "killed by signal 9") into buf. */

@@ -31,6 +31,10 @@ static void plan(wan_acts *A, arena *ar) {
     A->rope_cos = take(ar, S * (A->Dh / 2));
     A->rope_sin = take(ar, S * (A->Dh / 2));
     A->xp = take(ar, BS * A->Pin);
+    if (A->sp > 1) {
+        A->full = take(ar, B * A->S_full * (A->Pin > A->Pout ? A->Pin : A->Pout));
+        if (train) A->denc_part = take(ar, B * L * c->text_dim);
+    }
     A->tsin = take(ar, R * c->freq_dim);
     A->t1 = take(ar, R * D);
     A->t1a = take(ar, R * D);
@@ -114,11 +118,36 @@ static void plan(wan_acts *A, arena *ar) {
     }
 }
 
+/* A->rope_cos/sin = rows [s0, s0+S) of the full grid's RoPE table (the table is indexed by global position). */
+static int rope_rows(wan_acts *A) {
+    const int half = A->Dh / 2;
+    float *cs = A->rope_cos, *sn = A->rope_sin, *tmp = NULL;
+    if (A->sp > 1) {
+        tmp = malloc((size_t)2 * A->S_full * half * sizeof(float));
+        if (!tmp) return core_error("wan acts: out of memory (RoPE table of %d tokens)", A->S_full);
+        cs = tmp, sn = tmp + (size_t)A->S_full * half;
+    }
+    int rc = 0;
+    if (k_wan_rope_table(cs, sn, A->Fp, A->Hp, A->Wp, A->Dh, 10000.0, A->cfg.rope_max_seq_len)) {
+        rc = core_error("wan acts: RoPE table for grid %d x %d x %d, head dim %d failed", A->Fp, A->Hp, A->Wp,
+                        A->Dh);
+    } else if (tmp) {
+        memcpy(A->rope_cos, cs + (size_t)A->s0 * half, (size_t)A->S * half * sizeof(float));
+        memcpy(A->rope_sin, sn + (size_t)A->s0 * half, (size_t)A->S * half * sizeof(float));
+    }
+    free(tmp);
+    return rc;
+}
+
 int64_t wan_tokens(const wan_config *cfg, const wan_shape *s) {
     return (int64_t)(s->F / cfg->patch_size[0]) * (s->H / cfg->patch_size[1]) * (s->W / cfg->patch_size[2]);
 }
 
 wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode) {
+    return wan_acts_new_sp(cfg, shape, mode, 1, 0);
+}
+
+wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp, int sp_rank) {
     if (wan_config_validate(cfg, "wan config")) return NULL;
     const int *p = cfg->patch_size;
     if (shape->B < 1 || shape->F < 1 || shape->H < 1 || shape->W < 1 || shape->L < 1) {
@@ -132,6 +161,16 @@ wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_m
         return NULL;
     }
     const int Fp = shape->F / p[0], Hp = shape->H / p[1], Wp = shape->W / p[2];
+    const int S_full = Fp * Hp * Wp;
+    if (sp < 1 || sp_rank < 0 || sp_rank >= sp) {
+        core_error("wan acts: sequence-parallel rank %d of %d is out of range", sp_rank, sp);
+        return NULL;
+    }
+    if (S_full % sp) {
+        core_error("wan shape: video tokens per sample (%d) are not a multiple of the sequence-parallel degree (%d)",
+                   S_full, sp);
+        return NULL;
+    }
     if (Fp > cfg->rope_max_seq_len || Hp > cfg->rope_max_seq_len || Wp > cfg->rope_max_seq_len) {
         core_error("wan shape: patch grid %d x %d x %d exceeds rope_max_seq_len %d", Fp, Hp, Wp,
                    cfg->rope_max_seq_len);
@@ -150,7 +189,8 @@ wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_m
     A->shape = *shape;
     A->mode = mode;
     A->Fp = Fp, A->Hp = Hp, A->Wp = Wp;
-    A->S = Fp * Hp * Wp;
+    A->S_full = S_full, A->sp = sp, A->sp_rank = sp_rank;
+    A->S = S_full / sp, A->s0 = A->sp_rank * A->S;
     A->D = wan_dim(cfg), A->Dh = cfg->attention_head_dim, A->H = cfg->num_attention_heads;
     A->Fd = cfg->ffn_dim, A->L = shape->L;
     A->R = shape->per_token_timestep ? shape->B * A->S : shape->B;
@@ -170,8 +210,7 @@ wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_m
     A->bytes = count.off;
     arena real = {A->mem, 0};
     plan(A, &real);
-    if (k_wan_rope_table(A->rope_cos, A->rope_sin, Fp, Hp, Wp, A->Dh, 10000.0, cfg->rope_max_seq_len)) {
-        core_error("wan acts: RoPE table for grid %d x %d x %d, head dim %d failed", Fp, Hp, Wp, A->Dh);
+    if (rope_rows(A)) {
         wan_acts_free(A);
         return NULL;
     }

@@ -1,11 +1,15 @@
 /* model/wan_backward.c — backward of WanTransformer3DModel: the forward of wan_forward.c walked in reverse.
  * Every parameter gradient accumulates (+=) into model->grads; the gradient of the residual stream lives in
  * A->dres (on entry to a block: d(block output); on exit: d(block input)). Under WAN_ACTS_RECOMPUTE the block's
- * elementwise results are first recomputed with the forward's own functions (bitwise the same values). */
+ * elementwise results are first recomputed with the forward's own functions (bitwise the same values).
+ * Sequence parallel (A->sp > 1): the blocks run on this rank's tokens; the input and output ends are described at
+ * wan_backward in wan_dit.h (dout rows sliced, dx gathered, d enc summed over the SP group, parameter gradients
+ * left partial for the caller's all-reduce). */
 #include <string.h>
 
 #include "core/error.h"
 #include "model/wan_internal.h"
+#include "sp/shard.h"
 
 #define MOD(A, j) ((A)->mod + (int64_t)(j) * (A)->D)
 #define DMOD(A, j) ((A)->dmod + (int64_t)(j) * (A)->D)
@@ -103,6 +107,7 @@ int wan_backward(wan_model *m, wan_acts *A, const wan_exec *exec, float *dx, flo
     if (!A->have_forward) return core_error("wan_backward: no forward has run on these activations");
     if (!wan_config_equal(&A->cfg, &m->cfg))
         return core_error("wan_backward: activations were made for another config");
+    if (wan_exec_check_sp(exec, A, "wan_backward")) return -1;
     wan_exec ex;
     wan_exec_resolve(&ex, exec);
     const k_ops *ops = ex.ops;
@@ -119,7 +124,13 @@ int wan_backward(wan_model *m, wan_acts *A, const wan_exec *exec, float *dx, flo
 
     /* output: out = unpatchify(proj_out(LN(x) * (1 + scale) + shift)) */
     zero(A->dpo, (int64_t)BS * A->Pout);
-    ops->unpatchify_backward(A->dpo, dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    if (A->sp > 1) { /* the gather's backward: this rank's rows of the full gradient (every rank holds all of it) */
+        zero(A->full, (int64_t)B * A->S_full * A->Pout);
+        ops->unpatchify_backward(A->full, dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+        sp_gather_rows_backward(A->dpo, A->full, B, S, A->Pout, A->sp, A->sp_rank);
+    } else {
+        ops->unpatchify_backward(A->dpo, dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    }
     zero(A->da, X);
     wan_linear_bwd(ops, A->da, g->proj_out_w, g->proj_out_b, A->dpo, A->xmo, w->proj_out_w, BS, A->Pout, D);
     zero(A->db, X);
@@ -137,14 +148,28 @@ int wan_backward(wan_model *m, wan_acts *A, const wan_exec *exec, float *dx, flo
     /* patch embedding */
     zero(A->dxp, (int64_t)BS * A->Pin);
     wan_linear_bwd(ops, A->dxp, g->patch_w, g->patch_b, A->dres, A->xp, w->patch_w, BS, D, A->Pin);
-    if (dx) ops->patchify_backward(dx, A->dxp, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    if (dx && A->sp > 1) { /* every rank's rows, in sequence order: the full input gradient on every rank */
+        if (sp_gather_rows(ex.sp, A->full, A->dxp, B, S, A->Pin)) return core_error_push("wan_backward: d x: ");
+        ops->patchify_backward(dx, A->full, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    } else if (dx) {
+        ops->patchify_backward(dx, A->dxp, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    }
 
     /* text embedder: ctx = linear_2(gelu_tanh(linear_1(enc))) */
     zero(A->de1a, (int64_t)BL * D);
     wan_linear_bwd(ops, A->de1a, g->text2_w, g->text2_b, A->dctx, A->e1a, w->text2_w, BL, D, D);
     zero(A->de1, (int64_t)BL * D);
     ops->gelu_backward(A->de1, A->de1a, A->e1, (int64_t)BL * D);
-    wan_linear_bwd(ops, denc, g->text1_w, g->text1_b, A->de1, A->enc, w->text1_w, BL, D, c->text_dim);
+    if (denc && A->sp > 1) { /* this rank's part (its queries' share of the text K/V gradients), summed over SP */
+        const int64_t ne = (int64_t)BL * c->text_dim;
+        zero(A->denc_part, ne);
+        wan_linear_bwd(ops, A->denc_part, g->text1_w, g->text1_b, A->de1, A->enc, w->text1_w, BL, D, c->text_dim);
+        if (sp_comm_all_reduce(ex.sp, A->denc_part, A->denc_part, (size_t)ne, SP_F32))
+            return core_error_push("wan_backward: d encoder_hidden_states: ");
+        wan_axpy1(denc, A->denc_part, ne);
+    } else {
+        wan_linear_bwd(ops, denc, g->text1_w, g->text1_b, A->de1, A->enc, w->text1_w, BL, D, c->text_dim);
+    }
 
     /* time: tproj = time_proj(silu(temb)), temb = linear_2(silu(linear_1(sinusoid(t)))) */
     zero(A->dtemb_act, (int64_t)R * D);

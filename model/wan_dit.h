@@ -40,6 +40,9 @@
  *   Model-level: the patchified input, the time and text embedding intermediates, the final LN statistics and
  *     the proj_out input. WAN_ACTS_INFER keeps nothing per block (one scratch set, ping-pong residual): forward only.
  *   Modulation tables (scale_shift_table + tproj) are rebuilt per block, never stored per block.
+ *   Sequence parallelism (wan_acts_new_sp, sp > 1): S above is the local S/sp, so everything per token drops by sp;
+ *     what stays whole is per text token (B*L*D terms, the enc copy) and one [B, S, max(Pin, Pout)] scratch
+ *     (patch vectors: 64 floats per token for 16 channels and patch (1,2,2)) plus B*L*text_dim for d enc.
  *
  * Presets (wan_config_preset):
  *   tiny             4 heads x 32 = 128 dim, 2 layers, ffn 256, in/out 16 channels, text_dim 64, freq_dim 256,
@@ -61,6 +64,7 @@
 
 #include "core/philox.h"
 #include "kernels/kernels.h"
+#include "sp/comm.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Config (diffusers transformer/config.json) */
@@ -225,13 +229,19 @@ typedef int (*wan_self_attn_bwd_fn)(void *ctx, float *dq, float *dk, float *dv, 
                                      const float *q, const float *k, const float *v, const float *o,
                                      const float *lse, int B, int S, int H, int Dh);
 
-/* How a forward/backward runs: the kernels and the self-attention. ops NULL = &k_cpu_ops; attn_fwd NULL = the
- * default (ops->attention_forward/backward with scale 1/sqrt(Dh); ctx is then the k_ops pointer). */
+/* How a forward/backward runs: the kernels, the self-attention and (optionally) the sequence-parallel group.
+ * ops NULL = &k_cpu_ops; attn_fwd NULL = the default (ops->attention_forward/backward with scale 1/sqrt(Dh); ctx
+ * is then the k_ops pointer). sp: the SP group (sp/comm.h; DESIGN.md section 6) when the activations were made for
+ * one token slice (wan_acts_new_sp with sp > 1): its size and rank must be that sp and sp_rank, and attn_fwd/attn_bwd
+ * must be a sequence-parallel self-attention (sp_usp_forward/backward with an sp_usp context: the default
+ * attention would only see the local keys). NULL (or a group of one) with sp-1 activations: the whole sequence,
+ * exactly the single-rank path (activations from wan_acts_new). */
 typedef struct {
     const k_ops *ops;
     wan_self_attn_fwd_fn attn_fwd;
     wan_self_attn_bwd_fn attn_bwd;
     void *attn_ctx;
+    sp_comm *sp;
 } wan_exec;
 
 /* Problem size of one call. */
@@ -253,6 +263,12 @@ typedef struct wan_acts wan_acts; /* activations + scratch for one (config, shap
 /* Allocates activations for cfg and shape (checked: divisibility by the patch size, grid within
  * rope_max_seq_len, sizes > 0). NULL with core_error on a bad shape or out of memory. */
 wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
+/* The activations of SP rank sp_rank of sp (DESIGN.md section 6): the blocks will run on video tokens
+ * [sp_rank * S/sp, (sp_rank+1) * S/sp) of every sample (S = wan_tokens), so everything per token is sized for S/sp;
+ * the full-sequence extras are one [B, S, C*pt*ph*pw] scratch (patchified input, gathered proj_out output) and
+ * d enc's [B, L, text_dim] scratch. sp == 1 is wan_acts_new. NULL with core_error also when sp < 1, sp_rank is out
+ * of [0, sp) or S is not a multiple of sp. Use with a wan_exec whose sp group has this size and rank. */
+wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp, int sp_rank);
 void wan_acts_free(wan_acts *a);
 /* Bytes held by a (activations + scratch). */
 size_t wan_acts_bytes(const wan_acts *a);
@@ -261,14 +277,31 @@ int64_t wan_tokens(const wan_config *cfg, const wan_shape *shape);
 
 /* Forward: x [B, C, F, H, W], timestep [B] or [B, S] (float, in diffusers' 0..1000 units), enc
  * [B, L, text_dim] -> out [B, C_out, F, H, W] (velocity). ex NULL = CPU defaults. Returns 0, or -1 when the
- * attention function fails. A sample's output does not depend on its batch mates or the thread count. */
+ * attention function fails. A sample's output does not depend on its batch mates or the thread count.
+ * Sequence parallel (a's shape has sp > 1; ex->sp the SP group, ex->attn_* the USP hook): every SP rank passes the
+ * same full x, timestep and enc; patchify runs on the full sample, the patch embedding and the blocks on this
+ * rank's token slice (RoPE rows and per-token timesteps sliced to it), the text embedding on the full text on
+ * every rank; after proj_out the slices are all-gathered (sp_gather_rows) and every rank writes the same full
+ * out. Collective over ex->sp. With the Ulysses-only hook out is bit-identical to the single-rank forward. */
 int wan_forward(const wan_model *m, wan_acts *a, const wan_exec *ex, float *out, const float *x,
                 const float *timestep, const float *enc);
 
 /* Backward of the last wan_forward on a (mode STORE or RECOMPUTE): given dout [B, C_out, F, H, W], ACCUMULATES
  * (+=) the gradients of every parameter into m->grads (allocated), and into dx [B, C, F, H, W] and denc
  * [B, L, text_dim] when not NULL. The timestep gets no gradient. Returns 0, or -1 (no gradients allocated, wrong
- * mode, no forward run, attention failure). */
+ * mode, no forward run, attention failure, a communication failure).
+ * Sequence parallel: every SP rank passes the same full dout (every rank computed the same loss from the gathered
+ * output), and the gather's backward takes this rank's rows of it. Then, per rank:
+ *   - m->grads += this rank's PARTIAL parameter gradients (its tokens' share of every sum over tokens; the time
+ *     and text embedders included). The caller sums them over the SP group, or once over all trainer ranks
+ *     (dp x sp) after accumulating every micro-batch: sp_comm_all_reduce(world, m->grads, m->grads, numel, SP_F32)
+ *     (DESIGN.md section 4). Nothing is divided by sp. (Not reduced here: the backward accumulates, and reducing
+ *     an accumulating buffer per call would count earlier calls sp times.)
+ *   - denc += the FULL text-embedding gradient, the same on every SP rank (this call's partial is all-reduced over
+ *     ex->sp in a scratch buffer before it is added);
+ *   - dx += the FULL input gradient, the same on every SP rank (the patch-embedding input gradients of the slices
+ *     are all-gathered); with the Ulysses-only hook bit-identical to the single-rank backward.
+ * Collective over ex->sp: every SP rank passes dx and denc alike (both NULL or both not). */
 int wan_backward(wan_model *m, wan_acts *a, const wan_exec *ex, float *dx, float *denc, const float *dout);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/wan_internal.h"
+#include "sp/shard.h"
 
 /* ---- the default self-attention: the kernel's blocked attention over the whole sequence ---- */
 
@@ -36,6 +37,25 @@ void wan_exec_resolve(wan_exec *out, const wan_exec *in) {
         out->attn_bwd = default_attn_bwd;
         out->attn_ctx = (void *)out->ops;
     }
+}
+
+int wan_exec_check_sp(const wan_exec *ex, const wan_acts *A, const char *who) {
+    const sp_comm *g = ex ? ex->sp : NULL;
+    if (A->sp <= 1) {
+        if (g && g->size > 1)
+            return core_error("%s: wan_exec.sp has %d ranks but the activations were made for the whole sequence "
+                              "(wan_acts_new)", who, g->size);
+        return 0;
+    }
+    if (!g || g->size != A->sp || g->rank != A->sp_rank)
+        return core_error("%s: the activations were made for sequence-parallel rank %d of %d, but wan_exec.sp is %s "
+                          "(rank %d of %d)", who, A->sp_rank, A->sp, g ? g->name : "NULL", g ? g->rank : 0,
+                          g ? g->size : 0);
+    if (!ex->attn_fwd || !ex->attn_bwd)
+        return core_error("%s: sequence parallelism (sp %d) needs a sequence-parallel self-attention in wan_exec "
+                          "(sp_usp_forward/backward): the default attention would see only this rank's keys", who,
+                          A->sp);
+    return 0;
 }
 
 /* ---- elementwise steps of a block (shared with the backward's recompute) ---- */
@@ -137,13 +157,25 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     const int B = sh->B, S = A->S, D = A->D, L = A->L, R = A->R, BS = B * S;
     const int *p = c->patch_size;
     if (!wan_config_equal(&A->cfg, c)) return core_error("wan_forward: activations were made for another config");
+    if (wan_exec_check_sp(exec, A, "wan_forward")) return -1;
 
-    /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order */
-    ops->patchify_forward(A->xp, x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order. Under SP the
+     * full sample is patchified and this rank's rows [s0, s0+S) embedded. */
+    if (A->sp > 1) {
+        ops->patchify_forward(A->full, x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+        sp_shard_rows(A->xp, A->full, B, S, A->Pin, A->sp, A->sp_rank);
+    } else {
+        ops->patchify_forward(A->xp, x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    }
     wan_linear_fwd(ops, A->res[0], A->xp, w->patch_w, w->patch_b, BS, D, A->Pin);
 
-    /* condition embedder: timestep -> temb [R, D], tproj [R, 6D]; text -> ctx [B, L, D] */
-    wan_timestep_features(A->tsin, timestep, R, c->freq_dim);
+    /* condition embedder: timestep -> temb [R, D], tproj [R, 6D]; text -> ctx [B, L, D] (whole on every rank) */
+    if (sh->per_token_timestep && A->sp > 1) /* this rank's tokens of each sample's [S_full] timesteps */
+        for (int b = 0; b < B; b++)
+            wan_timestep_features(A->tsin + (int64_t)b * S * c->freq_dim, timestep + (int64_t)b * A->S_full + A->s0,
+                                  S, c->freq_dim);
+    else
+        wan_timestep_features(A->tsin, timestep, R, c->freq_dim);
     wan_linear_fwd(ops, A->t1, A->tsin, w->time1_w, w->time1_b, R, D, c->freq_dim);
     ops->silu_forward(A->t1a, A->t1, (int64_t)R * D);
     wan_linear_fwd(ops, A->temb, A->t1a, w->time2_w, w->time2_b, R, D, D);
@@ -163,7 +195,12 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     ops->layernorm_forward(A->xno, A->meano, A->rstdo, A->res[c->num_layers], NULL, NULL, BS, D, (float)c->eps);
     ops->modulate_forward(A->xmo, A->xno, A->modo, A->modo + D, B, S, D, sh->per_token_timestep, 2 * D);
     wan_linear_fwd(ops, A->po, A->xmo, w->proj_out_w, w->proj_out_b, BS, A->Pout, D);
-    ops->unpatchify_forward(out, A->po, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    if (A->sp > 1) { /* every rank gets every slice: the same full velocity everywhere */
+        if (sp_gather_rows(ex.sp, A->full, A->po, B, S, A->Pout)) return core_error_push("wan_forward: ");
+        ops->unpatchify_forward(out, A->full, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    } else {
+        ops->unpatchify_forward(out, A->po, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);
+    }
     A->have_forward = 1;
     return 0;
 }

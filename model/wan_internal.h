@@ -34,12 +34,16 @@ struct wan_acts {
     wan_config cfg;
     wan_shape shape;
     wan_acts_mode mode;
-    int S, Fp, Hp, Wp;           /* tokens; patch grid */
+    int S, Fp, Hp, Wp;           /* tokens this rank runs (S_full / sp); patch grid of the full sample */
+    int S_full, s0, sp, sp_rank; /* sequence parallelism: all tokens, first local token, degree (>= 1), rank */
     int D, Dh, H, Fd, L;         /* dims; L = text tokens */
     int R;                       /* modulation rows: B, or B*S with per-token timesteps */
     int Pin, Pout;               /* C*pt*ph*pw, C_out*pt*ph*pw */
-    float *rope_cos, *rope_sin;  /* [S, Dh/2] */
-    float *xp;                   /* [B,S,Pin] patchified input */
+    float *rope_cos, *rope_sin;  /* [S, Dh/2]: rows [s0, s0+S) of the full grid's table */
+    float *xp;                   /* [B,S,Pin] patchified input (this rank's tokens) */
+    float *full;                 /* sp > 1: [B,S_full,max(Pin,Pout)] scratch: patchified full input; gathered
+                                    proj_out output; full dout rows; gathered input gradient. NULL when sp == 1 */
+    float *denc_part;            /* sp > 1, training: [B,L,text_dim] this rank's part of d enc. NULL otherwise */
     float *tsin;                 /* [R, freq_dim] sinusoidal timestep features */
     float *t1, *t1a;             /* [R,D] time_embedder.linear_1 output, its silu */
     float *temb, *temb_act;      /* [R,D] time embedding, its silu */
@@ -107,6 +111,9 @@ int wan_block_backward(const wan_exec *ex, wan_acts *A, const wan_block_weights 
 
 /* Fills out from in (NULL allowed): ops default &k_cpu_ops, attention default ops->attention_* (scale 1/sqrt(Dh)). */
 void wan_exec_resolve(wan_exec *out, const wan_exec *in);
+/* The sequence-parallel consistency of ex (unresolved, NULL allowed) with A: A->sp > 1 needs ex->sp of that size
+ * and rank and a self-attention hook; A->sp == 1 refuses an SP group of more than one rank. 0, or -1 naming who. */
+int wan_exec_check_sp(const wan_exec *ex, const wan_acts *A, const char *who);
 /* 1/sqrt(Dh) rounded to fp32 from double, torch scaled_dot_product_attention's default scale. */
 float wan_attn_scale(int Dh);
 /* A->mod = block's scale_shift_table + A->tproj ([R, 6, D]). */

@@ -53,7 +53,8 @@ reward_client *reward_client_open(const char *endpoint, const char *client_id, d
 int reward_client_score(reward_client *c, const uint8_t *videos, int n, int frames, int height, int width, double fps,
                         const char *const *prompts, const json_t *const *metadata, reward_result *out);
 
-/* The id of the last request reward_client_score sent ("" before the first) and how many times it was sent. */
+/* The id of the last request reward_client_score built ("" before the first) and the attempts it took (an attempt
+ * that found no live connection within timeout_s counts). */
 const char *reward_client_last_id(const reward_client *c);
 int reward_client_last_attempts(const reward_client *c);
 

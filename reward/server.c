@@ -212,9 +212,13 @@ static char *error_text(const char *id, const char *code, const char *reason) {
     return out;
 }
 
+/* Never blocks: a peer whose reply queue is full (it does not read its replies) or that is gone loses this reply
+ * (counted undeliverable; it may re-send the id and get the cached reply). A blocking send would let one peer that
+ * stopped reading stall the single socket thread, SNDTIMEO per message, for every other client. */
 static void send_to(server *s, const uint8_t *rid, size_t rid_len, const char *text, size_t len) {
     if (!text) return;
-    if (zmq_send(s->router, rid, rid_len, ZMQ_SNDMORE) < 0 || zmq_send(s->router, text, len, 0) < 0)
+    if (zmq_send(s->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(s->router, text, len, ZMQ_DONTWAIT) < 0)
         s->st.undeliverable++;
 }
 

@@ -59,6 +59,13 @@ int sp_comm_barrier(sp_comm *c) {
     return c->ops->barrier(c);
 }
 
+int sp_comm_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int root) {
+    if (check(c, "broadcast", dtype, 0)) return -1;
+    if (root < 0 || root >= c->size)
+        return core_error("broadcast on group %s: root %d outside 0..%d", c->name, root, c->size - 1);
+    return count ? c->ops->broadcast(c, buf, count, dtype, root) : 0;
+}
+
 int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out) {
     *out = NULL;
     if (!c || !c->ops) return core_error("split: no communicator");
@@ -86,6 +93,7 @@ static int self_sendrecv(sp_comm *c, const void *send, size_t send_count, int de
 }
 
 static int self_barrier(sp_comm *c) { return 0; }
+static int self_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int root) { return 0; }
 
 static int self_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out) {
     *out = sp_comm_self(name);
@@ -95,7 +103,7 @@ static int self_split(sp_comm *c, int colour, int key, const char *name, sp_comm
 static void self_destroy(sp_comm *c) { free(c); }
 
 static const sp_comm_ops self_ops = {self_copy, self_sendrecv, self_copy, self_copy, self_copy,
-                                     self_barrier, self_split, self_destroy};
+                                     self_barrier, self_broadcast, self_split, self_destroy};
 
 sp_comm *sp_comm_self(const char *name) {
     sp_comm *c = calloc(1, sizeof *c);

@@ -1,5 +1,6 @@
 /* sp/comm.h — the collectives sequence parallelism needs, behind one interface.
  *
+ * (The trainer's data parallelism uses the same interface: broadcast of a batch, all-reduce of gradients.)
  * An sp_comm is a group of ranks with a table of operations. Two implementations exist now:
  *   - MPI on host (CPU) memory (sp_comm_mpi_world, sp/comm_mpi.c), the trainer's CPU path and the tests;
  *   - "self", a group of one rank (sp_comm_self), so sp = 1 runs the same code without MPI.
@@ -38,6 +39,7 @@ typedef struct sp_comm_ops {
     int (*reduce_scatter)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
     int (*all_reduce)(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
     int (*barrier)(sp_comm *c);
+    int (*broadcast)(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int root);
     int (*split)(sp_comm *c, int colour, int key, const char *name, sp_comm **out);
     void (*destroy)(sp_comm *c);
 } sp_comm_ops;
@@ -75,6 +77,8 @@ int sp_comm_reduce_scatter(sp_comm *c, const void *send, void *recv, size_t coun
 /* all-reduce (sum, F32): recv [count] = sum over ranks of send; send == recv reduces in place. */
 int sp_comm_all_reduce(sp_comm *c, const void *send, void *recv, size_t count, sp_dtype dtype);
 int sp_comm_barrier(sp_comm *c);
+/* broadcast: buf [count] of rank `root` is copied into every rank's buf (any dtype). */
+int sp_comm_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int root);
 /* Splits c: ranks passing the same colour (>= 0) form one new group, ordered by key (ties by rank in c). The new
  * group is named `name` (NULL: c's name). Collective over c. */
 int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out);

@@ -79,6 +79,11 @@ static int m_all_reduce(sp_comm *c, const void *send, void *recv, size_t count, 
 
 static int m_barrier(sp_comm *c) { return mpi_check(c, "barrier", MPI_Barrier(comm_of(c))); }
 
+static int m_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dt, int root) {
+    if (fits(c, "broadcast", count)) return -1;
+    return mpi_check(c, "broadcast", MPI_Bcast(buf, (int)count, mpi_type(dt), root, comm_of(c)));
+}
+
 static int wrap(MPI_Comm comm, const char *name, sp_comm **out);
 
 static int m_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out) {
@@ -97,7 +102,7 @@ static void m_destroy(sp_comm *c) {
 }
 
 static const sp_comm_ops mpi_ops = {m_all_to_all, m_sendrecv, m_all_gather, m_reduce_scatter,
-                                    m_all_reduce, m_barrier,  m_split,      m_destroy};
+                                    m_all_reduce, m_barrier,  m_broadcast,  m_split, m_destroy};
 
 /* Takes ownership of comm (freed on failure too). */
 static int wrap(MPI_Comm comm, const char *name, sp_comm **out) {

@@ -4,13 +4,12 @@
  * shards right after patch embedding and gathers right after proj_out; everything in between is per token except
  * the self-attention, which sp_usp_forward/backward (sp/usp_attention.h) make sequence-parallel.
  *
- * How model/wan_forward.c and wan_backward.c will use this (the integration step; model/ stays ignorant of ranks,
- * it only sees a token range and the attention hook):
- *   forward   x [B, C, F, H, W] (the same on every SP peer) -> patchify -> patch_embedding on this rank's rows only
- *             (patchify output rows [s0, s0+S_l), s0 = sp_rank*S_l; the embedding is per token) -> blocks on
- *             [B, S_l, D]: norms, modulation, Q/K/V/out projections, FFN and the cross-attention (text K/V are
- *             replicated: every rank embeds the full text) are per token; RoPE uses rows [s0, s0+S_l) of the
- *             table of the full grid (the table is indexed by global token position, so it must be offset);
+ * How model/wan_forward.c and wan_backward.c use this (model/ sees a token range, the attention hook and the SP
+ * group; the API is wan_acts_new_sp + wan_exec.sp in model/wan_dit.h):
+ *   forward   x [B, C, F, H, W] (the same on every SP peer) -> patchify of the full sample -> sp_shard_rows takes
+ *             rows [s0, s0+S_l), s0 = sp_rank*S_l -> patch_embedding on [B, S_l, D]: norms, modulation, Q/K/V/out
+ *             projections, FFN and the cross-attention (text K/V replicated: every rank embeds the full text) are
+ *             per token; RoPE uses rows [s0, s0+S_l) of the full grid's table (wan_acts_new_sp slices it);
  *             per-token timesteps (Wan 2.2 TI2V) are sliced the same way; the self-attention is the hook
  *             (wan_exec.attn_fwd = sp_usp_forward, attn_ctx = the sp_usp) -> norm_out, modulation, proj_out on
  *             [B, S_l, C_out*pt*ph*pw] -> sp_gather_rows over the SP group -> [B, S, ...] -> unpatchify on every
@@ -18,14 +17,18 @@
  *   backward  dout [B, C_out, F, H, W] (full, the same on every rank) -> unpatchify_backward -> sp_gather_rows_backward
  *             takes this rank's rows (no reduction: every rank has the full gradient) -> proj_out ... blocks in
  *             reverse on S_l tokens (attention backward through sp_usp_backward) -> patch_embedding backward on the
- *             local rows -> patchify_backward into dx (zeros outside this rank's patches; sum over the SP group if
- *             dx is ever needed in full).
+ *             local rows -> (when dx is asked) sp_gather_rows of the patch-vector gradients -> patchify_backward:
+ *             every rank gets the full dx. The text-embedding input gradient d enc is this rank's part summed
+ *             over the SP group (sp_comm_all_reduce of a scratch buffer), also full on every rank.
  *   gradients every parameter gradient is this rank's partial sum over its tokens (the time/text embedders and
- *             scale_shift_tables included); the trainer sums all of them over ALL trainer ranks (dp x sp) with
- *             sp_comm_all_reduce on the world, as DESIGN.md section 4 says. Nothing is divided by sp: the loss is
- *             computed once per SP group worth of tokens because each rank back-propagates only its slice.
- *   activations wan_acts is allocated for S_l tokens (a token-range field in wan_shape: S total, s0, S_l), so
- *             activation memory drops by sp; the hook's lse is [B, H, S_l] as the model already stores it.
+ *             scale_shift_tables included); the caller sums them over ALL trainer ranks (dp x sp) with
+ *             sp_comm_all_reduce on the world, once after accumulating, as DESIGN.md section 4 says. Nothing is
+ *             divided by sp: the loss is computed once per SP group worth of tokens because each rank
+ *             back-propagates only its slice.
+ *   activations wan_acts_new_sp(cfg, shape, mode, sp, sp_rank) sizes everything per token for S_l tokens, so
+ *             activation memory drops by sp (plus one [B, S, C*pt*ph*pw] scratch and the per-text-token terms);
+ *             the hook's lse is [B, H, S_l] as the model already stores it.
+ * Tested against the single-rank model in tests/mpi/mpi_dit.c (bands u2r1, u4r1, u1r2, u2r2, u1r4, dp 2).
  *
  * All functions work on host memory, fp32, row-major [B, S, W] (W floats per token). */
 #ifndef SP_SHARD_H

@@ -316,24 +316,29 @@ int grpo_select_steps(const grpo_selection *sel, int N, const uint8_t *has_logp,
 
 /* ---- Loss denominator ---- */
 
+/* Trained transitions of one sample whose has_logp row is h (NULL: all), sel validated; error as grpo_select_steps. */
+static int count_one(const grpo_selection *sel, int N, const uint8_t *h, int *c) {
+    int lo, hi, k;
+    sel_range(sel, N, &lo, &hi, &k);
+    int m = 0;
+    for (int i = lo; i < hi; i++) m += (!h || h[i]) ? 1 : 0;
+    if (m == 0 || m < k) return too_few(sel, m, k, N);
+    *c = k < 0 ? m : k;
+    return 0;
+}
+
 int grpo_count_transitions(const grpo_selection *sel, int N, const uint8_t *has_logp, int has_logp_stride,
                            int n_samples, int64_t *count) {
     if (n_samples < 0) return core_error("grpo: negative sample count %d", n_samples);
     if (has_logp_stride != 0 && has_logp_stride != N)
         return core_error("grpo: has_logp stride must be 0 (shared row) or N = %d (got %d)", N, has_logp_stride);
     if (grpo_selection_validate(sel, N)) return -1;
-    int lo, hi, k;
-    sel_range(sel, N, &lo, &hi, &k);
     int64_t total = 0;
     for (int s = 0; s < n_samples; s++) {
-        const uint8_t *h = has_logp ? has_logp + (size_t)s * has_logp_stride : NULL;
-        int m = 0;
-        for (int i = lo; i < hi; i++) m += (!h || h[i]) ? 1 : 0;
-        if (m == 0 || m < k) {
-            too_few(sel, m, k, N);
+        int c;
+        if (count_one(sel, N, has_logp ? has_logp + (size_t)s * has_logp_stride : NULL, &c))
             return core_error_push("sample %d: ", s);
-        }
-        total += k < 0 ? m : k;
+        total += c;
         if (has_logp_stride == 0 && s == 0 && n_samples > 1) { /* every sample has the same row */
             total *= n_samples;
             break;
@@ -341,4 +346,69 @@ int grpo_count_transitions(const grpo_selection *sel, int N, const uint8_t *has_
     }
     *count = total;
     return 0;
+}
+
+/* ---- Two experts ---- */
+
+int grpo_trainable_steps(int N, const uint8_t *has_logp, const uint8_t *expert, const uint8_t *trained, int n_experts,
+                         uint8_t *out) {
+    if (N < 1) return core_error(SEL_KEY ": the trajectory has %d denoising steps; need >= 1", N);
+    if (n_experts < 1 || n_experts > 2) return core_error("grpo: %d experts; must be 1 or 2", n_experts);
+    for (int i = 0; i < N; i++) {
+        const int e = expert ? expert[i] : 0;
+        if (e >= n_experts)
+            return core_error("grpo: step %d uses expert %d but the model has %d expert%s", i, e, n_experts,
+                              n_experts > 1 ? "s" : "");
+        out[i] = (!has_logp || has_logp[i]) && (!trained || trained[e]);
+    }
+    return 0;
+}
+
+/* Adds what a frozen expert means to a selection error. */
+static int frozen_context(const uint8_t *trained, int n_experts) {
+    if (trained)
+        for (int e = 0; e < n_experts; e++)
+            if (!trained[e])
+                return core_error_push("algorithm.train_experts freezes expert %d, whose steps are never trained: ", e);
+    return -1;
+}
+
+int grpo_select_steps_experts(const grpo_selection *sel, int N, const uint8_t *has_logp, const uint8_t *expert,
+                              const uint8_t *trained, int n_experts, uint64_t seed, uint32_t uid, int *steps_out,
+                              int *n_out) {
+    if (grpo_selection_validate(sel, N)) return -1;
+    uint8_t *mask = malloc((size_t)N);
+    if (!mask) return core_error(SEL_KEY ": out of memory");
+    int rc = grpo_trainable_steps(N, has_logp, expert, trained, n_experts, mask);
+    if (!rc && (rc = grpo_select_steps(sel, N, mask, seed, uid, steps_out, n_out))) frozen_context(trained, n_experts);
+    free(mask);
+    return rc;
+}
+
+int grpo_count_transitions_experts(const grpo_selection *sel, int N, const uint8_t *has_logp, const uint8_t *expert,
+                                   int stride, int n_samples, const uint8_t *trained, int n_experts, int64_t *count) {
+    if (n_samples < 0) return core_error("grpo: negative sample count %d", n_samples);
+    if (stride != 0 && stride != N)
+        return core_error("grpo: has_logp/expert stride must be 0 (shared row) or N = %d (got %d)", N, stride);
+    if (grpo_selection_validate(sel, N)) return -1;
+    uint8_t *mask = malloc((size_t)N);
+    if (!mask) return core_error(SEL_KEY ": out of memory");
+    int64_t total = 0;
+    int rc = 0;
+    for (int s = 0; s < n_samples && !rc; s++) {
+        const size_t off = (size_t)s * (size_t)stride;
+        int c = 0;
+        rc = grpo_trainable_steps(N, has_logp ? has_logp + off : NULL, expert ? expert + off : NULL, trained,
+                                  n_experts, mask);
+        if (!rc && (rc = count_one(sel, N, mask, &c))) frozen_context(trained, n_experts);
+        if (rc) core_error_push("sample %d: ", s);
+        total += c;
+        if (!rc && stride == 0 && n_samples > 1) { /* every sample has the same rows */
+            total *= n_samples;
+            break;
+        }
+    }
+    free(mask);
+    if (!rc) *count = total;
+    return rc;
 }

@@ -151,4 +151,36 @@ int grpo_select_steps(const grpo_selection *sel, int N, const uint8_t *has_logp,
 int grpo_count_transitions(const grpo_selection *sel, int N, const uint8_t *has_logp, int has_logp_stride,
                            int n_samples, int64_t *count);
 
+/* ---- Two experts (Wan 2.2 A14B; algorithm.train_experts) ---- */
+
+/* A two-expert rollout records the expert of every step (0: transformer/, high noise; 1: transformer_2/, low noise).
+ * When only some experts are trained, the steps of a frozen expert are treated like steps without a log-prob: they
+ * are never candidates of the selection and never counted in the denominator. So with every expert trained these
+ * functions equal grpo_select_steps / grpo_count_transitions (same random draws); with one frozen, "first_fraction"
+ * keeps the trained expert's steps among the first ones, and "random_k k" draws its k steps among the trained
+ * expert's steps (a sample still trains k transitions). A frozen expert's transitions thus neither train nor dilute
+ * the loss: "freeze transformer_2" means its steps do not contribute. */
+
+/* The trainable-step mask of one sample: out[i] = 1 where step i has a log-prob (has_logp NULL: all) and its expert
+ * is trained (expert NULL: all steps expert 0; trained NULL: every expert trained), else 0.
+ *   has_logp, expert, out [N] u8; trained [n_experts] u8 (0 or 1); 1 <= n_experts <= 2.
+ * Errors (-1): N < 1, n_experts out of range, an expert id >= n_experts (names the step). */
+int grpo_trainable_steps(int N, const uint8_t *has_logp, const uint8_t *expert, const uint8_t *trained, int n_experts,
+                         uint8_t *out);
+
+/* grpo_select_steps over the trainable steps (grpo_trainable_steps) of one sample: the trained steps, ascending.
+ * Errors: those of grpo_trainable_steps and grpo_select_steps; when an expert is frozen the message says that its
+ * steps are not candidates (algorithm.train_experts). */
+int grpo_select_steps_experts(const grpo_selection *sel, int N, const uint8_t *has_logp, const uint8_t *expert,
+                              const uint8_t *trained, int n_experts, uint64_t seed, uint32_t uid, int *steps_out,
+                              int *n_out);
+
+/* grpo_count_transitions over the trainable steps: the loss denominator of a two-expert batch with some experts
+ * frozen (pass the GLOBAL batch, as for grpo_count_transitions). has_logp and expert: NULL, one row [N] shared by all
+ * samples (stride 0) or [n_samples, N] (stride N), both read with the same stride. Equals the sum over samples of
+ * grpo_select_steps_experts' *n_out. Errors: stride not 0 or N, n_samples < 0, and those of
+ * grpo_select_steps_experts (prefixed with the sample index). */
+int grpo_count_transitions_experts(const grpo_selection *sel, int N, const uint8_t *has_logp, const uint8_t *expert,
+                                   int stride, int n_samples, const uint8_t *trained, int n_experts, int64_t *count);
+
 #endif

@@ -83,6 +83,12 @@ double optim_sumsq(const float *x, int64_t n) {
 
 double optim_grad_norm(const float *g, int64_t n) { return sqrt(optim_sumsq(g, n)); }
 
+double optim_grad_norm_multi(const float *const *g, const int64_t *n, int k) {
+    double ss = 0.0;
+    for (int j = 0; j < k; j++) ss += optim_sumsq(g[j], n[j]);
+    return sqrt(ss);
+}
+
 double optim_clip_coef(double norm, double max_norm) {
     if (!(max_norm > 0)) return 1.0;
     double c = max_norm / (norm + 1e-6);
@@ -147,23 +153,32 @@ void optim_adamw_free(optim_adamw *o) {
     o->n = 0;
 }
 
-int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
-                     optim_step_info *info) {
+int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
+                          double grad_norm, double clip_coef, optim_step_info *info) {
     if (optim_config_validate(cfg)) return -1;
-    const double norm = optim_grad_norm(grads, o->n);
-    if (!isfinite(norm))
+    if (!isfinite(grad_norm))
         return core_error("optim: gradient norm is %s at optimizer step %lld; parameters not updated",
-                          isnan(norm) ? "nan" : "inf", (long long)o->step);
-    const double coef = optim_clip_coef(norm, cfg->max_grad_norm);
-    if (coef < 1.0) optim_scale(grads, o->n, coef);
+                          isnan(grad_norm) ? "nan" : "inf", (long long)o->step);
+    if (!(clip_coef > 0 && clip_coef <= 1))
+        return core_error("optim: clip factor %g at optimizer step %lld must be in (0, 1]; parameters not updated",
+                          clip_coef, (long long)o->step);
+    if (clip_coef < 1.0) optim_scale(grads, o->n, clip_coef);
     const double lr = optim_lr_at(cfg, o->step);
     optim_adamw_update(params, grads, o->m, o->v, o->n, wd_mask, lr, cfg->beta1, cfg->beta2, cfg->eps,
                        cfg->weight_decay, o->step + 1);
     o->step++;
     if (info) {
-        info->grad_norm = norm;
-        info->clip_coef = coef;
+        info->grad_norm = grad_norm;
+        info->clip_coef = clip_coef;
         info->lr = lr;
     }
     return 0;
+}
+
+int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
+                     optim_step_info *info) {
+    if (optim_config_validate(cfg)) return -1;
+    const double norm = optim_grad_norm(grads, o->n);
+    return optim_adamw_step_coef(o, cfg, params, grads, wd_mask, norm,
+                                 isfinite(norm) ? optim_clip_coef(norm, cfg->max_grad_norm) : 1.0, info);
 }

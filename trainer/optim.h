@@ -56,6 +56,13 @@ double optim_sumsq(const float *x, int64_t n);
  * rounding, not bit for bit). */
 double optim_grad_norm(const float *g, int64_t n);
 
+/* The global L2 norm of k >= 1 flat gradients taken together, as torch.nn.utils.clip_grad_norm_ over the parameters
+ * of several models (two-expert training: both experts' gradients, trainer/train_step.h):
+ *   sqrt(optim_sumsq(g[0], n[0]) + optim_sumsq(g[1], n[1]) + ...), the sums of squares added in buffer order.
+ *   g[j] [n[j]] f32 (n[j] >= 0). Thread-invariant (optim_sumsq's fixed order); k == 1 gives optim_grad_norm exactly.
+ * Non-finite values propagate. */
+double optim_grad_norm_multi(const float *const *g, const int64_t *n, int k);
+
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)), in double (1 when max_norm <= 0). */
 double optim_clip_coef(double norm, double max_norm);
 
@@ -103,5 +110,14 @@ void optim_adamw_free(optim_adamw *o);
  * step N"). */
 int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
                      optim_step_info *info);
+
+/* optim_adamw_step with the gradient norm and clip factor given, for one optimizer step over several parameter
+ * buffers clipped by their joint norm (optim_grad_norm_multi, optim_clip_coef): if clip_coef < 1, grads *= clip_coef
+ * (in place); lr = optim_lr_at(cfg, o->step); optim_adamw_update(..., t = o->step + 1); o->step++. info (may be
+ * NULL) records grad_norm, clip_coef and lr. Call it once per buffer with the same grad_norm and clip_coef.
+ * Errors (-1, nothing changed): invalid cfg, grad_norm not finite ("gradient norm is nan/inf at optimizer step N"),
+ * clip_coef not in (0, 1]. */
+int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
+                          double grad_norm, double clip_coef, optim_step_info *info);
 
 #endif

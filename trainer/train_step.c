@@ -10,7 +10,8 @@
 #include "model/guidance.h"
 
 typedef struct {
-    int s, i; /* sample, step */
+    int s, i, e; /* sample, step, expert (the trajectory's record) */
+    float g;     /* the step's guidance: guidance_scale (expert 0) or guidance_scale_2 (expert 1) */
 } transition;
 
 /* Scratch of one micro-batch of up to cap transitions (rows <= 2 cap). */
@@ -49,7 +50,7 @@ static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t ne) {
     return 0;
 }
 
-/* Velocity of transition t from a forward's output rows (guided when its sample's g != 1). */
+/* Velocity of transition t from a forward's output rows (guided when its step's g != 1). */
 static const float *guided(const scratch *w, const float *out, int t, float g, int64_t nl) {
     if (w->urow[t] < 0) return out + (int64_t)t * nl;
     flow_cfg_combine(w->v, out + (int64_t)t * nl, out + (int64_t)w->urow[t] * nl, g, nl);
@@ -62,7 +63,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
     const core_traj *T = b->traj;
     const int64_t nl = core_traj_latent_numel(&T[0]), ne = (int64_t)b->text_len * policy->cfg.text_dim;
     int rows = cnt;
-    for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(T[tr[t].s].guidance_scale) ? rows++ : -1;
+    for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(tr[t].g) ? rows++ : -1;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
@@ -85,7 +86,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
-        const float *v = guided(w, w->vout, t, s->guidance_scale, nl);
+        const float *v = guided(w, w->vout, t, tr[t].g, nl);
         if (flow_sde_step(core_traj_latent(s, i), v, NULL, core_traj_latent(s, i + 1), nl, s->sigmas[i], s->sigmas[i + 1],
                           s->sigmas[1], s->eta, w->mean + (int64_t)t * nl, NULL, &w->st[t]))
             goto done;
@@ -104,7 +105,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const int i = tr[t].i;
-            const float *v = guided(w, w->vref, t, s->guidance_scale, nl);
+            const float *v = guided(w, w->vref, t, tr[t].g, nl);
             flow_step sr;
             float *mr = w->mean_ref + (int64_t)t * nl;
             if (flow_sde_step(core_traj_latent(s, i), v, NULL, NULL, nl, s->sigmas[i], s->sigmas[i + 1], s->sigmas[1],
@@ -124,7 +125,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
                                     tc->beta > 0 ? w->mean_ref + (int64_t)t * nl : NULL, nl, w->dlogp[t], gkl, w->dv))
                 goto done;
             if (w->urow[t] >= 0)
-                flow_cfg_backward(w->dout + (int64_t)t * nl, w->dout + (int64_t)w->urow[t] * nl, w->dv, s->guidance_scale, nl);
+                flow_cfg_backward(w->dout + (int64_t)t * nl, w->dout + (int64_t)w->urow[t] * nl, w->dv, tr[t].g, nl);
             else
                 memcpy(w->dout + (int64_t)t * nl, w->dv, sizeof(float) * nl);
         }
@@ -137,78 +138,202 @@ done:
     return rc;
 }
 
-static int check_batch(const wan_model *policy, const wan_model *ref, const trainer_config *tc, const trainer_batch *b,
-                       int backward) {
+/* Expert e's reference, or NULL. */
+static const wan_model *ref_of(const wan_model *const *ref, int e) { return ref ? ref[e] : NULL; }
+
+static int check_batch(wan_model *const *policy, const wan_model *const *ref, int n_experts, const uint8_t *trained,
+                       const trainer_config *tc, const trainer_batch *b, int backward) {
+    if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
+        return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
     if (b->n < 1) return core_error("trainer: empty batch");
     if (!(tc->clip_eps > 0)) return core_error("algorithm.clip_range: must be > 0, got %g", (double)tc->clip_eps);
     if (!(tc->beta >= 0) || !isfinite(tc->beta)) return core_error("algorithm.beta: must be >= 0, got %g", (double)tc->beta);
     if (tc->micro_batch_size < 1) return core_error("algorithm.micro_batch_size: must be >= 1, got %d", tc->micro_batch_size);
-    if (tc->beta > 0 && !ref) return core_error("trainer: beta > 0 needs the reference model");
-    if (ref && !wan_config_equal(&ref->cfg, &policy->cfg)) return core_error("trainer: reference model config differs");
-    if (backward && !policy->grads) return core_error("trainer: gradients not allocated");
     if (backward && tc->acts_mode != WAN_ACTS_STORE && tc->acts_mode != WAN_ACTS_RECOMPUTE)
         return core_error("trainer: activation mode must be STORE or RECOMPUTE");
+    int n_trained = 0;
+    for (int e = 0; e < n_experts; e++) {
+        const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";
+        if (trained && trained[e] > 1)
+            return core_error("algorithm.train_experts: trained flag of expert %d is %d; must be 0 or 1", e, trained[e]);
+        if (!policy[e]) return core_error("trainer: no policy model%s", sfx);
+        if (e > 0 && !wan_config_equal(&policy[e]->cfg, &policy[0]->cfg))
+            return core_error("trainer: the experts' configs differ (expert %d vs expert 0)", e);
+        if (trained && !trained[e]) continue;
+        n_trained++;
+        const wan_model *r = ref_of(ref, e);
+        if (tc->beta > 0 && !r) return core_error("trainer: beta > 0 needs the reference model%s", sfx);
+        if (r && !wan_config_equal(&r->cfg, &policy[e]->cfg)) return core_error("trainer: reference model config differs%s", sfx);
+        if (backward && !policy[e]->grads) return core_error("trainer: gradients not allocated%s", sfx);
+    }
+    if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     const core_traj *T = b->traj;
-    if (T[0].shape[0] != policy->cfg.in_channels)
+    if (T[0].shape[0] != policy[0]->cfg.in_channels)
         return core_error("trainer: trajectories have %lld channels, the model %d", (long long)T[0].shape[0],
-                          policy->cfg.in_channels);
+                          policy[0]->cfg.in_channels);
     for (int s = 0; s < b->n; s++) {
         if (T[s].n_steps != T[0].n_steps || memcmp(T[s].shape, T[0].shape, sizeof T[0].shape))
             return core_error("trainer: trajectory %d (uid %llu) differs in steps or shape from trajectory 0", s,
                               (unsigned long long)T[s].uid);
         if (T[s].uid > 0xffffffffull) return core_error("trainer: uid %llu over 32 bits", (unsigned long long)T[s].uid);
         for (int i = 0; i < T[s].n_steps; i++)
-            if (T[s].expert[i] != 0)
-                return core_error("trainer: uid %llu step %d uses expert %d; two-expert training is not supported yet",
-                                  (unsigned long long)T[s].uid, i, T[s].expert[i]);
+            if (T[s].expert[i] >= n_experts)
+                return core_error("trainer: uid %llu step %d uses expert %d but %d expert%s given (a two-expert "
+                                  "rollout trains with trainer_accumulate_experts and both experts)",
+                                  (unsigned long long)T[s].uid, i, T[s].expert[i], n_experts, n_experts > 1 ? "s" : "");
     }
     return grpo_selection_validate(&tc->sel, T[0].n_steps);
 }
 
-int trainer_accumulate(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
-                       const trainer_batch *b, int backward, grpo_loss_stats *stats) {
-    if (check_batch(policy, ref, tc, b, backward)) return -1;
+int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
+                               const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
+                               const trainer_batch *b, int backward, grpo_loss_stats *stats) {
+    if (check_batch(policy, ref, n_experts, trained, tc, b, backward)) return -1;
     const int N = b->traj[0].n_steps;
-    transition *tr = malloc(sizeof(transition) * (size_t)b->n * (size_t)N);
+    const size_t cap_tr = (size_t)b->n * (size_t)N;
+    transition *all = malloc(sizeof(transition) * cap_tr), *tr = malloc(sizeof(transition) * cap_tr);
     int *steps = malloc(sizeof(int) * (size_t)N);
     scratch w = {0};
-    int rc = -1, total = 0;
-    if (!tr || !steps) {
+    int rc = -1, total = 0, per[CORE_TRAJ_MAX_EXPERTS] = {0};
+    if (!all || !tr || !steps) {
         core_error("trainer: out of memory");
         goto done;
     }
+    /* Every sample's trained steps (its frozen experts' steps are not candidates), with each step's own expert. */
     for (int s = 0; s < b->n; s++) {
+        const core_traj *T = &b->traj[s];
         int k;
-        if (grpo_select_steps(&tc->sel, N, b->traj[s].has_log_prob, tc->seed, (uint32_t)b->traj[s].uid, steps, &k))
+        if (grpo_select_steps_experts(&tc->sel, N, T->has_log_prob, T->expert, trained, n_experts, tc->seed,
+                                      (uint32_t)T->uid, steps, &k)) {
+            core_error_push("trainer: sample %d (uid %llu): ", s, (unsigned long long)T->uid);
             goto done;
-        for (int j = 0; j < k; j++) tr[total++] = (transition){s, steps[j]};
+        }
+        for (int j = 0; j < k; j++) {
+            const int i = steps[j], e = T->expert[i];
+            all[total++] = (transition){s, i, e, e ? T->guidance_scale_2 : T->guidance_scale};
+            per[e]++;
+        }
     }
+    /* Grouped by expert (stable: sample by sample, steps ascending within each), so a forward runs one expert. */
+    int pos = 0;
+    for (int e = 0; e < n_experts; e++)
+        for (int t = 0; t < total; t++)
+            if (all[t].e == e) tr[pos++] = all[t];
     const int64_t denom = b->denom > 0 ? b->denom : total;
     const int cap = tc->micro_batch_size < total ? tc->micro_batch_size : total;
     if (total == 0) {
         rc = 0;
         goto done;
     }
-    if (scratch_alloc(&w, cap, core_traj_latent_numel(&b->traj[0]), (int64_t)b->text_len * policy->cfg.text_dim)) goto done;
-    for (int t0 = 0; t0 < total; t0 += cap) {
-        int cnt = total - t0 < cap ? total - t0 : cap;
-        if (micro_batch(policy, ref, ex, tc, b, tr + t0, cnt, denom, backward, &w, stats)) goto done;
-    }
+    if (scratch_alloc(&w, cap, core_traj_latent_numel(&b->traj[0]), (int64_t)b->text_len * policy[0]->cfg.text_dim))
+        goto done;
+    for (int e = 0, g0 = 0; e < n_experts; g0 += per[e], e++)
+        for (int t0 = g0; t0 < g0 + per[e]; t0 += cap) {
+            const int cnt = g0 + per[e] - t0 < cap ? g0 + per[e] - t0 : cap;
+            if (micro_batch(policy[e], ref_of(ref, e), ex, tc, b, tr + t0, cnt, denom, backward, &w, stats)) goto done;
+        }
     rc = 0;
 done:
     scratch_free(&w);
-    free(tr), free(steps);
+    free(all), free(tr), free(steps);
     return rc;
+}
+
+int trainer_count_transitions(const trainer_config *tc, const trainer_batch *b, int n_experts, const uint8_t *trained,
+                              int64_t *count) {
+    if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
+        return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
+    if (b->n < 1) return core_error("trainer: empty batch");
+    const int N = b->traj[0].n_steps;
+    for (int s = 1; s < b->n; s++)
+        if (b->traj[s].n_steps != N)
+            return core_error("trainer: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
+                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
+    /* Rows [n, N] of has_log_prob and expert, so the counter names the sample at fault by its batch index. */
+    const size_t rows = (size_t)b->n * (size_t)N;
+    uint8_t *h = malloc(rows), *x = malloc(rows);
+    if (!h || !x) {
+        free(h), free(x);
+        return core_error("trainer: out of memory");
+    }
+    for (int s = 0; s < b->n; s++) {
+        memcpy(h + (size_t)s * N, b->traj[s].has_log_prob, (size_t)N);
+        memcpy(x + (size_t)s * N, b->traj[s].expert, (size_t)N);
+    }
+    int rc = grpo_count_transitions_experts(&tc->sel, N, h, x, N, b->n, trained, n_experts, count);
+    free(h), free(x);
+    return rc;
+}
+
+int trainer_accumulate(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
+                       const trainer_batch *b, int backward, grpo_loss_stats *stats) {
+    wan_model *p[1] = {policy};
+    const wan_model *r[1] = {ref};
+    return trainer_accumulate_experts(p, r, 1, NULL, ex, tc, b, backward, stats);
+}
+
+int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
+                           const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
+                           const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
+                           grpo_loss_stats *stats, optim_step_info *info) {
+    if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
+        return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
+    int first = -1;
+    for (int e = 0; e < n_experts; e++) {
+        if (trained && trained[e] > 1)
+            return core_error("algorithm.train_experts: trained flag of expert %d is %d; must be 0 or 1", e, trained[e]);
+        if (trained && !trained[e]) continue;
+        const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";
+        if (!policy[e]) return core_error("trainer: no policy model%s", sfx);
+        if (!policy[e]->grads) return core_error("trainer: gradients not allocated%s", sfx);
+        if (!opt || !opt[e]) return core_error("trainer: no optimizer state%s", sfx);
+        if (opt[e]->n != policy[e]->layout.numel)
+            return core_error("trainer: optimizer has %lld parameters, the model %lld%s", (long long)opt[e]->n,
+                              (long long)policy[e]->layout.numel, sfx);
+        if (first >= 0 && opt[e]->step != opt[first]->step)
+            return core_error("trainer: the experts' optimizers are at different steps (%lld and %lld); one optimizer "
+                              "step updates every trained expert", (long long)opt[first]->step, (long long)opt[e]->step);
+        if (first < 0) first = e;
+    }
+    if (first < 0) return core_error("algorithm.train_experts: no expert is trained");
+    if (optim_config_validate(ocfg)) return -1;
+    for (int e = 0; e < n_experts; e++)
+        if (!trained || trained[e]) wan_model_zero_grads(policy[e]);
+    grpo_loss_stats local = {0};
+    if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
+    if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
+    if (stats) {
+        stats->n_transitions += local.n_transitions;
+        stats->n_clipped += local.n_clipped;
+        stats->loss += local.loss;
+        stats->policy += local.policy;
+        stats->kl += local.kl;
+        stats->abs_ratio_dev_sum += local.abs_ratio_dev_sum;
+        stats->abs_logp_diff_sum += local.abs_logp_diff_sum;
+    }
+    /* One step over all trained experts: clip by the norm of all their gradients together. */
+    const float *g[CORE_TRAJ_MAX_EXPERTS];
+    int64_t n[CORE_TRAJ_MAX_EXPERTS];
+    int k = 0;
+    for (int e = 0; e < n_experts; e++)
+        if (!trained || trained[e]) g[k] = policy[e]->grads, n[k++] = opt[e]->n;
+    const double norm = optim_grad_norm_multi(g, n, k);
+    if (!isfinite(norm))
+        return core_error("optim: gradient norm is %s at optimizer step %lld; parameters not updated",
+                          isnan(norm) ? "nan" : "inf", (long long)opt[first]->step);
+    const double coef = optim_clip_coef(norm, ocfg->max_grad_norm);
+    for (int e = 0; e < n_experts; e++)
+        if ((!trained || trained[e]) &&
+            optim_adamw_step_coef(opt[e], ocfg, policy[e]->params, policy[e]->grads, NULL, norm, coef, info))
+            return -1;
+    return 0;
 }
 
 int trainer_update(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
                    const trainer_batch *b, optim_adamw *opt, const optim_config *ocfg, grpo_loss_stats *stats,
                    optim_step_info *info) {
-    if (!policy->grads) return core_error("trainer: gradients not allocated");
-    if (opt->n != policy->layout.numel) return core_error("trainer: optimizer has %lld parameters, the model %lld",
-                                                          (long long)opt->n, (long long)policy->layout.numel);
-    wan_model_zero_grads(policy);
-    grpo_loss_stats local = {0};
-    if (trainer_accumulate(policy, ref, ex, tc, b, 1, stats ? stats : &local)) return -1;
-    return optim_adamw_step(opt, ocfg, policy->params, policy->grads, NULL, info);
+    wan_model *p[1] = {policy};
+    const wan_model *r[1] = {ref};
+    optim_adamw *o[1] = {opt};
+    return trainer_update_experts(p, r, 1, NULL, ex, tc, b, o, ocfg, stats, info);
 }

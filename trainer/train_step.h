@@ -46,6 +46,14 @@ typedef struct {
     float beta;                  /* algorithm.beta (KL), >= 0 */
     int micro_batch_size;        /* transitions per forward, >= 1 */
     wan_acts_mode acts_mode;     /* WAN_ACTS_STORE or WAN_ACTS_RECOMPUTE */
+    /* Gradient hook of trainer_update / trainer_update_experts (NULL: none; data parallelism: trainer/dp.h's
+     * dp_grad_reduce with ctx = the communicator): called once per update after this rank's gradients of the trained
+     * experts are accumulated and before the norm, clipping and AdamW; it may sum the trained experts' grads over
+     * ranks, and `stats` (this update's statistics alone, zeroed before the accumulation; added to the caller's stats
+     * afterwards) with them. Returns 0, or -1 with core_error (the update then changes no weights). */
+    int (*grad_reduce)(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                       grpo_loss_stats *stats);
+    void *grad_reduce_ctx;
 } trainer_config;
 
 /* One pass over every trained transition of the batch.
@@ -54,16 +62,71 @@ typedef struct {
  *   ref: frozen reference weights (needed when beta > 0; may be NULL when beta == 0).
  *   stats: accumulated into (zero it first): loss, policy loss, KL, clip counts, |ratio-1|, |logp_new-logp_old|.
  * Errors (-1): bad config (clip_eps, beta, micro_batch_size, selection vs N), beta > 0 without ref, a trajectory whose
- * shape differs from the first or from the model, an expert id other than 0 (two experts: later), DiT failures,
- * out of memory. The gradient may be partly accumulated when an error occurs mid-way. */
+ * shape differs from the first or from the model, an expert id other than 0 (a two-expert rollout: use
+ * trainer_accumulate_experts), DiT failures, out of memory. The gradient may be partly accumulated when an error
+ * occurs mid-way. The one-expert case of trainer_accumulate_experts (same results, bit for bit). */
 int trainer_accumulate(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
                        const trainer_batch *b, int backward, grpo_loss_stats *stats);
 
 /* One optimizer update on the batch: zero grads, trainer_accumulate, optim_adamw_step (clipping, lr schedule,
  * AdamW). opt and policy's grads must be allocated. info and stats may be NULL. Errors: as above, and a non-finite
- * gradient norm (the weights are then unchanged). */
+ * gradient norm (the weights are then unchanged). The one-expert case of trainer_update_experts. */
 int trainer_update(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
                    const trainer_batch *b, optim_adamw *opt, const optim_config *ocfg, grpo_loss_stats *stats,
                    optim_step_info *info);
+
+/* ---- Two experts (Wan 2.2 A14B: expert 0 = transformer/, high noise; expert 1 = transformer_2/, low noise) ----
+ *
+ * Every transition is trained by the expert its rollout step used (traj.expert[i], recorded by rollout/engine.h),
+ * sample by sample, never by a batch's first: forward and backward through policy[e] with that step's guidance
+ * (guidance_scale for expert 0, guidance_scale_2 for expert 1, both recorded in the trajectory), the KL to ref[e].
+ * trained[e] (algorithm.train_experts; NULL = every expert) picks the experts under training; a frozen expert is
+ * neither trained nor synced, and its steps are not candidates of the timestep selection and not counted in the
+ * loss denominator (grpo_select_steps_experts, grpo_count_transitions_experts): "freeze transformer_2" means its
+ * steps do not contribute, and the loss is the mean over the trained experts' transitions. With every expert
+ * trained the selection, the denominator and the random draws are those of the one-expert trainer.
+ * Micro-batches: the selected transitions are grouped by expert (expert 0's, then expert 1's; within a group sample
+ * by sample, steps ascending) and each group is cut into micro-batches of micro_batch_size transitions, so a forward
+ * runs one expert and never mixes them. Each expert's gradient is therefore exactly that of trainer_accumulate on
+ * its transitions alone with the same denominator, and, as there, logp_new equals the rollout's log-prob bit for
+ * bit on the first update and the gradient depends on micro_batch_size only through fp32 summation order.
+ * b->denom (when > 0) must be grpo_count_transitions_experts of the global batch with the same trained flags. */
+
+/* The loss denominator of a batch: the number of its trained transitions (grpo_count_transitions_experts over each
+ * trajectory's has_log_prob and expert rows, with tc->sel and the trained experts; n_experts 1 and trained NULL: the
+ * one-expert count). Pass the whole global batch and set the result as trainer_batch.denom of every rank's share.
+ * Errors (-1): n_experts not 1 or 2, an empty batch, trajectories of different step counts, the selection invalid
+ * for N, an expert id >= n_experts, a sample without a trainable step (messages name the sample). */
+int trainer_count_transitions(const trainer_config *tc, const trainer_batch *b, int n_experts, const uint8_t *trained,
+                              int64_t *count);
+
+/* trainer_accumulate over n_experts (1 or 2) experts.
+ *   policy [n_experts]: each expert's weights (same config); grads of the TRAINED experts are accumulated into (+=;
+ *   the caller zeroes them) when backward != 0; a frozen expert's weights and grads are never touched.
+ *   ref [n_experts] (may be NULL when beta == 0): each expert's frozen reference (needed for trained experts when
+ *   beta > 0; same config as its policy).
+ *   trained [n_experts] u8 0/1, NULL = all; at least one expert trained.
+ * Errors (-1): those of trainer_accumulate, n_experts not 1 or 2, experts of different configs, no trained expert, a
+ * trained flag other than 0/1, an expert id >= n_experts, a sample whose selection finds no trainable step (e.g.
+ * "all" with every one of its steps on a frozen expert; the message names algorithm.train_experts). */
+int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
+                               const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
+                               const trainer_batch *b, int backward, grpo_loss_stats *stats);
+
+/* One optimizer step over every trained expert: zero the trained experts' grads, trainer_accumulate_experts, then
+ * the global L2 norm over all trained experts' gradients together (optim_grad_norm_multi: torch's
+ * clip_grad_norm_ over the parameters of both models), one clip factor optim_clip_coef(norm, max_grad_norm) for all,
+ * and AdamW on each trained expert's own buffer and moments (optim_adamw_step_coef) with the same lr. When
+ * tc->grad_reduce is set it runs between the accumulation and the norm (see trainer_config).
+ *   opt [n_experts]: each trained expert's optimizer state (n = its parameter count; NULL allowed for a frozen
+ *   expert); the trained experts' states must be at the same step (one run, one schedule).
+ *   info (may be NULL): the global grad norm, the clip factor and the lr.
+ * Errors (-1): those of trainer_accumulate_experts, missing grads or optimizer state of a trained expert, a
+ * parameter count mismatch, trained optimizers at different steps, an invalid optim_config, a grad_reduce failure or
+ * a non-finite global gradient norm (no weights changed). A frozen expert's params, grads and optimizer state are never touched. */
+int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
+                           const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
+                           const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
+                           grpo_loss_stats *stats, optim_step_info *info);
 
 #endif

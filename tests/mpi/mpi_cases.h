@@ -29,5 +29,7 @@ void mpi_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, flo
 /* Cases. world: the world group; args after the case name. */
 int mpi_case_comm(sp_comm *world, int argc, char **argv);
 int mpi_case_usp(sp_comm *world, int argc, char **argv);
+int mpi_case_dit(sp_comm *world, int argc, char **argv);
+int mpi_case_dit_bench(sp_comm *world, int argc, char **argv);
 
 #endif

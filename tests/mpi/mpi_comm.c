@@ -56,6 +56,13 @@ static void collectives(sp_comm *w) {
     for (int e = 0; e < C; e++) MCHECK(send[e] == recv[e], "all_reduce in place: elem %d", e);
     MCHECK(sp_comm_barrier(w) == 0, "barrier: %s", core_last_error());
 
+    /* broadcast from the last rank: bytes. */
+    uint8_t bb[5];
+    for (int e = 0; e < 5; e++) bb[e] = (uint8_t)(r == P - 1 ? 200 + e : 0);
+    MCHECK(sp_comm_broadcast(w, bb, 5, SP_U8, P - 1) == 0, "broadcast: %s", core_last_error());
+    for (int e = 0; e < 5; e++) MCHECK(bb[e] == 200 + e, "broadcast: byte %d = %d", e, bb[e]);
+    MCHECK(sp_comm_broadcast(w, bb, 5, SP_U8, P) == -1 && strstr(core_last_error(), "root"), "broadcast: bad root accepted");
+
     /* Argument errors come back with messages (nothing is sent, so no peer waits). */
     MCHECK(sp_comm_sendrecv(w, mine, 1, P, got, 1, 0, SP_F32) == -1 && strstr(core_last_error(), "peer out of range"),
            "sendrecv to rank P: %s", core_last_error());

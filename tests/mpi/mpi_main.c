@@ -32,6 +32,10 @@ static const struct {
     {"comm", mpi_case_comm, "comm                      every sp_comm collective on the world, values checked exactly"},
     {"usp", mpi_case_usp,
      "usp SP ULYSSES [S H Dh B] USP attention vs single-rank attention (world = dp x SP ranks)"},
+    {"dit", mpi_case_dit,
+     "dit SP ULYSSES [F H W B PER_TOKEN RECOMPUTE]  tiny Wan DiT fwd+bwd, sequence-parallel vs single-rank"},
+    {"dit_bench", mpi_case_dit_bench,
+     "dit_bench SP ULYSSES [F H W L LAYERS REPS]    per-rank activation bytes and fwd+bwd wall time (benchmark)"},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,130 @@
+/* cli/cmd_trainer.c — `vgrpo trainer RECIPE --controller ENDPOINT --workers M [--resume DIR] [--steps N]
+ * [--set key=value ...]`: the trainer process(es) of a colocated run (DESIGN.md section 3). `vgrpo run` starts it
+ * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
+ * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
+ * (cli/local_run.c: grpo_run); ranks > 0 train on their share of every batch (grpo_follow). Without mpirun (no
+ * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
+ * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved (checkpoint.every > 0), and it exits 1.
+ * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "cli/commands.h"
+#include "cli/local_run.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/recipe.h"
+#include "sp/comm.h"
+#include "trainer/controller.h"
+
+#define TRAINER_HELLO_TIMEOUT_S 600.0
+#define TRAINER_CTL_TIMEOUT_S 3600.0
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: vgrpo trainer RECIPE --controller ENDPOINT --workers M [--resume DIR] [--steps N]\n"
+               "                     [--set key.path=value ...]\n"
+               "The trainer of a colocated run; `vgrpo run RECIPE` starts it with the workers and the reward server.\n");
+}
+
+/* SIGUSR1 (sent by `vgrpo run` when another process of the job failed): stop waiting for the workers at once.
+ * SIGINT/SIGTERM are graceful: the step in progress finishes and a checkpoint is saved (cli/local_ckpt.c), except
+ * while waiting for the workers' hello, where there is no step to finish. */
+static volatile sig_atomic_t abort_flag = 0, in_hello = 0;
+static void on_usr1(int sig) {
+    (void)sig;
+    abort_flag = 1;
+}
+
+static int abort_check(void *ctx) {
+    (void)ctx;
+    if (abort_flag) return core_error("stopped (SIGUSR1): another process of the run failed");
+    const int sig = in_hello ? local_signal_pending() : 0;
+    return sig ? core_error("stopped by signal %d while waiting for the rollout workers", sig) : 0;
+}
+
+int cmd_trainer(int argc, char **argv) {
+    const char *path = NULL, *endpoint = NULL, *resume = NULL;
+    int workers = 0;
+    int64_t steps = 0;
+    const char **sets = calloc((size_t)argc, sizeof(char *));
+    int n_sets = 0;
+    if (!sets) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            free(sets);
+            return 0;
+        } else if (a[0] != '-' && !path) {
+            path = a;
+        } else if (i + 1 < argc && !strcmp(a, "--controller")) {
+            endpoint = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--workers")) {
+            workers = atoi(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(a, "--resume")) {
+            resume = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--steps")) {
+            steps = atoll(argv[++i]);
+        } else if (i + 1 < argc && !strcmp(a, "--set")) {
+            sets[n_sets++] = argv[++i];
+        } else {
+            fprintf(stderr, "vgrpo trainer: unknown or incomplete option \"%s\"\n\n", a);
+            usage(stderr);
+            free(sets);
+            return 2;
+        }
+    }
+    if (!path || !endpoint || workers < 1 || workers > CTL_MAX_WORKERS) {
+        fprintf(stderr, "vgrpo trainer: RECIPE, --controller and --workers (1..%d) are required\n\n", CTL_MAX_WORKERS);
+        usage(stderr);
+        free(sets);
+        return 2;
+    }
+    sp_comm *world = NULL;
+    const int use_mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+    if (use_mpi ? sp_comm_mpi_world(&argc, &argv, &world) : !(world = sp_comm_self("world"))) {
+        fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+        free(sets);
+        return 1;
+    }
+    core_log_set_rank(world->rank);
+    signal(SIGUSR1, on_usr1);
+    core_recipe r;
+    int status = 1;
+    ctl_server *ctl = NULL;
+    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r)) {
+        fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+    } else if (r.trainer_ranks != world->size) {
+        fprintf(stderr, "vgrpo trainer: parallel.trainer_ranks is %d but %d rank(s) were started\n", r.trainer_ranks,
+                world->size);
+    } else if (r.prompts_per_step * r.samples_per_prompt < world->size) {
+        fprintf(stderr, "vgrpo trainer: parallel.trainer_ranks %d exceeds the %d samples of a step (B x G)\n",
+                world->size, r.prompts_per_step * r.samples_per_prompt);
+    } else if (world->rank > 0) {
+        if (grpo_follow(&r, steps, resume, world)) fprintf(stderr, "vgrpo trainer rank %d: %s\n", world->rank, core_last_error());
+        else status = 0;
+    } else {
+        local_signals_install();
+        in_hello = 1;
+        if (!(ctl = ctl_open(endpoint, abort_check, NULL)) || ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
+            local_signals_restore();
+            fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+        } else {
+            in_hello = 0;
+            local_signals_restore();
+            if (grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S)) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+            else status = 0;
+        }
+        if (ctl) ctl_shutdown(ctl, 5.0);
+        ctl_close(ctl);
+    }
+    if (status && use_mpi && world->size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    core_recipe_release(&r);
+    sp_comm_destroy(world);
+    if (use_mpi) sp_comm_mpi_finalize();
+    free(sets);
+    return status;
+}

@@ -1,0 +1,154 @@
+/* cli/colocated.c — `vgrpo run RECIPE` with mode: colocated: the supervisor of DESIGN.md section 3. It is not an
+ * MPI process. It starts the reward server (unless reward.endpoint names an external one), parallel.rollout_workers
+ * rollout workers and the trainer (one rank: `vgrpo trainer ...`; N ranks: `mpirun -n N --bind-to none vgrpo trainer
+ * ...`, with --oversubscribe when ranks exceed the cores and the OpenMPI root variables when run as root), shares
+ * the cores between them (OMP_NUM_THREADS = cores / (workers + ranks)), and then waits:
+ *   - the trainer exits 0: the run is done; the workers were told to shut down by the trainer, the reward server is
+ *     stopped; exit 0;
+ *   - any process fails: the others are stopped (the trainer with SIGUSR1: stop waiting at once), and the error
+ *     names the process and its log; checkpoints already written stay as they are (each is complete or absent);
+ *   - SIGINT/SIGTERM: forwarded to the trainer, which finishes its step, saves a checkpoint and exits; then all stop.
+ * The trainer's output (one line per step) goes to this terminal; every other process logs to
+ * logging.run_dir/logs/. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/job.h"
+#include "cli/local_run.h"
+#include "core/error.h"
+#include "model/wan_dit.h"
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_signal(int sig) { stop_signal = sig; }
+
+static int mkdir_p(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *q = buf + 1; *q; q++)
+        if (*q == '/') {
+            *q = 0;
+            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+            *q = '/';
+        }
+    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
+    return 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The CPU backend runs the tiny and test-size models; the full-size Wan transformers need the CUDA backend. */
+static int check_model_size(const core_recipe *r) {
+    char path[4200];
+    if ((int64_t)r->height * r->width > 256 * 256)
+        return core_error("a %dx%d, %d-frame run is the size of the full Wan models' recipes: it needs the CUDA backend "
+                          "(a later issue), and this build trains on the CPU (this machine has no GPU). `vgrpo run "
+                          "--dry-run` checks the recipe; recipes/tiny-cpu.yaml runs here", r->height, r->width, r->frames);
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (access(path, R_OK))
+        return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "
+                          "--preset tiny --out DIR`)", path);
+    wan_config c;
+    if (wan_config_load(&c, path)) return -1;
+    const int dim = c.num_attention_heads * c.attention_head_dim;
+    if (dim >= 1536)
+        return core_error("model.path: %s is a full-size Wan transformer (%d layers, dim %d): training it needs the CUDA "
+                          "backend (a later issue) and this build runs on the CPU; `vgrpo run --dry-run` checks the "
+                          "recipe", r->model_path, c.num_layers, dim);
+    return 0;
+}
+
+int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
+                  const char *resume) {
+    if (check_model_size(r)) return -1;
+    char logs[4200];
+    snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
+    if (mkdir_p(logs)) return -1;
+    job J;
+    int rc = -1;
+    struct sigaction sa = {0}, old_int, old_term;
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    stop_signal = 0;
+    const int M = r->rollout_workers, N = r->trainer_ranks;
+    const int threads = job_threads_per_process(M + N);
+    if (job_init(&J, r, NULL) || job_start_reward(&J, r, logs) ||
+        job_start_workers(&J, recipe_path, sets, n_sets, NULL, M, threads, logs))
+        goto done;
+    /* The trainer: argv = [mpirun -n N --bind-to none [--oversubscribe]] vgrpo trainer RECIPE ... */
+    const char *exe = sup_self_exe();
+    if (!exe) goto done;
+    char **argv = calloc((size_t)(32 + 2 * n_sets), sizeof(char *));
+    if (!argv) {
+        core_error("out of memory");
+        goto done;
+    }
+    char nbuf[16], wbuf[16], sbuf[32];
+    snprintf(nbuf, sizeof nbuf, "%d", N);
+    snprintf(wbuf, sizeof wbuf, "%d", M);
+    snprintf(sbuf, sizeof sbuf, "%lld", (long long)steps);
+    int a = 0;
+    if (N > 1) {
+        argv[a++] = "/usr/bin/mpirun", argv[a++] = "-n", argv[a++] = nbuf, argv[a++] = "--bind-to", argv[a++] = "none";
+        if (M + N > sysconf(_SC_NPROCESSORS_ONLN)) argv[a++] = "--oversubscribe";
+        if (geteuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1); /* containers without CMA */
+    }
+    argv[a++] = (char *)exe, argv[a++] = "trainer", argv[a++] = (char *)recipe_path;
+    argv[a++] = "--controller", argv[a++] = J.ctl_ep, argv[a++] = "--workers", argv[a++] = wbuf;
+    if (steps > 0) argv[a++] = "--steps", argv[a++] = sbuf;
+    if (resume) argv[a++] = "--resume", argv[a++] = (char *)resume;
+    for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
+    argv[a] = NULL;
+    const int trainer = sup_spawn(&J.procs, N > 1 ? "trainer (mpirun)" : "trainer", argv, threads, NULL);
+    free(argv);
+    if (trainer < 0) goto done;
+    int forwarded = 0;
+    for (;;) {
+        if (stop_signal && !forwarded && J.procs.p[trainer].pid) {
+            kill(J.procs.p[trainer].pid, SIGTERM); /* graceful: the trainer finishes its step and saves */
+            forwarded = 1;
+        }
+        const int dead = sup_poll(&J.procs);
+        char why[4600];
+        if (!J.procs.p[trainer].pid) { /* reaped, now or together with another process */
+            const int st = J.procs.p[trainer].status;
+            sup_describe(&J.procs, trainer, why, sizeof why);
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) rc = 0;
+            else core_error("%s", why);
+            break;
+        }
+        if (dead < 0) {
+            sleep_ms(50);
+            continue;
+        }
+        sup_describe(&J.procs, dead, why, sizeof why);
+        /* A worker that exits 0 was told to shut down by the trainer, which is about to exit too. */
+        const int st = J.procs.p[dead].status;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+        /* A worker or the reward server failed: the trainer stops waiting (SIGUSR1), then everything stops. */
+        core_error("%s", why);
+        if (J.procs.p[trainer].pid) kill(J.procs.p[trainer].pid, SIGUSR1);
+        for (int k = 0; k < 600 && J.procs.p[trainer].pid; k++) {
+            sleep_ms(50);
+            sup_poll(&J.procs);
+        }
+        core_error("%s", why); /* the first failure is the message */
+        break;
+    }
+done:
+    job_stop(&J, 10.0);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return rc;
+}

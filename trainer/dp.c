@@ -1,0 +1,145 @@
+/* trainer/dp.c — data parallelism over trainer ranks (see trainer/dp.h). */
+#include "trainer/dp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas, timesteps, latents,
+ * log_probs, has_log_prob, expert]. Every rank runs the same executable, so the struct layout is shared; the array
+ * pointers inside the structs are ignored by the reader. */
+static size_t traj_arrays_bytes(const core_traj *t) {
+    const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
+    return sizeof(float) * ((N + 1) + N + (N + 1) * nl + N) + 2 * N;
+}
+
+#define PUT(ptr, bytes) (memcpy(p, (ptr), (bytes)), p += (bytes))
+#define GET(ptr, bytes) (memcpy((ptr), p, (bytes)), p += (bytes))
+
+int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
+    int64_t size = 0;
+    uint8_t *buf = NULL, *p;
+    if (c->rank == 0) {
+        size = (int64_t)(sizeof(int64_t) + (size_t)b->n * (sizeof(core_traj) + sizeof(float) + 1));
+        for (int j = 0; j < b->n; j++) size += (int64_t)traj_arrays_bytes(&b->traj[j]);
+    }
+    if (sp_comm_broadcast(c, &size, 1, SP_I64, 0)) return core_error_push("dp: batch size: ");
+    if (size < (int64_t)sizeof(int64_t)) return core_error("dp: corrupt batch size %lld", (long long)size);
+    if (!(buf = malloc((size_t)size))) return core_error("dp: out of memory for a %lld-byte batch", (long long)size);
+    if (c->rank == 0) {
+        p = buf;
+        const int64_t n = b->n;
+        PUT(&n, sizeof n);
+        PUT(b->traj, sizeof(core_traj) * (size_t)n);
+        PUT(b->adv, sizeof(float) * (size_t)n);
+        PUT(b->mask, (size_t)n);
+        for (int j = 0; j < n; j++) {
+            const core_traj *t = &b->traj[j];
+            const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
+            PUT(t->sigmas, sizeof(float) * (N + 1));
+            PUT(t->timesteps, sizeof(float) * N);
+            PUT(t->latents, sizeof(float) * (N + 1) * nl);
+            PUT(t->log_probs, sizeof(float) * N);
+            PUT(t->has_log_prob, N);
+            PUT(t->expert, N);
+        }
+    }
+    int rc = sp_comm_broadcast(c, buf, (size_t)size, SP_U8, 0);
+    if (rc || c->rank == 0) {
+        free(buf);
+        return rc ? core_error_push("dp: batch: ") : 0;
+    }
+    memset(b, 0, sizeof *b);
+    p = buf;
+    int64_t n;
+    GET(&n, sizeof n);
+    if (n < 1 || (size_t)size < sizeof n + (size_t)n * (sizeof(core_traj) + sizeof(float) + 1)) {
+        free(buf);
+        return core_error("dp: corrupt batch (%lld samples in %lld bytes)", (long long)n, (long long)size);
+    }
+    b->traj = calloc((size_t)n, sizeof(core_traj));
+    b->adv = malloc(sizeof(float) * (size_t)n);
+    b->mask = malloc((size_t)n);
+    core_traj *hdr = malloc(sizeof(core_traj) * (size_t)n);
+    if (!b->traj || !b->adv || !b->mask || !hdr) {
+        free(buf), free(hdr), dp_batch_free(b);
+        return core_error("dp: out of memory");
+    }
+    b->n = (int)n;
+    GET(hdr, sizeof(core_traj) * (size_t)n);
+    GET(b->adv, sizeof(float) * (size_t)n);
+    GET(b->mask, (size_t)n);
+    for (int j = 0; j < n; j++) {
+        core_traj *t = &b->traj[j];
+        if (core_traj_alloc(t, hdr[j].n_steps, hdr[j].shape)) {
+            free(buf), free(hdr), dp_batch_free(b);
+            return core_error_push("dp: sample %d: ", j);
+        }
+        float *sig = t->sigmas, *ts = t->timesteps, *lat = t->latents, *lp = t->log_probs;
+        uint8_t *hl = t->has_log_prob, *ex = t->expert;
+        *t = hdr[j]; /* scalars, shape, rewards */
+        t->sigmas = sig, t->timesteps = ts, t->latents = lat, t->log_probs = lp, t->has_log_prob = hl, t->expert = ex;
+        const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
+        if ((size_t)(p - buf) + traj_arrays_bytes(t) > (size_t)size) {
+            free(buf), free(hdr), dp_batch_free(b);
+            return core_error("dp: corrupt batch (sample %d runs past the end)", j);
+        }
+        GET(t->sigmas, sizeof(float) * (N + 1));
+        GET(t->timesteps, sizeof(float) * N);
+        GET(t->latents, sizeof(float) * (N + 1) * nl);
+        GET(t->log_probs, sizeof(float) * N);
+        GET(t->has_log_prob, N);
+        GET(t->expert, N);
+    }
+    free(buf), free(hdr);
+    return 0;
+}
+
+void dp_batch_free(dp_batch *b) {
+    if (b->traj)
+        for (int j = 0; j < b->n; j++) core_traj_free(&b->traj[j]);
+    free(b->traj), free(b->adv), free(b->mask);
+    memset(b, 0, sizeof *b);
+}
+
+void dp_share(int n, int rank, int size, int *lo, int *hi) {
+    *lo = (int)((int64_t)n * rank / size);
+    *hi = (int)((int64_t)n * (rank + 1) / size);
+}
+
+int dp_sum_doubles(sp_comm *c, double *x, int n) {
+    if (c->size == 1) return 0;
+    double *all = malloc(sizeof(double) * (size_t)n * (size_t)c->size);
+    if (!all) return core_error("dp: out of memory");
+    if (sp_comm_all_gather(c, x, all, sizeof(double) * (size_t)n, SP_U8)) {
+        free(all);
+        return core_error_push("dp: statistics: ");
+    }
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int r = 0; r < c->size; r++) s += all[(size_t)r * n + i];
+        x[i] = s;
+    }
+    free(all);
+    return 0;
+}
+
+int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats) {
+    sp_comm *c = ctx;
+    if (!c || c->size == 1) return 0;
+    for (int e = 0; e < n_experts; e++) {
+        if (trained && !trained[e]) continue;
+        if (sp_comm_all_reduce(c, policy[e]->grads, policy[e]->grads, (size_t)policy[e]->layout.numel, SP_F32))
+            return core_error_push("dp: gradients of %s: ", wan_expert_folder(e));
+    }
+    if (stats) {
+        double x[7] = {(double)stats->n_transitions, (double)stats->n_clipped, stats->loss, stats->policy, stats->kl,
+                       stats->abs_ratio_dev_sum, stats->abs_logp_diff_sum};
+        if (dp_sum_doubles(c, x, 7)) return -1;
+        stats->n_transitions = (int64_t)x[0], stats->n_clipped = (int64_t)x[1];
+        stats->loss = x[2], stats->policy = x[3], stats->kl = x[4];
+        stats->abs_ratio_dev_sum = x[5], stats->abs_logp_diff_sum = x[6];
+    }
+    return 0;
+}

@@ -1,0 +1,46 @@
+/* trainer/dp.h — data parallelism over trainer ranks (DESIGN.md sections 3 and 4): rank 0 (the controller) has
+ * the batch and broadcasts it; each dp rank trains on a contiguous share of the samples with the GLOBAL loss
+ * denominator; parameter gradients are summed over the ranks (all-reduce) before the one optimizer step every rank
+ * takes, so the parameters stay identical on every rank and the gradient does not depend on the split (up to fp32
+ * summation order: the all-reduce adds the ranks' partial sums instead of accumulating one sum).
+ * The communicator is sp/comm.h's (MPI on CPU; a group of one without MPI). */
+#ifndef TRAINER_DP_H
+#define TRAINER_DP_H
+
+#include <stdint.h>
+
+#include "core/trajectory.h"
+#include "model/wan_dit.h"
+#include "sp/comm.h"
+#include "trainer/grpo.h"
+
+/* What rank 0 broadcasts before each batch (SP_I64): train on the batch that follows, or stop. */
+#define DP_CMD_STOP 0
+#define DP_CMD_TRAIN 1
+
+/* A batch as the trainer ranks share it. */
+typedef struct {
+    int n;               /* samples */
+    core_traj *traj;     /* [n] (owned after dp_batch_broadcast on ranks > 0) */
+    float *adv;          /* [n] */
+    uint8_t *mask;       /* [n] */
+} dp_batch;
+
+/* Broadcasts rank 0's batch to every rank of c (root 0): on ranks > 0, *b is filled with allocated copies (free
+ * with dp_batch_free); rank 0's *b is read only. Trajectories arrive bit for bit (struct fields and arrays).
+ * -1 with core_error (a communication failure, out of memory, a corrupt buffer). */
+int dp_batch_broadcast(sp_comm *c, dp_batch *b);
+void dp_batch_free(dp_batch *b);
+
+/* The contiguous share of n samples of dp rank `rank` of `size`: [*lo, *hi) = [n*rank/size, n*(rank+1)/size). */
+void dp_share(int n, int rank, int size, int *lo, int *hi);
+
+/* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = the sp_comm): all-reduces
+ * (sums) the gradients of the trained experts over the group, and sums the loss statistics over the ranks in rank
+ * order (in double, so every rank gets the same numbers). */
+int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats);
+
+/* Sums a few doubles over the group in rank order (all-gather, then a fixed-order sum; same result on every rank). */
+int dp_sum_doubles(sp_comm *c, double *x, int n);
+
+#endif
