@@ -25,7 +25,7 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo trainer RECIPE --controller ENDPOINT --workers M [--resume DIR] [--steps N]\n"
-               "                     [--set key.path=value ...]\n"
+               "                     [--parity TOLERANCE] [--set key.path=value ...]\n"
                "The trainer of a colocated run; `vgrpo run RECIPE` starts it with the workers and the reward server.\n");
 }
 
@@ -49,6 +49,7 @@ int cmd_trainer(int argc, char **argv) {
     const char *path = NULL, *endpoint = NULL, *resume = NULL;
     int workers = 0;
     int64_t steps = 0;
+    double parity = -1; /* >= 0: `vgrpo parity` with this tolerance */
     const char **sets = calloc((size_t)argc, sizeof(char *));
     int n_sets = 0;
     if (!sets) return 1;
@@ -66,6 +67,8 @@ int cmd_trainer(int argc, char **argv) {
             workers = atoi(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "--resume")) {
             resume = argv[++i];
+        } else if (i + 1 < argc && !strcmp(a, "--parity")) {
+            parity = atof(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "--steps")) {
             steps = atoll(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "--set")) {
@@ -115,7 +118,9 @@ int cmd_trainer(int argc, char **argv) {
         } else {
             in_hello = 0;
             local_signals_restore();
-            if (grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S)) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+            if (parity >= 0 ? grpo_parity(&r, ctl, world, parity, TRAINER_CTL_TIMEOUT_S)
+                            : grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S))
+                fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
             else status = 0;
         }
         if (ctl) ctl_shutdown(ctl, 5.0);

@@ -2,7 +2,8 @@
  * MPI process. It starts the reward server (unless reward.endpoint names an external one), parallel.rollout_workers
  * rollout workers and the trainer (one rank: `vgrpo trainer ...`; N ranks: `mpirun -n N --bind-to none vgrpo trainer
  * ...`, with --oversubscribe when ranks exceed the cores and the OpenMPI root variables when run as root), shares
- * the cores between them (OMP_NUM_THREADS = cores / (workers + ranks)), and then waits:
+ * the cores (OMP_NUM_THREADS = cores / workers for each worker, cores / ranks for each trainer rank: rollout and
+ * training alternate in on-policy GRPO), and then waits:
  *   - the trainer exits 0: the run is done; the workers were told to shut down by the trainer, the reward server is
  *     stopped; exit 0;
  *   - any process fails: the others are stopped (the trainer with SIGUSR1: stop waiting at once), and the error
@@ -68,7 +69,7 @@ static int check_model_size(const core_recipe *r) {
 }
 
 int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume) {
+                  const char *resume, double parity) {
     if (check_model_size(r)) return -1;
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
@@ -81,9 +82,12 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     sigaction(SIGTERM, &sa, &old_term);
     stop_signal = 0;
     const int M = r->rollout_workers, N = r->trainer_ranks;
-    const int threads = job_threads_per_process(M + N);
+    /* On-policy GRPO alternates: the workers roll out while the trainer waits, then the trainer trains while the
+     * workers wait (idle OpenMP threads sleep: OMP_WAIT_POLICY=passive). So the workers share the cores among
+     * themselves, and so do the trainer ranks. */
+    const int threads = job_threads_per_process(N), worker_threads = job_threads_per_process(M);
     if (job_init(&J, r, NULL) || job_start_reward(&J, r, logs) ||
-        job_start_workers(&J, recipe_path, sets, n_sets, NULL, M, threads, logs))
+        job_start_workers(&J, recipe_path, sets, n_sets, NULL, M, worker_threads, logs))
         goto done;
     /* The trainer: argv = [mpirun -n N --bind-to none [--oversubscribe]] vgrpo trainer RECIPE ... */
     const char *exe = sup_self_exe();
@@ -93,14 +97,15 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
         core_error("out of memory");
         goto done;
     }
-    char nbuf[16], wbuf[16], sbuf[32];
+    char nbuf[16], wbuf[16], sbuf[32], pbuf[40];
+    snprintf(pbuf, sizeof pbuf, "%.17g", parity);
     snprintf(nbuf, sizeof nbuf, "%d", N);
     snprintf(wbuf, sizeof wbuf, "%d", M);
     snprintf(sbuf, sizeof sbuf, "%lld", (long long)steps);
     int a = 0;
     if (N > 1) {
         argv[a++] = "/usr/bin/mpirun", argv[a++] = "-n", argv[a++] = nbuf, argv[a++] = "--bind-to", argv[a++] = "none";
-        if (M + N > sysconf(_SC_NPROCESSORS_ONLN)) argv[a++] = "--oversubscribe";
+        if (N > sysconf(_SC_NPROCESSORS_ONLN)) argv[a++] = "--oversubscribe";
         if (geteuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
         setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1); /* containers without CMA */
     }
@@ -108,6 +113,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     argv[a++] = "--controller", argv[a++] = J.ctl_ep, argv[a++] = "--workers", argv[a++] = wbuf;
     if (steps > 0) argv[a++] = "--steps", argv[a++] = sbuf;
     if (resume) argv[a++] = "--resume", argv[a++] = (char *)resume;
+    if (parity >= 0) argv[a++] = "--parity", argv[a++] = pbuf;
     for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
     argv[a] = NULL;
     const int trainer = sup_spawn(&J.procs, N > 1 ? "trainer (mpirun)" : "trainer", argv, threads, NULL);

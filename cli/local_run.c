@@ -17,6 +17,7 @@
  * cli/local_ckpt.c; a checkpoint holds everything the loop carries from one step to the next (weights, Adam state,
  * the step, the sampler's epoch and position), so a resumed run repeats a straight run bit for bit. */
 #include <errno.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -226,19 +227,27 @@ static void mean_se(const double *x, int n, double *mean, double *se, double *sd
 
 /* Colocated: n samples (uids, prompt indices into prompts) rolled out and scored by the workers at the current
  * policy version; tr[n] receives the trajectories (with_traj) or just uid, prompt index and rewards. */
-static int remote_rollout(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
-                          uint32_t stream, float eta, int with_traj, core_traj *tr) {
+static int remote_rollout_v(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
+                            uint32_t stream, float eta, int with_traj, core_traj *tr, float **vel) {
     core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
     core_rollout_result *res = calloc((size_t)n, sizeof *res);
     if (!smp || !res) return free(smp), free(res), core_error("out of memory");
     for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = pidx[j], .prompt = prompts[pidx[j]]};
     const core_rollout_request tmpl = {.policy_version = S->opt.step, .stream = stream, .eta = eta,
-                                       .return_trajectories = with_traj};
+                                       .return_trajectories = with_traj, .return_velocities = vel != NULL};
     int rc = ctl_rollout(S->ctl, &tmpl, smp, n, S->r->batch_size, S->ctl_timeout, res, NULL, NULL);
     if (!rc)
-        for (int j = 0; j < n; j++) tr[j] = res[j].traj; /* ownership moves */
+        for (int j = 0; j < n; j++) {
+            tr[j] = res[j].traj; /* ownership moves */
+            if (vel) vel[j] = res[j].velocity;
+        }
     free(smp), free(res);
     return rc;
+}
+
+static int remote_rollout(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
+                          uint32_t stream, float eta, int with_traj, core_traj *tr) {
+    return remote_rollout_v(S, n, uids, pidx, prompts, stream, eta, with_traj, tr, NULL);
 }
 
 /* The fixed eval set; adds eval/... fields to the metrics row and prints one line. */
@@ -589,6 +598,56 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
     return rc;
 }
 
+/* ---- parity (vgrpo parity): the trainer's recomputation of every trainable transition vs the rollout's ---- */
+
+/* Per step index i: acc[4i..4i+3] = transitions, sum |dlogp|, max |dlogp|, max |dv|. */
+typedef struct {
+    const core_traj *traj;  /* this rank's share */
+    const float *vel;       /* the share's rollout velocities, [n, N, nl] */
+    int N;
+    double *acc;
+} parity_acc;
+
+static void parity_probe(void *ctx, int s, int i, const float *v, int64_t nl, float logp) {
+    parity_acc *P = ctx;
+    double *a = P->acc + 4 * i;
+    const double d = fabs((double)logp - (double)P->traj[s].log_probs[i]);
+    a[0] += 1, a[1] += d;
+    if (d > a[2]) a[2] = d;
+    const float *vr = P->vel + ((int64_t)s * P->N + i) * nl;
+    double m = 0;
+    for (int64_t k = 0; k < nl; k++) {
+        const double e = fabs((double)v[k] - (double)vr[k]);
+        if (e > m) m = e;
+    }
+    if (m > a[3]) a[3] = m;
+}
+
+/* This rank's share of the batch recomputed through the trainer's own path (trainer_accumulate, no backward, the
+ * recipe's micro-batch size), then the per-step sums and maxima combined over the dp ranks. */
+static int parity_share(run_state *S, const trainer_batch *tb, const float *vel, int N, double *acc) {
+    int lo = 0, hi = tb->n;
+    if (S->dp) dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+    trainer_batch sub = *tb;
+    if (trainer_count_transitions(&S->tc, tb, 1, NULL, &sub.denom)) return -1;
+    sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
+    parity_acc P = {sub.traj, vel + (int64_t)lo * N * S->nl, N, acc};
+    trainer_config tc = S->tc;
+    tc.probe = parity_probe;
+    tc.probe_ctx = &P;
+    grpo_loss_stats st = {0};
+    memset(acc, 0, sizeof(double) * 4 * (size_t)N);
+    if (trainer_accumulate(&S->pol, S->have_ref ? &S->ref : NULL, NULL, &tc, &sub, 0, &st)) return -1;
+    if (!S->dp || S->dp->size == 1) return 0;
+    double *mx = malloc(sizeof(double) * 2 * (size_t)N), *sm = malloc(sizeof(double) * 2 * (size_t)N);
+    if (!mx || !sm) return free(mx), free(sm), core_error("out of memory");
+    for (int i = 0; i < N; i++) sm[2 * i] = acc[4 * i], sm[2 * i + 1] = acc[4 * i + 1], mx[2 * i] = acc[4 * i + 2], mx[2 * i + 1] = acc[4 * i + 3];
+    int rc = dp_sum_doubles(S->dp, sm, 2 * N) || dp_max_doubles(S->dp, mx, 2 * N) ? -1 : 0;
+    for (int i = 0; i < N; i++) acc[4 * i] = sm[2 * i], acc[4 * i + 1] = sm[2 * i + 1], acc[4 * i + 2] = mx[2 * i], acc[4 * i + 3] = mx[2 * i + 1];
+    free(mx), free(sm);
+    return rc;
+}
+
 /* Colocated start-up: the workers hold the initial weights of model.path (policy version 0). A fresh run checks
  * that each worker's model hash equals this trainer's; a resumed run pushes its weights first. */
 static int start_workers(run_state *S, int resumed) {
@@ -673,6 +732,109 @@ int local_run(const core_recipe *r, int64_t steps_override, const char *resume) 
     return grpo_run(r, steps_override, resume, NULL, NULL, 0);
 }
 
+int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double tolerance, double ctl_timeout) {
+    run_state S;
+    memset(&S, 0, sizeof S);
+    S.r = r, S.ctl = ctl, S.dp = dp, S.ctl_timeout = ctl_timeout;
+    local_sampler smp = {0};
+    const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, N = r->num_steps;
+    core_traj *tr = calloc((size_t)n, sizeof *tr);
+    float **vel = calloc((size_t)n, sizeof(float *));
+    const float **cond = malloc(sizeof(float *) * (size_t)n);
+    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
+    int *slot = malloc(sizeof(int) * (size_t)B);
+    float *adv = calloc((size_t)n, sizeof(float)), *vflat = NULL;
+    uint8_t *mask = calloc((size_t)n, 1);
+    double *acc = calloc(4 * (size_t)N, sizeof(double));
+    int rc = -1, have = 0, computed = 0;
+    if (!tr || !vel || !cond || !uids || !pidx || !slot || !adv || !mask || !acc) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (setup(&S, r, 0) || local_sampler_init(&smp, S.train.n, B, (uint64_t)r->seed) || start_workers(&S, 0)) goto done;
+    local_sampler_next(&smp, slot); /* the prompts of step 0 */
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            const int k = b * G + g;
+            uids[k] = (uint64_t)k, pidx[k] = slot[b], cond[k] = S.emb_train + (int64_t)slot[b] * S.ne;
+        }
+    const double t0 = now_s();
+    if (remote_rollout_v(&S, n, uids, pidx, (const char *const *)S.train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr, vel))
+        goto done;
+    have = 1;
+    const double t1 = now_s();
+    const int64_t per = (int64_t)N * S.nl;
+    if (!(vflat = malloc(sizeof(float) * (size_t)(per * n)))) {
+        core_error("out of memory");
+        goto done;
+    }
+    for (int k = 0; k < n; k++) memcpy(vflat + per * k, vel[k], sizeof(float) * (size_t)per);
+    if (dp && dp->size > 1) {
+        dp_batch db = {.n = n, .traj = tr, .adv = adv, .mask = mask};
+        int64_t cmd = DP_CMD_PARITY;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0) || dp_batch_broadcast(dp, &db) ||
+            sp_comm_broadcast(dp, vflat, (size_t)(per * n), SP_F32, 0))
+            goto done;
+    }
+    trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .neg = S.emb_neg, .text_len = r->text_len, .adv = adv,
+                        .mask = mask};
+    if (parity_share(&S, &tb, vflat, N, acc)) goto done;
+    computed = 1;
+    const double t2 = now_s();
+    double worst_lp = 0, worst_v = 0;
+    printf("parity: %d samples (%d prompts x %d) x %d steps at policy version 0; rollout: %d worker(s), %d samples per "
+           "forward; trainer: %d rank(s), %d transitions per forward (algorithm.micro_batch_size)\n",
+           n, B, G, N, ctl_n_workers(ctl), r->batch_size, dp ? dp->size : 1, r->micro_batch_size);
+    printf("%5s %9s %11s %14s %14s %14s\n", "step", "timestep", "transitions", "mean|dlogp|", "max|dlogp|", "max|dv|");
+    for (int i = 0; i < N; i++) {
+        const double *a = acc + 4 * i;
+        if (a[0] == 0) continue;
+        printf("%5d %9.3f %11.0f %14.6g %14.6g %14.6g\n", i, (double)tr[0].timesteps[i], a[0], a[1] / a[0], a[2], a[3]);
+        worst_lp = a[2] > worst_lp ? a[2] : worst_lp;
+        worst_v = a[3] > worst_v ? a[3] : worst_v;
+    }
+    const int pass = worst_lp <= tolerance && worst_v <= tolerance;
+    printf("parity: max |logp_trainer - logp_rollout| = %.6g, max |v_trainer - v_rollout| = %.6g, tolerance %.6g: %s "
+           "(rollout %.2fs, recompute %.2fs)\n", worst_lp, worst_v, tolerance, pass ? "PASS" : "FAIL", t1 - t0, t2 - t1);
+    fflush(stdout);
+    /* parity.json in the run directory */
+    if (mkdir_p(r->run_dir)) goto done;
+    json_t *steps = json_array();
+    for (int i = 0; i < N; i++) {
+        const double *a = acc + 4 * i;
+        if (a[0] == 0) continue;
+        json_array_append_new(steps, json_pack("{s:i, s:f, s:i, s:f, s:f, s:f}", "step", i, "timestep",
+                                               (double)tr[0].timesteps[i], "transitions", (int)a[0], "mean_abs_dlogp",
+                                               a[1] / a[0], "max_abs_dlogp", a[2], "max_abs_dv", a[3]));
+    }
+    json_t *root = json_pack("{s:o, s:f, s:f, s:f, s:b, s:i, s:i, s:i, s:i}", "steps", steps, "max_abs_dlogp", worst_lp,
+                             "max_abs_dv", worst_v, "tolerance", tolerance, "pass", pass, "samples", n, "workers",
+                             ctl_n_workers(ctl), "trainer_ranks", dp ? dp->size : 1, "micro_batch_size",
+                             r->micro_batch_size);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/parity.json", r->run_dir);
+    if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9))) core_log_warn("%s: cannot write", path);
+    json_decref(root);
+    if (!pass) {
+        core_error("parity: the trainer's log-probs or velocities differ from the rollout's by more than --tolerance %g",
+                   tolerance);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (dp && dp->size > 1 && computed) { /* otherwise the caller aborts the MPI job */
+        int64_t cmd = DP_CMD_STOP;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) rc = -1;
+    }
+    if (have)
+        for (int k = 0; k < n; k++) core_traj_free(&tr[k]), free(vel[k]);
+    free(tr), free(vel), free(cond), free(uids), free(pidx), free(slot), free(adv), free(mask), free(acc), free(vflat);
+    local_sampler_free(&smp);
+    teardown(&S);
+    return rc;
+}
+
 int grpo_follow(const core_recipe *r, int64_t steps_override, const char *resume, sp_comm *dp) {
     run_state S;
     memset(&S, 0, sizeof S);
@@ -692,7 +854,7 @@ int grpo_follow(const core_recipe *r, int64_t steps_override, const char *resume
         int64_t cmd = -1;
         if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) goto done;
         if (cmd == DP_CMD_STOP) break;
-        if (cmd != DP_CMD_TRAIN) {
+        if (cmd != DP_CMD_TRAIN && cmd != DP_CMD_PARITY) {
             core_error("trainer rank %d: unknown command %lld from rank 0", dp->rank, (long long)cmd);
             goto done;
         }
@@ -711,6 +873,18 @@ int grpo_follow(const core_recipe *r, int64_t steps_override, const char *resume
         }
         trainer_batch tb = {.n = db.n, .traj = db.traj, .cond = cond, .neg = S.emb_neg, .text_len = r->text_len,
                             .adv = db.adv, .mask = db.mask};
+        if (cmd == DP_CMD_PARITY) {
+            const int N = db.traj[0].n_steps;
+            const int64_t cnt = (int64_t)db.n * N * S.nl;
+            float *vflat = malloc(sizeof(float) * (size_t)cnt);
+            double *acc = malloc(sizeof(double) * 4 * (size_t)N);
+            int bad = !vflat || !acc ? core_error("out of memory") : 0;
+            if (!bad) bad = sp_comm_broadcast(dp, vflat, (size_t)cnt, SP_F32, 0) || parity_share(&S, &tb, vflat, N, acc);
+            free(vflat), free(acc);
+            if (bad) goto done;
+            dp_batch_free(&db);
+            continue;
+        }
         for (int u = 0; u < r->optimizer_steps_per_rollout; u++) {
             grpo_loss_stats st = {0};
             optim_step_info info;

@@ -92,12 +92,21 @@ int local_run(const core_recipe *r, int64_t steps_override, const char *resume);
 int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, ctl_server *ctl, sp_comm *dp,
              double ctl_timeout);
 
+/* `vgrpo parity` on trainer rank 0 (workers behind ctl connected): one rollout batch (step 0's prompts, B x G
+ * samples, noise stream 0) at policy version 0 with velocities recorded, then every trainable transition recomputed
+ * by the trainer ranks through the training path (trainer_accumulate, micro-batches of algorithm.micro_batch_size)
+ * and compared: per step index, transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
+ * v_rollout| printed and written to logging.run_dir/parity.json. -1 (with the error saying so) when a maximum exceeds
+ * tolerance. */
+int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double tolerance, double ctl_timeout);
+
 /* `vgrpo run` with mode: colocated (cli/colocated.c): starts the reward server, parallel.rollout_workers workers and
  * parallel.trainer_ranks trainer ranks (`vgrpo trainer`, through mpirun when more than one), waits for the trainer
  * and stops everything when any process fails (the error names it and its log). recipe_path and the --set
- * assignments are passed on to the children. A full-size Wan transformer is refused (needs the CUDA backend). */
+ * assignments are passed on to the children. A full-size Wan transformer is refused (needs the CUDA backend).
+ * parity >= 0: `vgrpo parity` instead of the run (the trainer runs grpo_parity with this tolerance). */
 int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume);
+                  const char *resume, double parity);
 
 /* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each
  * batch rank 0 broadcasts until rank 0 says stop. -1 with an error (the caller aborts the MPI job). */

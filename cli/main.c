@@ -20,6 +20,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "text to video with a pipeline folder: umT5, DiT sampling (CFG), VAE -> mp4 + PNG"},
     {"encode-prompts", cmd_encode_prompts, "encode a prompt file with umT5 into a safetensors cache (embeds, lengths)"},
     {"eval", cmd_eval, "rollout-only eval: reward server + rollout workers on a prompt set -> eval.json, mp4s, sheets"},
+    {"parity", cmd_parity, "train/rollout parity: one rollout batch, every trainable transition recomputed by the trainer"},
     {"trainer", cmd_trainer, "the trainer rank(s) of a colocated run (started by run; rank 0 is the controller)"},
     {"rollout-worker", cmd_rollout_worker, "a rollout worker process (started by eval/run; serves a controller)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},

@@ -108,7 +108,7 @@ void dp_share(int n, int rank, int size, int *lo, int *hi) {
     *hi = (int)((int64_t)n * (rank + 1) / size);
 }
 
-int dp_sum_doubles(sp_comm *c, double *x, int n) {
+static int gather_doubles(sp_comm *c, double *x, int n, int max) {
     if (c->size == 1) return 0;
     double *all = malloc(sizeof(double) * (size_t)n * (size_t)c->size);
     if (!all) return core_error("dp: out of memory");
@@ -117,13 +117,19 @@ int dp_sum_doubles(sp_comm *c, double *x, int n) {
         return core_error_push("dp: statistics: ");
     }
     for (int i = 0; i < n; i++) {
-        double s = 0;
-        for (int r = 0; r < c->size; r++) s += all[(size_t)r * n + i];
+        double s = max ? all[i] : 0;
+        for (int r = 0; r < c->size; r++) {
+            const double v = all[(size_t)r * n + i];
+            s = max ? (v > s ? v : s) : s + v;
+        }
         x[i] = s;
     }
     free(all);
     return 0;
 }
+
+int dp_sum_doubles(sp_comm *c, double *x, int n) { return gather_doubles(c, x, n, 0); }
+int dp_max_doubles(sp_comm *c, double *x, int n) { return gather_doubles(c, x, n, 1); }
 
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats) {
     sp_comm *c = ctx;

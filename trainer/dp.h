@@ -17,6 +17,7 @@
 /* What rank 0 broadcasts before each batch (SP_I64): train on the batch that follows, or stop. */
 #define DP_CMD_STOP 0
 #define DP_CMD_TRAIN 1
+#define DP_CMD_PARITY 2
 
 /* A batch as the trainer ranks share it. */
 typedef struct {
@@ -42,5 +43,7 @@ int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uin
 
 /* Sums a few doubles over the group in rank order (all-gather, then a fixed-order sum; same result on every rank). */
 int dp_sum_doubles(sp_comm *c, double *x, int n);
+/* The element-wise maximum of a few doubles over the group. */
+int dp_max_doubles(sp_comm *c, double *x, int n);
 
 #endif

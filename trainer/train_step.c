@@ -95,6 +95,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
             goto done;
         }
         w->logp_new[t] = w->st[t].logp;
+        if (tc->probe) tc->probe(tc->probe_ctx, tr[t].s, i, v, nl, w->logp_new[t]);
         w->logp_old[t] = s->log_probs[i];
         w->adv[t] = b->adv[tr[t].s];
         w->mask[t] = b->mask[tr[t].s];

@@ -54,6 +54,11 @@ typedef struct {
     int (*grad_reduce)(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                        grpo_loss_stats *stats);
     void *grad_reduce_ctx;
+    /* Probe (NULL: none; the parity check): called for every transition right after its forward, with the sample's
+     * index in the batch, the step, the velocity the loss uses (guided: v_u + g (v_c - v_u) when the step's g != 1;
+     * [C, F, H, W] fp32, valid during the call) and the recomputed log-prob of the recorded next latent. */
+    void (*probe)(void *ctx, int sample, int step, const float *v, int64_t nl, float logp_new);
+    void *probe_ctx;
 } trainer_config;
 
 /* One pass over every trained transition of the batch.

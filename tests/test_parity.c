@@ -1,0 +1,71 @@
+/* tests/test_parity.c — `vgrpo parity` across processes (cli/cmd_parity.c, grpo_parity in cli/local_run.c): the
+ * trainer's recomputed log-prob and velocity of every trainable transition equal the rollout workers' bit for bit
+ * (table and parity.json all zeros, exit 0): with one worker and one trainer rank, and with two workers (3 samples per
+ * forward), two trainer ranks under mpirun (5 transitions per forward) and different OpenMP thread counts in the
+ * workers (2 threads) and the trainer ranks (1 thread each); bad --tolerance values are refused. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/test.h"
+
+static void check_parity_json(const char *path, int want_steps, int want_transitions) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) test_fail(__FILE__, __LINE__, "%s: %s", path, e.text);
+    REQUIRE(j);
+    CHECK(json_is_true(json_object_get(j, "pass")));
+    CHECK(json_real_value(json_object_get(j, "max_abs_dlogp")) == 0.0);
+    CHECK(json_real_value(json_object_get(j, "max_abs_dv")) == 0.0);
+    const json_t *steps = json_object_get(j, "steps");
+    CHECK((int)json_array_size(steps) == want_steps);
+    for (size_t i = 0; i < json_array_size(steps); i++) {
+        const json_t *s = json_array_get(steps, i);
+        CHECK(json_integer_value(json_object_get(s, "transitions")) == want_transitions);
+        CHECK(json_real_value(json_object_get(s, "max_abs_dv")) == 0.0);
+    }
+    json_decref(j);
+}
+
+TEST(parity_zero_across_processes) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2048];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    snprintf(base, sizeof base,
+             "--set mode=colocated --set model.path=%s/model --set rollout.num_steps=4 --set rollout.prompts_per_step=2 "
+             "--set rollout.samples_per_prompt=4 --set algorithm.timestep_selection=all",
+             dir);
+    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/a", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
+    CHECK(strstr(out, "PASS") && strstr(out, "1 worker(s)") && strstr(out, "1 rank(s)"));
+    char p[700];
+    snprintf(p, sizeof p, "%s/a/parity.json", dir);
+    check_parity_json(p, 4, 8);
+    /* 2 workers x 3 samples per forward (2 threads each is what 2 cores give 1 worker; here 1 each), 2 trainer ranks
+     * x 5 transitions per forward (1 thread each), a partial selection */
+    st = test_run(out, sizeof out,
+                  "%s parity recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/b --set parallel.rollout_workers=2 "
+                  "--set rollout.batch_size=3 --set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5 "
+                  "--set algorithm.timestep_selection='first_fraction 0.5'",
+                  bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (2 workers, 2 ranks) failed: %s", out);
+    CHECK(strstr(out, "PASS") && strstr(out, "2 worker(s)") && strstr(out, "2 rank(s)"));
+    snprintf(p, sizeof p, "%s/b/parity.json", dir);
+    check_parity_json(p, 2, 8);
+    /* 1 worker with 2 OpenMP threads vs 2 trainer ranks with 1 */
+    st = test_run(out, sizeof out,
+                  "%s parity recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/c --set parallel.trainer_ranks=2 "
+                  "--set algorithm.micro_batch_size=3", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (threads differ) failed: %s", out);
+    CHECK(strstr(out, "PASS") != NULL);
+}
+
+TEST(parity_bad_arguments) {
+    char out[4096];
+    CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --tolerance -1", test_vgrpo_bin()) == 2);
+    CHECK(strstr(out, "--tolerance") != NULL);
+    CHECK(test_run(out, sizeof out, "%s parity", test_vgrpo_bin()) == 2);
+    CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set model.path=/nonexistent/m --set mode=colocated",
+                   test_vgrpo_bin()) == 1);
+    CHECK(strstr(out, "model.path") != NULL);
+}
