@@ -43,8 +43,10 @@
 
 typedef struct {
     const core_recipe *r;
-    wan_model pol, ref;
-    int have_ref;
+    wan_model pol[2], ref[2];  /* expert 0 (transformer/), expert 1 (transformer_2/, two-expert pipelines) */
+    int n_experts, have_ref;
+    uint8_t trained[2];        /* algorithm.train_experts */
+    int first;                 /* the first trained expert: its optimizer's step is the policy version */
     wan_latent_rgb map;
     vae_model *vae;
     local_decoder dec;
@@ -54,7 +56,7 @@ typedef struct {
     rollout_config rc;
     trainer_config tc;
     optim_config oc;
-    optim_adamw opt;
+    optim_adamw opt[2];
     core_metrics *metrics;
     uint8_t *video;
     int64_t nl, ne;
@@ -63,6 +65,9 @@ typedef struct {
     sp_comm *dp;        /* NULL: one trainer rank */
     double ctl_timeout; /* seconds one rollout chunk or weight sync may take */
 } run_state;
+
+/* The policy version: optimizer steps taken (every trained expert steps together). */
+#define VERSION(S) ((S)->opt[(S)->first].step)
 
 static double now_s(void) {
     struct timespec t;
@@ -164,7 +169,7 @@ static int setup_umt5(run_state *S, const core_recipe *r) {
         core_error_push("model.text_encoder (umt5): ");
         goto done;
     }
-    const int td = S->pol.cfg.text_dim, L = r->text_len;
+    const int td = S->pol[0].cfg.text_dim, L = r->text_len;
     if (t5_get_config(enc)->d_model != td) {
         core_error("model.text_encoder (umt5): %s has d_model %d but the transformer's text_dim is %d", path,
                    t5_get_config(enc)->d_model, td);
@@ -187,7 +192,7 @@ static int setup_decoder(run_state *S, const core_recipe *r) {
     char path[4200];
     if (!strcmp(r->decoder, "latent_rgb")) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
-        if (wan_latent_rgb_load(&S->map, path, S->pol.cfg.out_channels))
+        if (wan_latent_rgb_load(&S->map, path, S->pol[0].cfg.out_channels))
             return core_error_push("model.decoder (latent_rgb): ");
         S->dec.map = &S->map;
         return 0;
@@ -195,9 +200,9 @@ static int setup_decoder(run_state *S, const core_recipe *r) {
     snprintf(path, sizeof path, "%s/vae", r->model_path);
     if (!(S->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
     const vae_config *vc = vae_get_config(S->vae);
-    if (vc->z_dim != S->pol.cfg.in_channels)
+    if (vc->z_dim != S->pol[0].cfg.in_channels)
         return core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
-                          vc->z_dim, S->pol.cfg.in_channels);
+                          vc->z_dim, S->pol[0].cfg.in_channels);
     if (vae_spatial_factor(S->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(S->vae, 2) != 5 ||
         vae_video_channels(S->vae) != 3)
         return core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, RGB); "
@@ -233,7 +238,7 @@ static int remote_rollout_v(run_state *S, int n, const uint64_t *uids, const int
     core_rollout_result *res = calloc((size_t)n, sizeof *res);
     if (!smp || !res) return free(smp), free(res), core_error("out of memory");
     for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = pidx[j], .prompt = prompts[pidx[j]]};
-    const core_rollout_request tmpl = {.policy_version = S->opt.step, .stream = stream, .eta = eta,
+    const core_rollout_request tmpl = {.policy_version = VERSION(S), .stream = stream, .eta = eta,
                                        .return_trajectories = with_traj, .return_velocities = vel != NULL};
     int rc = ctl_rollout(S->ctl, &tmpl, smp, n, S->r->batch_size, S->ctl_timeout, res, NULL, NULL);
     if (!rc)
@@ -278,8 +283,8 @@ static int run_eval(run_state *S, int64_t step) {
         rollout_config rc_e = S->rc;
         rc_e.stream = CORE_STREAM_EVAL_NOISE;
         rc_e.eta = S->r->eval_eta;
-        rc_e.policy_version = S->opt.step;
-        if (rollout_generate(&rc_e, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) goto done;
+        rc_e.policy_version = VERSION(S);
+        if (rollout_generate(&rc_e, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr)) goto done;
     }
     have = 1;
     for (int s = 0; s < n; s++) {
@@ -292,7 +297,7 @@ static int run_eval(run_state *S, int64_t step) {
         vals[(int64_t)S->scoring.n * n + s] = tr[s].reward_total;
     }
     char key[160], line[1024];
-    int off = snprintf(line, sizeof line, "eval @ step %" PRId64 " (policy version %" PRId64 ", n=%d):", step, S->opt.step, n);
+    int off = snprintf(line, sizeof line, "eval @ step %" PRId64 " (policy version %" PRId64 ", n=%d):", step, VERSION(S), n);
     for (int j = 0; j <= S->scoring.n; j++) {
         double m, se, sd;
         mean_se(vals + (int64_t)j * n, n, &m, &se, &sd);
@@ -318,17 +323,21 @@ done:
  * batch): this rank's contiguous share with the whole batch's transition count as the denominator, the gradients
  * summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes. */
 static int train_update(run_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info) {
-    const wan_model *ref = S->have_ref ? &S->ref : NULL;
-    if (!S->dp || S->dp->size == 1) return trainer_update(&S->pol, ref, NULL, &S->tc, tb, &S->opt, &S->oc, st, info);
-    int lo, hi;
-    dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
     trainer_batch sub = *tb;
-    if (trainer_count_transitions(&S->tc, tb, 1, NULL, &sub.denom)) return -1;
-    sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
     trainer_config tc = S->tc;
-    tc.grad_reduce = dp_grad_reduce;
-    tc.grad_reduce_ctx = S->dp;
-    return trainer_update(&S->pol, ref, NULL, &tc, &sub, &S->opt, &S->oc, st, info);
+    if (S->dp && S->dp->size > 1) {
+        int lo, hi;
+        dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+        if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
+        sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
+        tc.grad_reduce = dp_grad_reduce;
+        tc.grad_reduce_ctx = S->dp;
+    }
+    return trainer_update_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, NULL, &tc, &sub, opt, &S->oc,
+                                  st, info);
 }
 
 static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
@@ -345,7 +354,7 @@ static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats 
 static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t total) {
     const core_recipe *r = S->r;
     const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
-    const int64_t version0 = S->opt.step;
+    const int64_t version0 = VERSION(S);
     double t0 = now_s(), t1 = t0, t2 = t0, t3 = t0;
     core_traj *tr = calloc((size_t)n, sizeof *tr);
     const float **cond = malloc(sizeof(float *) * (size_t)n);
@@ -376,7 +385,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     if (S->ctl) {
         if (remote_rollout(S, n, uids, pidx, (const char *const *)S->train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr))
             goto done;
-    } else if (rollout_generate(&S->rc, &(rollout_experts){1, {&S->pol, NULL}}, NULL, n, cond, uids, pidx, tr)) {
+    } else if (rollout_generate(&S->rc, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr)) {
         goto done;
     }
     have = 1;
@@ -413,10 +422,9 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     t3 = now_s();
     double sync_s = 0;
     if (S->ctl) {
-        const wan_model *ex[1] = {&S->pol};
-        const uint8_t send[1] = {1};
+        const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
         int match = 0;
-        if (ctl_sync_weights(S->ctl, ex, 1, send, S->opt.step, S->ctl_timeout, &match)) goto done;
+        if (ctl_sync_weights(S->ctl, ex, S->n_experts, S->trained, VERSION(S), S->ctl_timeout, &match)) goto done;
         sync_s = now_s() - t3;
         if (core_metrics_f64(S->metrics, "weight_sync/seconds", sync_s) ||
             core_metrics_i64(S->metrics, "weight_sync/hash_match", match))
@@ -481,16 +489,33 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
-    if (wan_model_load(&S->pol, path) || wan_model_alloc_grads(&S->pol)) return -1;
-    if (in_process_rollout && setup_decoder(S, r)) return -1;
-    if (r->beta > 0) {
-        if (wan_model_init(&S->ref, &S->pol.cfg)) return -1;
-        S->have_ref = 1;
-        memcpy(S->ref.params, S->pol.params, sizeof(float) * (size_t)S->pol.layout.numel);
+    if (wan_model_load(&S->pol[0], path)) return -1;
+    S->n_experts = 1;
+    snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
+    if (!stat(path, &sb)) {
+        if (wan_model_load(&S->pol[1], path)) return -1;
+        if (!wan_config_equal(&S->pol[0].cfg, &S->pol[1].cfg))
+            return core_error("model.path: %s/transformer and transformer_2 have different configs", r->model_path);
+        S->n_experts = 2;
     }
-    if (optim_adamw_init(&S->opt, S->pol.layout.numel) || parse_optim(r, &S->oc)) return -1;
+    const char *te = r->train_experts;
+    S->trained[0] = !strcmp(te, "all") || !strcmp(te, "transformer");
+    S->trained[1] = S->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"));
+    if (!strcmp(te, "transformer_2") && S->n_experts == 1)
+        return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
+    S->first = S->trained[0] ? 0 : 1;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (wan_model_alloc_grads(&S->pol[e]) || optim_adamw_init(&S->opt[e], S->pol[e].layout.numel)) return -1;
+        if (r->beta > 0) {
+            if (wan_model_init(&S->ref[e], &S->pol[e].cfg)) return -1;
+            memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
+        }
+    }
+    S->have_ref = r->beta > 0;
+    if (in_process_rollout && setup_decoder(S, r)) return -1;
+    if (parse_optim(r, &S->oc)) return -1;
     if (local_prompts_read(&S->train, r->prompt_file) || local_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
-    const int td = S->pol.cfg.text_dim;
+    const int td = S->pol[0].cfg.text_dim;
     if (!strcmp(r->text_encoder, "umt5")) {
         if (setup_umt5(S, r)) return -1;
     } else if (!(S->emb_train = embed_all(&S->train, r->text_len, td)) ||
@@ -500,11 +525,13 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     if (local_scoring_init(&S->scoring, r)) return -1;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    const int64_t shape[4] = {S->pol.cfg.in_channels, F, H, W};
+    const int64_t shape[4] = {S->pol[0].cfg.in_channels, F, H, W};
     if (rollout_config_init(&S->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
                             (uint64_t)r->seed, r->batch_size))
         return -1;
     S->rc.neg = S->emb_neg;
+    S->rc.guidance_scale_2 = r->guidance_scale_2;
+    S->rc.boundary_ratio = r->boundary_ratio;
     S->nl = shape[0] * F * H * W;
     S->ne = (int64_t)r->text_len * td;
     memset(&S->tc, 0, sizeof S->tc);
@@ -535,9 +562,11 @@ static int open_run_files(run_state *S, const core_recipe *r, int resumed, int64
 }
 
 static void teardown(run_state *S) {
-    wan_model_free(&S->pol);
-    if (S->have_ref) wan_model_free(&S->ref);
-    optim_adamw_free(&S->opt);
+    for (int e = 0; e < 2; e++) {
+        wan_model_free(&S->pol[e]);
+        wan_model_free(&S->ref[e]);
+        optim_adamw_free(&S->opt[e]);
+    }
     local_prompts_free(&S->train);
     local_prompts_free(&S->eval);
     free(S->emb_train), free(S->emb_eval), free(S->emb_neg), free(S->video);
@@ -548,13 +577,14 @@ static void teardown(run_state *S) {
 /* Saves checkpoint-<step> into checkpoint.dir (default: the run directory) and prints one line. */
 static int save_checkpoint(run_state *S, const local_sampler *smp, int64_t step, const char *config_text) {
     const core_recipe *r = S->r;
-    trainer_ckpt_state st = {.step = step, .policy_version = S->opt.step, .rollout_round = step,
+    trainer_ckpt_state st = {.step = step, .policy_version = VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .seed = r->seed, .config = (char *)config_text};
-    trainer_ckpt_expert ex = {"transformer", &S->pol, &S->opt};
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0]}, {"transformer_2", &S->pol[1], &S->opt[1]}};
     char path[TRAINER_CKPT_PATH_MAX];
     const double t0 = now_s();
-    if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, &ex, 1, r->ckpt_total_limit, path, sizeof path))
+    if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->n_experts, r->ckpt_total_limit, path,
+                          sizeof path))
         return -1;
     printf("checkpoint %s (%.2fs)\n", path, now_s() - t0);
     fflush(stdout);
@@ -566,8 +596,8 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
                        int64_t *step) {
     char ck[TRAINER_CKPT_PATH_MAX];
     trainer_ckpt_state st;
-    trainer_ckpt_expert ex = {"transformer", &S->pol, &S->opt};
-    if (trainer_ckpt_resolve(dir, ck, sizeof ck) || trainer_ckpt_load(ck, config_text, &ex, 1, &st))
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0]}, {"transformer_2", &S->pol[1], &S->opt[1]}};
+    if (trainer_ckpt_resolve(dir, ck, sizeof ck) || trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st))
         return core_error_push("--resume: ");
     int rc = -1;
     if (st.data_size != smp->n)
@@ -576,11 +606,11 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
     else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
         core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64
                    " out of range", ck, st.data_epoch, st.data_position);
-    else if (st.rollout_round != st.step || st.policy_version != S->opt.step ||
+    else if (st.rollout_round != st.step || st.policy_version != VERSION(S) ||
              st.policy_version != st.step * S->r->optimizer_steps_per_rollout)
         core_error("--resume: %s: step %" PRId64 ", rollout_round %" PRId64 ", policy_version %" PRId64
                    " and the optimizer's step %" PRId64 " disagree for a local run", ck, st.step, st.rollout_round,
-                   st.policy_version, S->opt.step);
+                   st.policy_version, VERSION(S));
     else if (st.step > total)
         core_error("--resume: %s is at step %" PRId64 ", past this run's %" PRId64 " steps (optim.total_steps or "
                    "--steps)", ck, st.step, total);
@@ -629,7 +659,7 @@ static int parity_share(run_state *S, const trainer_batch *tb, const float *vel,
     int lo = 0, hi = tb->n;
     if (S->dp) dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
     trainer_batch sub = *tb;
-    if (trainer_count_transitions(&S->tc, tb, 1, NULL, &sub.denom)) return -1;
+    if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
     sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
     parity_acc P = {sub.traj, vel + (int64_t)lo * N * S->nl, N, acc};
     trainer_config tc = S->tc;
@@ -637,7 +667,10 @@ static int parity_share(run_state *S, const trainer_batch *tb, const float *vel,
     tc.probe_ctx = &P;
     grpo_loss_stats st = {0};
     memset(acc, 0, sizeof(double) * 4 * (size_t)N);
-    if (trainer_accumulate(&S->pol, S->have_ref ? &S->ref : NULL, NULL, &tc, &sub, 0, &st)) return -1;
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
+    if (trainer_accumulate_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, NULL, &tc, &sub, 0, &st))
+        return -1;
     if (!S->dp || S->dp->size == 1) return 0;
     double *mx = malloc(sizeof(double) * 2 * (size_t)N), *sm = malloc(sizeof(double) * 2 * (size_t)N);
     if (!mx || !sm) return free(mx), free(sm), core_error("out of memory");
@@ -651,14 +684,13 @@ static int parity_share(run_state *S, const trainer_batch *tb, const float *vel,
 /* Colocated start-up: the workers hold the initial weights of model.path (policy version 0). A fresh run checks
  * that each worker's model hash equals this trainer's; a resumed run pushes its weights first. */
 static int start_workers(run_state *S, int resumed) {
-    const wan_model *ex[1] = {&S->pol};
+    const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
     if (resumed) {
-        const uint8_t send[1] = {1};
         int match;
-        return ctl_sync_weights(S->ctl, ex, 1, send, S->opt.step, S->ctl_timeout, &match);
+        return ctl_sync_weights(S->ctl, ex, S->n_experts, S->trained, VERSION(S), S->ctl_timeout, &match);
     }
     uint64_t h;
-    if (wan_models_hash(ex, 1, &h)) return -1;
+    if (wan_models_hash(ex, S->n_experts, &h)) return -1;
     for (int w = 0; w < ctl_n_workers(S->ctl); w++)
         if (ctl_worker_hello_hash(S->ctl, w) != h)
             return core_error("%s holds weights with model hash %016llx, the trainer's initial weights hash to %016llx "
@@ -697,7 +729,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
     local_signals_install();
     signals = 1;
     for (int64_t k = start; k < total; k++) {
-        if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", S.opt.step)) goto done;
+        if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", VERSION(&S))) goto done;
         if (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0))
             if (run_eval(&S, k)) goto done;
         if (run_step(&S, &smp, k, total) || core_metrics_write_row(S.metrics)) goto done;
@@ -712,7 +744,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
             goto done;
         }
     }
-    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", S.opt.step) ||
+    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", VERSION(&S)) ||
         run_eval(&S, total) || core_metrics_write_row(S.metrics))
         goto done;
     rc = 0;

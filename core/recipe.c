@@ -67,6 +67,8 @@ const core_cfg_entry core_recipe_schema[] = {
      NULL, "updates per rollout batch"},
     {"algorithm.micro_batch_size", CORE_CFG_INT, O(micro_batch_size), "16", MINV | MAXV, 1, 1 << 20, NULL,
      "transitions per training forward"},
+    {"algorithm.train_experts", CORE_CFG_STRING, O(train_experts), "all", 0, 0, 0, "all|transformer|transformer_2",
+     "two-expert pipelines: the experts trained (a frozen one is not trained or synced)"},
     {"algorithm.activations", CORE_CFG_STRING, O(activations), "store", 0, 0, 0, "store|recompute",
      "activation memory mode"},
     {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},

@@ -46,6 +46,9 @@
  *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
  *                                  updates after the first are off-policy)
  *   algorithm.micro_batch_size     trained transitions per DiT forward (gradient accumulation over the rest)
+ *   algorithm.train_experts        all | transformer | transformer_2: with two experts, which are trained (each
+ *                                  transition trains the expert its rollout step used; a frozen expert's steps
+ *                                  are not trained and its weights are not synced)
  *   algorithm.activations          store | recompute
  *   optim.lr, beta1, beta2, eps, weight_decay, max_grad_norm (<= 0: no clipping), schedule (constant | linear |
  *   cosine), warmup_steps (optimizer steps), total_steps (GRPO steps of the run; the schedule spans total_steps x U
@@ -85,7 +88,7 @@ typedef struct {
     int reward_threads, reward_max_attempts;
     double reward_timeout_s;
     float beta, clip_range, adv_clip_max;
-    char *std_mode, *timestep_selection, *activations;
+    char *std_mode, *timestep_selection, *activations, *train_experts;
     int optimizer_steps_per_rollout, micro_batch_size;
     double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     char *schedule;

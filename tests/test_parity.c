@@ -5,6 +5,7 @@
  * workers (2 threads) and the trainer ranks (1 thread each); bad --tolerance values are refused. */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/test.h"
@@ -68,4 +69,33 @@ TEST(parity_bad_arguments) {
     CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set model.path=/nonexistent/m --set mode=colocated",
                    test_vgrpo_bin()) == 1);
     CHECK(strstr(out, "model.path") != NULL);
+}
+
+/* Two experts (Wan 2.2 A14B layout, `init-model --experts 2`): parity 0 with both trained and with transformer_2
+ * frozen (its steps are not recomputed: only expert-0 steps appear), and a colocated run with one expert frozen
+ * keeps the workers' model hash equal to the trainer's (the frozen expert is not sent, yet still matches). */
+TEST(parity_two_experts) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2048], p[700];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --experts 2 --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    snprintf(base, sizeof base,
+             "--set mode=colocated --set model.path=%s/model --set rollout.num_steps=6 --set rollout.prompts_per_step=2 "
+             "--set rollout.samples_per_prompt=2 --set rollout.guidance_scale_2=2.0 --set data.eval_samples_per_prompt=1",
+             dir);
+    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/a", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (two experts) failed: %s", out);
+    snprintf(p, sizeof p, "%s/a/parity.json", dir);
+    check_parity_json(p, 6, 4);
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml %s --set algorithm.train_experts=transformer "
+                  "--set logging.run_dir=%s/b", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (transformer_2 frozen) failed: %s", out);
+    snprintf(p, sizeof p, "%s/b/parity.json", dir);
+    /* shift 3, 6 steps: timesteps >= 875 are steps 0 and 1 (expert 0) */
+    check_parity_json(p, 2, 4);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set algorithm.train_experts=transformer_2 --steps 2 "
+                  "--set logging.run_dir=%s/c --set checkpoint.every=0", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "run (transformer frozen) failed: %s", out);
+    snprintf(p, sizeof p, "%s/c/metrics.jsonl", dir);
+    char grep[128];
+    CHECK(test_run(grep, sizeof grep, "grep -c '\"weight_sync/hash_match\":1' %s", p) == 0 && atoi(grep) == 2);
 }

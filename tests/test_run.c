@@ -153,7 +153,7 @@ TEST(run_recipe_errors) {
     CHECK_MSG(strstr(out, "model.text_encoder") && strstr(out, "tokenizer.json"), "got: %s", out);
     /* dry run: valid, prints every key (defaults included), needs no weights */
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/none", bin, dir) == 0);
-    CHECK(strstr(out, "micro_batch_size: 64") && strstr(out, "total_limit: 0"));
+    CHECK(strstr(out, "micro_batch_size: 64") && strstr(out, "total_limit: 2"));
     /* a real run refuses the missing model, naming model.path */
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set logging.run_dir=%s/r",
                    bin, dir, dir) == 1);
