@@ -80,7 +80,7 @@ int cmd_run(int argc, char **argv) {
         printf("# %s: resolved (dry run; valid)\n", path);
         status = core_recipe_dump(&r, stdout) ? 1 : 0;
     } else if (!strcmp(r.mode, "colocated")) {
-        if (colocated_run(path, sets, n_sets, &r, steps, resume, -1)) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
+        if (colocated_run(path, sets, n_sets, &r, steps, resume, NULL)) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         else status = 0;
     } else if (local_run(&r, steps, resume)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());

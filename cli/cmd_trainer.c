@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <mpi.h>
 
 #include "cli/commands.h"
@@ -38,6 +39,14 @@ static void on_usr1(int sig) {
     abort_flag = 1;
 }
 
+/* SIGUSR2 (sent by `vgrpo run` through mpirun, which forwards SIGUSR1/SIGUSR2 to every rank but kills the job on
+ * SIGTERM): rank 0 takes it as SIGTERM (graceful stop, its handler from cli/local_ckpt.c); ranks > 0 ignore it and
+ * stop when rank 0 does. */
+static void on_usr2(int sig) {
+    (void)sig;
+    kill(getpid(), SIGTERM);
+}
+
 static int abort_check(void *ctx) {
     (void)ctx;
     if (abort_flag) return core_error("stopped (SIGUSR1): another process of the run failed");
@@ -46,10 +55,12 @@ static int abort_check(void *ctx) {
 }
 
 int cmd_trainer(int argc, char **argv) {
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    signal(SIGUSR2, mpi_rank && atoi(mpi_rank) > 0 ? SIG_IGN : on_usr2); /* first: `vgrpo run` may send it early */
     const char *path = NULL, *endpoint = NULL, *resume = NULL;
     int workers = 0;
     int64_t steps = 0;
-    double parity = -1; /* >= 0: `vgrpo parity` with this tolerance */
+    const char *parity = NULL; /* `vgrpo parity` with this tolerance ("auto" or a number) */
     const char **sets = calloc((size_t)argc, sizeof(char *));
     int n_sets = 0;
     if (!sets) return 1;
@@ -68,7 +79,7 @@ int cmd_trainer(int argc, char **argv) {
         } else if (i + 1 < argc && !strcmp(a, "--resume")) {
             resume = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--parity")) {
-            parity = atof(argv[++i]);
+            parity = argv[++i];
         } else if (i + 1 < argc && !strcmp(a, "--steps")) {
             steps = atoll(argv[++i]);
         } else if (i + 1 < argc && !strcmp(a, "--set")) {
@@ -98,6 +109,7 @@ int cmd_trainer(int argc, char **argv) {
     core_recipe r;
     int status = 1;
     ctl_server *ctl = NULL;
+    int clean_fail = 0;
     if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r)) {
         fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
     } else if (r.trainer_ranks != world->size) {
@@ -118,15 +130,17 @@ int cmd_trainer(int argc, char **argv) {
         } else {
             in_hello = 0;
             local_signals_restore();
-            if (parity >= 0 ? grpo_parity(&r, ctl, world, parity, TRAINER_CTL_TIMEOUT_S)
-                            : grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S))
-                fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
-            else status = 0;
+            const int prc = parity ? grpo_parity(&r, ctl, world, strcmp(parity, "auto") ? atof(parity) : -1.0,
+                                                 TRAINER_CTL_TIMEOUT_S)
+                                   : grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S);
+            if (prc) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+            status = prc == 0 ? 0 : 1;
+            clean_fail = prc == 1; /* every rank finished: no MPI_Abort needed */
         }
         if (ctl) ctl_shutdown(ctl, 5.0);
         ctl_close(ctl);
     }
-    if (status && use_mpi && world->size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (status && !clean_fail && use_mpi && world->size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     core_recipe_release(&r);
     sp_comm_destroy(world);
     if (use_mpi) sp_comm_mpi_finalize();

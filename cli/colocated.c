@@ -69,8 +69,13 @@ static int check_model_size(const core_recipe *r) {
 }
 
 int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume, double parity) {
+                  const char *resume, const char *parity) {
     if (check_model_size(r)) return -1;
+    /* vgrpo trainer refuses this too, but only after every process has started */
+    if ((int64_t)r->prompts_per_step * r->samples_per_prompt < r->trainer_ranks)
+        return core_error("parallel.trainer_ranks: %d ranks exceed the %d samples of a step (rollout.prompts_per_step "
+                          "%d x rollout.samples_per_prompt %d): every rank needs at least one", r->trainer_ranks,
+                          r->prompts_per_step * r->samples_per_prompt, r->prompts_per_step, r->samples_per_prompt);
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
     if (mkdir_p(logs)) return -1;
@@ -97,8 +102,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
         core_error("out of memory");
         goto done;
     }
-    char nbuf[16], wbuf[16], sbuf[32], pbuf[40];
-    snprintf(pbuf, sizeof pbuf, "%.17g", parity);
+    char nbuf[16], wbuf[16], sbuf[32];
     snprintf(nbuf, sizeof nbuf, "%d", N);
     snprintf(wbuf, sizeof wbuf, "%d", M);
     snprintf(sbuf, sizeof sbuf, "%lld", (long long)steps);
@@ -113,7 +117,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     argv[a++] = "--controller", argv[a++] = J.ctl_ep, argv[a++] = "--workers", argv[a++] = wbuf;
     if (steps > 0) argv[a++] = "--steps", argv[a++] = sbuf;
     if (resume) argv[a++] = "--resume", argv[a++] = (char *)resume;
-    if (parity >= 0) argv[a++] = "--parity", argv[a++] = pbuf;
+    if (parity) argv[a++] = "--parity", argv[a++] = (char *)parity;
     for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
     argv[a] = NULL;
     const int trainer = sup_spawn(&J.procs, N > 1 ? "trainer (mpirun)" : "trainer", argv, threads, NULL);
@@ -122,7 +126,9 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     int forwarded = 0;
     for (;;) {
         if (stop_signal && !forwarded && J.procs.p[trainer].pid) {
-            kill(J.procs.p[trainer].pid, SIGTERM); /* graceful: the trainer finishes its step and saves */
+            /* graceful: the trainer finishes its step and saves. mpirun would kill the job on SIGTERM (SIGTERM to
+             * every rank, SIGKILL soon after); it forwards SIGUSR2, which rank 0 takes as SIGTERM (cmd_trainer.c) */
+            kill(J.procs.p[trainer].pid, N > 1 ? SIGUSR2 : SIGTERM);
             forwarded = 1;
         }
         const int dead = sup_poll(&J.procs);
@@ -153,7 +159,8 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
         break;
     }
 done:
-    job_stop(&J, 10.0);
+    /* After a failure the workers may never hear the trainer's shutdown: do not wait 10 s for them */
+    job_stop(&J, rc ? 1.0 : 10.0);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     return rc;

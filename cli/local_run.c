@@ -10,6 +10,7 @@
  *   train   : optimizer_steps_per_rollout updates, each over the whole batch (micro-batches of micro_batch_size
  *             transitions, gradients accumulated; global denominator), AdamW with the lr schedule
  *   log     : one metrics.jsonl row and one terminal line
+ * rewards.jsonl gets one row per step: every sample's uid, prompt index and total reward.
  * Eval (fixed set: every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
  * per prompt + sample) runs before step 0, before every step that is a multiple of logging.eval_every, and after
  * the last step (a final row holding only step, policy_version and eval fields). Timing fields are all under "time/"
@@ -17,6 +18,7 @@
  * cli/local_ckpt.c; a checkpoint holds everything the loop carries from one step to the next (weights, Adam state,
  * the step, the sampler's epoch and position), so a resumed run repeats a straight run bit for bit. */
 #include <errno.h>
+#include <float.h>
 #include <jansson.h>
 #include <inttypes.h>
 #include <math.h>
@@ -37,6 +39,8 @@
 #include "trainer/checkpoint.h"
 #include "trainer/controller.h"
 #include "trainer/dp.h"
+#include "sp/topology.h"
+#include "sp/usp_attention.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"
 #include "trainer/train_step.h"
@@ -62,8 +66,17 @@ typedef struct {
     int64_t nl, ne;
     /* colocated (vgrpo trainer): rollouts, rewards and weight syncs go through the workers; dp over trainer ranks */
     ctl_server *ctl;    /* NULL: local mode, rollout and scoring in this process */
-    sp_comm *dp;        /* NULL: one trainer rank */
+    sp_comm *dp;        /* all trainer ranks (the world; NULL: one rank): batches are broadcast over it */
+    /* parallel layout (sp/topology.h): dp groups of sp ranks; SP peers share samples (DESIGN.md section 6) */
+    sp_topology topo;
+    sp_rank_info me;
+    sp_comm *dpg;       /* this rank's dp group (same sp_rank): loss statistics are summed over it */
+    sp_usp usp;         /* SP > 1: the Ulysses x Ring self-attention context (its groups) */
+    wan_exec exec;      /* SP > 1: the DiT's execution with USP attention and the SP group */
+    const wan_exec *ex; /* &exec with SP > 1, else NULL (the default single-rank path) */
+    dp_reduce_ctx red;  /* gradients over dp, statistics over dpg */
     double ctl_timeout; /* seconds one rollout chunk or weight sync may take */
+    FILE *rewards_f;    /* rewards.jsonl: per step, every sample's uid, prompt index and total reward */
 } run_state;
 
 /* The policy version: optimizer steps taken (every trained expert steps together). */
@@ -330,13 +343,13 @@ static int train_update(run_state *S, const trainer_batch *tb, grpo_loss_stats *
     trainer_config tc = S->tc;
     if (S->dp && S->dp->size > 1) {
         int lo, hi;
-        dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+        dp_share(tb->n, S->me.dp_rank, S->topo.dp, &lo, &hi);
         if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
         sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
         tc.grad_reduce = dp_grad_reduce;
-        tc.grad_reduce_ctx = S->dp;
+        tc.grad_reduce_ctx = &S->red;
     }
-    return trainer_update_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, NULL, &tc, &sub, opt, &S->oc,
+    return trainer_update_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
                                   st, info);
 }
 
@@ -398,6 +411,16 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
             goto done;
         }
         rew[s] = tr[s].reward_total;
+    }
+    if (S->rewards_f) { /* {"step", "uid": [...], "prompt_index": [...], "reward": [...]} with %.9g: exact floats */
+        fprintf(S->rewards_f, "{\"step\": %" PRId64 ", \"uid\": [", round);
+        for (int s2 = 0; s2 < n; s2++) fprintf(S->rewards_f, "%s%llu", s2 ? ", " : "", (unsigned long long)tr[s2].uid);
+        fprintf(S->rewards_f, "], \"prompt_index\": [");
+        for (int s2 = 0; s2 < n; s2++) fprintf(S->rewards_f, "%s%lld", s2 ? ", " : "", (long long)tr[s2].prompt_index);
+        fprintf(S->rewards_f, "], \"reward\": [");
+        for (int s2 = 0; s2 < n; s2++) fprintf(S->rewards_f, "%s%.9g", s2 ? ", " : "", (double)rew[s2]);
+        fprintf(S->rewards_f, "]}\n");
+        fflush(S->rewards_f);
     }
     grpo_adv_stats as;
     if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
@@ -482,6 +505,39 @@ done:
     return rc;
 }
 
+/* The trainer ranks' layout (parallel.trainer_ranks = dp x sp, parallel.ulysses_degree), validated against the
+ * transformer's config before any weights are read (sp_validate: heads % Ulysses degree, video tokens % sp), then
+ * the groups: the dp group of this rank and, with sp > 1, the SP/Ulysses/ring groups of USP attention. */
+static int setup_parallel(run_state *S, const core_recipe *r, const char *transformer_dir) {
+    const int world = S->dp ? S->dp->size : 1, rank = S->dp ? S->dp->rank : 0;
+    if (sp_topology_init(&S->topo, world, r->sp, r->ulysses_degree)) return -1;
+    S->me = sp_topology_rank(&S->topo, rank);
+    char cfgp[4300];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", transformer_dir);
+    wan_config c;
+    if (wan_config_load(&c, cfgp)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const int pt = c.patch_size[0], ph = c.patch_size[1], pw = c.patch_size[2];
+    sp_attn_request req = {.num_heads = c.num_attention_heads,
+                           .tokens = (int64_t)(F / pt) * (H / ph) * (W / pw)};
+    if (sp_validate(world, r->sp, r->ulysses_degree, &req)) return -1;
+    S->red.grads = S->dp;
+    S->red.stats = S->dp;
+    if (world == 1) return 0;
+    int colour, key;
+    if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
+        sp_comm_split(S->dp, colour, key, "dp", &S->dpg))
+        return core_error_push("trainer rank %d: dp group: ", rank);
+    S->red.stats = S->dpg;
+    if (r->sp > 1) {
+        if (sp_usp_init(&S->usp, S->dp, &S->topo, NULL)) return -1;
+        S->exec = (wan_exec){NULL, sp_usp_forward, sp_usp_backward, &S->usp, S->usp.sp};
+        S->ex = &S->exec;
+    }
+    return 0;
+}
+
 static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     char path[4200];
     if (local_check_recipe(r)) return -1;
@@ -489,6 +545,7 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
+    if (setup_parallel(S, r, path)) return -1;
     if (wan_model_load(&S->pol[0], path)) return -1;
     S->n_experts = 1;
     snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
@@ -556,6 +613,9 @@ static int open_run_files(run_state *S, const core_recipe *r, int resumed, int64
     if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
     int bad = core_recipe_dump(r, f);
     if (fclose(f) || bad) return core_error("%s: write failed", path);
+    snprintf(path, sizeof path, "%s/rewards.jsonl", r->run_dir);
+    if (resumed && local_metrics_truncate(path, start)) return -1;
+    if (!(S->rewards_f = fopen(path, resumed ? "a" : "w"))) return core_error("%s: cannot write: %s", path, strerror(errno));
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
     if (resumed && local_metrics_truncate(path, start)) return -1;
     return core_metrics_open(&S->metrics, path, resumed);
@@ -567,11 +627,14 @@ static void teardown(run_state *S) {
         wan_model_free(&S->ref[e]);
         optim_adamw_free(&S->opt[e]);
     }
+    if (S->ex) sp_usp_release(&S->usp);
+    sp_comm_destroy(S->dpg);
     local_prompts_free(&S->train);
     local_prompts_free(&S->eval);
     free(S->emb_train), free(S->emb_eval), free(S->emb_neg), free(S->video);
     vae_free(S->vae);
     core_metrics_close(S->metrics);
+    if (S->rewards_f) fclose(S->rewards_f);
 }
 
 /* Saves checkpoint-<step> into checkpoint.dir (default: the run directory) and prints one line. */
@@ -657,7 +720,7 @@ static void parity_probe(void *ctx, int s, int i, const float *v, int64_t nl, fl
  * recipe's micro-batch size), then the per-step sums and maxima combined over the dp ranks. */
 static int parity_share(run_state *S, const trainer_batch *tb, const float *vel, int N, double *acc) {
     int lo = 0, hi = tb->n;
-    if (S->dp) dp_share(tb->n, S->dp->rank, S->dp->size, &lo, &hi);
+    if (S->dp) dp_share(tb->n, S->me.dp_rank, S->topo.dp, &lo, &hi);
     trainer_batch sub = *tb;
     if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
     sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
@@ -669,13 +732,13 @@ static int parity_share(run_state *S, const trainer_batch *tb, const float *vel,
     memset(acc, 0, sizeof(double) * 4 * (size_t)N);
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
     const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
-    if (trainer_accumulate_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, NULL, &tc, &sub, 0, &st))
+    if (trainer_accumulate_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, S->ex, &tc, &sub, 0, &st))
         return -1;
-    if (!S->dp || S->dp->size == 1) return 0;
+    if (!S->dpg || S->dpg->size == 1) return 0;
     double *mx = malloc(sizeof(double) * 2 * (size_t)N), *sm = malloc(sizeof(double) * 2 * (size_t)N);
     if (!mx || !sm) return free(mx), free(sm), core_error("out of memory");
     for (int i = 0; i < N; i++) sm[2 * i] = acc[4 * i], sm[2 * i + 1] = acc[4 * i + 1], mx[2 * i] = acc[4 * i + 2], mx[2 * i + 1] = acc[4 * i + 3];
-    int rc = dp_sum_doubles(S->dp, sm, 2 * N) || dp_max_doubles(S->dp, mx, 2 * N) ? -1 : 0;
+    int rc = dp_sum_doubles(S->dpg, sm, 2 * N) || dp_max_doubles(S->dpg, mx, 2 * N) ? -1 : 0;
     for (int i = 0; i < N; i++) acc[4 * i] = sm[2 * i], acc[4 * i + 1] = sm[2 * i + 1], acc[4 * i + 2] = mx[2 * i], acc[4 * i + 3] = mx[2 * i + 1];
     free(mx), free(sm);
     return rc;
@@ -814,7 +877,17 @@ int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double toler
     if (parity_share(&S, &tb, vflat, N, acc)) goto done;
     computed = 1;
     const double t2 = now_s();
-    double worst_lp = 0, worst_v = 0;
+    double worst_lp = 0, worst_v = 0, tol_lp = tolerance, tol_v = tolerance;
+    if (tolerance < 0) { /* auto */
+        tol_lp = tol_v = 0;
+        if (S.topo.sp / S.topo.ulysses > 1) {
+            double vmax = 0, lmax = 1;
+            for (int64_t k = 0; k < per * n; k++) vmax = fabs(vflat[k]) > vmax ? fabs(vflat[k]) : vmax;
+            for (int k = 0; k < n; k++)
+                for (int i = 0; i < N; i++) lmax = fabs(tr[k].log_probs[i]) > lmax ? fabs(tr[k].log_probs[i]) : lmax;
+            tol_v = 32.0 * FLT_EPSILON * vmax, tol_lp = 32.0 * FLT_EPSILON * lmax;
+        }
+    }
     printf("parity: %d samples (%d prompts x %d) x %d steps at policy version 0; rollout: %d worker(s), %d samples per "
            "forward; trainer: %d rank(s), %d transitions per forward (algorithm.micro_batch_size)\n",
            n, B, G, N, ctl_n_workers(ctl), r->batch_size, dp ? dp->size : 1, r->micro_batch_size);
@@ -826,9 +899,12 @@ int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double toler
         worst_lp = a[2] > worst_lp ? a[2] : worst_lp;
         worst_v = a[3] > worst_v ? a[3] : worst_v;
     }
-    const int pass = worst_lp <= tolerance && worst_v <= tolerance;
-    printf("parity: max |logp_trainer - logp_rollout| = %.6g, max |v_trainer - v_rollout| = %.6g, tolerance %.6g: %s "
-           "(rollout %.2fs, recompute %.2fs)\n", worst_lp, worst_v, tolerance, pass ? "PASS" : "FAIL", t1 - t0, t2 - t1);
+    const int pass = worst_lp <= tol_lp && worst_v <= tol_v;
+    printf("parity: trainer layout dp %d x sp %d (ulysses %d, ring %d)\n", S.topo.dp, S.topo.sp, S.topo.ulysses,
+           S.topo.sp / S.topo.ulysses);
+    printf("parity: max |logp_trainer - logp_rollout| = %.6g (tolerance %.6g), max |v_trainer - v_rollout| = %.6g "
+           "(tolerance %.6g): %s (rollout %.2fs, recompute %.2fs)\n", worst_lp, tol_lp, worst_v, tol_v,
+           pass ? "PASS" : "FAIL", t1 - t0, t2 - t1);
     fflush(stdout);
     /* parity.json in the run directory */
     if (mkdir_p(r->run_dir)) goto done;
@@ -840,20 +916,21 @@ int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double toler
                                                (double)tr[0].timesteps[i], "transitions", (int)a[0], "mean_abs_dlogp",
                                                a[1] / a[0], "max_abs_dlogp", a[2], "max_abs_dv", a[3]));
     }
-    json_t *root = json_pack("{s:o, s:f, s:f, s:f, s:b, s:i, s:i, s:i, s:i}", "steps", steps, "max_abs_dlogp", worst_lp,
-                             "max_abs_dv", worst_v, "tolerance", tolerance, "pass", pass, "samples", n, "workers",
-                             ctl_n_workers(ctl), "trainer_ranks", dp ? dp->size : 1, "micro_batch_size",
-                             r->micro_batch_size);
+    json_t *root = json_pack("{s:o, s:f, s:f, s:f, s:f, s:b, s:i, s:i, s:i, s:i, s:i, s:i}", "steps", steps,
+                             "max_abs_dlogp", worst_lp, "max_abs_dv", worst_v, "tolerance_dlogp", tol_lp,
+                             "tolerance_dv", tol_v, "pass", pass, "samples", n, "workers", ctl_n_workers(ctl),
+                             "trainer_ranks", dp ? dp->size : 1, "sp", S.topo.sp, "ulysses_degree", S.topo.ulysses,
+                             "micro_batch_size", r->micro_batch_size);
     char path[4200];
     snprintf(path, sizeof path, "%s/parity.json", r->run_dir);
     if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9))) core_log_warn("%s: cannot write", path);
     json_decref(root);
-    if (!pass) {
-        core_error("parity: the trainer's log-probs or velocities differ from the rollout's by more than --tolerance %g",
-                   tolerance);
-        goto done;
-    }
     rc = 0;
+    if (!pass) {
+        core_error("parity: the trainer's log-probs or velocities differ from the rollout's by more than the tolerance "
+                   "(dlogp %g > %g or dv %g > %g)", worst_lp, tol_lp, worst_v, tol_v);
+        rc = 1;
+    }
 done:
     if (dp && dp->size > 1 && computed) { /* otherwise the caller aborts the MPI job */
         int64_t cmd = DP_CMD_STOP;

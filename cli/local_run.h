@@ -96,17 +96,21 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
  * samples, noise stream 0) at policy version 0 with velocities recorded, then every trainable transition recomputed
  * by the trainer ranks through the training path (trainer_accumulate, micro-batches of algorithm.micro_batch_size)
  * and compared: per step index, transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
- * v_rollout| printed and written to logging.run_dir/parity.json. -1 (with the error saying so) when a maximum exceeds
- * tolerance. */
+ * v_rollout| printed and written to logging.run_dir/parity.json.
+ * tolerance < 0 ("auto"): 0 when the trainer's ring degree is 1 (sp = 1 or pure Ulysses: the same arithmetic as the
+ * rollout), else the ring bound: |dv| <= 32 eps max|v| and |dlogp| <= 32 eps max(1, max|logp|) (eps = FLT_EPSILON,
+ * maxima over the rollout's batch): the LSE merge of R partial attentions reassociates fp32 sums (sp/ measures at most
+ * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output). Otherwise both maxima must
+ * be <= tolerance. Returns 0 (pass), 1 (all computed, a maximum past the tolerance: error set), -1 (failure). */
 int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double tolerance, double ctl_timeout);
 
 /* `vgrpo run` with mode: colocated (cli/colocated.c): starts the reward server, parallel.rollout_workers workers and
  * parallel.trainer_ranks trainer ranks (`vgrpo trainer`, through mpirun when more than one), waits for the trainer
  * and stops everything when any process fails (the error names it and its log). recipe_path and the --set
  * assignments are passed on to the children. A full-size Wan transformer is refused (needs the CUDA backend).
- * parity >= 0: `vgrpo parity` instead of the run (the trainer runs grpo_parity with this tolerance). */
+ * parity (NULL: the run): `vgrpo parity` instead, with this tolerance ("auto" or a number; see grpo_parity). */
 int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume, double parity);
+                  const char *resume, const char *parity);
 
 /* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each
  * batch rank 0 broadcasts until rank 0 says stop. -1 with an error (the caller aborts the MPI job). */

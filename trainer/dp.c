@@ -132,7 +132,8 @@ int dp_sum_doubles(sp_comm *c, double *x, int n) { return gather_doubles(c, x, n
 int dp_max_doubles(sp_comm *c, double *x, int n) { return gather_doubles(c, x, n, 1); }
 
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats) {
-    sp_comm *c = ctx;
+    const dp_reduce_ctx *rc = ctx;
+    sp_comm *c = rc ? rc->grads : NULL;
     if (!c || c->size == 1) return 0;
     for (int e = 0; e < n_experts; e++) {
         if (trained && !trained[e]) continue;
@@ -142,7 +143,7 @@ int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uin
     if (stats) {
         double x[7] = {(double)stats->n_transitions, (double)stats->n_clipped, stats->loss, stats->policy, stats->kl,
                        stats->abs_ratio_dev_sum, stats->abs_logp_diff_sum};
-        if (dp_sum_doubles(c, x, 7)) return -1;
+        if (rc->stats && dp_sum_doubles(rc->stats, x, 7)) return -1;
         stats->n_transitions = (int64_t)x[0], stats->n_clipped = (int64_t)x[1];
         stats->loss = x[2], stats->policy = x[3], stats->kl = x[4];
         stats->abs_ratio_dev_sum = x[5], stats->abs_logp_diff_sum = x[6];

@@ -36,8 +36,17 @@ void dp_batch_free(dp_batch *b);
 /* The contiguous share of n samples of dp rank `rank` of `size`: [*lo, *hi) = [n*rank/size, n*(rank+1)/size). */
 void dp_share(int n, int rank, int size, int *lo, int *hi);
 
-/* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = the sp_comm): all-reduces
- * (sums) the gradients of the trained experts over the group, and sums the loss statistics over the ranks in rank
+/* The groups dp_grad_reduce reduces over: gradients over every trainer rank (dp x sp: with sequence parallelism
+ * each SP rank holds its tokens' partial parameter gradients, DESIGN.md section 6), statistics over the dp group
+ * only (the SP peers of a dp rank computed the same loss terms, so counting them once per dp rank). Without SP both
+ * are the world. */
+typedef struct {
+    sp_comm *grads;
+    sp_comm *stats;
+} dp_reduce_ctx;
+
+/* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = a dp_reduce_ctx): all-reduces
+ * (sums) the gradients of the trained experts over ctx->grads, and sums the loss statistics over ctx->stats in rank
  * order (in double, so every rank gets the same numbers). */
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats);
 

@@ -79,7 +79,10 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         }
     }
     wan_shape sh = {.B = rows, .F = (int)T[0].shape[1], .H = (int)T[0].shape[2], .W = (int)T[0].shape[3], .L = b->text_len};
-    wan_acts *acts = wan_acts_new(&policy->cfg, &sh, backward ? tc->acts_mode : WAN_ACTS_INFER), *racts = NULL;
+    /* Sequence parallel (ex->sp of more than one rank): activations for this rank's token slice; the output is the
+     * full gathered velocity on every SP rank. */
+    const int spn = ex && ex->sp ? ex->sp->size : 1, spr = ex && ex->sp ? ex->sp->rank : 0;
+    wan_acts *acts = wan_acts_new_sp(&policy->cfg, &sh, backward ? tc->acts_mode : WAN_ACTS_INFER, spn, spr), *racts = NULL;
     if (!acts) return -1;
     int rc = -1;
     if (wan_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc)) goto done;
@@ -101,7 +104,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         w->mask[t] = b->mask[tr[t].s];
     }
     if (tc->beta > 0) {
-        if (!(racts = wan_acts_new(&ref->cfg, &sh, WAN_ACTS_INFER))) goto done;
+        if (!(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr))) goto done;
         if (wan_forward(ref, racts, ex, w->vref, w->x, w->ts, w->enc)) goto done;
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
