@@ -36,6 +36,8 @@
 #include "model/t5_prompt.h"
 #include "model/word_embed.h"
 #include "rollout/engine.h"
+#include "rollout/png.h"
+#include "rollout/video.h"
 #include "trainer/checkpoint.h"
 #include "trainer/controller.h"
 #include "trainer/dp.h"
@@ -266,6 +268,84 @@ static int remote_rollout_v(run_state *S, int n, const uint64_t *uids, const int
 static int remote_rollout(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
                           uint32_t stream, float eta, int with_traj, core_traj *tr) {
     return remote_rollout_v(S, n, uids, pidx, prompts, stream, eta, with_traj, tr, NULL);
+}
+
+/* ctl_rollout's chunk callback for write_step_videos: keeps a copy of the (single chunk's) videos. */
+static int keep_videos(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
+                       const uint8_t *videos, const int64_t vshape[4]) {
+    struct { uint8_t **v; int64_t *shape; } *cap = ctx;
+    const size_t bytes = (size_t)n * (size_t)(vshape[0] * vshape[1] * vshape[2] * vshape[3]);
+    if (!(*cap->v = malloc(bytes))) return core_error("out of memory");
+    memcpy(*cap->v, videos, bytes);
+    memcpy(cap->shape, vshape, sizeof(int64_t) * 4);
+    return 0;
+}
+
+/* logging.video_every: sample 0 of the first (up to) 4 eval prompts at the current weights, with the eval's noise
+ * (stream 3, uid = prompt x eval_samples_per_prompt) and eta, decoded into run_dir/videos/step-<step>/pNNNN.mp4 and
+ * sheet.png (rows = prompts, labelled with the prompt index and reward). Colocated: the workers decode. */
+static int write_step_videos(run_state *S, int64_t step) {
+    const core_recipe *r = S->r;
+    const int n = S->eval.n < 4 ? S->eval.n : 4, K = r->eval_samples_per_prompt;
+    core_traj tr[4];
+    uint64_t uids[4];
+    int64_t pidx[4];
+    const float *cond[4];
+    uint8_t *videos = NULL;
+    int64_t vshape[4] = {0};
+    int rc = -1, have = 0;
+    memset(tr, 0, sizeof tr);
+    for (int j = 0; j < n; j++) uids[j] = (uint64_t)j * K, pidx[j] = j, cond[j] = S->emb_eval + (int64_t)j * S->ne;
+    if (S->ctl) {
+        core_rollout_sample smp[4] = {{0}};
+        core_rollout_result res[4];
+        for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = j, .prompt = S->eval.text[j]};
+        const core_rollout_request tmpl = {.policy_version = VERSION(S), .stream = CORE_STREAM_EVAL_NOISE,
+                                           .eta = r->eval_eta, .return_videos = 1};
+        struct { uint8_t **v; int64_t *shape; } cap = {&videos, vshape};
+        if (ctl_rollout(S->ctl, &tmpl, smp, n, n, S->ctl_timeout, res, keep_videos, &cap)) goto done;
+        for (int j = 0; j < n; j++) tr[j] = res[j].traj;
+        have = 1;
+    } else {
+        rollout_config rc_e = S->rc;
+        rc_e.stream = CORE_STREAM_EVAL_NOISE;
+        rc_e.eta = r->eval_eta;
+        rc_e.policy_version = VERSION(S);
+        if (rollout_generate(&rc_e, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr))
+            goto done;
+        have = 1;
+        const int F = local_decoder_frames(&S->dec, (int)S->rc.shape[1]);
+        vshape[0] = F, vshape[1] = S->rc.shape[2] * 8, vshape[2] = S->rc.shape[3] * 8, vshape[3] = 3;
+        const int64_t vb = vshape[0] * vshape[1] * vshape[2] * 3;
+        if (!(videos = malloc((size_t)(vb * n)))) {
+            core_error("out of memory");
+            goto done;
+        }
+        for (int j = 0; j < n; j++) {
+            if (local_score(&S->scoring, &S->dec, &tr[j], S->eval.text[j], S->video)) goto done;
+            memcpy(videos + vb * j, S->video, (size_t)vb);
+        }
+    }
+    char dir[4200], path[4300], labels[4][48];
+    const char *lp[4];
+    snprintf(dir, sizeof dir, "%s/videos/step-%" PRId64, r->run_dir, step);
+    if (mkdir_p(dir)) goto done;
+    const int64_t vb = vshape[0] * vshape[1] * vshape[2] * 3;
+    for (int j = 0; j < n; j++) {
+        snprintf(path, sizeof path, "%s/p%04d.mp4", dir, j);
+        if (rollout_video_write_mp4(path, videos + vb * j, (int)vshape[0], (int)vshape[1], (int)vshape[2], 16.0, NULL, NULL))
+            goto done;
+        snprintf(labels[j], sizeof labels[j], "P%d %.3f", j, (double)tr[j].reward_total);
+        lp[j] = labels[j];
+    }
+    snprintf(path, sizeof path, "%s/sheet.png", dir);
+    if (rollout_png_write_sheet(path, videos, n, (int)vshape[0], (int)vshape[1], (int)vshape[2], 8, lp)) goto done;
+    rc = 0;
+done:
+    if (have)
+        for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
+    free(videos);
+    return rc;
 }
 
 /* The fixed eval set; adds eval/... fields to the metrics row and prints one line. */
@@ -795,6 +875,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
         if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", VERSION(&S))) goto done;
         if (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0))
             if (run_eval(&S, k)) goto done;
+        if (r->video_every > 0 && k % r->video_every == 0 && write_step_videos(&S, k)) goto done;
         if (run_step(&S, &smp, k, total) || core_metrics_write_row(S.metrics)) goto done;
         const int sig = local_signal_pending();
         if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig)) {
@@ -810,6 +891,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
     if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", VERSION(&S)) ||
         run_eval(&S, total) || core_metrics_write_row(S.metrics))
         goto done;
+    if (r->video_every > 0 && write_step_videos(&S, total)) goto done;
     rc = 0;
 done:
     if (signals) local_signals_restore();

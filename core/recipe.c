@@ -90,7 +90,8 @@ const core_cfg_entry core_recipe_schema[] = {
     {"checkpoint.total_limit", CORE_CFG_INT, O(ckpt_total_limit), "0", MINV, 0, 0, NULL, "0: keep all"},
     {"logging.run_dir", CORE_CFG_STRING, O(run_dir), "runs/run", 0, 0, 0, NULL, "run directory"},
     {"logging.eval_every", CORE_CFG_INT64, O(eval_every), "0", MINV, 0, 0, NULL, "eval every K steps (0: start, end)"},
-    {"logging.video_every", CORE_CFG_INT64, O(video_every), "0", MINV, 0, 0, NULL, "0: off (later issue)"},
+    {"logging.video_every", CORE_CFG_INT64, O(video_every), "0", MINV, 0, 0, NULL,
+     "sample videos every K steps into run_dir/videos/step-K (0: off)"},
     {0},
 };
 
@@ -140,7 +141,6 @@ int core_recipe_check(core_recipe *r) {
     }
     if (r->guidance_scale_2 < 0) r->guidance_scale_2 = r->guidance_scale;
     if (r->eval_eta < 0) r->eval_eta = r->eta;
-    if (r->video_every > 0) return core_error("logging.video_every: video files are not implemented yet (set 0)");
     if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))
         return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
                           (long long)(r->total_steps * r->optimizer_steps_per_rollout));

@@ -60,7 +60,9 @@
  *                                  and on SIGINT/SIGTERM (0: no checkpoints); checkpoint.dir (default:
  *                                  logging.run_dir); checkpoint.total_limit (keep the newest K; 0: all)
  *   logging.run_dir (config.resolved.yaml, metrics.jsonl), logging.eval_every (0: only at start and end),
- *   logging.video_every (0; video files are a later issue: > 0 is refused) */
+ *   logging.video_every            K > 0: before every K-th step (and after the last), sample 0 of the first (up to)
+ *                                  4 eval prompts (eval noise and eta: the same videos as the eval's) is written to
+ *                                  run_dir/videos/step-N/ as mp4s and one PNG contact sheet (0: off) */
 #ifndef CORE_RECIPE_H
 #define CORE_RECIPE_H
 
@@ -113,7 +115,7 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
  * model.vae_scale_factor_spatial, which is 8 or 16; frames 4k+1), reward.weights count, distinct scorer names,
  * eval_prompt_file default, parallel degrees (local mode: trainer_ranks, sp, ulysses_degree 1; else trainer_ranks %
  * sp, sp % ulysses_degree, tokens % sp),
- * not-yet-implemented options (logging.video_every > 0). Fills defaults that depend on other keys
+ * Fills defaults that depend on other keys
  * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent). -1 naming the key. */
 int core_recipe_check(core_recipe *r);
 

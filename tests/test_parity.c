@@ -99,3 +99,25 @@ TEST(parity_two_experts) {
     char grep[128];
     CHECK(test_run(grep, sizeof grep, "grep -c '\"weight_sync/hash_match\":1' %s", p) == 0 && atoi(grep) == 2);
 }
+
+/* logging.video_every: videos/step-N/ holds an mp4 per eval prompt (up to 4) and a contact sheet, and a colocated
+ * run writes byte-identical files to a local run (same noise, weights and decoder; the workers decode). */
+TEST(run_step_videos_local_equals_colocated) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[8192], base[2048];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    snprintf(base, sizeof base, "--set model.path=%s/model --set rollout.num_steps=3 --set rollout.samples_per_prompt=2 "
+             "--set data.eval_samples_per_prompt=1 --set logging.video_every=1 --set checkpoint.every=0 --steps 1", dir);
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/l", bin, base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "local run: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set mode=colocated --set logging.run_dir=%s/c", bin,
+                  base, dir);
+    if (st) test_fail(__FILE__, __LINE__, "colocated run: %s", out);
+    const char *files[] = {"step-0/p0000.mp4", "step-0/p0003.mp4", "step-0/sheet.png", "step-1/p0002.mp4", "step-1/sheet.png"};
+    for (int i = 0; i < 5; i++) {
+        CHECK_MSG(test_run(NULL, 0, "cmp -s %s/l/videos/%s %s/c/videos/%s", dir, files[i], dir, files[i]) == 0, "%s differs",
+                  files[i]);
+        CHECK(test_run(NULL, 0, "test -s %s/l/videos/%s", dir, files[i]) == 0);
+    }
+    CHECK(test_run(NULL, 0, "test -e %s/l/videos/step-1/p0004.mp4", dir) != 0);
+}
