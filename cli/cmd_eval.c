@@ -33,6 +33,7 @@
 #include "cli/local_run.h"
 #include "cli/job.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/philox.h"
 #include "core/recipe.h"
 #include "core/wire_rollout.h"
@@ -152,19 +153,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *q = buf + 1; *q; q++)
-        if (*q == '/') {
-            *q = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-            *q = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-    return 0;
 }
 
 static void progress(int done, int total, double t0, int tty) {
@@ -351,11 +339,6 @@ static void usage(FILE *f) {
                "Samples: data.eval_samples_per_prompt per prompt, noise level data.eval_eta (0: ODE), seed data.seed.\n");
 }
 
-static int is_dir(const char *p) {
-    struct stat sb;
-    return !stat(p, &sb) && S_ISDIR(sb.st_mode);
-}
-
 static int on_chunk(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
                     const uint8_t *videos, const int64_t vshape[4]) {
     eval_state *E = ctx;
@@ -396,7 +379,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     {
         char tp[4200];
         snprintf(tp, sizeof tp, "%s/transformer", r->model_path);
-        if (!A->checkpoint && !is_dir(tp)) {
+        if (!A->checkpoint && !core_is_dir(tp)) {
             core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "
                        "--preset tiny --out DIR`)", tp);
             goto done;
@@ -404,7 +387,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     }
     if (A->checkpoint) {
         snprintf(transformer, sizeof transformer, "%s/transformer", A->checkpoint);
-        if (!is_dir(transformer)) snprintf(transformer, sizeof transformer, "%s", A->checkpoint);
+        if (!core_is_dir(transformer)) snprintf(transformer, sizeof transformer, "%s", A->checkpoint);
         char cfgp[4300];
         snprintf(cfgp, sizeof cfgp, "%s/config.json", transformer);
         if (access(cfgp, R_OK)) {
@@ -417,11 +400,11 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     E.out = out;
     char sub[4300];
     snprintf(sub, sizeof sub, "%s/videos", out);
-    if (mkdir_p(sub)) goto done;
+    if (core_mkdir_p(sub)) goto done;
     snprintf(sub, sizeof sub, "%s/sheets", out);
-    if (mkdir_p(sub)) goto done;
+    if (core_mkdir_p(sub)) goto done;
     snprintf(logs, sizeof logs, "%s/logs", out);
-    if (mkdir_p(logs)) goto done;
+    if (core_mkdir_p(logs)) goto done;
     E.K = r->eval_samples_per_prompt;
     E.total = E.prompts.n * E.K;
     if ((int64_t)E.prompts.n * E.K > 0xffffffffll / 2) {

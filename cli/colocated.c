@@ -24,23 +24,11 @@
 #include "cli/job.h"
 #include "cli/local_run.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "model/wan_dit.h"
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
-
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *q = buf + 1; *q; q++)
-        if (*q == '/') {
-            *q = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-            *q = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-    return 0;
-}
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -78,7 +66,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
                           r->prompts_per_step * r->samples_per_prompt, r->prompts_per_step, r->samples_per_prompt);
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
-    if (mkdir_p(logs)) return -1;
+    if (core_mkdir_p(logs)) return -1;
     job J;
     int rc = -1;
     struct sigaction sa = {0}, old_int, old_term;

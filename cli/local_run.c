@@ -30,6 +30,7 @@
 
 #include "cli/local_run.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/philox.h"
@@ -88,19 +89,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-    return 0;
 }
 
 static int parse_optim(const core_recipe *r, optim_config *oc) {
@@ -329,7 +317,7 @@ static int write_step_videos(run_state *S, int64_t step) {
     char dir[4200], path[4300], labels[4][48];
     const char *lp[4];
     snprintf(dir, sizeof dir, "%s/videos/step-%" PRId64, r->run_dir, step);
-    if (mkdir_p(dir)) goto done;
+    if (core_mkdir_p(dir)) goto done;
     const int64_t vb = vshape[0] * vshape[1] * vshape[2] * 3;
     for (int j = 0; j < n; j++) {
         snprintf(path, sizeof path, "%s/p%04d.mp4", dir, j);
@@ -687,7 +675,7 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
  * from step `start` cut back to the rows before it and appended to. */
 static int open_run_files(run_state *S, const core_recipe *r, int resumed, int64_t start) {
     char path[4200];
-    if (mkdir_p(r->run_dir)) return -1;
+    if (core_mkdir_p(r->run_dir)) return -1;
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
     FILE *f = fopen(path, "w");
     if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
@@ -989,7 +977,7 @@ int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double toler
            pass ? "PASS" : "FAIL", t1 - t0, t2 - t1);
     fflush(stdout);
     /* parity.json in the run directory */
-    if (mkdir_p(r->run_dir)) goto done;
+    if (core_mkdir_p(r->run_dir)) goto done;
     json_t *steps = json_array();
     for (int i = 0; i < N; i++) {
         const double *a = acc + 4 * i;

@@ -7,11 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
-
-static int is_dir(const char *path) {
-    struct stat sb;
-    return !stat(path, &sb) && S_ISDIR(sb.st_mode);
-}
+#include "core/fs.h"
 
 static int load_decoder(rollout_pipeline *p, const core_recipe *r, const wan_config *wc) {
     char path[4200];
@@ -47,18 +43,18 @@ int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char 
         snprintf(dir, sizeof dir, "%s", transformer_dir);
         char *slash = strrchr(dir, '/');
         snprintf(dir2, sizeof dir2, "%.*s%s_2", slash ? (int)(slash - dir + 1) : 0, dir, slash ? slash + 1 : dir);
-        if (!is_dir(dir2)) snprintf(dir2, sizeof dir2, "%s/transformer_2", r->model_path);
+        if (!core_is_dir(dir2)) snprintf(dir2, sizeof dir2, "%s/transformer_2", r->model_path);
     } else {
         snprintf(dir, sizeof dir, "%s/transformer", r->model_path);
         snprintf(dir2, sizeof dir2, "%s/transformer_2", r->model_path);
     }
-    if (!is_dir(dir))
+    if (!core_is_dir(dir))
         return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "
                           "--preset tiny --out DIR`)", dir);
     if (wan_model_load(&p->model[0], dir)) return -1;
     p->experts.n = 1;
     p->experts.expert[0] = &p->model[0];
-    if (is_dir(dir2)) {
+    if (core_is_dir(dir2)) {
         if (wan_model_load(&p->model[1], dir2)) goto fail;
         p->experts.n = 2;
         p->experts.expert[1] = &p->model[1];

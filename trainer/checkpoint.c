@@ -17,6 +17,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/json.h"
 #include "core/safetensors.h"
 
@@ -151,24 +152,6 @@ int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *
 /* ------------------------------------------------------------------------------------------------------------
  * Files and folders */
 
-static int mkdir_p(const char *path) {
-    char buf[TRAINER_CKPT_PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return core_error("%s: path too long", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-            *p = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST) return core_error("%s: cannot create folder: %s", buf, strerror(errno));
-    return 0;
-}
-
-static int is_dir(const char *path) {
-    struct stat sb;
-    return !stat(path, &sb) && S_ISDIR(sb.st_mode);
-}
-
 static int is_file(const char *path) {
     struct stat sb;
     return !stat(path, &sb) && S_ISREG(sb.st_mode);
@@ -242,7 +225,7 @@ int trainer_ckpt_list(const char *dir, int64_t **steps) {
         int64_t s;
         if (!ckpt_name(e->d_name, &s)) continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (!is_dir(p)) continue;
+        if (!core_is_dir(p)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             int64_t *t = realloc(*steps, sizeof(int64_t) * (size_t)cap);
@@ -295,7 +278,7 @@ int trainer_ckpt_resolve(const char *path, char *out, size_t cap) {
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return core_error("%s: path too long", path);
     size_t l = strlen(p);
     while (l > 1 && p[l - 1] == '/') p[--l] = 0;
-    if (!is_dir(p)) return core_error("%s: no such checkpoint folder", path);
+    if (!core_is_dir(p)) return core_error("%s: no such checkpoint folder", path);
     const char *base = strrchr(p, '/');
     base = base ? base + 1 : p;
     int64_t s;
@@ -323,7 +306,7 @@ int trainer_ckpt_transformer_dirs(const char *path, char dirs[TRAINER_CKPT_MAX_E
     int n = 0;
     for (int e = 0; e < TRAINER_CKPT_MAX_EXPERTS; e++) {
         snprintf(f, sizeof f, "%s/%s", ck, names[e]);
-        if (e > 0 && !is_dir(f)) break;
+        if (e > 0 && !core_is_dir(f)) break;
         snprintf(f, sizeof f, "%s/%s/config.json", ck, names[e]);
         if (!is_file(f)) return core_error("%s: missing file %s/config.json", ck, names[e]);
         snprintf(dirs[e], TRAINER_CKPT_PATH_MAX, "%s/%s", ck, names[e]);
@@ -417,7 +400,7 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
         return core_error("%s: path too long", dir);
     snprintf(fin, sizeof fin, "%s/checkpoint-%" PRId64, dir, st->step);
     snprintf(old, sizeof old, "%s/.checkpoint-%" PRId64 ".old.tmp", dir, st->step);
-    if (mkdir_p(dir) || clean_tmp(dir) < 0) return -1;
+    if (core_mkdir_p(dir) || clean_tmp(dir) < 0) return -1;
     if (mkdir(tmp, 0777)) return core_error("%s: cannot create folder: %s", tmp, strerror(errno));
     int64_t steps[TRAINER_CKPT_MAX_EXPERTS];
     char *js = NULL;
@@ -432,13 +415,13 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
     snprintf(p, sizeof p, "%s/" STATE_FILE, tmp);
     if (!(js = state_json(st, ex, n_ex)) || write_file_sync(p, js)) goto fail;
     if (sync_tree(tmp)) goto fail;
-    if (is_dir(fin) && rename(fin, old)) {
+    if (core_is_dir(fin) && rename(fin, old)) {
         core_error("%s: cannot move the previous checkpoint aside: %s", fin, strerror(errno));
         goto fail;
     }
     if (rename(tmp, fin)) {
         core_error("%s: cannot rename %s into place: %s", fin, tmp, strerror(errno));
-        if (is_dir(old)) rename(old, fin); /* put the previous checkpoint back */
+        if (core_is_dir(old)) rename(old, fin); /* put the previous checkpoint back */
         goto fail;
     }
     if (fsync_path(dir) || rm_tree(old)) goto done;
