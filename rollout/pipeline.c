@@ -13,6 +13,9 @@ static int load_decoder(rollout_pipeline *p, const core_recipe *r, const wan_con
     char path[4200];
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
+    if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
+        return core_error("model.vae_scale_factor_spatial: the CPU rollout decodes with spatial factor %d (Wan 2.1-style "
+                          "VAE or latent_rgb), the recipe says %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
     if (!strcmp(r->decoder, "latent_rgb")) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
         if (wan_latent_rgb_load(&p->map, path, wc->out_channels)) return core_error_push("model.decoder (latent_rgb): ");
