@@ -34,6 +34,7 @@ static const struct {
      "usp SP ULYSSES [S H Dh B] USP attention vs single-rank attention (world = dp x SP ranks)"},
     {"dit", mpi_case_dit,
      "dit SP ULYSSES [F H W B PER_TOKEN RECOMPUTE]  tiny Wan DiT fwd+bwd, sequence-parallel vs single-rank"},
+    {"dp", mpi_case_dp, "dp                        trainer data parallelism: batch broadcast, reduced gradient vs one rank"},
     {"dit_bench", mpi_case_dit_bench,
      "dit_bench SP ULYSSES [F H W L LAYERS REPS]    per-rank activation bytes and fwd+bwd wall time (benchmark)"},
 };
