@@ -53,6 +53,8 @@ typedef struct {
     wan_model pol[2], ref[2];  /* expert 0 (transformer/), expert 1 (transformer_2/, two-expert pipelines) */
     int n_experts, have_ref;
     uint8_t trained[2];        /* algorithm.train_experts */
+    wan_model ema[2];          /* algorithm.ema_decay > 0 (rank 0): moving average of the weights, used for eval */
+    int ema_on;
     int first;                 /* the first trained expert: its optimizer's step is the policy version */
     wan_latent_rgb map;
     vae_model *vae;
@@ -236,12 +238,12 @@ static void mean_se(const double *x, int n, double *mean, double *se, double *sd
 /* Colocated: n samples (uids, prompt indices into prompts) rolled out and scored by the workers at the current
  * policy version; tr[n] receives the trajectories (with_traj) or just uid, prompt index and rewards. */
 static int remote_rollout_v(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
-                            uint32_t stream, float eta, int with_traj, core_traj *tr, float **vel) {
+                            uint32_t stream, float eta, int with_traj, core_traj *tr, float **vel, int64_t version) {
     core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
     core_rollout_result *res = calloc((size_t)n, sizeof *res);
     if (!smp || !res) return free(smp), free(res), core_error("out of memory");
     for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = pidx[j], .prompt = prompts[pidx[j]]};
-    const core_rollout_request tmpl = {.policy_version = VERSION(S), .stream = stream, .eta = eta,
+    const core_rollout_request tmpl = {.policy_version = version, .stream = stream, .eta = eta,
                                        .return_trajectories = with_traj, .return_velocities = vel != NULL};
     int rc = ctl_rollout(S->ctl, &tmpl, smp, n, S->r->batch_size, S->ctl_timeout, res, NULL, NULL);
     if (!rc)
@@ -254,8 +256,45 @@ static int remote_rollout_v(run_state *S, int n, const uint64_t *uids, const int
 }
 
 static int remote_rollout(run_state *S, int n, const uint64_t *uids, const int64_t *pidx, const char *const *prompts,
-                          uint32_t stream, float eta, int with_traj, core_traj *tr) {
-    return remote_rollout_v(S, n, uids, pidx, prompts, stream, eta, with_traj, tr, NULL);
+                          uint32_t stream, float eta, int with_traj, core_traj *tr, int64_t version) {
+    return remote_rollout_v(S, n, uids, pidx, prompts, stream, eta, with_traj, tr, NULL, version);
+}
+
+/* ---- EMA (algorithm.ema_decay): eval and sample videos use the moving average of the weights ---- */
+
+/* Colocated eval of EMA weights: they are pushed to the workers as this policy version + 2^40 (so a rollout request
+ * can never mix them up with the policy's), and the policy is pushed back after the eval. */
+#define EMA_VERSION_OFFSET ((int64_t)1 << 40)
+
+/* ema = d * ema + (1 - d) * weights for every trained expert (fp32, element by element), after an optimizer step. */
+static void ema_update(run_state *S) {
+    const float d = (float)S->r->ema_decay, w = 1.0f - d;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (!S->trained[e]) continue;
+        float *a = S->ema[e].params;
+        const float *p = S->pol[e].params;
+        const int64_t n = S->pol[e].layout.numel;
+        for (int64_t k = 0; k < n; k++) a[k] = d * a[k] + w * p[k];
+    }
+}
+
+/* The experts and policy version eval and sample videos run with; colocated with EMA, the EMA weights are pushed to
+ * the workers first (eval_weights_end pushes the policy back). */
+static int eval_weights_begin(run_state *S, rollout_experts *ex, int64_t *version) {
+    wan_model *m = S->ema_on ? S->ema : S->pol;
+    *ex = (rollout_experts){S->n_experts, {&m[0], &m[1]}};
+    *version = VERSION(S) + (S->ema_on && S->ctl ? EMA_VERSION_OFFSET : 0);
+    if (!S->ema_on || !S->ctl) return 0;
+    const wan_model *mm[2] = {&m[0], &m[1]};
+    int match;
+    return ctl_sync_weights(S->ctl, mm, S->n_experts, S->trained, *version, S->ctl_timeout, &match);
+}
+
+static int eval_weights_end(run_state *S) {
+    if (!S->ema_on || !S->ctl) return 0;
+    const wan_model *mm[2] = {&S->pol[0], &S->pol[1]};
+    int match;
+    return ctl_sync_weights(S->ctl, mm, S->n_experts, S->trained, VERSION(S), S->ctl_timeout, &match);
 }
 
 /* ctl_rollout's chunk callback for write_step_videos: keeps a copy of the (single chunk's) videos. */
@@ -284,23 +323,26 @@ static int write_step_videos(run_state *S, int64_t step) {
     int rc = -1, have = 0;
     memset(tr, 0, sizeof tr);
     for (int j = 0; j < n; j++) uids[j] = (uint64_t)j * K, pidx[j] = j, cond[j] = S->emb_eval + (int64_t)j * S->ne;
+    rollout_experts em;
+    int64_t ev;
+    if (eval_weights_begin(S, &em, &ev)) return -1;
     if (S->ctl) {
         core_rollout_sample smp[4] = {{0}};
         core_rollout_result res[4];
         for (int j = 0; j < n; j++) smp[j] = (core_rollout_sample){.uid = uids[j], .prompt_index = j, .prompt = S->eval.text[j]};
-        const core_rollout_request tmpl = {.policy_version = VERSION(S), .stream = CORE_STREAM_EVAL_NOISE,
+        const core_rollout_request tmpl = {.policy_version = ev, .stream = CORE_STREAM_EVAL_NOISE,
                                            .eta = r->eval_eta, .return_videos = 1};
         struct { uint8_t **v; int64_t *shape; } cap = {&videos, vshape};
         if (ctl_rollout(S->ctl, &tmpl, smp, n, n, S->ctl_timeout, res, keep_videos, &cap)) goto done;
         for (int j = 0; j < n; j++) tr[j] = res[j].traj;
         have = 1;
+        if (eval_weights_end(S)) goto done;
     } else {
         rollout_config rc_e = S->rc;
         rc_e.stream = CORE_STREAM_EVAL_NOISE;
         rc_e.eta = r->eval_eta;
         rc_e.policy_version = VERSION(S);
-        if (rollout_generate(&rc_e, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr))
-            goto done;
+        if (rollout_generate(&rc_e, &em, NULL, n, cond, uids, pidx, tr)) goto done;
         have = 1;
         const int F = local_decoder_frames(&S->dec, (int)S->rc.shape[1]);
         vshape[0] = F, vshape[1] = S->rc.shape[2] * 8, vshape[2] = S->rc.shape[3] * 8, vshape[3] = 3;
@@ -356,18 +398,22 @@ static int run_eval(run_state *S, int64_t step) {
             const int s = i * K + k;
             uids[s] = (uint64_t)s, pidx[s] = i, cond[s] = S->emb_eval + (int64_t)i * S->ne;
         }
+    rollout_experts em;
+    int64_t ev;
+    if (eval_weights_begin(S, &em, &ev)) goto done;
     if (S->ctl) {
         if (remote_rollout(S, n, uids, pidx, (const char *const *)S->eval.text, CORE_STREAM_EVAL_NOISE,
-                           S->r->eval_eta, 0, tr))
+                           S->r->eval_eta, 0, tr, ev))
             goto done;
     } else {
         rollout_config rc_e = S->rc;
         rc_e.stream = CORE_STREAM_EVAL_NOISE;
         rc_e.eta = S->r->eval_eta;
         rc_e.policy_version = VERSION(S);
-        if (rollout_generate(&rc_e, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr)) goto done;
+        if (rollout_generate(&rc_e, &em, NULL, n, cond, uids, pidx, tr)) goto done;
     }
     have = 1;
+    if (eval_weights_end(S)) goto done;
     for (int s = 0; s < n; s++) {
         if (!S->ctl && local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
         if (tr[s].n_rewards != S->scoring.n) {
@@ -389,7 +435,7 @@ static int run_eval(run_state *S, int64_t step) {
         if (core_metrics_f64(S->metrics, key, se)) goto done;
         if (off < (int)sizeof line) off += snprintf(line + off, sizeof line - off, " %s %.4f +- %.4f", name, m, se);
     }
-    if (core_metrics_i64(S->metrics, "eval/n", n) || core_metrics_f64(S->metrics, "time/eval_s", now_s() - t0)) goto done;
+    if (core_metrics_i64(S->metrics, "eval/n", n) || core_metrics_i64(S->metrics, "eval/ema", S->ema_on) || core_metrics_f64(S->metrics, "time/eval_s", now_s() - t0)) goto done;
     printf("%s\n", line);
     fflush(stdout);
     rc = 0;
@@ -464,7 +510,8 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     }
     S->rc.policy_version = version0;
     if (S->ctl) {
-        if (remote_rollout(S, n, uids, pidx, (const char *const *)S->train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr))
+        if (remote_rollout(S, n, uids, pidx, (const char *const *)S->train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr,
+                           VERSION(S)))
             goto done;
     } else if (rollout_generate(&S->rc, &(rollout_experts){S->n_experts, {&S->pol[0], &S->pol[1]}}, NULL, n, cond, uids, pidx, tr)) {
         goto done;
@@ -507,6 +554,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     for (int u = 0; u < U; u++) {
         grpo_loss_stats st = {0};
         if (train_update(S, &tb, &st, &info)) goto done;
+        if (S->ema_on) ema_update(S);
         if (u == 0) first = st, info0 = info;
         last = st;
     }
@@ -692,6 +740,7 @@ static int open_run_files(run_state *S, const core_recipe *r, int resumed, int64
 static void teardown(run_state *S) {
     for (int e = 0; e < 2; e++) {
         wan_model_free(&S->pol[e]);
+        wan_model_free(&S->ema[e]);
         wan_model_free(&S->ref[e]);
         optim_adamw_free(&S->opt[e]);
     }
@@ -711,7 +760,8 @@ static int save_checkpoint(run_state *S, const local_sampler *smp, int64_t step,
     trainer_ckpt_state st = {.step = step, .policy_version = VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .seed = r->seed, .config = (char *)config_text};
-    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0]}, {"transformer_2", &S->pol[1], &S->opt[1]}};
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
+                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
     char path[TRAINER_CKPT_PATH_MAX];
     const double t0 = now_s();
     if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->n_experts, r->ckpt_total_limit, path,
@@ -727,7 +777,8 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
                        int64_t *step) {
     char ck[TRAINER_CKPT_PATH_MAX];
     trainer_ckpt_state st;
-    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0]}, {"transformer_2", &S->pol[1], &S->opt[1]}};
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
+                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
     if (trainer_ckpt_resolve(dir, ck, sizeof ck) || trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st))
         return core_error_push("--resume: ");
     int rc = -1;
@@ -844,6 +895,13 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
     int64_t start = 0;
     char *config_text = NULL;
     if (setup(&S, r, ctl == NULL) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
+    if (r->ema_decay > 0) { /* the moving average starts at the initial weights */
+        for (int e = 0; e < S.n_experts; e++) {
+            if (wan_model_init(&S.ema[e], &S.pol[e].cfg)) goto done;
+            memcpy(S.ema[e].params, S.pol[e].params, sizeof(float) * (size_t)S.pol[e].layout.numel);
+        }
+        S.ema_on = 1;
+    }
     const int64_t total = steps_override > 0 ? steps_override : r->total_steps;
     if (!(config_text = local_config_text(r))) goto done;
     if (resume && resume_from(&S, &smp, resume, config_text, total, &start)) goto done;
@@ -925,7 +983,8 @@ int grpo_parity(const core_recipe *r, ctl_server *ctl, sp_comm *dp, double toler
             uids[k] = (uint64_t)k, pidx[k] = slot[b], cond[k] = S.emb_train + (int64_t)slot[b] * S.ne;
         }
     const double t0 = now_s();
-    if (remote_rollout_v(&S, n, uids, pidx, (const char *const *)S.train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr, vel))
+    if (remote_rollout_v(&S, n, uids, pidx, (const char *const *)S.train.text, CORE_STREAM_ROLLOUT_NOISE, r->eta, 1, tr, vel,
+                         VERSION(&S)))
         goto done;
     have = 1;
     const double t1 = now_s();

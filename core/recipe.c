@@ -69,6 +69,8 @@ const core_cfg_entry core_recipe_schema[] = {
      "transitions per training forward"},
     {"algorithm.train_experts", CORE_CFG_STRING, O(train_experts), "all", 0, 0, 0, "all|transformer|transformer_2",
      "two-expert pipelines: the experts trained (a frozen one is not trained or synced)"},
+    {"algorithm.ema_decay", CORE_CFG_DOUBLE, O(ema_decay), "0", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL,
+     "EMA of the weights for eval (0: off; e.g. 0.99)"},
     {"algorithm.activations", CORE_CFG_STRING, O(activations), "store", 0, 0, 0, "store|recompute",
      "activation memory mode"},
     {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},

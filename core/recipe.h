@@ -49,6 +49,9 @@
  *   algorithm.train_experts        all | transformer | transformer_2: with two experts, which are trained (each
  *                                  transition trains the expert its rollout step used; a frozen expert's steps
  *                                  are not trained and its weights are not synced)
+ *   algorithm.ema_decay            0 (off) or d in (0, 1): after every optimizer step ema = d ema + (1 - d) weights;
+ *                                  eval and sample videos then use the EMA (metrics eval/ema = 1), checkpoints keep
+ *                                  it under ema/
  *   algorithm.activations          store | recompute
  *   optim.lr, beta1, beta2, eps, weight_decay, max_grad_norm (<= 0: no clipping), schedule (constant | linear |
  *   cosine), warmup_steps (optimizer steps), total_steps (GRPO steps of the run; the schedule spans total_steps x U
@@ -91,6 +94,7 @@ typedef struct {
     double reward_timeout_s;
     float beta, clip_range, adv_clip_max;
     char *std_mode, *timestep_selection, *activations, *train_experts;
+    double ema_decay;
     int optimizer_steps_per_rollout, micro_batch_size;
     double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     char *schedule;

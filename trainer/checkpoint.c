@@ -409,6 +409,10 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
         snprintf(p, sizeof p, "%s/%s", tmp, ex[e].name);
         if (wan_model_save(ex[e].model, p)) goto fail;
         steps[e] = ex[e].opt->step;
+        if (ex[e].ema) {
+            snprintf(p, sizeof p, "%s/ema/%s", tmp, ex[e].name);
+            if (core_mkdir_p(p) || wan_model_save(ex[e].ema, p)) goto fail;
+        }
     }
     snprintf(p, sizeof p, "%s/" OPTIM_FILE, tmp);
     if (write_optimizer(p, ex, n_ex, steps)) goto fail;
@@ -625,6 +629,14 @@ int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_ex
     for (int e = 0; e < n_ex; e++) {
         snprintf(p, sizeof p, "%s/%s", ckpt, ex[e].name);
         if (wan_model_load_weights(ex[e].model, p)) goto done;
+        if (ex[e].ema) {
+            snprintf(p, sizeof p, "%s/ema/%s", ckpt, ex[e].name);
+            if (!core_is_dir(p)) {
+                core_error("%s: missing (the run keeps an EMA of the weights: algorithm.ema_decay > 0)", p);
+                goto done;
+            }
+            if (wan_model_load_weights(ex[e].ema, p)) goto done;
+        }
         char name[WAN_NAME_MAX + 64];
         const wan_layout *L = &ex[e].model->layout;
         for (int j = 0; j < L->count; j++) {

@@ -4,6 +4,8 @@
  *   transformer/, transformer_2/   one per expert, diffusers layout (config.json + diffusion_pytorch_model.safetensors,
  *                                  F32), written by wan_model_save: WanTransformer3DModel.from_pretrained loads them,
  *                                  and so does wan_model_load
+ *   ema/transformer[_2]/           (runs with algorithm.ema_decay > 0) the exponential moving average of the weights,
+ *                                  same layout: `vgrpo eval --checkpoint checkpoint-N/ema` evaluates it
  *   optimizer.safetensors          AdamW state per expert E and parameter P (names as the state_dict's):
  *                                  "E/exp_avg/P" and "E/exp_avg_sq/P" (m and v, F32, the parameter's shape; torch's
  *                                  names) and "E/step" (I64, shape []: optimizer steps completed);
@@ -41,11 +43,14 @@
 #define TRAINER_CKPT_PATH_MAX 4096
 
 /* One expert: its folder name ("transformer" or "transformer_2"), weights and optimizer state. The optimizer is over
- * the model's flat parameters: opt->n == model->layout.numel, m and v in the layout's order. */
+ * the model's flat parameters: opt->n == model->layout.numel, m and v in the layout's order. ema (NULL: none) is the
+ * moving average of the weights, same config: saved to / loaded from ema/<name>/ (a checkpoint without it is refused
+ * when ema is given). */
 typedef struct {
     const char *name;
     wan_model *model;
     optim_adamw *opt;
+    wan_model *ema;
 } trainer_ckpt_expert;
 
 /* What trainer_state.json holds (see the top comment). config: NUL-terminated canonical config text; borrowed by
