@@ -19,10 +19,13 @@
 #include "core/recipe.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N]\n"
+    fprintf(f, "usage: vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR]\n"
                "       vgrpo run --help-config     (every recipe key with its type, default and range)\n\n"
-               "Runs a GRPO recipe. mode: local rolls out, scores and trains in one process and writes\n"
-               "logging.run_dir/{config.resolved.yaml,metrics.jsonl}.\n"
+               "Runs a GRPO recipe. mode: local rolls out, scores and trains in one process; mode: colocated starts\n"
+               "the reward server, parallel.rollout_workers rollout workers and parallel.trainer_ranks trainer ranks\n"
+               "(mpirun) and logs each under logging.run_dir/logs/. Both write logging.run_dir/{config.resolved.yaml,\n"
+               "metrics.jsonl,rewards.jsonl}, checkpoint-N/ (checkpoint.every) and videos/ (logging.video_every).\n"
+               "--dry-run checks the recipe (values, sizes, divisibility) without weights and prints it resolved.\n"
                "--resume DIR continues a run from DIR: a checkpoint-N folder, or a folder (its latest complete\n"
                "checkpoint); the recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and\n"
                "eval keys may change).\n");

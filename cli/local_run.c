@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "cli/local_run.h"
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/log.h"
@@ -310,7 +311,8 @@ static int keep_videos(void *ctx, const core_rollout_sample *samples, const core
 
 /* logging.video_every: sample 0 of the first (up to) 4 eval prompts at the current weights, with the eval's noise
  * (stream 3, uid = prompt x eval_samples_per_prompt) and eta, decoded into run_dir/videos/step-<step>/pNNNN.mp4 and
- * sheet.png (rows = prompts, labelled with the prompt index and reward). Colocated: the workers decode. */
+ * sheet.png (rows = prompts, labelled with the prompt index and reward), and index.json (prompt, reward, xxh64 of
+ * the raw frames). Colocated: the workers decode. */
 static int write_step_videos(run_state *S, int64_t step) {
     const core_recipe *r = S->r;
     const int n = S->eval.n < 4 ? S->eval.n : 4, K = r->eval_samples_per_prompt;
@@ -370,6 +372,22 @@ static int write_step_videos(run_state *S, int64_t step) {
     }
     snprintf(path, sizeof path, "%s/sheet.png", dir);
     if (rollout_png_write_sheet(path, videos, n, (int)vshape[0], (int)vshape[1], (int)vshape[2], 8, lp)) goto done;
+    /* index.json: per video its prompt, reward and the xxh64 of its raw frames (the encoder's bytes may vary) */
+    json_t *idx = json_array();
+    for (int j = 0; j < n; j++) {
+        char hx[17], file[32];
+        core_hash_hex(core_xxh64(videos + vb * j, (size_t)vb, 0), hx);
+        snprintf(file, sizeof file, "p%04d.mp4", j);
+        json_array_append_new(idx, json_pack("{s:s, s:i, s:s, s:f, s:s}", "file", file, "prompt_index", j, "prompt",
+                                             S->eval.text[j], "reward", (double)tr[j].reward_total, "video_xxh64", hx));
+    }
+    snprintf(path, sizeof path, "%s/index.json", dir);
+    const int bad = json_dump_file(idx, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+    json_decref(idx);
+    if (bad) {
+        core_error("%s: cannot write", path);
+        goto done;
+    }
     rc = 0;
 done:
     if (have)

@@ -14,7 +14,7 @@ typedef struct {
 static const command commands[] = {
     {"bench", cmd_bench, "benchmarks: `vgrpo bench kernels` (sgemm and attention GFLOP/s)"},
     {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
-    {"run", cmd_run, "run a GRPO recipe (mode: local: rollout, reward and training in one process)"},
+    {"run", cmd_run, "run a GRPO recipe (mode local: one process; colocated: reward server + workers + trainer ranks)"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
     {"vae-decode", cmd_vae_decode, "decode latents with a Wan VAE (AutoencoderKLWan.decode) to a video tensor"},
     {"generate", cmd_generate, "text to video with a pipeline folder: umT5, DiT sampling (CFG), VAE -> mp4 + PNG"},

@@ -32,6 +32,10 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(127); /* the parent died before prctl */
+        /* Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches only the supervisor,
+         * which stops the job in order (the trainer saves a checkpoint first); else the workers would die at once
+         * and mpirun would kill the trainer ranks */
+        setpgid(0, 0);
         char t[16];
         snprintf(t, sizeof t, "%d", threads > 0 ? threads : 1);
         setenv("OMP_NUM_THREADS", t, 1);
