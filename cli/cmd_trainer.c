@@ -135,7 +135,7 @@ int cmd_trainer(int argc, char **argv) {
                                    : grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S);
             if (prc) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
             status = prc == 0 ? 0 : 1;
-            clean_fail = prc == 1; /* every rank finished: no MPI_Abort needed */
+            clean_fail = prc == 1; /* parity past its tolerance, or a run stopped by a signal: every rank finished */
         }
         if (ctl) ctl_shutdown(ctl, 5.0);
         ctl_close(ctl);

@@ -909,7 +909,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
     S.dp = dp;
     S.ctl_timeout = ctl_timeout;
     local_sampler smp = {0};
-    int rc = -1, signals = 0;
+    int rc = -1, signals = 0, stopped = 0;
     int64_t start = 0;
     char *config_text = NULL;
     if (setup(&S, r, ctl == NULL) || local_sampler_init(&smp, S.train.n, r->prompts_per_step, (uint64_t)r->seed)) goto done;
@@ -949,6 +949,7 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
             core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); %s", sig,
                        k, k + 1, total, r->ckpt_every > 0 ? "checkpoint saved: continue with --resume"
                                                           : "no checkpoint (checkpoint.every is 0)");
+            stopped = 1; /* a clean stop between steps: the other trainer ranks are told to stop */
             goto done;
         }
     }
@@ -959,10 +960,11 @@ int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, c
     rc = 0;
 done:
     if (signals) local_signals_restore();
-    if (!rc && dp && dp->size > 1) {
+    if ((!rc || stopped) && dp && dp->size > 1) {
         int64_t cmd = DP_CMD_STOP;
-        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) rc = -1;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) rc = -1, stopped = 0;
     }
+    if (stopped && rc) rc = 1;
     free(config_text);
     local_sampler_free(&smp);
     teardown(&S);

@@ -88,7 +88,8 @@ int local_run(const core_recipe *r, int64_t steps_override, const char *resume);
  * (ctl_sync_weights, metrics weight_sync/seconds and weight_sync/hash_match), and with dp (NULL or one rank: alone)
  * the batch is broadcast to the other trainer ranks (grpo_follow) and the gradients summed over them. A fresh run
  * first checks that every worker holds the trainer's initial weights (hello hash); a resumed run pushes its own.
- * ctl_timeout: seconds one rollout chunk or sync may take. -1 with an error. */
+ * ctl_timeout: seconds one rollout chunk or sync may take. Returns 0, 1 when stopped by SIGINT/SIGTERM between
+ * steps (error set; the other ranks were told to stop, so no MPI abort is needed), -1 with an error. */
 int grpo_run(const core_recipe *r, int64_t steps_override, const char *resume, ctl_server *ctl, sp_comm *dp,
              double ctl_timeout);
 
