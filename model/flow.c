@@ -1,4 +1,5 @@
 /* model/flow.c — flow-matching schedule, SDE step with log-prob, KL and their backward (see model/flow.h). */
+#include "kernels/kernels.h"
 #include "model/flow.h"
 
 #include <float.h>
@@ -176,7 +177,7 @@ int flow_sde_backward_v(const flow_step *st, const float *mean, const float *x_n
 
     const float var = st->step_std * st->step_std;
     const float k = st->coef_v / (var * (float)n);
-#pragma omp parallel for schedule(static) if (n >= 65536)
+#pragma omp parallel for schedule(static) if ((size_t)n >= K_PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) {
         const float m = mean[i];
         float g = 0.0f;

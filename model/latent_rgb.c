@@ -1,4 +1,5 @@
 /* model/latent_rgb.c — the tiny preset's fixed latent-to-RGB map (see model/latent_rgb.h). */
+#include "kernels/kernels.h"
 #include "model/latent_rgb.h"
 
 #include <math.h>
@@ -63,7 +64,7 @@ int wan_latent_rgb_load(wan_latent_rgb *m, const char *path, int channels) {
 void wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, int64_t H, int64_t W, uint8_t *video) {
     const int C = m->channels, s = WAN_LATENT_RGB_FACTOR;
     const int64_t plane = F * H * W, OW = W * s;
-#pragma omp parallel for collapse(2) schedule(static) if (plane > 4096)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)plane * 3 >= K_PAR_MIN_ELEMS)
     for (int64_t f = 0; f < F; f++)
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++) {

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "model/wan_internal.h"
 
 void wan_linear_fwd(const k_ops *ops, float *y, const float *x, const float *w, const float *b, int M, int N, int K) {
@@ -20,7 +21,7 @@ void wan_linear_bwd(const k_ops *ops, float *dx, float *dw, float *db, const flo
 void wan_colsum_acc(float *db, const float *dy, int64_t M, int N, int64_t ld) {
     enum { CHUNK = 64 };
     const int nchunks = (N + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if (M * (int64_t)N > 32768)
+#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= K_PAR_MIN_ELEMS)
     for (int c = 0; c < nchunks; c++) {
         const int n0 = c * CHUNK, n1 = n0 + CHUNK < N ? n0 + CHUNK : N;
         float acc[CHUNK];
@@ -55,7 +56,7 @@ void wan_timestep_features(float *out, const float *t, int R, int dim) {
 }
 
 void wan_add_table(float *out, const float *table, const float *src, int R, int nj, int D, int src_nj) {
-#pragma omp parallel for schedule(static) if ((int64_t)R * nj * D > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)R * nj * D >= K_PAR_MIN_ELEMS)
     for (int r = 0; r < R; r++)
         for (int j = 0; j < nj; j++) {
             float *o = out + ((int64_t)r * nj + j) * D;
@@ -72,7 +73,7 @@ void wan_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int
         wan_axpy1(dsrc, dmod, (int64_t)R * nj * D);
         return;
     }
-#pragma omp parallel for schedule(static) if ((int64_t)R * nj * D > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)R * nj * D >= K_PAR_MIN_ELEMS)
     for (int r = 0; r < R; r++)
         for (int j = 0; j < nj; j++) {
             const float *g = dmod + ((int64_t)r * nj + j) * D;
@@ -82,6 +83,6 @@ void wan_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int
 }
 
 void wan_axpy1(float *y, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)n >= K_PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "core/error.h"
 #include "model/wan_vae_internal.h"
 
@@ -106,7 +107,7 @@ static int res_forward(vae_model *m, const vae_resblock *r, const float *x, int 
     vae_norm_forward(m, &r->n2, s2, s2, n, 1);
     if (vae_conv_forward(m, &r->c2, s2, nf, H, W, 0, s1)) return -1;
     const size_t tot = (size_t)n * r->cout;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (tot >= K_PAR_MIN_ELEMS)
     for (size_t i = 0; i < tot; i++) out[i] += s1[i];
     return 0;
 }

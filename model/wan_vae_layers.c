@@ -46,7 +46,7 @@ int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, in
         for (size_t r0 = 0; r0 < npix; r0 += rows) {
             const size_t nr = npix - r0 < rows ? npix - r0 : rows;
             float *col = st->col;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)nr * (size_t)Ku >= K_PAR_MIN_ELEMS)
             for (long long r = 0; r < (long long)nr; r++) {
                 const int py = (int)((r0 + (size_t)r) / (size_t)Wo), px = (int)((r0 + (size_t)r) % (size_t)Wo);
                 float *dst = col + (size_t)r * Ku;
@@ -86,7 +86,7 @@ void vae_norm_forward(const vae_model *m, const vae_norm *nm, const float *x, fl
     const int C = nm->c;
     const float *g = m->params + nm->gamma;
     const float scale = (float)sqrt((double)C);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)n * C >= K_PAR_MIN_ELEMS)
     for (int64_t r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * C;
         float *o = out + (size_t)r * C;
@@ -125,7 +125,7 @@ int vae_attn_forward(vae_model *m, const vae_attnblock *a, float *x, int nf, int
 void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop) {
     const int fs = 2, factor = ft * fs * fs, repeats = cout * factor / cin;
     const int Ho = H * fs, Wo = W * fs, nfo = nf * ft - drop;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)nfo * Ho * Wo * cout >= K_PAR_MIN_ELEMS)
     for (int fo = 0; fo < nfo; fo++)
         for (int yo = 0; yo < Ho; yo++) {
             const int tf = fo + drop, t = tf / ft, a = tf % ft, y = yo / fs, i = yo % fs;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 /* GCC will not if-convert the clamps in k_expf (so will not vectorise these loops) while it must preserve FP trap
@@ -21,7 +22,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 
-enum { PAR_MIN = 1 << 14 }; /* below this many elements a parallel region costs more than it saves */
+enum { PAR_MIN = (int)K_PAR_MIN_ELEMS }; /* kernels/kernels.h */
 
 /* sqrt(2/pi) (torch computes M_SQRT2 * M_2_SQRTPI * 0.5 in double and rounds it to fp32) and the cubic term. */
 #define GELU_BETA ((float)(1.41421356237309504880 * 1.12837916709551257390 * 0.5))

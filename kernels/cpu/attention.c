@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "core/error.h"
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/cpu.h"
@@ -159,7 +160,8 @@ void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *
     float *pack = falloc((size_t)G * hf);
     int failed = !pack;
     if (failed) goto done;
-#pragma omp parallel
+    /* Threads only when the work pays for waking them (results do not depend on the thread count). */
+#pragma omp parallel if ((double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 4)
     {
         float *ws = falloc(fwd_ws_floats(&a));
         if (!ws) {
@@ -321,7 +323,7 @@ void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout
     float *pack = falloc((size_t)G * hf);
     int failed = !pack;
     if (failed) goto done;
-#pragma omp parallel
+#pragma omp parallel if ((double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 2)
     {
         float *ws = falloc(bwd_ws_floats(&a));
         if (!ws) {

@@ -41,6 +41,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -385,7 +386,7 @@ void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const 
         const float *Ab = transA ? A + m0 : A + (size_t)m0 * lda;
         float *Cb = C + (size_t)m0 * ldc;
         if (t && alpha != 0.0f) gemm_beta0(transA, transB, mb, N, K, 1.0f, Ab, lda, B, ldb, t, N, NULL);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((double)mb * N * (K + 1) >= (double)K_PAR_MIN_ELEMS)
         for (int m = 0; m < mb; m++) {
             float *crow = Cb + (size_t)m * ldc;
             for (int n = 0; n < N; n++) {

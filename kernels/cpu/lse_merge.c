@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 /* Merged lse and the two weights of one row; returns 0 when both partials are empty (L = -inf). */
@@ -33,7 +34,7 @@ static int merge_weights(float l1, float l2, float *L, float *w1, float *w2) {
 void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
                              const float *lse2, int B, int S, int H, int Dh) {
     const long rows = (long)B * S * H;
-#pragma omp parallel for schedule(static) if (rows * Dh > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)rows * Dh >= K_PAR_MIN_ELEMS)
     for (long r = 0; r < rows; r++) {
         const long b = r / ((long)S * H), s = r / H % S, h = r % H;
         const ptrdiff_t li = (b * H + h) * S + s, oi = r * Dh;
@@ -58,7 +59,7 @@ void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2
                               const float *dlse, const float *o1, const float *lse1, const float *o2,
                               const float *lse2, int B, int S, int H, int Dh) {
     const long rows = (long)B * S * H;
-#pragma omp parallel for schedule(static) if (rows * Dh > 65536)
+#pragma omp parallel for schedule(static) if ((size_t)rows * Dh >= K_PAR_MIN_ELEMS)
     for (long r = 0; r < rows; r++) {
         const long b = r / ((long)S * H), s = r / H % S, h = r % H;
         const ptrdiff_t li = (b * H + h) * S + s, oi = r * Dh;

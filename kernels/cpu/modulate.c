@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 /* Column sums (gradients of broadcast rows) run over the rows in order; threads split the columns into contiguous
@@ -20,7 +21,7 @@
 enum { COL_BLOCK = 2048 };
 
 /* below this many elements a parallel region costs more than it saves */
-#define PAR ((size_t)B * S * D >= ((size_t)1 << 14))
+#define PAR ((size_t)B * S * D >= K_PAR_MIN_ELEMS)
 
 static inline size_t mod_row(int b, int s, int S, int per_token, int mod_stride) {
     return (per_token ? (size_t)b * S + s : (size_t)b) * (size_t)mod_stride;

@@ -15,12 +15,13 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 enum { LANES = 16, COL_BLOCK = 2048 };
 
 /* below this many elements a parallel region costs more than it saves */
-#define PAR(N, C) ((size_t)(N) * (size_t)(C) >= ((size_t)1 << 14))
+#define PAR(N, C) ((size_t)(N) * (size_t)(C) >= K_PAR_MIN_ELEMS)
 
 /* Adds the 16 lanes in a fixed pairwise tree. */
 static inline double lanes_sum(double *l) {

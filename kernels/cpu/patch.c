@@ -11,10 +11,11 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
 
 /* below this many elements a parallel region costs more than the copy */
-#define PAR(n) ((size_t)(n) >= ((size_t)1 << 15))
+#define PAR(n) ((size_t)(n) >= K_PAR_MIN_ELEMS)
 
 /* out[b, (fp*Hp + hp)*Wp + wp, ((c*pt + kt)*ph + kh)*pw + kw] = x[b, c, fp*pt + kt, hp*ph + kh, wp*pw + kw].
  * x [B, C, F, H, W]; out [B, S, C*pt*ph*pw]. */

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "kernels/kernels.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
 
@@ -17,7 +18,7 @@
 void k_cpu_rope_forward(float *out, const float *x, const float *cos, const float *sin, int B, int S, int H,
                         int Dh) {
     int half = Dh / 2;
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= ((size_t)1 << 15))
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= K_PAR_MIN_ELEMS)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
             const float *cr = cos + (size_t)s * half, *sr = sin + (size_t)s * half;
@@ -41,7 +42,7 @@ void k_cpu_rope_forward(float *out, const float *x, const float *cos, const floa
 void k_cpu_rope_backward(float *dx, const float *dout, const float *cos, const float *sin, int B, int S, int H,
                          int Dh) {
     int half = Dh / 2;
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= ((size_t)1 << 15))
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= K_PAR_MIN_ELEMS)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
             const float *cr = cos + (size_t)s * half, *sr = sin + (size_t)s * half;
