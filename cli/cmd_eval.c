@@ -512,7 +512,7 @@ int cmd_eval(int argc, char **argv) {
     }
     core_recipe r;
     status = 1;
-    if (core_recipe_load(&r, A.recipe, A.sets, A.n_sets)) {
+    if (core_recipe_load(&r, A.recipe, A.sets, A.n_sets) || ensure_model(&r)) {
         fprintf(stderr, "vgrpo eval: %s\n", core_last_error());
     } else if (run_eval_job(&A, &r)) {
         fprintf(stderr, "vgrpo eval: %s\n", core_last_error());

@@ -63,7 +63,8 @@ int cmd_parity(int argc, char **argv) {
     }
     core_recipe r;
     status = 1;
-    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r)) fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
+    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r) || ensure_model(&r))
+        fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else if (colocated_run(path, sets, n_sets, &r, 0, NULL, tol_arg)) fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else status = 0;
     core_recipe_release(&r);

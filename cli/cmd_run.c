@@ -82,6 +82,8 @@ int cmd_run(int argc, char **argv) {
     } else if (dry) {
         printf("# %s: resolved (dry run; valid)\n", path);
         status = core_recipe_dump(&r, stdout) ? 1 : 0;
+    } else if (ensure_model(&r)) {
+        fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (!strcmp(r.mode, "colocated")) {
         if (colocated_run(path, sets, n_sets, &r, steps, resume, NULL)) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         else status = 0;

@@ -136,6 +136,10 @@ void local_signals_install(void);
 int local_signal_pending(void);
 void local_signals_restore(void);
 
+/* model.init_preset (cli/model_init.c): when model.path has no model_index.json and the recipe names a preset, writes
+ * the preset's pipeline there (vgrpo init-model --seed 0). 0, or -1 with an error. */
+int ensure_model(const core_recipe *r);
+
 /* The checks of a recipe that need trainer/reward modules but no weights (every mode; `vgrpo run --dry-run` runs
  * them): timestep selection vs num_steps, scorer names, optimizer values, prompt files; in local mode also
  * rollout_workers 1 and VAE factor 8. -1 naming the key. */

@@ -14,6 +14,8 @@
 const core_cfg_entry core_recipe_schema[] = {
     {"mode", CORE_CFG_STRING, O(mode), "local", 0, 0, 0, "local|colocated", "local: one process; colocated: reward server, rollout workers, trainer ranks"},
     {"model.path", CORE_CFG_STRING, O(model_path), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "pipeline folder"},
+    {"model.init_preset", CORE_CFG_STRING, O(init_preset), NULL, 0, 0, 0, NULL,
+     "when model.path has no pipeline yet, write this preset there first (vgrpo init-model; e.g. tiny)"},
     {"model.text_encoder", CORE_CFG_STRING, O(text_encoder), "umt5", 0, 0, 0, "umt5|word_embed",
      "prompt conditioning: the pipeline's umT5, or the tiny preset's word embeddings"},
     {"model.decoder", CORE_CFG_STRING, O(decoder), "vae", 0, 0, 0, "vae|latent_rgb",

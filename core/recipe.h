@@ -4,6 +4,8 @@
  *   mode: local | colocated        local: rollout, reward and training in one process (colocated: later issue)
  *   model.path                     pipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,
  *                                  vae/; latent_rgb.safetensors for the tiny preset's latent_rgb decoder)
+ *   model.init_preset              a preset name (tiny): when model.path/model_index.json is missing, run, eval and
+ *                                  parity first write that preset's pipeline there (vgrpo init-model, seed 0)
  *   model.text_encoder             umt5 | word_embed: prompts encoded once at start-up by the pipeline's umT5
  *                                  (text_encoder/ + tokenizer/tokenizer.json; WanPipeline handling: max length
  *                                  rollout.text_len, trimmed and zero-padded; negative = the empty prompt), or the
@@ -76,7 +78,7 @@
 
 typedef struct {
     char *mode;
-    char *model_path, *text_encoder, *decoder;
+    char *model_path, *text_encoder, *decoder, *init_preset;
     int vae_scale_factor_spatial;
     double boundary_ratio;
     char *prompt_file, *eval_prompt_file;

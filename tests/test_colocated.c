@@ -417,7 +417,7 @@ TEST(colocated_refusals) {
     struct {
         const char *extra, *expect;
     } cases[] = {
-        {"--set model.path=%s/none", "model.path"},
+        {"--set model.path=%s/none --set model.init_preset=", "model.path"},
         {"--set parallel.rollout_workers=0", "parallel.rollout_workers"},
         {"--set rollout.prompts_per_step=1 --set rollout.samples_per_prompt=2 --set parallel.trainer_ranks=3",
          "parallel.trainer_ranks"},

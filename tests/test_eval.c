@@ -296,7 +296,7 @@ TEST(eval_bad_input_refused) {
     const char *dir = test_tmpdir();
     char sets[2048], log[8192];
     setup(dir, sets, sizeof sets, 2);
-    int st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --set model.path=%s/nope --out %s/e1",
+    int st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --set model.path=%s/nope --set model.init_preset= --out %s/e1",
                       test_vgrpo_bin(), sets, dir, dir);
     CHECK(st == 1 && strstr(log, "model.path") && strstr(log, "nope/transformer"));
     st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --set reward.scorers=[color_match,nosuch] --set reward.weights=[1,1] --out %s/e2",
@@ -345,4 +345,23 @@ TEST(eval_vbench_json_prompts) {
     fclose(f);
     st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --prompts %s --out %s", test_vgrpo_bin(), sets, jp, out);
     CHECK(st == 1 && strstr(log, "color_match") && strstr(log, "prompt 1"));
+}
+
+/* model.init_preset: on a fresh checkout the tiny recipe's model folder does not exist; eval writes the preset there
+ * first (the same files as `vgrpo init-model --preset tiny --seed 0`) and runs. */
+TEST(eval_init_preset_fresh_model) {
+    const char *dir = test_tmpdir();
+    char log[8192];
+    int st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml --set model.path=%s/fresh/model "
+                      "--set data.eval_samples_per_prompt=1 --set rollout.num_steps=2 --out %s/ev", test_vgrpo_bin(), dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "eval: %s", log);
+    CHECK(strstr(log, "writing the tiny preset") != NULL);
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/ref --seed 0 >/dev/null", test_vgrpo_bin(), dir) == 0);
+    CHECK(test_run(NULL, 0, "cmp -s %s/fresh/model/transformer/diffusion_pytorch_model.safetensors "
+                   "%s/ref/transformer/diffusion_pytorch_model.safetensors", dir, dir) == 0);
+    char p[700];
+    snprintf(p, sizeof p, "%s/ev/eval.json", dir);
+    FILE *f = fopen(p, "r");
+    CHECK(f != NULL);
+    if (f) fclose(f);
 }

@@ -66,7 +66,7 @@ TEST(parity_bad_arguments) {
     CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --tolerance -1", test_vgrpo_bin()) == 2);
     CHECK(strstr(out, "--tolerance") != NULL);
     CHECK(test_run(out, sizeof out, "%s parity", test_vgrpo_bin()) == 2);
-    CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set model.path=/nonexistent/m --set mode=colocated",
+    CHECK(test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set model.path=/nonexistent/m --set model.init_preset= --set mode=colocated",
                    test_vgrpo_bin()) == 1);
     CHECK(strstr(out, "model.path") != NULL);
 }

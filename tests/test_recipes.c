@@ -102,7 +102,7 @@ TEST(recipes_colocated_run_refused) {
     snprintf(path, sizeof path, "%s/r0", dir);
     CHECK(stat(path, &sb) != 0);
     /* a local run refuses a missing model folder, naming model.path (after the checks that need no weights) */
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set logging.run_dir=%s/l",
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set model.init_preset= --set logging.run_dir=%s/l",
                    bin, dir, dir) == 1);
     CHECK_MSG(strstr(out, "model.path") && strstr(out, "does not exist"), "got: %s", out);
 }

@@ -155,7 +155,7 @@ TEST(run_recipe_errors) {
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/none", bin, dir) == 0);
     CHECK(strstr(out, "micro_batch_size: 64") && strstr(out, "total_limit: 2"));
     /* a real run refuses the missing model, naming model.path */
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set logging.run_dir=%s/r",
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/none --set model.init_preset= --set logging.run_dir=%s/r",
                    bin, dir, dir) == 1);
     CHECK_MSG(strstr(out, "model.path"), "got: %s", out);
 }
