@@ -180,3 +180,37 @@ TEST(run_learns_color_slow) {
     CHECK(z > 3);
     for (int i = 0; i < n; i++) json_decref(rows[i]);
 }
+
+/* The embedded default end to end, as `make demo` runs it but in colocated mode (separate reward server, rollout
+ * worker and trainer processes): eval of the initial weights, the run (final checkpoint), eval of that checkpoint,
+ * and scripts/compare_eval.py; the color_match gain must exceed 3 standard errors of the difference over the 144
+ * eval videos. About 3-4 minutes on 2 cores: make test-slow only. */
+TEST(demo_flow_colocated_slow) {
+    TEST_SLOW();
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[1 << 16], sets[1024];
+    snprintf(sets, sizeof sets, "--set model.path=%s/model --set logging.run_dir=%s/run --set mode=colocated", dir, dir);
+    REQUIRE(test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml %s --out %s/ev0", bin, sets, dir) == 0);
+    if (test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s", bin, sets) != 0)
+        test_fail(__FILE__, __LINE__, "run: %s", out);
+    REQUIRE(test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml %s --checkpoint %s/run/checkpoint-150 --out %s/ev1", bin,
+                     sets, dir, dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "python3 scripts/compare_eval.py %s/ev0/eval.json %s/ev1/eval.json --scorer color_match",
+                     dir, dir) == 0);
+    fprintf(stderr, "%s", out);
+    char path[700];
+    double m[2], se[2];
+    int n[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/ev%d/eval.json", dir, k);
+        json_t *j = json_load_file(path, 0, NULL);
+        REQUIRE(j);
+        const json_t *cm = json_object_get(json_object_get(j, "stats"), "color_match");
+        m[k] = json_number_value(json_object_get(cm, "mean")), se[k] = json_number_value(json_object_get(cm, "se"));
+        n[k] = (int)json_integer_value(json_object_get(cm, "n"));
+        json_decref(j);
+    }
+    CHECK(n[0] >= 32 && n[1] >= 32);
+    const double z = (m[1] - m[0]) / sqrt(se[0] * se[0] + se[1] * se[1]);
+    CHECK_MSG(z > 3, "color_match %.4f +- %.4f -> %.4f +- %.4f: %.1f standard errors", m[0], se[0], m[1], se[1], z);
+}
