@@ -88,7 +88,7 @@ bench: all
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
-FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
+FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
 fuzz: deps
 	@mkdir -p build-fuzz
 	@set -e; for t in $(FUZZ_TARGETS); do \

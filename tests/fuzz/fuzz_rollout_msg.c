@@ -1,0 +1,59 @@
+/* tests/fuzz/fuzz_rollout_msg.c — libFuzzer target for the controller <-> worker messages (core/wire_rollout.c,
+ * `make fuzz`): the input is cut into frames as in fuzz_wire.c; a message that passes core_wire_parse goes through
+ * core_rollout_request_parse and core_trajectory_reply_parse (against a request of two samples, uids 3 and 9, whose
+ * return flags come from the input's last byte). Both must either fail cleanly (nothing left allocated: the leak
+ * checker sees the rest) or return results whose uids match the request. Any crash, sanitizer report or leak is a
+ * finding. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/wire.h"
+#include "core/wire_rollout.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 2) return 0;
+    const uint8_t flags = data[size - 1];
+    size--;
+    int k = data[0] % 16;
+    size_t pos = 1;
+    if (size < pos + 2 * (size_t)k) return 0;
+    core_wire_frame fr[17];
+    size_t lens[16], end = size;
+    for (int i = 0; i < k; i++) lens[i] = (size_t)data[pos + 2 * i] | ((size_t)data[pos + 2 * i + 1] << 8);
+    pos += 2 * (size_t)k;
+    for (int i = k - 1; i >= 0; i--) {
+        size_t n = lens[i] < end - pos ? lens[i] : end - pos;
+        fr[i + 1].data = data + end - n;
+        fr[i + 1].len = n;
+        end -= n;
+    }
+    fr[0].data = data + pos;
+    fr[0].len = end - pos;
+    core_wire_limits lim = {.max_header_bytes = 8192, .max_frame_bytes = 4096, .max_total_bytes = 20000, .max_tensors = 16};
+    core_wire_msg m;
+    if (core_wire_parse(fr, k + 1, &lim, &m) != 0) return 0;
+    core_rollout_request req;
+    if (core_rollout_request_parse(&m, &req) == 0) {
+        for (int j = 0; j < req.n; j++)
+            if (req.samples[j].uid > 0xffffffffull || !req.samples[j].prompt) abort();
+        core_rollout_request_free(&req);
+    }
+    core_rollout_sample s[2] = {{.uid = 3, .prompt_index = 0, .prompt = "a"}, {.uid = 9, .prompt_index = 1, .prompt = "b"}};
+    core_rollout_request want = {.policy_version = flags >> 4, .return_trajectories = flags & 1, .return_videos = (flags >> 1) & 1,
+                                 .return_velocities = (flags & 1) && ((flags >> 2) & 1), .n = 1 + ((flags >> 3) & 1),
+                                 .samples = s};
+    core_rollout_result res[2];
+    const uint8_t *videos;
+    int64_t vshape[4];
+    if (core_trajectory_reply_parse(&m, &want, res, &videos, vshape) == 0) {
+        for (int j = 0; j < want.n; j++) {
+            if (res[j].traj.uid != s[j].uid) abort();
+            if (want.return_trajectories && !res[j].traj.latents) abort();
+            core_rollout_result_free(&res[j]);
+        }
+        if (want.return_videos && !videos) abort();
+    }
+    core_wire_msg_free(&m);
+    return 0;
+}
