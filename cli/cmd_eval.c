@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "cli/job.h"
 #include "core/error.h"
 #include "core/fs.h"

@@ -1,7 +1,7 @@
 /* cli/cmd_parity.c — `vgrpo parity RECIPE [--tolerance T] [--set key=value ...]`: the train/rollout log-prob parity
  * check (DESIGN.md section 1, job 3). The processes of a colocated run (cli/colocated.c: reward server, rollout
  * workers, trainer ranks) run one rollout batch at policy version 0, and the trainer ranks recompute the velocity
- * and log-prob of every trainable transition through the training code path (cli/local_run.c: grpo_parity). Per
+ * and log-prob of every trainable transition through the training code path (cli/grpo_run.c: grpo_parity). Per
  * step index it prints the transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
  * v_rollout|, writes logging.run_dir/parity.json, and exits 1 when a maximum exceeds the tolerance.
  * Default tolerance: 0 where trainer and rollout compute identically (CPU, fp32, sp = 1 or pure Ulysses: per-sample
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/recipe.h"
 

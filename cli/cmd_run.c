@@ -2,7 +2,7 @@
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights
  *                  (prompt files are read and checked);
- *   mode: local    runs rollout, reward and training in this process (cli/local_run.c);
+ *   mode: local    runs rollout, reward and training in this process (cli/grpo_run.c);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
  *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe).
  * --steps N replaces optim.total_steps as the number of GRPO steps to run (the lr schedule is unchanged).
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/recipe.h"
 

@@ -2,7 +2,7 @@
  * [--set key=value ...]`: the trainer process(es) of a colocated run (DESIGN.md section 3). `vgrpo run` starts it
  * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
  * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
- * (cli/local_run.c: grpo_run); ranks > 0 train on their share of every batch (grpo_follow). Without mpirun (no
+ * (cli/grpo_run.c: grpo_run); ranks > 0 train on their share of every batch (grpo_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
  * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved (checkpoint.every > 0), and it exits 1.
  * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
@@ -14,7 +14,7 @@
 #include <mpi.h>
 
 #include "cli/commands.h"
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"

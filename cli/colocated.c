@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cli/job.h"
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "model/wan_dit.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "trainer/checkpoint.h"
 

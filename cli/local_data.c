@@ -1,4 +1,4 @@
-/* cli/local_data.c — prompt lists, the epoch shuffle and scoring for local mode (see cli/local_run.h). */
+/* cli/local_data.c — prompt lists, the epoch shuffle and scoring for local mode (see cli/grpo_run.h). */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/philox.h"
 

@@ -148,15 +148,7 @@ int grpo_loss_terms(int n, const float *logp_new, const float *logp_old, const f
         acc.abs_ratio_dev_sum += fabs((double)ratio - 1.0);
         acc.abs_logp_diff_sum += fabs((double)logp_new[i] - (double)logp_old[i]);
     }
-    if (stats) {
-        stats->n_transitions += acc.n_transitions;
-        stats->n_clipped += acc.n_clipped;
-        stats->loss += acc.loss;
-        stats->policy += acc.policy;
-        stats->kl += acc.kl;
-        stats->abs_ratio_dev_sum += acc.abs_ratio_dev_sum;
-        stats->abs_logp_diff_sum += acc.abs_logp_diff_sum;
-    }
+    if (stats) grpo_loss_stats_add(stats, &acc);
     return 0;
 }
 
@@ -411,4 +403,14 @@ int grpo_count_transitions_experts(const grpo_selection *sel, int N, const uint8
     free(mask);
     if (!rc) *count = total;
     return rc;
+}
+
+void grpo_loss_stats_add(grpo_loss_stats *dst, const grpo_loss_stats *src) {
+    dst->n_transitions += src->n_transitions;
+    dst->n_clipped += src->n_clipped;
+    dst->loss += src->loss;
+    dst->policy += src->policy;
+    dst->kl += src->kl;
+    dst->abs_ratio_dev_sum += src->abs_ratio_dev_sum;
+    dst->abs_logp_diff_sum += src->abs_logp_diff_sum;
 }

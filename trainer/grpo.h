@@ -77,6 +77,9 @@ typedef struct {
     double abs_logp_diff_sum; /* sum of |logp_new - logp_old| (log_prob_mean_abs_diff on the first update) */
 } grpo_loss_stats;
 
+/* dst += src, field by field. */
+void grpo_loss_stats_add(grpo_loss_stats *dst, const grpo_loss_stats *src);
+
 /* Loss contributions and gradients of n trained transitions of one micro-batch (any n >= 0, any grouping).
  *   logp_new, logp_old, adv [n] f32; mask [n] u8 (from grpo_advantages, per sample, repeated per transition);
  *   kl [n] f32 = flow KL of the transition to the reference model (NULL allowed only when beta == 0);

@@ -306,15 +306,7 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     grpo_loss_stats local = {0};
     if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
     if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
-    if (stats) {
-        stats->n_transitions += local.n_transitions;
-        stats->n_clipped += local.n_clipped;
-        stats->loss += local.loss;
-        stats->policy += local.policy;
-        stats->kl += local.kl;
-        stats->abs_ratio_dev_sum += local.abs_ratio_dev_sum;
-        stats->abs_logp_diff_sum += local.abs_logp_diff_sum;
-    }
+    if (stats) grpo_loss_stats_add(stats, &local);
     /* One step over all trained experts: clip by the norm of all their gradients together. */
     const float *g[CORE_TRAJ_MAX_EXPERTS];
     int64_t n[CORE_TRAJ_MAX_EXPERTS];

@@ -1,6 +1,9 @@
-/* cli/local_run.c — `vgrpo run` in local mode: one process rolls out with the SDE sampler on the Wan DiT, decodes
+/* cli/grpo_run.c — the GRPO loop. Local mode: one process rolls out with the SDE sampler on the Wan DiT, decodes
  * the final latents (model.decoder: the pipeline's VAE, or the tiny preset's latent-to-RGB map), scores them,
- * computes group advantages and trains (DESIGN.md sections 4 and 7). Per GRPO step k (rollout round k):
+ * computes group advantages and trains (DESIGN.md sections 4 and 7). Colocated (grpo_run with a controller, on
+ * trainer rank 0): the same loop with rollout and reward done by the workers, the batch broadcast to the other
+ * trainer ranks (grpo_follow) and the weights pushed to the workers after every step; grpo_parity is the parity
+ * job. Per GRPO step k (rollout round k):
  *   prompts : B distinct prompts (local_sampler: epoch order from Philox stream 2, uid = epoch)
  *   rollout : G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version = optimizer
  *             steps so far; conditioning (model.text_encoder) = umT5 embeddings of every prompt, encoded once at
@@ -28,7 +31,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cli/local_run.h"
+#include "cli/grpo_run.h"
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"

@@ -1,7 +1,9 @@
-/* cli/local_run.h — `vgrpo run` in local mode (rollout, reward and training in one process) and its pieces:
- * prompt lists, the epoch shuffle, decoding + scoring. Only cli/ composes rollout/ and trainer/ (DESIGN.md 2). */
-#ifndef CLI_LOCAL_RUN_H
-#define CLI_LOCAL_RUN_H
+/* cli/grpo_run.h — the GRPO loop of `vgrpo run` in both modes and its pieces: local mode (rollout, reward and
+ * training in one process), trainer ranks of a colocated run (rank 0 drives the rollout workers; ranks > 0 follow),
+ * the parity job, prompt lists, the epoch shuffle, decoding + scoring, checkpoint helpers. Only cli/ composes
+ * rollout/ and trainer/ (DESIGN.md 2). */
+#ifndef CLI_GRPO_RUN_H
+#define CLI_GRPO_RUN_H
 
 #include <stdint.h>
 
@@ -70,7 +72,7 @@ int local_decoder_frames(const local_decoder *d, int T);
  * float once), stored into the trajectory too (core_traj_set_rewards). -1 naming the decoder, scorer or prompt. */
 int local_score(const local_scoring *s, const local_decoder *d, core_traj *t, const char *prompt, uint8_t *video);
 
-/* ---- the run (cli/local_run.c) ---- */
+/* ---- the run (cli/grpo_run.c) ---- */
 
 /* Runs the recipe in local mode: steps_override > 0 replaces optim.total_steps as the number of GRPO steps (the lr
  * schedule keeps optim.total_steps). Writes the run directory and prints one line per step. -1 with an error.
