@@ -365,3 +365,35 @@ TEST(eval_init_preset_fresh_model) {
     CHECK(f != NULL);
     if (f) fclose(f);
 }
+
+/* The real VBench colour suite (../shared/data/vbench/color.json, Apache-2.0, not copied into the project), when this
+ * checkout sits beside it: every prompt is evaluated once with its color_en as the scorer's colour. */
+TEST(eval_vbench_color_suite) {
+    const char *suite = "../shared/data/vbench/color.json";
+    FILE *f = fopen(suite, "r");
+    if (!f) {
+        test_skip("../shared/data/vbench/color.json not found");
+        return;
+    }
+    fclose(f);
+    const char *dir = test_tmpdir();
+    char sets[2048], log[8192], out[700];
+    setup(dir, sets, sizeof sets, 1);
+    snprintf(out, sizeof out, "%s/ev", dir);
+    int st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --set rollout.num_steps=2 --prompts %s --out %s",
+                      test_vgrpo_bin(), sets, suite, out);
+    if (st) test_fail(__FILE__, __LINE__, "eval: %s", log);
+    json_t *ev = load_eval(out), *src = json_load_file(suite, 0, NULL);
+    REQUIRE(ev && src);
+    const json_t *prompts = json_object_get(ev, "prompts");
+    CHECK(json_array_size(prompts) == json_array_size(src) && json_array_size(src) > 0);
+    for (size_t i = 0; i < json_array_size(prompts); i++) {
+        const json_t *p = json_array_get(prompts, i), *s = json_array_get(src, i);
+        CHECK(!strcmp(json_string_value(json_object_get(p, "prompt")), json_string_value(json_object_get(s, "prompt_en"))));
+        CHECK(!strcmp(json_string_value(json_object_get(json_object_get(p, "metadata"), "color")),
+                      json_string_value(json_object_get(s, "color_en"))));
+    }
+    CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(ev, "stats"), "color_match"), "n")) ==
+          (json_int_t)json_array_size(src));
+    json_decref(ev), json_decref(src);
+}
