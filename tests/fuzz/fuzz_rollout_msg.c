@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_rollout_msg.c — libFuzzer target for the controller <-> worker messages (core/wire_rollout.c,
- * `make fuzz`): the input is cut into frames as in fuzz_wire.c; a message that passes core_wire_parse goes through
+ * `make fuzz`): the input (its last byte aside) is cut into frames by tests/fuzz/fuzz_frames.h; a message that passes core_wire_parse goes through
  * core_rollout_request_parse and core_trajectory_reply_parse (against a request of two samples, uids 3 and 9, whose
  * return flags come from the input's last byte). Both must either fail cleanly (nothing left allocated: the leak
  * checker sees the rest) or return results whose uids match the request. Any crash, sanitizer report or leak is a
@@ -10,26 +10,15 @@
 
 #include "core/wire.h"
 #include "core/wire_rollout.h"
+#include "tests/fuzz/fuzz_frames.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) return 0;
     const uint8_t flags = data[size - 1];
     size--;
-    int k = data[0] % 16;
-    size_t pos = 1;
-    if (size < pos + 2 * (size_t)k) return 0;
     core_wire_frame fr[17];
-    size_t lens[16], end = size;
-    for (int i = 0; i < k; i++) lens[i] = (size_t)data[pos + 2 * i] | ((size_t)data[pos + 2 * i + 1] << 8);
-    pos += 2 * (size_t)k;
-    for (int i = k - 1; i >= 0; i--) {
-        size_t n = lens[i] < end - pos ? lens[i] : end - pos;
-        fr[i + 1].data = data + end - n;
-        fr[i + 1].len = n;
-        end -= n;
-    }
-    fr[0].data = data + pos;
-    fr[0].len = end - pos;
+    const int k = fuzz_cut_frames(data, size, 15, fr);
+    if (k < 0) return 0;
     core_wire_limits lim = {.max_header_bytes = 8192, .max_frame_bytes = 4096, .max_total_bytes = 20000, .max_tensors = 16};
     core_wire_msg m;
     if (core_wire_parse(fr, k + 1, &lim, &m) != 0) return 0;

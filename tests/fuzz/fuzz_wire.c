@@ -1,8 +1,6 @@
 /* tests/fuzz/fuzz_wire.c — libFuzzer target for the wire-format parser core/wire.c (`make fuzz`).
  *
- * Input layout: byte 0 gives k = byte % 8 tensor frames; the next 2k bytes are their lengths (u16 little-endian);
- * the frames are cut from the end of the input (short inputs give short frames), and what is left is the header
- * frame. The limits are small (header 4096 bytes, frame 1024, total 6000, 6 tensors) so they are hit too. When a
+ * Input layout: tests/fuzz/fuzz_frames.h with up to 7 tensor frames. The limits are small (header 4096 bytes, frame 1024, total 6000, 6 tensors) so they are hit too. When a
  * message parses: every tensor must point into its frame with the declared size; rebuilding it with
  * core_wire_build from the parsed header must parse back to the same type, id and tensors. Any crash, sanitizer
  * report, leak or broken round trip (abort) is a finding. Seeds: seeds-fuzz_wire/. */
@@ -11,24 +9,12 @@
 #include <string.h>
 
 #include "core/wire.h"
+#include "tests/fuzz/fuzz_frames.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (size < 1) return 0;
-    int k = data[0] % 8;
-    size_t pos = 1;
-    if (size < pos + 2 * (size_t)k) return 0;
     core_wire_frame fr[9];
-    size_t lens[8], end = size;
-    for (int i = 0; i < k; i++) lens[i] = (size_t)data[pos + 2 * i] | ((size_t)data[pos + 2 * i + 1] << 8);
-    pos += 2 * (size_t)k;
-    for (int i = k - 1; i >= 0; i--) {
-        size_t n = lens[i] < end - pos ? lens[i] : end - pos;
-        fr[i + 1].data = data + end - n;
-        fr[i + 1].len = n;
-        end -= n;
-    }
-    fr[0].data = data + pos;
-    fr[0].len = end - pos;
+    const int k = fuzz_cut_frames(data, size, 7, fr);
+    if (k < 0) return 0;
     core_wire_limits lim = {.max_header_bytes = 4096, .max_frame_bytes = 1024, .max_total_bytes = 6000, .max_tensors = 6};
     core_wire_msg m;
     if (core_wire_parse(fr, k + 1, &lim, &m) != 0) {
