@@ -8,7 +8,7 @@
  * (eval), noise level data.eval_eta (0: the ODE sampler), policy version 0. The samples, and so the rewards, do not
  * depend on N or on which worker ran which chunk (DESIGN.md section 4).
  *
- * Writes into the output folder (default logging.run_dir/eval):
+ * Writes into the output folder (default logging.run_dir/eval; an earlier eval's videos and sheets there are removed):
  *   eval.json         per prompt and sample: uid, rewards per scorer, total, video file, xxh64 of the raw video;
  *                     per scorer (and the total): n, mean, std (population), min, max, standard error of the mean
  *                     (sample std / sqrt(n)); timing in "throughput" (samples/s, denoising steps/s).
@@ -17,6 +17,7 @@
  * it and its log. --prompts takes a text file (one prompt per line) or a VBench-style JSON list of objects with
  * "prompt_en" and string attributes, passed to the scorers as metadata ("color_en" becomes "color").
  * Exit status 0, 1 on failure, 2 on a usage error. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -153,6 +154,22 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Removes an earlier eval's outputs from dir (files named p<digits>...<suffix>), so the folder holds this eval's
+ * files only. */
+static int clear_outputs(const char *dir, const char *suffix) {
+    DIR *d = opendir(dir);
+    if (!d) return core_error("%s: cannot read: %s", dir, strerror(errno));
+    struct dirent *e;
+    char p[4400];
+    while ((e = readdir(d)))
+        if (e->d_name[0] == 'p' && e->d_name[1] >= '0' && e->d_name[1] <= '9' && ends_with(e->d_name, suffix)) {
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    return 0;
 }
 
 static void progress(int done, int total, double t0, int tty) {
@@ -400,9 +417,9 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     E.out = out;
     char sub[4300];
     snprintf(sub, sizeof sub, "%s/videos", out);
-    if (core_mkdir_p(sub)) goto done;
+    if (core_mkdir_p(sub) || clear_outputs(sub, ".mp4")) goto done;
     snprintf(sub, sizeof sub, "%s/sheets", out);
-    if (core_mkdir_p(sub)) goto done;
+    if (core_mkdir_p(sub) || clear_outputs(sub, ".png")) goto done;
     snprintf(logs, sizeof logs, "%s/logs", out);
     if (core_mkdir_p(logs)) goto done;
     E.K = r->eval_samples_per_prompt;

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <float.h>
 #include <jansson.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -142,9 +143,12 @@ int local_check_recipe(const core_recipe *r) {
                           r->prompt_file, n);
     if (read_checked_prompts(r, r->eval_prompt_file, &p)) return local_prompts_free(&p), -1;
     local_prompts_free(&p);
-    if (strcmp(r->mode, "local")) return 0; /* colocated: refused by `vgrpo run` itself (not implemented yet) */
+    if (strcmp(r->mode, "local")) return 0; /* the rest is local mode's */
     if (r->rollout_workers != 1)
         return core_error("parallel.rollout_workers: local mode rolls out in its own process (1), got %d", r->rollout_workers);
+    if (r->reward_endpoint)
+        return core_error("reward.endpoint: local mode scores in its own process; use mode: colocated to score on an "
+                          "external reward server");
     if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
         return core_error("model.vae_scale_factor_spatial: local mode decodes with a Wan 2.1-style VAE or latent_rgb "
                           "(factor %d), got %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
@@ -399,6 +403,22 @@ done:
     return rc;
 }
 
+/* The rewards a sample came back with must be the recipe's scorers, in its order (an external reward.endpoint
+ * serves its own list): else the metrics would label one scorer's values with another's name. */
+static int check_scorers(const run_state *S, const core_traj *t) {
+    int same = t->n_rewards == S->scoring.n;
+    for (int j = 0; same && j < S->scoring.n; j++) same = !strcmp(t->reward_names[j], S->scoring.names[j]);
+    if (same) return 0;
+    char got[512] = "", want[512] = "";
+    for (int j = 0; j < t->n_rewards; j++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", j ? ", " : "", t->reward_names[j]);
+    for (int j = 0; j < S->scoring.n; j++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", j ? ", " : "", S->scoring.names[j]);
+    return core_error("reward.scorers: the reward server%s%s scores [%s], the recipe lists [%s] (they must match, in "
+                      "order)", S->r->reward_endpoint ? " at " : "", S->r->reward_endpoint ? S->r->reward_endpoint : "",
+                      got, want);
+}
+
 /* The fixed eval set; adds eval/... fields to the metrics row and prints one line. */
 static int run_eval(run_state *S, int64_t step) {
     const core_recipe *r = S->r;
@@ -437,10 +457,7 @@ static int run_eval(run_state *S, int64_t step) {
     if (eval_weights_end(S)) goto done;
     for (int s = 0; s < n; s++) {
         if (!S->ctl && local_score(&S->scoring, &S->dec, &tr[s], S->eval.text[pidx[s]], S->video)) goto done;
-        if (tr[s].n_rewards != S->scoring.n) {
-            core_error("eval sample %d has %d rewards, reward.scorers lists %d", s, tr[s].n_rewards, S->scoring.n);
-            goto done;
-        }
+        if (check_scorers(S, &tr[s])) goto done;
         for (int j = 0; j < S->scoring.n; j++) vals[(int64_t)j * n + s] = tr[s].rewards[j];
         vals[(int64_t)S->scoring.n * n + s] = tr[s].reward_total;
     }
@@ -541,11 +558,7 @@ static int run_step(run_state *S, local_sampler *smp, int64_t round, int64_t tot
     t1 = now_s();
     for (int s = 0; s < n; s++) {
         if (!S->ctl && local_score(&S->scoring, &S->dec, &tr[s], S->train.text[pidx[s]], S->video)) goto done;
-        if (tr[s].n_rewards != S->scoring.n) {
-            core_error("sample uid %llu has %d rewards, reward.scorers lists %d", (unsigned long long)tr[s].uid,
-                       tr[s].n_rewards, S->scoring.n);
-            goto done;
-        }
+        if (check_scorers(S, &tr[s])) goto done;
         rew[s] = tr[s].reward_total;
     }
     if (S->rewards_f) { /* {"step", "uid": [...], "prompt_index": [...], "reward": [...]} with %.9g: exact floats */
@@ -800,8 +813,22 @@ static int resume_from(run_state *S, local_sampler *smp, const char *dir, const 
     trainer_ckpt_state st;
     trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
                                  {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
-    if (trainer_ckpt_resolve(dir, ck, sizeof ck) || trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st))
-        return core_error_push("--resume: ");
+    if (trainer_ckpt_resolve(dir, ck, sizeof ck)) return core_error_push("--resume: ");
+    /* The run continues in the checkpoint's own folder: resuming into another run's folder would truncate its
+     * metrics and prune its checkpoints. */
+    {
+        const char *home = S->r->ckpt_dir ? S->r->ckpt_dir : S->r->run_dir;
+        char parent[TRAINER_CKPT_PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", ck);
+        char *slash = strrchr(parent, '/');
+        if (slash) *slash = 0;
+        else snprintf(parent, sizeof parent, ".");
+        if (!realpath(parent, a) || !realpath(home, b) || strcmp(a, b))
+            return core_error("--resume: %s is not in this run's checkpoint folder %s (%s): set it to the checkpoint's "
+                              "folder, e.g. --set %s=%s", ck, home, S->r->ckpt_dir ? "checkpoint.dir" : "logging.run_dir",
+                              S->r->ckpt_dir ? "checkpoint.dir" : "logging.run_dir", parent);
+    }
+    if (trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st)) return core_error_push("--resume: ");
     int rc = -1;
     if (st.data_size != smp->n)
         core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,

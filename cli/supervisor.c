@@ -81,8 +81,22 @@ void sup_describe(const sup_procs *s, int i, char *buf, size_t n) {
     else if (WIFSIGNALED(st)) snprintf(buf, n, "%s was killed by signal %d (%s)", s->p[i].name, WTERMSIG(st), strsignal(WTERMSIG(st)));
     else snprintf(buf, n, "%s stopped (status %d)", s->p[i].name, st);
     if (s->p[i].log[0]) {
+        /* the log's last non-empty line is usually the reason: quote it (printable ASCII, at most 300 bytes) */
+        char last[320] = "", line[4096];
+        FILE *f = fopen(s->p[i].log, "r");
+        while (f && fgets(line, sizeof line, f)) {
+            size_t L = strlen(line);
+            while (L && (line[L - 1] == '\n' || line[L - 1] == '\r')) line[--L] = 0;
+            if (!L) continue;
+            size_t k = 0;
+            for (size_t j = 0; j < L && k + 1 < sizeof last && k < 300; j++)
+                last[k++] = line[j] >= 32 && line[j] < 127 ? line[j] : '?';
+            last[k] = 0;
+        }
+        if (f) fclose(f);
         size_t k = strlen(buf);
-        snprintf(buf + k, n - k, "; its log: %s", s->p[i].log);
+        if (last[0]) snprintf(buf + k, n - k, ": \"%s\" (log: %s)", last, s->p[i].log);
+        else snprintf(buf + k, n - k, "; its log: %s", s->p[i].log);
     }
 }
 

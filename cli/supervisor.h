@@ -31,7 +31,8 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
  * or -1 when there is none. */
 int sup_poll(sup_procs *s);
 
-/* Describes process i's exit ("exited with status 3", "killed by signal 9") into buf. */
+/* Describes process i's exit ("exited with status 3", "killed by signal 9") into buf, quoting the last line of its
+ * log (usually the reason) and naming the log. */
 void sup_describe(const sup_procs *s, int i, char *buf, size_t n);
 
 /* Waits up to timeout_s for every child to exit (after a shutdown message), then SIGTERM, then SIGKILL after 2 s. */

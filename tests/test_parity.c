@@ -6,6 +6,9 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "tests/test.h"
@@ -124,4 +127,50 @@ TEST(run_step_videos_local_equals_colocated) {
     for (int i = 0; i < 3; i++) CHECK(test_run(NULL, 0, "test -s %s/c/videos/%s", dir, exist[i]) == 0);
     CHECK(test_run(NULL, 0, "grep -q video_xxh64 %s/l/videos/step-1/index.json", dir) == 0);
     CHECK(test_run(NULL, 0, "test -e %s/l/videos/step-1/p0004.mp4", dir) != 0);
+}
+
+/* Review findings, each refused with the cause on the terminal:
+ *   --resume of a checkpoint outside this run's folder (it would truncate another run's metrics and prune its
+ *   checkpoints); an external reward server whose scorers differ from reward.scorers (the metrics would carry the
+ *   wrong names); reward.endpoint in local mode (it would be ignored); an eval whose worker fails on a truncated
+ *   checkpoint quotes the worker's own error, not just its exit status. */
+TEST(run_refusals_from_review) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2048];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    snprintf(base, sizeof base, "--set model.path=%s/model --set rollout.num_steps=2 --set rollout.samples_per_prompt=2 "
+             "--set data.eval_samples_per_prompt=1 --set checkpoint.every=1", dir);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --steps 1 --set logging.run_dir=%s/a", bin, base, dir) == 0);
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --steps 2 --set logging.run_dir=%s/b --resume %s/a",
+                      bin, base, dir, dir);
+    CHECK(st == 1 && strstr(out, "not in this run's checkpoint folder") && strstr(out, "logging.run_dir"));
+    CHECK(test_run(NULL, 0, "test -e %s/b/metrics.jsonl", dir) != 0);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --steps 1 --set reward.endpoint=ipc://%s/r --set "
+                  "logging.run_dir=%s/c", bin, base, dir, dir);
+    CHECK(st == 1 && strstr(out, "reward.endpoint") && strstr(out, "local mode"));
+    /* an external server scoring brightness while the recipe says color_match */
+    char sock[64] = "/tmp/vgrpo-rv-XXXXXX", ep[128];
+    REQUIRE(mkdtemp(sock));
+    snprintf(ep, sizeof ep, "ipc://%s/r", sock);
+    pid_t srv = fork();
+    if (srv == 0) {
+        FILE *f = freopen("/dev/null", "w", stderr);
+        (void)f;
+        execl(bin, bin, "reward-server", "--bind", ep, "--scorers", "brightness:1", (char *)NULL);
+        _exit(127);
+    }
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --steps 1 --set mode=colocated --set reward.endpoint=%s "
+                  "--set logging.run_dir=%s/d", bin, base, ep, dir);
+    kill(srv, SIGTERM);
+    waitpid(srv, NULL, 0);
+    CHECK_MSG(st == 1 && strstr(out, "[brightness]") && strstr(out, "[color_match]"), "got: %s", out);
+    char p2[128];
+    snprintf(p2, sizeof p2, "%s/r", sock);
+    unlink(p2);
+    rmdir(sock);
+    /* a truncated checkpoint: the worker's reason reaches the terminal */
+    REQUIRE(test_run(NULL, 0, "truncate -s 1000 %s/a/checkpoint-1/transformer/diffusion_pytorch_model.safetensors", dir) == 0);
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml %s --checkpoint %s/a/checkpoint-1 --out %s/e", bin, base,
+                  dir, dir);
+    CHECK_MSG(st == 1 && strstr(out, "rollout worker 0") && strstr(out, "diffusion_pytorch_model.safetensors"), "got: %s", out);
 }
