@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/safetensors.h"
+#include "tests/metrics_rows.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 
@@ -240,24 +241,6 @@ TEST(checkpoint_config_text_and_diff) {
 /* ---- end to end ---- */
 
 /* metrics.jsonl rows with time/ fields removed; returns the count. */
-static int read_rows(const char *path, json_t **rows, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1 << 16];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        json_error_t err;
-        json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-        if (!json_is_object(o)) break;
-        const char *k;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(o, tmp, k, v) if (!strncmp(k, "time/", 5)) json_object_del(o, k);
-        rows[n++] = o;
-    }
-    fclose(f);
-    return n;
-}
 
 /* A tiny model in dir/model and a 3-prompt file dir/prompts.txt. */
 static void make_inputs(const char *dir) {
@@ -289,7 +272,7 @@ TEST(checkpoint_resume_exact) {
     CHECK_MSG(strstr(out, "checkpoint-2"), "got: %s", out);
     snprintf(a, sizeof a, "%s/a/metrics.jsonl", dir);
     json_t *ra[8], *rb[8];
-    int n = read_rows(a, ra, 8);
+    int n = read_rows(a, ra, 8, 0);
     REQUIRE(n == 3); /* steps 0, 1 and the final eval row at step 2 (removed by the resume) */
     for (int i = 0; i < n; i++) json_decref(ra[i]);
     /* the checkpoint holds the sampler inside its second epoch (3 prompts, 2 per step) */
@@ -319,7 +302,7 @@ TEST(checkpoint_resume_exact) {
     CHECK(test_run(out, sizeof out, "cmp -s %s/b/checkpoint-2/%s %s/b/checkpoint-4/%s", dir, files[0], dir, files[0]) != 0);
     snprintf(a, sizeof a, "%s/a/metrics.jsonl", dir);
     snprintf(b, sizeof b, "%s/b/metrics.jsonl", dir);
-    int na = read_rows(a, ra, 8), nb = read_rows(b, rb, 8);
+    int na = read_rows(a, ra, 8, 0), nb = read_rows(b, rb, 8, 0);
     CHECK_MSG(na == 5 && nb == 5, "rows: resumed %d, straight %d", na, nb); /* steps 0..3 + final eval */
     for (int i = 0; i < na && i < nb; i++) {
         CHECK_MSG(json_equal(ra[i], rb[i]), "metrics row %d differs between resumed and straight runs", i);
@@ -374,7 +357,7 @@ TEST(checkpoint_run_rolling_limit_tmp_and_signal) {
     if (n == 1) {
         json_t *rows[512];
         snprintf(x, sizeof x, "%s/s/metrics.jsonl", dir);
-        int nr = read_rows(x, rows, 512);
+        int nr = read_rows(x, rows, 512, 0);
         CHECK_MSG(nr == steps[0], "metrics rows %d, checkpoint step %lld", nr, (long long)steps[0]);
         for (int i = 0; i < nr; i++) json_decref(rows[i]);
     }

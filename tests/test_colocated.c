@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
+#include "tests/metrics_rows.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 
@@ -34,28 +35,6 @@
 
 /* metrics.jsonl rows without time/ fields and weight_sync/seconds (and every weight_sync/ field when drop_sync,
  * for a comparison with a local run, which has none); returns the count, -1 when the file is missing. */
-static int read_rows(const char *path, json_t **rows, int cap, int drop_sync) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    static char line[1 << 16];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        json_error_t err;
-        json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-        if (!json_is_object(o)) break;
-        const char *k;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(o, tmp, k, v) {
-            if (!strncmp(k, "time/", 5) || !strcmp(k, "weight_sync/seconds") ||
-                (drop_sync && !strncmp(k, "weight_sync/", 12)))
-                json_object_del(o, k);
-        }
-        rows[n++] = o;
-    }
-    fclose(f);
-    return n;
-}
 
 static void free_rows(json_t **rows, int n) {
     for (int i = 0; i < n; i++) json_decref(rows[i]);

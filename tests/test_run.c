@@ -10,27 +10,10 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "tests/metrics_rows.h"
 #include "tests/test.h"
 
 /* Reads metrics.jsonl: rows[] (json objects, caller decrefs), returns count. Timing fields (time/...) removed. */
-static int read_rows(const char *path, json_t **rows, int cap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1 << 16];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        json_error_t err;
-        json_t *o = json_loads(line, JSON_REJECT_DUPLICATES, &err);
-        if (!json_is_object(o)) break;
-        const char *k;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(o, tmp, k, v) if (!strncmp(k, "time/", 5)) json_object_del(o, k);
-        rows[n++] = o;
-    }
-    fclose(f);
-    return n;
-}
 
 static double num(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
@@ -71,11 +54,11 @@ TEST(run_local_parity_and_determinism) {
     CHECK_MSG(strstr(out, "(word_embed, latent_rgb)") != NULL, "got: %s", out);
     json_t *a[8], *b[8], *c[8];
     snprintf(path, sizeof path, "%s/a/metrics.jsonl", dir);
-    int na = read_rows(path, a, 8);
+    int na = read_rows(path, a, 8, 0);
     snprintf(path, sizeof path, "%s/b/metrics.jsonl", dir);
-    int nb = read_rows(path, b, 8);
+    int nb = read_rows(path, b, 8, 0);
     snprintf(path, sizeof path, "%s/c/metrics.jsonl", dir);
-    int nc = read_rows(path, c, 8);
+    int nc = read_rows(path, c, 8, 0);
     REQUIRE(na == 4 && nb == 4 && nc == 4); /* 3 steps + the final eval row */
     for (int i = 0; i < 3; i++) {
         CHECK(num(a[i], "step") == i && num(a[i], "policy_version") == 2 * i);
@@ -97,7 +80,7 @@ TEST(run_local_parity_and_determinism) {
     }
     json_t *d[8];
     snprintf(path, sizeof path, "%s/d/metrics.jsonl", dir);
-    int nd = read_rows(path, d, 8);
+    int nd = read_rows(path, d, 8, 0);
     REQUIRE(nd == 4);
     for (int i = 0; i < 3; i++) {
         CHECK_MSG(num(d[i], "log_prob_mean_abs_diff") == 0.0, "word_embed step %d: log_prob_mean_abs_diff %g", i,
@@ -171,7 +154,7 @@ TEST(run_learns_color_slow) {
                      test_vgrpo_bin(), dir, dir) == 0);
     json_t *rows[256];
     snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
-    int n = read_rows(path, rows, 256);
+    int n = read_rows(path, rows, 256, 0);
     REQUIRE(n >= 2);
     double m0 = num(rows[0], "eval/color_match/mean"), s0 = num(rows[0], "eval/color_match/se");
     double m1 = num(rows[n - 1], "eval/color_match/mean"), s1 = num(rows[n - 1], "eval/color_match/se");
