@@ -39,7 +39,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/philox.h"
-#include "model/t5_prompt.h"
+#include "model/text_cond.h"
 #include "model/word_embed.h"
 #include "rollout/engine.h"
 #include "rollout/png.h"
@@ -61,9 +61,7 @@ typedef struct {
     wan_model ema[2];          /* algorithm.ema_decay > 0 (rank 0): moving average of the weights, used for eval */
     int ema_on;
     int first;                 /* the first trained expert: its optimizer's step is the policy version */
-    wan_latent_rgb map;
-    vae_model *vae;
-    local_decoder dec;
+    rollout_decoder dec;   /* model.decoder (local mode: this process decodes) */
     local_prompts train, eval;
     float *emb_train, *emb_eval, *emb_neg; /* [P, L, td], [E, L, td], [L, td] (umt5 only; NULL: zeros) */
     local_scoring scoring;
@@ -155,80 +153,16 @@ int local_check_recipe(const core_recipe *r) {
     return 0;
 }
 
-/* umT5 embeddings of n prompts at max length L: [n, L, td], trimmed and zero-padded (t5_encode_prompts). */
-static float *t5_embed(const t5_encoder *enc, const tok_tokenizer *tok, const char *const *text, int n, int L, int td) {
-    float *e = malloc(sizeof(float) * (size_t)n * (size_t)L * (size_t)td);
-    int64_t *len = malloc(sizeof(int64_t) * (size_t)n);
-    if (!e || !len) return free(e), free(len), core_error("out of memory"), NULL;
-    if (t5_encode_prompts(enc, tok, text, n, L, 16, e, len)) return free(e), free(len), NULL;
-    free(len);
-    return e;
-}
-
-/* Fills S->emb_train, emb_eval, emb_neg with the pipeline's umT5 (model.text_encoder: umt5). */
-static int setup_umt5(run_state *S, const core_recipe *r) {
-    char path[4200];
-    struct stat sb;
-    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", r->model_path);
-    if (stat(path, &sb))
-        return core_error("model.text_encoder (umt5): %s does not exist (the pipeline needs tokenizer/tokenizer.json; "
-                          "model.text_encoder: word_embed uses the tiny preset's word embeddings)", path);
-    tok_tokenizer *tok = tok_load(path);
-    if (!tok) return core_error_push("model.text_encoder (umt5): ");
-    snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
-    t5_encoder *enc = t5_load(path);
-    int rc = -1;
-    if (!enc) {
-        core_error_push("model.text_encoder (umt5): ");
-        goto done;
-    }
-    const int td = S->pol[0].cfg.text_dim, L = r->text_len;
-    if (t5_get_config(enc)->d_model != td) {
-        core_error("model.text_encoder (umt5): %s has d_model %d but the transformer's text_dim is %d", path,
-                   t5_get_config(enc)->d_model, td);
-        goto done;
-    }
-    const char *empty = "";
-    if (!(S->emb_train = t5_embed(enc, tok, (const char *const *)S->train.text, S->train.n, L, td)) ||
-        !(S->emb_eval = t5_embed(enc, tok, (const char *const *)S->eval.text, S->eval.n, L, td)) ||
-        !(S->emb_neg = t5_embed(enc, tok, &empty, 1, L, td)))
-        goto done;
-    rc = 0;
-done:
-    t5_free(enc);
-    tok_free(tok);
-    return rc;
-}
-
-/* Loads the decoder (model.decoder) into S->dec. */
-static int setup_decoder(run_state *S, const core_recipe *r) {
-    char path[4200];
-    if (!strcmp(r->decoder, "latent_rgb")) {
-        snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
-        if (wan_latent_rgb_load(&S->map, path, S->pol[0].cfg.out_channels))
-            return core_error_push("model.decoder (latent_rgb): ");
-        S->dec.map = &S->map;
-        return 0;
-    }
-    snprintf(path, sizeof path, "%s/vae", r->model_path);
-    if (!(S->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
-    const vae_config *vc = vae_get_config(S->vae);
-    if (vc->z_dim != S->pol[0].cfg.in_channels)
-        return core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
-                          vc->z_dim, S->pol[0].cfg.in_channels);
-    if (vae_spatial_factor(S->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(S->vae, 2) != 5 ||
-        vae_video_channels(S->vae) != 3)
-        return core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, RGB); "
-                          "local mode needs factor %d", path, vae_spatial_factor(S->vae), WAN_LATENT_RGB_FACTOR);
-    S->dec.vae = S->vae;
-    return 0;
-}
-
-static float *embed_all(const local_prompts *p, int L, int td) {
-    float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)L * (size_t)td);
+/* Every prompt's conditioning [n, L, td] (model/text_cond.h: umT5 or word embeddings, the same bytes a rollout worker
+ * computes), contiguous so a sample's embedding is base + prompt index x L x td. */
+static float *embed_prompts(text_cond *tc, const local_prompts *p, int64_t ne) {
+    float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)ne);
     if (!e) return core_error("out of memory"), NULL;
-    for (int i = 0; i < p->n; i++)
-        if (wan_word_embed(p->text[i], L, td, e + (int64_t)i * L * td)) return free(e), NULL;
+    for (int i = 0; i < p->n; i++) {
+        const float *x;
+        if (text_cond_embed(tc, p->text[i], &x)) return free(e), NULL;
+        memcpy(e + (int64_t)i * ne, x, sizeof(float) * (size_t)ne);
+    }
     return e;
 }
 
@@ -353,8 +287,7 @@ static int write_step_videos(run_state *S, int64_t step) {
         rc_e.policy_version = VERSION(S);
         if (rollout_generate(&rc_e, &em, NULL, n, cond, uids, pidx, tr)) goto done;
         have = 1;
-        const int F = local_decoder_frames(&S->dec, (int)S->rc.shape[1]);
-        vshape[0] = F, vshape[1] = S->rc.shape[2] * 8, vshape[2] = S->rc.shape[3] * 8, vshape[3] = 3;
+        vshape[0] = S->dec.frames, vshape[1] = S->dec.height, vshape[2] = S->dec.width, vshape[3] = 3;
         const int64_t vb = vshape[0] * vshape[1] * vshape[2] * 3;
         if (!(videos = malloc((size_t)(vb * n)))) {
             core_error("out of memory");
@@ -719,16 +652,19 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
         }
     }
     S->have_ref = r->beta > 0;
-    if (in_process_rollout && setup_decoder(S, r)) return -1;
+    if (in_process_rollout && rollout_decoder_load(&S->dec, r, &S->pol[0].cfg)) return -1;
     if (parse_optim(r, &S->oc)) return -1;
     if (local_prompts_read(&S->train, r->prompt_file) || local_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
     const int td = S->pol[0].cfg.text_dim;
-    if (!strcmp(r->text_encoder, "umt5")) {
-        if (setup_umt5(S, r)) return -1;
-    } else if (!(S->emb_train = embed_all(&S->train, r->text_len, td)) ||
-               !(S->emb_eval = embed_all(&S->eval, r->text_len, td))) {
-        return -1;
-    }
+    const int64_t ne_ = (int64_t)r->text_len * td;
+    text_cond *tc = text_cond_load(r->text_encoder, r->model_path, r->text_len, td);
+    if (!tc) return -1;
+    const float *neg = text_cond_negative(tc);
+    int bad = !(S->emb_train = embed_prompts(tc, &S->train, ne_)) || !(S->emb_eval = embed_prompts(tc, &S->eval, ne_));
+    if (!bad && neg && !(S->emb_neg = malloc(sizeof(float) * (size_t)ne_))) bad = core_error("out of memory");
+    if (!bad && neg) memcpy(S->emb_neg, neg, sizeof(float) * (size_t)ne_);
+    text_cond_free(tc);
+    if (bad) return -1;
     if (local_scoring_init(&S->scoring, r)) return -1;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -748,7 +684,7 @@ static int setup(run_state *S, const core_recipe *r, int in_process_rollout) {
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
     S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
-    if (in_process_rollout && !(S->video = malloc((size_t)local_decoder_frames(&S->dec, F) * H * W * 64 * 3)))
+    if (in_process_rollout && !(S->video = malloc((size_t)rollout_decoder_video_bytes(&S->dec))))
         return core_error("out of memory");
     return 0; /* the run directory's files: open_run_files, after a resume was checked */
 }
@@ -783,7 +719,7 @@ static void teardown(run_state *S) {
     local_prompts_free(&S->train);
     local_prompts_free(&S->eval);
     free(S->emb_train), free(S->emb_eval), free(S->emb_neg), free(S->video);
-    vae_free(S->vae);
+    rollout_decoder_free(&S->dec);
     core_metrics_close(S->metrics);
     if (S->rewards_f) fclose(S->rewards_f);
 }

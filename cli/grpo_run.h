@@ -12,6 +12,7 @@
 #include "model/latent_rgb.h"
 #include "model/wan_vae.h"
 #include "reward/scorers.h"
+#include "rollout/pipeline.h"
 #include "sp/comm.h"
 #include "trainer/controller.h"
 
@@ -58,19 +59,11 @@ typedef struct {
 /* Looks up the recipe's scorers (unknown name: error naming reward.scorers). */
 int local_scoring_init(local_scoring *s, const core_recipe *r);
 
-/* The path from final latents to pixels (model.decoder): exactly one of map / vae is set. */
-typedef struct {
-    const wan_latent_rgb *map; /* latent_rgb: one frame per latent frame, each latent pixel 8 x 8 */
-    vae_model *vae;            /* vae: vae_latents_to_u8, 1 + 4(T - 1) frames, spatial factor 8 */
-} local_decoder;
-
-/* Video frames the decoder gives for T latent frames. */
-int local_decoder_frames(const local_decoder *d, int T);
-
-/* Decodes traj's final latent [C, T, h, w] through d into video (caller's buffer [local_decoder_frames(T), 8h, 8w,
- * 3] U8) and scores it: rewards[i] per scorer, the total sum of weight x reward (in double, scorer order, rounded to
- * float once), stored into the trajectory too (core_traj_set_rewards). -1 naming the decoder, scorer or prompt. */
-int local_score(const local_scoring *s, const local_decoder *d, core_traj *t, const char *prompt, uint8_t *video);
+/* Decodes traj's final latent [C, T, h, w] through d (rollout/pipeline.h) into video (caller's buffer
+ * [d->frames, d->height, d->width, 3] U8) and scores it: rewards[i] per scorer, the total sum of weight x reward (in
+ * double, scorer order, rounded to float once), stored into the trajectory too (core_traj_set_rewards). -1 naming
+ * the decoder, scorer or prompt. */
+int local_score(const local_scoring *s, rollout_decoder *d, core_traj *t, const char *prompt, uint8_t *video);
 
 /* ---- the run (cli/grpo_run.c) ---- */
 

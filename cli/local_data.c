@@ -101,18 +101,9 @@ int local_scoring_init(local_scoring *s, const core_recipe *r) {
     return 0;
 }
 
-int local_decoder_frames(const local_decoder *d, int T) { return d->vae ? vae_frames_out(d->vae, T) : T; }
-
-int local_score(const local_scoring *s, const local_decoder *d, core_traj *t, const char *prompt, uint8_t *video) {
-    const int64_t C = t->shape[0], F = t->shape[1], H = t->shape[2], W = t->shape[3];
-    if (d->vae) {
-        if (vae_latents_to_u8(d->vae, core_traj_latent(t, t->n_steps), 1, (int)C, (int)F, (int)H, (int)W, video))
-            return core_error_push("model.decoder (vae): ");
-    } else {
-        wan_latent_rgb_decode(d->map, core_traj_latent(t, t->n_steps), F, H, W, video);
-    }
-    reward_video v = {.data = video, .frames = local_decoder_frames(d, (int)F), .height = H * WAN_LATENT_RGB_FACTOR,
-                      .width = W * WAN_LATENT_RGB_FACTOR};
+int local_score(const local_scoring *s, rollout_decoder *d, core_traj *t, const char *prompt, uint8_t *video) {
+    if (rollout_decoder_decode(d, core_traj_latent(t, t->n_steps), video)) return -1;
+    reward_video v = {.data = video, .frames = d->frames, .height = d->height, .width = d->width};
     float vals[CORE_TRAJ_MAX_REWARDS];
     double total = 0;
     for (int i = 0; i < s->n; i++) {

@@ -9,7 +9,8 @@
 #include "core/error.h"
 #include "core/fs.h"
 
-static int load_decoder(rollout_pipeline *p, const core_recipe *r, const wan_config *wc) {
+int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_config *wc) {
+    memset(d, 0, sizeof *d);
     char path[4200];
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -18,25 +19,49 @@ static int load_decoder(rollout_pipeline *p, const core_recipe *r, const wan_con
                           "VAE or latent_rgb), the recipe says %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
     if (!strcmp(r->decoder, "latent_rgb")) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
-        if (wan_latent_rgb_load(&p->map, path, wc->out_channels)) return core_error_push("model.decoder (latent_rgb): ");
-        p->video_frames = F;
+        if (wan_latent_rgb_load(&d->map, path, wc->out_channels)) return core_error_push("model.decoder (latent_rgb): ");
+        d->frames = F;
     } else {
         snprintf(path, sizeof path, "%s/vae", r->model_path);
-        if (!(p->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
-        const vae_config *vc = vae_get_config(p->vae);
+        if (!(d->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
+        const vae_config *vc = vae_get_config(d->vae);
+        int bad = 0;
         if (vc->z_dim != wc->in_channels)
-            return core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
-                              vc->z_dim, wc->in_channels);
-        if (vae_spatial_factor(p->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(p->vae, 2) != 5 ||
-            vae_video_channels(p->vae) != 3)
-            return core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, "
-                              "RGB); the CPU rollout needs factor %d", path, vae_spatial_factor(p->vae),
-                              WAN_LATENT_RGB_FACTOR);
-        p->video_frames = vae_frames_out(p->vae, F);
+            bad = core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
+                             vc->z_dim, wc->in_channels);
+        else if (vae_spatial_factor(d->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(d->vae, 2) != 5 ||
+                 vae_video_channels(d->vae) != 3)
+            bad = core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, "
+                             "RGB); the CPU rollout needs factor %d", path, vae_spatial_factor(d->vae),
+                             WAN_LATENT_RGB_FACTOR);
+        if (bad) {
+            rollout_decoder_free(d);
+            return -1;
+        }
+        d->frames = vae_frames_out(d->vae, F);
     }
-    p->video_height = H * WAN_LATENT_RGB_FACTOR;
-    p->video_width = W * WAN_LATENT_RGB_FACTOR;
+    d->latent[0] = wc->in_channels, d->latent[1] = F, d->latent[2] = H, d->latent[3] = W;
+    d->height = H * WAN_LATENT_RGB_FACTOR;
+    d->width = W * WAN_LATENT_RGB_FACTOR;
     return 0;
+}
+
+int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video) {
+    const int64_t *s = d->latent;
+    if (d->vae) {
+        if (vae_latents_to_u8(d->vae, z, 1, (int)s[0], (int)s[1], (int)s[2], (int)s[3], video))
+            return core_error_push("model.decoder (vae): ");
+    } else {
+        wan_latent_rgb_decode(&d->map, z, s[1], s[2], s[3], video);
+    }
+    return 0;
+}
+
+int64_t rollout_decoder_video_bytes(const rollout_decoder *d) { return (int64_t)d->frames * d->height * d->width * 3; }
+
+void rollout_decoder_free(rollout_decoder *d) {
+    vae_free(d->vae);
+    memset(d, 0, sizeof *d);
 }
 
 int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir) {
@@ -67,9 +92,7 @@ int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char 
         }
     }
     const wan_config *wc = &p->model[0].cfg;
-    p->text_len = r->text_len;
-    p->text_dim = wc->text_dim;
-    if (load_decoder(p, r, wc) || !(p->text = text_cond_load(r->text_encoder, r->model_path, r->text_len, wc->text_dim)))
+    if (rollout_decoder_load(&p->dec, r, wc) || !(p->text = text_cond_load(r->text_encoder, r->model_path, r->text_len, wc->text_dim)))
         goto fail;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -90,29 +113,19 @@ int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float 
     return text_cond_embed(p->text, prompt, out);
 }
 
-int64_t rollout_pipeline_video_bytes(const rollout_pipeline *p) {
-    return (int64_t)p->video_frames * p->video_height * p->video_width * 3;
-}
+int64_t rollout_pipeline_video_bytes(const rollout_pipeline *p) { return rollout_decoder_video_bytes(&p->dec); }
 
 int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *video) {
-    const int64_t C = t->shape[0], F = t->shape[1], H = t->shape[2], W = t->shape[3];
-    if (C != p->rc.shape[0] || F != p->rc.shape[1] || H != p->rc.shape[2] || W != p->rc.shape[3])
+    if (memcmp(t->shape, p->dec.latent, sizeof t->shape))
         return core_error("model.decoder: trajectory latent [%lld, %lld, %lld, %lld] is not the pipeline's",
-                          (long long)C, (long long)F, (long long)H, (long long)W);
-    const float *z = core_traj_latent(t, t->n_steps);
-    if (p->vae) {
-        if (vae_latents_to_u8(p->vae, z, 1, (int)C, (int)F, (int)H, (int)W, video))
-            return core_error_push("model.decoder (vae): ");
-    } else {
-        wan_latent_rgb_decode(&p->map, z, F, H, W, video);
-    }
-    return 0;
+                          (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+    return rollout_decoder_decode(&p->dec, core_traj_latent(t, t->n_steps), video);
 }
 
 void rollout_pipeline_free(rollout_pipeline *p) {
     wan_model_free(&p->model[0]);
     wan_model_free(&p->model[1]);
     text_cond_free(p->text);
-    vae_free(p->vae);
+    rollout_decoder_free(&p->dec);
     memset(p, 0, sizeof *p);
 }

@@ -6,7 +6,7 @@
  *   rollout_pipeline_load(&p, &recipe, NULL);               // NULL: model.path/transformer[_2]
  *   rollout_pipeline_embed(&p, "a red car", &emb);           // [L, text_dim] fp32, cached (owned by p)
  *   rollout_generate(&p.rc, &p.experts, NULL, n, cond, uids, pidx, traj);
- *   rollout_pipeline_decode(&p, &traj[j], video);            // [frames, H, W, 3] U8
+ *   rollout_pipeline_decode(&p, &traj[j], video);            // [dec.frames, dec.height, dec.width, 3] U8
  *
  * The conditioning is model/text_cond.h (p.rc.neg is its negative embedding: umT5's empty prompt, or NULL). */
 #ifndef ROLLOUT_PIPELINE_H
@@ -23,15 +23,33 @@
 #include "rollout/engine.h"
 
 
+/* The path from final latents [C, F, h, w] to U8 video (model.decoder): the pipeline's Wan 2.1-style VAE
+ * (vae_latents_to_u8: 1 + 4(F - 1) frames) or the tiny preset's latent_rgb map (one frame per latent frame); spatial
+ * factor 8 either way. Used by rollout workers (inside rollout_pipeline) and by local-mode runs. */
+typedef struct {
+    wan_latent_rgb map;           /* latent_rgb */
+    vae_model *vae;               /* vae (NULL: latent_rgb) */
+    int64_t latent[4];            /* [C, F, h, w] the recipe's latents */
+    int frames, height, width;    /* the decoded video's size */
+} rollout_decoder;
+
+/* Loads model.decoder for recipe r and a transformer of config wc. Errors (-1) name model.decoder /
+ * model.vae_scale_factor_spatial and the path: a missing file, z_dim != in_channels, a VAE that is not Wan 2.1-style
+ * (spatial factor 8, temporal 4, RGB). */
+int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_config *wc);
+/* Decodes z [C, F, h, w] (the recipe's latent shape) into video [frames, height, width, 3] U8 (caller's buffer).
+ * -1 naming model.decoder on failure. */
+int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video);
+/* Bytes of one decoded video. */
+int64_t rollout_decoder_video_bytes(const rollout_decoder *d);
+void rollout_decoder_free(rollout_decoder *d);
+
 typedef struct {
     wan_model model[2];           /* model[1] loaded only for two experts */
     rollout_experts experts;      /* points into model[] */
     text_cond *text;              /* model.text_encoder (umt5 or word_embed), cached per prompt */
-    wan_latent_rgb map;           /* model.decoder latent_rgb */
-    vae_model *vae;               /* model.decoder vae */
+    rollout_decoder dec;          /* model.decoder: dec.frames, dec.height, dec.width give the video size */
     rollout_config rc;            /* sampling: rollout.* of the recipe (stream: rollout noise) */
-    int text_len, text_dim;
-    int video_frames, video_height, video_width; /* decoded video size */
 } rollout_pipeline;
 
 /* Loads the pipeline of recipe r (model.path, model.text_encoder, model.decoder, rollout.*, model.boundary_ratio).
@@ -47,7 +65,7 @@ int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char 
  * rollout.text_len), tokenizer or encoder failure, out of memory. Not thread-safe. */
 int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float **out);
 
-/* Decodes a finished trajectory's final latent [C, F, h, w] into video [video_frames, video_height, video_width, 3]
+/* Decodes a finished trajectory's final latent [C, F, h, w] into video [dec.frames, dec.height, dec.width, 3]
  * U8 (caller's buffer). -1 naming model.decoder on a shape mismatch or decoder failure. */
 int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *video);
 

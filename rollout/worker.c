@@ -96,7 +96,7 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
         if (rollout_pipeline_decode(p, &tr[j], videos + vb * j)) goto done;
         vh[j] = core_xxh64(videos + vb * j, (size_t)vb, 0);
     }
-    if (reward_client_score(w->reward, videos, n, p->video_frames, p->video_height, p->video_width, w->cfg->fps,
+    if (reward_client_score(w->reward, videos, n, p->dec.frames, p->dec.height, p->dec.width, w->cfg->fps,
                             prompts, meta, res))
         goto done;
     for (int j = 0; j < n; j++) {
@@ -106,7 +106,7 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
         for (int k = 0; k < ns; k++) names[k] = res[j].scores[k].name, vals[k] = (float)res[j].scores[k].value;
         if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
     }
-    const int64_t vshape[4] = {p->video_frames, p->video_height, p->video_width, 3};
+    const int64_t vshape[4] = {p->dec.frames, p->dec.height, p->dec.width, 3};
     if (core_trajectory_reply_build_v(m->id, req.policy_version, n, tr, vh, req.return_trajectories,
                                       (const float *const *)vel, req.return_videos ? videos : NULL, vshape, &b))
         goto done;

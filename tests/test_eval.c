@@ -143,7 +143,7 @@ TEST(eval_tiny_files_stats_and_inprocess_parity) {
     core_hash_hex(core_xxh64(v, (size_t)rollout_pipeline_video_bytes(&p), 0), hx);
     const json_t *s3 = sample_of(ev, 3, 2);
     CHECK(!strcmp(hx, json_string_value(json_object_get(s3, "video_xxh64"))));
-    reward_video rv = {.data = v, .frames = p.video_frames, .height = p.video_height, .width = p.video_width};
+    reward_video rv = {.data = v, .frames = p.dec.frames, .height = p.dec.height, .width = p.dec.width};
     double want;
     REQUIRE_OK(reward_color_match(&rv, "a green tree", NULL, &want));
     CHECK((float)want == (float)json_real_value(json_object_get(s3, "total")));
