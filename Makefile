@@ -17,7 +17,7 @@ LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lx
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
-LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c model/*.c sp/*.c rollout/*.c reward/*.c trainer/*.c)
+LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c model/*/*.c sp/*.c rollout/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 MPI_TEST_SRC := $(wildcard tests/mpi/*.c)

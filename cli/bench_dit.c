@@ -8,7 +8,7 @@
  *     12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F;   forward+backward = 3 x forward.
  * Each figure is the median of several timed runs after a warm-up run. scripts/bench_torch.py times diffusers'
  * WanTransformerBlock on the same shapes (PyTorch CPU eager, same thread count) for comparison.
- * Uses model/wan_internal.h (the block functions) on purpose: it times a block alone, without the embedders. */
+ * Uses model/dit/wan_internal.h (the block functions) on purpose: it times a block alone, without the embedders. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
-#include "model/wan_internal.h"
+#include "model/dit/wan_internal.h"
 
 typedef struct {
     const char *name;

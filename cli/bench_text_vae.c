@@ -15,7 +15,7 @@
  * non-finite values distort the timing), biases 0, norm gains 1; the values do not change the work done.
  * Each figure is the median of several timed runs after one warm-up run (--quick: one timed run, no warm-up
  * for the VAE, whose first run then includes allocating the decode state).
- * Uses model/wan_vae_internal.h on purpose: it builds the decoder from a config without a checkpoint, exactly
+ * Uses model/vae/wan_vae_internal.h on purpose: it builds the decoder from a config without a checkpoint, exactly
  * as vae_load does before reading the weights, so the numerics are those of the loaded model. */
 #include <cblas.h>
 #include <math.h>
@@ -29,9 +29,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "model/umt5.h"
-#include "model/wan_vae.h"
-#include "model/wan_vae_internal.h"
+#include "model/text/umt5.h"
+#include "model/vae/wan_vae.h"
+#include "model/vae/wan_vae_internal.h"
 
 static double median_of(double *t, int n) {
     for (int i = 1; i < n; i++)

@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo dit-forward --model DIR --inputs IN.safetensors --out OUT.safetensors\n"

@@ -2,7 +2,7 @@
  * --out cache.safetensors [--max-length N]`: encodes a prompt list once with umT5, so training never re-encodes.
  *
  * FILE: UTF-8, one prompt per line (a trailing "\r" is dropped; lines of only whitespace are skipped).
- * The cache holds, as WanPipeline._get_t5_prompt_embeds computes them (model/t5_prompt.h; ftfy not reproduced):
+ * The cache holds, as WanPipeline._get_t5_prompt_embeds computes them (model/text/t5_prompt.h; ftfy not reproduced):
  *   embeds           F32 [P, N, D]  prompts in file order, each trimmed to its token count and zero-padded to N
  *   lengths          I64 [P]        token count of each prompt (with </s>, at most N)
  *   negative_embeds  F32 [1, N, D]  the empty prompt (the pipeline's default negative prompt)
@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "model/t5_prompt.h"
+#include "model/text/t5_prompt.h"
 
 #define ENCODE_BATCH 8 /* prompts per encoder call: bounds memory; results do not depend on it */
 

@@ -38,7 +38,7 @@
 #include "core/philox.h"
 #include "core/recipe.h"
 #include "core/wire_rollout.h"
-#include "model/word_embed.h"
+#include "model/text/word_embed.h"
 #include "reward/scorers.h"
 #include "rollout/png.h"
 #include "rollout/video.h"

@@ -1,7 +1,7 @@
 /* cli/cmd_generate.c — `vgrpo generate --pipeline DIR --prompt "..." --out out.mp4 [options]`: text to video with a
  * WanPipeline folder, as diffusers' WanPipeline.__call__ does with FlowMatchEulerDiscreteScheduler:
  *
- *   prompt, negative prompt -> tokenizer + umT5 (model/t5_prompt.h; max_sequence_length 512, zero-padded)
+ *   prompt, negative prompt -> tokenizer + umT5 (model/text/t5_prompt.h; max_sequence_length 512, zero-padded)
  *   latents [C, T, h, w] = normals of Philox (seed, slot 0, uid 0, CORE_STREAM_EVAL_NOISE)   (DESIGN.md section 4)
  *   per step i: expert = transformer, or transformer_2 when the pipeline has one and timestep < boundary_ratio * 1000
  *               (flow_expert); v = v_u + g (v_c - v_u) with g = --guidance (transformer) or --guidance-2
@@ -29,11 +29,11 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/philox.h"
-#include "model/flow.h"
-#include "model/guidance.h"
-#include "model/t5_prompt.h"
-#include "model/wan_dit.h"
-#include "model/wan_vae.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
+#include "model/text/t5_prompt.h"
+#include "model/dit/wan_dit.h"
+#include "model/vae/wan_vae.h"
 #include "rollout/png.h"
 #include "rollout/video.h"
 

@@ -8,16 +8,16 @@
  *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only), or of `tiny --experts 2`
  *                            (random weights from seed + 1; a two-expert test model, boundary_ratio 0.875)
  *   DIR/latent_rgb.safetensors  `tiny` only: the fixed latent-to-RGB map standing in for the VAE
- *                            (model/latent_rgb.h; a vgrpo file, not a diffusers component, so not in model_index)
+ *                            (model/vae/latent_rgb.h; a vgrpo file, not a diffusers component, so not in model_index)
  *   DIR/text_encoder/, DIR/tokenizer/, DIR/vae/  `tiny` only: a random umT5 encoder (d_model = the DiT's
  *                            text_dim), a small Unigram tokenizer.json and a random Wan 2.1-style VAE decoder
- *                            (model/tiny_components.h), so `vgrpo generate` runs on the folder end to end
+ *                            (model/text/tiny_text.h, model/vae/tiny_vae.h), so `vgrpo generate` runs on the folder end to end
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
  * presets get configs only: vgrpo never writes random full-size weights; put the official weights beside them.
  * Every component folder present is listed in model_index.json (a scheduler folder is not written: vgrpo's
- * schedule is FlowMatchEulerDiscreteScheduler's, model/flow.h). Exit status 0, 1 on failure, 2 on a usage error. */
+ * schedule is FlowMatchEulerDiscreteScheduler's, model/flow/flow.h). Exit status 0, 1 on failure, 2 on a usage error. */
 #include <errno.h>
 #include <glob.h>
 #include <inttypes.h>
@@ -30,9 +30,10 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "model/latent_rgb.h"
-#include "model/tiny_components.h"
-#include "model/wan_dit.h"
+#include "model/vae/latent_rgb.h"
+#include "model/vae/tiny_vae.h"
+#include "model/text/tiny_text.h"
+#include "model/dit/wan_dit.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo init-model --preset P --out DIR [--seed N] [--experts 1|2] [--force]\n\n"

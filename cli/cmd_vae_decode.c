@@ -1,6 +1,6 @@
 /* cli/cmd_vae_decode.c — `vgrpo vae-decode --vae DIR --latents IN.safetensors --out OUT.safetensors`: decodes tensor
  * `latents` F32 (or BF16/F16) [B, z_dim, T, h, w] exactly as diffusers' AutoencoderKLWan.decode(latents).sample
- * (no un-normalisation) and writes `video` F32 [B, 3, 1 + 4 (T - 1), H, W] (model/wan_vae.h), for debugging and
+ * (no un-normalisation) and writes `video` F32 [B, 3, 1 + 4 (T - 1), H, W] (model/vae/wan_vae.h), for debugging and
  * parity checks. DIR is a vae folder or a pipeline folder (its vae/ is used). Exit 0, 1 on failure, 2 on usage. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "model/wan_vae.h"
+#include "model/vae/wan_vae.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo vae-decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n\n"

@@ -25,7 +25,7 @@
 #include "cli/grpo_run.h"
 #include "core/error.h"
 #include "core/fs.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }

@@ -8,7 +8,7 @@
  *   rollout : G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version = optimizer
  *             steps so far; conditioning (model.text_encoder) = umT5 embeddings of every prompt, encoded once at
  *             start-up (WanPipeline handling, max length rollout.text_len; negative = the empty prompt), or the
- *             tiny preset's word embeddings (model/word_embed.h; negative = zeros)
+ *             tiny preset's word embeddings (model/text/word_embed.h; negative = zeros)
  *   reward  : total = sum of weight x scorer reward; advantages per group (or batch std)
  *   train   : optimizer_steps_per_rollout updates, each over the whole batch (micro-batches of micro_batch_size
  *             transitions, gradients accumulated; global denominator), AdamW with the lr schedule
@@ -39,8 +39,8 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/philox.h"
-#include "model/text_cond.h"
-#include "model/word_embed.h"
+#include "model/text/text_cond.h"
+#include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "rollout/png.h"
 #include "rollout/video.h"
@@ -153,7 +153,7 @@ int local_check_recipe(const core_recipe *r) {
     return 0;
 }
 
-/* Every prompt's conditioning [n, L, td] (model/text_cond.h: umT5 or word embeddings, the same bytes a rollout worker
+/* Every prompt's conditioning [n, L, td] (model/text/text_cond.h: umT5 or word embeddings, the same bytes a rollout worker
  * computes), contiguous so a sample's embedding is base + prompt index x L x td. */
 static float *embed_prompts(text_cond *tc, const local_prompts *p, int64_t ne) {
     float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)ne);

@@ -9,8 +9,8 @@
 
 #include "core/recipe.h"
 #include "core/trajectory.h"
-#include "model/latent_rgb.h"
-#include "model/wan_vae.h"
+#include "model/vae/latent_rgb.h"
+#include "model/vae/wan_vae.h"
 #include "reward/scorers.h"
 #include "rollout/pipeline.h"
 #include "sp/comm.h"

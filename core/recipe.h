@@ -9,7 +9,7 @@
  *   model.text_encoder             umt5 | word_embed: prompts encoded once at start-up by the pipeline's umT5
  *                                  (text_encoder/ + tokenizer/tokenizer.json; WanPipeline handling: max length
  *                                  rollout.text_len, trimmed and zero-padded; negative = the empty prompt), or the
- *                                  tiny preset's fixed word embeddings (model/word_embed.h; negative = zeros)
+ *                                  tiny preset's fixed word embeddings (model/text/word_embed.h; negative = zeros)
  *   model.decoder                  vae | latent_rgb: final latents to pixels by the pipeline's VAE (vae/,
  *                                  vae_latents_to_u8: 1 + 4(T-1) frames at rollout.height x width) or by the tiny
  *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "model/flow.h"
-#include "model/guidance.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
 
 int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
                         const int64_t shape[4], int text_len, uint64_t seed, int batch_size) {

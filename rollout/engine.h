@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "core/trajectory.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 
 #define ROLLOUT_MAX_STEPS 1000
 

@@ -8,7 +8,7 @@
  *   rollout_generate(&p.rc, &p.experts, NULL, n, cond, uids, pidx, traj);
  *   rollout_pipeline_decode(&p, &traj[j], video);            // [dec.frames, dec.height, dec.width, 3] U8
  *
- * The conditioning is model/text_cond.h (p.rc.neg is its negative embedding: umT5's empty prompt, or NULL). */
+ * The conditioning is model/text/text_cond.h (p.rc.neg is its negative embedding: umT5's empty prompt, or NULL). */
 #ifndef ROLLOUT_PIPELINE_H
 #define ROLLOUT_PIPELINE_H
 
@@ -16,10 +16,10 @@
 
 #include "core/recipe.h"
 #include "core/trajectory.h"
-#include "model/latent_rgb.h"
-#include "model/text_cond.h"
-#include "model/wan_dit.h"
-#include "model/wan_vae.h"
+#include "model/vae/latent_rgb.h"
+#include "model/text/text_cond.h"
+#include "model/dit/wan_dit.h"
+#include "model/vae/wan_vae.h"
 #include "rollout/engine.h"
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/fixtures_flow.py — reference values for model/flow.c (tests/test_flow.c).
+"""scripts/fixtures_flow.py — reference values for model/flow/flow.c (tests/test_flow.c).
 
 Writes, under tests/fixtures/:
   flow_schedule.safetensors  for N in {1, 10, 20, 50} and shift in {1, 3, 5, 12, 3.1, 2.5}:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/fixtures_text.py — reference values for the text side: model/tokenizer.c, model/umt5.c and
+"""scripts/fixtures_text.py — reference values for the text side: model/text/tokenizer.c, model/text/umt5.c and
 `vgrpo encode-prompts` (tests/test_tokenizer.c, tests/test_umt5.c).
 
 Writes, under tests/fixtures/:

@@ -60,7 +60,7 @@ WAN_CONFIGS = {
         B=2, F=2, H=4, W=6, L=5, timestep="per_token", seed=3),
 }
 
-# The presets of `vgrpo init-model` (model/wan_config.c holds the same values; the name lists check them).
+# The presets of `vgrpo init-model` (model/dit/wan_config.c holds the same values; the name lists check them).
 # Real ones follow the official Wan-AI/*-Diffusers transformer/config.json files.
 WAN_PRESETS = {
     "tiny": dict(patch_size=(1, 2, 2), num_attention_heads=4, attention_head_dim=32, in_channels=16, out_channels=16,

@@ -4,8 +4,8 @@
  * shards right after patch embedding and gathers right after proj_out; everything in between is per token except
  * the self-attention, which sp_usp_forward/backward (sp/usp_attention.h) make sequence-parallel.
  *
- * How model/wan_forward.c and wan_backward.c use this (model/ sees a token range, the attention hook and the SP
- * group; the API is wan_acts_new_sp + wan_exec.sp in model/wan_dit.h):
+ * How model/dit/wan_forward.c and wan_backward.c use this (model/ sees a token range, the attention hook and the SP
+ * group; the API is wan_acts_new_sp + wan_exec.sp in model/dit/wan_dit.h):
  *   forward   x [B, C, F, H, W] (the same on every SP peer) -> patchify of the full sample -> sp_shard_rows takes
  *             rows [s0, s0+S_l), s0 = sp_rank*S_l -> patch_embedding on [B, S_l, D]: norms, modulation, Q/K/V/out
  *             projections, FFN and the cross-attention (text K/V replicated: every rank embeds the full text) are

@@ -66,7 +66,7 @@ void sp_usp_init_groups(sp_usp *u, sp_comm *sp, sp_comm *ulysses, sp_comm *ring,
 /* Destroys the groups sp_usp_init made (collective over each); leaves u zeroed. */
 void sp_usp_release(sp_usp *u);
 
-/* Forward; the signature of wan_self_attn_fwd_fn (model/wan_dit.h), ctx an sp_usp *.
+/* Forward; the signature of wan_self_attn_fwd_fn (model/dit/wan_dit.h), ctx an sp_usp *.
  * q, k, v [B, S, H, Dh] fp32, this rank's S = S_total / sp tokens -> o [B, S, H, Dh] (overwritten) and lse
  * [B, H, S] (natural log, fp32, over ALL S_total keys), scale 1/sqrt(Dh). Collective over the Ulysses and ring
  * groups. Returns 0, or -1 with core_error (H not a multiple of U, out of memory, a communication failure). */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
 

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "core/philox.h"
-#include "model/flow.h"
-#include "model/latent_rgb.h"
-#include "model/wan_dit.h"
-#include "model/word_embed.h"
+#include "model/flow/flow.h"
+#include "model/vae/latent_rgb.h"
+#include "model/dit/wan_dit.h"
+#include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
 

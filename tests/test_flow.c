@@ -10,7 +10,7 @@
 
 #include "core/reduce.h"
 #include "core/safetensors.h"
-#include "model/flow.h"
+#include "model/flow/flow.h"
 #include "tests/test.h"
 
 #define SCHED_FIXTURE "tests/fixtures/flow_schedule.safetensors"

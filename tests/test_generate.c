@@ -1,4 +1,4 @@
-/* tests/test_generate.c — the tiny pipeline's text encoder, tokenizer and VAE (model/tiny_components.h) and
+/* tests/test_generate.c — the tiny pipeline's text encoder, tokenizer and VAE (model/text/tiny_text.h, model/vae/tiny_vae.h) and
  * `vgrpo generate` end to end (cli/cmd_generate.c), including the errors that name a bad input. */
 #include <math.h>
 #include <stdio.h>
@@ -10,9 +10,10 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "model/t5_prompt.h"
-#include "model/tiny_components.h"
-#include "model/wan_vae.h"
+#include "model/text/t5_prompt.h"
+#include "model/vae/tiny_vae.h"
+#include "model/text/tiny_text.h"
+#include "model/vae/wan_vae.h"
 #include "rollout/png.h"
 #include "rollout/video.h"
 #include "tests/test.h"

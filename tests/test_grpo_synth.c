@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/philox.h"
-#include "model/flow.h"
+#include "model/flow/flow.h"
 #include "tests/test.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"

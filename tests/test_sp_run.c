@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "tests/test.h"
 
 static void base_sets(char *buf, size_t cap, const char *dir, int steps) {

@@ -1,11 +1,11 @@
-/* tests/test_tokenizer.c — model/tokenizer.c against Hugging Face tokenizers on the fixture of
+/* tests/test_tokenizer.c — model/text/tokenizer.c against Hugging Face tokenizers on the fixture of
  * scripts/fixtures_text.py (a SentencePiece nmt_nfkc Unigram model converted by transformers' T5Converter). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "model/text/tokenizer.h"
 #include "tests/test.h"
 
 #define TOK_DIR "tests/fixtures/text_tiny/tokenizer"

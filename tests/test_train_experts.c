@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "core/philox.h"
-#include "model/wan_dit.h"
-#include "model/word_embed.h"
+#include "model/dit/wan_dit.h"
+#include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
 #include "trainer/train_step.h"

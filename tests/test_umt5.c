@@ -1,4 +1,4 @@
-/* tests/test_umt5.c — model/umt5.c, model/t5_prompt.c and `vgrpo encode-prompts` against transformers'
+/* tests/test_umt5.c — model/text/umt5.c, model/text/t5_prompt.c and `vgrpo encode-prompts` against transformers'
  * UMT5EncoderModel and diffusers' WanPipeline._get_t5_prompt_embeds (fixtures of scripts/fixtures_text.py). */
 #include <jansson.h>
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/safetensors.h"
-#include "model/t5_prompt.h"
+#include "model/text/t5_prompt.h"
 #include "tests/test.h"
 
 #define TE_DIR "tests/fixtures/text_tiny/text_encoder"

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "model/wan_vae.h"
+#include "model/vae/wan_vae.h"
 #include "tests/test.h"
 
 /* Reads F32 tensor `name` of io into a malloc'd buffer; shape into sh (5 dims). */

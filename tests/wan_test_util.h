@@ -10,7 +10,7 @@
 
 #include "core/safetensors.h"
 #include "tests/test.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 
 /* Tensor `name` of f as malloc'd float (F32, BF16, F16 or I64 converted); shape into shape[]/ndim when not NULL.
  * NULL when missing. */

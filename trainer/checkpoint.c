@@ -1,5 +1,5 @@
 /* trainer/checkpoint.c — training checkpoints (see checkpoint.h): folders written under a temporary name, fsync'd
- * and renamed; weights through model/wan_io.c, Adam moments through the safetensors writer, the trainer state as
+ * and renamed; weights through model/dit/wan_io.c, Adam moments through the safetensors writer, the trainer state as
  * JSON (jansson). */
 #include "trainer/checkpoint.h"
 

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "trainer/optim.h"
 
 #define TRAINER_CKPT_MAX_EXPERTS 2

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "core/wire_rollout.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 
 #define CTL_MAX_WORKERS 64
 

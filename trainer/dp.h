@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "core/trajectory.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "sp/comm.h"
 #include "trainer/grpo.h"
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/flow.h"
-#include "model/guidance.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
 
 typedef struct {
     int s, i, e; /* sample, step, expert (the trajectory's record) */

@@ -2,7 +2,7 @@
  * the (guided) velocity of every trained transition with gradient, the log-prob of the recorded next latent and the
  * KL to the frozen reference, the loss terms with the global denominator, and the backward into the parameter
  * gradients; then the optimizer step. DESIGN.md section 4 is the contract; trainer/grpo.h has the per-transition
- * arithmetic, model/flow.h the step and its backward, model/guidance.h the CFG combination.
+ * arithmetic, model/flow/flow.h the step and its backward, model/flow/guidance.h the CFG combination.
  *
  * Transitions: sample s, step i in grpo_select_steps(sel, N, has_log_prob, seed, uid_s), listed sample by sample,
  * steps ascending; cut into micro-batches of micro_batch_size transitions (any size: a micro-batch may mix samples
@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "core/trajectory.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"
 

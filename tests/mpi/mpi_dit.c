@@ -40,7 +40,7 @@
 #include <time.h>
 
 #include "core/error.h"
-#include "model/wan_dit.h"
+#include "model/dit/wan_dit.h"
 #include "sp/usp_attention.h"
 #include "tests/mpi/mpi_cases.h"
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/word_embed.h"
+#include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/mpi/mpi_cases.h"
 #include "trainer/dp.h"

@@ -1,0 +1,142 @@
+/* model/vae/wan_vae_layers.c — the Wan VAE decoder's layers on channel-last frames ([nf, H, W, C] per sample):
+ * causal 3-D convolution with the feature cache (im2col + k_cpu_ops.gemm), WanRMS_norm + SiLU, the single-head
+ * spatial attention of the mid-block, and the DupUp3D shortcut of Wan 2.2's residual up-blocks.
+ * Reference: diffusers 0.42.1 autoencoder_kl_wan.py (WanCausalConv3d, WanRMS_norm, WanAttentionBlock, DupUp3D,
+ * WanResample's nearest-exact 2x up-sampling, which for a factor of exactly 2 is pixel repetition). */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "model/vae/wan_vae_internal.h"
+
+/* Source frame of padded tap position p (relative to the chunk: p < 0 reads the cache) or NULL for zeros. */
+static const float *tap_frame(const float *x, int p, const float *cache, int ncache, size_t fsz) {
+    if (p >= 0) return x + (size_t)p * fsz;
+    int cp = ncache + p; /* cache holds the last ncache frames before the chunk */
+    if (cp < 0 || !cache) return NULL;
+    return cache + (size_t)cp * fsz;
+}
+
+int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, int H, int W, int up2x, float *out) {
+    vae_state *st = &m->st;
+    const float *wt = m->params + c->w, *bias = m->params + c->b;
+    const int ci = c->cin, co = c->cout, kt = c->kt, kh = c->kh, kw = c->kw;
+    const int Ho = up2x ? 2 * H : H, Wo = up2x ? 2 * W : W;
+    const size_t fsz = (size_t)H * W * ci, npix = (size_t)Ho * Wo;
+    float *cache = c->slot >= 0 ? st->cache[c->slot] : NULL;
+    const int ncache = c->slot >= 0 ? st->cache_n[c->slot] : 0;
+    if (kt == 1 && kh == 1 && kw == 1 && !up2x) { /* pointwise: one GEMM over all pixels of all frames */
+        k_cpu_ops.gemm(0, 1, (int)(nf * npix), co, ci, 1.0f, x, ci, wt, ci, 0.0f, out, co, bias);
+        return 0;
+    }
+    const int K = kt * kh * kw * ci, KT = kh * kw * ci; /* K: weight row length; KT: one time tap's share */
+    size_t rows = st->col_floats / (size_t)K;
+    if (rows < 1) return core_error("vae: im2col scratch too small for K = %d", K);
+    if (rows > npix) rows = npix;
+    const int ph = kh / 2, pw = kw / 2;
+    for (int f = 0; f < nf; f++) {
+        const float *src[3] = {NULL, NULL, NULL};
+        for (int t = 0; t < kt; t++) src[t] = tap_frame(x, f + t - (kt - 1), cache, ncache, fsz);
+        /* Taps reading the zero padding before the stream are the leading ones: leave them out of the GEMM
+         * (their weights meet zeros), which makes the first latent frame about kt times cheaper. */
+        int t0 = 0;
+        while (t0 < kt - 1 && !src[t0]) t0++;
+        const int Ku = (kt - t0) * KT;
+        for (size_t r0 = 0; r0 < npix; r0 += rows) {
+            const size_t nr = npix - r0 < rows ? npix - r0 : rows;
+            float *col = st->col;
+#pragma omp parallel for schedule(static) if ((size_t)nr * (size_t)Ku >= K_PAR_MIN_ELEMS)
+            for (long long r = 0; r < (long long)nr; r++) {
+                const int py = (int)((r0 + (size_t)r) / (size_t)Wo), px = (int)((r0 + (size_t)r) % (size_t)Wo);
+                float *dst = col + (size_t)r * Ku;
+                for (int t = t0; t < kt; t++)
+                    for (int dy = 0; dy < kh; dy++)
+                        for (int dx = 0; dx < kw; dx++, dst += ci) {
+                            const int yy = py + dy - ph, xx = px + dx - pw;
+                            if (!src[t] || yy < 0 || yy >= Ho || xx < 0 || xx >= Wo) {
+                                memset(dst, 0, (size_t)ci * sizeof(float));
+                                continue;
+                            }
+                            const int sy = up2x ? yy >> 1 : yy, sx = up2x ? xx >> 1 : xx;
+                            memcpy(dst, src[t] + ((size_t)sy * W + sx) * ci, (size_t)ci * sizeof(float));
+                        }
+            }
+            k_cpu_ops.gemm(0, 1, (int)nr, co, Ku, 1.0f, col, Ku, wt + (size_t)t0 * KT, K, 0.0f,
+                           out + ((size_t)f * npix + r0) * co, co, bias);
+        }
+    }
+    if (cache) { /* keep the last VAE_CACHE_T frames of the stream (cache ++ x), as diffusers' cache_x rule does */
+        if (nf >= VAE_CACHE_T) {
+            memcpy(cache, x + (size_t)(nf - VAE_CACHE_T) * fsz, VAE_CACHE_T * fsz * sizeof(float));
+            st->cache_n[c->slot] = VAE_CACHE_T;
+        } else if (ncache >= 1) {
+            memmove(cache, cache + (size_t)(ncache - 1) * fsz, fsz * sizeof(float));
+            memcpy(cache + fsz, x, fsz * sizeof(float));
+            st->cache_n[c->slot] = 2;
+        } else {
+            memcpy(cache, x, fsz * sizeof(float));
+            st->cache_n[c->slot] = 1;
+        }
+    }
+    return 0;
+}
+
+void vae_norm_forward(const vae_model *m, const vae_norm *nm, const float *x, float *out, int64_t n, int silu) {
+    const int C = nm->c;
+    const float *g = m->params + nm->gamma;
+    const float scale = (float)sqrt((double)C);
+#pragma omp parallel for schedule(static) if ((size_t)n * C >= K_PAR_MIN_ELEMS)
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * C;
+        float *o = out + (size_t)r * C;
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+        float den = (float)sqrt(ss);
+        if (den < 1e-12f) den = 1e-12f; /* F.normalize: x / max(||x||_2, eps) */
+        for (int c = 0; c < C; c++) {
+            float v = xr[c] / den * scale * g[c];
+            o[c] = silu ? v / (1.0f + expf(-v)) : v;
+        }
+    }
+}
+
+int vae_attn_forward(vae_model *m, const vae_attnblock *a, float *x, int nf, int H, int W) {
+    vae_state *st = &m->st;
+    const int C = a->c, S = H * W;
+    float *t = st->attn, *qkv = t + (size_t)S * C, *q = qkv + (size_t)S * 3 * C, *k = q + (size_t)S * C,
+          *v = k + (size_t)S * C, *o = v + (size_t)S * C, *lse = o + (size_t)S * C;
+    for (int f = 0; f < nf; f++) {
+        float *xf = x + (size_t)f * S * C;
+        vae_norm_forward(m, &a->n, xf, t, S, 0);
+        if (vae_conv_forward(m, &a->qkv, t, 1, H, W, 0, qkv)) return -1;
+        for (int s = 0; s < S; s++) {
+            memcpy(q + (size_t)s * C, qkv + (size_t)s * 3 * C, (size_t)C * sizeof(float));
+            memcpy(k + (size_t)s * C, qkv + (size_t)s * 3 * C + C, (size_t)C * sizeof(float));
+            memcpy(v + (size_t)s * C, qkv + (size_t)s * 3 * C + 2 * C, (size_t)C * sizeof(float));
+        }
+        k_cpu_ops.attention_forward(o, lse, q, k, v, 1, S, S, 1, C, (float)(1.0 / sqrt((double)C)));
+        if (vae_conv_forward(m, &a->proj, o, 1, H, W, 0, t)) return -1;
+        for (size_t i = 0; i < (size_t)S * C; i++) xf[i] += t[i];
+    }
+    return 0;
+}
+
+void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop) {
+    const int fs = 2, factor = ft * fs * fs, repeats = cout * factor / cin;
+    const int Ho = H * fs, Wo = W * fs, nfo = nf * ft - drop;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)nfo * Ho * Wo * cout >= K_PAR_MIN_ELEMS)
+    for (int fo = 0; fo < nfo; fo++)
+        for (int yo = 0; yo < Ho; yo++) {
+            const int tf = fo + drop, t = tf / ft, a = tf % ft, y = yo / fs, i = yo % fs;
+            for (int xo = 0; xo < Wo; xo++) {
+                const int xs = xo / fs, j = xo % fs;
+                const float *src = x + (((size_t)t * H + y) * W + xs) * cin;
+                float *dst = out + (((size_t)fo * Ho + yo) * Wo + xo) * cout;
+                for (int o = 0; o < cout; o++) {
+                    const int e = ((o * ft + a) * fs + i) * fs + j; /* channel of repeat_interleave'd x */
+                    dst[o] += src[e / repeats];
+                }
+            }
+        }
+}
