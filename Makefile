@@ -84,6 +84,12 @@ bench: all
 	$(BUILD)/vgrpo bench kernels
 	$(BUILD)/vgrpo bench dit
 
+# The layering check (scripts/check_layout.py): which folder may include which, no file-level cycles inside a
+# folder (from the objects in $(BUILD); build first), and a warning list of long cli/ files.
+.PHONY: check-layout
+check-layout:
+	python3 scripts/check_layout.py --build $(BUILD)
+
 # libFuzzer targets (clang), each run for FUZZ_SECONDS.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
