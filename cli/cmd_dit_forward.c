@@ -16,20 +16,10 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/dit/wan_dit.h"
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo dit-forward --model DIR --inputs IN.safetensors --out OUT.safetensors\n"
-               "                         [--subfolder NAME] [--recompute]\n\n"
-               "  --model DIR        transformer folder, or pipeline folder (uses DIR/transformer)\n"
-               "  --subfolder NAME   the pipeline component to use (default transformer; transformer_2: the\n"
-               "                     low-noise expert of a two-expert pipeline)\n"
-               "  --inputs IN        hidden_states, timestep, encoder_hidden_states [, grad_output]\n"
-               "  --out OUT          output [, grad_hidden_states, grad_encoder_hidden_states, grad.<param>]\n"
-               "  --recompute        recompute elementwise activations in the backward\n");
-}
 
 /* Reads float tensor `name` (F32/BF16/F16; I64 too when allow_int) of the expected rank into a malloc'd buffer. */
 static float *read_input(const st_file *f, const char *name, int rank, int64_t *shape, int allow_int, int required) {
@@ -160,31 +150,22 @@ done:
 int cmd_dit_forward(int argc, char **argv) {
     const char *model = NULL, *inputs = NULL, *out = NULL, *sub = "transformer";
     int recompute = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(argv[i], "--inputs") && i + 1 < argc) {
-            inputs = argv[++i];
-        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--subfolder") && i + 1 < argc) {
-            sub = argv[++i];
-        } else if (!strcmp(argv[i], "--recompute")) {
-            recompute = 1;
-        } else {
-            fprintf(stderr, "vgrpo dit-forward: unknown or incomplete option \"%s\"\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!model || !inputs || !out) {
-        fprintf(stderr, "vgrpo dit-forward: --model, --inputs and --out are required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    const opts_spec opts[] = {
+        {.name = "model", .type = OPTS_STRING, .str = &model, .required = 1, .meta = "DIR",
+         .help = "transformer folder, or pipeline folder (uses DIR/transformer)"},
+        {.name = "inputs", .type = OPTS_STRING, .str = &inputs, .required = 1, .meta = "IN.safetensors",
+         .help = "hidden_states, timestep, encoder_hidden_states [, grad_output]"},
+        {.name = "out", .type = OPTS_STRING, .str = &out, .required = 1, .meta = "OUT.safetensors",
+         .help = "output [, grad_hidden_states, grad_encoder_hidden_states, grad.<param>]"},
+        {.name = "subfolder", .type = OPTS_STRING, .str = &sub, .meta = "NAME",
+         .help = "the pipeline component to use (default transformer; transformer_2: the\n"
+                 "low-noise expert of a two-expert pipeline)"},
+        {.name = "recompute", .type = OPTS_FLAG, .flag = &recompute,
+         .help = "recompute elementwise activations in the backward"},
+        {0}};
+    const opts_cmd cmd = {.name = "dit-forward", .opts = opts};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
     /* a pipeline folder: use its transformer component */
     char dir[4096], probe[4200];
     struct stat st;

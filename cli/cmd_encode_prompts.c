@@ -13,21 +13,12 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/text/t5_prompt.h"
 
 #define ENCODE_BATCH 8 /* prompts per encoder call: bounds memory; results do not depend on it */
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo encode-prompts --text-encoder DIR --tokenizer DIR --prompts FILE --out OUT.safetensors\n"
-               "                            [--max-length N]\n\n"
-               "  --text-encoder DIR  umT5 encoder folder (config.json + safetensors), e.g. PIPELINE/text_encoder\n"
-               "  --tokenizer DIR     folder holding tokenizer.json, e.g. PIPELINE/tokenizer\n"
-               "  --prompts FILE      one prompt per line (blank and #-comment lines skipped)\n"
-               "  --out OUT           writes embeds [P,N,D], lengths [P], negative_embeds [1,N,D]\n"
-               "  --max-length N      tokens per prompt, padded/truncated (default 512)\n");
-}
 
 /* Reads the non-blank lines of path; *out is a malloc'd array of malloc'd strings. */
 static int read_prompts(const char *path, char ***out, int *count) {
@@ -107,43 +98,23 @@ done:
 int cmd_encode_prompts(int argc, char **argv) {
     const char *te = NULL, *tk = NULL, *pr = NULL, *out = NULL;
     int N = 512;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "encode-prompts: %s needs a value (or is unknown)\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--text-encoder")) te = v;
-        else if (!strcmp(a, "--tokenizer")) tk = v;
-        else if (!strcmp(a, "--prompts")) pr = v;
-        else if (!strcmp(a, "--out")) out = v;
-        else if (!strcmp(a, "--max-length")) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || n <= 0 || n > 1 << 20) {
-                fprintf(stderr, "encode-prompts: --max-length must be a positive integer, got \"%s\"\n", v);
-                return 2;
-            }
-            N = (int)n;
-        } else {
-            fprintf(stderr, "encode-prompts: unknown option %s\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!te || !tk || !pr || !out) {
-        fprintf(stderr, "encode-prompts: --text-encoder, --tokenizer, --prompts and --out are required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    const opts_spec opts[] = {
+        {.name = "text-encoder", .type = OPTS_STRING, .str = &te, .required = 1, .meta = "DIR",
+         .help = "umT5 encoder folder (config.json + safetensors), e.g. PIPELINE/text_encoder"},
+        {.name = "tokenizer", .type = OPTS_STRING, .str = &tk, .required = 1, .meta = "DIR",
+         .help = "folder holding tokenizer.json, e.g. PIPELINE/tokenizer"},
+        {.name = "prompts", .type = OPTS_STRING, .str = &pr, .required = 1, .meta = "FILE",
+         .help = "one prompt per line (blank and #-comment lines skipped)"},
+        {.name = "out", .type = OPTS_STRING, .str = &out, .required = 1, .meta = "OUT.safetensors",
+         .help = "writes embeds [P,N,D], lengths [P], negative_embeds [1,N,D]"},
+        {.name = "max-length", .type = OPTS_INT, .i = &N, .min = 1, .max = 1 << 20, .meta = "N",
+         .help = "tokens per prompt, padded/truncated (default 512)"},
+        {0}};
+    const opts_cmd cmd = {.name = "encode-prompts", .opts = opts};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
     if (run(te, tk, pr, out, N)) {
-        fprintf(stderr, "encode-prompts: %s\n", core_last_error());
+        fprintf(stderr, "vgrpo encode-prompts: %s\n", core_last_error());
         return 1;
     }
     return 0;

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "model/flow/flow.h"
@@ -48,24 +49,6 @@ typedef struct {
     int have_guidance2;
     uint64_t seed;
 } gen_args;
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: vgrpo generate --pipeline DIR --prompt TEXT --out OUT.mp4 [options]\n\n"
-            "  --pipeline DIR          WanPipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,\n"
-            "                          vae/; transformer_2/ for two experts),\n"
-            "                          e.g. from `vgrpo init-model --preset tiny`\n"
-            "  --prompt TEXT           the prompt\n"
-            "  --out OUT.mp4           the video; the contact sheet goes next to it (OUT.png)\n"
-            "  --negative-prompt TEXT  negative prompt for classifier-free guidance (default: empty)\n"
-            "  --steps N               sampling steps (default 20)\n"
-            "  --guidance G            guidance scale (default 5.0; 1 = no unconditional pass)\n"
-            "  --guidance-2 G          guidance scale of transformer_2 (default: --guidance)\n"
-            "  --shift X               flow shift of the sigma schedule (default 5.0)\n"
-            "  --seed S                noise seed (default 0)\n"
-            "  --frames F              video frames, 4k + 1 (default 9)\n"
-            "  --height H, --width W   pixels, multiples of 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE) (default 64 x 64)\n");
-}
 
 static double now_s(void) {
     struct timespec t;
@@ -249,76 +232,37 @@ done:
     return rc;
 }
 
-static int parse_int(const char *opt, const char *v, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || errno || n < lo || n > hi) {
-        fprintf(stderr, "vgrpo generate: %s: expected an integer in %ld..%ld, got \"%s\"\n", opt, lo, hi, v);
-        return -1;
-    }
-    *out = (int)n;
-    return 0;
-}
-
-static int parse_num(const char *opt, const char *v, double *out) {
-    char *end;
-    double d = strtod(v, &end);
-    if (!*v || *end || !isfinite(d)) {
-        fprintf(stderr, "vgrpo generate: %s: expected a number, got \"%s\"\n", opt, v);
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
-
 int cmd_generate(int argc, char **argv) {
     gen_args a = {.negative = "", .steps = 20, .frames = 9, .height = 64, .width = 64, .guidance = 5.0,
                   .shift = 5.0};
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "vgrpo generate: %s needs a value (or is unknown)\n\n", o);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(o, "--pipeline")) a.pipeline = v;
-        else if (!strcmp(o, "--prompt")) a.prompt = v;
-        else if (!strcmp(o, "--negative-prompt")) a.negative = v;
-        else if (!strcmp(o, "--out")) a.out = v;
-        else if (!strcmp(o, "--steps")) bad = parse_int(o, v, 1, 1000, &a.steps);
-        else if (!strcmp(o, "--frames")) bad = parse_int(o, v, 1, 100000, &a.frames);
-        else if (!strcmp(o, "--height")) bad = parse_int(o, v, 1, 16384, &a.height);
-        else if (!strcmp(o, "--width")) bad = parse_int(o, v, 1, 16384, &a.width);
-        else if (!strcmp(o, "--guidance")) bad = parse_num(o, v, &a.guidance);
-        else if (!strcmp(o, "--guidance-2")) bad = parse_num(o, v, &a.guidance2), a.have_guidance2 = 1;
-        else if (!strcmp(o, "--shift")) bad = parse_num(o, v, &a.shift);
-        else if (!strcmp(o, "--seed")) {
-            char *end;
-            errno = 0;
-            a.seed = strtoull(v, &end, 0);
-            if (!*v || *end || errno || v[0] == '-') {
-                fprintf(stderr, "vgrpo generate: --seed: expected a non-negative integer, got \"%s\"\n", v);
-                bad = -1;
-            }
-        } else {
-            fprintf(stderr, "vgrpo generate: unknown option %s\n\n", o);
-            usage(stderr);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (!a.pipeline || !a.prompt || !a.out) {
-        fprintf(stderr, "vgrpo generate: --pipeline, --prompt and --out are required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    const opts_spec opts[] = {
+        {.name = "pipeline", .type = OPTS_STRING, .str = &a.pipeline, .required = 1, .meta = "DIR",
+         .help = "WanPipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,\n"
+                 "vae/; transformer_2/ for two experts), e.g. from `vgrpo init-model --preset tiny`"},
+        {.name = "prompt", .type = OPTS_STRING, .str = &a.prompt, .required = 1, .meta = "TEXT", .help = "the prompt"},
+        {.name = "out", .type = OPTS_STRING, .str = &a.out, .required = 1, .meta = "OUT.mp4",
+         .help = "the video; the contact sheet goes next to it (OUT.png)"},
+        {.name = "negative-prompt", .type = OPTS_STRING, .str = &a.negative, .meta = "TEXT",
+         .help = "negative prompt for classifier-free guidance (default: empty)"},
+        {.name = "steps", .type = OPTS_INT, .i = &a.steps, .min = 1, .max = 1000, .meta = "N",
+         .help = "sampling steps (default 20)"},
+        {.name = "guidance", .type = OPTS_DOUBLE, .d = &a.guidance, .meta = "G",
+         .help = "guidance scale (default 5.0; 1 = no unconditional pass)"},
+        {.name = "guidance-2", .type = OPTS_DOUBLE, .d = &a.guidance2, .seen = &a.have_guidance2, .meta = "G",
+         .help = "guidance scale of transformer_2 (default: --guidance)"},
+        {.name = "shift", .type = OPTS_DOUBLE, .d = &a.shift, .meta = "X",
+         .help = "flow shift of the sigma schedule (default 5.0)"},
+        {.name = "seed", .type = OPTS_U64, .u64 = &a.seed, .meta = "S", .help = "noise seed (default 0)"},
+        {.name = "frames", .type = OPTS_INT, .i = &a.frames, .min = 1, .max = 100000, .meta = "F",
+         .help = "video frames, 4k + 1 (default 9)"},
+        {.name = "height", .type = OPTS_INT, .i = &a.height, .min = 1, .max = 16384, .meta = "H",
+         .help = "pixels, a multiple of 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE) (default 64)"},
+        {.name = "width", .type = OPTS_INT, .i = &a.width, .min = 1, .max = 16384, .meta = "W",
+         .help = "pixels, likewise (default 64)"},
+        {0}};
+    const opts_cmd cmd = {.name = "generate", .opts = opts};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
     if (!a.have_guidance2) a.guidance2 = a.guidance;
     if (generate(&a)) {
         fprintf(stderr, "vgrpo generate: %s\n", core_last_error());

@@ -29,23 +29,21 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "model/vae/latent_rgb.h"
 #include "model/vae/tiny_vae.h"
 #include "model/text/tiny_text.h"
 #include "model/dit/wan_dit.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo init-model --preset P --out DIR [--seed N] [--experts 1|2] [--force]\n\n"
-               "Writes a Wan pipeline folder (diffusers WanPipeline layout) for preset P:\n");
-    for (const char *const *p = wan_preset_names(); *p; p++)
-        fprintf(f, "  %-16s %s\n", *p,
-                !strcmp(*p, "tiny") ? "random weights (seeded), for tests and the demo"
-                : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
-                                     : "config only (no weights)");
-    fprintf(f, "\n  --seed N   seed of the tiny preset's random weights (default 0)\n"
-               "  --experts 2  tiny only: also write transformer_2/ (seed + 1), a two-expert model as Wan 2.2 A14B\n"
-               "  --force    replace an earlier init-model's files in DIR (other files are kept)\n");
+/* The usage's text after the options: the presets (from model/dit's table) and what each writes. */
+static void preset_list(char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "presets:");
+    for (const char *const *p = wan_preset_names(); *p && n < cap; p++)
+        n += (size_t)snprintf(buf + n, cap - n, "\n  %-16s %s", *p,
+                              !strcmp(*p, "tiny") ? "random weights (seeded), for tests and the demo"
+                              : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
+                                                   : "config only (no weights)");
 }
 
 static int make_dir(const char *path) {
@@ -134,47 +132,25 @@ int cmd_init_model(int argc, char **argv) {
     const char *preset = NULL, *out = NULL;
     uint64_t seed = 0;
     int force = 0, experts = 0; /* 0: the preset's own count */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--preset") && i + 1 < argc) {
-            preset = argv[++i];
-        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            seed = strtoull(argv[++i], &end, 0);
-            if (*end || errno || argv[i][0] == '-') {
-                fprintf(stderr, "vgrpo init-model: --seed: expected a non-negative integer, got \"%s\"\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--experts") && i + 1 < argc) {
-            ++i;
-            if (strcmp(argv[i], "1") && strcmp(argv[i], "2")) {
-                fprintf(stderr, "vgrpo init-model: --experts: expected 1 or 2, got \"%s\"\n", argv[i]);
-                return 2;
-            }
-            experts = argv[i][0] - '0';
-        } else if (!strcmp(argv[i], "--force")) {
-            force = 1;
-        } else {
-            fprintf(stderr, "vgrpo init-model: unknown or incomplete option \"%s\"\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!preset || !out) {
-        fprintf(stderr, "vgrpo init-model: --preset and --out are required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    char presets[1024];
+    preset_list(presets, sizeof presets);
+    const opts_spec opts[] = {
+        {.name = "preset", .type = OPTS_STRING, .str = &preset, .required = 1, .meta = "P",
+         .help = "the preset (listed below)"},
+        {.name = "out", .type = OPTS_STRING, .str = &out, .required = 1, .meta = "DIR", .help = "the pipeline folder"},
+        {.name = "seed", .type = OPTS_U64, .u64 = &seed, .meta = "N",
+         .help = "seed of the tiny preset's random weights (default 0)"},
+        {.name = "experts", .type = OPTS_INT, .i = &experts, .min = 1, .max = 2, .meta = "1|2",
+         .help = "tiny only: 2 also writes transformer_2/ (seed + 1), a two-expert model\nas Wan 2.2 A14B"},
+        {.name = "force", .type = OPTS_FLAG, .flag = &force,
+         .help = "replace an earlier init-model's files in DIR (other files are kept)"},
+        {0}};
+    const opts_cmd cmd = {.name = "init-model", .opts = opts, .epilog = presets,
+                          .about = "Writes a Wan pipeline folder (diffusers WanPipeline layout) for preset P."};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
     wan_config cfg;
-    if (wan_config_preset(&cfg, preset)) {
-        fprintf(stderr, "vgrpo init-model: %s\n", core_last_error());
-        return 2;
-    }
+    if (wan_config_preset(&cfg, preset)) return opts_exit_status(opts_fail(&cmd, stderr, "%s", core_last_error()));
     char path[4096];
     snprintf(path, sizeof path, "%s/model_index.json", out);
     if (exists(path) && !force) {
@@ -183,9 +159,8 @@ int cmd_init_model(int argc, char **argv) {
     }
     const int a14b = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
     if ((a14b && experts == 1) || (!a14b && !weights && experts == 2)) {
-        fprintf(stderr, "vgrpo init-model: --experts %d: preset %s has %s (--experts 2 is for the tiny test model)\n",
-                experts, preset, a14b ? "two experts" : "one expert");
-        return 2;
+        return opts_exit_status(opts_fail(&cmd, stderr, "--experts %d: preset %s has %s (--experts 2 is for the tiny test "
+                                                      "model)", experts, preset, a14b ? "two experts" : "one expert"));
     }
     const int two = a14b || experts == 2;
     if (force) remove_previous(out);

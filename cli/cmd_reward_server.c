@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "reward/server.h"
 
@@ -17,76 +18,32 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: vgrpo reward-server --bind ENDPOINT --scorers NAME:WEIGHT,... [--threads N] [--queue N]\n"
-            "                           [--max-frame-mb MB] [--cache N]\n"
-            "  --bind          ipc://PATH (PATH < 100 bytes) or tcp://HOST:PORT\n"
-            "  --scorers       scorers and weights, e.g. color_match:1,brightness:0.5 (weight default 1)\n"
-            "  --threads       scoring threads (default 2)\n"
-            "  --queue         requests waiting for a thread before `busy` errors (default 64)\n"
-            "  --max-frame-mb  largest videos frame in MiB; a bigger frame drops the connection (default 1024)\n"
-            "  --cache         replies kept for idempotent repeats (default 4096)\n"
-            "Protocol: reward/PROTOCOL.md. Stops on SIGTERM/SIGINT or a `shutdown` message.\n");
-}
-
-static int parse_pos(const char *flag, const char *v, long max, long *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < 1 || x > max) {
-        fprintf(stderr, "reward-server: %s \"%s\" is not an integer in [1, %ld]\n", flag, v, max);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 int cmd_reward_server(int argc, char **argv) {
     reward_server_config cfg;
     reward_server_config_default(&cfg);
     const char *scorers = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "reward-server: unknown option or missing value: %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        long x;
-        if (!strcmp(a, "--bind")) cfg.endpoint = v;
-        else if (!strcmp(a, "--scorers")) scorers = v;
-        else if (!strcmp(a, "--threads")) {
-            if (parse_pos(a, v, 256, &x)) return 2;
-            cfg.threads = (int)x;
-        } else if (!strcmp(a, "--queue")) {
-            if (parse_pos(a, v, 1 << 20, &x)) return 2;
-            cfg.queue = (int)x;
-        } else if (!strcmp(a, "--cache")) {
-            if (parse_pos(a, v, 1 << 24, &x)) return 2;
-            cfg.cache = (int)x;
-        } else if (!strcmp(a, "--max-frame-mb")) {
-            if (parse_pos(a, v, 1 << 20, &x)) return 2;
-            cfg.max_frame_bytes = (size_t)x << 20;
-        } else {
-            fprintf(stderr, "reward-server: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!cfg.endpoint || !scorers) {
-        fprintf(stderr, "reward-server: --bind and --scorers are required\n");
-        usage(stderr);
-        return 2;
-    }
-    if (reward_server_parse_scorers(&cfg, scorers) != 0) {
-        fprintf(stderr, "reward-server: %s\n", core_last_error());
-        return 2;
-    }
+    int max_frame_mb = (int)(cfg.max_frame_bytes >> 20);
+    const opts_spec opts[] = {
+        {.name = "bind", .type = OPTS_STRING, .str = &cfg.endpoint, .required = 1, .meta = "ENDPOINT",
+         .help = "ipc://PATH (PATH < 100 bytes) or tcp://HOST:PORT"},
+        {.name = "scorers", .type = OPTS_STRING, .str = &scorers, .required = 1, .meta = "NAME:WEIGHT,...",
+         .help = "scorers and weights, e.g. color_match:1,brightness:0.5 (weight default 1)"},
+        {.name = "threads", .type = OPTS_INT, .i = &cfg.threads, .min = 1, .max = 256, .meta = "N",
+         .help = "scoring threads (default 2)"},
+        {.name = "queue", .type = OPTS_INT, .i = &cfg.queue, .min = 1, .max = 1 << 20, .meta = "N",
+         .help = "requests waiting for a thread before `busy` errors (default 64)"},
+        {.name = "max-frame-mb", .type = OPTS_INT, .i = &max_frame_mb, .min = 1, .max = 1 << 20, .meta = "MB",
+         .help = "largest videos frame in MiB; a bigger frame drops the connection (default 1024)"},
+        {.name = "cache", .type = OPTS_INT, .i = &cfg.cache, .min = 1, .max = 1 << 24, .meta = "N",
+         .help = "replies kept for idempotent repeats (default 4096)"},
+        {0}};
+    const opts_cmd cmd = {.name = "reward-server", .opts = opts,
+                          .epilog = "Protocol: reward/PROTOCOL.md. Stops on SIGTERM/SIGINT or a `shutdown` message."};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
+    cfg.max_frame_bytes = (size_t)max_frame_mb << 20;
+    if (reward_server_parse_scorers(&cfg, scorers) != 0)
+        return opts_exit_status(opts_fail(&cmd, stderr, "%s", core_last_error()));
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: the poll loop wakes and sees the flag */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"
@@ -20,60 +21,37 @@ static void on_signal(int sig) {
     stop_flag = 1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo rollout-worker RECIPE --controller ENDPOINT --reward ENDPOINT --id NAME\n"
-               "                            [--transformer DIR] [--set key.path=value ...] [--idle-exit S]\n"
-               "  --controller   the controller's ROUTER endpoint (ipc://PATH or tcp://HOST:PORT)\n"
-               "  --reward       the reward server's endpoint\n"
-               "  --id           this worker's client id (e.g. worker-0)\n"
-               "  --transformer  weights folder instead of model.path/transformer (a checkpoint's transformer/)\n"
-               "  --idle-exit    exit after S seconds without a controller message (default 0: never)\n");
-}
-
 int cmd_rollout_worker(int argc, char **argv) {
     const char *path = NULL, *transformer = NULL;
     rollout_worker_config cfg = {.fps = 16.0};
-    const char **sets = calloc((size_t)argc, sizeof(char *));
-    int n_sets = 0;
-    if (!sets) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            free(sets);
-            return 0;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else if (i + 1 < argc && !strcmp(a, "--controller")) {
-            cfg.controller = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--reward")) {
-            cfg.reward = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--id")) {
-            cfg.id = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--transformer")) {
-            transformer = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--set")) {
-            sets[n_sets++] = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--idle-exit")) {
-            cfg.idle_exit_s = atof(argv[++i]);
-        } else {
-            fprintf(stderr, "rollout-worker: unknown or incomplete option \"%s\"\n\n", a);
-            usage(stderr);
-            free(sets);
-            return 2;
-        }
-    }
-    if (!path || !cfg.controller || !cfg.reward || !cfg.id) {
-        fprintf(stderr, "rollout-worker: RECIPE, --controller, --reward and --id are required\n\n");
-        usage(stderr);
-        free(sets);
-        return 2;
+    opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
+    if (!sets.v) return 1;
+    const opts_spec opts[] = {
+        {.name = "controller", .type = OPTS_STRING, .str = &cfg.controller, .required = 1, .meta = "ENDPOINT",
+         .help = "the controller's ROUTER endpoint (ipc://PATH or tcp://HOST:PORT)"},
+        {.name = "reward", .type = OPTS_STRING, .str = &cfg.reward, .required = 1, .meta = "ENDPOINT",
+         .help = "the reward server's endpoint"},
+        {.name = "id", .type = OPTS_STRING, .str = &cfg.id, .required = 1, .meta = "NAME",
+         .help = "this worker's client id (e.g. worker-0)"},
+        {.name = "transformer", .type = OPTS_STRING, .str = &transformer, .meta = "DIR",
+         .help = "weights folder instead of model.path/transformer (a checkpoint's transformer/)"},
+        {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
+         .help = "override a recipe key (repeatable)"},
+        {.name = "idle-exit", .type = OPTS_DOUBLE, .d = &cfg.idle_exit_s, .min = 0, .max = 1e9, .meta = "S",
+         .help = "exit after S seconds without a controller message (default 0: never)"},
+        {0}};
+    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
+    const opts_cmd cmd = {.name = "rollout-worker", .opts = opts, .pos = pos};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) {
+        free(sets.v);
+        return opts_exit_status(prc);
     }
     core_recipe r;
     rollout_pipeline p;
     memset(&p, 0, sizeof p);
     int status = 1;
-    if (core_recipe_load(&r, path, sets, n_sets) || rollout_pipeline_load(&p, &r, transformer)) {
+    if (core_recipe_load(&r, path, sets.v, sets.n) || rollout_pipeline_load(&p, &r, transformer)) {
         fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
     } else {
         cfg.reward_timeout_s = r.reward_timeout_s;
@@ -86,6 +64,6 @@ int cmd_rollout_worker(int argc, char **argv) {
     }
     rollout_pipeline_free(&p);
     core_recipe_release(&r);
-    free(sets);
+    free(sets.v);
     return status;
 }

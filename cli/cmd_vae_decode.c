@@ -7,16 +7,10 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/vae/wan_vae.h"
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo vae-decode --vae DIR --latents IN.safetensors --out OUT.safetensors\n\n"
-               "  --vae DIR       AutoencoderKLWan folder (config.json + weights), or a pipeline folder (uses DIR/vae)\n"
-               "  --latents IN    tensor `latents` [B, z_dim, T, h, w] (not un-normalised)\n"
-               "  --out OUT       tensor `video` F32 [B, 3, 1 + 4 (T - 1), H, W] in [-1, 1]\n");
-}
 
 static int run(const char *vae_dir, const char *in_path, const char *out_path) {
     int rc = -1;
@@ -71,27 +65,17 @@ done:
 
 int cmd_vae_decode(int argc, char **argv) {
     const char *vae = NULL, *lat = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--vae") && i + 1 < argc) {
-            vae = argv[++i];
-        } else if (!strcmp(argv[i], "--latents") && i + 1 < argc) {
-            lat = argv[++i];
-        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else {
-            fprintf(stderr, "vgrpo vae-decode: unknown or incomplete option \"%s\"\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!vae || !lat || !out) {
-        fprintf(stderr, "vgrpo vae-decode: --vae, --latents and --out are required\n\n");
-        usage(stderr);
-        return 2;
-    }
+    const opts_spec opts[] = {
+        {.name = "vae", .type = OPTS_STRING, .str = &vae, .required = 1, .meta = "DIR",
+         .help = "AutoencoderKLWan folder (config.json + weights), or a pipeline folder (uses DIR/vae)"},
+        {.name = "latents", .type = OPTS_STRING, .str = &lat, .required = 1, .meta = "IN.safetensors",
+         .help = "tensor `latents` [B, z_dim, T, h, w] (not un-normalised)"},
+        {.name = "out", .type = OPTS_STRING, .str = &out, .required = 1, .meta = "OUT.safetensors",
+         .help = "tensor `video` F32 [B, 3, 1 + 4 (T - 1), H, W] in [-1, 1]"},
+        {0}};
+    const opts_cmd cmd = {.name = "vae-decode", .opts = opts};
+    int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) return opts_exit_status(prc);
     if (run(vae, lat, out)) {
         fprintf(stderr, "vgrpo vae-decode: %s\n", core_last_error());
         return 1;
