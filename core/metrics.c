@@ -1,17 +1,22 @@
-/* core/metrics.c — JSON-lines metrics writer on jansson; see metrics.h. */
+/* core/metrics.c — JSON-lines metrics writer on jansson, and whole-row appends and resume cuts for any JSON-lines
+ * file; see metrics.h. */
 #include "core/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
 struct core_metrics {
-    FILE *f;
+    int fd;
     char *path;
     json_t *row;
 };
@@ -20,11 +25,9 @@ int core_metrics_open(core_metrics **out, const char *path, int append) {
     *out = NULL;
     core_metrics *m = calloc(1, sizeof *m);
     if (!m) return core_error("metrics %s: out of memory", path);
-    m->f = fopen(path, append ? "a" : "w");
-    if (!m->f) {
-        int e = errno;
+    if (core_jsonl_open(&m->fd, path, append)) {
         free(m);
-        return core_error("metrics %s: cannot open: %s", path, strerror(e));
+        return core_error_push("metrics ");
     }
     m->path = strdup(path);
     m->row = json_object();
@@ -124,8 +127,7 @@ int core_metrics_write_row(core_metrics *m) {
     }
     line[len++] = '}';
     line[len++] = '\n';
-    if (fwrite(line, 1, len, m->f) != len || fflush(m->f) != 0)
-        rc = core_error("metrics %s: write failed: %s", m->path, strerror(errno));
+    rc = core_jsonl_append(m->fd, line, len, m->path);
     free(line);
     return rc;
 }
@@ -133,9 +135,187 @@ int core_metrics_write_row(core_metrics *m) {
 int core_metrics_close(core_metrics *m) {
     if (!m) return 0;
     int rc = 0;
-    if (m->f && fclose(m->f) != 0) rc = core_error("metrics %s: close failed: %s", m->path, strerror(errno));
+    if (m->fd >= 0 && close(m->fd) != 0) rc = core_error("metrics %s: close failed: %s", m->path, strerror(errno));
     json_decref(m->row);
     free(m->path);
     free(m);
+    return rc;
+}
+
+/* ---- JSON lines ---- */
+
+int core_jsonl_open(int *fd, const char *path, int append) {
+    *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0666);
+    if (*fd < 0) return core_error("%s: cannot open: %s", path, strerror(errno));
+    return 0;
+}
+
+/* write(2) all n bytes, continuing after a short write or EINTR. 0, or -1 with errno set. */
+static int write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        if (w == 0) {
+            errno = ENOSPC; /* a regular file that takes nothing: treat as full */
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int core_jsonl_append(int fd, const char *line, size_t n, const char *path) {
+    const int has_nl = n > 0 && line[n - 1] == '\n';
+    if (memchr(line, '\n', has_nl ? n - 1 : n))
+        return core_error("%s: cannot append a row: it has a newline inside (one JSON value per line)", path);
+    char *copy = NULL;
+    if (!has_nl) { /* one write for row and newline, so they land (or not) together */
+        if (!(copy = malloc(n + 1))) return core_error("%s: cannot append a row: out of memory", path);
+        memcpy(copy, line, n);
+        copy[n++] = '\n';
+        line = copy;
+    }
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) != 0) {
+        rc = core_error("%s: cannot append a row: %s", path, strerror(errno));
+    } else if (write_all(fd, line, n) != 0) {
+        /* O_APPEND and one writer: the row went (partly) to offset st_size, so cutting back there removes it. */
+        int e = errno;
+        while (ftruncate(fd, sb.st_size) != 0) {
+            if (errno == EINTR) continue;
+            rc = core_error("%s: cannot append a row: %s; cutting the file back to %lld bytes failed too (%s): its "
+                            "last line may be torn (a resume drops it)",
+                            path, strerror(e), (long long)sb.st_size, strerror(errno));
+            break;
+        }
+        if (!rc) rc = core_error("%s: cannot append a row: %s; the file is as it was before the row", path, strerror(e));
+    }
+    free(copy);
+    return rc;
+}
+
+/* Reads the whole file into a NUL-terminated buffer. 0 (with *buf, *len, *sb), 1 if it does not exist, or -1. */
+static int read_whole(const char *path, char **buf, size_t *len, struct stat *sb) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 1 : core_error("%s: cannot read: %s", path, strerror(errno));
+    if (fstat(fd, sb) != 0) {
+        int e = errno;
+        close(fd);
+        return core_error("%s: cannot read: %s", path, strerror(e));
+    }
+    size_t cap = (size_t)sb->st_size + 1, n = 0;
+    char *b = malloc(cap);
+    if (!b) {
+        close(fd);
+        return core_error("%s: cannot read: out of memory (%lld bytes)", path, (long long)sb->st_size);
+    }
+    for (;;) {
+        if (n + 1 == cap) { /* grew since fstat */
+            char *g = realloc(b, cap * 2);
+            if (!g) {
+                free(b);
+                close(fd);
+                return core_error("%s: cannot read: out of memory", path);
+            }
+            b = g;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, b + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(b);
+            close(fd);
+            return core_error("%s: cannot read: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return 0;
+}
+
+/* 1 if text[0..n) (no newline) is one valid JSON value. */
+static int is_json(const char *text, size_t n, json_t **out) {
+    json_error_t je;
+    json_t *v = json_loadb(text, n, JSON_DECODE_ANY, &je);
+    if (out) *out = v;
+    else json_decref(v);
+    return v != NULL;
+}
+
+int core_jsonl_truncate(const char *path, int64_t step, int *dropped_torn) {
+    if (dropped_torn) *dropped_torn = 0;
+    char *buf = NULL;
+    size_t len = 0;
+    struct stat sb;
+    int r = read_whole(path, &buf, &len, &sb);
+    if (r) return r > 0 ? 0 : -1;
+    const size_t total = len;
+
+    /* Where the last line starts, and whether it is torn. */
+    size_t last = len;
+    if (len > 0) {
+        const char *nl = len >= 2 ? memrchr(buf, '\n', len - 1) : NULL;
+        last = nl ? (size_t)(nl - buf) + 1 : 0;
+        const int cut = buf[len - 1] != '\n';
+        const size_t body = len - last - (cut ? 0 : 1);
+        if (cut || !is_json(buf + last, body, NULL)) {
+            if (dropped_torn) *dropped_torn = 1;
+            len = last; /* the torn line is gone whatever the step rule says */
+        }
+    }
+    /* Keep rows while their "step" is an integer below `step`. */
+    size_t keep = 0;
+    while (keep < len) {
+        const char *nl = memchr(buf + keep, '\n', len - keep);
+        size_t end = (size_t)(nl - buf); /* len ends on a '\n' here */
+        json_t *row = NULL;
+        is_json(buf + keep, end - keep, &row);
+        json_t *s = json_object_get(row, "step");
+        const int ok = json_is_integer(s) && json_integer_value(s) < step;
+        json_decref(row);
+        if (!ok) break;
+        keep = end + 1;
+    }
+    if (keep == total) { /* nothing to drop */
+        free(buf);
+        return 0;
+    }
+
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        free(buf);
+        return core_error("%.200s...: path too long", path);
+    }
+    int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = core_error("%s: cannot create: %s", tmp, strerror(errno));
+    } else {
+        if (write_all(fd, buf, keep) != 0 || fchmod(fd, sb.st_mode & 07777) != 0 || fsync(fd) != 0)
+            rc = core_error("%s: write failed: %s", tmp, strerror(errno));
+        if (close(fd) != 0 && !rc) rc = core_error("%s: close failed: %s", tmp, strerror(errno));
+        if (!rc && rename(tmp, path) != 0)
+            rc = core_error("%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
+        if (rc) unlink(tmp);
+    }
+    free(buf);
+    if (!rc) { /* make the rename itself durable; a failure here loses nothing that is not already on disk */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", path);
+        int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            if (fsync(dfd) != 0) {
+                /* some file systems refuse fsync on a folder: the data itself is already synced */
+            }
+            close(dfd);
+        }
+    }
     return rc;
 }
