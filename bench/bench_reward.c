@@ -1,4 +1,4 @@
-/* cli/bench_reward.c — `vgrpo bench reward`: reward-server throughput in videos/s, from a separate process.
+/* bench/bench_reward.c — `vgrpo bench reward`: reward-server throughput in videos/s, from a separate process.
  *
  *   vgrpo bench reward [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]
  *
@@ -8,7 +8,8 @@
  * then one video per request, likewise. Every reply is checked against the scorers called in this process (same
  * values, bit for bit), so a fast wrong server does not pass. The first row is that in-process scoring on one thread:
  * the ceiling per scoring thread, with no transport. Ends with a `shutdown` message and prints the server's stats
- * line. Exit status: 0, 1 on failure (server did not start, wrong or missing reply), 2 on a usage error. */
+ * line. Returns the exit status: 0, 1 on failure (server did not start, wrong or missing reply). The options are
+ * parsed in cli/cmd_bench.c. */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "bench/bench.h"
 #include "core/error.h"
 #include "core/wire.h"
 #include "reward/client.h"
@@ -30,11 +32,6 @@
 #define BH 64
 #define BW 64
 #define VB ((size_t)BF * BH * BW * 3)
-
-typedef struct {
-    const char *scorers;
-    int videos, threads, batch, inflight;
-} rb_opts;
 
 typedef struct {
     reward_server_config cfg; /* the scorers and weights, to score in process */
@@ -48,27 +45,6 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo bench reward [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]\n"
-               "  --scorers   NAME[:WEIGHT],... (default colorfulness,sharpness,motion,flicker,brightness)\n"
-               "  --videos    videos scored per row (default 512), each 9 frames of 64x64 RGB\n"
-               "  --threads   the server's scoring threads (default 2)\n"
-               "  --batch     videos per request in the batched rows (default 16)\n"
-               "  --inflight  requests in flight in the pipelined rows (default 2 x threads)\n");
-}
-
-static int parse_int(const char *flag, const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "vgrpo bench reward: %s wants an integer in [%d, %d], got \"%s\"\n", flag, lo, hi, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
 }
 
 /* Deterministic videos with texture and motion, so every scorer does its full work. */
@@ -101,7 +77,7 @@ static int score_direct(rb_state *st, int i0, int i1) {
     return 0;
 }
 
-static pid_t start_server(rb_state *st, const rb_opts *o) {
+static pid_t start_server(rb_state *st, const bench_reward_opts *o) {
     char exe[4096], threads[16];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) {
@@ -266,40 +242,13 @@ static void print_row(const char *mode, int batch, int inflight, int n, double d
     printf("  %-34s %6d %9d %9d %8.3f %10.1f %10.2f\n", mode, batch, inflight, req, dt, n / dt, 1e3 * dt / req);
 }
 
-int cmd_bench_reward(int argc, char **argv) {
-    rb_opts o = {"colorfulness,sharpness,motion,flicker,brightness", 512, 2, 16, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "vgrpo bench reward: unknown option or missing value: %s\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(a, "--scorers")) o.scorers = v;
-        else if (!strcmp(a, "--videos")) bad = parse_int(a, v, 1, 1 << 20, &o.videos);
-        else if (!strcmp(a, "--threads")) bad = parse_int(a, v, 1, 256, &o.threads);
-        else if (!strcmp(a, "--batch")) bad = parse_int(a, v, 1, 4096, &o.batch);
-        else if (!strcmp(a, "--inflight")) bad = parse_int(a, v, 1, 1024, &o.inflight);
-        else {
-            fprintf(stderr, "vgrpo bench reward: unknown option %s\n\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (!o.inflight) o.inflight = 2 * o.threads;
+int bench_reward(const bench_reward_opts *o) {
     rb_state st;
     memset(&st, 0, sizeof st);
     reward_server_config_default(&st.cfg);
-    if (reward_server_parse_scorers(&st.cfg, o.scorers) != 0) {
+    if (reward_server_parse_scorers(&st.cfg, o->scorers) != 0) {
         fprintf(stderr, "vgrpo bench reward: %s\n", core_last_error());
-        return 2;
+        return 1;
     }
     snprintf(st.dir, sizeof st.dir, "/tmp/vgrpo-bench-XXXXXX");
     if (!mkdtemp(st.dir)) {
@@ -308,7 +257,7 @@ int cmd_bench_reward(int argc, char **argv) {
     }
     snprintf(st.ep, sizeof st.ep, "ipc://%s/rs.sock", st.dir);
     snprintf(st.log, sizeof st.log, "%s/server.log", st.dir);
-    const int n = o.videos;
+    const int n = o->videos;
     st.v = malloc((size_t)n * VB);
     st.total = calloc((size_t)n, sizeof *st.total);
     st.prompts = calloc((size_t)n, sizeof *st.prompts);
@@ -323,12 +272,12 @@ int cmd_bench_reward(int argc, char **argv) {
     for (int i = 0; i < n; i++) st.prompts[i] = pr[i % 4];
     fill(st.v, n);
     int rc = 1;
-    pid_t pid = start_server(&st, &o);
+    pid_t pid = start_server(&st, o);
     if (pid < 0) goto out;
 
     printf("vgrpo bench reward: %d videos of %d frames %dx%d (%zu bytes each), scorers %s;\n"
            "server: %d scoring thread%s, ipc, a separate process; every reply checked against in-process scores\n\n",
-           n, BF, BH, BW, VB, o.scorers, o.threads, o.threads == 1 ? "" : "s");
+           n, BF, BH, BW, VB, o->scorers, o->threads, o->threads == 1 ? "" : "s");
     printf("  %-34s %6s %9s %9s %8s %10s %10s\n", "mode", "batch", "in flight", "requests", "s", "videos/s", "ms/request");
     double t0 = now_s();
     if (score_direct(&st, 0, n) != 0) {
@@ -338,7 +287,7 @@ int cmd_bench_reward(int argc, char **argv) {
     }
     print_row("in process, 1 thread (no server)", 1, 1, n, now_s() - t0);
     /* Warm-up (the server is starting; the client connects lazily): one small request, not timed. */
-    if (run_client(&st, o.batch < n ? o.batch : n, o.batch, 30.0) < 0) {
+    if (run_client(&st, o->batch < n ? o->batch : n, o->batch, 30.0) < 0) {
         fprintf(stderr, "vgrpo bench reward: the server did not answer; its log %s:\n", st.log);
         char cmd[256];
         snprintf(cmd, sizeof cmd, "cat %s >&2", st.log);
@@ -349,10 +298,10 @@ int cmd_bench_reward(int argc, char **argv) {
     struct {
         const char *mode;
         int batch, inflight;
-    } rows[4] = {{"batched, reward client", o.batch, 1},
-                 {"batched, pipelined", o.batch, o.inflight},
+    } rows[4] = {{"batched, reward client", o->batch, 1},
+                 {"batched, pipelined", o->batch, o->inflight},
                  {"unbatched, reward client", 1, 1},
-                 {"unbatched, pipelined", 1, o.inflight}};
+                 {"unbatched, pipelined", 1, o->inflight}};
     int fail = 0;
     for (int r = 0; r < 4 && !fail; r++) {
         double dt = rows[r].inflight == 1 ? run_client(&st, n, rows[r].batch, 60.0)

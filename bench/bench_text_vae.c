@@ -1,4 +1,4 @@
-/* cli/bench_text_vae.c — `vgrpo bench vae` and `vgrpo bench umt5`: the two forward-only models on the path from
+/* bench/bench_text_vae.c — `vgrpo bench vae` and `vgrpo bench umt5`: the two forward-only models on the path from
  * prompt to pixels, timed beside PyTorch (scripts/bench_torch.py --vae / --umt5, same shapes and thread count).
  *
  *   vae:  AutoencoderKLWan.decode of ONE latent frame at the real Wan 2.1 size: latents F32 [1, 16, 1, 60, 104]
@@ -26,7 +26,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "cli/commands.h"
+#include "bench/bench.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/text/umt5.h"
@@ -114,7 +114,7 @@ fail:
     return NULL;
 }
 
-int cmd_bench_vae(int threads, int quick) {
+int bench_vae(int threads, int quick) {
     set_threads(threads);
     const int nt = omp_get_max_threads(), reps = quick ? 1 : 3;
     const int z = 16, T = 1, h = 60, w = 104;
@@ -247,7 +247,7 @@ static void umt5_remove(const char *dir) {
     rmdir(dir);
 }
 
-int cmd_bench_umt5(int threads, int quick) {
+int bench_umt5(int threads, int quick) {
     set_threads(threads);
     const int nt = omp_get_max_threads(), reps = quick ? 1 : 5, S = 512;
     const char *tmp = getenv("TMPDIR");

@@ -1,4 +1,4 @@
-/* cli/bench_dit.c — `vgrpo bench dit`: one Wan transformer block, forward and forward+backward, in ms and
+/* bench/bench_dit.c — `vgrpo bench dit`: one Wan transformer block, forward and forward+backward, in ms and
  * GFLOP/s, beside this machine's sgemm GFLOP/s (OpenBLAS cblas_sgemm, the ceiling; and vgrpo's fixed-order
  * k_cpu_gemm that the model runs on) at the same thread count.
  *
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/commands.h"
+#include "bench/bench.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
 #include "model/dit/wan_internal.h"
@@ -109,7 +109,7 @@ static int bench_block(const dit_shape *s, int reps, double *ms_fwd, double *ms_
     return rc;
 }
 
-int cmd_bench_dit(int threads, int quick) {
+int bench_dit(int threads, int quick) {
     if (threads > 0) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);

@@ -1,0 +1,38 @@
+/* bench/bench.h — the benchmarks behind `vgrpo bench <name>` (cli/cmd_bench.c parses their options and calls
+ * these). Each prints its table to stdout and its errors to stderr, and returns the process exit status: 0, or 1
+ * on failure (out of memory, a server that did not answer, a wrong reply). Benchmarks are commands, never timed
+ * tests (DESIGN.md section 9).
+ *
+ * threads: OpenMP (and OpenBLAS) threads for the process; 0 keeps the default (OMP_NUM_THREADS or all cores).
+ * quick: a smoke run (one timed run per figure, the slowest shapes left out); see each file's top comment. */
+#ifndef BENCH_BENCH_H
+#define BENCH_BENCH_H
+
+/* sgemm (k_cpu_gemm and cblas_sgemm) and CPU attention GFLOP/s, and attention over the best sgemm
+ * (bench/bench_kernels.c). */
+int bench_kernels(int threads, int quick);
+
+/* One Wan block at the Wan 2.1-1.3B shape and at tiny: forward and forward+backward ms and GFLOP/s
+ * (bench/bench_dit.c). */
+int bench_dit(int threads, int quick);
+
+/* The Wan 2.1 VAE decoding one latent frame at 480 x 832, and a small umT5 on one 512-token prompt
+ * (bench/bench_text_vae.c). */
+int bench_vae(int threads, int quick);
+int bench_umt5(int threads, int quick);
+
+/* `vgrpo bench reward`'s settings (bench/bench_reward.c). */
+typedef struct {
+    const char *scorers; /* NAME[:WEIGHT],... as `vgrpo reward-server --scorers` (checked by the caller) */
+    int videos;          /* videos scored per row, >= 1 */
+    int threads;         /* the server's scoring threads, >= 1 */
+    int batch;           /* videos per request in the batched rows, >= 1 */
+    int inflight;        /* requests in flight in the pipelined rows, >= 1 */
+} bench_reward_opts;
+
+/* Reward-server throughput: starts `vgrpo reward-server` (this executable, /proc/self/exe) on an ipc socket in a
+ * fresh folder under /tmp, scores o->videos videos batched and unbatched, one and o->inflight requests in flight,
+ * and checks every reply against in-process scoring. */
+int bench_reward(const bench_reward_opts *o);
+
+#endif
