@@ -1,0 +1,201 @@
+/* rollout/text_to_video.c — text to video with a WanPipeline folder: umT5, DiT sampling (flow-matching ODE, CFG,
+ * two-expert routing), VAE. The contract is in rollout/text_to_video.h. Moved here from cli/cmd_generate.c. */
+#include "rollout/text_to_video.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "model/dit/wan_dit.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
+#include "model/text/t5_prompt.h"
+#include "model/vae/wan_vae.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* model_index.json: whether transformer_2 is a component (a non-null entry and its folder), and boundary_ratio. */
+static int read_index(const char *dir, int *two, double *boundary) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model_index.json", dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return core_error("%s: cannot read (%s)", path, je.text);
+    json_t *t2 = json_object_get(root, "transformer_2"), *br = json_object_get(root, "boundary_ratio");
+    *two = json_is_array(t2) && json_is_string(json_array_get(t2, 0));
+    *boundary = 0.0;
+    int rc = 0;
+    if (*two) {
+        if (!json_is_number(br) || json_number_value(br) <= 0 || json_number_value(br) >= 1)
+            rc = core_error("%s: \"boundary_ratio\" must be a number in (0, 1) when transformer_2 is present", path);
+        else *boundary = json_number_value(br);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* Expert e's folder: a->transformer (e 0) and its "_2" sibling when that is a folder (e 1), else the pipeline's. */
+static void expert_dir(const rollout_t2v_args *a, int e, char *out, size_t cap) {
+    struct stat st;
+    if (a->transformer) {
+        snprintf(out, cap, "%s%s", a->transformer, e ? "_2" : "");
+        if (!e || (stat(out, &st) == 0 && S_ISDIR(st.st_mode))) return;
+    }
+    snprintf(out, cap, "%s/%s", a->pipeline, e ? "transformer_2" : "transformer");
+}
+
+int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap) {
+    char probe[4300];
+    snprintf(probe, sizeof probe, "%s/transformer/config.json", dir);
+    if (is_file(probe)) {
+        snprintf(out, cap, "%s/transformer", dir);
+        return 0;
+    }
+    snprintf(probe, sizeof probe, "%s/config.json", dir);
+    if (is_file(probe)) {
+        snprintf(out, cap, "%s", dir);
+        return 0;
+    }
+    return core_error("%s has neither transformer/config.json (a checkpoint-N folder of `vgrpo run`) nor config.json "
+                      "(a transformer folder)", dir);
+}
+
+int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v_stats *stats) {
+    char path[4200];
+    int rc = -1, two = 0;
+    double boundary = 0, t_enc = 0, t_sample = 0, t_dec = 0;
+    tok_tokenizer *tok = NULL;
+    t5_encoder *enc = NULL;
+    vae_model *vae = NULL;
+    wan_model dit[2];
+    int n_dit = 0;
+    wan_acts *acts[2] = {NULL, NULL};
+    float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL;
+    if (read_index(a->pipeline, &two, &boundary)) goto done;
+    snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", a->pipeline);
+    if (!is_file(path)) {
+        core_error("tokenizer.json is missing: %s does not exist (the pipeline needs tokenizer/tokenizer.json)", path);
+        goto done;
+    }
+    if (!(tok = tok_load(path))) goto done;
+    for (int e = 0; e < 1 + two; e++, n_dit++) {
+        expert_dir(a, e, path, sizeof path);
+        if (wan_model_load(&dit[e], path)) goto done;
+    }
+    const wan_config *dc = &dit[0].cfg;
+    if (two && !wan_config_equal(dc, &dit[1].cfg)) {
+        char p2[4200];
+        expert_dir(a, 0, path, sizeof path), expert_dir(a, 1, p2, sizeof p2);
+        core_error("%s and %s have different configs (two experts must match)", path, p2);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/vae", a->pipeline);
+    if (!(vae = vae_load(path))) goto done;
+    const vae_config *vc = vae_get_config(vae);
+    if (vc->z_dim != dc->in_channels || dc->out_channels != dc->in_channels) {
+        core_error("%s: the VAE's z_dim is %d but the transformer's in_channels is %d (out_channels %d): the VAE does "
+                   "not belong to this transformer",
+                   path, vc->z_dim, dc->in_channels, dc->out_channels);
+        goto done;
+    }
+    const int ft = vae_frames_out(vae, 2) - 1, sf = vae_spatial_factor(vae);
+    const int mh = sf * dc->patch_size[1], mw = sf * dc->patch_size[2];
+    if (a->frames < 1 || (a->frames - 1) % ft) {
+        core_error("--frames %d is not %dk+1 (the VAE decodes T latent frames to 1 + %d (T - 1) frames)", a->frames, ft,
+                   ft);
+        goto done;
+    }
+    if (a->height % mh || a->width % mw || a->height < mh || a->width < mw) {
+        core_error("--height %d / --width %d: both must be positive multiples of %d (the VAE's spatial factor %d x "
+                   "the transformer's patch size %d)",
+                   a->height, a->width, mh, sf, dc->patch_size[1]);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/text_encoder", a->pipeline);
+    if (!(enc = t5_load(path))) goto done;
+    if (t5_get_config(enc)->d_model != dc->text_dim) {
+        core_error("%s: the text encoder's d_model is %d but the transformer's text_dim is %d", path,
+                   t5_get_config(enc)->d_model, dc->text_dim);
+        goto done;
+    }
+
+    /* text */
+    const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->in_channels;
+    const int T = (a->frames - 1) / ft + 1, h = a->height / sf, w = a->width / sf;
+    const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w;
+    const int cfg_on = flow_cfg_active((float)a->guidance) || (two && flow_cfg_active((float)a->guidance2));
+    const int rows = cfg_on ? 2 : 1;
+    emb = malloc(sizeof(float) * (size_t)(2 * ne));
+    x = malloc(sizeof(float) * (size_t)nl);
+    xin = malloc(sizeof(float) * (size_t)(rows * nl));
+    vout = malloc(sizeof(float) * (size_t)(rows * nl));
+    v = malloc(sizeof(float) * (size_t)nl);
+    ts = malloc(sizeof(float) * (size_t)rows);
+    if (!emb || !x || !xin || !vout || !v || !ts) {
+        core_error("out of memory for a %d x %d x %d video", a->frames, a->height, a->width);
+        goto done;
+    }
+    double t0 = now_s();
+    const char *texts[2] = {a->prompt, a->negative};
+    int64_t lens[2];
+    if (t5_encode_prompts(enc, tok, texts, 2, L, 2, emb, lens)) goto done;
+    t_enc = now_s() - t0;
+
+    /* sampling */
+    float sigmas[1001], timesteps[1000];
+    if (flow_schedule(a->steps, a->shift, sigmas, timesteps)) {
+        core_error_push("--shift / --steps: ");
+        goto done;
+    }
+    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L};
+    for (int e = 0; e < n_dit; e++)
+        if (!(acts[e] = wan_acts_new(&dit[e].cfg, &sh, WAN_ACTS_INFER))) goto done;
+    core_philox_normal(x, nl, a->seed, 0, 0, CORE_STREAM_EVAL_NOISE);
+    t0 = now_s();
+    if (a->progress) a->progress(a->progress_ctx, 0, a->steps);
+    for (int i = 0; i < a->steps; i++) {
+        const int e = two ? flow_expert(timesteps[i], boundary) : 0;
+        const float g = (float)(e ? a->guidance2 : a->guidance);
+        const int r = flow_cfg_active(g) ? rows : 1;
+        for (int k = 0; k < rows; k++) memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl), ts[k] = timesteps[i];
+        if (wan_forward(&dit[e], acts[e], NULL, vout, xin, ts, emb)) goto done;
+        if (r == 2) flow_cfg_combine(v, vout, vout + nl, g, nl);
+        else memcpy(v, vout, sizeof(float) * (size_t)nl);
+        flow_step st;
+        if (flow_sde_step(x, v, NULL, NULL, nl, sigmas[i], sigmas[i + 1], sigmas[1], 0.0f, NULL, x, &st)) goto done;
+        if (a->progress) a->progress(a->progress_ctx, i + 1, a->steps);
+    }
+    t_sample = now_s() - t0;
+
+    /* pixels */
+    t0 = now_s();
+    if (vae_frames_out(vae, T) != a->frames) {
+        core_error("the VAE decodes %d latent frames to %d frames, not %d", T, vae_frames_out(vae, T), a->frames);
+        goto done;
+    }
+    if (vae_latents_to_u8(vae, x, 1, C, T, h, w, video)) goto done;
+    t_dec = now_s() - t0;
+    if (stats) *stats = (rollout_t2v_stats){.two_experts = two, .encode_s = t_enc, .sample_s = t_sample, .decode_s = t_dec};
+    rc = 0;
+done:
+    tok_free(tok);
+    t5_free(enc);
+    vae_free(vae);
+    for (int e = 0; e < n_dit; e++) wan_acts_free(acts[e]), wan_model_free(&dit[e]);
+    free(emb), free(x), free(xin), free(vout), free(v), free(ts);
+    return rc;
+}
