@@ -1,6 +1,8 @@
 /* cli/cmd_generate.c — `vgrpo generate --pipeline DIR --prompt "..." --out out.mp4 [options]`: text to video with a
  * WanPipeline folder (rollout/text_to_video.h: umT5, DiT sampling with CFG and two-expert routing, VAE), written as
- * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames).
+ * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames). --checkpoint DIR takes
+ * the transformer weights from a checkpoint-N folder of `vgrpo run` or a transformer folder
+ * (rollout_checkpoint_transformer); everything else comes from the pipeline.
  * Progress goes to stderr (one line rewritten with \r); a summary with timings to stdout.
  * Limits: the prompt is given on the command line (no prompt file).
  * Exit status 0, 1 on failure, 2 on a usage error. */
@@ -20,7 +22,7 @@
 
 typedef struct {
     rollout_t2v_args g;
-    const char *out;
+    const char *out, *checkpoint;
     int have_guidance2;
     double t0; /* start of the sampling loop, for the progress line */
 } gen_args;
@@ -66,6 +68,7 @@ static int generate(gen_args *a) {
     if (!rc) rc = rollout_png_write_sheet(png, video, 1, g->frames, g->height, g->width, GEN_SHEET_COLS, label);
     free(video);
     if (rc) return -1;
+    if (g->transformer) printf("generate: transformer weights from %s\n", g->transformer);
     printf("generate: %s (%d frames, %d x %d, %s) and %s\n"
            "generate: %d steps%s, guidance %g; encode %.2f s, sampling %.2f s, decode %.2f s, total %.2f s\n",
            a->out, g->frames, g->height, g->width, codec, png, g->steps, st.two_experts ? " (two experts)" : "",
@@ -83,6 +86,10 @@ int cmd_generate(int argc, char **argv) {
         {.name = "prompt", .type = OPTS_STRING, .str = &a.g.prompt, .required = 1, .meta = "TEXT", .help = "the prompt"},
         {.name = "out", .type = OPTS_STRING, .str = &a.out, .required = 1, .meta = "OUT.mp4",
          .help = "the video; the contact sheet goes next to it (OUT.png)"},
+        {.name = "checkpoint", .type = OPTS_STRING, .str = &a.checkpoint, .meta = "DIR",
+         .help = "transformer weights instead of the pipeline's: a checkpoint-N folder of `vgrpo run`\n"
+                 "(its transformer/ and transformer_2/) or a transformer folder; the text encoder,\n"
+                 "tokenizer and VAE still come from --pipeline"},
         {.name = "negative-prompt", .type = OPTS_STRING, .str = &a.g.negative, .meta = "TEXT",
          .help = "negative prompt for classifier-free guidance (default: empty)"},
         {.name = "steps", .type = OPTS_INT, .i = &a.g.steps, .min = 1, .max = 1000, .meta = "N",
@@ -105,6 +112,14 @@ int cmd_generate(int argc, char **argv) {
     int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (prc != OPTS_OK) return opts_exit_status(prc);
     if (!a.have_guidance2) a.g.guidance2 = a.g.guidance;
+    char transformer[4200];
+    if (a.checkpoint) {
+        if (rollout_checkpoint_transformer(a.checkpoint, transformer, sizeof transformer)) {
+            fprintf(stderr, "vgrpo generate: --checkpoint: %s\n", core_last_error());
+            return 1;
+        }
+        a.g.transformer = transformer;
+    }
     a.g.progress = progress, a.g.progress_ctx = &a;
     if (generate(&a)) {
         fprintf(stderr, "vgrpo generate: %s\n", core_last_error());

@@ -262,6 +262,52 @@ TEST(gen_two_experts_route_by_boundary) {
     CHECK(same_file(v[0], v[3]));
 }
 
+/* --checkpoint: a checkpoint folder whose transformer/ has other weights gives another video; pointing it at the
+ * pipeline's own transformer (as a transformer folder, or the pipeline folder as a checkpoint-like folder) gives the
+ * no-checkpoint video and sheet byte for byte; a folder with neither config.json is an error naming it. */
+TEST(gen_checkpoint_replaces_transformer) {
+    char tmp[4096], out[8192], other[4200], ckpt[4200], arg[4400], v[4][4300], png[4][4300];
+    snprintf(tmp, sizeof tmp, "%s", test_tmpdir()); /* each test_tmpdir() call empties it */
+    const char *pipe = make_pipeline(tmp);
+    snprintf(other, sizeof other, "%s/other", tmp);
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-3", tmp);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s --seed 9 && mkdir -p %s && cp -r "
+                                      "%s/transformer %s/transformer", test_vgrpo_bin(), other, ckpt, other, ckpt) == 0);
+    const char *ck[4] = {NULL, ckpt, NULL, pipe};
+    char own[4300];
+    snprintf(own, sizeof own, "%s/transformer", pipe);
+    ck[2] = own;
+    for (int k = 0; k < 4; k++) {
+        snprintf(v[k], sizeof v[k], "%s/v%d.mp4", tmp, k);
+        snprintf(png[k], sizeof png[k], "%s/v%d.png", tmp, k);
+        snprintf(arg, sizeof arg, "--frames 5 --height 32 --width 32 --seed 2%s%s", ck[k] ? " --checkpoint " : "",
+                 ck[k] ? ck[k] : "");
+        int rc = gen(out, sizeof out, pipe, v[k], arg);
+        CHECK_MSG(rc == 0, "generate %d failed: %s", k, out);
+        REQUIRE(rc == 0);
+        if (ck[k]) CHECK_MSG(strstr(out, "transformer weights from"), "%s", out);
+    }
+    CHECK(!same_file(v[0], v[1]));
+    core_tensor a, b;
+    REQUIRE_OK(rollout_video_read(v[0], 0, &a, NULL));
+    REQUIRE_OK(rollout_video_read(v[1], 0, &b, NULL));
+    long n = 5 * 32 * 32 * 3, differ = 0;
+    for (long i = 0; i < n; i++) differ += ((const uint8_t *)a.data)[i] != ((const uint8_t *)b.data)[i];
+    CHECK_MSG(differ > n / 10, "the checkpoint's weights changed only %ld of %ld values", differ, n);
+    core_tensor_free(&a), core_tensor_free(&b);
+    for (int k = 2; k < 4; k++) {
+        CHECK_MSG(same_file(v[0], v[k]), "--checkpoint %s: not the pipeline's own video", ck[k]);
+        CHECK_MSG(same_file(png[0], png[k]), "--checkpoint %s: not the pipeline's own sheet", ck[k]);
+    }
+    /* neither DIR/transformer/config.json nor DIR/config.json: exit 1, the path named, nothing written */
+    snprintf(arg, sizeof arg, "--frames 5 --height 32 --width 32 --checkpoint %s/nowhere", tmp);
+    snprintf(v[0], sizeof v[0], "%s/bad.mp4", tmp);
+    int rc = gen(out, sizeof out, pipe, v[0], arg);
+    CHECK_MSG(rc == 1 && strstr(out, "vgrpo generate: --checkpoint: ") && strstr(out, "/nowhere has neither "
+              "transformer/config.json") && strstr(out, "nor config.json"), "rc %d: %s", rc, out);
+    CHECK(access(v[0], F_OK) != 0);
+}
+
 /* --force with another preset removes the tiny components (and model_index.json no longer lists them). */
 TEST(gen_init_model_force_removes_tiny_components) {
     char tmp[4096], out[8192], path[4300];
