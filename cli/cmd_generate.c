@@ -1,6 +1,7 @@
 /* cli/cmd_generate.c — `vgrpo generate --pipeline DIR --prompt "..." --out out.mp4 [options]`: text to video with a
  * WanPipeline folder (rollout/text_to_video.h: umT5, DiT sampling with CFG and two-expert routing, VAE), written as
- * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames). --checkpoint DIR takes
+ * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames, labelled with the seed,
+ * steps and guidance, under a title band with the prompt: rollout/png.h). --checkpoint DIR takes
  * the transformer weights from a checkpoint-N folder of `vgrpo run` or a transformer folder
  * (rollout_checkpoint_transformer); everything else comes from the pipeline.
  * Progress goes to stderr (one line rewritten with \r); a summary with timings to stdout.
@@ -64,8 +65,13 @@ static int generate(gen_args *a) {
     int rc = rollout_text_to_video(g, video, &st);
     if (!rc) rc = rollout_video_write_mp4(a->out, video, g->frames, g->height, g->width, ROLLOUT_T2V_FPS, NULL, &codec);
     sheet_path(a->out, png, sizeof png);
-    const char *label[1] = {g->prompt};
-    if (!rc) rc = rollout_png_write_sheet(png, video, 1, g->frames, g->height, g->width, GEN_SHEET_COLS, label);
+    char label[128];
+    snprintf(label, sizeof label, "seed %llu, %d steps, guidance %g", (unsigned long long)g->seed, g->steps,
+             g->guidance);
+    const char *labels[1] = {label};
+    if (!rc)
+        rc = rollout_png_write_sheet_titled(png, video, 1, g->frames, g->height, g->width, GEN_SHEET_COLS, g->prompt,
+                                            labels);
     free(video);
     if (rc) return -1;
     if (g->transformer) printf("generate: transformer weights from %s\n", g->transformer);

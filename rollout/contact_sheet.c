@@ -24,6 +24,12 @@ static const char *const font_glyphs[] = {
 };
 static const char font_unknown[] = "77777"; /* filled block */
 
+/* Whether the font has a glyph for c (lower case drawn as upper case). */
+static int drawable(char c) {
+    if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+    return c && strchr(font_chars, c) != NULL;
+}
+
 static const char *glyph_of(char c) {
     if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
     const char *p = c ? strchr(font_chars, c) : NULL;
@@ -107,6 +113,63 @@ int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int 
                             const char *const *labels) {
     core_tensor sheet;
     if (rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &sheet))
+        return core_error_push("png %s: ", path ? path : "(null)");
+    int rc = rollout_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
+    core_tensor_free(&sheet);
+    return rc;
+}
+
+int rollout_png_title_band(int h) { return 7 * label_scale(h) + SHEET_GAP; }
+
+int rollout_png_fit_text(char *out, size_t cap, const char *text, int width, int scale) {
+    if (!cap) return 0;
+    if (scale < 1) scale = 1;
+    int room = width > 0 ? (width + scale) / (4 * scale) : 0, n = 0, total = 0;
+    if ((size_t)room > cap - 1) room = (int)(cap - 1);
+    /* count the characters (a UTF-8 sequence is one), to know whether the text must be cut */
+    for (const unsigned char *t = (const unsigned char *)(text ? text : ""); *t; t++) total += (*t & 0xC0) != 0x80;
+    const int keep = total <= room ? total : room >= 4 ? room - 3 : room;
+    for (const unsigned char *t = (const unsigned char *)(text ? text : ""); *t && n < keep; t++) {
+        if ((*t & 0xC0) == 0x80) continue; /* continuation byte: its character was counted at the lead byte */
+        out[n++] = *t < 0x80 && drawable((char)*t) ? (char)*t : '?';
+    }
+    if (total > room && room >= 4)
+        for (int k = 0; k < 3; k++) out[n++] = '.';
+    out[n] = '\0';
+    return n;
+}
+
+int rollout_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                                    const char *title, const char *const *labels, core_tensor *out) {
+    if (!title) return rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, out);
+    memset(out, 0, sizeof *out);
+    core_tensor body;
+    if (rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &body)) return -1;
+    const int band = rollout_png_title_band(h), s = label_scale(h), bh = (int)body.shape[0], sw = (int)body.shape[1];
+    if (bh + band > 65535) {
+        core_tensor_free(&body);
+        return core_error("contact sheet: %dx%d pixels with the title is over the PNG limit used here (65535)",
+                          bh + band, sw);
+    }
+    int64_t shape[3] = {bh + band, sw, 3};
+    if (core_tensor_alloc(out, CORE_U8, 3, shape)) {
+        core_tensor_free(&body);
+        return core_error_push("contact sheet: ");
+    }
+    uint8_t *img = out->data;
+    for (size_t p = 0; p < (size_t)band * sw; p++) memcpy(img + p * 3, sheet_bg, 3);
+    memcpy(img + (size_t)band * sw * 3, body.data, (size_t)bh * sw * 3);
+    core_tensor_free(&body);
+    char text[1024];
+    rollout_png_fit_text(text, sizeof text, title, sw - 2 * SHEET_GAP, s);
+    rollout_png_draw_text(img, bh + band, sw, SHEET_GAP, SHEET_GAP + s, s, label_fg, text);
+    return 0;
+}
+
+int rollout_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
+                                   int max_cols, const char *title, const char *const *labels) {
+    core_tensor sheet;
+    if (rollout_png_sheet_render_titled(videos, n, frames, h, w, max_cols, title, labels, &sheet))
         return core_error_push("png %s: ", path ? path : "(null)");
     int rc = rollout_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
     core_tensor_free(&sheet);

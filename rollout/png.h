@@ -14,10 +14,18 @@
  *   x = g + j * (W + g).
  * Labels are drawn in the band in white with a built-in 3 x 5 pixel font scaled by s (each character 4s wide,
  * one row s of space above). The font has digits, A-Z (lower case is drawn as upper case) and  . , : ; - _ + = /
- * ( ) # ' ! ? % [ ] < > * "; any other character is drawn as a filled block. Text past the sheet's width is cut. */
+ * ( ) # ' ! ? % [ ] < > * "; any other character is drawn as a filled block. Text past the sheet's width is cut.
+ *
+ * Titled sheet (rollout_png_write_sheet_titled): the same sheet with a title band on top, for the prompt of the
+ * videos shown. The band is T = 7 * s + g pixels (s the label scale above) and everything of the untitled sheet moves
+ * down by T, so sheet height = untitled height + T and the width is unchanged. The title is drawn like a label, in
+ * white at x = g, y = g + s. Before drawing, the text is made to fit (rollout_png_fit_text): every character the font
+ * cannot draw becomes '?' (a UTF-8 sequence counts as one character, so "café" gives "caf?", drawn as CAF?), and text wider than
+ * the sheet is cut to the width with "..." at its end. A NULL title gives the untitled sheet, byte for byte. */
 #ifndef ROLLOUT_PNG_H
 #define ROLLOUT_PNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "core/tensor.h"
 
@@ -44,6 +52,27 @@ int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, in
 /* Renders the contact sheet and writes it to `path` as PNG. Returns 0, or -1 naming `path`. */
 int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                             const char *const *labels);
+
+/* Contact sheet with a title band (layout above): renders into `out` (a new owned tensor U8 [H, W, 3]) or writes
+ * `path` as PNG. title: NULL for no band (then the output equals rollout_png_sheet_render / rollout_png_write_sheet);
+ * labels as there. Typical calls: one video and its prompt (`vgrpo generate`),
+ *   rollout_png_write_sheet_titled(path, video, 1, frames, h, w, 8, prompt, NULL);
+ * or K samples of one prompt, labelled by seed or reward,
+ *   rollout_png_write_sheet_titled(path, videos, K, frames, h, w, 8, prompt, labels);
+ * Returns 0, or -1 (bad sizes, out of memory, a sheet over 65535 pixels; the write names `path`). */
+int rollout_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                                    const char *title, const char *const *labels, core_tensor *out);
+int rollout_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
+                                   int max_cols, const char *title, const char *const *labels);
+
+/* Height in pixels of the title band of a sheet of h-pixel-high frames: 7 * s + 2 (s = clamp(h / 32, 1, 4)). */
+int rollout_png_title_band(int h);
+
+/* Makes `text` fit `width` pixels at font `scale` as the title is drawn: at most (width + scale) / (4 * scale)
+ * characters, characters the font cannot draw replaced by '?' (one per UTF-8 sequence), and text that is longer
+ * cut with "..." as its last three characters (fewer than 4 characters of room: cut without dots). Writes the result
+ * (NUL-terminated, at most cap - 1 bytes) to out and returns its length. text NULL: "". */
+int rollout_png_fit_text(char *out, size_t cap, const char *text, int width, int scale);
 
 /* Draws `text` at (x, y) (top-left of the first character) into an RGB image [img_h, img_w, 3] with the
  * built-in 3 x 5 font at integer `scale` >= 1 in `color`; pixels outside the image are skipped. Returns the

@@ -140,7 +140,7 @@ TEST(gen_writes_mp4_and_sheet) {
     REQUIRE_OK(rollout_png_read(png, &s));
     int sh, sw, cols;
     REQUIRE_OK(rollout_png_sheet_layout(1, 9, 32, 48, 8, 1, &sh, &sw, &cols));
-    CHECK(s.shape[0] == sh && s.shape[1] == sw);
+    CHECK(s.shape[0] == sh + rollout_png_title_band(32) && s.shape[1] == sw); /* the prompt's title band on top */
     core_tensor_free(&s);
 }
 

@@ -318,3 +318,77 @@ TEST(video_contact_sheet_layout_and_labels) {
     core_tensor_free(&back);
     core_tensor_free(&sheet);
 }
+
+/* rollout_png_fit_text: '?' for what the font cannot draw (one per UTF-8 character), "..." when cut. */
+TEST(video_sheet_title_fit_text) {
+    char out[64];
+    CHECK(rollout_png_fit_text(out, sizeof out, "a red car, 2 birds!", 1000, 1) == 19 &&
+          !strcmp(out, "a red car, 2 birds!"));
+    CHECK(rollout_png_fit_text(out, sizeof out, "caf\xc3\xa9 \xe2\x80\x94 tab\there~", 1000, 1) == 16 &&
+          !strcmp(out, "caf? ? tab?here?"));
+    /* scale 1, 39 pixels: (39 + 1) / 4 = 10 characters */
+    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghij", 39, 1) == 10 && !strcmp(out, "abcdefghij"));
+    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghijk", 39, 1) == 10 && !strcmp(out, "abcdefg..."));
+    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghijk", 38, 1) == 9 && !strcmp(out, "abcdef..."));
+    CHECK(rollout_png_fit_text(out, sizeof out, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 16, 1) == 4 &&
+          !strcmp(out, "?..."));
+    /* scale 2: (38 + 2) / 8 = 5 characters; fewer than 4 of room: cut without dots */
+    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefgh", 38, 2) == 5 && !strcmp(out, "ab..."));
+    CHECK(rollout_png_fit_text(out, sizeof out, "abcd", 11, 1) == 3 && !strcmp(out, "abc"));
+    CHECK(rollout_png_fit_text(out, sizeof out, NULL, 100, 1) == 0 && !strcmp(out, ""));
+    CHECK(rollout_png_fit_text(out, 4, "abcdefgh", 1000, 1) == 3 && !strcmp(out, "abc"));
+}
+
+/* A titled sheet is the untitled sheet moved down by the title band, whose text pixels are drawn; without a title
+ * the sheet (rendered and written) is byte for byte the untitled one. */
+TEST(video_sheet_title_band) {
+    const int N = 2, F = 5, H = 20, W = 12;
+    uint8_t *v = malloc((size_t)N * F * H * W * 3);
+    REQUIRE(v);
+    for (int i = 0; i < N; i++)
+        for (int f = 0; f < F; f++) {
+            uint8_t c[3];
+            sheet_colour(i, f, c);
+            for (int p = 0; p < H * W; p++) memcpy(v + (((size_t)i * F + f) * H * W + p) * 3, c, 3);
+        }
+    const char *labels[2] = {"seed 1", "seed 2"};
+    core_tensor plain, none, titled;
+    REQUIRE_OK(rollout_png_sheet_render(v, N, F, H, W, 4, labels, &plain));
+    REQUIRE_OK(rollout_png_sheet_render_titled(v, N, F, H, W, 4, NULL, labels, &none));
+    CHECK(none.shape[0] == plain.shape[0] && none.shape[1] == plain.shape[1] &&
+          !memcmp(none.data, plain.data, (size_t)plain.shape[0] * plain.shape[1] * 3));
+    REQUIRE_OK(rollout_png_sheet_render_titled(v, N, F, H, W, 4, "a red car", labels, &titled));
+    const int band = rollout_png_title_band(H), sw = (int)plain.shape[1], ph = (int)plain.shape[0];
+    CHECK(band == 9); /* s = 1: 7 + 2 */
+    CHECK(titled.shape[0] == ph + band && titled.shape[1] == sw);
+    const uint8_t *img = titled.data, bg[3] = {24, 24, 24}, white[3] = {255, 255, 255};
+    CHECK(!memcmp(img + (size_t)band * sw * 3, plain.data, (size_t)ph * sw * 3));
+    int white_px = 0, other = 0;
+    for (int y = 0; y < band; y++)
+        for (int x = 0; x < sw; x++) white_px += px_is(img, sw, x, y, white), other += !px_is(img, sw, x, y, white) &&
+                                                                                      !px_is(img, sw, x, y, bg);
+    CHECK_MSG(white_px > 20 && other == 0, "title band: %d white pixels, %d others", white_px, other);
+    /* "A" at x = 2, y = 3: top row .#. ; the band's first two rows and the text's row above are background */
+    CHECK(px_is(img, sw, 2, 3, bg) && px_is(img, sw, 3, 3, white) && px_is(img, sw, 4, 3, bg));
+    for (int x = 0; x < sw; x++) CHECK(px_is(img, sw, x, 0, bg) && px_is(img, sw, x, 2, bg));
+
+    /* written: no title gives the old file byte for byte; the titled file reads back as rendered */
+    char dir[600], a[700], b[700], c[700];
+    snprintf(dir, sizeof dir, "%s", test_tmpdir());
+    snprintf(a, sizeof a, "%s/plain.png", dir), snprintf(b, sizeof b, "%s/none.png", dir);
+    snprintf(c, sizeof c, "%s/titled.png", dir);
+    REQUIRE_OK(rollout_png_write_sheet(a, v, N, F, H, W, 4, labels));
+    REQUIRE_OK(rollout_png_write_sheet_titled(b, v, N, F, H, W, 4, NULL, labels));
+    REQUIRE_OK(rollout_png_write_sheet_titled(c, v, N, F, H, W, 4, "a red car", labels));
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    REQUIRE(fa && fb);
+    static unsigned char ba[1 << 16], bb[1 << 16];
+    size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+    fclose(fa), fclose(fb);
+    CHECK(na > 0 && na == nb && !memcmp(ba, bb, na));
+    core_tensor back;
+    REQUIRE_OK(rollout_png_read(c, &back));
+    CHECK(back.shape[0] == titled.shape[0] && !memcmp(back.data, titled.data, (size_t)titled.shape[0] * sw * 3));
+    core_tensor_free(&back), core_tensor_free(&plain), core_tensor_free(&none), core_tensor_free(&titled);
+    free(v);
+}
