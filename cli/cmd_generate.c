@@ -4,16 +4,18 @@
  * steps and guidance, under a title band with the prompt: rollout/png.h). --checkpoint DIR takes
  * the transformer weights from a checkpoint-N folder of `vgrpo run` or a transformer folder
  * (rollout_checkpoint_transformer); everything else comes from the pipeline.
- * Progress goes to stderr (one line rewritten with \r); a summary with timings to stdout.
+ * Progress goes to stderr (cli/progress.h: a bar rewritten with \r on a terminal, else a line per tenth of the
+ * steps); a summary with timings to stdout.
  * Limits: the prompt is given on the command line (no prompt file).
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "cli/progress.h"
 #include "core/error.h"
 #include "rollout/text_to_video.h"
 #include "rollout/png.h"
@@ -25,25 +27,14 @@ typedef struct {
     rollout_t2v_args g;
     const char *out, *checkpoint;
     int have_guidance2;
-    double t0; /* start of the sampling loop, for the progress line */
+    double t0;      /* start of the sampling loop, for the progress line */
+    int stderr_tty; /* the progress line: a bar on a terminal, plain lines elsewhere (cli/progress.h) */
 } gen_args;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void progress(void *ctx, int done, int total) {
     gen_args *a = ctx;
-    if (done == 0) a->t0 = now_s();
-    char bar[31];
-    int k = total ? done * 30 / total : 30;
-    for (int i = 0; i < 30; i++) bar[i] = i < k ? '#' : '.';
-    bar[30] = 0;
-    fprintf(stderr, "\rgenerate: [%s] %d/%d steps  %.1f s", bar, done, total, now_s() - a->t0);
-    if (done == total) fputc('\n', stderr);
-    fflush(stderr);
+    if (done == 0) a->t0 = cli_progress_now();
+    cli_progress(stderr, a->stderr_tty, "generate: sampling steps", done, total, a->t0);
 }
 
 /* out.mp4 -> out.png (any other name: name + ".png"). */
@@ -56,7 +47,7 @@ static void sheet_path(const char *out, char *buf, size_t cap) {
 /* Generates the video and writes the mp4, the sheet and the summary line. Returns 0 or -1 (core_error). */
 static int generate(gen_args *a) {
     const rollout_t2v_args *g = &a->g;
-    double t_start = now_s();
+    double t_start = cli_progress_now();
     rollout_t2v_stats st;
     char png[4200];
     const char *codec = NULL;
@@ -78,7 +69,7 @@ static int generate(gen_args *a) {
     printf("generate: %s (%d frames, %d x %d, %s) and %s\n"
            "generate: %d steps%s, guidance %g; encode %.2f s, sampling %.2f s, decode %.2f s, total %.2f s\n",
            a->out, g->frames, g->height, g->width, codec, png, g->steps, st.two_experts ? " (two experts)" : "",
-           g->guidance, st.encode_s, st.sample_s, st.decode_s, now_s() - t_start);
+           g->guidance, st.encode_s, st.sample_s, st.decode_s, cli_progress_now() - t_start);
     return 0;
 }
 
@@ -126,7 +117,7 @@ int cmd_generate(int argc, char **argv) {
         }
         a.g.transformer = transformer;
     }
-    a.g.progress = progress, a.g.progress_ctx = &a;
+    a.g.progress = progress, a.g.progress_ctx = &a, a.stderr_tty = isatty(fileno(stderr));
     if (generate(&a)) {
         fprintf(stderr, "vgrpo generate: %s\n", core_last_error());
         return 1;

@@ -131,7 +131,8 @@ TEST(gen_writes_mp4_and_sheet) {
     int rc = gen(out, sizeof out, pipe, mp4, "--frames 9 --height 32 --width 48 --seed 5");
     CHECK_MSG(rc == 0, "generate failed: %s", out);
     REQUIRE(rc == 0);
-    CHECK(strstr(out, "3/3 steps") != NULL); /* the progress bar reached the end */
+    CHECK(strstr(out, "generate: sampling steps 3/3") != NULL); /* the progress reached the end */
+    CHECK_MSG(strchr(out, '\r') == NULL, "no terminal here, yet a '\\r' in: %s", out); /* plain lines off a tty */
     core_tensor v;
     REQUIRE_OK(rollout_video_read(mp4, 0, &v, NULL));
     CHECK(v.ndim == 4 && v.shape[0] == 1 + 4 * (3 - 1) && v.shape[1] == 32 && v.shape[2] == 48 && v.shape[3] == 3);
