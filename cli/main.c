@@ -12,7 +12,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    {"bench", cmd_bench, "benchmarks: `vgrpo bench kernels` (sgemm and attention GFLOP/s)"},
+    {"bench", cmd_bench, "benchmarks: kernels, dit, vae, umt5, reward (`vgrpo bench --help`)"},
     {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
     {"run", cmd_run, "run a GRPO recipe (mode local: one process; colocated: reward server + workers + trainer ranks)"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
