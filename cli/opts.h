@@ -14,8 +14,9 @@
  *   int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
  *   if (rc != OPTS_OK) return opts_exit_status(rc);  // 0 after --help, 2 after a usage error
  *
- * Accepted: `--name value`, `--name=value`, `-h` / `--help` (the usage, generated from the table, goes to `out`;
- * nothing is parsed), `--` (every later argument is positional). A value may begin with "-" (a negative number)
+ * Accepted: `--name value`, `--name=value`, `-h` / `--help` anywhere before `--` (the usage, generated from the
+ * table, goes to `out` and nothing is parsed, even if `-h` was meant as a value), `--` (every later argument is
+ * positional). A value may begin with "-" (a negative number)
  * but not with "--": `--out --steps 3` reports `--out: missing value` (write `--out=--x` for such a value).
  * An option given twice keeps its last value, except OPTS_LIST, which collects every occurrence in order.
  * Every error is one line on `err`, then a blank line and the usage:
