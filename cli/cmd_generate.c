@@ -1,7 +1,7 @@
 /* cli/cmd_generate.c — `vgrpo generate --pipeline DIR --prompt "..." --out out.mp4 [options]`: text to video with a
  * WanPipeline folder (rollout/text_to_video.h: umT5, DiT sampling with CFG and two-expert routing, VAE), written as
  * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames, labelled with the seed,
- * steps and guidance, under a title band with the prompt: rollout/png.h). --checkpoint DIR takes
+ * steps and guidance, under a title band with the prompt: media/png.h). --checkpoint DIR takes
  * the transformer weights from a checkpoint-N folder of `vgrpo run` or a transformer folder
  * (rollout_checkpoint_transformer); everything else comes from the pipeline.
  * Progress goes to stderr (cli/progress.h: a bar rewritten with \r on a terminal, else a line per tenth of the
@@ -18,8 +18,8 @@
 #include "cli/progress.h"
 #include "core/error.h"
 #include "rollout/text_to_video.h"
-#include "rollout/png.h"
-#include "rollout/video.h"
+#include "media/png.h"
+#include "media/video.h"
 
 #define GEN_SHEET_COLS 8
 
@@ -54,14 +54,14 @@ static int generate(gen_args *a) {
     uint8_t *video = malloc((size_t)g->frames * g->height * g->width * 3);
     if (!video) return core_error("out of memory for a %d x %d x %d video", g->frames, g->height, g->width);
     int rc = rollout_text_to_video(g, video, &st);
-    if (!rc) rc = rollout_video_write_mp4(a->out, video, g->frames, g->height, g->width, ROLLOUT_T2V_FPS, NULL, &codec);
+    if (!rc) rc = media_video_write_mp4(a->out, video, g->frames, g->height, g->width, ROLLOUT_T2V_FPS, NULL, &codec);
     sheet_path(a->out, png, sizeof png);
     char label[128];
     snprintf(label, sizeof label, "seed %llu, %d steps, guidance %g", (unsigned long long)g->seed, g->steps,
              g->guidance);
     const char *labels[1] = {label};
     if (!rc)
-        rc = rollout_png_write_sheet_titled(png, video, 1, g->frames, g->height, g->width, GEN_SHEET_COLS, g->prompt,
+        rc = media_png_write_sheet_titled(png, video, 1, g->frames, g->height, g->width, GEN_SHEET_COLS, g->prompt,
                                             labels);
     free(video);
     if (rc) return -1;

@@ -1,12 +1,12 @@
 /* cli/cmd_parity.c — `vgrpo parity RECIPE [--tolerance T] [--set key=value ...]`: the train/rollout log-prob parity
  * check (DESIGN.md section 1, job 3). The processes of a colocated run (cli/colocated.c: reward server, rollout
  * workers, trainer ranks) run one rollout batch at policy version 0, and the trainer ranks recompute the velocity
- * and log-prob of every trainable transition through the training code path (cli/grpo_run.c: grpo_parity). Per
+ * and log-prob of every trainable transition through the training code path (trainer/parity.c: trainer_parity). Per
  * step index it prints the transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
  * v_rollout|, writes logging.run_dir/parity.json, and exits 1 when a maximum exceeds the tolerance.
  * Default tolerance: 0 where trainer and rollout compute identically (CPU, fp32, sp = 1 or pure Ulysses: per-sample
  * results do not depend on batch size, batch mates, micro-batch size or thread count), so across processes the
- * differences are exactly 0; with ring attention in the trainer, the fp32 bound documented at grpo_parity. The recipe's mode is ignored (parity always runs the separate processes).
+ * differences are exactly 0; with ring attention in the trainer, the fp32 bound documented at trainer_parity (trainer/run.h). The recipe's mode is ignored (parity always runs the separate processes).
  * Exit status 0, 1 on failure or a difference past the tolerance, 2 on a usage error. */
 #include <math.h>
 #include <stdio.h>
@@ -14,61 +14,49 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "cli/grpo_run.h"
+#include "cli/colocated.h"
+#include "cli/model_init.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/recipe.h"
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo parity RECIPE [--tolerance T] [--set key.path=value ...]\n"
-               "  --tolerance T  largest |logp_trainer - logp_rollout| and |v_trainer - v_rollout| accepted (default:\n"
-               "                 0, or with ring attention in the trainer (parallel.sp / ulysses_degree > 1) the fp32\n"
-               "                 bound 32 eps x max|v| and 32 eps x max(1, max|logp|))\n"
-               "Writes logging.run_dir/parity.json; exit status 1 past the tolerance.\n");
-}
+#include "core/run_lock.h"
+#include "trainer/run.h"
 
 int cmd_parity(int argc, char **argv) {
     const char *path = NULL;
-    const char *tol_arg = "auto";
-    const char **sets = calloc((size_t)argc, sizeof(char *));
-    int n_sets = 0, status = 2;
-    if (!sets) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            status = 0;
-            goto out;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else if (i + 1 < argc && !strcmp(a, "--set")) {
-            sets[n_sets++] = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--tolerance")) {
-            char *end;
-            tol_arg = argv[++i];
-            const double tol = strtod(tol_arg, &end);
-            if (*end || !(tol >= 0) || !isfinite(tol)) {
-                fprintf(stderr, "vgrpo parity: --tolerance: expected a number >= 0, got \"%s\"\n", argv[i]);
-                goto out;
-            }
-        } else {
-            fprintf(stderr, "vgrpo parity: unknown or incomplete option \"%s\"\n\n", a);
-            usage(stderr);
-            goto out;
-        }
+    double tol = -1;
+    int tol_given = 0;
+    opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
+    if (!sets.v) return 1;
+    const opts_spec opts[] = {
+        {.name = "tolerance", .type = OPTS_DOUBLE, .d = &tol, .min = 0, .max = 1e300, .seen = &tol_given, .meta = "T",
+         .help = "largest |logp_trainer - logp_rollout| and |v_trainer - v_rollout| accepted (default: 0, or with\n"
+                 "ring attention in the trainer (parallel.sp / ulysses_degree > 1) the fp32 bound 32 eps x max|v| and\n"
+                 "32 eps x max(1, max|logp|))"},
+        {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
+         .help = "override a recipe key (repeatable)"},
+        {0}};
+    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
+    const opts_cmd cmd = {.name = "parity", .opts = opts, .pos = pos,
+                          .epilog = "Writes logging.run_dir/parity.json; exit status 1 past the tolerance."};
+    int status = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (status != OPTS_OK) {
+        free(sets.v);
+        return opts_exit_status(status);
     }
-    if (!path) {
-        fprintf(stderr, "vgrpo parity: a recipe file is required\n\n");
-        usage(stderr);
-        goto out;
-    }
+    char tol_arg[64] = "auto";
+    if (tol_given) snprintf(tol_arg, sizeof tol_arg, "%.17g", tol);
     core_recipe r;
+    core_run_lock lk = {.fd = -1};
     status = 1;
-    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r) || ensure_model(&r))
+    if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
+        ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
-    else if (colocated_run(path, sets, n_sets, &r, 0, NULL, tol_arg)) fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
+    else if (colocated_run(path, sets.v, sets.n, &r, 0, NULL, tol_arg))
+        fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else status = 0;
+    core_run_lock_release(&lk);
     core_recipe_release(&r);
-out:
-    free(sets);
+    free(sets.v);
     return status;
 }

@@ -1,99 +1,105 @@
-/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--help-config]`.
- * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line), then:
- *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights
- *                  (prompt files are read and checked);
- *   mode: local    runs rollout, reward and training in this process (cli/grpo_run.c);
+/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--help-config]`.
+ * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
+ * that needs no weights: trainer_check_recipe, and local mode's own), then:
+ *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
+ *   mode: local    the GRPO loop (trainer/run.h) in this process with the in-process rollout source
+ *                  (cli/source_local.h: rollout engine, decoder and scorers here);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
  *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe).
- * --steps N replaces optim.total_steps as the number of GRPO steps to run (the lr schedule is unchanged).
- * --resume DIR continues from a checkpoint (DIR: checkpoint-N, or a folder meaning its latest complete one).
+ * One run per run folder: the folder is locked (core/run_lock.h) for the whole run; a second run into it is refused
+ * naming the holder's pid.
  * Exit status 0, 1 on failure, 2 on a usage error. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/colocated.h"
 #include "cli/commands.h"
-#include "cli/grpo_run.h"
+#include "cli/model_init.h"
+#include "cli/opts.h"
+#include "cli/source_local.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/recipe.h"
+#include "core/run_lock.h"
+#include "trainer/run.h"
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR]\n"
-               "       vgrpo run --help-config     (every recipe key with its type, default and range)\n\n"
-               "Runs a GRPO recipe. mode: local rolls out, scores and trains in one process; mode: colocated starts\n"
-               "the reward server, parallel.rollout_workers rollout workers and parallel.trainer_ranks trainer ranks\n"
-               "(mpirun) and logs each under logging.run_dir/logs/. Both write logging.run_dir/{config.resolved.yaml,\n"
-               "metrics.jsonl,rewards.jsonl}, checkpoint-N/ (checkpoint.every) and videos/ (logging.video_every).\n"
-               "--dry-run checks the recipe (values, sizes, divisibility) without weights and prints it resolved.\n"
-               "--resume DIR continues a run from DIR: a checkpoint-N folder, or a folder (its latest complete\n"
-               "checkpoint); the recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and\n"
-               "eval keys may change).\n");
+/* Local mode: the in-process source and the loop. */
+static int run_local(const core_recipe *r, const trainer_run_opts *o) {
+    trainer_source *src = source_local_open(r);
+    if (!src) return -1;
+    const int rc = trainer_run(r, o, src, NULL);
+    source_local_close(src);
+    return rc;
 }
 
 int cmd_run(int argc, char **argv) {
-    const char *path = NULL, *resume = NULL;
-    const char **sets = calloc((size_t)argc, sizeof(char *));
-    int n_sets = 0, dry = 0, status = 2;
-    int64_t steps = 0;
-    if (!sets) return 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(argv[i], "--help-config")) {
-            core_config_help(core_recipe_schema, stdout);
-            status = 0;
-            goto out;
-        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
-            sets[n_sets++] = argv[++i];
-        } else if (!strncmp(argv[i], "--set=", 6)) {
-            sets[n_sets++] = argv[i] + 6;
-        } else if (!strcmp(argv[i], "--dry-run")) {
-            dry = 1;
-        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            steps = strtoll(argv[++i], &end, 10);
-            if (*end || errno || steps < 1) {
-                fprintf(stderr, "vgrpo run: --steps: expected a positive integer, got \"%s\"\n", argv[i]);
-                goto out;
-            }
-        } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
-            resume = argv[++i];
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "vgrpo run: unknown or incomplete option \"%s\"\n\n", argv[i]);
-            usage(stderr);
-            goto out;
-        }
+    const char *path = NULL;
+    int dry = 0, help_config = 0;
+    trainer_run_opts o = {0};
+    int steps = 0;
+    opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
+    if (!sets.v) return 1;
+    const opts_spec opts[] = {
+        {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
+         .help = "override a recipe key (repeatable)"},
+        {.name = "dry-run", .type = OPTS_FLAG, .flag = &dry,
+         .help = "check the recipe (values, sizes, divisibility, prompt files) without weights and print it resolved"},
+        {.name = "steps", .type = OPTS_INT, .i = &steps, .min = 1, .max = 2000000000, .meta = "N",
+         .help = "GRPO steps to run instead of optim.total_steps (the lr schedule keeps optim.total_steps)"},
+        {.name = "resume", .type = OPTS_STRING, .str = &o.resume, .meta = "DIR",
+         .help = "continue from DIR: a checkpoint-N folder, or a folder (its latest complete checkpoint); the\n"
+                 "recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and eval keys may\n"
+                 "change)"},
+        {.name = "help-config", .type = OPTS_FLAG, .flag = &help_config,
+         .help = "list every recipe key with its type, default and range"},
+        {0}};
+    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .help = "the recipe YAML (required unless --help-config)"},
+                            {0}};
+    const opts_cmd cmd = {
+        .name = "run", .opts = opts, .pos = pos,
+        .about = "Runs a GRPO recipe. mode: local rolls out, scores and trains in one process; mode: colocated starts\n"
+                 "the reward server, parallel.rollout_workers rollout workers and parallel.trainer_ranks trainer ranks\n"
+                 "(mpirun) and logs each under logging.run_dir/logs/. Both write logging.run_dir/{config.resolved.yaml,\n"
+                 "metrics.jsonl,rewards.jsonl}, checkpoint-N/ (checkpoint.every) and videos/ (logging.video_every)."};
+    int status = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (status != OPTS_OK) {
+        free(sets.v);
+        return opts_exit_status(status);
+    }
+    if (help_config) {
+        core_config_help(core_recipe_schema, stdout);
+        free(sets.v);
+        return 0;
     }
     if (!path) {
-        fprintf(stderr, "vgrpo run: a recipe file is required\n\n");
-        usage(stderr);
-        goto out;
+        status = opts_fail(&cmd, stderr, "RECIPE is required");
+        free(sets.v);
+        return opts_exit_status(status);
     }
+    o.steps = steps;
     core_recipe r;
+    core_run_lock lk = {.fd = -1};
+    char note[512] = "";
     status = 1;
-    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r)) {
+    if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
+        (!strcmp(r.mode, "local") && source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
         printf("# %s: resolved (dry run; valid)\n", path);
         status = core_recipe_dump(&r, stdout) ? 1 : 0;
-    } else if (ensure_model(&r)) {
-        fprintf(stderr, "vgrpo run: %s\n", core_last_error());
-    } else if (!strcmp(r.mode, "colocated")) {
-        if (colocated_run(path, sets, n_sets, &r, steps, resume, NULL)) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
-        else status = 0;
-    } else if (local_run(&r, steps, resume)) {
+    } else if (ensure_model(&r) || (!strcmp(r.mode, "colocated") && colocated_check(&r)) ||
+               core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", note, sizeof note)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {
-        status = 0;
+        if (note[0]) core_log_warn("%s", note);
+        const int rc = !strcmp(r.mode, "colocated") ? colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL)
+                                                    : run_local(&r, &o);
+        if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
+        else status = 0;
     }
+    core_run_lock_release(&lk);
     core_recipe_release(&r);
-out:
-    free(sets);
+    free(sets.v);
     return status;
 }

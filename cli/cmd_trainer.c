@@ -2,7 +2,8 @@
  * [--set key=value ...]`: the trainer process(es) of a colocated run (DESIGN.md section 3). `vgrpo run` starts it
  * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
  * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
- * (cli/grpo_run.c: grpo_run); ranks > 0 train on their share of every batch (grpo_follow). Without mpirun (no
+ * (trainer/run.h: trainer_run over the remote rollout source, trainer/source.h); ranks > 0 train on their share of
+ * every batch (trainer_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
  * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved (checkpoint.every > 0), and it exits 1.
  * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
@@ -14,24 +15,21 @@
 #include <mpi.h>
 
 #include "cli/commands.h"
-#include "cli/grpo_run.h"
+#include "cli/opts.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"
+#include "core/stop.h"
 #include "sp/comm.h"
 #include "trainer/controller.h"
+#include "trainer/run.h"
+#include "trainer/source.h"
 
 #define TRAINER_HELLO_TIMEOUT_S 600.0
 #define TRAINER_CTL_TIMEOUT_S 3600.0
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: vgrpo trainer RECIPE --controller ENDPOINT --workers M [--resume DIR] [--steps N]\n"
-               "                     [--parity TOLERANCE] [--set key.path=value ...]\n"
-               "The trainer of a colocated run; `vgrpo run RECIPE` starts it with the workers and the reward server.\n");
-}
-
 /* SIGUSR1 (sent by `vgrpo run` when another process of the job failed): stop waiting for the workers at once.
- * SIGINT/SIGTERM are graceful: the step in progress finishes and a checkpoint is saved (cli/local_ckpt.c), except
+ * SIGINT/SIGTERM are graceful: the step in progress finishes and a checkpoint is saved (core/stop.h), except
  * while waiting for the workers' hello, where there is no step to finish. */
 static volatile sig_atomic_t abort_flag = 0, in_hello = 0;
 static void on_usr1(int sig) {
@@ -40,7 +38,7 @@ static void on_usr1(int sig) {
 }
 
 /* SIGUSR2 (sent by `vgrpo run` through mpirun, which forwards SIGUSR1/SIGUSR2 to every rank but kills the job on
- * SIGTERM): rank 0 takes it as SIGTERM (graceful stop, its handler from cli/local_ckpt.c); ranks > 0 ignore it and
+ * SIGTERM): rank 0 takes it as SIGTERM (graceful stop, its handler from core/stop.h); ranks > 0 ignore it and
  * stop when rank 0 does. */
 static void on_usr2(int sig) {
     (void)sig;
@@ -50,58 +48,47 @@ static void on_usr2(int sig) {
 static int abort_check(void *ctx) {
     (void)ctx;
     if (abort_flag) return core_error("stopped (SIGUSR1): another process of the run failed");
-    const int sig = in_hello ? local_signal_pending() : 0;
+    const int sig = in_hello ? core_stop_pending() : 0;
     return sig ? core_error("stopped by signal %d while waiting for the rollout workers", sig) : 0;
 }
 
 int cmd_trainer(int argc, char **argv) {
     const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
     signal(SIGUSR2, mpi_rank && atoi(mpi_rank) > 0 ? SIG_IGN : on_usr2); /* first: `vgrpo run` may send it early */
-    const char *path = NULL, *endpoint = NULL, *resume = NULL;
-    int workers = 0;
-    int64_t steps = 0;
+    const char *path = NULL, *endpoint = NULL;
     const char *parity = NULL; /* `vgrpo parity` with this tolerance ("auto" or a number) */
-    const char **sets = calloc((size_t)argc, sizeof(char *));
-    int n_sets = 0;
-    if (!sets) return 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            free(sets);
-            return 0;
-        } else if (a[0] != '-' && !path) {
-            path = a;
-        } else if (i + 1 < argc && !strcmp(a, "--controller")) {
-            endpoint = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--workers")) {
-            workers = atoi(argv[++i]);
-        } else if (i + 1 < argc && !strcmp(a, "--resume")) {
-            resume = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--parity")) {
-            parity = argv[++i];
-        } else if (i + 1 < argc && !strcmp(a, "--steps")) {
-            steps = atoll(argv[++i]);
-        } else if (i + 1 < argc && !strcmp(a, "--set")) {
-            sets[n_sets++] = argv[++i];
-        } else {
-            fprintf(stderr, "vgrpo trainer: unknown or incomplete option \"%s\"\n\n", a);
-            usage(stderr);
-            free(sets);
-            return 2;
-        }
+    int workers = 0, steps = 0;
+    trainer_run_opts o = {0};
+    opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
+    if (!sets.v) return 1;
+    const opts_spec opts[] = {
+        {.name = "controller", .type = OPTS_STRING, .str = &endpoint, .required = 1, .meta = "ENDPOINT",
+         .help = "the ROUTER endpoint rank 0 binds for the rollout workers"},
+        {.name = "workers", .type = OPTS_INT, .i = &workers, .required = 1, .min = 1, .max = CTL_MAX_WORKERS,
+         .meta = "M", .help = "rollout workers to wait for"},
+        {.name = "resume", .type = OPTS_STRING, .str = &o.resume, .meta = "DIR", .help = "continue from a checkpoint"},
+        {.name = "steps", .type = OPTS_INT, .i = &steps, .min = 1, .max = 2000000000, .meta = "N",
+         .help = "GRPO steps instead of optim.total_steps"},
+        {.name = "parity", .type = OPTS_STRING, .str = &parity, .meta = "TOLERANCE",
+         .help = "run `vgrpo parity` instead of the loop (\"auto\" or a number)"},
+        {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
+         .help = "override a recipe key (repeatable)"},
+        {0}};
+    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
+    const opts_cmd cmd = {.name = "trainer", .opts = opts, .pos = pos,
+                          .about = "The trainer of a colocated run; `vgrpo run RECIPE` starts it with the workers and "
+                                   "the reward server."};
+    const int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (prc != OPTS_OK) {
+        free(sets.v);
+        return opts_exit_status(prc);
     }
-    if (!path || !endpoint || workers < 1 || workers > CTL_MAX_WORKERS) {
-        fprintf(stderr, "vgrpo trainer: RECIPE, --controller and --workers (1..%d) are required\n\n", CTL_MAX_WORKERS);
-        usage(stderr);
-        free(sets);
-        return 2;
-    }
+    o.steps = steps;
     sp_comm *world = NULL;
     const int use_mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
     if (use_mpi ? sp_comm_mpi_world(&argc, &argv, &world) : !(world = sp_comm_self("world"))) {
         fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
-        free(sets);
+        free(sets.v);
         return 1;
     }
     core_log_set_rank(world->rank);
@@ -110,7 +97,7 @@ int cmd_trainer(int argc, char **argv) {
     int status = 1;
     ctl_server *ctl = NULL;
     int clean_fail = 0;
-    if (core_recipe_load(&r, path, sets, n_sets) || local_check_recipe(&r)) {
+    if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r)) {
         fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
     } else if (r.trainer_ranks != world->size) {
         fprintf(stderr, "vgrpo trainer: parallel.trainer_ranks is %d but %d rank(s) were started\n", r.trainer_ranks,
@@ -119,20 +106,22 @@ int cmd_trainer(int argc, char **argv) {
         fprintf(stderr, "vgrpo trainer: parallel.trainer_ranks %d exceeds the %d samples of a step (B x G)\n",
                 world->size, r.prompts_per_step * r.samples_per_prompt);
     } else if (world->rank > 0) {
-        if (grpo_follow(&r, steps, resume, world)) fprintf(stderr, "vgrpo trainer rank %d: %s\n", world->rank, core_last_error());
+        if (trainer_follow(&r, &o, world)) fprintf(stderr, "vgrpo trainer rank %d: %s\n", world->rank, core_last_error());
         else status = 0;
     } else {
-        local_signals_install();
+        core_stop_install();
         in_hello = 1;
         if (!(ctl = ctl_open(endpoint, abort_check, NULL)) || ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
-            local_signals_restore();
+            core_stop_restore();
             fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
         } else {
             in_hello = 0;
-            local_signals_restore();
-            const int prc = parity ? grpo_parity(&r, ctl, world, strcmp(parity, "auto") ? atof(parity) : -1.0,
-                                                 TRAINER_CTL_TIMEOUT_S)
-                                   : grpo_run(&r, steps, resume, ctl, world, TRAINER_CTL_TIMEOUT_S);
+            core_stop_restore();
+            trainer_source *src = trainer_source_remote(ctl, r.batch_size, TRAINER_CTL_TIMEOUT_S, r.model_path);
+            const int prc = !src ? -1
+                            : parity ? trainer_parity(&r, src, world, strcmp(parity, "auto") ? atof(parity) : -1.0)
+                                     : trainer_run(&r, &o, src, world);
+            trainer_source_remote_free(src);
             if (prc) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
             status = prc == 0 ? 0 : 1;
             clean_fail = prc == 1; /* parity past its tolerance, or a run stopped by a signal: every rank finished */
@@ -144,6 +133,6 @@ int cmd_trainer(int argc, char **argv) {
     core_recipe_release(&r);
     sp_comm_destroy(world);
     if (use_mpi) sp_comm_mpi_finalize();
-    free(sets);
+    free(sets.v);
     return status;
 }

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cli/job.h"
-#include "cli/grpo_run.h"
+#include "cli/colocated.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "model/dit/wan_dit.h"
@@ -36,7 +36,7 @@ static void sleep_ms(int ms) {
 }
 
 /* The CPU backend runs the tiny and test-size models; the full-size Wan transformers need the CUDA backend. */
-static int check_model_size(const core_recipe *r) {
+int colocated_check(const core_recipe *r) {
     char path[4200];
     if ((int64_t)r->height * r->width > 256 * 256)
         return core_error("a %dx%d, %d-frame run is the size of the full Wan models' recipes: it needs the CUDA backend "
@@ -53,17 +53,17 @@ static int check_model_size(const core_recipe *r) {
         return core_error("model.path: %s is a full-size Wan transformer (%d layers, dim %d): training it needs the CUDA "
                           "backend (a later issue) and this build runs on the CPU; `vgrpo run --dry-run` checks the "
                           "recipe", r->model_path, c.num_layers, dim);
-    return 0;
-}
-
-int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume, const char *parity) {
-    if (check_model_size(r)) return -1;
     /* vgrpo trainer refuses this too, but only after every process has started */
     if ((int64_t)r->prompts_per_step * r->samples_per_prompt < r->trainer_ranks)
         return core_error("parallel.trainer_ranks: %d ranks exceed the %d samples of a step (rollout.prompts_per_step "
                           "%d x rollout.samples_per_prompt %d): every rank needs at least one", r->trainer_ranks,
                           r->prompts_per_step * r->samples_per_prompt, r->prompts_per_step, r->samples_per_prompt);
+    return 0;
+}
+
+int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
+                  const char *resume, const char *parity) {
+    if (colocated_check(r)) return -1;
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
     if (core_mkdir_p(logs)) return -1;

@@ -15,10 +15,5 @@ int cmd_rollout_worker(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_trainer(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
-/* `vgrpo bench dit` (cli/bench_dit.c), dispatched by cmd_bench; threads 0 = OpenMP default. */
-int cmd_bench_dit(int threads, int quick);
-/* `vgrpo bench vae` / `vgrpo bench umt5` (cli/bench_text_vae.c), dispatched by cmd_bench; threads 0 = default. */
-int cmd_bench_vae(int threads, int quick);
-int cmd_bench_umt5(int threads, int quick);
 
 #endif

@@ -1,11 +1,11 @@
 /* cli/model_init.c — model.init_preset: a recipe that names a preset gets its pipeline written on first use, so
- * `vgrpo run/eval/parity recipes/tiny-cpu.yaml` works on a fresh clone (see cli/grpo_run.h). */
+ * `vgrpo run/eval/parity recipes/tiny-cpu.yaml` works on a fresh clone. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/grpo_run.h"
+#include "cli/model_init.h"
 #include "core/error.h"
 #include "core/fs.h"
 

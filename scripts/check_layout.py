@@ -3,7 +3,7 @@
 
 The source folders stand in one order, top to bottom:
 
-    cli > bench > trainer, rollout (peers) > reward > model > sp > kernels > core
+    cli > bench > trainer, rollout (peers) > reward > media > model > sp > kernels > core
 
 A file (*.c, *.h) may `#include "X/..."` only its own folder or a folder strictly below it: trainer/ and rollout/
 never include each other, and nothing includes cli/. model/'s subfolders (dit, vae, text, flow) are peers that never
@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 
-ORDER = [["cli"], ["bench"], ["trainer", "rollout"], ["reward"], ["model"], ["sp"], ["kernels"], ["core"]]
+ORDER = [["cli"], ["bench"], ["trainer", "rollout"], ["reward"], ["media"], ["model"], ["sp"], ["kernels"], ["core"]]
 RANK = {f: i for i, group in enumerate(ORDER) for f in group}
 MODEL_SUBS = ["dit", "vae", "text", "flow"]
 # Top folders whose .c files may keep file-level cycles for now: reported as warnings, not errors (never for

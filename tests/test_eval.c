@@ -25,7 +25,7 @@
 #include "core/wire_rollout.h"
 #include "reward/scorers.h"
 #include "rollout/pipeline.h"
-#include "rollout/video.h"
+#include "media/video.h"
 #include "tests/test.h"
 
 /* A tiny pipeline and a prompt file in dir; fills the --set arguments every eval here uses. */
@@ -121,7 +121,7 @@ TEST(eval_tiny_files_stats_and_inprocess_parity) {
         snprintf(vp, sizeof vp, "%s/%s", out, json_string_value(json_object_get(s, "video")));
         core_tensor vid;
         double fps;
-        REQUIRE_OK(rollout_video_read(vp, 0, &vid, &fps));
+        REQUIRE_OK(media_video_read(vp, 0, &vid, &fps));
         CHECK(vid.shape[0] == 5 && vid.shape[1] == 32 && vid.shape[2] == 32 && fps == 16.0);
         core_tensor_free(&vid);
     }

@@ -14,8 +14,8 @@
 #include "model/vae/tiny_vae.h"
 #include "model/text/tiny_text.h"
 #include "model/vae/wan_vae.h"
-#include "rollout/png.h"
-#include "rollout/video.h"
+#include "media/png.h"
+#include "media/video.h"
 #include "tests/test.h"
 
 /* Vocabulary ids of the tiny tokenizer, from its documented layout: 0-2 specials, 3 "▁", 4-29 "▁a".."▁z",
@@ -134,14 +134,14 @@ TEST(gen_writes_mp4_and_sheet) {
     CHECK(strstr(out, "generate: sampling steps 3/3") != NULL); /* the progress reached the end */
     CHECK_MSG(strchr(out, '\r') == NULL, "no terminal here, yet a '\\r' in: %s", out); /* plain lines off a tty */
     core_tensor v;
-    REQUIRE_OK(rollout_video_read(mp4, 0, &v, NULL));
+    REQUIRE_OK(media_video_read(mp4, 0, &v, NULL));
     CHECK(v.ndim == 4 && v.shape[0] == 1 + 4 * (3 - 1) && v.shape[1] == 32 && v.shape[2] == 48 && v.shape[3] == 3);
     core_tensor_free(&v);
     core_tensor s;
-    REQUIRE_OK(rollout_png_read(png, &s));
+    REQUIRE_OK(media_png_read(png, &s));
     int sh, sw, cols;
-    REQUIRE_OK(rollout_png_sheet_layout(1, 9, 32, 48, 8, 1, &sh, &sw, &cols));
-    CHECK(s.shape[0] == sh + rollout_png_title_band(32) && s.shape[1] == sw); /* the prompt's title band on top */
+    REQUIRE_OK(media_png_sheet_layout(1, 9, 32, 48, 8, 1, &sh, &sw, &cols));
+    CHECK(s.shape[0] == sh + media_png_title_band(32) && s.shape[1] == sw); /* the prompt's title band on top */
     core_tensor_free(&s);
 }
 
@@ -179,8 +179,8 @@ TEST(gen_same_seed_same_video) {
     CHECK(na == nb && na > 0 && memcmp(a, b, (size_t)na) == 0);
     free(a), free(b);
     core_tensor v0, v2;
-    REQUIRE_OK(rollout_video_read(p[0], 0, &v0, NULL));
-    REQUIRE_OK(rollout_video_read(p[2], 0, &v2, NULL));
+    REQUIRE_OK(media_video_read(p[0], 0, &v0, NULL));
+    REQUIRE_OK(media_video_read(p[2], 0, &v2, NULL));
     const uint8_t *x = v0.data, *y = v2.data;
     long n = 5 * 32 * 32 * 3, differ = 0;
     for (long i = 0; i < n; i++) differ += abs((int)x[i] - (int)y[i]) > 8;
@@ -290,8 +290,8 @@ TEST(gen_checkpoint_replaces_transformer) {
     }
     CHECK(!same_file(v[0], v[1]));
     core_tensor a, b;
-    REQUIRE_OK(rollout_video_read(v[0], 0, &a, NULL));
-    REQUIRE_OK(rollout_video_read(v[1], 0, &b, NULL));
+    REQUIRE_OK(media_video_read(v[0], 0, &a, NULL));
+    REQUIRE_OK(media_video_read(v[1], 0, &b, NULL));
     long n = 5 * 32 * 32 * 3, differ = 0;
     for (long i = 0; i < n; i++) differ += ((const uint8_t *)a.data)[i] != ((const uint8_t *)b.data)[i];
     CHECK_MSG(differ > n / 10, "the checkpoint's weights changed only %ld of %ld values", differ, n);

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rollout/png.h"
-#include "rollout/video.h"
+#include "media/png.h"
+#include "media/video.h"
 #include "tests/test.h"
 
 /* A smooth synthetic video: colour gradients plus a disc with a 6-px soft edge moving right 2 px per frame. */
@@ -59,7 +59,7 @@ static void roundtrip(const char *encoder, const char *want_encoder) {
     snprintf(partial, sizeof partial, "%s.partial", path);
     uint8_t *v = synth_video(F, H, W);
     const char *used = NULL;
-    int rc = rollout_video_write_mp4(path, v, F, H, W, 8.0, encoder, &used);
+    int rc = media_video_write_mp4(path, v, F, H, W, 8.0, encoder, &used);
     if (rc) free(v);
     REQUIRE_OK(rc);
     CHECK(used && !strcmp(used, want_encoder));
@@ -67,7 +67,7 @@ static void roundtrip(const char *encoder, const char *want_encoder) {
     CHECK(!file_exists(partial));
     core_tensor back;
     double fps = 0;
-    rc = rollout_video_read(path, 0, &back, &fps);
+    rc = media_video_read(path, 0, &back, &fps);
     if (rc) free(v);
     REQUIRE_OK(rc);
     CHECK(back.dtype == CORE_U8 && back.ndim == 4);
@@ -80,7 +80,7 @@ static void roundtrip(const char *encoder, const char *want_encoder) {
     }
     /* max_frames stops early */
     core_tensor part;
-    rc = rollout_video_read(path, 3, &part, NULL);
+    rc = media_video_read(path, 3, &part, NULL);
     CHECK(rc == 0 && part.shape[0] == 3);
     core_tensor_free(&part);
     core_tensor_free(&back);
@@ -88,22 +88,22 @@ static void roundtrip(const char *encoder, const char *want_encoder) {
 }
 
 TEST(video_roundtrip_default_encoder_psnr) {
-    roundtrip(NULL, rollout_video_have_x264() ? "libx264" : "mpeg4");
+    roundtrip(NULL, media_video_have_x264() ? "libx264" : "mpeg4");
 }
 
 TEST(video_roundtrip_mpeg4_fallback_psnr) { roundtrip("mpeg4", "mpeg4"); }
 
-/* 33 x 17 is padded to 34 x 18 by replicating the last column and row (documented in rollout/video.h). */
+/* 33 x 17 is padded to 34 x 18 by replicating the last column and row (documented in media/video.h). */
 TEST(video_odd_size_padded_to_even) {
     const int F = 5, H = 17, W = 33;
     char path[600];
     snprintf(path, sizeof path, "%s/odd.mp4", test_tmpdir());
     uint8_t *v = synth_video(F, H, W);
-    int rc = rollout_video_write_mp4(path, v, F, H, W, 16.0, NULL, NULL);
+    int rc = media_video_write_mp4(path, v, F, H, W, 16.0, NULL, NULL);
     if (rc) free(v);
     REQUIRE_OK(rc);
     core_tensor back;
-    rc = rollout_video_read(path, 0, &back, NULL);
+    rc = media_video_read(path, 0, &back, NULL);
     if (rc) free(v);
     REQUIRE_OK(rc);
     CHECK(back.shape[0] == F && back.shape[1] == 18 && back.shape[2] == 34);
@@ -149,7 +149,7 @@ TEST(video_ffprobe_codec_and_frame_count) {
     snprintf(path, sizeof path, "%s/probe.mp4", test_tmpdir());
     uint8_t *v = synth_video(F, H, W);
     const char *used = NULL;
-    int rc = rollout_video_write_mp4(path, v, F, H, W, 12.0, NULL, &used);
+    int rc = media_video_write_mp4(path, v, F, H, W, 12.0, NULL, &used);
     free(v);
     REQUIRE_OK(rc);
     rc = test_run(out, sizeof out,
@@ -170,7 +170,7 @@ TEST(video_errors_name_path_and_leave_no_file) {
     snprintf(path, sizeof path, "%s/no/such/dir/out.mp4", test_tmpdir());
     snprintf(partial, sizeof partial, "%s.partial", path);
     uint8_t px[2 * 2 * 3] = {0};
-    CHECK(rollout_video_write_mp4(path, px, 1, 2, 2, 8.0, NULL, NULL) == -1);
+    CHECK(media_video_write_mp4(path, px, 1, 2, 2, 8.0, NULL, NULL) == -1);
     const char *e = core_last_error();
     CHECK_MSG(strstr(e, path) != NULL, "error does not name the path: %s", e);
     CHECK_MSG(strstr(e, "avio_open") != NULL, "error does not name the libav function: %s", e);
@@ -180,17 +180,17 @@ TEST(video_errors_name_path_and_leave_no_file) {
     /* bad arguments */
     char ok[600];
     snprintf(ok, sizeof ok, "%s/x.mp4", test_tmpdir());
-    CHECK(rollout_video_write_mp4(ok, px, 0, 2, 2, 8.0, NULL, NULL) == -1);
+    CHECK(media_video_write_mp4(ok, px, 0, 2, 2, 8.0, NULL, NULL) == -1);
     CHECK(strstr(core_last_error(), "shape") != NULL);
-    CHECK(rollout_video_write_mp4(ok, px, 1, 2, 2, 0.0, NULL, NULL) == -1);
+    CHECK(media_video_write_mp4(ok, px, 1, 2, 2, 0.0, NULL, NULL) == -1);
     CHECK(strstr(core_last_error(), "fps") != NULL);
-    CHECK(rollout_video_write_mp4(ok, px, 1, 2, 2, 8.0, "vp9", NULL) == -1);
+    CHECK(media_video_write_mp4(ok, px, 1, 2, 2, 8.0, "vp9", NULL) == -1);
     CHECK(strstr(core_last_error(), "vp9") != NULL);
     CHECK(!file_exists(ok));
 
     /* reader: missing file and a file that is not a video */
     core_tensor t;
-    CHECK(rollout_video_read(path, 0, &t, NULL) == -1);
+    CHECK(media_video_read(path, 0, &t, NULL) == -1);
     e = core_last_error();
     CHECK_MSG(strstr(e, path) && strstr(e, "avformat_open_input"), "reader error: %s", e);
     CHECK(t.data == NULL);
@@ -200,7 +200,7 @@ TEST(video_errors_name_path_and_leave_no_file) {
     REQUIRE(fp);
     fputs("this is not a video file at all\n", fp);
     fclose(fp);
-    CHECK(rollout_video_read(junk, 0, &t, NULL) == -1);
+    CHECK(media_video_read(junk, 0, &t, NULL) == -1);
     CHECK_MSG(strstr(core_last_error(), junk) != NULL, "reader error: %s", core_last_error());
 }
 
@@ -214,9 +214,9 @@ TEST(video_png_roundtrip_bit_exact) {
     }
     char path[600];
     snprintf(path, sizeof path, "%s/img.png", test_tmpdir());
-    REQUIRE_OK(rollout_png_write(path, img, H, W));
+    REQUIRE_OK(media_png_write(path, img, H, W));
     core_tensor back;
-    REQUIRE_OK(rollout_png_read(path, &back));
+    REQUIRE_OK(media_png_read(path, &back));
     CHECK(back.ndim == 3 && back.shape[0] == H && back.shape[1] == W && back.shape[2] == 3);
     CHECK(back.shape[0] == H && back.shape[1] == W && memcmp(back.data, img, sizeof img) == 0);
     core_tensor_free(&back);
@@ -224,10 +224,10 @@ TEST(video_png_roundtrip_bit_exact) {
     /* errors: missing directory (no file left), missing file, not a PNG */
     char bad[700];
     snprintf(bad, sizeof bad, "%s/missing/img.png", test_tmpdir());
-    CHECK(rollout_png_write(bad, img, H, W) == -1);
+    CHECK(media_png_write(bad, img, H, W) == -1);
     CHECK_MSG(strstr(core_last_error(), bad) != NULL, "png error: %s", core_last_error());
     CHECK(!file_exists(bad));
-    CHECK(rollout_png_read(bad, &back) == -1);
+    CHECK(media_png_read(bad, &back) == -1);
     CHECK(strstr(core_last_error(), bad) != NULL);
     char junk[600];
     snprintf(junk, sizeof junk, "%s/junk.png", test_tmpdir());
@@ -235,7 +235,7 @@ TEST(video_png_roundtrip_bit_exact) {
     REQUIRE(fp);
     fputs("not a png file", fp);
     fclose(fp);
-    CHECK(rollout_png_read(junk, &back) == -1);
+    CHECK(media_png_read(junk, &back) == -1);
     CHECK(strstr(core_last_error(), "signature") != NULL);
 }
 
@@ -263,18 +263,18 @@ TEST(video_contact_sheet_layout_and_labels) {
      * width = 4*12 + 5*2 = 58; height = 3*(7+20) + 4*2 = 89; without labels 3*20 + 4*2 = 68; all 9 columns:
      * width 9*12 + 10*2 = 128. Columns j = 0..3 show frames round(j*8/3) = 0, 3, 5, 8. */
     int sh, sw, cols;
-    REQUIRE_OK(rollout_png_sheet_layout(N, F, H, W, 4, 1, &sh, &sw, &cols));
+    REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 4, 1, &sh, &sw, &cols));
     CHECK(sh == 89 && sw == 58 && cols == 4);
-    REQUIRE_OK(rollout_png_sheet_layout(N, F, H, W, 4, 0, &sh, &sw, &cols));
+    REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 4, 0, &sh, &sw, &cols));
     CHECK(sh == 68 && sw == 58 && cols == 4);
-    REQUIRE_OK(rollout_png_sheet_layout(N, F, H, W, 0, 1, &sh, &sw, &cols));
+    REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 0, 1, &sh, &sw, &cols));
     CHECK(sh == 89 && sw == 128 && cols == 9);
-    REQUIRE_OK(rollout_png_sheet_layout(1, 1, 64, 64, 4, 1, &sh, &sw, &cols)); /* s = 2: L = 14 */
+    REQUIRE_OK(media_png_sheet_layout(1, 1, 64, 64, 4, 1, &sh, &sw, &cols)); /* s = 2: L = 14 */
     CHECK(sh == 64 + 14 + 4 && sw == 64 + 4 && cols == 1);
 
     const char *labels[3] = {"S0", "", NULL};
     core_tensor sheet;
-    int rc = rollout_png_sheet_render(v, N, F, H, W, 4, labels, &sheet);
+    int rc = media_png_sheet_render(v, N, F, H, W, 4, labels, &sheet);
     if (rc) free(v);
     REQUIRE_OK(rc);
     REQUIRE(sheet.shape[0] == 89 && sheet.shape[1] == 58);
@@ -306,12 +306,12 @@ TEST(video_contact_sheet_layout_and_labels) {
     /* Written as PNG and read back bit-exact. */
     char path[600];
     snprintf(path, sizeof path, "%s/sheet.png", test_tmpdir());
-    rc = rollout_png_write_sheet(path, v, N, F, H, W, 4, labels);
+    rc = media_png_write_sheet(path, v, N, F, H, W, 4, labels);
     free(v);
     if (rc) core_tensor_free(&sheet);
     REQUIRE_OK(rc);
     core_tensor back;
-    rc = rollout_png_read(path, &back);
+    rc = media_png_read(path, &back);
     if (rc) core_tensor_free(&sheet);
     REQUIRE_OK(rc);
     CHECK(back.shape[0] == 89 && back.shape[1] == 58 && memcmp(back.data, sheet.data, 89 * 58 * 3) == 0);
@@ -319,24 +319,24 @@ TEST(video_contact_sheet_layout_and_labels) {
     core_tensor_free(&sheet);
 }
 
-/* rollout_png_fit_text: '?' for what the font cannot draw (one per UTF-8 character), "..." when cut. */
+/* media_png_fit_text: '?' for what the font cannot draw (one per UTF-8 character), "..." when cut. */
 TEST(video_sheet_title_fit_text) {
     char out[64];
-    CHECK(rollout_png_fit_text(out, sizeof out, "a red car, 2 birds!", 1000, 1) == 19 &&
+    CHECK(media_png_fit_text(out, sizeof out, "a red car, 2 birds!", 1000, 1) == 19 &&
           !strcmp(out, "a red car, 2 birds!"));
-    CHECK(rollout_png_fit_text(out, sizeof out, "caf\xc3\xa9 \xe2\x80\x94 tab\there~", 1000, 1) == 16 &&
+    CHECK(media_png_fit_text(out, sizeof out, "caf\xc3\xa9 \xe2\x80\x94 tab\there~", 1000, 1) == 16 &&
           !strcmp(out, "caf? ? tab?here?"));
     /* scale 1, 39 pixels: (39 + 1) / 4 = 10 characters */
-    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghij", 39, 1) == 10 && !strcmp(out, "abcdefghij"));
-    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghijk", 39, 1) == 10 && !strcmp(out, "abcdefg..."));
-    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefghijk", 38, 1) == 9 && !strcmp(out, "abcdef..."));
-    CHECK(rollout_png_fit_text(out, sizeof out, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 16, 1) == 4 &&
+    CHECK(media_png_fit_text(out, sizeof out, "abcdefghij", 39, 1) == 10 && !strcmp(out, "abcdefghij"));
+    CHECK(media_png_fit_text(out, sizeof out, "abcdefghijk", 39, 1) == 10 && !strcmp(out, "abcdefg..."));
+    CHECK(media_png_fit_text(out, sizeof out, "abcdefghijk", 38, 1) == 9 && !strcmp(out, "abcdef..."));
+    CHECK(media_png_fit_text(out, sizeof out, "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 16, 1) == 4 &&
           !strcmp(out, "?..."));
     /* scale 2: (38 + 2) / 8 = 5 characters; fewer than 4 of room: cut without dots */
-    CHECK(rollout_png_fit_text(out, sizeof out, "abcdefgh", 38, 2) == 5 && !strcmp(out, "ab..."));
-    CHECK(rollout_png_fit_text(out, sizeof out, "abcd", 11, 1) == 3 && !strcmp(out, "abc"));
-    CHECK(rollout_png_fit_text(out, sizeof out, NULL, 100, 1) == 0 && !strcmp(out, ""));
-    CHECK(rollout_png_fit_text(out, 4, "abcdefgh", 1000, 1) == 3 && !strcmp(out, "abc"));
+    CHECK(media_png_fit_text(out, sizeof out, "abcdefgh", 38, 2) == 5 && !strcmp(out, "ab..."));
+    CHECK(media_png_fit_text(out, sizeof out, "abcd", 11, 1) == 3 && !strcmp(out, "abc"));
+    CHECK(media_png_fit_text(out, sizeof out, NULL, 100, 1) == 0 && !strcmp(out, ""));
+    CHECK(media_png_fit_text(out, 4, "abcdefgh", 1000, 1) == 3 && !strcmp(out, "abc"));
 }
 
 /* A titled sheet is the untitled sheet moved down by the title band, whose text pixels are drawn; without a title
@@ -353,12 +353,12 @@ TEST(video_sheet_title_band) {
         }
     const char *labels[2] = {"seed 1", "seed 2"};
     core_tensor plain, none, titled;
-    REQUIRE_OK(rollout_png_sheet_render(v, N, F, H, W, 4, labels, &plain));
-    REQUIRE_OK(rollout_png_sheet_render_titled(v, N, F, H, W, 4, NULL, labels, &none));
+    REQUIRE_OK(media_png_sheet_render(v, N, F, H, W, 4, labels, &plain));
+    REQUIRE_OK(media_png_sheet_render_titled(v, N, F, H, W, 4, NULL, labels, &none));
     CHECK(none.shape[0] == plain.shape[0] && none.shape[1] == plain.shape[1] &&
           !memcmp(none.data, plain.data, (size_t)plain.shape[0] * plain.shape[1] * 3));
-    REQUIRE_OK(rollout_png_sheet_render_titled(v, N, F, H, W, 4, "a red car", labels, &titled));
-    const int band = rollout_png_title_band(H), sw = (int)plain.shape[1], ph = (int)plain.shape[0];
+    REQUIRE_OK(media_png_sheet_render_titled(v, N, F, H, W, 4, "a red car", labels, &titled));
+    const int band = media_png_title_band(H), sw = (int)plain.shape[1], ph = (int)plain.shape[0];
     CHECK(band == 9); /* s = 1: 7 + 2 */
     CHECK(titled.shape[0] == ph + band && titled.shape[1] == sw);
     const uint8_t *img = titled.data, bg[3] = {24, 24, 24}, white[3] = {255, 255, 255};
@@ -377,9 +377,9 @@ TEST(video_sheet_title_band) {
     snprintf(dir, sizeof dir, "%s", test_tmpdir());
     snprintf(a, sizeof a, "%s/plain.png", dir), snprintf(b, sizeof b, "%s/none.png", dir);
     snprintf(c, sizeof c, "%s/titled.png", dir);
-    REQUIRE_OK(rollout_png_write_sheet(a, v, N, F, H, W, 4, labels));
-    REQUIRE_OK(rollout_png_write_sheet_titled(b, v, N, F, H, W, 4, NULL, labels));
-    REQUIRE_OK(rollout_png_write_sheet_titled(c, v, N, F, H, W, 4, "a red car", labels));
+    REQUIRE_OK(media_png_write_sheet(a, v, N, F, H, W, 4, labels));
+    REQUIRE_OK(media_png_write_sheet_titled(b, v, N, F, H, W, 4, NULL, labels));
+    REQUIRE_OK(media_png_write_sheet_titled(c, v, N, F, H, W, 4, "a red car", labels));
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     REQUIRE(fa && fb);
     static unsigned char ba[1 << 16], bb[1 << 16];
@@ -387,7 +387,7 @@ TEST(video_sheet_title_band) {
     fclose(fa), fclose(fb);
     CHECK(na > 0 && na == nb && !memcmp(ba, bb, na));
     core_tensor back;
-    REQUIRE_OK(rollout_png_read(c, &back));
+    REQUIRE_OK(media_png_read(c, &back));
     CHECK(back.shape[0] == titled.shape[0] && !memcmp(back.data, titled.data, (size_t)titled.shape[0] * sw * 3));
     core_tensor_free(&back), core_tensor_free(&plain), core_tensor_free(&none), core_tensor_free(&titled);
     free(v);

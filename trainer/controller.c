@@ -303,6 +303,9 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
 }
 
 void ctl_shutdown(ctl_server *c, double timeout_s) {
+    /* A shutdown follows a failure as often as a success: its own time-out must not replace the first error. */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", core_last_error());
     for (int w = 0; w < c->n; w++) core_zmq_send_fields(c->router, c->w[w].rid, c->w[w].rid_len, CORE_WIRE_SHUTDOWN, "bye", NULL);
     const double deadline = now_s() + timeout_s;
     int n = 0;
@@ -319,4 +322,6 @@ void ctl_shutdown(ctl_server *c, double timeout_s) {
         core_zmq_msg_close(&zm);
     }
     c->abort_check = saved;
+    if (first[0]) core_error("%s", first);
+    else core_error_clear();
 }

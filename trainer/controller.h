@@ -54,7 +54,8 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                      int64_t version, double timeout_s, int *hash_match);
 
-/* Sends `shutdown` to every worker and waits up to timeout_s for their replies. */
+/* Sends `shutdown` to every worker and waits up to timeout_s for their replies. The current error (core_last_error)
+ * is kept as it was: a time-out here never replaces the failure that led to the shutdown. */
 void ctl_shutdown(ctl_server *c, double timeout_s);
 
 #endif

@@ -1,10 +1,10 @@
-/* rollout/video.c — mp4 writer (libx264 or MPEG-4 part 2 via libavcodec, mp4 via libavformat) and a video
+/* media/video.c — mp4 writer (libx264 or MPEG-4 part 2 via libavcodec, mp4 via libavformat) and a video
  * reader to U8 RGB. The encode/decode loops follow libavcodec's send/receive API as documented in
  * libavcodec/avcodec.h (send frames, drain packets, send NULL to flush, drain until AVERROR_EOF).
  *
  * libav's own log output is routed through a callback that prints nothing and keeps the last error-level line
  * per thread, which is appended to our error message (library code never prints). */
-#include "rollout/video.h"
+#include "media/video.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -55,7 +55,7 @@ static int video_av_fail(const char *path, const char *fn, int err) {
     return core_error("video %s: %s failed: %s", path, fn, msg);
 }
 
-int rollout_video_have_x264(void) { return avcodec_find_encoder_by_name("libx264") != NULL; }
+int media_video_have_x264(void) { return avcodec_find_encoder_by_name("libx264") != NULL; }
 
 /* ---- writer ---- */
 
@@ -86,7 +86,7 @@ static void pad_frame(uint8_t *dst, size_t dst_stride, const uint8_t *src, int h
     }
 }
 
-int rollout_video_write_mp4(const char *path, const uint8_t *rgb, int frames, int height, int width, double fps,
+int media_video_write_mp4(const char *path, const uint8_t *rgb, int frames, int height, int width, double fps,
                             const char *encoder, const char **encoder_used) {
     if (!path || !path[0]) return core_error("video: output path is empty");
     if (!rgb) return core_error("video %s: no frame data", path);
@@ -254,14 +254,14 @@ done:
     return rc;
 }
 
-int rollout_video_write_mp4_tensor(const char *path, const core_tensor *video, double fps, const char *encoder,
+int media_video_write_mp4_tensor(const char *path, const core_tensor *video, double fps, const char *encoder,
                                    const char **encoder_used) {
     if (!video || video->dtype != CORE_U8 || video->ndim != 4 || video->shape[3] != 3 ||
         !core_tensor_is_contiguous(video) || video->device != CORE_CPU)
         return core_error("video %s: need a contiguous CPU U8 tensor [F, H, W, 3]", path ? path : "(null)");
     if (video->shape[0] > INT32_MAX || video->shape[1] > 16384 || video->shape[2] > 16384)
         return core_error("video %s: video too large", path);
-    return rollout_video_write_mp4(path, video->data, (int)video->shape[0], (int)video->shape[1],
+    return media_video_write_mp4(path, video->data, (int)video->shape[0], (int)video->shape[1],
                                    (int)video->shape[2], fps, encoder, encoder_used);
 }
 
@@ -324,7 +324,7 @@ static int drain(AVCodecContext *dc, AVFrame *fr, read_state *rs, int max_frames
     }
 }
 
-int rollout_video_read(const char *path, int max_frames, core_tensor *out, double *fps) {
+int media_video_read(const char *path, int max_frames, core_tensor *out, double *fps) {
     memset(out, 0, sizeof *out);
     if (fps) *fps = 0;
     if (!path || !path[0]) return core_error("video: input path is empty");

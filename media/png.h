@@ -1,8 +1,8 @@
-/* rollout/png.h — PNG frames and contact sheets through libpng.
+/* media/png.h — PNG frames and contact sheets through libpng.
  *
- * rollout_png_write / rollout_png_read: one 8-bit RGB image, written losslessly (read back bit-exact).
+ * media_png_write / media_png_read: one 8-bit RGB image, written losslessly (read back bit-exact).
  *
- * Contact sheet (rollout/contact_sheet.c): a grid with one ROW PER SAMPLE and one COLUMN PER CHOSEN FRAME.
+ * Contact sheet (media/contact_sheet.c): a grid with one ROW PER SAMPLE and one COLUMN PER CHOSEN FRAME.
  * For N videos U8 [N, F, H, W, 3] and C columns (C = min(F, max_cols); max_cols <= 0 means all F frames) the
  * column j shows frame round(j * (F - 1) / (C - 1)) (frame 0 when C = 1), so the first and last frames are
  * always shown. Every tile is the full-size frame (no scaling). Layout, in pixels:
@@ -16,14 +16,14 @@
  * one row s of space above). The font has digits, A-Z (lower case is drawn as upper case) and  . , : ; - _ + = /
  * ( ) # ' ! ? % [ ] < > * "; any other character is drawn as a filled block. Text past the sheet's width is cut.
  *
- * Titled sheet (rollout_png_write_sheet_titled): the same sheet with a title band on top, for the prompt of the
+ * Titled sheet (media_png_write_sheet_titled): the same sheet with a title band on top, for the prompt of the
  * videos shown. The band is T = 7 * s + g pixels (s the label scale above) and everything of the untitled sheet moves
  * down by T, so sheet height = untitled height + T and the width is unchanged. The title is drawn like a label, in
- * white at x = g, y = g + s. Before drawing, the text is made to fit (rollout_png_fit_text): every character the font
+ * white at x = g, y = g + s. Before drawing, the text is made to fit (media_png_fit_text): every character the font
  * cannot draw becomes '?' (a UTF-8 sequence counts as one character, so "café" gives "caf?", drawn as CAF?), and text wider than
  * the sheet is cut to the width with "..." at its end. A NULL title gives the untitled sheet, byte for byte. */
-#ifndef ROLLOUT_PNG_H
-#define ROLLOUT_PNG_H
+#ifndef MEDIA_PNG_H
+#define MEDIA_PNG_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -32,52 +32,52 @@
 /* Writes `rgb` (U8 [height, width, 3], contiguous) to `path` as an 8-bit RGB PNG (via "<path>.partial", renamed
  * when complete). 1 <= height, width <= 65535. Returns 0, or -1 with an error naming `path` (libpng's message
  * included); no file is left at `path` on failure. */
-int rollout_png_write(const char *path, const uint8_t *rgb, int height, int width);
+int media_png_write(const char *path, const uint8_t *rgb, int height, int width);
 
 /* Reads a PNG into `out`: a new owned tensor U8 [H, W, 3]. Palette, grey, 16-bit and alpha images are converted
  * to 8-bit RGB (alpha dropped, 16-bit truncated to the high byte). Returns 0, or -1 naming `path`. */
-int rollout_png_read(const char *path, core_tensor *out);
+int media_png_read(const char *path, core_tensor *out);
 
 /* Contact-sheet size for n samples of h x w frames with `frames` frames each, max_cols as above and labels
  * drawn (has_labels != 0) or not. Sets *sheet_h, *sheet_w, *cols. Returns 0, or -1 for bad sizes. */
-int rollout_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
+int media_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
                              int *sheet_w, int *cols);
 
 /* Renders the contact sheet of `videos` (U8 [n, frames, h, w, 3], contiguous) into `out`: a new owned tensor
  * U8 [sheet_h, sheet_w, 3] laid out as documented above. `labels`: NULL (no label bands) or n strings (NULL
  * entries draw nothing). Returns 0, or -1 (bad sizes, out of memory). */
-int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                              const char *const *labels, core_tensor *out);
 
 /* Renders the contact sheet and writes it to `path` as PNG. Returns 0, or -1 naming `path`. */
-int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                             const char *const *labels);
 
 /* Contact sheet with a title band (layout above): renders into `out` (a new owned tensor U8 [H, W, 3]) or writes
- * `path` as PNG. title: NULL for no band (then the output equals rollout_png_sheet_render / rollout_png_write_sheet);
+ * `path` as PNG. title: NULL for no band (then the output equals media_png_sheet_render / media_png_write_sheet);
  * labels as there. Typical calls: one video and its prompt (`vgrpo generate`),
- *   rollout_png_write_sheet_titled(path, video, 1, frames, h, w, 8, prompt, NULL);
+ *   media_png_write_sheet_titled(path, video, 1, frames, h, w, 8, prompt, NULL);
  * or K samples of one prompt, labelled by seed or reward,
- *   rollout_png_write_sheet_titled(path, videos, K, frames, h, w, 8, prompt, labels);
+ *   media_png_write_sheet_titled(path, videos, K, frames, h, w, 8, prompt, labels);
  * Returns 0, or -1 (bad sizes, out of memory, a sheet over 65535 pixels; the write names `path`). */
-int rollout_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                                     const char *title, const char *const *labels, core_tensor *out);
-int rollout_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
+int media_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
                                    int max_cols, const char *title, const char *const *labels);
 
 /* Height in pixels of the title band of a sheet of h-pixel-high frames: 7 * s + 2 (s = clamp(h / 32, 1, 4)). */
-int rollout_png_title_band(int h);
+int media_png_title_band(int h);
 
 /* Makes `text` fit `width` pixels at font `scale` as the title is drawn: at most (width + scale) / (4 * scale)
  * characters, characters the font cannot draw replaced by '?' (one per UTF-8 sequence), and text that is longer
  * cut with "..." as its last three characters (fewer than 4 characters of room: cut without dots). Writes the result
  * (NUL-terminated, at most cap - 1 bytes) to out and returns its length. text NULL: "". */
-int rollout_png_fit_text(char *out, size_t cap, const char *text, int width, int scale);
+int media_png_fit_text(char *out, size_t cap, const char *text, int width, int scale);
 
 /* Draws `text` at (x, y) (top-left of the first character) into an RGB image [img_h, img_w, 3] with the
  * built-in 3 x 5 font at integer `scale` >= 1 in `color`; pixels outside the image are skipped. Returns the
  * x just past the last character. */
-int rollout_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
+int media_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
                           const char *text);
 
 #endif

@@ -1,6 +1,6 @@
-/* rollout/png.c — 8-bit RGB PNG writer and reader through libpng (the simple row API of libpng's manual,
+/* media/png.c — 8-bit RGB PNG writer and reader through libpng (the simple row API of libpng's manual,
  * libpng-manual.txt, with setjmp error handling). Messages from libpng are kept and returned, never printed. */
-#include "rollout/png.h"
+#include "media/png.h"
 
 #include <errno.h>
 #include <png.h>
@@ -27,7 +27,7 @@ static void on_png_warning(png_structp png, png_const_charp msg) {
     (void)msg; /* warnings (e.g. unknown chunks) are not errors; ignored */
 }
 
-int rollout_png_write(const char *path, const uint8_t *rgb, int height, int width) {
+int media_png_write(const char *path, const uint8_t *rgb, int height, int width) {
     if (!path || !path[0]) return core_error("png: output path is empty");
     if (!rgb) return core_error("png %s: no image data", path);
     if (height < 1 || width < 1 || height > 65535 || width > 65535)
@@ -74,7 +74,7 @@ int rollout_png_write(const char *path, const uint8_t *rgb, int height, int widt
     return 0;
 }
 
-int rollout_png_read(const char *path, core_tensor *out) {
+int media_png_read(const char *path, core_tensor *out) {
     memset(out, 0, sizeof *out);
     if (!path || !path[0]) return core_error("png: input path is empty");
     FILE *fp = fopen(path, "rb");

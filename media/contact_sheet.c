@@ -1,12 +1,12 @@
-/* rollout/contact_sheet.c — contact sheets (rows = samples, columns = evenly spaced frames) and the tiny
- * built-in 3 x 5 bitmap font for their labels. The layout is documented in rollout/png.h. The glyphs were drawn
+/* media/contact_sheet.c — contact sheets (rows = samples, columns = evenly spaced frames) and the tiny
+ * built-in 3 x 5 bitmap font for their labels. The layout is documented in media/png.h. The glyphs were drawn
  * for this project: each is five rows top to bottom, each row one octal digit whose bits 4, 2, 1 are the left,
  * middle and right pixel. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "rollout/png.h"
+#include "media/png.h"
 
 #define SHEET_GAP 2
 static const uint8_t sheet_bg[3] = {24, 24, 24};
@@ -36,7 +36,7 @@ static const char *glyph_of(char c) {
     return p ? font_glyphs[p - font_chars] : font_unknown;
 }
 
-int rollout_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
+int media_png_draw_text(uint8_t *img, int img_h, int img_w, int x, int y, int scale, const uint8_t color[3],
                           const char *text) {
     if (scale < 1) scale = 1;
     for (const char *t = text; t && *t; t++, x += 4 * scale) {
@@ -65,7 +65,7 @@ static int label_scale(int h) {
     return s < 1 ? 1 : s > 4 ? 4 : s;
 }
 
-int rollout_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
+int media_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
                              int *sheet_w, int *cols) {
     if (n < 1 || frames < 1 || h < 1 || w < 1)
         return core_error("contact sheet: bad video shape [%d, %d, %d, %d, 3]", n, frames, h, w);
@@ -83,12 +83,12 @@ int rollout_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int 
     return 0;
 }
 
-int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                              const char *const *labels, core_tensor *out) {
     memset(out, 0, sizeof *out);
     if (!videos) return core_error("contact sheet: no video data");
     int sh, sw, cols;
-    if (rollout_png_sheet_layout(n, frames, h, w, max_cols, labels != NULL, &sh, &sw, &cols)) return -1;
+    if (media_png_sheet_layout(n, frames, h, w, max_cols, labels != NULL, &sh, &sw, &cols)) return -1;
     int64_t shape[3] = {sh, sw, 3};
     if (core_tensor_alloc(out, CORE_U8, 3, shape)) return core_error_push("contact sheet: ");
     uint8_t *img = out->data;
@@ -97,7 +97,7 @@ int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, in
     size_t frame_bytes = (size_t)h * w * 3;
     for (int i = 0; i < n; i++) {
         int band_y = SHEET_GAP + i * (L + h + SHEET_GAP);
-        if (labels && labels[i]) rollout_png_draw_text(img, sh, sw, SHEET_GAP, band_y + s, s, label_fg, labels[i]);
+        if (labels && labels[i]) media_png_draw_text(img, sh, sw, SHEET_GAP, band_y + s, s, label_fg, labels[i]);
         for (int j = 0; j < cols; j++) {
             int f = cols == 1 ? 0 : (int)(((int64_t)j * (frames - 1) * 2 + (cols - 1)) / (2 * (int64_t)(cols - 1)));
             const uint8_t *src = videos + ((size_t)i * frames + f) * frame_bytes;
@@ -109,19 +109,19 @@ int rollout_png_sheet_render(const uint8_t *videos, int n, int frames, int h, in
     return 0;
 }
 
-int rollout_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                             const char *const *labels) {
     core_tensor sheet;
-    if (rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &sheet))
+    if (media_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &sheet))
         return core_error_push("png %s: ", path ? path : "(null)");
-    int rc = rollout_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
+    int rc = media_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
     core_tensor_free(&sheet);
     return rc;
 }
 
-int rollout_png_title_band(int h) { return 7 * label_scale(h) + SHEET_GAP; }
+int media_png_title_band(int h) { return 7 * label_scale(h) + SHEET_GAP; }
 
-int rollout_png_fit_text(char *out, size_t cap, const char *text, int width, int scale) {
+int media_png_fit_text(char *out, size_t cap, const char *text, int width, int scale) {
     if (!cap) return 0;
     if (scale < 1) scale = 1;
     int room = width > 0 ? (width + scale) / (4 * scale) : 0, n = 0, total = 0;
@@ -139,13 +139,13 @@ int rollout_png_fit_text(char *out, size_t cap, const char *text, int width, int
     return n;
 }
 
-int rollout_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+int media_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                                     const char *title, const char *const *labels, core_tensor *out) {
-    if (!title) return rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, out);
+    if (!title) return media_png_sheet_render(videos, n, frames, h, w, max_cols, labels, out);
     memset(out, 0, sizeof *out);
     core_tensor body;
-    if (rollout_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &body)) return -1;
-    const int band = rollout_png_title_band(h), s = label_scale(h), bh = (int)body.shape[0], sw = (int)body.shape[1];
+    if (media_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &body)) return -1;
+    const int band = media_png_title_band(h), s = label_scale(h), bh = (int)body.shape[0], sw = (int)body.shape[1];
     if (bh + band > 65535) {
         core_tensor_free(&body);
         return core_error("contact sheet: %dx%d pixels with the title is over the PNG limit used here (65535)",
@@ -161,17 +161,17 @@ int rollout_png_sheet_render_titled(const uint8_t *videos, int n, int frames, in
     memcpy(img + (size_t)band * sw * 3, body.data, (size_t)bh * sw * 3);
     core_tensor_free(&body);
     char text[1024];
-    rollout_png_fit_text(text, sizeof text, title, sw - 2 * SHEET_GAP, s);
-    rollout_png_draw_text(img, bh + band, sw, SHEET_GAP, SHEET_GAP + s, s, label_fg, text);
+    media_png_fit_text(text, sizeof text, title, sw - 2 * SHEET_GAP, s);
+    media_png_draw_text(img, bh + band, sw, SHEET_GAP, SHEET_GAP + s, s, label_fg, text);
     return 0;
 }
 
-int rollout_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
+int media_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
                                    int max_cols, const char *title, const char *const *labels) {
     core_tensor sheet;
-    if (rollout_png_sheet_render_titled(videos, n, frames, h, w, max_cols, title, labels, &sheet))
+    if (media_png_sheet_render_titled(videos, n, frames, h, w, max_cols, title, labels, &sheet))
         return core_error_push("png %s: ", path ? path : "(null)");
-    int rc = rollout_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
+    int rc = media_png_write(path, sheet.data, (int)sheet.shape[0], (int)sheet.shape[1]);
     core_tensor_free(&sheet);
     return rc;
 }

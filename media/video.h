@@ -1,4 +1,4 @@
-/* rollout/video.h — mp4 writer and video reader (libavformat / libavcodec / libswscale).
+/* media/video.h — mp4 writer and video reader (libavformat / libavcodec / libswscale).
  *
  * Writer: U8 RGB frames [F, H, W, 3] -> an mp4 file. H.264 through libx264 (yuv420p, CRF 18, preset "fast")
  * when the linked libavcodec has it, else the built-in MPEG-4 part 2 encoder (yuv420p, fixed quantiser 2);
@@ -10,8 +10,8 @@
  *
  * Reader: any container/codec libavformat can open -> U8 RGB [F, H, W, 3] (first video stream; YUV -> RGB with
  * the stream's own matrix and range). For round-trip tests and for scoring external videos. */
-#ifndef ROLLOUT_VIDEO_H
-#define ROLLOUT_VIDEO_H
+#ifndef MEDIA_VIDEO_H
+#define MEDIA_VIDEO_H
 
 #include <stdint.h>
 #include "core/tensor.h"
@@ -23,11 +23,11 @@
  * <= 16384; odd sizes are padded as described above. Returns 0, or -1 with an error naming `path` and, for a
  * libav failure, the libav function and av_err2str's message; on failure no file is left at `path` (a file
  * already there is not touched) and the temporary file is removed. */
-int rollout_video_write_mp4(const char *path, const uint8_t *rgb, int frames, int height, int width, double fps,
+int media_video_write_mp4(const char *path, const uint8_t *rgb, int frames, int height, int width, double fps,
                             const char *encoder, const char **encoder_used);
 
 /* Same, for a tensor U8 [F, H, W, 3] (contiguous CPU). */
-int rollout_video_write_mp4_tensor(const char *path, const core_tensor *video, double fps, const char *encoder,
+int media_video_write_mp4_tensor(const char *path, const core_tensor *video, double fps, const char *encoder,
                                    const char **encoder_used);
 
 /* Decodes the first video stream of `path` into `out`: a new owned tensor U8 [F, H, W, 3] (H, W: the coded
@@ -35,9 +35,9 @@ int rollout_video_write_mp4_tensor(const char *path, const core_tensor *video, d
  * (0: all). If `fps` is not NULL it receives the stream's average frame rate (0 if unknown). Frames whose size
  * differs from the first frame's are an error. Returns 0, or -1 with an error naming `path` and the libav
  * function (out is left zeroed). */
-int rollout_video_read(const char *path, int max_frames, core_tensor *out, double *fps);
+int media_video_read(const char *path, int max_frames, core_tensor *out, double *fps);
 
 /* 1 if the linked libavcodec has the libx264 encoder, else 0. */
-int rollout_video_have_x264(void);
+int media_video_have_x264(void);
 
 #endif

@@ -1,0 +1,182 @@
+/* cli/source_local.c — the in-process rollout source of local mode (trainer/source.h): the rollout engine
+ * (rollout/engine.h) on the trainer's own experts, the decoder from final latents to video (rollout/pipeline.h:
+ * model.decoder) and the recipe's scorers (reward/scorers.h), all in the trainer's process. This file is wiring:
+ * cli/ is the one folder that composes rollout/ and trainer/.
+ *
+ * Samples are those a rollout worker would make (the same engine, the conditioning bytes the trainer passes, the
+ * same decoder and scorers): a local run equals a colocated one bit for bit. Weights are never copied: push_weights
+ * and start point the engine at the trainer's experts (the policy, or the EMA for an eval). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/source_local.h"
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/fs.h"
+#include "reward/scorers.h"
+#include "rollout/engine.h"
+#include "rollout/pipeline.h"
+
+typedef struct {
+    trainer_source src;
+    const core_recipe *r;
+    rollout_config rc;
+    rollout_decoder dec;
+    int n_scorers;
+    const reward_scorer *sc[CORE_TRAJ_MAX_REWARDS];
+    const char *names[CORE_TRAJ_MAX_REWARDS];
+    double weight[CORE_TRAJ_MAX_REWARDS];
+    const wan_model *experts[2];
+    int n_experts;
+} local_src;
+
+int source_local_check(const core_recipe *r) {
+    if (r->rollout_workers != 1)
+        return core_error("parallel.rollout_workers: local mode rolls out in its own process (1), got %d", r->rollout_workers);
+    if (r->reward_endpoint)
+        return core_error("reward.endpoint: local mode scores in its own process; use mode: colocated to score on an "
+                          "external reward server");
+    if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
+        return core_error("model.vae_scale_factor_spatial: local mode decodes with a Wan 2.1-style VAE or latent_rgb "
+                          "(factor %d), got %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
+    return 0;
+}
+
+/* Decodes sample t's final latent into video and scores it: rewards per scorer and the total (sum of weight x
+ * reward in double, scorer order, rounded to float once), stored into the trajectory. */
+static int score(local_src *L, core_traj *t, const char *prompt, uint8_t *video) {
+    if (rollout_decoder_decode(&L->dec, core_traj_latent(t, t->n_steps), video)) return -1;
+    reward_video v = {.data = video, .frames = L->dec.frames, .height = L->dec.height, .width = L->dec.width};
+    float vals[CORE_TRAJ_MAX_REWARDS];
+    double total = 0;
+    for (int i = 0; i < L->n_scorers; i++) {
+        double x;
+        if (L->sc[i]->fn(&v, prompt, NULL, &x)) return core_error_push("scoring \"%s\": ", prompt);
+        vals[i] = (float)x;
+        total += L->weight[i] * x;
+    }
+    return core_traj_set_rewards(t, L->n_scorers, L->names, vals, (float)total);
+}
+
+static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
+                         const float *const *cond, const float *neg, int n, core_rollout_result *res,
+                         trainer_chunk_fn on_chunk, void *cctx) {
+    local_src *L = ctx;
+    rollout_config rc = L->rc;
+    rc.stream = tmpl->stream;
+    rc.eta = tmpl->eta;
+    rc.policy_version = tmpl->policy_version;
+    rc.neg = neg;
+    const int64_t vb = rollout_decoder_video_bytes(&L->dec), per = (int64_t)rc.n_steps * rc.shape[0] * rc.shape[1] *
+                                                                     rc.shape[2] * rc.shape[3];
+    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n);
+    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
+    core_traj *tr = calloc((size_t)n, sizeof *tr);
+    float **vel = tmpl->return_velocities ? calloc((size_t)n, sizeof(float *)) : NULL;
+    uint8_t *videos = malloc((size_t)(vb * (tmpl->return_videos ? n : 1)));
+    int rc_ = -1, have = 0;
+    if (!uids || !pidx || !tr || !videos || (tmpl->return_velocities && !vel)) {
+        core_error("out of memory");
+        goto done;
+    }
+    for (int j = 0; j < n; j++) {
+        uids[j] = samples[j].uid, pidx[j] = samples[j].prompt_index;
+        if (vel && !(vel[j] = malloc(sizeof(float) * (size_t)per))) {
+            core_error("out of memory");
+            goto done;
+        }
+    }
+    rc.velocities = vel;
+    const rollout_experts ex = {L->n_experts, {L->experts[0], L->experts[1]}};
+    if (rollout_generate(&rc, &ex, NULL, n, cond, uids, pidx, tr)) goto done;
+    have = 1;
+    for (int j = 0; j < n; j++) {
+        uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
+        if (score(L, &tr[j], samples[j].prompt, v)) goto done;
+        res[j] = (core_rollout_result){.traj = tr[j], .video_hash = core_xxh64(v, (size_t)vb, 0),
+                                       .velocity = vel ? vel[j] : NULL};
+    }
+    if (on_chunk) {
+        const int64_t vshape[4] = {L->dec.frames, L->dec.height, L->dec.width, 3};
+        if (on_chunk(cctx, samples, res, n, tmpl->return_videos ? videos : NULL, vshape)) goto done;
+    }
+    rc_ = 0;
+done:
+    if (rc_) {
+        if (have)
+            for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
+        for (int j = 0; vel && j < n; j++) free(vel[j]);
+        memset(res, 0, sizeof *res * (size_t)n);
+    }
+    free(uids), free(pidx), free(tr), free(vel), free(videos);
+    return rc_;
+}
+
+static int local_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,
+                      int *hash_match) {
+    local_src *L = ctx;
+    (void)version;
+    for (int e = 0; e < n_experts && e < 2; e++)
+        if (!send || send[e] || !L->experts[e]) L->experts[e] = experts[e];
+    L->n_experts = n_experts;
+    *hash_match = -1; /* nothing crossed a process */
+    return 0;
+}
+
+static int local_start(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained,
+                       int64_t version, int resumed) {
+    int match;
+    (void)trained, (void)resumed;
+    return local_push(ctx, experts, n_experts, NULL, version, &match);
+}
+
+trainer_source *source_local_open(const core_recipe *r) {
+    char path[4300];
+    wan_config cfg;
+    snprintf(path, sizeof path, "%s/transformer", r->model_path);
+    if (source_local_check(r)) return NULL;
+    if (!core_is_dir(path))
+        return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "
+                          "--preset tiny --out DIR`)", path), NULL;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (wan_config_load(&cfg, path)) return NULL;
+    local_src *L = calloc(1, sizeof *L);
+    if (!L) return core_error("out of memory"), NULL;
+    L->r = r;
+    if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) {
+        core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
+        goto fail;
+    }
+    for (int i = 0; i < r->scorers.n; i++) {
+        if (!(L->sc[i] = reward_find(r->scorers.v[i]))) {
+            core_error_push("reward.scorers.%d: ", i);
+            goto fail;
+        }
+        L->names[i] = L->sc[i]->name;
+        L->weight[i] = r->weights.v[i];
+    }
+    L->n_scorers = r->scorers.n;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const int64_t shape[4] = {cfg.in_channels, F, H, W};
+    if (rollout_config_init(&L->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
+                            (uint64_t)r->seed, r->batch_size) ||
+        rollout_decoder_load(&L->dec, r, &cfg))
+        goto fail;
+    L->rc.guidance_scale_2 = r->guidance_scale_2;
+    L->rc.boundary_ratio = r->boundary_ratio;
+    L->src = (trainer_source){.mode = "local", .n_workers = 1, .ctx = L, .rollout = local_rollout,
+                              .push_weights = local_push, .start = local_start};
+    return &L->src;
+fail:
+    rollout_decoder_free(&L->dec);
+    free(L);
+    return NULL;
+}
+
+void source_local_close(trainer_source *s) {
+    if (!s) return;
+    local_src *L = s->ctx;
+    rollout_decoder_free(&L->dec);
+    free(L);
+}

@@ -1,0 +1,42 @@
+/* core/prompts.h — prompt files, read the same way by every job (the run's training and eval prompts, `vgrpo eval`'s
+ * --prompts): a text file (one prompt per line) or a VBench-style JSON list ([{"prompt_en": "...", "color_en":
+ * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color").
+ *
+ * Text files: surrounding white space is trimmed; blank lines and lines starting with '#' are skipped; a prompt
+ * keeps the 1-based line it came from, so later checks can name file:line. Every prompt must be valid UTF-8 (no NUL
+ * byte, no control character other than tab): an error names file:line and the byte offset, and quotes the line
+ * with non-printable bytes escaped as \xNN, never raw. */
+#ifndef CORE_PROMPTS_H
+#define CORE_PROMPTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct {
+    int n;
+    char **text;   /* [n] prompts (UTF-8) */
+    int *line;     /* [n] 1-based line in the file (text) or entry index + 1 (JSON) */
+    json_t **meta; /* [n] objects of strings, possibly empty (never NULL once read) */
+    int json;      /* read from a JSON list */
+    char path[4096];
+} core_prompts;
+
+/* Reads path: JSON when the name ends in ".json", else text. -1 with core_error naming the path (missing, no
+ * prompts, invalid UTF-8 or a control byte at path:line, a JSON entry without a non-empty "prompt_en"), or out of
+ * memory; p then holds nothing. */
+int core_prompts_read(core_prompts *p, const char *path);
+void core_prompts_free(core_prompts *p);
+
+/* Where prompt i came from, for messages: "path:line" (text files) or "path: prompt N" (JSON, N 1-based). Returns
+ * buf. */
+char *core_prompts_where(const core_prompts *p, int i, char *buf, size_t cap);
+
+/* Writes s (at most n bytes of it) into buf (cap >= 8) with bytes outside printable ASCII escaped as \xNN, cut with
+ * "..." when it does not fit: for error messages that quote user text. Returns buf. */
+char *core_quote_bytes(const char *s, size_t n, char *buf, size_t cap);
+
+/* 0 when s[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF) without NUL or control bytes other
+ * than tab; else -1 with *bad = the offset of the first offending byte. */
+int core_utf8_check(const char *s, size_t n, size_t *bad);
+
+#endif

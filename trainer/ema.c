@@ -1,0 +1,44 @@
+/* trainer/ema.c — algorithm.ema_decay: an exponential moving average of the trained experts' weights, updated after
+ * every optimizer step and used by in-run eval and sample videos (never by training or the rollouts it trains on).
+ * The EMA is pushed to the rollout source as the policy version + TRAINER_EVAL_VERSION_OFFSET for an eval and the
+ * policy pushed back after it; in process that is a pointer swap, remote it is a weight sync. */
+#include <string.h>
+
+#include "trainer/run_internal.h"
+
+int trainer_ema_init(trainer_state *S) {
+    if (!(S->r->ema_decay > 0)) return 0;
+    for (int e = 0; e < S->n_experts; e++) { /* the moving average starts at the initial weights */
+        if (wan_model_init(&S->ema[e], &S->pol[e].cfg)) return -1;
+        memcpy(S->ema[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
+    }
+    S->ema_on = 1;
+    return 0;
+}
+
+void trainer_ema_update(trainer_state *S) {
+    const float d = (float)S->r->ema_decay, w = 1.0f - d;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (!S->trained[e]) continue;
+        float *a = S->ema[e].params;
+        const float *p = S->pol[e].params;
+        const int64_t n = S->pol[e].layout.numel;
+        for (int64_t k = 0; k < n; k++) a[k] = d * a[k] + w * p[k];
+    }
+}
+
+int trainer_eval_weights_begin(trainer_state *S, int64_t *version) {
+    *version = TRAINER_VERSION(S);
+    if (!S->ema_on) return 0;
+    *version += TRAINER_EVAL_VERSION_OFFSET;
+    const wan_model *mm[2] = {&S->ema[0], &S->ema[1]};
+    int match;
+    return S->src->push_weights(S->src->ctx, mm, S->n_experts, S->trained, *version, &match);
+}
+
+int trainer_eval_weights_end(trainer_state *S) {
+    if (!S->ema_on) return 0;
+    const wan_model *mm[2] = {&S->pol[0], &S->pol[1]};
+    int match;
+    return S->src->push_weights(S->src->ctx, mm, S->n_experts, S->trained, TRAINER_VERSION(S), &match);
+}

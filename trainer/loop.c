@@ -1,0 +1,325 @@
+/* trainer/loop.c — the GRPO loop (trainer/run.h has the step's data flow): trainer_run on rank 0, written against the
+ * rollout source (trainer/source.h), and trainer_follow on the other trainer ranks, which train on their share of
+ * every batch rank 0 broadcasts. Timing fields are all under "time/" so runs can be compared bit for bit without
+ * them. A checkpoint holds everything the loop carries from one step to the next (weights, Adam state, EMA, the step,
+ * the sampler's epoch and position), so a resumed run repeats a straight run bit for bit. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "core/stop.h"
+#include "trainer/grpo.h"
+#include "trainer/run_internal.h"
+
+/* One optimizer update over the batch. Alone: trainer_update_experts. Over dp trainer ranks (every rank holds the
+ * whole batch): this rank's contiguous share with the whole batch's transition count as the denominator, the
+ * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes. */
+static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info) {
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    trainer_batch sub = *tb;
+    trainer_config tc = S->tc;
+    if (S->dp && S->dp->size > 1) {
+        int lo, hi;
+        dp_share(tb->n, S->me.dp_rank, S->topo.dp, &lo, &hi);
+        if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
+        sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
+        tc.grad_reduce = dp_grad_reduce;
+        tc.grad_reduce_ctx = &S->red;
+    }
+    return trainer_update_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
+                                  st, info);
+}
+
+static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
+    char k[96];
+    const double nt = st->n_transitions > 0 ? (double)st->n_transitions : 1;
+#define PUT(name, val) (snprintf(k, sizeof k, "%s%s", prefix, name), core_metrics_f64(m, k, val))
+    return PUT("loss", st->loss) || PUT("policy_loss", st->policy) || PUT("kl", st->kl) ||
+           PUT("clip_fraction", st->n_clipped / nt) || PUT("ratio_dev_mean", st->abs_ratio_dev_sum / nt) ||
+           PUT("log_prob_mean_abs_diff", st->abs_logp_diff_sum / nt);
+#undef PUT
+}
+
+/* rewards.jsonl: {"step", "uid": [...], "prompt_index": [...], "reward": [...]} with %.9g (exact floats), one row
+ * written whole or not at all. */
+static int write_rewards(trainer_state *S, int64_t round, const core_rollout_result *res, const float *rew, int n) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return core_error("out of memory");
+    fprintf(f, "{\"step\": %" PRId64 ", \"uid\": [", round);
+    for (int s = 0; s < n; s++) fprintf(f, "%s%llu", s ? ", " : "", (unsigned long long)res[s].traj.uid);
+    fprintf(f, "], \"prompt_index\": [");
+    for (int s = 0; s < n; s++) fprintf(f, "%s%lld", s ? ", " : "", (long long)res[s].traj.prompt_index);
+    fprintf(f, "], \"reward\": [");
+    for (int s = 0; s < n; s++) fprintf(f, "%s%.9g", s ? ", " : "", (double)rew[s]);
+    fprintf(f, "]}\n");
+    if (fclose(f)) return free(buf), core_error("out of memory");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rewards.jsonl", S->r->run_dir);
+    const int rc = core_jsonl_append(S->rewards_fd, buf, len, path);
+    free(buf);
+    return rc;
+}
+
+/* The step's metrics row (rewards per scorer, loss statistics of the first and last update, timing). */
+static int put_step_metrics(trainer_state *S, const core_rollout_result *res, const float *rew, double *per,
+                            const grpo_adv_stats *as, const grpo_loss_stats *first, const grpo_loss_stats *last,
+                            const optim_step_info *info0, const optim_step_info *info) {
+    const core_recipe *r = S->r;
+    const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
+    core_metrics *m = S->metrics;
+    double gstd = 0;
+    for (int b = 0; b < B; b++) {
+        double mu = 0, q = 0;
+        for (int g = 0; g < G; g++) mu += rew[b * G + g];
+        mu /= G;
+        for (int g = 0; g < G; g++) q += (rew[b * G + g] - mu) * (rew[b * G + g] - mu);
+        gstd += sqrt(q / G);
+    }
+    gstd /= B;
+    int e = core_metrics_f64(m, "lr", info0->lr) || core_metrics_f64(m, "reward/mean", as->reward_mean) ||
+            core_metrics_f64(m, "reward/std", as->reward_std) || core_metrics_f64(m, "reward/min", as->reward_min) ||
+            core_metrics_f64(m, "reward/max", as->reward_max) || core_metrics_f64(m, "reward/group_std_mean", gstd);
+    char key[160];
+    for (int j = 0; j < r->scorers.n && !e; j++) {
+        for (int s = 0; s < n; s++) per[s] = res[s].traj.rewards[j];
+        double mu, se, sd, lo = per[0], hi = per[0];
+        trainer_mean_se(per, n, &mu, &se, &sd);
+        for (int s = 1; s < n; s++) lo = per[s] < lo ? per[s] : lo, hi = per[s] > hi ? per[s] : hi;
+        const char *nm = r->scorers.v[j];
+        e = (snprintf(key, sizeof key, "reward/%s/mean", nm), core_metrics_f64(m, key, mu)) ||
+            (snprintf(key, sizeof key, "reward/%s/std", nm), core_metrics_f64(m, key, sd)) ||
+            (snprintf(key, sizeof key, "reward/%s/min", nm), core_metrics_f64(m, key, lo)) ||
+            (snprintf(key, sizeof key, "reward/%s/max", nm), core_metrics_f64(m, key, hi));
+    }
+    e = e || put_stats(m, "", first) || core_metrics_f64(m, "grad_norm", info0->grad_norm) ||
+        core_metrics_f64(m, "grad_clip_coef", info0->clip_coef) ||
+        core_metrics_f64(m, "masked_fraction", as->masked_fraction) || core_metrics_i64(m, "adv_clamped", as->n_clamped) ||
+        core_metrics_i64(m, "transitions", first->n_transitions) || core_metrics_i64(m, "optimizer_steps", U);
+    if (U > 1 && !e) e = put_stats(m, "offpolicy_last/", last) || core_metrics_f64(m, "offpolicy_last/grad_norm", info->grad_norm);
+    return e ? -1 : 0;
+}
+
+/* One GRPO step (rollout round `round`). */
+static int run_step(trainer_state *S, int64_t round, int64_t total) {
+    const core_recipe *r = S->r;
+    const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
+    const int64_t version0 = TRAINER_VERSION(S);
+    double t0 = trainer_now_s(), t1 = t0, t2 = t0, t3 = t0;
+    core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
+    core_rollout_result *res = calloc((size_t)n, sizeof *res);
+    core_traj *tr = malloc(sizeof(core_traj) * (size_t)n);
+    const float **cond = malloc(sizeof(float *) * (size_t)n);
+    int *slot = malloc(sizeof(int) * (size_t)B);
+    float *rew = malloc(sizeof(float) * (size_t)n), *adv = malloc(sizeof(float) * (size_t)n);
+    uint8_t *mask = malloc((size_t)n);
+    double *per = malloc(sizeof(double) * (size_t)n);
+    int rc = -1, have = 0;
+    if (!smp || !res || !tr || !cond || !slot || !rew || !adv || !mask || !per) {
+        core_error("out of memory");
+        goto done;
+    }
+    trainer_sampler_next(&S->smp, slot);
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            const int s = b * G + g;
+            smp[s] = (core_rollout_sample){.uid = (uint64_t)round * (uint64_t)n + (uint64_t)s, .prompt_index = slot[b],
+                                           .prompt = S->train.text[slot[b]]};
+            cond[s] = S->emb_train + (int64_t)slot[b] * S->ne;
+        }
+    if (smp[n - 1].uid > 0xffffffffull) {
+        core_error("rollout uid %llu exceeds 32 bits", (unsigned long long)smp[n - 1].uid);
+        goto done;
+    }
+    const core_rollout_request tmpl = {.policy_version = version0, .stream = CORE_STREAM_ROLLOUT_NOISE, .eta = r->eta,
+                                       .return_trajectories = 1};
+    if (S->src->rollout(S->src->ctx, &tmpl, smp, cond, S->emb_neg, n, res, NULL, NULL)) goto done;
+    have = 1;
+    t1 = trainer_now_s();
+    for (int s = 0; s < n; s++) {
+        if (trainer_check_scorers(S, &res[s].traj)) goto done;
+        rew[s] = res[s].traj.reward_total;
+        tr[s] = res[s].traj; /* shallow: res keeps ownership */
+    }
+    if (write_rewards(S, round, res, rew, n)) goto done;
+    grpo_adv_stats as;
+    if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
+                        adv, mask, &as))
+        goto done;
+    t2 = trainer_now_s();
+    trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .neg = S->emb_neg, .text_len = r->text_len, .adv = adv,
+                        .mask = mask};
+    grpo_loss_stats first = {0}, last = {0};
+    optim_step_info info0 = {0}, info = {0};
+    if (S->dp && S->dp->size > 1) {
+        dp_batch db = {.n = n, .traj = tr, .adv = adv, .mask = mask};
+        int64_t cmd = DP_CMD_TRAIN;
+        if (sp_comm_broadcast(S->dp, &cmd, 1, SP_I64, 0) || dp_batch_broadcast(S->dp, &db)) goto done;
+    }
+    for (int u = 0; u < U; u++) {
+        grpo_loss_stats st = {0};
+        if (train_update(S, &tb, &st, &info)) goto done;
+        if (S->ema_on) trainer_ema_update(S);
+        if (u == 0) first = st, info0 = info;
+        last = st;
+    }
+    t3 = trainer_now_s();
+    const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
+    int match = -1;
+    if (S->src->push_weights(S->src->ctx, ex, S->n_experts, S->trained, TRAINER_VERSION(S), &match)) goto done;
+    double sync_s = 0;
+    if (match >= 0) { /* weights crossed to other processes */
+        sync_s = trainer_now_s() - t3;
+        if (core_metrics_f64(S->metrics, "weight_sync/seconds", sync_s) ||
+            core_metrics_i64(S->metrics, "weight_sync/hash_match", match))
+            goto done;
+    }
+    if (put_step_metrics(S, res, rew, per, &as, &first, &last, &info0, &info)) goto done;
+    const double step_s = t3 - t0;
+    core_metrics *m = S->metrics;
+    if (core_metrics_f64(m, "time/rollout_s", t1 - t0) || core_metrics_f64(m, "time/reward_s", t2 - t1) ||
+        core_metrics_f64(m, "time/train_s", t3 - t2) || core_metrics_f64(m, "time/sync_s", sync_s) ||
+        core_metrics_f64(m, "time/step_s", step_s) || core_metrics_f64(m, "time/samples_per_s", n / step_s))
+        goto done;
+    /* step numbered as in metrics.jsonl (from 0); loss in %e: the GRPO loss is ~0 on average by construction */
+    printf("step %" PRId64 " of %" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | loss %+.3e kl %.3g | "
+           "clip %.3f |dlogp| %.3g | gnorm %.3g lr %.3g | masked %.2f | %.2fs (rollout %.2f, train %.2f) %.1f samples/s\n",
+           round, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, first.loss, first.kl,
+           first.n_transitions ? (double)first.n_clipped / first.n_transitions : 0.0,
+           first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
+           as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
+    fflush(stdout);
+    rc = 0;
+done:
+    if (have)
+        for (int s = 0; s < n; s++) core_rollout_result_free(&res[s]);
+    free(smp), free(res), free(tr), free(cond), free(slot), free(rew), free(adv), free(mask), free(per);
+    return rc;
+}
+
+int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp) {
+    trainer_state S;
+    memset(&S, 0, sizeof S);
+    S.src = src;
+    int rc = -1, signals = 0, stopped = 0;
+    int64_t start = 0;
+    char *config_text = NULL;
+    const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
+    if (trainer_setup(&S, r, dp) || trainer_ema_init(&S) || !(config_text = trainer_config_text(r))) goto done;
+    if (o->resume && trainer_resume(&S, o->resume, config_text, total, &start)) goto done;
+    const wan_model *ex[2] = {&S.pol[0], &S.pol[1]};
+    if (src->start(src->ctx, ex, S.n_experts, S.trained, TRAINER_VERSION(&S), o->resume != NULL) ||
+        trainer_open_run_files(&S, o->resume != NULL, start))
+        goto done;
+    printf("vgrpo run (%s): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
+           " GRPO steps -> %s\n",
+           src->mode, r->model_path, r->text_encoder, r->decoder, (int)S.shape[0], (int)S.shape[1], (int)S.shape[2],
+           (int)S.shape[3], r->num_steps, r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
+    if (strcmp(src->mode, "local"))
+        printf("  %d rollout worker(s), %d trainer rank(s)\n", src->n_workers, dp ? dp->size : 1);
+    fflush(stdout);
+    core_stop_install();
+    signals = 1;
+    for (int64_t k = start; k < total; k++) {
+        if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)))
+            goto done;
+        if ((k == 0 || (r->eval_every > 0 && k % r->eval_every == 0)) && trainer_eval(&S, k)) goto done;
+        if (r->video_every > 0 && k % r->video_every == 0 && trainer_step_videos(&S, k)) goto done;
+        if (run_step(&S, k, total) || core_metrics_write_row(S.metrics)) goto done;
+        const int sig = core_stop_pending();
+        if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig) &&
+            trainer_save_checkpoint(&S, k + 1, config_text))
+            goto done;
+        if (sig) {
+            core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); %s", sig,
+                       k, k + 1, total, r->ckpt_every > 0 ? "checkpoint saved: continue with --resume"
+                                                          : "no checkpoint (checkpoint.every is 0)");
+            stopped = 1; /* a clean stop between steps: the other trainer ranks are told to stop */
+            goto done;
+        }
+    }
+    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)) ||
+        trainer_eval(&S, total) || core_metrics_write_row(S.metrics))
+        goto done;
+    if (r->video_every > 0 && trainer_step_videos(&S, total)) goto done;
+    rc = 0;
+done:
+    if (signals) core_stop_restore();
+    if ((!rc || stopped) && dp && dp->size > 1) {
+        int64_t cmd = DP_CMD_STOP;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) rc = -1, stopped = 0;
+    }
+    if (stopped && rc) rc = 1;
+    free(config_text);
+    trainer_teardown(&S);
+    return rc;
+}
+
+/* A broadcast batch's conditioning pointers (prompt indices checked against the training prompts). */
+static int follow_cond(const trainer_state *S, const dp_batch *db, const float ***cond) {
+    free(*cond);
+    if (!(*cond = malloc(sizeof(float *) * (size_t)db->n))) return core_error("out of memory");
+    for (int s = 0; s < db->n; s++) {
+        if (db->traj[s].prompt_index < 0 || db->traj[s].prompt_index >= S->train.n)
+            return core_error("trainer rank %d: prompt index %lld out of range", S->dp->rank,
+                              (long long)db->traj[s].prompt_index);
+        (*cond)[s] = S->emb_train + db->traj[s].prompt_index * S->ne;
+    }
+    return 0;
+}
+
+int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp) {
+    trainer_state S;
+    memset(&S, 0, sizeof S);
+    dp_batch db = {0};
+    const float **cond = NULL;
+    int rc = -1;
+    int64_t start = 0;
+    char *config_text = NULL;
+    const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
+    if (trainer_setup(&S, r, dp) || !(config_text = trainer_config_text(r))) goto done;
+    if (o->resume && trainer_resume(&S, o->resume, config_text, total, &start)) goto done;
+    for (;;) {
+        int64_t cmd = -1;
+        if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) goto done;
+        if (cmd == DP_CMD_STOP) break;
+        if (cmd != DP_CMD_TRAIN && cmd != DP_CMD_PARITY) {
+            core_error("trainer rank %d: unknown command %lld from rank 0", dp->rank, (long long)cmd);
+            goto done;
+        }
+        if (dp_batch_broadcast(dp, &db) || follow_cond(&S, &db, &cond)) goto done;
+        trainer_batch tb = {.n = db.n, .traj = db.traj, .cond = cond, .neg = S.emb_neg, .text_len = r->text_len,
+                            .adv = db.adv, .mask = db.mask};
+        if (cmd == DP_CMD_PARITY) {
+            const int N = db.traj[0].n_steps;
+            const int64_t cnt = (int64_t)db.n * N * S.nl;
+            float *vflat = malloc(sizeof(float) * (size_t)cnt);
+            double *acc = malloc(sizeof(double) * 4 * (size_t)N);
+            int bad = !vflat || !acc ? core_error("out of memory") : 0;
+            if (!bad) bad = sp_comm_broadcast(dp, vflat, (size_t)cnt, SP_F32, 0) || trainer_parity_share(&S, &tb, vflat, N, acc);
+            free(vflat), free(acc);
+            if (bad) goto done;
+        } else {
+            for (int u = 0; u < r->optimizer_steps_per_rollout; u++) {
+                grpo_loss_stats st = {0};
+                optim_step_info info;
+                if (train_update(&S, &tb, &st, &info)) goto done;
+            }
+        }
+        dp_batch_free(&db);
+    }
+    rc = 0;
+done:
+    dp_batch_free(&db);
+    free(cond);
+    free(config_text);
+    trainer_teardown(&S);
+    return rc;
+}

@@ -1,0 +1,84 @@
+/* trainer/run.h — the jobs of the trainer process: the GRPO loop (`vgrpo run` in both modes: trainer/loop.c), the
+ * follower ranks of data/sequence parallelism, and the parity job (trainer/parity.c), all written against a rollout
+ * source (trainer/source.h) so they never depend on where rollouts come from.
+ *
+ * One GRPO step k (rollout round k; DESIGN.md sections 4 and 7):
+ *   prompts : B distinct prompts (trainer/sampler.h: epoch order from Philox stream 2, uid = epoch)
+ *   rollout : src->rollout of G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version =
+ *             optimizer steps so far, with rewards (total = sum of weight x scorer reward)
+ *   batch   : with dp, broadcast to the other trainer ranks (trainer_follow)
+ *   train   : group advantages, optimizer_steps_per_rollout updates over the whole batch (micro-batches of
+ *             micro_batch_size transitions, gradients accumulated and summed over dp; global denominator), AdamW
+ *   ema     : algorithm.ema_decay: the moving average after every update (trainer/ema.c)
+ *   sync    : src->push_weights(policy, version)
+ *   log     : one metrics.jsonl row, one rewards.jsonl row, one terminal line
+ * In-run eval (trainer/eval.c) runs before step 0, every logging.eval_every steps and after the last; sample videos
+ * (trainer/step_videos.c) every logging.video_every steps; checkpoints (trainer/checkpoint.h, trainer/run_files.c)
+ * every checkpoint.every steps, at the end and on SIGINT/SIGTERM (core/stop.h).
+ *
+ * Frozen experts (algorithm.train_experts, two-expert pipelines): the trained experts are those the key names
+ * ("all", "transformer", "transformer_2"); a frozen expert keeps its weights, gets no gradients or Adam steps and is
+ * never re-sent to the workers; transitions whose timestep routes to it (timestep >= boundary_ratio * 1000: expert 0,
+ * else expert 1) are not trained and do not count in the loss denominator. The policy version is the optimizer step
+ * count of the first trained expert (every trained expert steps together). */
+#ifndef TRAINER_RUN_H
+#define TRAINER_RUN_H
+
+#include <stdint.h>
+
+#include "core/prompts.h"
+#include "core/recipe.h"
+#include "sp/comm.h"
+#include "trainer/source.h"
+
+typedef struct {
+    int64_t steps;      /* > 0: the number of GRPO steps to run instead of optim.total_steps (the lr schedule keeps
+                           optim.total_steps) */
+    const char *resume; /* NULL, or a checkpoint-N folder / a folder meaning its latest complete checkpoint */
+} trainer_run_opts;
+
+/* The checks of a recipe that need no weights (`vgrpo run --dry-run` and the start of every job run them): timestep
+ * selection vs rollout.num_steps, a trainable step (rollout.eta > 0, or no log-prob to train on), scorer names,
+ * optimizer values, both prompt files (readable, valid UTF-8, prompts_per_step distinct prompts, a colour word for
+ * color_match, at most text_len words for word_embed; errors name file:line). -1 naming the key or file:line. */
+int trainer_check_recipe(const core_recipe *r);
+
+/* Every prompt of p against the recipe: at most rollout.text_len words with the word_embed text encoder, a target
+ * colour (a colour word, or a "color" metadata entry) when color_match is a scorer. -1 naming file:line. */
+int trainer_check_prompts(const core_recipe *r, const core_prompts *p);
+
+/* The GRPO loop on trainer rank 0 (dp: all trainer ranks, NULL or size 1: alone). Writes logging.run_dir
+ * (config.resolved.yaml, metrics.jsonl, rewards.jsonl, checkpoint-N/, videos/) and prints one line per step.
+ * Resume: weights, Adam state, EMA, step counters and the sampler's position are restored (the KL reference stays
+ * the initial weights of model.path), the recipe must match the checkpoint's (trainer_resume_free_keys aside), and
+ * metrics.jsonl keeps its rows before the checkpoint's step, so a resumed run's rows equal a straight run's (time/
+ * fields aside). Returns 0; 1 when stopped by SIGINT/SIGTERM between steps (error set; the other ranks were told to
+ * stop, so no MPI abort is needed); -1 with an error. */
+int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp);
+
+/* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each
+ * batch rank 0 broadcasts until rank 0 says stop. -1 with an error (the caller aborts the MPI job). */
+int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp);
+
+/* `vgrpo parity` on trainer rank 0: one rollout batch (step 0's prompts, B x G samples, noise stream 0) at policy
+ * version 0 with velocities recorded, then every trainable transition recomputed by the trainer ranks through the
+ * training path (trainer_accumulate, micro-batches of algorithm.micro_batch_size) and compared: per step index,
+ * transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer - v_rollout| printed and written to
+ * logging.run_dir/parity.json.
+ * tolerance < 0 ("auto"): 0 when the trainer's ring degree is 1 (sp = 1 or pure Ulysses: the same arithmetic as the
+ * rollout), else the ring bound: |dv| <= 32 eps max|v| and |dlogp| <= 32 eps max(1, max|logp|) (eps = FLT_EPSILON,
+ * maxima over the rollout's batch): the LSE merge of R partial attentions reassociates fp32 sums (sp/ measures at most
+ * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output). Otherwise both maxima must
+ * be <= tolerance. Returns 0 (pass), 1 (all computed, a maximum past the tolerance: error set), -1 (failure). */
+int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, double tolerance);
+
+/* Recipe keys that may change when a run is resumed (NULL-terminated): optim.total_steps, checkpoint.*, logging.*,
+ * the eval-only data keys (eval_prompt_file, eval_samples_per_prompt, eval_eta), where scoring runs (reward.endpoint,
+ * threads, timeout_s, max_attempts), and keys that do not change any number a run computes (rollout.batch_size,
+ * parallel.rollout_workers, algorithm.activations). Every other key is part of the config hash. */
+extern const char *const trainer_resume_free_keys[];
+/* The recipe's canonical config text for the checkpoint's config hash (trainer_ckpt_config_text with the keys
+ * above set to null). malloc'd, or NULL with an error. */
+char *trainer_config_text(const core_recipe *r);
+
+#endif

@@ -1,0 +1,127 @@
+/* trainer/run_files.c — the run folder of a GRPO run: config.resolved.yaml, metrics.jsonl and rewards.jsonl (rows
+ * written whole or not at all: core/metrics.h), checkpoints (trainer/checkpoint.h) with the keys that may change on
+ * resume, and --resume: a checkpoint's weights, Adam state, EMA, step counters and sampler position. The folder's lock
+ * (one run per folder, core/run_lock.h) is taken by the command that owns the folder (cli/cmd_run.c). */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
+#include "trainer/checkpoint.h"
+#include "trainer/run_internal.h"
+
+const char *const trainer_resume_free_keys[] = {
+    "optim.total_steps",                /* a run may be extended (a linear/cosine lr then changes from there on) */
+    "checkpoint.every", "checkpoint.dir", "checkpoint.total_limit",
+    "logging.run_dir", "logging.eval_every", "logging.video_every",
+    "data.eval_prompt_file", "data.eval_samples_per_prompt", "data.eval_eta", /* eval only: never feeds training */
+    "reward.endpoint", "reward.threads", "reward.timeout_s", "reward.max_attempts", /* where scoring runs */
+    "rollout.batch_size",               /* trajectories do not depend on it (DESIGN.md section 4) */
+    "parallel.rollout_workers",         /* a sample does not depend on the worker that made it */
+    "algorithm.activations",            /* store and recompute give bitwise-identical gradients */
+    NULL,
+};
+
+char *trainer_config_text(const core_recipe *r) {
+    return trainer_ckpt_config_text(core_recipe_schema, r, trainer_resume_free_keys);
+}
+
+/* A resumed run cuts a JSON-lines file back to the rows before its step; a torn last row is reported. */
+static int cut_back(const char *path, int64_t start) {
+    int torn = 0;
+    if (core_jsonl_truncate(path, start, &torn)) return -1;
+    if (torn) core_log_warn("%s: dropped a torn last row (the previous run stopped while writing it)", path);
+    return 0;
+}
+
+int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
+    const core_recipe *r = S->r;
+    char path[4200];
+    if (core_mkdir_p(r->run_dir)) return -1;
+    snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
+    int bad = core_recipe_dump(r, f);
+    if (fclose(f) || bad) return core_error("%s: write failed", path);
+    snprintf(path, sizeof path, "%s/rewards.jsonl", r->run_dir);
+    if (resumed && cut_back(path, start)) return -1;
+    if (core_jsonl_open(&S->rewards_fd, path, resumed)) return -1;
+    snprintf(path, sizeof path, "%s/metrics.jsonl", r->run_dir);
+    if (resumed && cut_back(path, start)) return -1;
+    return core_metrics_open(&S->metrics, path, resumed);
+}
+
+int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_text) {
+    const core_recipe *r = S->r;
+    const trainer_sampler *smp = &S->smp;
+    trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
+                             .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
+                             .seed = r->seed, .config = (char *)config_text};
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
+                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
+    char path[TRAINER_CKPT_PATH_MAX];
+    const double t0 = trainer_now_s();
+    if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->n_experts, r->ckpt_total_limit, path,
+                          sizeof path))
+        return -1;
+    printf("checkpoint %s (%.2fs)\n", path, trainer_now_s() - t0);
+    fflush(stdout);
+    return 0;
+}
+
+/* The run continues in the checkpoint's own folder: resuming into another run's folder would truncate its metrics
+ * and prune its checkpoints. */
+static int check_home(const trainer_state *S, const char *ck) {
+    const char *home = S->r->ckpt_dir ? S->r->ckpt_dir : S->r->run_dir;
+    const char *key = S->r->ckpt_dir ? "checkpoint.dir" : "logging.run_dir";
+    char parent[TRAINER_CKPT_PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", ck);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = 0;
+    else snprintf(parent, sizeof parent, ".");
+    if (!realpath(parent, a) || !realpath(home, b) || strcmp(a, b))
+        return core_error("--resume: %s is not in this run's checkpoint folder %s (%s): set it to the checkpoint's "
+                          "folder, e.g. --set %s=%s", ck, home, key, key, parent);
+    return 0;
+}
+
+int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step) {
+    char ck[TRAINER_CKPT_PATH_MAX];
+    trainer_ckpt_state st;
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
+                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
+    trainer_sampler *smp = &S->smp;
+    if (trainer_ckpt_resolve(dir, ck, sizeof ck)) return core_error_push("--resume: ");
+    if (check_home(S, ck)) return -1;
+    if (trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st)) return core_error_push("--resume: ");
+    int rc = -1;
+    if (st.data_size != smp->n)
+        core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
+                   st.data_size, S->r->prompt_file, smp->n);
+    else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
+        core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64
+                   " out of range", ck, st.data_epoch, st.data_position);
+    else if (st.rollout_round != st.step || st.policy_version != TRAINER_VERSION(S) ||
+             st.policy_version != st.step * S->r->optimizer_steps_per_rollout)
+        core_error("--resume: %s: step %" PRId64 ", rollout_round %" PRId64 ", policy_version %" PRId64
+                   " and the optimizer's step %" PRId64 " disagree for a local run", ck, st.step, st.rollout_round,
+                   st.policy_version, TRAINER_VERSION(S));
+    else if (st.step > total)
+        core_error("--resume: %s is at step %" PRId64 ", past this run's %" PRId64 " steps (optim.total_steps or "
+                   "--steps)", ck, st.step, total);
+    else
+        rc = 0;
+    if (!rc) {
+        trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);
+        *step = st.step;
+        printf("resumed from %s: step %" PRId64 ", policy version %" PRId64 "\n", ck, st.step, st.policy_version);
+        fflush(stdout);
+    }
+    trainer_ckpt_state_free(&st);
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* trainer/run_internal.h — the state the trainer's jobs (trainer/run.h) carry from one GRPO step to the next, shared by
+ * the files that make up the loop: run_setup.c (models, prompts, conditioning, the parallel layout), run_files.c (the
+ * run folder, checkpoints, resume), loop.c (the step), eval.c (in-run eval), step_videos.c, ema.c and parity.c. Not a
+ * public interface. */
+#ifndef TRAINER_RUN_INTERNAL_H
+#define TRAINER_RUN_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/metrics.h"
+#include "core/prompts.h"
+#include "core/recipe.h"
+#include "model/dit/wan_dit.h"
+#include "sp/comm.h"
+#include "sp/topology.h"
+#include "sp/usp_attention.h"
+#include "trainer/dp.h"
+#include "trainer/optim.h"
+#include "trainer/run.h"
+#include "trainer/sampler.h"
+#include "trainer/source.h"
+#include "trainer/train_step.h"
+
+typedef struct {
+    const core_recipe *r;
+    trainer_source *src;       /* NULL on follower ranks */
+    /* models: expert 0 (transformer/), expert 1 (transformer_2/, two-expert pipelines) */
+    wan_model pol[2], ref[2];  /* policy; KL reference = the initial weights (algorithm.beta > 0) */
+    wan_model ema[2];          /* algorithm.ema_decay > 0 (rank 0): moving average of the weights, used for eval */
+    int n_experts, have_ref, ema_on;
+    uint8_t trained[2];        /* algorithm.train_experts */
+    int first;                 /* the first trained expert: its optimizer's step is the policy version */
+    optim_config oc;
+    optim_adamw opt[2];
+    trainer_config tc;
+    /* data */
+    core_prompts train, eval;
+    trainer_sampler smp;
+    float *emb_train, *emb_eval, *emb_neg; /* conditioning [P, L, td], [E, L, td], [L, td] (NULL: zeros) */
+    int64_t shape[4];          /* latent [C, F, H, W] */
+    int64_t nl, ne;            /* latent elements, conditioning elements per prompt (L x td) */
+    /* outputs (rank 0) */
+    core_metrics *metrics;
+    int rewards_fd;            /* rewards.jsonl (-1: not open): per step, every sample's uid, prompt index and reward */
+    /* parallel layout (sp/topology.h): dp groups of sp ranks; SP peers share samples (DESIGN.md section 6) */
+    sp_comm *dp;               /* all trainer ranks (NULL: one rank): batches are broadcast over it */
+    sp_topology topo;
+    sp_rank_info me;
+    sp_comm *dpg;              /* this rank's dp group (same sp_rank): loss statistics are summed over it */
+    sp_usp usp;                /* SP > 1: the Ulysses x Ring self-attention context (its groups) */
+    wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group */
+    const wan_exec *ex;        /* &exec with SP > 1, else NULL (the default single-rank path) */
+    dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
+} trainer_state;
+
+/* The policy version: optimizer steps taken (every trained expert steps together). */
+#define TRAINER_VERSION(S) ((S)->opt[(S)->first].step)
+
+/* ---- run_setup.c ---- */
+/* Checks the recipe, reads the models, prompts and their conditioning, sets up the optimizer, the training config
+ * and the parallel layout. -1 with an error. */
+int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp);
+void trainer_teardown(trainer_state *S);
+/* The optimizer config of the recipe (optim.*; total steps = optim.total_steps x optimizer_steps_per_rollout). */
+int trainer_optim_config(const core_recipe *r, optim_config *oc);
+double trainer_now_s(void);
+
+/* ---- run_files.c ---- */
+/* Creates the run folder, writes config.resolved.yaml, opens metrics.jsonl and rewards.jsonl: truncated, or after a
+ * resume from step `start` cut back to the rows before it and appended to. */
+int trainer_open_run_files(trainer_state *S, int resumed, int64_t start);
+/* Saves checkpoint-<step> into checkpoint.dir (default: the run folder) and prints one line. */
+int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_text);
+/* --resume: loads the checkpoint at (or latest in) dir into S (weights, Adam, EMA, sampler); *step = its step. */
+int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step);
+
+/* ---- eval.c ---- */
+/* The fixed eval set (every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
+ * per prompt + sample) at the eval weights; adds eval/... fields to the metrics row and prints one line. */
+int trainer_eval(trainer_state *S, int64_t step);
+/* The rewards a sample came back with must be the recipe's scorers, in its order. -1 naming both lists. */
+int trainer_check_scorers(const trainer_state *S, const core_traj *t);
+/* mean, standard error of the mean (sample std, ddof 1, / sqrt(n)) and population std of x[0..n), in double. */
+void trainer_mean_se(const double *x, int n, double *mean, double *se, double *sd);
+
+/* ---- step_videos.c ---- */
+/* logging.video_every: sample videos of the first (up to) 4 eval prompts into run_dir/videos/step-<step>/. */
+int trainer_step_videos(trainer_state *S, int64_t step);
+
+/* ---- ema.c ---- */
+/* Allocates the EMA (algorithm.ema_decay > 0) at the initial weights. */
+int trainer_ema_init(trainer_state *S);
+/* ema = d * ema + (1 - d) * weights for every trained expert, after an optimizer step. */
+void trainer_ema_update(trainer_state *S);
+/* The experts and version eval and sample videos run with (the EMA's, pushed to the source as version +
+ * TRAINER_EVAL_VERSION_OFFSET; else the policy's); trainer_eval_weights_end pushes the policy back. */
+int trainer_eval_weights_begin(trainer_state *S, int64_t *version);
+int trainer_eval_weights_end(trainer_state *S);
+
+/* ---- parity.c ---- */
+/* This rank's share of the batch recomputed through the training path (no backward), compared with the rollout's
+ * velocities vel [n, N, nl]: acc[4i..4i+3] = transitions, sum |dlogp|, max |dlogp|, max |dv| of step i, combined over
+ * the dp group. */
+int trainer_parity_share(trainer_state *S, const trainer_batch *tb, const float *vel, int N, double *acc);
+
+#endif

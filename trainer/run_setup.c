@@ -1,0 +1,261 @@
+/* trainer/run_setup.c — what the trainer's jobs set up before the first step: the recipe checks that need no weights
+ * (trainer_check_recipe, also `vgrpo run --dry-run`), the parallel layout, the experts (policy, KL reference, Adam
+ * state), the prompts and their conditioning (model/text/text_cond.h: the same bytes a rollout worker computes), and
+ * the training config. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "model/flow/flow.h"
+#include "model/text/text_cond.h"
+#include "model/text/word_embed.h"
+#include "reward/scorers.h"
+#include "trainer/grpo.h"
+#include "trainer/run_internal.h"
+
+double trainer_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int trainer_optim_config(const core_recipe *r, optim_config *oc) {
+    memset(oc, 0, sizeof *oc);
+    oc->lr = r->lr, oc->beta1 = r->beta1, oc->beta2 = r->beta2, oc->eps = r->eps, oc->weight_decay = r->weight_decay;
+    oc->max_grad_norm = r->max_grad_norm;
+    oc->schedule = !strcmp(r->schedule, "linear") ? OPTIM_SCHED_LINEAR
+                   : !strcmp(r->schedule, "cosine") ? OPTIM_SCHED_COSINE
+                                                    : OPTIM_SCHED_CONSTANT;
+    oc->warmup_steps = r->warmup_steps;
+    oc->total_steps = r->total_steps * r->optimizer_steps_per_rollout;
+    return optim_config_validate(oc);
+}
+
+int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
+    int need_color = 0;
+    for (int i = 0; i < r->scorers.n; i++) need_color |= !strcmp(r->scorers.v[i], "color_match");
+    const int words = !strcmp(r->text_encoder, "word_embed");
+    for (int i = 0; i < p->n; i++) {
+        int n = wan_word_count(p->text[i]), c;
+        char at[4200];
+        if (words && n > r->text_len)
+            return core_error("%s: the prompt \"%s\" has %d words, more than rollout.text_len %d",
+                              core_prompts_where(p, i, at, sizeof at), p->text[i], n, r->text_len);
+        if (need_color) {
+            const char *col = json_string_value(json_object_get(p->meta[i], "color"));
+            const char *keys[1] = {"color"}, *vals[1] = {col};
+            reward_meta md = {col ? 1 : 0, keys, vals};
+            if (reward_target_color(p->text[i], &md, &c))
+                return core_error_push("%s (color_match): ", core_prompts_where(p, i, at, sizeof at));
+        }
+    }
+    return 0;
+}
+
+/* At least one trainable transition per sample, computed as the trainer will: the flow schedule's SDE steps (a
+ * log-prob exists where step_std > 0, so never with rollout.eta 0), each routed to its expert, the frozen ones left
+ * out, then the timestep selection. The number of experts is whether model.path has transformer_2/ (no weights read). */
+static int check_trainable(const core_recipe *r, const grpo_selection *sel) {
+    const int N = r->num_steps;
+    float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
+    uint8_t *has = malloc((size_t)N), *ex = malloc((size_t)N);
+    int rc = -1;
+    if (!sig || !ts || !has || !ex) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (flow_schedule(N, r->shift, sig, ts)) goto done;
+    char t2[4200];
+    snprintf(t2, sizeof t2, "%s/transformer_2", r->model_path);
+    const int n_experts = core_is_dir(t2) ? 2 : 1;
+    const char *te = r->train_experts;
+    const uint8_t trained[2] = {!strcmp(te, "all") || !strcmp(te, "transformer"),
+                                n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"))};
+    int any = 0;
+    for (int i = 0; i < N; i++) {
+        flow_step st;
+        if (flow_step_init(&st, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
+        has[i] = (uint8_t)st.has_std;
+        ex[i] = (uint8_t)(n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
+        any |= has[i];
+    }
+    if (!any) {
+        core_error("rollout.eta: %g gives no SDE step, so no log-prob to train on (eta 0 is the ODE sampler: use it for "
+                   "eval, data.eval_eta)", (double)r->eta);
+        goto done;
+    }
+    int64_t count;
+    if (!trained[0] && !trained[1]) {
+        core_error("algorithm.train_experts: %s, but %s has one expert (no transformer_2/)", te, r->model_path);
+        goto done;
+    }
+    if (grpo_count_transitions_experts(sel, N, has, ex, 0, 1, trained, n_experts, &count)) goto done;
+    rc = 0;
+done:
+    free(sig), free(ts), free(has), free(ex);
+    return rc;
+}
+
+int trainer_check_recipe(const core_recipe *r) {
+    grpo_selection sel;
+    if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
+    if (check_trainable(r, &sel)) return -1;
+    if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
+    for (int i = 0; i < r->scorers.n; i++)
+        if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
+    optim_config oc;
+    if (trainer_optim_config(r, &oc)) return -1;
+    core_prompts p;
+    if (core_prompts_read(&p, r->prompt_file)) return -1;
+    int bad = trainer_check_prompts(r, &p);
+    const int n = p.n;
+    core_prompts_free(&p);
+    if (bad) return -1;
+    if (r->prompts_per_step > n)
+        return core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
+                          r->prompt_file, n);
+    if (core_prompts_read(&p, r->eval_prompt_file)) return -1;
+    bad = trainer_check_prompts(r, &p);
+    core_prompts_free(&p);
+    return bad ? -1 : 0;
+}
+
+/* Every prompt's conditioning [n, L, td], contiguous so a sample's embedding is base + prompt index x L x td. */
+static float *embed_prompts(text_cond *tc, const core_prompts *p, int64_t ne) {
+    float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)ne);
+    if (!e) return core_error("out of memory"), NULL;
+    for (int i = 0; i < p->n; i++) {
+        const float *x;
+        if (text_cond_embed(tc, p->text[i], &x)) return free(e), NULL;
+        memcpy(e + (int64_t)i * ne, x, sizeof(float) * (size_t)ne);
+    }
+    return e;
+}
+
+/* The trainer ranks' layout (parallel.trainer_ranks = dp x sp, parallel.ulysses_degree), validated against the
+ * transformer's config before any weights are read (sp_validate: heads % Ulysses degree, video tokens % sp), then
+ * the groups: the dp group of this rank and, with sp > 1, the SP/Ulysses/ring groups of USP attention. */
+static int setup_parallel(trainer_state *S, const core_recipe *r, const char *transformer_dir) {
+    const int world = S->dp ? S->dp->size : 1, rank = S->dp ? S->dp->rank : 0;
+    if (sp_topology_init(&S->topo, world, r->sp, r->ulysses_degree)) return -1;
+    S->me = sp_topology_rank(&S->topo, rank);
+    char cfgp[4300];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", transformer_dir);
+    wan_config c;
+    if (wan_config_load(&c, cfgp)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const int pt = c.patch_size[0], ph = c.patch_size[1], pw = c.patch_size[2];
+    sp_attn_request req = {.num_heads = c.num_attention_heads,
+                           .tokens = (int64_t)(F / pt) * (H / ph) * (W / pw)};
+    if (sp_validate(world, r->sp, r->ulysses_degree, &req)) return -1;
+    S->red.grads = S->dp;
+    S->red.stats = S->dp;
+    if (world == 1) return 0;
+    int colour, key;
+    if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
+        sp_comm_split(S->dp, colour, key, "dp", &S->dpg))
+        return core_error_push("trainer rank %d: dp group: ", rank);
+    S->red.stats = S->dpg;
+    if (r->sp > 1) {
+        if (sp_usp_init(&S->usp, S->dp, &S->topo, NULL)) return -1;
+        S->exec = (wan_exec){NULL, sp_usp_forward, sp_usp_backward, &S->usp, S->usp.sp};
+        S->ex = &S->exec;
+    }
+    return 0;
+}
+
+/* The experts of model.path: transformer/ and, when present, transformer_2/ (same config), with gradients, Adam
+ * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). */
+static int load_experts(trainer_state *S, const core_recipe *r, const char *path0) {
+    char path[4200];
+    if (wan_model_load(&S->pol[0], path0)) return -1;
+    S->n_experts = 1;
+    snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
+    if (core_is_dir(path)) {
+        if (wan_model_load(&S->pol[1], path)) return -1;
+        if (!wan_config_equal(&S->pol[0].cfg, &S->pol[1].cfg))
+            return core_error("model.path: %s/transformer and transformer_2 have different configs", r->model_path);
+        S->n_experts = 2;
+    }
+    const char *te = r->train_experts;
+    S->trained[0] = !strcmp(te, "all") || !strcmp(te, "transformer");
+    S->trained[1] = S->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"));
+    if (!strcmp(te, "transformer_2") && S->n_experts == 1)
+        return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
+    S->first = S->trained[0] ? 0 : 1;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (wan_model_alloc_grads(&S->pol[e]) || optim_adamw_init(&S->opt[e], S->pol[e].layout.numel)) return -1;
+        if (r->beta > 0) {
+            if (wan_model_init(&S->ref[e], &S->pol[e].cfg)) return -1;
+            memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
+        }
+    }
+    S->have_ref = r->beta > 0;
+    return 0;
+}
+
+/* The training and eval prompts and their conditioning (computed once; the negative prompt's too). */
+static int load_prompts(trainer_state *S, const core_recipe *r) {
+    if (core_prompts_read(&S->train, r->prompt_file) || core_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
+    const int td = S->pol[0].cfg.text_dim;
+    S->ne = (int64_t)r->text_len * td;
+    text_cond *tc = text_cond_load(r->text_encoder, r->model_path, r->text_len, td);
+    if (!tc) return -1;
+    const float *neg = text_cond_negative(tc);
+    int bad = !(S->emb_train = embed_prompts(tc, &S->train, S->ne)) || !(S->emb_eval = embed_prompts(tc, &S->eval, S->ne));
+    if (!bad && neg && !(S->emb_neg = malloc(sizeof(float) * (size_t)S->ne))) bad = core_error("out of memory");
+    if (!bad && neg) memcpy(S->emb_neg, neg, sizeof(float) * (size_t)S->ne);
+    text_cond_free(tc);
+    return bad ? -1 : 0;
+}
+
+int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
+    char path[4200];
+    S->r = r;
+    S->dp = dp;
+    S->rewards_fd = -1;
+    if (trainer_check_recipe(r)) return -1;
+    snprintf(path, sizeof path, "%s/transformer", r->model_path);
+    struct stat sb;
+    if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
+                                           "`vgrpo init-model --preset tiny --out DIR`)", path);
+    if (setup_parallel(S, r, path) || load_experts(S, r, path) || trainer_optim_config(r, &S->oc) ||
+        load_prompts(S, r))
+        return -1;
+    if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    S->shape[0] = S->pol[0].cfg.in_channels, S->shape[1] = F, S->shape[2] = H, S->shape[3] = W;
+    S->nl = S->shape[0] * F * H * W;
+    memset(&S->tc, 0, sizeof S->tc);
+    if (grpo_selection_parse(r->timestep_selection, &S->tc.sel)) return -1;
+    S->tc.seed = (uint64_t)r->seed;
+    S->tc.clip_eps = r->clip_range;
+    S->tc.beta = r->beta;
+    S->tc.micro_batch_size = r->micro_batch_size;
+    S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
+    return 0;
+}
+
+void trainer_teardown(trainer_state *S) {
+    for (int e = 0; e < 2; e++) {
+        wan_model_free(&S->pol[e]);
+        wan_model_free(&S->ema[e]);
+        wan_model_free(&S->ref[e]);
+        optim_adamw_free(&S->opt[e]);
+    }
+    if (S->ex) sp_usp_release(&S->usp);
+    sp_comm_destroy(S->dpg);
+    core_prompts_free(&S->train);
+    core_prompts_free(&S->eval);
+    trainer_sampler_free(&S->smp);
+    free(S->emb_train), free(S->emb_eval), free(S->emb_neg);
+    core_metrics_close(S->metrics);
+    if (S->rewards_fd >= 0) close(S->rewards_fd);
+}

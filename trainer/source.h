@@ -1,0 +1,65 @@
+/* trainer/source.h — the rollout source: where the GRPO loop (trainer/loop.c) gets its scored trajectories from and
+ * where it sends its weights. The loop is written against this interface only; it never includes rollout/.
+ * Two implementations:
+ *   - in process (local mode): the rollout engine, the decoder and the scorers in the trainer's own process
+ *     (cli/source_local.c wires rollout/ and reward/ in; cli/ is the only folder that composes rollout/ and trainer/);
+ *   - remote (colocated mode, `vgrpo parity`): the controller and the rollout workers behind it
+ *     (trainer/source_remote.c over trainer/controller.h).
+ *
+ * The contract (both implementations keep it; DESIGN.md sections 3 and 4):
+ *   rollout      n samples, sample j = (uid, prompt index, prompt text); tmpl gives the policy version the weights
+ *                must have, the noise stream, eta and what to return. Sample j's trajectory depends only on (seed, uid,
+ *                stream, eta, the weights of that version, the prompt's conditioning): not on how the samples are
+ *                chunked or which worker ran them. res[j] receives the trajectory (latents, log-probs: with
+ *                return_trajectories; always uid, prompt index, policy version and the rewards, total = sum of weight x
+ *                reward in the recipe's scorer order), the guided velocities (return_velocities), and on_chunk (may be
+ *                NULL) sees each finished chunk with its videos [n, frames, h, w, 3] U8 (return_videos).
+ *                cond[j] is this process's conditioning of sample j's prompt ([text_len, text_dim] fp32) and neg the
+ *                negative prompt's (NULL: zeros): the in-process engine uses them as they are, remote workers compute
+ *                the same bytes from the text themselves (model/text/text_cond.h).
+ *   push_weights the weights later rollouts use are `experts` (send[e]: expert e changed) as policy `version`.
+ *                Remote: sent to every worker and checked by xxh64 (*hash_match = 1 when every worker's hash equals
+ *                ours); in process: the experts are used where they are (*hash_match = -1: nothing crossed a
+ *                process). A version >= TRAINER_EVAL_VERSION_OFFSET marks eval-only weights (the EMA).
+ *   start        once, before the first rollout: a fresh run checks that the source holds the trainer's initial
+ *                weights (remote: every worker's hello hash), a resumed run pushes its own (version = steps done).
+ * Errors are -1 with core_error set (naming the worker, the reward server or the sample). */
+#ifndef TRAINER_SOURCE_H
+#define TRAINER_SOURCE_H
+
+#include <stdint.h>
+
+#include "core/wire_rollout.h"
+#include "model/dit/wan_dit.h"
+
+/* Eval-only weights (the EMA) are pushed as the policy version + 2^40, so a rollout request can never mix them up with
+ * the policy's. */
+#define TRAINER_EVAL_VERSION_OFFSET ((int64_t)1 << 40)
+
+/* A chunk of finished samples (results in sample order; videos [n, vshape] U8 borrowed for the call, NULL unless the
+ * request asked for videos). Non-zero aborts the rollout. */
+typedef int (*trainer_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
+                                const uint8_t *videos, const int64_t vshape[4]);
+
+typedef struct {
+    const char *mode; /* "local" or "colocated": printed and written nowhere else */
+    int n_workers;    /* rollout processes behind the source (1 in process) */
+    void *ctx;
+    int (*rollout)(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
+                   const float *const *cond, const float *neg, int n, core_rollout_result *res,
+                   trainer_chunk_fn on_chunk, void *cctx);
+    int (*push_weights)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                        int64_t version, int *hash_match);
+    int (*start)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained, int64_t version,
+                 int resumed);
+} trainer_source;
+
+/* The remote source over a connected controller whose workers said hello (trainer/controller.h: ctl_wait_workers
+ * done). chunk: samples per request (rollout.batch_size); timeout_s: seconds one chunk or weight sync may take.
+ * model_path names the folder both sides load, for the start-up hash error. The returned source borrows ctl; free it
+ * with trainer_source_remote_free. NULL on out of memory. */
+struct ctl_server;
+trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s, const char *model_path);
+void trainer_source_remote_free(trainer_source *s);
+
+#endif

@@ -1,0 +1,60 @@
+/* trainer/source_remote.c — the rollout source of colocated runs and `vgrpo parity` (trainer/source.h): rollouts,
+ * rewards and weight syncs through the controller and the rollout workers behind it (trainer/controller.h). */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "trainer/controller.h"
+#include "trainer/source.h"
+
+typedef struct {
+    trainer_source src;
+    ctl_server *ctl;
+    int chunk;
+    double timeout_s;
+    const char *model_path;
+} remote;
+
+static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
+                          const float *const *cond, const float *neg, int n, core_rollout_result *res,
+                          trainer_chunk_fn on_chunk, void *cctx) {
+    (void)cond, (void)neg; /* the workers condition the prompt text themselves (the same bytes) */
+    remote *R = ctx;
+    return ctl_rollout(R->ctl, tmpl, samples, n, R->chunk, R->timeout_s, res, on_chunk, cctx);
+}
+
+static int remote_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,
+                       int *hash_match) {
+    remote *R = ctx;
+    return ctl_sync_weights(R->ctl, experts, n_experts, send, version, R->timeout_s, hash_match);
+}
+
+/* A fresh run: every worker loaded model.path, so its hello hash must equal the trainer's initial weights'. A resumed
+ * run pushes its weights. */
+static int remote_start(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained,
+                        int64_t version, int resumed) {
+    remote *R = ctx;
+    if (resumed) {
+        int match;
+        return ctl_sync_weights(R->ctl, experts, n_experts, trained, version, R->timeout_s, &match);
+    }
+    uint64_t h;
+    if (wan_models_hash(experts, n_experts, &h)) return -1;
+    for (int w = 0; w < ctl_n_workers(R->ctl); w++)
+        if (ctl_worker_hello_hash(R->ctl, w) != h)
+            return core_error("%s holds weights with model hash %016llx, the trainer's initial weights hash to %016llx "
+                              "(both must load model.path %s)", ctl_worker_id(R->ctl, w),
+                              (unsigned long long)ctl_worker_hello_hash(R->ctl, w), (unsigned long long)h,
+                              R->model_path);
+    return 0;
+}
+
+trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s, const char *model_path) {
+    remote *R = calloc(1, sizeof *R);
+    if (!R) return core_error("out of memory"), NULL;
+    R->ctl = ctl, R->chunk = chunk, R->timeout_s = timeout_s, R->model_path = model_path;
+    R->src = (trainer_source){.mode = "colocated", .n_workers = ctl_n_workers(ctl), .ctx = R,
+                              .rollout = remote_rollout, .push_weights = remote_push, .start = remote_start};
+    return &R->src;
+}
+
+void trainer_source_remote_free(trainer_source *s) { free(s ? s->ctx : NULL); }
