@@ -35,4 +35,7 @@ typedef struct {
  * and checks every reply against in-process scoring. */
 int bench_reward(const bench_reward_opts *o);
 
+/* The median of t[0..n) (sorted in place; n >= 1): the figure every benchmark reports. */
+double bench_median(double *t, int n);
+
 #endif

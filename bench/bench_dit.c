@@ -25,7 +25,7 @@ typedef struct {
     int heads, head_dim, ffn, F, H, W, L;
 } dit_shape;
 
-static double median(double *t, int n) {
+double bench_median(double *t, int n) {
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
             double x = t[j];
@@ -55,7 +55,7 @@ static int sgemm_gflops(int M, int N, int K, int reps, double *blas, double *our
                 k_cpu_gemm(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N, NULL);
             if (r >= 0) t[r] = omp_get_wtime() - t0;
         }
-        *(which ? ours : blas) = flop / median(t, reps) * 1e-9;
+        *(which ? ours : blas) = flop / bench_median(t, reps) * 1e-9;
     }
     free(a), free(b), free(c);
     return 0;
@@ -102,7 +102,7 @@ static int bench_block(const dit_shape *s, int reps, double *ms_fwd, double *ms_
             }
             if (r >= 0) t[r] = omp_get_wtime() - t0;
         }
-        *res[k] = median(t, reps) * 1e3;
+        *res[k] = bench_median(t, reps) * 1e3;
         wan_acts_free(A);
     }
     wan_model_free(&m);

@@ -33,15 +33,6 @@
 #include "model/vae/wan_vae.h"
 #include "model/vae/wan_vae_internal.h"
 
-static double median_of(double *t, int n) {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* Uniform in [-a, a), a deterministic stream per seed (64-bit LCG, top 24 bits). */
 static void fill_uniform(float *x, size_t n, unsigned long long seed, float a) {
@@ -141,7 +132,7 @@ int bench_vae(int threads, int quick) {
         if (vae_decode(m, lat, 1, z, T, h, w, vid)) goto fail;
         if (r >= 0) t[r] = omp_get_wtime() - t0;
     }
-    const double sec = median_of(t, reps);
+    const double sec = bench_median(t, reps);
     double sum = 0;
     for (size_t i = 0; i < (size_t)C * F * h * s * w * s; i++) sum += vid[i];
     printf("\n%-34s %12s %12s %12s %12s\n", "", "s / frame", "weights MiB", "state MiB", "peak RSS MiB");
@@ -285,7 +276,7 @@ int bench_umt5(int threads, int quick) {
     double sum = 0;
     for (size_t i = 0; i < (size_t)S * U_D; i++) sum += out[i] * out[i];
     printf("\n%-34s %10s %12s\n", "", "ms", "peak RSS MiB");
-    printf("%-34s %10.1f %12.1f\n", "vgrpo t5_forward (512 tokens)", median_of(t, reps) * 1e3, peak_rss_mib());
+    printf("%-34s %10.1f %12.1f\n", "vgrpo t5_forward (512 tokens)", bench_median(t, reps) * 1e3, peak_rss_mib());
     printf("(output mean square %.4f, a checksum)\n", sum / ((double)S * U_D));
     printf("PyTorch on the same config: python scripts/bench_torch.py --umt5 --threads %d\n", nt);
     t5_free(e);

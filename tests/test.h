@@ -26,6 +26,8 @@ const char *test_tmpdir(void);
 int test_run(char *out, size_t outcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Deterministic test data: n floats uniform in [lo, hi) from a seeded LCG (for inputs, not model noise). */
 void test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, float hi);
+/* Reads a whole small file into buf (at most cap - 1 bytes, NUL-terminated); returns its length, or -1. */
+long test_slurp(const char *path, char *buf, size_t cap);
 
 #define TEST(name)                                                                                          \
     static void name(void);                                                                                 \

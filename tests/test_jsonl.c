@@ -12,14 +12,6 @@
 #include "core/metrics.h"
 #include "tests/test.h"
 
-static long slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return (long)n;
-}
 
 static void spit(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
@@ -30,7 +22,7 @@ static void spit(const char *path, const char *text) {
 
 /* Every line of path parses as a JSON object and the file ends with '\n'; returns the number of lines, -1 if not. */
 static int whole_rows(const char *path, char *buf, size_t cap) {
-    long n = slurp(path, buf, cap);
+    long n = test_slurp(path, buf, cap);
     if (n < 0 || (n > 0 && buf[n - 1] != '\n')) return -1;
     int rows = 0;
     for (char *s = buf, *nl; *s; s = nl + 1, rows++) {
@@ -99,7 +91,7 @@ TEST(jsonl_rows_whole_under_file_size_limit) {
     REQUIRE(waitpid(pid, &st, 0) == pid);
     CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
     REQUIRE(WIFEXITED(st));
-    REQUIRE(slurp(epath, msg, sizeof msg) > 0);
+    REQUIRE(test_slurp(epath, msg, sizeof msg) > 0);
     int wrote = -1;
     CHECK(sscanf(msg, "%d", &wrote) == 1 && wrote == 1);
     char *line2 = strchr(msg, '\n');
@@ -131,14 +123,14 @@ TEST(jsonl_append_rules) {
     CHECK(core_jsonl_append(fd, "{\"a\":\n1}", 8, path) == -1);
     CHECK(strstr(core_last_error(), path) && strstr(core_last_error(), "newline inside"));
     close(fd);
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     CHECK(!strcmp(buf, "{\"step\":0}\n{\"step\":1}\n"));
     REQUIRE_OK(core_jsonl_open(&fd, path, 1)); /* append keeps, 0 empties */
     close(fd);
-    CHECK(slurp(path, buf, sizeof buf) == 22);
+    CHECK(test_slurp(path, buf, sizeof buf) == 22);
     REQUIRE_OK(core_jsonl_open(&fd, path, 0));
     close(fd);
-    CHECK(slurp(path, buf, sizeof buf) == 0);
+    CHECK(test_slurp(path, buf, sizeof buf) == 0);
     CHECK(core_jsonl_open(&fd, "/nonexistent-dir/r.jsonl", 1) == -1);
     CHECK(strstr(core_last_error(), "/nonexistent-dir/r.jsonl: cannot open: No such file") != NULL);
 }
@@ -158,7 +150,7 @@ TEST(jsonl_truncate_resume_and_torn_line) {
     chmod(path, 0640);
     REQUIRE_OK(core_jsonl_truncate(path, 3, &torn));
     CHECK(torn == 1);
-    REQUIRE(slurp(path, buf, sizeof buf) >= 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) >= 0);
     CHECK_MSG(!strcmp(buf, "{\"step\":0,\"x\":1}\n{\"step\":1}\n{\"step\":2}\n"), "got: %s", buf);
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0);
@@ -168,7 +160,7 @@ TEST(jsonl_truncate_resume_and_torn_line) {
     spit(path, text);
     REQUIRE_OK(core_jsonl_truncate(path, 100, &torn));
     CHECK(torn == 1);
-    REQUIRE(slurp(path, buf, sizeof buf) >= 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) >= 0);
     CHECK(!strcmp(buf, rows));
 
     /* A last line with its newline but not JSON is torn too. */
@@ -176,7 +168,7 @@ TEST(jsonl_truncate_resume_and_torn_line) {
     spit(path, text);
     REQUIRE_OK(core_jsonl_truncate(path, 100, &torn));
     CHECK(torn == 1);
-    REQUIRE(slurp(path, buf, sizeof buf) >= 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) >= 0);
     CHECK(!strcmp(buf, rows));
 
     /* A clean file with nothing to drop is left alone (same inode: not rewritten). */
@@ -192,18 +184,18 @@ TEST(jsonl_truncate_resume_and_torn_line) {
     spit(path, "{\"step\":0}\n{\"step\":7}\n{\"step\":1}\n");
     REQUIRE_OK(core_jsonl_truncate(path, 3, &torn));
     CHECK(torn == 0);
-    REQUIRE(slurp(path, buf, sizeof buf) >= 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) >= 0);
     CHECK(!strcmp(buf, "{\"step\":0}\n"));
     spit(path, "{\"step\":0}\n{}\n{\"step\":1}\n");
     REQUIRE_OK(core_jsonl_truncate(path, 3, NULL));
-    REQUIRE(slurp(path, buf, sizeof buf) >= 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) >= 0);
     CHECK(!strcmp(buf, "{\"step\":0}\n"));
 
     /* Only a torn line: the file ends empty. A missing file is nothing to do. */
     spit(path, "{\"st");
     REQUIRE_OK(core_jsonl_truncate(path, 3, &torn));
     CHECK(torn == 1);
-    CHECK(slurp(path, buf, sizeof buf) == 0);
+    CHECK(test_slurp(path, buf, sizeof buf) == 0);
     unlink(path);
     REQUIRE_OK(core_jsonl_truncate(path, 3, &torn));
     CHECK(torn == 0);

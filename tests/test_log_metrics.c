@@ -8,15 +8,6 @@
 #include "core/metrics.h"
 #include "tests/test.h"
 
-/* Reads a whole small file into buf; returns its length or -1. */
-static long slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return (long)n;
-}
 
 TEST(log_format_levels_rank) {
     char path[600], buf[8192];
@@ -39,7 +30,7 @@ TEST(log_format_levels_rank) {
     core_log_set_stream(NULL);
     core_log_set_level(saved);
     fclose(f);
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     CHECK(strstr(buf, "hidden") == NULL && strstr(buf, "nothing") == NULL);
     /* Exactly three lines, each "[    s.sss] [rank R] LEVEL message". */
     char *lines[4] = {0};
@@ -87,7 +78,7 @@ TEST(log_threads_whole_lines) {
     core_log_set_level(saved);
     fclose(f);
     static char buf[1 << 16];
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     int count = 0, bad = 0;
     for (char *s = strtok(buf, "\n"); s; s = strtok(NULL, "\n")) {
         count++;
@@ -123,7 +114,7 @@ TEST(metrics_rows_read_back) {
     REQUIRE_OK(core_metrics_f64(m, "x", 1.0 / 3.0));
     REQUIRE_OK(core_metrics_write_row(m));
     /* Flushed per row: readable before close. */
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     REQUIRE_OK(core_metrics_close(m));
 
     char *line0 = strtok(buf, "\n"), *line1 = strtok(NULL, "\n"), *line2 = strtok(NULL, "\n");
@@ -153,14 +144,14 @@ TEST(metrics_rows_read_back) {
     REQUIRE_OK(core_metrics_i64(m, "step", 3));
     REQUIRE_OK(core_metrics_write_row(m));
     REQUIRE_OK(core_metrics_close(m));
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     int nl = 0;
     for (char *s = buf; *s; s++) nl += *s == '\n';
     CHECK(nl == 4);
     CHECK(strstr(buf, "{\"step\":3}\n") != NULL);
     REQUIRE_OK(core_metrics_open(&m, path, 0));
     REQUIRE_OK(core_metrics_close(m));
-    CHECK(slurp(path, buf, sizeof buf) == 0);
+    CHECK(test_slurp(path, buf, sizeof buf) == 0);
 }
 
 TEST(metrics_errors) {
@@ -179,7 +170,7 @@ TEST(metrics_errors) {
     REQUIRE_OK(core_metrics_write_row(m));
     REQUIRE_OK(core_metrics_close(m));
     char buf[256];
-    REQUIRE(slurp(path, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(path, buf, sizeof buf) > 0);
     CHECK(!strcmp(buf, "{\"ok\":\"v\"}\n"));
     CHECK(core_metrics_close(NULL) == 0);
 }

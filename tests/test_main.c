@@ -88,6 +88,15 @@ int test_run(char *out, size_t outcap, const char *fmt, ...) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+long test_slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return (long)n;
+}
+
 void test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, float hi) {
     unsigned long long s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     for (size_t i = 0; i < n; i++) {

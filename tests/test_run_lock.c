@@ -10,14 +10,6 @@
 #include "core/run_lock.h"
 #include "tests/test.h"
 
-static long slurp(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, cap - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return (long)n;
-}
 
 TEST(run_lock_live_holder_refuses_dead_one_is_taken_over) {
     char dir[600], lockpath[700], want[900], note[512], buf[1024];
@@ -52,7 +44,7 @@ TEST(run_lock_live_holder_refuses_dead_one_is_taken_over) {
     CHECK_MSG(strstr(note, want) != NULL, "note: %s", note);
     CHECK_MSG(strstr(note, "), which is no longer running") != NULL, "note: %s", note);
     CHECK(strstr(note, lockpath) == note);
-    REQUIRE(slurp(lockpath, buf, sizeof buf) > 0);
+    REQUIRE(test_slurp(lockpath, buf, sizeof buf) > 0);
     snprintf(want, sizeof want, "pid: %d\nstarted: 20", (int)getpid());
     CHECK_MSG(strstr(buf, want) == buf, "lock file: %s", buf);
     /* Not inherited across exec by spawned workers. */
@@ -68,7 +60,7 @@ TEST(run_lock_live_holder_refuses_dead_one_is_taken_over) {
     /* Release empties the file; reacquire is clean (no takeover note); release twice is harmless. */
     core_run_lock_release(&lk);
     CHECK(lk.fd == -1);
-    CHECK(slurp(lockpath, buf, sizeof buf) == 0);
+    CHECK(test_slurp(lockpath, buf, sizeof buf) == 0);
     REQUIRE_OK(core_run_lock_acquire(&lk, dir, "logging.run_dir", note, sizeof note));
     CHECK_MSG(note[0] == '\0', "note: %s", note);
     core_run_lock_release(&lk);
