@@ -33,7 +33,7 @@ static int read_prompts(const char *path, char ***out, int *count) {
     while ((len = getline(&line, &cap, f)) >= 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         ssize_t first = 0; /* blank lines and lines whose first non-blank character is '#' are skipped, as in
-                              the recipes' prompt lists (cli/local_data.c) */
+                              the recipes' prompt lists (core/prompts.c) */
         while (first < len && strchr(" \t\v\f", line[first])) first++;
         if (first == len || line[first] == '#') continue;
         char **nv = realloc(v, (size_t)(n + 1) * sizeof *v);

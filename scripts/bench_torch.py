@@ -15,7 +15,7 @@ gated-gelu, random init, eval mode) on one prompt of 512 random ids with an all-
 Median of 3 (VAE) / 5 (umT5) runs after one warm-up run; --quick: one run (the VAE without warm-up), as the C side.
 
 (venv: python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements-fixtures.txt)
-Shapes, FLOP count and the median-of-runs method are those of cli/bench_dit.c: one block, batch 1,
+Shapes, FLOP count and the median-of-runs method are those of bench/bench_dit.c: one block, batch 1,
 forward = 12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F FLOPs, forward+backward = 3x. Forward runs under
 torch.no_grad(); forward+backward computes the gradients of every parameter and of the block input, in fp32.
 """

@@ -1,5 +1,5 @@
-/* tests/test_video.c — rollout/video (mp4 write -> read round trip, PSNR computed here, odd sizes, ffprobe's
- * view of the file, error paths) and rollout/png (bit-exact PNG round trip, contact-sheet layout and labels
+/* tests/test_video.c — media/video (mp4 write -> read round trip, PSNR computed here, odd sizes, ffprobe's
+ * view of the file, error paths) and media/png (bit-exact PNG round trip, contact-sheet layout and labels
  * against hand-computed pixel positions). */
 #include <math.h>
 #include <stdint.h>

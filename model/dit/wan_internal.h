@@ -96,7 +96,7 @@ void wan_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int
 /* y[n] += x[n] (n floats). */
 void wan_axpy1(float *y, const float *x, int64_t n);
 
-/* ---- one block (wan_forward.c, wan_backward.c); also used by `vgrpo bench dit` (cli/bench_dit.c) ---- */
+/* ---- one block (wan_forward.c, wan_backward.c); also used by `vgrpo bench dit` (bench/bench_dit.c) ---- */
 
 /* WanTransformerBlock.forward: b->x [B,S,D] -> out [B,S,D], reading A->tproj (modulation) and A->ctx (text);
  * keeps what A's mode keeps. ex must be resolved (wan_exec_resolve). 0, or -1 when the attention fails. */
