@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/prompts.h"
@@ -92,26 +93,87 @@ static int bad_text(const core_prompts *p, int line, const char *s, size_t n, si
                       (unsigned)(unsigned char)s[off], core_quote_bytes(s, n, q, sizeof q));
 }
 
-static int read_text(core_prompts *p) {
+/* The limits in force (defaults filled in). */
+static core_prompts_limits limits_of(const core_prompts_limits *lim) {
+    core_prompts_limits L = lim ? *lim : (core_prompts_limits){0, 0};
+    if (L.max_file_bytes <= 0) L.max_file_bytes = (int64_t)CORE_PROMPTS_MAX_FILE_MB << 20;
+    if (L.max_line_bytes <= 0) L.max_line_bytes = CORE_PROMPTS_MAX_BYTES;
+    return L;
+}
+
+/* size: the file's size from stat, or -1 when reading went past the limit (a pipe, a file that grew). */
+static int too_big(const core_prompts *p, const core_prompts_limits *L, int64_t size) {
+    const double mb = L->max_file_bytes / 1048576.0;
+    if (size < 0)
+        return core_error("%s: the prompt file is more than %.1f MiB (data.max_prompt_file_mb %.0f); raise the key if "
+                          "it is a prompt list", p->path, mb, mb);
+    return core_error("%s: the prompt file is %.1f MiB, over data.max_prompt_file_mb %.0f; raise the key if it is a "
+                      "prompt list", p->path, size / 1048576.0, mb);
+}
+
+/* Refuses a regular file over the limit before reading it (st: its stat). */
+static int check_size(const core_prompts *p, const core_prompts_limits *L, const struct stat *st) {
+    if (S_ISREG(st->st_mode) && (int64_t)st->st_size > L->max_file_bytes) return too_big(p, L, st->st_size);
+    return 0;
+}
+
+/* One line of the file (len bytes in line[], without the newline): trimmed, skipped when blank or a comment, checked
+ * as UTF-8 and added. */
+static int text_line(core_prompts *p, int *cap, char *line, size_t len, int lineno) {
+    char *s = line, *e = line + len;
+    *e = 0;
+    while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\v' || e[-1] == '\f'))
+        *--e = 0;
+    while (s < e && isspace((unsigned char)*s)) s++;
+    if (s == e || *s == '#') return 0;
+    size_t bad;
+    if (core_utf8_check(s, (size_t)(e - s), &bad)) return bad_text(p, lineno, s, (size_t)(e - s), bad);
+    return add(p, cap, s, lineno, json_object());
+}
+
+/* Text: read in blocks through one line buffer of the line limit; a longer line is counted to its end (not kept)
+ * so the error can say how long it is. */
+static int read_text(core_prompts *p, const core_prompts_limits *L) {
     FILE *f = fopen(p->path, "r");
     if (!f) return core_error("%s: cannot open prompt file: %s", p->path, strerror(errno));
-    char *line = NULL; /* getline: prompts of any length, never split */
-    size_t linecap = 0;
-    ssize_t len;
-    int cap = 0, lineno = 0, rc = 0;
-    while (!rc && (len = getline(&line, &linecap, f)) >= 0) {
-        lineno++;
-        char *s = line, *e = line + len;
-        while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\v' ||
-                         e[-1] == '\f'))
-            *--e = 0;
-        while (s < e && isspace((unsigned char)*s)) s++;
-        if (s == e || *s == '#') continue;
-        size_t bad;
-        if (core_utf8_check(s, (size_t)(e - s), &bad)) rc = bad_text(p, lineno, s, (size_t)(e - s), bad);
-        else rc = add(p, &cap, s, lineno, json_object());
+    struct stat st;
+    if (fstat(fileno(f), &st)) {
+        const int e = errno;
+        fclose(f);
+        return core_error("%s: cannot read prompt file: %s", p->path, strerror(e));
+    }
+    if (check_size(p, L, &st)) return fclose(f), -1;
+    const size_t maxl = (size_t)L->max_line_bytes;
+    char *line = malloc(maxl + 1), blk[65536];
+    if (!line) return fclose(f), core_error("%s: out of memory reading prompts", p->path);
+    int64_t total = 0, over = 0; /* over: length of a line past the limit, counted to its end */
+    size_t len = 0, got;
+    int cap = 0, lineno = 1, rc = 0;
+    while (!rc && (got = fread(blk, 1, sizeof blk, f)) > 0) {
+        if ((total += (int64_t)got) > L->max_file_bytes) {
+            rc = too_big(p, L, -1);
+            break;
+        }
+        for (size_t i = 0; i < got && !rc;) {
+            const char *nl = memchr(blk + i, '\n', got - i);
+            const size_t n = (nl ? (size_t)(nl - blk) : got) - i;
+            if (over || len + n > maxl) over = (over ? over : (int64_t)len) + (int64_t)n;
+            else memcpy(line + len, blk + i, n), len += n;
+            i += n;
+            if (!nl) break;
+            i++; /* the newline */
+            if (over)
+                rc = core_error("%s:%d: a line of %lld bytes, over data.max_prompt_bytes %lld (a prompt is one line)",
+                                p->path, lineno, (long long)over, (long long)maxl);
+            else rc = text_line(p, &cap, line, len, lineno);
+            len = 0, over = 0, lineno++;
+        }
     }
     const int err = !rc && ferror(f) ? errno : 0;
+    if (!rc && !err && over)
+        rc = core_error("%s:%d: a line of %lld bytes, over data.max_prompt_bytes %lld (a prompt is one line)", p->path,
+                        lineno, (long long)over, (long long)maxl);
+    else if (!rc && !err && len) rc = text_line(p, &cap, line, len, lineno);
     free(line);
     fclose(f);
     if (err) rc = core_error("%s: cannot read prompt file: %s", p->path, strerror(err));
@@ -124,10 +186,39 @@ char *core_prompts_where(const core_prompts *p, int i, char *buf, size_t cap) {
     return buf;
 }
 
-static int read_json(core_prompts *p) {
+/* json_load_callback's reader: at most max bytes of f (then an error, flagged in over). */
+typedef struct {
+    FILE *f;
+    int64_t total, max;
+    int over;
+} bounded_reader;
+
+static size_t bounded_read(void *buf, size_t cap, void *data) {
+    bounded_reader *b = data;
+    const size_t got = fread(buf, 1, cap, b->f);
+    if ((b->total += (int64_t)got) > b->max) {
+        b->over = 1;
+        return (size_t)-1;
+    }
+    return got ? got : (ferror(b->f) ? (size_t)-1 : 0);
+}
+
+static int read_json(core_prompts *p, const core_prompts_limits *L) {
     p->json = 1;
+    FILE *f = fopen(p->path, "rb");
+    if (!f) return core_error("%s: cannot open prompt file: %s", p->path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st)) {
+        const int e = errno;
+        fclose(f);
+        return core_error("%s: cannot read prompt file: %s", p->path, strerror(e));
+    }
+    if (check_size(p, L, &st)) return fclose(f), -1;
     json_error_t je;
-    json_t *root = json_load_file(p->path, JSON_REJECT_DUPLICATES, &je);
+    bounded_reader br = {f, 0, L->max_file_bytes, 0};
+    json_t *root = json_load_callback(bounded_read, &br, JSON_REJECT_DUPLICATES, &je);
+    fclose(f);
+    if (br.over) return json_decref(root), too_big(p, L, -1);
     if (!root) return core_error("%s:%d: %s", p->path, je.line, je.text);
     int rc = 0, cap = 0;
     if (!json_is_array(root) || json_array_size(root) == 0)
@@ -138,6 +229,11 @@ static int read_json(core_prompts *p) {
         size_t bad;
         if (!json_is_object(o) || !pr || !pr[0]) {
             rc = core_error("%s: entry %zu: needs a non-empty string \"prompt_en\"", p->path, i);
+            break;
+        }
+        if ((int64_t)strlen(pr) > L->max_line_bytes) {
+            rc = core_error("%s: entry %zu: \"prompt_en\" is %zu bytes, over data.max_prompt_bytes %lld", p->path, i,
+                            strlen(pr), (long long)L->max_line_bytes);
             break;
         }
         if (core_utf8_check(pr, strlen(pr), &bad)) {
@@ -159,12 +255,15 @@ static int read_json(core_prompts *p) {
     return rc;
 }
 
-int core_prompts_read(core_prompts *p, const char *path) {
+int core_prompts_read(core_prompts *p, const char *path) { return core_prompts_read_limited(p, path, NULL); }
+
+int core_prompts_read_limited(core_prompts *p, const char *path, const core_prompts_limits *lim) {
     memset(p, 0, sizeof *p);
+    const core_prompts_limits L = limits_of(lim);
     if (strlen(path) >= sizeof p->path) return core_error("%s: prompt file path too long", path);
     snprintf(p->path, sizeof p->path, "%s", path);
     const size_t n = strlen(path);
-    int rc = n >= 5 && !strcmp(path + n - 5, ".json") ? read_json(p) : read_text(p);
+    int rc = n >= 5 && !strcmp(path + n - 5, ".json") ? read_json(p, &L) : read_text(p, &L);
     if (!rc && p->n == 0) rc = core_error("%s: no prompts", path);
     if (rc) core_prompts_free(p);
     return rc;

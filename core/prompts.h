@@ -5,12 +5,32 @@
  * Text files: surrounding white space is trimmed; blank lines and lines starting with '#' are skipped; a prompt
  * keeps the 1-based line it came from, so later checks can name file:line. Every prompt must be valid UTF-8 (no NUL
  * byte, no control character other than tab): an error names file:line and the byte offset, and quotes the line
- * with non-printable bytes escaped as \xNN, never raw. */
+ * with non-printable bytes escaped as \xNN, never raw.
+ *
+ * Limits (core_prompts_limits; a recipe's data.max_prompt_file_mb and data.max_prompt_bytes, core_recipe.h): a file
+ * larger than the file limit is refused before it is read (its size from stat; a pipe or a file that grows is cut off
+ * at the limit while reading), and a line (text) or a "prompt_en" (JSON) longer than the line limit is refused naming
+ * file:line (JSON: the entry) and its length. A text file is read through one buffer of the line limit, so reading
+ * never holds more than the file limit in prompts plus one line; nothing downstream (tokenizer, text encoder) ever
+ * sees a prompt over the line limit. */
 #ifndef CORE_PROMPTS_H
 #define CORE_PROMPTS_H
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* Defaults of the recipe keys data.max_prompt_file_mb and data.max_prompt_bytes: 64 MiB is a million VBench-style
+ * prompts; 4096 bytes is more text than umT5's 512 tokens take in any script (English runs ~4.5 bytes a token, CJK
+ * ~3), so a longer line is a mistake (a file that is not a prompt list), not a prompt. */
+#define CORE_PROMPTS_MAX_FILE_MB 64
+#define CORE_PROMPTS_MAX_BYTES 4096
+
+typedef struct {
+    int64_t max_file_bytes; /* whole file, bytes; <= 0: CORE_PROMPTS_MAX_FILE_MB MiB */
+    int64_t max_line_bytes; /* one text line (before trimming, without its newline) or one JSON "prompt_en"; <= 0:
+                               CORE_PROMPTS_MAX_BYTES */
+} core_prompts_limits;
 
 typedef struct {
     int n;
@@ -25,6 +45,10 @@ typedef struct {
  * prompts, invalid UTF-8 or a control byte at path:line, a JSON entry without a non-empty "prompt_en"), or out of
  * memory; p then holds nothing. */
 int core_prompts_read(core_prompts *p, const char *path);
+/* core_prompts_read under limits lim (NULL: the defaults; core_prompts_read is this with NULL). Errors also: the file
+ * over lim->max_file_bytes ("path: the prompt file is N MiB, over data.max_prompt_file_mb M"), a line or prompt over
+ * lim->max_line_bytes ("path:LINE: a line of N bytes, over data.max_prompt_bytes M"). */
+int core_prompts_read_limited(core_prompts *p, const char *path, const core_prompts_limits *lim);
 void core_prompts_free(core_prompts *p);
 
 /* Where prompt i came from, for messages: "path:line" (text files) or "path: prompt N" (JSON, N 1-based). Returns
