@@ -31,6 +31,10 @@ const core_cfg_entry core_recipe_schema[] = {
     {"data.eval_eta", CORE_CFG_FLOAT, O(eval_eta), "-1", MINV | MAXV, -1, 10, NULL,
      "eval noise level (0: ODE; -1: rollout.eta)"},
     {"data.seed", CORE_CFG_INT64, O(seed), "42", MINV, 0, 0, NULL, "Philox key of every random stream"},
+    {"data.max_prompt_file_mb", CORE_CFG_INT, O(max_prompt_file_mb), "64", MINV | MAXV, 1, 1 << 20, NULL,
+     "largest prompt file read (MiB; training, eval, eval --prompts)"},
+    {"data.max_prompt_bytes", CORE_CFG_INT, O(max_prompt_bytes), "4096", MINV | MAXV, 16, 1 << 24, NULL,
+     "longest prompt line (bytes; more than umT5's 512 tokens take)"},
     {"rollout.height", CORE_CFG_INT, O(height), "64", MINV | MAXV, 16, 8192, NULL,
      "pixels, multiple of 2 x model.vae_scale_factor_spatial"},
     {"rollout.width", CORE_CFG_INT, O(width), "64", MINV | MAXV, 16, 8192, NULL,
@@ -96,6 +100,10 @@ const core_cfg_entry core_recipe_schema[] = {
     {"logging.eval_every", CORE_CFG_INT64, O(eval_every), "0", MINV, 0, 0, NULL, "eval every K steps (0: start, end)"},
     {"logging.video_every", CORE_CFG_INT64, O(video_every), "0", MINV, 0, 0, NULL,
      "sample videos every K steps into run_dir/videos/step-K (0: off)"},
+    {"limits.memory_mb", CORE_CFG_INT64, O(memory_mb), "0", MINV, 0, 0, NULL,
+     "memory the job may use, MiB (0: what the cgroup / machine has available, less a margin)"},
+    {"limits.max_step_minutes", CORE_CFG_DOUBLE, O(max_step_minutes), "60", MINV, 0, 0, NULL,
+     "refuse a recipe whose GRPO step is estimated to take longer here (0: no bound)"},
     {0},
 };
 
@@ -170,5 +178,9 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
 }
 
 int core_recipe_dump(const core_recipe *r, FILE *f) { return core_config_dump(core_recipe_schema, r, f); }
+
+core_prompts_limits core_recipe_prompt_limits(const core_recipe *r) {
+    return (core_prompts_limits){(int64_t)r->max_prompt_file_mb << 20, r->max_prompt_bytes};
+}
 
 void core_recipe_release(core_recipe *r) { core_config_release(core_recipe_schema, r); }

@@ -18,6 +18,9 @@
  *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
  *   data.eval_eta                  eval noise level (0: ODE, deterministic; -1, the default: rollout.eta)
  *   data.seed                      the run's seed: Philox key of rollout noise, selection, shuffle and eval noise
+ *   data.max_prompt_file_mb, data.max_prompt_bytes  limits of every prompt file a job reads (core/prompts.h): file
+ *                                  size in MiB (64) and line length in bytes (4096); over them the file is refused
+ *                                  naming file:line, never read whole or tokenized
  *   model.vae_scale_factor_spatial the VAE's spatial factor (diffusers' vae_scale_factor_spatial): 8 for the Wan 2.1
  *                                  VAE (Wan 2.1, Wan 2.2 A14B, the tiny preset), 16 for the Wan 2.2 VAE (TI2V-5B).
  *                                  In the recipe so --dry-run checks sizes without the VAE's config.json; local mode
@@ -67,7 +70,13 @@
  *   logging.run_dir (config.resolved.yaml, metrics.jsonl), logging.eval_every (0: only at start and end),
  *   logging.video_every            K > 0: before every K-th step (and after the last), sample 0 of the first (up to)
  *                                  4 eval prompts (eval noise and eta: the same videos as the eval's) is written to
- *                                  run_dir/videos/step-N/ as mp4s and one PNG contact sheet (0: off) */
+ *                                  run_dir/videos/step-N/ as mp4s and one PNG contact sheet (0: off)
+ *   limits.memory_mb               memory the whole job may use on this machine, MiB; 0 (default): what the cgroup
+ *                                  or the machine has available less a margin (trainer/budget.h)
+ *   limits.max_step_minutes        refuse a recipe whose GRPO step (run) or rollout batch (parity) is estimated to take
+ *                                  longer than this on this machine (trainer/budget.h; 0: no bound; default 60)
+ * run, eval and parity estimate memory and work before allocating anything and refuse what does not fit
+ * (trainer/budget.h; --force overrides). */
 #ifndef CORE_RECIPE_H
 #define CORE_RECIPE_H
 
@@ -75,6 +84,7 @@
 #include <stdio.h>
 
 #include "core/config.h"
+#include "core/prompts.h"
 
 typedef struct {
     char *mode;
@@ -107,6 +117,9 @@ typedef struct {
     int ckpt_total_limit;
     char *run_dir;
     int64_t eval_every, video_every;
+    int max_prompt_file_mb, max_prompt_bytes;
+    int64_t memory_mb;
+    double max_step_minutes;
 } core_recipe;
 
 /* The schema (NULL-key terminated), for core_config_* calls and --help-config. */
@@ -128,6 +141,9 @@ int core_recipe_check(core_recipe *r);
 /* Latent frames, height, width of the recipe's video size: (frames - 1) / 4 + 1, height / factor, width / factor
  * (factor = model.vae_scale_factor_spatial). */
 void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W);
+
+/* The prompt-file limits of the recipe (data.max_prompt_file_mb, data.max_prompt_bytes) for core_prompts_read_limited. */
+core_prompts_limits core_recipe_prompt_limits(const core_recipe *r);
 
 /* Writes the resolved recipe (every key, defaults included) as YAML. -1 if writing fails. */
 int core_recipe_dump(const core_recipe *r, FILE *f);
