@@ -1,0 +1,572 @@
+/* trainer/budget.c — the estimate of trainer/budget.h: the model's configs found without loading weights, the model's
+ * limits, memory per process and phase, and the FLOPs of a step. The activation and VAE-state sizes replay the
+ * layouts of model/dit/wan_acts.c and model/vae/wan_vae_decode.c (tests/test_budget.c holds them equal), so a
+ * change there needs the same change here. */
+#include "trainer/budget.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "core/prompts.h"
+#include "core/trajectory.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
+#include "trainer/grpo.h"
+
+#define F32 4.0
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * DiT: activations and FLOPs */
+
+static double take(int64_t n) { return (double)((((size_t)(n > 0 ? n : 1) * sizeof(float)) + 63) & ~(size_t)63); }
+
+double budget_acts_bytes(const wan_config *c, int B, int64_t S_full, int L, wan_acts_mode mode, int sp) {
+    const int64_t S = S_full / (sp > 0 ? sp : 1), D = wan_dim(c), Dh = c->attention_head_dim, H = c->num_attention_heads;
+    const int64_t Fd = c->ffn_dim, R = B, td = c->text_dim, nl = c->num_layers;
+    const int64_t Pin = (int64_t)c->in_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    const int64_t Pout = (int64_t)c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    const int64_t BS = B * S, X = BS * D, T = (int64_t)B * L * D, BHS = B * H * S;
+    const int train = mode != WAN_ACTS_INFER, store = mode == WAN_ACTS_STORE, can = c->cross_attn_norm;
+    double b = 2 * take(S * (Dh / 2)) + take(BS * Pin);
+    if (sp > 1) b += take(B * S_full * (Pin > Pout ? Pin : Pout)) + (train ? take(B * L * td) : 0);
+    b += take(R * c->freq_dim) + 4 * take(R * D) + take(R * 6 * D) + take(B * L * td) + 3 * take(T);
+    b += take(R * 6 * D) + take(R * 2 * D) + 2 * take(BS) + 2 * take(X) + take(BS * Pout);
+    if (!train) b += 2 * take(X);
+    if (train) b += (double)(nl + 1) * take(X);
+    if (!store) b += 5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd);
+    if (!train)
+        b += 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) + 2 * take(BS) + take(X) +
+             take(BS) + take(T) + take(B * L) + take(T) + take(X) + take(BHS) + take(X) + 2 * take(BS) +
+             take(BS * Fd) + take(X);
+    if (train) {
+        const double per = 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) +
+                           (can ? 2 * take(BS) : 0) + take(X) + take(BS) + take(T) + take(B * L) + take(T) + take(X) +
+                           take(BHS) + take(X) + 2 * take(BS) + take(BS * Fd) + take(X);
+        b += (double)nl * per;
+    }
+    if (store) b += (double)nl * (5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd));
+    if (train)
+        b += 7 * take(X) + 2 * take(BS * Fd) + 6 * take(T) + take(R * 6 * D) + take(R * 2 * D) + 4 * take(R * D) +
+             take(R * 6 * D) + take(BS * Pout) + take(BS * Pin);
+    return b + 1024 + (double)(nl + 1) * 256; /* the struct and its per-layer tables */
+}
+
+double budget_dit_flop(const wan_config *c, int64_t S, int L) {
+    const double D = wan_dim(c), Fd = c->ffn_dim, s = (double)S, l = L;
+    const double P = (double)c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    const double block = 12 * s * D * D + 4 * s * s * D + 4 * s * l * D + 4 * l * D * D + 4 * s * D * Fd;
+    const double embed = 2 * s * c->in_channels * P * D + 2 * s * D * c->out_channels * P + /* patch, proj_out */
+                         2 * l * c->text_dim * D + 2 * l * D * D +                          /* text embedder */
+                         2 * c->freq_dim * D + 2 * D * D + 12 * D * D;                      /* time embedder */
+    return c->num_layers * block + embed;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * VAE decoder: parameters and decode state (wan_vae_model.c vae_build, wan_vae_decode.c state_begin) */
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+void budget_vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+    const int d = c->decoder_base_dim > 0 ? c->decoder_base_dim : c->base_dim, L = c->n_mult;
+    int dims[VAE_MAX_LEVELS + 1];
+    dims[0] = d * c->dim_mult[L - 1];
+    for (int i = 0; i < L; i++) dims[i + 1] = d * c->dim_mult[L - 1 - i];
+    const size_t hw = (size_t)h * w;
+    double p = 0, cache = 0;
+    /* conv params; a cached conv keeps 2 frames of its input at its resolution */
+#define CONV(ci, co, kt, k, cached, scale)                                                                   \
+    do {                                                                                                     \
+        p += (double)(ci) * (co) * (kt) * (k) * (k) + (co);                                                  \
+        if (cached) cache += 2.0 * hw * (double)(scale) * (scale) * (ci) * sizeof(float);                   \
+    } while (0)
+#define RES(ci, co, scale)                                                                                   \
+    do {                                                                                                     \
+        p += (ci) + (co); /* norm gammas */                                                                  \
+        CONV(ci, co, 3, 3, 1, scale);                                                                        \
+        CONV(co, co, 3, 3, 1, scale);                                                                        \
+        if ((ci) != (co)) CONV(ci, co, 1, 1, 0, scale);                                                      \
+    } while (0)
+    const int z = c->z_dim, d0 = dims[0];
+    CONV(z, z, 1, 1, 0, 1);
+    CONV(z, d0, 3, 3, 1, 1);
+    RES(d0, d0, 1);
+    p += d0 + 3.0 * d0 * d0 + 3 * d0 + (double)d0 * d0 + d0; /* mid attention: norm, to_qkv, proj */
+    RES(d0, d0, 1);
+    /* state_begin's buffer sizes, walked with the up-blocks */
+    size_t act = hw * zmax((size_t)z, (size_t)d0), kn = hw * 27 * zmax((size_t)z, (size_t)d0), kmax = 27 * (size_t)d0;
+    size_t nf = 1, s2 = 1;
+    int scale = 1, cur = 0;
+    for (int i = 0; i < L; i++) {
+        int in_dim = dims[i], out_dim = dims[i + 1];
+        if (i > 0 && !c->is_residual) in_dim /= 2;
+        const int up_flag = i != L - 1, temporal = up_flag && c->temperal_downsample[L - 2 - i];
+        const int up_out = c->is_residual ? out_dim : out_dim / 2;
+        int ch = in_dim;
+        for (int j = 0; j < c->num_res_blocks + 1; j++) {
+            RES(ch, out_dim, scale);
+            ch = out_dim;
+        }
+        const size_t cm = zmax((size_t)in_dim, (size_t)out_dim);
+        act = zmax(act, nf * s2 * hw * cm);
+        kn = zmax(kn, nf * s2 * hw * 27 * cm);
+        kmax = zmax(kmax, 27 * cm);
+        if (up_flag) {
+            if (temporal) {
+                CONV(out_dim, 2 * out_dim, 3, 1, 1, scale);
+                act = zmax(act, nf * s2 * hw * 2 * (size_t)out_dim);
+                nf *= 2;
+            }
+            p += 9.0 * out_dim * up_out + up_out; /* resample.1: Conv2d 3x3 */
+            s2 *= 4;
+            act = zmax(act, nf * s2 * hw * (size_t)up_out);
+            kn = zmax(kn, nf * s2 * hw * 9 * (size_t)out_dim);
+            scale *= 2;
+            cur = up_out;
+        } else {
+            cur = out_dim;
+        }
+    }
+    p += cur; /* norm_out */
+    CONV(cur, c->out_channels, 3, 3, 1, scale);
+#undef RES
+#undef CONV
+    act = zmax(act, nf * s2 * hw * (size_t)c->out_channels);
+    kmax = zmax(kmax, 27 * (size_t)cur);
+    kn = zmax(kn, nf * s2 * hw * kmax);
+    const size_t col = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
+    const size_t attn = 8 * hw * (size_t)d0 + hw;
+    const int nbuf = c->is_residual ? 5 : 4;
+    *params = p;
+    *state_bytes = cache + ((double)nbuf * act + (double)col + (double)attn) * sizeof(float);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The model's configs, found without loading weights */
+
+/* umT5-XXL (the text_encoder/config.json of the Wan-AI Diffusers pipelines) and the tiny preset's (model/text/tiny_text.h). */
+static const t5_config t5_xxl = {256384, 4096, 64, 10240, 24, 64, 32, 128, 1e-6f};
+
+/* The preset whose name is path's last folder lower-cased without "-diffusers", or NULL. */
+static const char *preset_by_name(const char *path) {
+    char b[256];
+    const char *s = path;
+    size_t n = strlen(path);
+    while (n > 0 && path[n - 1] == '/') n--;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/') s = path + i + 1;
+    size_t k = (size_t)(path + n - s);
+    if (k == 0 || k >= sizeof b) return NULL;
+    for (size_t i = 0; i < k; i++) b[i] = (char)tolower((unsigned char)s[i]);
+    b[k] = 0;
+    if (k > 10 && !strcmp(b + k - 10, "-diffusers")) b[k - 10] = 0;
+    for (const char *const *p = wan_preset_names(); *p; p++)
+        if (!strcmp(*p, b)) return *p;
+    return NULL;
+}
+
+/* A Wan VAE config as JSON text: tiny (model/vae/tiny_vae.h), Wan 2.2 (TI2V-5B: z 48) or Wan 2.1 (diffusers'
+ * defaults). */
+static int preset_vae(vae_config *v, const char *preset, int z) {
+    char buf[4096];
+    size_t o;
+    if (!strcmp(preset, "tiny"))
+        o = (size_t)snprintf(buf, sizeof buf, "{\"base_dim\": 4, \"dim_mult\": [1, 2, 2, 2], \"num_res_blocks\": 1, "
+                                              "\"temperal_downsample\": [false, true, true], \"z_dim\": %d", z);
+    else if (z == 48)
+        o = (size_t)snprintf(buf, sizeof buf, "{\"base_dim\": 160, \"decoder_base_dim\": 256, \"z_dim\": 48, "
+                                              "\"is_residual\": true, \"in_channels\": 12, \"out_channels\": 12, "
+                                              "\"patch_size\": 2, \"scale_factor_spatial\": 16");
+    else o = (size_t)snprintf(buf, sizeof buf, "{\"z_dim\": %d", z);
+    for (int k = 0; k < 2 && o < sizeof buf; k++) {
+        o += (size_t)snprintf(buf + o, sizeof buf - o, ", \"%s\": [", k ? "latents_std" : "latents_mean");
+        for (int i = 0; i < z && o < sizeof buf; i++) o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%d", i ? ", " : "", k);
+        if (o < sizeof buf) o += (size_t)snprintf(buf + o, sizeof buf - o, "]");
+    }
+    if (o + 2 >= sizeof buf) return core_error("budget: VAE preset text too long");
+    strcat(buf, "}");
+    return vae_config_parse(v, buf, "VAE preset");
+}
+
+static int read_vae_config(vae_config *v, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return core_error("%s: cannot open", path);
+    char *buf = malloc(1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!buf) return core_error("out of memory");
+    buf[n] = 0;
+    const int rc = vae_config_parse(v, buf, path);
+    free(buf);
+    return rc;
+}
+
+/* Fills e's model fields. 0, 1 (no transformer config), -1 (error). */
+static int find_model(budget_estimate *e, const core_recipe *r) {
+    char path[4400];
+    const char *preset = NULL;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (!access(path, R_OK)) {
+        if (wan_config_load(&e->dit, path)) return -1;
+        snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
+        e->n_experts = core_is_dir(path) ? 2 : 1;
+        snprintf(e->source, sizeof e->source, "%s/transformer/config.json", r->model_path);
+    } else {
+        const int init = r->init_preset && r->init_preset[0];
+        preset = init ? r->init_preset : preset_by_name(r->model_path);
+        if (!preset) {
+            snprintf(e->source, sizeof e->source, "%s/transformer/config.json does not exist yet and no preset names it "
+                     "(model.init_preset)", r->model_path);
+            return 1;
+        }
+        if (wan_config_preset(&e->dit, preset)) return core_error_push("model.init_preset: ");
+        e->n_experts = strstr(preset, "a14b") ? 2 : 1;
+        snprintf(e->source, sizeof e->source, "preset %s (%s; %s has no transformer yet)", preset,
+                 init ? "model.init_preset" : "model.path's folder name", r->model_path);
+    }
+    wan_layout lay;
+    if (wan_layout_init(&lay, &e->dit)) return -1;
+    e->params = lay.numel;
+    wan_layout_free(&lay);
+    if (!strcmp(r->text_encoder, "umt5")) {
+        snprintf(path, sizeof path, "%s/text_encoder/config.json", r->model_path);
+        if (!access(path, R_OK)) {
+            snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
+            if (t5_config_load(path, &e->t5)) return -1;
+            e->have_t5 = 1;
+        } else if (preset) {
+            const int dm = e->dit.text_dim;
+            e->t5 = !strcmp(preset, "tiny") ? (t5_config){160, dm, 16, 2 * dm, 2, dm / 16 > 0 ? dm / 16 : 1, 32, 128, 1e-6f}
+                                            : t5_xxl;
+            e->have_t5 = 1;
+        }
+    }
+    if (!strcmp(r->decoder, "vae")) {
+        snprintf(path, sizeof path, "%s/vae/config.json", r->model_path);
+        if (!access(path, R_OK)) {
+            if (read_vae_config(&e->vae, path)) return -1;
+            e->have_vae = 1;
+        } else if (preset) {
+            if (preset_vae(&e->vae, preset, e->dit.in_channels)) return -1;
+            e->have_vae = 1;
+        }
+    }
+    return 0;
+}
+
+/* What model/dit, model/vae and model/text require of the recipe's sizes (see the top of budget.h). */
+static int check_limits(const budget_estimate *e, const core_recipe *r) {
+    const wan_config *c = &e->dit;
+    const int *p = c->patch_size, rope = c->rope_max_seq_len, fac = r->vae_scale_factor_spatial;
+    if (e->F % p[0] || e->H % p[1] || e->W % p[2])
+        return core_error("rollout.frames / rollout.height / rollout.width: the latent %d x %d x %d is not divisible by "
+                          "the transformer's patch (%d, %d, %d) (%s)", e->F, e->H, e->W, p[0], p[1], p[2], e->source);
+    const int Fp = e->F / p[0], Hp = e->H / p[1], Wp = e->W / p[2];
+    if (Fp > rope)
+        return core_error("rollout.frames: %d frames are %d latent frames, %d patches along time, past the transformer's "
+                          "rope_max_seq_len %d (%s): at most %d frames", r->frames, e->F, Fp, rope, e->source,
+                          (rope * p[0] - 1) * 4 + 1);
+    if (Hp > rope)
+        return core_error("rollout.height: %d pixels are %d patches, past the transformer's rope_max_seq_len %d (%s): at "
+                          "most %d", r->height, Hp, rope, e->source, rope * p[1] * fac);
+    if (Wp > rope)
+        return core_error("rollout.width: %d pixels are %d patches, past the transformer's rope_max_seq_len %d (%s): at "
+                          "most %d", r->width, Wp, rope, e->source, rope * p[2] * fac);
+    if (c->out_channels != c->in_channels)
+        return core_error("model.path: the transformer has %d input and %d output channels (%s); sampling needs them "
+                          "equal", c->in_channels, c->out_channels, e->source);
+    if (e->have_vae) {
+        const vae_config *v = &e->vae;
+        if (v->scale_factor_spatial != fac)
+            return core_error("model.vae_scale_factor_spatial: %d, but the VAE has spatial factor %d (%s)", fac,
+                              v->scale_factor_spatial, r->model_path);
+        if (v->scale_factor_temporal != 4)
+            return core_error("rollout.frames: the VAE's temporal factor is %d (%s); vgrpo decodes Wan's 4 (frames 4k+1)",
+                              v->scale_factor_temporal, r->model_path);
+        if (v->z_dim != c->in_channels)
+            return core_error("model.decoder: the VAE's z_dim is %d, the transformer's in_channels %d (%s)", v->z_dim,
+                              c->in_channels, r->model_path);
+    }
+    if (e->have_t5 && e->t5.d_model != c->text_dim)
+        return core_error("model.text_encoder: the text encoder's d_model is %d, the transformer's text_dim %d (%s)",
+                          e->t5.d_model, c->text_dim, r->model_path);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Memory per process */
+
+static void add(budget_proc *p, const char *name, const char *keys, unsigned phases, double bytes) {
+    if (!(bytes > 0) || p->n_parts == BUDGET_MAX_PARTS) return;
+    p->part[p->n_parts++] = (budget_part){name, keys, phases, bytes};
+}
+
+static void finish(budget_proc *p) {
+    double always = 0, best = 0;
+    for (int i = 0; i < p->n_parts; i++)
+        if (!p->part[i].phases) always += p->part[i].bytes;
+    for (unsigned ph = 1; ph <= BUDGET_SYNC; ph <<= 1) {
+        double s = 0;
+        for (int i = 0; i < p->n_parts; i++)
+            if (p->part[i].phases & ph) s += p->part[i].bytes;
+        if (s > best) best = s;
+    }
+    p->peak = always + best;
+}
+
+#define K_TRAJ "rollout.prompts_per_step, rollout.samples_per_prompt, rollout.num_steps, rollout.height, rollout.width, rollout.frames"
+#define K_SIZE "rollout.height, rollout.width, rollout.frames"
+#define K_ROLL "rollout.batch_size, " K_SIZE ", rollout.guidance_scale"
+#define K_EVAL "data.eval_samples_per_prompt, data.eval_prompt_file, rollout.num_steps, " K_SIZE
+#define K_TRAIN "algorithm.micro_batch_size, algorithm.activations, " K_SIZE
+#define K_EMB "data.prompt_file, data.eval_prompt_file, rollout.text_len"
+
+/* The per-job sizes the parts are made from. */
+typedef struct {
+    const core_recipe *r;
+    const budget_estimate *e;
+    int64_t nl, ne;        /* latent floats per sample, conditioning floats per prompt */
+    double traj;           /* bytes of one trajectory */
+    double weights;        /* bytes of one expert's weights */
+    int cfg_any, nocfg_any; /* some rollout step with CFG / without */
+    int cfg_train;         /* some trained step with CFG */
+    int video_frames;      /* decoded frames */
+    double video;          /* U8 bytes of one decoded video */
+} sizes;
+
+/* The sampler's activations and scratch for a call of n samples (chunks of rollout.batch_size). */
+static double rollout_bytes(const sizes *z, int n) {
+    const int b = n < z->r->batch_size ? n : z->r->batch_size;
+    const wan_config *c = &z->e->dit;
+    double a = 0;
+    if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1);
+    if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1);
+    return a + F32 * (4.0 * b * z->nl + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
+}
+
+/* The decoder: its weights and decode state (held once decoded) and, while decoding, the fp32 video. */
+static void decoder_parts(budget_proc *p, const sizes *z, unsigned phases) {
+    const budget_estimate *e = z->e;
+    if (e->have_vae) {
+        double params, state;
+        budget_vae_bytes(&e->vae, e->H, e->W, &params, &state);
+        add(p, "VAE decoder (weights, decode state)", "model.decoder, rollout.height, rollout.width", 0,
+            F32 * params + state);
+        add(p, "decoded video (fp32, one sample)", K_SIZE, phases, F32 * z->video);
+    }
+}
+
+/* The trainer's parts for a micro-batch of the training pass (forward only for parity). */
+static void train_parts(budget_proc *p, const sizes *z, int samples, int backward) {
+    const core_recipe *r = z->r;
+    const budget_estimate *e = z->e;
+    const int64_t per = e->transitions / ((int64_t)r->prompts_per_step * r->samples_per_prompt);
+    const int64_t mine = per * samples;
+    const int cap = (int)(r->micro_batch_size < mine ? r->micro_batch_size : mine);
+    const int rows = cap * (z->cfg_train ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
+    const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
+                               : !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE
+                                                                      : WAN_ACTS_STORE;
+    add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
+        budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp));
+    if (r->beta > 0)
+        add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
+            budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, WAN_ACTS_INFER, sp));
+    add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
+        F32 * (2.0 * cap * (4.0 * z->nl + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
+}
+
+/* Weights, gradients, AdamW, reference and EMA of the trainer; prompt embeddings; the text encoder at start-up. */
+static void trainer_common(budget_proc *p, const sizes *z, int ema) {
+    const core_recipe *r = z->r;
+    const budget_estimate *e = z->e;
+    const double W = z->weights * e->n_experts;
+    add(p, e->n_experts > 1 ? "weights (2 experts)" : "weights", "model.path", 0, W);
+    add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
+    if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
+    if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
+    add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
+}
+
+static double t5_bytes(const t5_config *t, int L) {
+    const double d = t->d_model, inner = (double)t->num_heads * t->d_kv;
+    const double layer = 4 * d * inner + (double)t->num_buckets * t->num_heads + 2 * d + 3 * d * t->d_ff;
+    const double acts = (double)L * (8 * d + 3.0 * t->d_ff + 4 * inner) + (double)t->num_heads * L * L;
+    return F32 * (t->num_layers * layer + d + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
+}
+
+static void text_encoder_part(budget_proc *p, const sizes *z, unsigned phases) {
+    if (z->e->have_t5)
+        add(p, "text encoder (umT5) + tokenizer", "model.text_encoder", phases, t5_bytes(&z->e->t5, z->r->text_len));
+}
+
+/* A rollout worker: the pipeline, the embedding cache, one chunk of samples, its reply, a staged weight sync. */
+static void worker_proc(budget_proc *p, const sizes *z, int eval_only, int videos_back, int velocities) {
+    const core_recipe *r = z->r;
+    const budget_estimate *e = z->e;
+    const int n = eval_only ? e->n_eval_prompts * r->eval_samples_per_prompt : r->prompts_per_step * r->samples_per_prompt;
+    const int b = n < r->batch_size ? n : r->batch_size;
+    const unsigned ph = eval_only ? BUDGET_EVAL : BUDGET_ROLLOUT | BUDGET_EVAL;
+    add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+    add(p, e->n_experts > 1 ? "weights (2 experts)" : "weights", "model.path", 0, z->weights * e->n_experts);
+    text_encoder_part(p, z, 0);
+    add(p, "prompt embeddings (cache)", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
+    decoder_parts(p, z, ph);
+    const double vel = velocities ? F32 * (double)r->num_steps * z->nl : 0;
+    add(p, "trajectories of a chunk", "rollout.batch_size, rollout.num_steps, " K_SIZE, ph, b * (z->traj + vel));
+    add(p, "rollout activations + scratch", K_ROLL, ph, rollout_bytes(z, b));
+    add(p, "videos of a chunk (U8)", "rollout.batch_size, " K_SIZE, ph, b * z->video);
+    add(p, "reply message", "rollout.batch_size, " K_SIZE, ph, b * (z->traj + vel + (videos_back ? z->video : 0)));
+    if (!eval_only) add(p, "staged weight sync", "model.path", BUDGET_SYNC, z->weights * e->n_experts);
+}
+
+static void reward_proc(budget_proc *p, const sizes *z) {
+    const int b = z->r->batch_size;
+    add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+    add(p, "videos of a request (message + copy)", "rollout.batch_size, " K_SIZE, BUDGET_ROLLOUT, 2.0 * b * z->video);
+}
+
+static budget_proc *proc(budget_estimate *e, const char *name, int count) {
+    budget_proc *p = &e->proc[e->n_procs++];
+    memset(p, 0, sizeof *p);
+    p->name = name, p->count = count;
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The estimate */
+
+/* Per-step facts of the schedule: which steps have CFG, how many transitions a sample trains, rows per sample. */
+static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, double *cfg_steps, double *train_rows) {
+    const int N = r->num_steps;
+    float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
+    uint8_t *has = malloc((size_t)N), *ex = malloc((size_t)N), *cfg = malloc((size_t)N);
+    int *steps = malloc(sizeof(int) * (size_t)N), rc = -1, k = 0;
+    grpo_selection sel;
+    if (!sig || !ts || !has || !ex || !cfg || !steps) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (flow_schedule(N, r->shift, sig, ts) || grpo_selection_parse(r->timestep_selection, &sel)) goto done;
+    *cfg_steps = 0;
+    for (int i = 0; i < N; i++) {
+        flow_step st;
+        if (flow_step_init(&st, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
+        has[i] = (uint8_t)st.has_std;
+        ex[i] = (uint8_t)(e->n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
+        cfg[i] = (uint8_t)flow_cfg_active(ex[i] ? r->guidance_scale_2 : r->guidance_scale);
+        *cfg_steps += cfg[i] ? 2 : 1;
+        z->cfg_any |= cfg[i], z->nocfg_any |= !cfg[i];
+    }
+    const char *te = r->train_experts;
+    const uint8_t trained[2] = {!strcmp(te, "all") || !strcmp(te, "transformer"),
+                                e->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"))};
+    int64_t per = 0;
+    /* a recipe the trainer refuses (checked before) leaves no transitions: estimate rollout only */
+    if ((trained[0] || trained[1]) &&
+        !grpo_select_steps_experts(&sel, N, has, ex, trained, e->n_experts, (uint64_t)r->seed, 0, steps, &k)) {
+        grpo_count_transitions_experts(&sel, N, has, ex, 0, 1, trained, e->n_experts, &per);
+    }
+    core_error_clear();
+    *train_rows = 0;
+    for (int j = 0; j < k; j++) {
+        *train_rows += cfg[steps[j]] ? 2 : 1;
+        z->cfg_train |= cfg[steps[j]];
+    }
+    e->transitions = per * r->prompts_per_step * r->samples_per_prompt;
+    rc = 0;
+done:
+    free(sig), free(ts), free(has), free(ex), free(cfg), free(steps);
+    return rc;
+}
+
+static int count_prompts(const core_recipe *r, const char *path, int *n) {
+    core_prompts p;
+    const core_prompts_limits lim = core_recipe_prompt_limits(r);
+    if (core_prompts_read_limited(&p, path, &lim)) return -1;
+    *n = p.n;
+    core_prompts_free(&p);
+    return 0;
+}
+
+int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_request *q) {
+    memset(e, 0, sizeof *e);
+    const int found = find_model(e, r);
+    if (found) return found;
+    core_recipe_latent_size(r, &e->F, &e->H, &e->W);
+    if (check_limits(e, r)) return -1;
+    const wan_config *c = &e->dit;
+    e->tokens = (int64_t)(e->F / c->patch_size[0]) * (e->H / c->patch_size[1]) * (e->W / c->patch_size[2]);
+    const budget_job job = q ? q->job : BUDGET_JOB_RUN;
+    e->job = job;
+    if (job != BUDGET_JOB_EVAL && count_prompts(r, r->prompt_file, &e->n_train_prompts)) return -1;
+    if (count_prompts(r, job == BUDGET_JOB_EVAL && q->eval_prompts ? q->eval_prompts : r->eval_prompt_file,
+                      &e->n_eval_prompts))
+        return -1;
+    sizes z = {.r = r, .e = e};
+    z.nl = (int64_t)c->in_channels * e->F * e->H * e->W;
+    z.ne = (int64_t)r->text_len * c->text_dim;
+    const int N = r->num_steps;
+    z.traj = F32 * ((double)(N + 1) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj);
+    z.weights = F32 * (double)e->params;
+    z.video_frames = e->have_vae ? r->frames : e->F;
+    z.video = (double)z.video_frames * r->height * r->width * 3;
+    double cfg_steps, rows;
+    if (schedule_facts(e, r, &z, &cfg_steps, &rows)) return -1;
+    const int n_step = r->prompts_per_step * r->samples_per_prompt;
+    const int n_eval = e->n_eval_prompts * r->eval_samples_per_prompt;
+    const double fwd = budget_dit_flop(c, e->tokens, r->text_len);
+    const double train_pass = rows * n_step * fwd * (3.0 + (r->beta > 0 ? 1.0 : 0.0));
+    const int local = job == BUDGET_JOB_RUN && !strcmp(r->mode, "local");
+    e->cuda_only = !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
+    if (job == BUDGET_JOB_EVAL) {
+        const int M = q->workers > 0 ? q->workers : r->rollout_workers;
+        e->flop_rollout = cfg_steps * n_eval * fwd;
+        worker_proc(proc(e, "rollout worker", M), &z, 1, 1, 0);
+        if (!r->reward_endpoint) reward_proc(proc(e, "reward server", 1), &z);
+        add(proc(e, "eval process", 1), "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+    } else if (local) {
+        e->flop_rollout = cfg_steps * n_step * fwd;
+        e->flop_train = train_pass * r->optimizer_steps_per_rollout;
+        e->flop_eval = cfg_steps * n_eval * fwd;
+        budget_proc *p = proc(e, "local process", 1);
+        add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+        trainer_common(p, &z, 1);
+        text_encoder_part(p, &z, BUDGET_START);
+        decoder_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL);
+        add(p, "trajectories of a step", K_TRAJ, BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj);
+        add(p, "rollout activations + scratch", K_ROLL, BUDGET_ROLLOUT, rollout_bytes(&z, n_step));
+        train_parts(p, &z, n_step, 1);
+        add(p, "eval trajectories (all at once)", K_EVAL, BUDGET_EVAL, n_eval * z.traj);
+        add(p, "eval activations + scratch", "rollout.batch_size, " K_SIZE, BUDGET_EVAL, rollout_bytes(&z, n_eval));
+        add(p, "video (U8)", K_SIZE, BUDGET_ROLLOUT | BUDGET_EVAL, z.video * (r->video_every > 0 ? 5 : 1));
+    } else {
+        const int parity = job == BUDGET_JOB_PARITY, R = r->trainer_ranks, dp = R / (r->sp > 0 ? r->sp : 1);
+        const int share = (n_step + dp - 1) / dp;
+        e->flop_rollout = cfg_steps * n_step * fwd;
+        e->flop_train = parity ? rows * n_step * fwd * (1.0 + (r->beta > 0 ? 1.0 : 0.0))
+                               : train_pass * r->optimizer_steps_per_rollout;
+        e->flop_eval = parity ? 0 : cfg_steps * n_eval * fwd;
+        budget_proc *p = proc(e, "trainer rank", R);
+        add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+        trainer_common(p, &z, 1);
+        text_encoder_part(p, &z, BUDGET_START);
+        const double vel = parity ? 2 * F32 * (double)N * z.nl * n_step : 0; /* the rollout's and the recomputed */
+        add(p, parity ? "trajectories + velocities of the batch" : "trajectories of a step", K_TRAJ,
+            BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj + vel);
+        add(p, "received message (one chunk)", "rollout.batch_size, " K_SIZE, BUDGET_ROLLOUT,
+            (n_step < r->batch_size ? n_step : r->batch_size) * z.traj);
+        train_parts(p, &z, share, !parity);
+        worker_proc(proc(e, "rollout worker", r->rollout_workers), &z, 0, 0, parity);
+        if (!r->reward_endpoint) reward_proc(proc(e, "reward server", 1), &z);
+        add(proc(e, "supervisor", 1), "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+    }
+    for (int i = 0; i < e->n_procs; i++) {
+        finish(&e->proc[i]);
+        e->total += e->proc[i].count * e->proc[i].peak;
+    }
+    return 0;
+}
