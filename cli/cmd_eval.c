@@ -10,7 +10,9 @@
  * (default folder logging.run_dir/eval) and logs/ (one per process); it prints a table. Progress goes to stderr
  * (cli/progress.h: a bar on a terminal, plain lines otherwise). Any process that exits early stops the eval with an
  * error naming it, its exit status or signal and its log; that first failure is the error reported. --prompts takes a text file (one prompt per line) or a
- * VBench-style JSON list (core/prompts.h).
+ * VBench-style JSON list (core/prompts.h), read under data.max_prompt_file_mb / data.max_prompt_bytes. Before
+ * anything starts it prints the estimate of memory and work (trainer/budget.h: the workers, the reward server) and
+ * refuses a job that does not fit this machine's memory (--force: runs anyway).
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 #include "core/recipe.h"
 #include "reward/scorers.h"
 #include "rollout/eval_report.h"
+#include "trainer/budget.h"
 #include "trainer/controller.h"
 #include "trainer/run.h"
 
@@ -39,7 +42,7 @@
 
 typedef struct {
     const char *recipe, *checkpoint, *prompts, *out;
-    int workers;
+    int workers, force;
     const char *const *sets;
     int n_sets;
 } eval_args;
@@ -103,7 +106,8 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     int rc = -1, started = 0;
     const char *prompt_path = A->prompts ? A->prompts : r->eval_prompt_file;
     const int N = A->workers > 0 ? A->workers : r->rollout_workers, K = r->eval_samples_per_prompt;
-    if (core_prompts_read(&prompts, prompt_path) || trainer_check_prompts(r, &prompts)) goto done;
+    const core_prompts_limits lim = core_recipe_prompt_limits(r);
+    if (core_prompts_read_limited(&prompts, prompt_path, &lim) || trainer_check_prompts(r, &prompts)) goto done;
     /* The scorers of a server we start must exist; an external server (reward.endpoint) serves its own. */
     for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) {
@@ -183,6 +187,9 @@ int cmd_eval(int argc, char **argv) {
          .help = "rollout worker processes (default: parallel.rollout_workers)"},
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
+        {.name = "force", .type = OPTS_FLAG, .flag = &A.force,
+         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available\n"
+                 "(a warning instead of the refusal)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &A.recipe, .required = 1, .help = "the recipe YAML"}, {0}};
     const opts_cmd cmd = {.name = "eval", .opts = opts, .pos = pos,
@@ -195,8 +202,10 @@ int cmd_eval(int argc, char **argv) {
     }
     A.sets = sets.v, A.n_sets = sets.n;
     core_recipe r;
+    const budget_request q = {.job = BUDGET_JOB_EVAL, .workers = A.workers, .eval_prompts = A.prompts};
     status = 1;
-    if (core_recipe_load(&r, A.recipe, sets.v, sets.n) || ensure_model(&r) || run_eval_job(&A, &r))
+    if (core_recipe_load(&r, A.recipe, sets.v, sets.n) || budget_preflight(&r, &q, A.force, stdout) ||
+        ensure_model(&r) || run_eval_job(&A, &r))
         fprintf(stderr, "vgrpo eval: %s\n", core_last_error());
     else
         status = 0;

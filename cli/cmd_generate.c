@@ -6,7 +6,8 @@
  * (rollout_checkpoint_transformer); everything else comes from the pipeline.
  * Progress goes to stderr (cli/progress.h: a bar rewritten with \r on a terminal, else a line per tenth of the
  * steps); a summary with timings to stdout.
- * Limits: the prompt is given on the command line (no prompt file).
+ * Limits: the prompt is given on the command line (no prompt file), at most CORE_PROMPTS_MAX_BYTES (4096) bytes,
+ * as a line of a prompt file (core/prompts.h); the negative prompt likewise.
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "cli/opts.h"
 #include "cli/progress.h"
 #include "core/error.h"
+#include "core/prompts.h"
 #include "rollout/text_to_video.h"
 #include "media/png.h"
 #include "media/video.h"
@@ -109,6 +111,13 @@ int cmd_generate(int argc, char **argv) {
     int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (prc != OPTS_OK) return opts_exit_status(prc);
     if (!a.have_guidance2) a.g.guidance2 = a.g.guidance;
+    for (int k = 0; k < 2; k++) { /* what a prompt file may hold (core/prompts.h); nothing longer is tokenized */
+        const size_t n = strlen(k ? a.g.negative : a.g.prompt);
+        if (n > CORE_PROMPTS_MAX_BYTES)
+            return opts_exit_status(opts_fail(&cmd, stderr, "--%s: %zu bytes, over the %d bytes of a prompt (the "
+                                              "default of a recipe's data.max_prompt_bytes)", k ? "negative-prompt" :
+                                              "prompt", n, CORE_PROMPTS_MAX_BYTES));
+    }
     char transformer[4200];
     if (a.checkpoint) {
         if (rollout_checkpoint_transformer(a.checkpoint, transformer, sizeof transformer)) {

@@ -7,7 +7,8 @@
  * Default tolerance: 0 where trainer and rollout compute identically (CPU, fp32, sp = 1 or pure Ulysses: per-sample
  * results do not depend on batch size, batch mates, micro-batch size or thread count), so across processes the
  * differences are exactly 0; with ring attention in the trainer, the fp32 bound documented at trainer_parity (trainer/run.h). The recipe's mode is ignored (parity always runs the separate processes).
- * Exit status 0, 1 on failure or a difference past the tolerance, 2 on a usage error. */
+ * It first prints the estimate of memory and work (trainer/budget.h) and refuses what does not fit (--force: runs
+ * anyway). Exit status 0, 1 on failure or a difference past the tolerance, 2 on a usage error. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,13 @@
 #include "core/error.h"
 #include "core/recipe.h"
 #include "core/run_lock.h"
+#include "trainer/budget.h"
 #include "trainer/run.h"
 
 int cmd_parity(int argc, char **argv) {
     const char *path = NULL;
     double tol = -1;
-    int tol_given = 0;
+    int tol_given = 0, force = 0;
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
     if (!sets.v) return 1;
     const opts_spec opts[] = {
@@ -35,6 +37,9 @@ int cmd_parity(int argc, char **argv) {
                  "32 eps x max(1, max|logp|))"},
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
+        {.name = "force", .type = OPTS_FLAG, .flag = &force,
+         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
+                 "limits.max_step_minutes (a warning instead of the refusal)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
     const opts_cmd cmd = {.name = "parity", .opts = opts, .pos = pos,
@@ -48,9 +53,10 @@ int cmd_parity(int argc, char **argv) {
     if (tol_given) snprintf(tol_arg, sizeof tol_arg, "%.17g", tol);
     core_recipe r;
     core_run_lock lk = {.fd = -1};
+    const budget_request q = {.job = BUDGET_JOB_PARITY};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
-        ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
+        budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else if (colocated_run(path, sets.v, sets.n, &r, 0, NULL, tol_arg))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());

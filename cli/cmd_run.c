@@ -2,11 +2,14 @@
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
  * that needs no weights: trainer_check_recipe, and local mode's own), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
+ *                  the estimate of trainer/budget.h goes to stderr (stdout stays a valid recipe);
  *   mode: local    the GRPO loop (trainer/run.h) in this process with the in-process rollout source
  *                  (cli/source_local.h: rollout engine, decoder and scorers here);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
  *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe).
- * One run per run folder: the folder is locked (core/run_lock.h) for the whole run; a second run into it is refused
+ * Every run first prints the estimate of memory and work (trainer/budget.h) and refuses, before writing or
+ * allocating anything, a recipe past the model's limits or (unless --force) past this machine's memory or
+ * limits.max_step_minutes. One run per run folder: the folder is locked (core/run_lock.h) for the whole run; a second run into it is refused
  * naming the holder's pid.
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include "core/log.h"
 #include "core/recipe.h"
 #include "core/run_lock.h"
+#include "trainer/budget.h"
 #include "trainer/run.h"
 
 /* Local mode: the in-process source and the loop. */
@@ -35,7 +39,7 @@ static int run_local(const core_recipe *r, const trainer_run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL;
-    int dry = 0, help_config = 0;
+    int dry = 0, help_config = 0, force = 0;
     trainer_run_opts o = {0};
     int steps = 0;
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
@@ -51,6 +55,9 @@ int cmd_run(int argc, char **argv) {
          .help = "continue from DIR: a checkpoint-N folder, or a folder (its latest complete checkpoint); the\n"
                  "recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and eval keys may\n"
                  "change)"},
+        {.name = "force", .type = OPTS_FLAG, .flag = &force,
+         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
+                 "limits.max_step_minutes (a warning instead of the refusal)"},
         {.name = "help-config", .type = OPTS_FLAG, .flag = &help_config,
          .help = "list every recipe key with its type, default and range"},
         {0}};
@@ -81,14 +88,20 @@ int cmd_run(int argc, char **argv) {
     core_recipe r;
     core_run_lock lk = {.fd = -1};
     char note[512] = "";
+    const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
         (!strcmp(r.mode, "local") && source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
-        printf("# %s: resolved (dry run; valid)\n", path);
-        status = core_recipe_dump(&r, stdout) ? 1 : 0;
-    } else if (ensure_model(&r) || (!strcmp(r.mode, "colocated") && colocated_check(&r)) ||
+        /* the estimate to stderr: stdout stays the resolved recipe */
+        if (budget_preflight(&r, &q, force, stderr)) {
+            fprintf(stderr, "vgrpo run: %s\n", core_last_error());
+        } else {
+            printf("# %s: resolved (dry run; valid)\n", path);
+            status = core_recipe_dump(&r, stdout) ? 1 : 0;
+        }
+    } else if (budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || (!strcmp(r.mode, "colocated") && colocated_check(&r)) ||
                core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", note, sizeof note)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {
