@@ -137,7 +137,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     }
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
     started = 1;
-    if (!(ctl = ctl_open(J.ctl_ep, job_abort_check, &J)) ||
+    if (!(ctl = ctl_open(J.ctl_ep, job_keys(&J, CORE_CURVE_CONTROLLER), job_abort_check, &J)) ||
         job_start_workers(&J, A->recipe, A->sets, A->n_sets, transformer[0] ? transformer : NULL, N,
                           job_threads_per_process(N), logs))
         goto done;

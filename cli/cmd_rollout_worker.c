@@ -1,5 +1,5 @@
 /* cli/cmd_rollout_worker.c — `vgrpo rollout-worker RECIPE --controller EP --reward EP --id NAME [--transformer DIR]
- * [--set key=value ...]`: loads the recipe's rollout pipeline (rollout/pipeline.h) and serves the controller
+ * [--keys-fd N | --keys-file PATH] [--set key=value ...]`: loads the recipe's rollout pipeline (rollout/pipeline.h) and serves the controller
  * (rollout/worker.h) until `shutdown` (exit 0) or SIGTERM/SIGINT (exit 1: a worker stops cleanly only when asked). Jobs (`vgrpo eval`, `vgrpo run`) start workers
  * themselves; running one by hand is for debugging. Exit status 0, 1 on failure, 2 on a usage error. */
 #include <signal.h>
@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "core/curve.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"
@@ -24,6 +25,8 @@ static void on_signal(int sig) {
 int cmd_rollout_worker(int argc, char **argv) {
     const char *path = NULL, *transformer = NULL;
     rollout_worker_config cfg = {.fps = 16.0};
+    int keys_fd = -1;
+    const char *keys_file = NULL;
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
     if (!sets.v) return 1;
     const opts_spec opts[] = {
@@ -39,6 +42,10 @@ int cmd_rollout_worker(int argc, char **argv) {
          .help = "override a recipe key (repeatable)"},
         {.name = "idle-exit", .type = OPTS_DOUBLE, .d = &cfg.idle_exit_s, .min = 0, .max = 1e9, .meta = "S",
          .help = "exit after S seconds without a controller message (default 0: never)"},
+        {.name = "keys-fd", .type = OPTS_INT, .i = &keys_fd, .min = 0, .max = 1 << 20, .meta = "N",
+         .help = "read the run's keys (core/curve.h) from inherited descriptor N"},
+        {.name = "keys-file", .type = OPTS_STRING, .str = &keys_file, .meta = "PATH",
+         .help = "read the run's keys from a file of mode 0600\n(neither: plain ZeroMQ, for debugging)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
     const opts_cmd cmd = {.name = "rollout-worker", .opts = opts, .pos = pos};
@@ -48,9 +55,17 @@ int cmd_rollout_worker(int argc, char **argv) {
         return opts_exit_status(prc);
     }
     core_recipe r;
+    memset(&r, 0, sizeof r);
     rollout_pipeline p;
     memset(&p, 0, sizeof p);
-    int status = 1;
+    int status = 1, keyed = 0;
+    core_curve_keys keys; /* read first: the descriptor is closed at once */
+    if (core_curve_options(keys_fd, keys_file, &keys, &keyed)) {
+        fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
+        free(sets.v);
+        return 1;
+    }
+    cfg.keys = keyed ? &keys : NULL;
     if (core_recipe_load(&r, path, sets.v, sets.n) || rollout_pipeline_load(&p, &r, transformer)) {
         fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
     } else {

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "core/curve.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"
@@ -57,7 +58,8 @@ int cmd_trainer(int argc, char **argv) {
     signal(SIGUSR2, mpi_rank && atoi(mpi_rank) > 0 ? SIG_IGN : on_usr2); /* first: `vgrpo run` may send it early */
     const char *path = NULL, *endpoint = NULL;
     const char *parity = NULL; /* `vgrpo parity` with this tolerance ("auto" or a number) */
-    int workers = 0, steps = 0;
+    int workers = 0, steps = 0, keys_fd = -1;
+    const char *keys_file = NULL;
     trainer_run_opts o = {0};
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
     if (!sets.v) return 1;
@@ -73,6 +75,10 @@ int cmd_trainer(int argc, char **argv) {
          .help = "run `vgrpo parity` instead of the loop (\"auto\" or a number)"},
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
+        {.name = "keys-fd", .type = OPTS_INT, .i = &keys_fd, .min = 0, .max = 1 << 20, .meta = "N",
+         .help = "read the run's keys (core/curve.h) from inherited descriptor N (rank 0)"},
+        {.name = "keys-file", .type = OPTS_STRING, .str = &keys_file, .meta = "PATH",
+         .help = "read the run's keys from a file of mode 0600 (rank 0)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
     const opts_cmd cmd = {.name = "trainer", .opts = opts, .pos = pos,
@@ -111,7 +117,11 @@ int cmd_trainer(int argc, char **argv) {
     } else {
         core_stop_install();
         in_hello = 1;
-        if (!(ctl = ctl_open(endpoint, abort_check, NULL)) || ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
+        core_curve_keys keys;
+        int keyed = 0;
+        if (core_curve_options(keys_fd, keys_file, &keys, &keyed) ||
+            !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, abort_check, NULL)) ||
+            ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
             core_stop_restore();
             fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
         } else {

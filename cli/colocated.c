@@ -85,7 +85,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     /* The trainer: argv = [mpirun -n N --bind-to none [--oversubscribe]] vgrpo trainer RECIPE ... */
     const char *exe = sup_self_exe();
     if (!exe) goto done;
-    char **argv = calloc((size_t)(32 + 2 * n_sets), sizeof(char *));
+    char **argv = calloc((size_t)(40 + 2 * n_sets), sizeof(char *));
     if (!argv) {
         core_error("out of memory");
         goto done;
@@ -98,6 +98,12 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     if (N > 1) {
         argv[a++] = "/usr/bin/mpirun", argv[a++] = "-n", argv[a++] = nbuf, argv[a++] = "--bind-to", argv[a++] = "none";
         if (N > sysconf(_SC_NPROCESSORS_ONLN)) argv[a++] = "--oversubscribe";
+        /* One machine: the ranks talk over shared memory (the TCP BTL would listen on 0.0.0.0 in every rank) and
+         * OpenMPI's out-of-band channel advertises loopback only; mpirun's own out-of-band listener still binds
+         * 0.0.0.0 and [::] (OpenMPI 4.1 has no option to bind it to one address; see README) */
+        argv[a++] = "--mca", argv[a++] = "btl", argv[a++] = "self,vader";
+        argv[a++] = "--mca", argv[a++] = "pml", argv[a++] = "ob1";
+        argv[a++] = "--mca", argv[a++] = "oob_tcp_if_include", argv[a++] = "lo";
         if (geteuid() == 0) setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1), setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
         setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 1); /* containers without CMA */
         /* A sanitizer build: OpenMPI's start-up allocations (many in plugins it unloads, so no suppression can name
@@ -112,12 +118,18 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     }
     argv[a++] = (char *)exe, argv[a++] = "trainer", argv[a++] = (char *)recipe_path;
     argv[a++] = "--controller", argv[a++] = J.ctl_ep, argv[a++] = "--workers", argv[a++] = wbuf;
+    /* the controller's keys: an inherited memfd; through mpirun as rank 0's standard input (mpirun closes every other
+     * descriptor and hands its stdin to rank 0 only) */
+    char kbuf[16];
+    snprintf(kbuf, sizeof kbuf, "%d", N > 1 ? 0 : job_keys_fd(&J, CORE_CURVE_CONTROLLER));
+    argv[a++] = "--keys-fd", argv[a++] = kbuf;
     if (steps > 0) argv[a++] = "--steps", argv[a++] = sbuf;
     if (resume) argv[a++] = "--resume", argv[a++] = (char *)resume;
     if (parity) argv[a++] = "--parity", argv[a++] = (char *)parity;
     for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
     argv[a] = NULL;
-    const int trainer = sup_spawn(&J.procs, N > 1 ? "trainer (mpirun)" : "trainer", argv, threads, NULL);
+    const int trainer = sup_spawn_fd(&J.procs, N > 1 ? "trainer (mpirun)" : "trainer", argv, threads, NULL,
+                                     job_keys_fd(&J, CORE_CURVE_CONTROLLER), N > 1);
     free(argv);
     if (trainer < 0) goto done;
     int forwarded = 0;

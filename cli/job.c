@@ -10,13 +10,49 @@
 
 #include "core/error.h"
 
+/* 1 once `vgrpo reward-server` reads --keys-fd and reward/client.h connects with the run's keys (the reward channel's
+ * part of the work, cli/cmd_reward_server.c and reward/client.c): until then the job's reward server is plain. */
+#define JOB_REWARD_KEYS 0
+
+static void close_key_fds(job *j) {
+    for (int role = 0; role < CORE_CURVE_N_ROLES; role++) {
+        if (j->keys_fd[role] >= 0) close(j->keys_fd[role]);
+        j->keys_fd[role] = -1;
+    }
+}
+
+/* The run's keys, each role's subset, and a memfd per role. */
+static int make_keys(job *j) {
+    core_curve_keys all;
+    if (core_curve_generate(&all)) return core_error_push("the run's keys: ");
+    if (!j->reward_keyed) all.pub[CORE_CURVE_REWARD][0] = all.sec[CORE_CURVE_REWARD][0] = 0;
+    for (int role = 0; role < CORE_CURVE_N_ROLES; role++) {
+        core_curve_subset(&all, role, &j->keys[role]);
+        if (role == CORE_CURVE_REWARD && !j->reward_keyed) continue;
+        if ((j->keys_fd[role] = core_curve_memfd(&j->keys[role])) < 0) {
+            memset(&all, 0, sizeof all);
+            close_key_fds(j);
+            return -1;
+        }
+    }
+    memset(&all, 0, sizeof all);
+    return 0;
+}
+
+const core_curve_keys *job_keys(const job *j, core_curve_role role) { return &j->keys[role]; }
+int job_keys_fd(const job *j, core_curve_role role) { return j->keys_fd[role]; }
+
 int job_init(job *j, const core_recipe *r, volatile sig_atomic_t *stop) {
     memset(j, 0, sizeof *j);
     j->reward_proc = -1;
     j->stop = stop;
+    for (int role = 0; role < CORE_CURVE_N_ROLES; role++) j->keys_fd[role] = -1;
+    j->reward_keyed = JOB_REWARD_KEYS && !r->reward_endpoint;
+    if (make_keys(j)) return -1;
     snprintf(j->sockdir, sizeof j->sockdir, "/tmp/vgrpo-XXXXXX");
-    if (!mkdtemp(j->sockdir)) {
+    if (!mkdtemp(j->sockdir)) { /* mode 0700: no other user can reach a socket inside */
         j->sockdir[0] = 0;
+        close_key_fds(j);
         return core_error("cannot create a folder for the job's sockets under /tmp: %s", strerror(errno));
     }
     snprintf(j->ctl_ep, sizeof j->ctl_ep, "ipc://%s/ctl", j->sockdir);
@@ -36,8 +72,11 @@ int job_start_reward(job *j, const core_recipe *r, const char *log_dir) {
     }
     snprintf(thr, sizeof thr, "%d", r->reward_threads);
     snprintf(logp, sizeof logp, "%s/reward-server.log", log_dir);
-    char *argv[] = {(char *)exe, "reward-server", "--bind", j->rew_ep, "--scorers", spec, "--threads", thr, NULL};
-    j->reward_proc = sup_spawn(&j->procs, "reward server", argv, 1, logp);
+    char fdb[16];
+    snprintf(fdb, sizeof fdb, "%d", j->keys_fd[CORE_CURVE_REWARD]);
+    char *argv[] = {(char *)exe, "reward-server", "--bind", j->rew_ep, "--scorers", spec, "--threads", thr,
+                    j->reward_keyed ? "--keys-fd" : NULL, fdb, NULL};
+    j->reward_proc = sup_spawn_fd(&j->procs, "reward server", argv, 1, logp, j->reward_keyed ? j->keys_fd[CORE_CURVE_REWARD] : -1, 0);
     return j->reward_proc < 0 ? -1 : 0;
 }
 
@@ -55,11 +94,14 @@ int job_start_workers(job *j, const char *recipe_path, const char *const *sets, 
         argv[a++] = (char *)exe, argv[a++] = "rollout-worker", argv[a++] = (char *)recipe_path;
         argv[a++] = "--controller", argv[a++] = j->ctl_ep, argv[a++] = "--reward", argv[a++] = j->rew_ep;
         argv[a++] = "--id", argv[a++] = id;
+        char fdb[16];
+        snprintf(fdb, sizeof fdb, "%d", j->keys_fd[CORE_CURVE_CLIENT]);
+        argv[a++] = "--keys-fd", argv[a++] = fdb;
         if (transformer) argv[a++] = "--transformer", argv[a++] = (char *)transformer;
         for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
         argv[a] = NULL;
         snprintf(logp, sizeof logp, "%s/worker-%d.log", log_dir, w);
-        if (sup_spawn(&j->procs, name, argv, threads, logp) < 0) {
+        if (sup_spawn_fd(&j->procs, name, argv, threads, logp, j->keys_fd[CORE_CURVE_CLIENT], 0) < 0) {
             free(argv);
             return -1;
         }
@@ -90,6 +132,7 @@ void job_stop(job *j, double timeout_s) {
         rmdir(j->sockdir);
         j->sockdir[0] = 0;
     }
+    close_key_fds(j);
 }
 
 int job_threads_per_process(int procs) {

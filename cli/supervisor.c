@@ -23,6 +23,11 @@ const char *sup_self_exe(void) {
 }
 
 int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path) {
+    return sup_spawn_fd(s, name, argv, threads, log_path, -1, 0);
+}
+
+int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path, int pass_fd,
+                 int as_stdin) {
     if (s->n >= SUP_MAX_PROCS) return core_error("supervisor: more than %d processes", SUP_MAX_PROCS);
     const pid_t parent = getpid();
     fflush(stdout);
@@ -43,6 +48,17 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
         if (log_path) {
             int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+        }
+        /* the one descriptor this child inherits (the others stay close-on-exec). As stdin it is opened afresh
+         * (/proc/self/fd/N: an offset of its own at 0, not the one the parent's memfd shares with other children) */
+        if (pass_fd >= 0 && as_stdin) {
+            char p[64];
+            snprintf(p, sizeof p, "/proc/self/fd/%d", pass_fd);
+            int in = open(p, O_RDONLY);
+            if (in < 0 || dup2(in, 0) < 0) _exit(127);
+            close(in);
+        } else if (pass_fd >= 0 && fcntl(pass_fd, F_SETFD, 0) < 0) {
+            _exit(127);
         }
         execv(argv[0], argv);
         fprintf(stderr, "%s: cannot run %s: %s\n", name, argv[0], strerror(errno));

@@ -27,6 +27,13 @@ const char *sup_self_exe(void);
  * index in s, or -1 with core_error. */
 int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path);
 
+/* sup_spawn, and the child inherits the descriptor pass_fd (>= 0; e.g. a memfd of the run's keys, core/curve.h,
+ * made close-on-exec so that no other child gets it): as_stdin 0 keeps its number (the child is told it with
+ * `--keys-fd N`), 1 makes it the child's standard input (mpirun hands its stdin to rank 0 only, and closes every
+ * other inherited descriptor). -1 as sup_spawn. */
+int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path, int pass_fd,
+                 int as_stdin);
+
 /* Reaps children that have exited; returns the index of one exited child not returned before (lowest index first),
  * or -1 when there is none. */
 int sup_poll(sup_procs *s);

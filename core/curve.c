@@ -289,30 +289,50 @@ struct core_curve_zap {
 long core_curve_zap_accepted(const core_curve_zap *z) { return z ? atomic_load(&((core_curve_zap *)z)->accepted) : 0; }
 long core_curve_zap_refused(const core_curve_zap *z) { return z ? atomic_load(&((core_curve_zap *)z)->refused) : 0; }
 
+static int zap_decide(zmq_msg_t *f, int nf, const uint8_t (*allow)[32], int n_allow, const char **why) {
+    const char *text = "not the run's client key";
+    int ok = 0;
+    /* version, request id, domain, address, routing id, mechanism, credentials (CURVE: the client's 32-byte key) */
+    if (nf < 6 || zmq_msg_size(&f[0]) != 3 || memcmp(zmq_msg_data(&f[0]), "1.0", 3)) text = "malformed ZAP request";
+    else if (zmq_msg_size(&f[2]) != strlen(CORE_CURVE_ZAP_DOMAIN) ||
+             memcmp(zmq_msg_data(&f[2]), CORE_CURVE_ZAP_DOMAIN, strlen(CORE_CURVE_ZAP_DOMAIN)))
+        text = "unknown ZAP domain";
+    else if (zmq_msg_size(&f[5]) != 5 || memcmp(zmq_msg_data(&f[5]), "CURVE", 5) || nf != 7 || zmq_msg_size(&f[6]) != 32)
+        text = "not a CURVE handshake";
+    else
+        for (int a = 0; a < n_allow && !ok; a++) ok = !memcmp(zmq_msg_data(&f[6]), allow[a], 32);
+    if (why) *why = ok ? "OK" : text;
+    return ok;
+}
+
+int core_curve_zap_check(zmq_msg_t *f, int n, const char *const *allow, int n_allow, const char **why) {
+    uint8_t keys[ZAP_MAX_ALLOW][32];
+    int k = 0;
+    for (int a = 0; a < n_allow && k < ZAP_MAX_ALLOW; a++)
+        if (allow[a] && strlen(allow[a]) == CORE_CURVE_Z85_LEN && zmq_z85_decode(keys[k], allow[a])) k++;
+    return zap_decide(f, n, (const uint8_t(*)[32])keys, k, why);
+}
+
 /* Answers one ZAP request of nf frames. */
 static void zap_answer(core_curve_zap *z, zmq_msg_t *f, int nf) {
-    const char *status = "400", *text = "not the run's client key", *user = "";
-    char field[6][64];
-    for (int i = 0; i < 6; i++) {
-        size_t L = i < nf ? zmq_msg_size(&f[i]) : 0;
-        if (L > sizeof field[i] - 1) L = sizeof field[i] - 1;
-        if (L) memcpy(field[i], zmq_msg_data(&f[i]), L);
-        field[i][L] = 0;
+    const char *text;
+    const int ok = zap_decide(f, nf, (const uint8_t(*)[32])z->allow, z->n_allow, &text);
+    const char *status = ok ? "200" : "400", *user = ok ? CORE_CURVE_USER_ID : "";
+    char address[64] = "";
+    if (nf >= 4) {
+        size_t L = zmq_msg_size(&f[3]) < sizeof address - 1 ? zmq_msg_size(&f[3]) : sizeof address - 1;
+        for (size_t i = 0; i < L; i++) {
+            const char ch = ((const char *)zmq_msg_data(&f[3]))[i];
+            address[i] = ch >= 32 && ch < 127 ? ch : '?';
+        }
+        address[L] = 0;
     }
-    /* version, request id, domain, address, routing id, mechanism, credentials (CURVE: the client's 32-byte key) */
-    if (nf < 6 || strcmp(field[0], "1.0")) text = "malformed ZAP request";
-    else if (strcmp(field[2], CORE_CURVE_ZAP_DOMAIN)) text = "unknown ZAP domain";
-    else if (strcmp(field[5], "CURVE") || nf != 7 || zmq_msg_size(&f[6]) != 32) text = "not a CURVE handshake";
-    else
-        for (int a = 0; a < z->n_allow; a++)
-            if (!memcmp(zmq_msg_data(&f[6]), z->allow[a], 32)) status = "200", text = "OK", user = CORE_CURVE_USER_ID;
-    if (status[0] == '2') {
+    if (ok) {
         atomic_fetch_add(&z->accepted, 1);
     } else {
         long n = atomic_fetch_add(&z->refused, 1) + 1;
         if (n <= 10 || n % 1000 == 0)
-            core_log_warn("%s: refused a connection from %s: %s (refusal %ld)", z->who, field[3][0] ? field[3] : "?",
-                          text, n);
+            core_log_warn("%s: refused a connection from %s: %s (refusal %ld)", z->who, address[0] ? address : "?", text, n);
     }
     /* reply: version, request id (echoed as received), status code, status text, user id, metadata */
     zmq_send(z->rep, "1.0", 3, ZMQ_SNDMORE);

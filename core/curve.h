@@ -136,6 +136,13 @@ long core_curve_zap_refused(const core_curve_zap *z);
 /* Stops the thread and closes its sockets (NULL: nothing). */
 void core_curve_zap_stop(core_curve_zap *z);
 
+/* The CURVE part of a ZAP decision, for a server that runs its own ZAP handler (there is one per context: e.g. one
+ * that also limits connections). f[0..n) are the frames of one ZAP request (RFC 27). Returns 1 when it is a CURVE
+ * handshake in domain "vgrpo" whose client public key is one of allow[0..n_allow) (Z85 text; a bad entry never
+ * matches): reply status "200" with user id CORE_CURVE_USER_ID. Else 0 and *why (may be NULL) a short reason for a
+ * "400" reply ("not the run's client key", "not a CURVE handshake", ...). */
+int core_curve_zap_check(zmq_msg_t *f, int n, const char *const *allow, int n_allow, const char **why);
+
 /* The ZAP user id of the connection a received frame came from ("vgrpo-client" for a client the handler accepted),
  * or NULL when the connection was not authenticated by a ZAP handler. */
 const char *core_curve_peer(zmq_msg_t *frame);

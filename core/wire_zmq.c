@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 
@@ -61,11 +62,30 @@ int core_zmq_parse(const core_zmq_msg *m, int first, const core_wire_limits *lim
     return rc;
 }
 
-int core_zmq_send(void *sock, const void *rid, size_t rid_len, const core_wire_built *b) {
-    if (rid && zmq_send(sock, rid, rid_len, ZMQ_SNDMORE) < 0) return core_error("zmq send: %s", zmq_strerror(errno));
+static int send_flags(void *sock, const void *rid, size_t rid_len, const core_wire_built *b, int flags) {
+    if (rid && zmq_send(sock, rid, rid_len, ZMQ_SNDMORE | flags) < 0) return core_error("zmq send: %s", zmq_strerror(errno));
     for (int i = 0; i < b->n_frames; i++)
-        if (zmq_send(sock, b->frames[i].data, b->frames[i].len, i + 1 < b->n_frames ? ZMQ_SNDMORE : 0) < 0)
+        if (zmq_send(sock, b->frames[i].data, b->frames[i].len, (i + 1 < b->n_frames ? ZMQ_SNDMORE : 0) | flags) < 0)
             return core_error("zmq send: %s", zmq_strerror(errno));
+    return 0;
+}
+
+int core_zmq_send(void *sock, const void *rid, size_t rid_len, const core_wire_built *b) {
+    return send_flags(sock, rid, rid_len, b, 0);
+}
+
+int core_zmq_send_nowait(void *sock, const void *rid, size_t rid_len, const core_wire_built *b) {
+    return send_flags(sock, rid, rid_len, b, ZMQ_DONTWAIT);
+}
+
+int core_zmq_bind(void *sock, const char *endpoint) {
+    const int ipc = !strncmp(endpoint, "ipc://", 6);
+    const mode_t old = ipc ? umask(077) : 0;
+    int rc = zmq_bind(sock, endpoint), e = errno;
+    if (ipc) umask(old);
+    if (rc) return core_error("cannot bind %s: %s", endpoint, zmq_strerror(e));
+    if (ipc && endpoint[6] != '@' && chmod(endpoint + 6, 0600)) /* '@': Linux abstract namespace, no file */
+        return core_error("cannot make %s private (chmod 0600): %s", endpoint + 6, strerror(errno));
     return 0;
 }
 
@@ -78,15 +98,29 @@ int core_zmq_send_fields(void *sock, const void *rid, size_t rid_len, core_wire_
     return rc;
 }
 
-int core_zmq_send_error(void *sock, const void *rid, size_t rid_len, const char *id, const char *code,
-                        const char *reason) {
+static int send_error(void *sock, const void *rid, size_t rid_len, const char *id, const char *code,
+                      const char *reason, int flags) {
     char clean[1024];
     size_t k = 0;
     for (const char *p = reason ? reason : ""; *p && k + 1 < sizeof clean; p++)
         clean[k++] = (*p >= 32 && *p < 127) ? *p : '?';
     clean[k] = 0;
     json_t *f = json_pack("{s:s, s:s, s:b}", "code", code, "reason", clean, "retryable", 0);
-    int rc = core_zmq_send_fields(sock, rid, rid_len, CORE_WIRE_ERROR, id ? id : "", f);
+    core_wire_built b;
+    int rc = core_wire_build(CORE_WIRE_ERROR, id ? id : "", f, NULL, 0, &b);
     json_decref(f);
+    if (rc) return -1;
+    rc = send_flags(sock, rid, rid_len, &b, flags);
+    core_wire_built_free(&b);
     return rc;
+}
+
+int core_zmq_send_error(void *sock, const void *rid, size_t rid_len, const char *id, const char *code,
+                        const char *reason) {
+    return send_error(sock, rid, rid_len, id, code, reason, 0);
+}
+
+int core_zmq_send_error_nowait(void *sock, const void *rid, size_t rid_len, const char *id, const char *code,
+                               const char *reason) {
+    return send_error(sock, rid, rid_len, id, code, reason, ZMQ_DONTWAIT);
 }

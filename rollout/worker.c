@@ -10,25 +10,20 @@
 #include <zmq.h>
 
 #include "core/checksum.h"
+#include "core/curve.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/wire_rollout.h"
 #include "core/wire_zmq.h"
 #include "reward/client.h"
+#include "rollout/worker_msg.h"
 
 typedef struct {
     rollout_pipeline *p;
     const rollout_worker_config *cfg;
     void *sock;
     reward_client *reward;
-    int64_t version;
-    /* a weights update in progress */
-    int updating;
-    int64_t upd_version;
-    int upd_announced, upd_received;
-    float *staged[2];   /* copies of the experts' params */
-    uint8_t *seen[2];   /* per tensor: received */
-    char upd_error[512];
+    rollout_worker_state st;
 } worker;
 
 static double now_s(void) {
@@ -37,26 +32,26 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static void update_reset(worker *w) {
-    for (int e = 0; e < 2; e++) free(w->staged[e]), free(w->seen[e]), w->staged[e] = NULL, w->seen[e] = NULL;
-    w->updating = 0;
-    w->upd_error[0] = 0;
+/* ---- replies to the controller (rollout_worker_io) ---- */
+
+static int io_error(void *ctx, const char *id, const char *code, const char *reason) {
+    worker *w = ctx;
+    return core_zmq_send_error(w->sock, NULL, 0, id, code, reason);
+}
+
+static int io_fields(void *ctx, core_wire_type type, const char *id, const json_t *fields) {
+    worker *w = ctx;
+    return core_zmq_send_fields(w->sock, NULL, 0, type, id, fields);
 }
 
 /* ---- rollout ---- */
 
-static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, size_t rid_len) {
+/* rollout_worker_io.rollout: generates, decodes and scores the request's samples and sends the trajectory reply
+ * (or an error `rollout_failed`). */
+static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_request *reqp) {
+    worker *w = ctx;
     rollout_pipeline *p = w->p;
-    core_rollout_request req;
-    if (core_rollout_request_parse(m, &req))
-        return core_zmq_send_error(w->sock, rid, rid_len, m->id, "bad_request", core_last_error());
-    if (req.policy_version != w->version) {
-        char why[160];
-        snprintf(why, sizeof why, "request for policy version %" PRId64 ", this worker holds %" PRId64,
-                 req.policy_version, w->version);
-        core_rollout_request_free(&req);
-        return core_zmq_send_error(w->sock, rid, rid_len, m->id, "version_mismatch", why);
-    }
+    const core_rollout_request req = *reqp;
     const int n = req.n;
     const int64_t vb = rollout_pipeline_video_bytes(p);
     core_traj *tr = calloc((size_t)n, sizeof *tr);
@@ -111,151 +106,20 @@ static int do_rollout(worker *w, const core_wire_msg *m, const uint8_t *rid, siz
                                       (const float *const *)vel, req.return_videos ? videos : NULL, vshape, &b))
         goto done;
     failed = 0;
-    rc = core_zmq_send(w->sock, rid, rid_len, &b);
+    rc = core_zmq_send(w->sock, NULL, 0, &b);
 done:
     if (failed) {
         char why[1024];
         snprintf(why, sizeof why, "%s", core_last_error());
         core_log_warn("%s: request %s failed: %s", w->cfg->id, m->id, why);
-        rc = core_zmq_send_error(w->sock, rid, rid_len, m->id, "rollout_failed", why);
+        rc = core_zmq_send_error(w->sock, NULL, 0, m->id, "rollout_failed", why);
     }
     core_wire_built_free(&b);
     if (have)
         for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
     free(tr), free(cond), free(uids), free(vh), free(pidx), free(videos), free(prompts), free(meta), free(res);
     free(vel), free(vel_buf);
-    core_rollout_request_free(&req);
     return rc;
-}
-
-/* ---- weights ---- */
-
-static int weights_begin(worker *w, const core_wire_msg *m, const uint8_t *rid, size_t rid_len) {
-    update_reset(w);
-    const json_t *pv = json_object_get(m->header, "policy_version"), *nt = json_object_get(m->header, "tensors_count");
-    if (!json_is_integer(pv) || json_integer_value(pv) < 0)
-        return core_zmq_send_error(w->sock, rid, rid_len, m->id, "bad_request", "weights_begin: \"policy_version\" must be an integer >= 0");
-    if (!json_is_integer(nt) || json_integer_value(nt) < 1)
-        return core_zmq_send_error(w->sock, rid, rid_len, m->id, "bad_request", "weights_begin: \"tensors_count\" must be an integer >= 1");
-    for (int e = 0; e < w->p->experts.n; e++) {
-        const wan_model *md = w->p->experts.expert[e];
-        w->staged[e] = malloc(sizeof(float) * (size_t)md->layout.numel);
-        w->seen[e] = calloc((size_t)md->layout.count, 1);
-        if (!w->staged[e] || !w->seen[e]) {
-            update_reset(w);
-            return core_zmq_send_error(w->sock, rid, rid_len, m->id, "internal", "out of memory staging the weights");
-        }
-        memcpy(w->staged[e], md->params, sizeof(float) * (size_t)md->layout.numel);
-    }
-    w->updating = 1;
-    w->upd_version = json_integer_value(pv);
-    w->upd_announced = (int)json_integer_value(nt);
-    w->upd_received = 0;
-    return 0; /* weights_begin and weights_tensor are not answered; weights_end is */
-}
-
-static void weights_tensor(worker *w, const core_wire_msg *m) {
-    if (!w->updating) {
-        if (!w->upd_error[0]) snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor without weights_begin");
-        return;
-    }
-    if (w->upd_error[0]) return; /* the first error is reported at weights_end */
-    const char *name = json_string_value(json_object_get(m->header, "name"));
-    uint64_t want;
-    if (!name || core_hash_parse(json_string_value(json_object_get(m->header, "xxh64")), &want)) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor %s: needs \"name\" and \"xxh64\" (16 hex digits)", m->id);
-        return;
-    }
-    const core_wire_tensor *t = core_wire_find(m, "value");
-    int e = -1;
-    const char *rest = NULL;
-    for (int k = 0; k < w->p->experts.n; k++) {
-        const char *f = wan_expert_folder(k);
-        size_t fl = strlen(f);
-        if (!strncmp(name, f, fl) && name[fl] == '/') e = k, rest = name + fl + 1;
-    }
-    if (e < 0) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: \"%.200s\" names no expert of this worker", name);
-        return;
-    }
-    const wan_model *md = w->p->experts.expert[e];
-    const int i = wan_layout_find(&md->layout, rest);
-    if (i < 0) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: the model has no tensor \"%.200s\"", name);
-        return;
-    }
-    const wan_tensor *lt = &md->layout.tensors[i];
-    int shape_ok = t && t->dtype == CORE_F32 && t->ndim == lt->ndim;
-    for (int d = 0; shape_ok && d < lt->ndim; d++) shape_ok = t->shape[d] == lt->shape[d];
-    if (!shape_ok) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\": needs one F32 tensor \"value\" of the model's shape", name);
-        return;
-    }
-    const uint64_t got = core_xxh64(t->data, t->nbytes, 0);
-    if (got != want) {
-        snprintf(w->upd_error, sizeof w->upd_error,
-                 "weights_tensor \"%.200s\": xxh64 of the received bytes is %016" PRIx64 ", the header says %016" PRIx64,
-                 name, got, want);
-        return;
-    }
-    if (w->seen[e][i]) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\" sent twice", name);
-        return;
-    }
-    w->seen[e][i] = 1;
-    memcpy(w->staged[e] + lt->offset, t->data, t->nbytes);
-    w->upd_received++;
-}
-
-static int weights_end(worker *w, const core_wire_msg *m, const uint8_t *rid, size_t rid_len) {
-    char why[700];
-    uint64_t want, got = 0;
-    const json_t *pv = json_object_get(m->header, "policy_version");
-    if (!w->updating) snprintf(why, sizeof why, "weights_end without weights_begin");
-    else if (w->upd_error[0]) snprintf(why, sizeof why, "%s", w->upd_error);
-    else if (!json_is_integer(pv) || json_integer_value(pv) != w->upd_version)
-        snprintf(why, sizeof why, "weights_end: \"policy_version\" differs from weights_begin's %" PRId64, w->upd_version);
-    else if (core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &want))
-        snprintf(why, sizeof why, "weights_end: \"model_xxh64\" must be 16 hex digits");
-    else if (w->upd_received != w->upd_announced)
-        snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
-                 w->upd_announced);
-    else {
-        /* Hash the staged model: swap the staged buffers in, hash, swap back unless it matches. */
-        float *old[2] = {NULL, NULL};
-        wan_model *ms[2] = {&w->p->model[0], &w->p->model[1]};
-        for (int e = 0; e < w->p->experts.n; e++) old[e] = ms[e]->params, ms[e]->params = w->staged[e];
-        const wan_model *cm[2] = {ms[0], ms[1]};
-        int hrc = wan_models_hash(cm, w->p->experts.n, &got);
-        if (hrc || got != want) {
-            for (int e = 0; e < w->p->experts.n; e++) ms[e]->params = old[e];
-            snprintf(why, sizeof why, "weights_end: the updated model hashes to %016" PRIx64 ", the controller's is %016" PRIx64
-                     "; the update is refused and version %" PRId64 " kept", got, want, w->version);
-        } else {
-            /* Keep the staged buffers as the parameters; re-bind the named views onto them. */
-            for (int e = 0; e < w->p->experts.n; e++) {
-                wan_weights_free(&ms[e]->w);
-                if (wan_weights_bind(&ms[e]->w, &ms[e]->layout, ms[e]->params)) {
-                    snprintf(why, sizeof why, "weights_end: out of memory");
-                    return core_zmq_send_error(w->sock, rid, rid_len, m->id, "internal", why);
-                }
-                free(old[e]);
-                w->staged[e] = NULL;
-            }
-            w->version = w->upd_version;
-            update_reset(w);
-            char hx[17];
-            core_hash_hex(got, hx);
-            json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
-            int rc = core_zmq_send_fields(w->sock, rid, rid_len, CORE_WIRE_WEIGHTS_ACK, m->id, f);
-            json_decref(f);
-            core_log_info("%s: weights of policy version %" PRId64 " applied (model xxh64 %s)", w->cfg->id, w->version, hx);
-            return rc;
-        }
-    }
-    update_reset(w);
-    core_log_warn("%s: %s", w->cfg->id, why);
-    return core_zmq_send_error(w->sock, rid, rid_len, m->id, "weights_mismatch", why);
 }
 
 /* ---- loop ---- */
@@ -268,7 +132,7 @@ static int send_hello(worker *w) {
     char hx[17];
     if (wan_models_hash(ms, w->p->experts.n, &h)) return json_decref(ex), -1;
     core_hash_hex(h, hx);
-    json_t *f = json_pack("{s:s, s:I, s:s, s:o}", "client", w->cfg->id, "policy_version", (json_int_t)w->version,
+    json_t *f = json_pack("{s:s, s:I, s:s, s:o}", "client", w->cfg->id, "policy_version", (json_int_t)w->st.version,
                           "model_xxh64", hx, "experts", ex);
     int rc = core_zmq_send_fields(w->sock, NULL, 0, CORE_WIRE_HELLO, "hello", f);
     json_decref(f);
@@ -277,7 +141,9 @@ static int send_hello(worker *w) {
 
 int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, volatile sig_atomic_t *stop) {
     worker w = {.p = p, .cfg = cfg};
-    void *ctx = zmq_ctx_new();
+    w.st = (rollout_worker_state){.model = {&p->model[0], &p->model[1]}, .n_experts = p->experts.n, .id = cfg->id};
+    const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
+    void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;
     if (!ctx) return core_error("zmq: cannot create a context");
     w.sock = zmq_socket(ctx, ZMQ_DEALER);
@@ -288,6 +154,26 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
         zmq_setsockopt(w.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
         zmq_setsockopt(w.sock, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof hb_ttl);
     }
+    /* With the run's keys the worker checks the controller's public key: only the run's controller completes the
+     * handshake, so only it can send rollout requests, push weights or shut the worker down. */
+    if (cfg->keys && core_curve_client(w.sock, cfg->keys, CORE_CURVE_CONTROLLER)) {
+        core_error_push("%s: controller channel: ", cfg->id);
+        goto done;
+    }
+    if (!cfg->keys)
+        core_log_warn("%s: no keys (--keys-fd / --keys-file): the controller channel is not authenticated", cfg->id);
+    /* Handshake failures (a peer without the run's controller key, or a plain one): libzmq drops the connection,
+     * and after a protocol error (another security mechanism) never reconnects; the monitor sees it, so the worker
+     * connects afresh and says hello again until the run's controller answers */
+    char mon_ep[64];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://worker-monitor-%p", (void *)&w);
+    if (zmq_socket_monitor(w.sock, mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ||
+        !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_setsockopt(mon, ZMQ_LINGER, &linger, sizeof linger) ||
+        zmq_connect(mon, mon_ep)) {
+        core_error("zmq: cannot monitor the controller socket: %s", zmq_strerror(errno));
+        goto done;
+    }
     if (zmq_connect(w.sock, cfg->controller)) {
         core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
         goto done;
@@ -295,18 +181,45 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     if (!(w.reward = reward_client_open(cfg->reward, cfg->id, cfg->reward_timeout_s, cfg->reward_max_attempts)))
         goto done;
     if (send_hello(&w)) goto done;
-    core_log_info("%s: connected to %s, reward server %s, %d expert(s)", cfg->id, cfg->controller, cfg->reward, p->experts.n);
-    double last = now_s();
+    core_log_info("%s: connected to %s%s, reward server %s, %d expert(s)", cfg->id, cfg->controller,
+                  cfg->keys ? " (CURVE)" : "", cfg->reward, p->experts.n);
+    double last = now_s(), reconnect_at = 0;
+    int heard = 0, failures = 0; /* heard: a message from the controller came */
     for (;;) {
         if (stop && *stop) {
             rc = 0;
             break;
         }
-        zmq_pollitem_t it = {w.sock, 0, ZMQ_POLLIN, 0};
-        int pr = zmq_poll(&it, 1, 200);
+        if (reconnect_at > 0 && now_s() >= reconnect_at) {
+            /* a fresh connection (the old one's queue, with our hello, is gone) and a fresh hello */
+            reconnect_at = 0;
+            zmq_disconnect(w.sock, cfg->controller);
+            if (zmq_connect(w.sock, cfg->controller)) {
+                core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
+                break;
+            }
+            if (!heard && send_hello(&w)) break;
+        }
+        zmq_pollitem_t it[2] = {{w.sock, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
+        int pr = zmq_poll(it, 2, 200);
         if (pr < 0 && errno != EINTR) {
             core_error("zmq poll: %s", zmq_strerror(errno));
             break;
+        }
+        if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) {
+            zmq_msg_t ev, addr;
+            zmq_msg_init(&ev), zmq_msg_init(&addr);
+            if (zmq_msg_recv(&ev, mon, 0) >= 0 && zmq_msg_more(&ev) && zmq_msg_recv(&addr, mon, 0) >= 0 &&
+                zmq_msg_size(&ev) >= 2) {
+                uint16_t code;
+                memcpy(&code, zmq_msg_data(&ev), 2);
+                if (++failures <= 10 || failures % 1000 == 0)
+                    core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's controller?"
+                                  " connecting again", cfg->id, cfg->controller, (unsigned)code, failures);
+                if (reconnect_at == 0) reconnect_at = now_s() + 0.2;
+            }
+            zmq_msg_close(&ev), zmq_msg_close(&addr);
+            if (!(it[0].revents & ZMQ_POLLIN)) continue;
         }
         if (pr <= 0) {
             if (cfg->idle_exit_s > 0 && now_s() - last > cfg->idle_exit_s) {
@@ -320,37 +233,25 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
         if (r < 0) break;
         if (r == 1) continue;
         last = now_s();
+        heard = 1;
         core_wire_msg m;
-        int sr = 0;
+        int hr;
         if (core_zmq_parse(&zm, 0, NULL, &m)) {
-            sr = core_zmq_send_error(w.sock, NULL, 0, "", "bad_request", core_last_error());
+            hr = core_zmq_send_error(w.sock, NULL, 0, "", "bad_request", core_last_error()) ? -1 : 0;
         } else {
-            switch (m.type) {
-            case CORE_WIRE_ROLLOUT_REQUEST: sr = do_rollout(&w, &m, NULL, 0); break;
-            case CORE_WIRE_WEIGHTS_BEGIN: sr = weights_begin(&w, &m, NULL, 0); break;
-            case CORE_WIRE_WEIGHTS_TENSOR: weights_tensor(&w, &m); break;
-            case CORE_WIRE_WEIGHTS_END: sr = weights_end(&w, &m, NULL, 0); break;
-            case CORE_WIRE_HELLO: break; /* the controller's greeting: nothing to answer */
-            case CORE_WIRE_SHUTDOWN:
-                sr = core_zmq_send_fields(w.sock, NULL, 0, CORE_WIRE_SHUTDOWN, m.id, NULL);
-                core_wire_msg_free(&m);
-                core_zmq_msg_close(&zm);
-                rc = sr;
-                goto done;
-            default: {
-                char why[96];
-                snprintf(why, sizeof why, "a rollout worker does not serve \"%s\"", core_wire_type_name(m.type));
-                sr = core_zmq_send_error(w.sock, NULL, 0, m.id, "unsupported", why);
-            }
-            }
+            hr = rollout_worker_handle(&w.st, &m, &io);
             core_wire_msg_free(&m);
         }
         core_zmq_msg_close(&zm);
-        if (sr) break;
+        if (hr) {
+            rc = hr > 0 ? 0 : -1;
+            break;
+        }
     }
 done:
-    update_reset(&w);
+    rollout_worker_state_free(&w.st);
     reward_client_close(w.reward);
+    if (mon) zmq_close(mon);
     if (w.sock) zmq_close(w.sock);
     zmq_ctx_term(ctx);
     return rc;

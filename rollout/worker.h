@@ -12,14 +12,21 @@
  *                      model_xxh64}. Any mismatch answers an error naming the tensor (or the two hashes) and keeps
  *                      the old weights and version.
  *   shutdown        -> replies shutdown and returns 0.
- * Other types get an `unsupported` error. A failure inside a request (reward server unreachable after its
- * attempts, a prompt that cannot be encoded) is answered with an error reply (code `rollout_failed`, the reason),
- * and the worker keeps serving. */
+ * Other types get an `unsupported` error; an `error` from the controller is logged, not answered. A failure inside a
+ * request (reward server unreachable after its attempts, a prompt that cannot be encoded) is answered with an error
+ * reply (code `rollout_failed`, the reason), and the worker keeps serving. The rules for each message are
+ * rollout/worker_msg.h (no sockets there: the fuzz target calls it).
+ *
+ * Authentication: with cfg.keys (core/curve.h: the client pair and the controller's public key) the DEALER is a
+ * CURVE client that checks the controller's key, so only the run's controller can reach the worker: nothing from a
+ * fake controller (another key, or none) is ever delivered. Without keys (a worker run by hand) it is plain
+ * ZeroMQ, and says so in its log. */
 #ifndef ROLLOUT_WORKER_H
 #define ROLLOUT_WORKER_H
 
 #include <signal.h>
 
+#include "core/curve.h"
 #include "rollout/pipeline.h"
 
 typedef struct {
@@ -30,6 +37,7 @@ typedef struct {
     int reward_max_attempts;
     double fps;                   /* frame rate sent with the videos */
     double idle_exit_s;           /* exit 1 after this long without any message from the controller (0: never) */
+    const core_curve_keys *keys;  /* the worker's keys (core_curve_subset CORE_CURVE_CLIENT), NULL: plain ZeroMQ */
 } rollout_worker_config;
 
 /* Serves until `shutdown` (returns 0), *stop set by a signal (returns 0), or a socket failure / idle time-out

@@ -11,22 +11,16 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/wire_zmq.h"
-
-typedef struct {
-    char id[64];
-    uint8_t rid[256];
-    size_t rid_len;
-    uint64_t hello_hash;
-    int busy; /* chunk index + 1 */
-} ctl_worker;
 
 struct ctl_server {
     void *ctx, *router;
+    core_curve_zap *zap;  /* NULL without keys */
+    int keyed;            /* messages must come over an authenticated connection */
     ctl_abort_fn abort_check;
     void *abort_ctx;
-    int n;
-    ctl_worker w[CTL_MAX_WORKERS];
+    ctl_state st;
     uint64_t seq; /* request ids */
 };
 
@@ -36,7 +30,7 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-ctl_server *ctl_open(const char *endpoint, ctl_abort_fn abort_check, void *abort_ctx) {
+ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx) {
     ctl_server *c = calloc(1, sizeof *c);
     if (!c) return core_error("out of memory"), NULL;
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
@@ -55,8 +49,21 @@ ctl_server *ctl_open(const char *endpoint, ctl_abort_fn abort_check, void *abort
         zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
         zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof hb_ttl);
     }
-    if (zmq_bind(c->router, endpoint)) {
-        core_error("controller: cannot bind %s: %s", endpoint, zmq_strerror(errno));
+    if (keys) {
+        /* the ZAP handler first: without it libzmq's CURVE accepts any client key */
+        const char *allow[] = {keys->pub[CORE_CURVE_CLIENT]};
+        if (!core_curve_has(keys, CORE_CURVE_CLIENT, 0) ||
+            !(c->zap = core_curve_zap_start(c->ctx, allow, 1, "controller")) ||
+            core_curve_server(c->router, keys, CORE_CURVE_CONTROLLER)) {
+            if (!core_curve_has(keys, CORE_CURVE_CLIENT, 0)) core_error("the keys hold no client public key");
+            core_error_push("controller: ");
+            ctl_close(c);
+            return NULL;
+        }
+        c->keyed = 1;
+    }
+    if (core_zmq_bind(c->router, endpoint)) {
+        core_error_push("controller: ");
         ctl_close(c);
         return NULL;
     }
@@ -66,24 +73,21 @@ ctl_server *ctl_open(const char *endpoint, ctl_abort_fn abort_check, void *abort
 void ctl_close(ctl_server *c) {
     if (!c) return;
     if (c->router) zmq_close(c->router);
+    core_curve_zap_stop(c->zap);
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c);
 }
 
-int ctl_n_workers(const ctl_server *c) { return c->n; }
-const char *ctl_worker_id(const ctl_server *c, int w) { return c->w[w].id; }
-uint64_t ctl_worker_hello_hash(const ctl_server *c, int w) { return c->w[w].hello_hash; }
+int ctl_n_workers(const ctl_server *c) { return c->st.n; }
+const char *ctl_worker_id(const ctl_server *c, int w) { return c->st.w[w].id; }
+uint64_t ctl_worker_hello_hash(const ctl_server *c, int w) { return c->st.w[w].hello_hash; }
+long ctl_refused(const ctl_server *c) { return c->st.unexpected + core_curve_zap_refused(c->zap); }
 
-/* The worker a routing id belongs to, or -1. */
-static int find_worker(const ctl_server *c, const void *rid, size_t len) {
-    for (int w = 0; w < c->n; w++)
-        if (c->w[w].rid_len == len && !memcmp(c->w[w].rid, rid, len)) return w;
-    return -1;
-}
-
-/* Receives one message within the remaining time: 0 with *zm and *m filled and *w the sender (-1: unknown peer),
- * 1 on nothing yet (keep waiting), -1 on error/abort/time-out. */
-static int recv_one(ctl_server *c, double deadline, core_zmq_msg *zm, core_wire_msg *m, int *w, const char *waiting_for) {
+/* Receives one message within the remaining time and applies the rules of trainer/ctl_msg.h: 0 with *zm, *m and
+ * *ev filled (the caller frees zm and m), 1 on nothing to act on yet (a refused message was answered, or nothing
+ * came: keep waiting), -1 on error, abort or time-out. */
+static int recv_one(ctl_server *c, double deadline, core_zmq_msg *zm, core_wire_msg *m, ctl_event *ev,
+                    const char *waiting_for) {
     if (c->abort_check && c->abort_check(c->abort_ctx)) return -1;
     if (now_s() > deadline) return core_error("controller: timed out waiting for %s", waiting_for);
     zmq_pollitem_t it = {c->router, 0, ZMQ_POLLIN, 0};
@@ -96,52 +100,55 @@ static int recv_one(ctl_server *c, double deadline, core_zmq_msg *zm, core_wire_
         core_zmq_msg_close(zm);
         return 1;
     }
-    *w = find_worker(c, zmq_msg_data(&zm->frames[0]), zmq_msg_size(&zm->frames[0]));
-    if (core_zmq_parse(zm, 1, NULL, m)) {
-        core_error_push("controller: a malformed message from %s: ", *w >= 0 ? c->w[*w].id : "an unknown peer");
-        core_zmq_msg_close(zm);
-        return -1;
-    }
-    return 0;
-}
-
-static int add_worker(ctl_server *c, const core_zmq_msg *zm, const core_wire_msg *m) {
-    if (c->n >= CTL_MAX_WORKERS) return core_error("controller: more than %d workers", CTL_MAX_WORKERS);
-    const char *cid = json_string_value(json_object_get(m->header, "client"));
+    const void *rid = zmq_msg_data(&zm->frames[0]);
     const size_t rl = zmq_msg_size(&zm->frames[0]);
-    if (!cid || rl > sizeof c->w[0].rid) return core_error("controller: a hello without a client id");
-    ctl_worker *x = &c->w[c->n];
-    memset(x, 0, sizeof *x);
-    snprintf(x->id, sizeof x->id, "%s", cid);
-    memcpy(x->rid, zmq_msg_data(&zm->frames[0]), rl);
-    x->rid_len = rl;
-    if (core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &x->hello_hash))
-        return core_error("controller: %s's hello has no model_xxh64", cid);
-    c->n++;
-    return 0;
+    ctl_reply reply;
+    int rc = 1;
+    if (c->keyed && !core_curve_peer(&zm->frames[1])) {
+        ctl_msg_refuse(&c->st, rid, rl, "unauthenticated", "the connection is not authenticated with the run's keys",
+                       &reply);
+    } else if (core_zmq_parse(zm, 1, NULL, m)) {
+        ctl_msg_refuse(&c->st, rid, rl, "bad_request", core_last_error(), &reply);
+        core_error_clear();
+    } else {
+        rc = ctl_msg_handle(&c->st, rid, rl, m, ev, &reply);
+        if (rc == 0 && !ev->progress) rc = 1;
+        if (rc != 0) core_wire_msg_free(m);
+    }
+    /* never blocks: a peer that does not read cannot stall the controller; a failed reply is only logged */
+    if (reply.send && core_zmq_send_error_nowait(c->router, rid, rl, reply.id, reply.code, reply.reason))
+        core_log_debug("controller: error reply not delivered: %s", core_last_error());
+    if (rc != 0) core_zmq_msg_close(zm);
+    return rc < 0 ? -1 : rc;
 }
 
 int ctl_wait_workers(ctl_server *c, int n, double timeout_s) {
+    if (n > CTL_MAX_WORKERS) return core_error("controller: more than %d workers", CTL_MAX_WORKERS);
     const double deadline = now_s() + timeout_s;
-    while (c->n < n) {
+    c->st.phase = CTL_HELLO;
+    c->st.want = n;
+    int rc = 0;
+    while (c->st.n < n) {
         core_zmq_msg zm;
         core_wire_msg m;
-        int w, r = recv_one(c, deadline, &zm, &m, &w, "the rollout workers' hello");
-        if (r < 0) return core_error_push("%d of %d workers connected: ", c->n, n);
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "the rollout workers' hello");
+        if (r < 0) {
+            rc = core_error_push("%d of %d workers connected: ", c->st.n, n);
+            break;
+        }
         if (r) continue;
-        int bad = 0;
-        if (m.type == CORE_WIRE_HELLO && w < 0) bad = add_worker(c, &zm, &m);
-        else if (m.type != CORE_WIRE_HELLO) bad = core_error("controller: a %s before every worker said hello", core_wire_type_name(m.type));
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
-        if (bad) return -1;
     }
-    return 0;
+    c->st.phase = CTL_IDLE;
+    return rc;
 }
 
 int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_rollout_sample *samples, int n, int chunk,
                 double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx) {
-    if (c->n < 1) return core_error("controller: no rollout workers");
+    ctl_state *st = &c->st;
+    if (st->n < 1) return core_error("controller: no rollout workers");
     if (chunk < 1) chunk = 1;
     const int n_chunks = (n + chunk - 1) / chunk;
     core_rollout_request *reqs = calloc((size_t)n_chunks, sizeof *reqs);
@@ -160,52 +167,36 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
         snprintf(ids[k], sizeof ids[k], "r%" PRIu64 "-%d", c->seq, k);
     }
     c->seq++;
-    for (int w = 0; w < c->n; w++) c->w[w].busy = 0;
+    for (int w = 0; w < st->n; w++) st->w[w].busy = 0;
+    st->reqs = reqs, st->ids = (const char(*)[40])ids, st->n_chunks = n_chunks, st->chunk = chunk;
+    st->res = res, st->chunk_done = done;
+    st->phase = CTL_ROLLOUT;
     double deadline = now_s() + timeout_s;
     while (n_done < n_chunks) {
-        for (int w = 0; w < c->n && next < n_chunks; w++) {
-            if (c->w[w].busy) continue;
+        for (int w = 0; w < st->n && next < n_chunks; w++) {
+            if (st->w[w].busy) continue;
             core_wire_built b;
             if (core_rollout_request_build(ids[next], &reqs[next], &b)) goto out;
-            int sr = core_zmq_send(c->router, c->w[w].rid, c->w[w].rid_len, &b);
+            int sr = core_zmq_send(c->router, st->w[w].rid, st->w[w].rid_len, &b);
             core_wire_built_free(&b);
             if (sr) {
-                core_error_push("controller: sending %s to %s: ", ids[next], c->w[w].id);
+                core_error_push("controller: sending %s to %s: ", ids[next], st->w[w].id);
                 goto out;
             }
-            c->w[w].busy = ++next;
+            st->w[w].busy = ++next;
         }
         core_zmq_msg zm;
         core_wire_msg m;
-        int w, r = recv_one(c, deadline, &zm, &m, &w, "rollout results");
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "rollout results");
         if (r < 0) goto out;
         if (r) continue;
         int bad = 0;
-        if (w < 0) {
-            if (m.type == CORE_WIRE_HELLO) bad = core_error("controller: a new worker said hello during a rollout");
-            else bad = core_error("controller: a %s message from a peer that never said hello", core_wire_type_name(m.type));
-        } else if (m.type == CORE_WIRE_ERROR) {
-            bad = core_error("%s: request %s failed: %s: %s", c->w[w].id, m.id,
-                             json_string_value(json_object_get(m.header, "code")),
-                             json_string_value(json_object_get(m.header, "reason")));
-        } else if (m.type != CORE_WIRE_TRAJECTORY || !c->w[w].busy) {
-            bad = core_error("controller: unexpected %s message from %s", core_wire_type_name(m.type), c->w[w].id);
-        } else {
-            const int k = c->w[w].busy - 1;
-            const uint8_t *videos;
-            int64_t vshape[4];
-            core_rollout_result *out = res + (size_t)k * chunk;
-            if (strcmp(m.id, ids[k])) {
-                bad = core_error("controller: %s answered %s while working on %s", c->w[w].id, m.id, ids[k]);
-            } else if (core_trajectory_reply_parse(&m, &reqs[k], out, &videos, vshape)) {
-                bad = core_error_push("%s: ", c->w[w].id);
-            } else {
-                done[k] = 1;
-                n_done++;
-                c->w[w].busy = 0;
-                deadline = now_s() + timeout_s;
-                if (on_chunk && on_chunk(ctx, reqs[k].samples, out, reqs[k].n, videos, vshape)) bad = -1;
-            }
+        if (ev.chunk >= 0) {
+            const int k = ev.chunk;
+            n_done++;
+            deadline = now_s() + timeout_s;
+            if (on_chunk && on_chunk(ctx, reqs[k].samples, res + (size_t)k * chunk, reqs[k].n, ev.videos, ev.vshape)) bad = -1;
         }
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
@@ -217,6 +208,9 @@ out:
         for (int k = 0; done && k < n_chunks; k++)
             if (done[k])
                 for (int j = 0; j < reqs[k].n; j++) core_rollout_result_free(&res[(size_t)k * chunk + j]);
+    for (int w = 0; w < st->n; w++) st->w[w].busy = 0;
+    st->phase = CTL_IDLE;
+    st->reqs = NULL, st->ids = NULL, st->n_chunks = 0, st->res = NULL, st->chunk_done = NULL;
     free(reqs), free(ids), free(done);
     return rc;
 }
@@ -231,9 +225,10 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         if (send[e]) count += experts[e]->layout.count;
     char hx[17], id[48];
     core_hash_hex(model_hash, hx);
-    for (int w = 0; w < c->n; w++) {
-        const void *rid = c->w[w].rid;
-        const size_t rl = c->w[w].rid_len;
+    ctl_state *st = &c->st;
+    for (int w = 0; w < st->n; w++) {
+        const void *rid = st->w[w].rid;
+        const size_t rl = st->w[w].rid_len;
         snprintf(id, sizeof id, "w%" PRId64 "-begin", version);
         json_t *f = json_pack("{s:I, s:i}", "policy_version", (json_int_t)version, "tensors_count", count);
         int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
@@ -262,65 +257,59 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
         if (!rc) rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_END, id, f);
         json_decref(f);
-        if (rc) return core_error_push("controller: weights to %s: ", c->w[w].id);
+        if (rc) return core_error_push("controller: weights to %s: ", st->w[w].id);
     }
-    int acked = 0, match = 1;
+    for (int w = 0; w < st->n; w++) st->w[w].done = 0;
+    st->version = version, st->model_hash = model_hash;
+    snprintf(st->end_id, sizeof st->end_id, "w%" PRId64 "-end", version);
+    st->phase = CTL_SYNC;
+    int acked = 0, rc = 0;
     const double deadline = now_s() + timeout_s;
-    uint8_t got[CTL_MAX_WORKERS] = {0};
-    while (acked < c->n) {
+    while (acked < st->n) {
         core_zmq_msg zm;
         core_wire_msg m;
-        int w, r = recv_one(c, deadline, &zm, &m, &w, "weights_ack");
-        if (r < 0) return -1;
-        if (r) continue;
-        int bad = 0;
-        uint64_t h = 0;
-        if (w < 0) {
-            bad = core_error("controller: a %s from an unknown peer during the weight sync", core_wire_type_name(m.type));
-        } else if (m.type == CORE_WIRE_ERROR) {
-            bad = core_error("%s refused the weights of version %" PRId64 ": %s: %s", c->w[w].id, version,
-                             json_string_value(json_object_get(m.header, "code")),
-                             json_string_value(json_object_get(m.header, "reason")));
-        } else if (m.type != CORE_WIRE_WEIGHTS_ACK || got[w]) {
-            bad = core_error("controller: unexpected %s from %s during the weight sync", core_wire_type_name(m.type), c->w[w].id);
-        } else if (json_integer_value(json_object_get(m.header, "policy_version")) != version ||
-                   core_hash_parse(json_string_value(json_object_get(m.header, "model_xxh64")), &h)) {
-            bad = core_error("%s: weights_ack without policy_version %" PRId64 " and model_xxh64", c->w[w].id, version);
-        } else if (h != model_hash) {
-            match = 0;
-            bad = core_error("%s: model hash after the sync is %016" PRIx64 ", the trainer's is %016" PRIx64,
-                             c->w[w].id, h, model_hash);
-        } else {
-            got[w] = 1;
-            acked++;
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "weights_ack");
+        if (r < 0) {
+            rc = -1;
+            break;
         }
+        if (r) continue;
+        acked++;
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
-        if (bad) return -1;
     }
-    *hash_match = match;
-    return 0;
+    st->phase = CTL_IDLE;
+    *hash_match = rc == 0;
+    return rc;
 }
 
 void ctl_shutdown(ctl_server *c, double timeout_s) {
     /* A shutdown follows a failure as often as a success: its own time-out must not replace the first error. */
     char first[1024];
     snprintf(first, sizeof first, "%s", core_last_error());
-    for (int w = 0; w < c->n; w++) core_zmq_send_fields(c->router, c->w[w].rid, c->w[w].rid_len, CORE_WIRE_SHUTDOWN, "bye", NULL);
+    ctl_state *st = &c->st;
+    for (int w = 0; w < st->n; w++) {
+        st->w[w].done = 0;
+        core_zmq_send_fields(c->router, st->w[w].rid, st->w[w].rid_len, CORE_WIRE_SHUTDOWN, "bye", NULL);
+    }
+    st->phase = CTL_SHUTDOWN;
     const double deadline = now_s() + timeout_s;
     int n = 0;
     ctl_abort_fn saved = c->abort_check;
     c->abort_check = NULL;
-    while (n < c->n) {
+    while (n < st->n) {
         core_zmq_msg zm;
         core_wire_msg m;
-        int w, r = recv_one(c, deadline, &zm, &m, &w, "shutdown replies");
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "shutdown replies");
         if (r < 0) break;
         if (r) continue;
-        if (m.type == CORE_WIRE_SHUTDOWN) n++;
+        n++;
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
     }
+    st->phase = CTL_IDLE;
     c->abort_check = saved;
     if (first[0]) core_error("%s", first);
     else core_error_clear();

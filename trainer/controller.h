@@ -4,16 +4,23 @@
  * xxh64 checked on both sides, and shutdown. Used by `vgrpo eval`, `vgrpo trainer` (rank 0) and `vgrpo parity`.
  *
  * Every wait polls `abort_check` (when set) every 100 ms: a non-zero return stops the wait with an error (the
- * supervisor's "a child exited" or a signal), so a dead worker never hangs the controller. */
+ * supervisor's "a child exited" or a signal), so a dead worker never hangs the controller.
+ *
+ * Authentication (core/curve.h): with keys, the ROUTER is a CURVE server with the controller key pair and a ZAP
+ * handler that accepts only the run's client key, on ipc:// and tcp:// alike; a process without the client secret
+ * cannot complete the handshake, so none of its messages reach the controller (the ZAP refusal is logged). An
+ * ipc:// socket file is 0600 whatever the umask (core_zmq_bind). What the controller does with each message that
+ * does reach it (an unexpected hello, a reply to nothing: an error reply and a log line, never the end of the run)
+ * is trainer/ctl_msg.h. */
 #ifndef TRAINER_CONTROLLER_H
 #define TRAINER_CONTROLLER_H
 
 #include <stdint.h>
 
+#include "core/curve.h"
 #include "core/wire_rollout.h"
 #include "model/dit/wan_dit.h"
-
-#define CTL_MAX_WORKERS 64
+#include "trainer/ctl_msg.h"
 
 typedef struct ctl_server ctl_server;
 
@@ -25,12 +32,15 @@ typedef int (*ctl_abort_fn)(void *ctx);
 typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
                             const uint8_t *videos, const int64_t vshape[4]);
 
-/* Binds a ROUTER at endpoint. NULL with core_error when it cannot. */
-ctl_server *ctl_open(const char *endpoint, ctl_abort_fn abort_check, void *abort_ctx);
+/* Binds a ROUTER at endpoint. keys: the controller's keys (its pair and the client public key; core_curve_subset
+ * with CORE_CURVE_CONTROLLER), or NULL for plain ZeroMQ (tests, a debugging set-up: anyone who can reach the
+ * endpoint can talk to the controller). NULL with core_error when it cannot. */
+ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx);
 void ctl_close(ctl_server *c);
 
 /* Waits up to timeout_s for n workers' hello {client, policy_version, model_xxh64, experts}. -1 with core_error
- * (time-out naming how many came, abort, a hello without client id or model hash). */
+ * (time-out naming how many came, abort). A hello without client id or model hash, or naming a client already
+ * registered, and any other message are refused (trainer/ctl_msg.h) and the wait goes on. */
 int ctl_wait_workers(ctl_server *c, int n, double timeout_s);
 
 /* Number of workers and their client ids. */
@@ -38,12 +48,15 @@ int ctl_n_workers(const ctl_server *c);
 const char *ctl_worker_id(const ctl_server *c, int w);
 /* The hash and version a worker reported in its hello (for start-up checks). */
 uint64_t ctl_worker_hello_hash(const ctl_server *c, int w);
+/* Messages refused so far: answered with an error (trainer/ctl_msg.h) plus handshakes the ZAP handler refused. */
+long ctl_refused(const ctl_server *c);
 
 /* Runs samples[0..n) through the workers: chunks of `chunk` samples, each a rollout_request built from tmpl
  * (policy_version, stream, eta, return flags; tmpl->samples and n ignored), handed to idle workers in order. Results
  * land in res[0..n) in sample order (core_traj_free each .traj); on_chunk (may be NULL) sees each chunk as it
- * arrives. Errors (-1): a worker's error reply (named with its reason), a malformed or mismatched reply, a time-out
- * of timeout_s for one chunk, an abort. On error res holds nothing to free. */
+ * arrives. Errors (-1): a worker's error reply to its chunk (named with its reason), a malformed trajectory for the
+ * chunk in flight, a time-out of timeout_s for one chunk, an abort. Messages that answer nothing in flight are
+ * refused and the rollout goes on (trainer/ctl_msg.h). On error res holds nothing to free. */
 int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_rollout_sample *samples, int n, int chunk,
                 double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx);
 

@@ -1,0 +1,193 @@
+/* rollout/worker_msg.c — a rollout worker's answer to one controller message (see rollout/worker_msg.h). */
+#include "rollout/worker_msg.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/log.h"
+
+static void update_reset(rollout_worker_state *w) {
+    for (int e = 0; e < 2; e++) free(w->staged[e]), free(w->seen[e]), w->staged[e] = NULL, w->seen[e] = NULL;
+    w->updating = 0;
+    w->upd_error[0] = 0;
+}
+
+void rollout_worker_state_free(rollout_worker_state *s) { update_reset(s); }
+
+/* ---- weights ---- */
+
+static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
+    update_reset(w);
+    const json_t *pv = json_object_get(m->header, "policy_version"), *nt = json_object_get(m->header, "tensors_count");
+    if (!json_is_integer(pv) || json_integer_value(pv) < 0)
+        return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"policy_version\" must be an integer >= 0");
+    if (!json_is_integer(nt) || json_integer_value(nt) < 1)
+        return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"tensors_count\" must be an integer >= 1");
+    for (int e = 0; e < w->n_experts; e++) {
+        const wan_model *md = w->model[e];
+        w->staged[e] = malloc(sizeof(float) * (size_t)md->layout.numel);
+        w->seen[e] = calloc((size_t)md->layout.count, 1);
+        if (!w->staged[e] || !w->seen[e]) {
+            update_reset(w);
+            return io->send_error(io->ctx, m->id, "internal", "out of memory staging the weights");
+        }
+        memcpy(w->staged[e], md->params, sizeof(float) * (size_t)md->layout.numel);
+    }
+    w->updating = 1;
+    w->upd_version = json_integer_value(pv);
+    w->upd_announced = (int)json_integer_value(nt);
+    w->upd_received = 0;
+    return 0; /* weights_begin and weights_tensor are not answered; weights_end is */
+}
+
+static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
+    if (!w->updating) {
+        if (!w->upd_error[0]) snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor without weights_begin");
+        return;
+    }
+    if (w->upd_error[0]) return; /* the first error is reported at weights_end */
+    const char *name = json_string_value(json_object_get(m->header, "name"));
+    uint64_t want;
+    if (!name || core_hash_parse(json_string_value(json_object_get(m->header, "xxh64")), &want)) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor %s: needs \"name\" and \"xxh64\" (16 hex digits)", m->id);
+        return;
+    }
+    const core_wire_tensor *t = core_wire_find(m, "value");
+    int e = -1;
+    const char *rest = NULL;
+    for (int k = 0; k < w->n_experts; k++) {
+        const char *f = wan_expert_folder(k);
+        size_t fl = strlen(f);
+        if (!strncmp(name, f, fl) && name[fl] == '/') e = k, rest = name + fl + 1;
+    }
+    if (e < 0) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: \"%.200s\" names no expert of this worker", name);
+        return;
+    }
+    const wan_model *md = w->model[e];
+    const int i = wan_layout_find(&md->layout, rest);
+    if (i < 0) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: the model has no tensor \"%.200s\"", name);
+        return;
+    }
+    const wan_tensor *lt = &md->layout.tensors[i];
+    int shape_ok = t && t->dtype == CORE_F32 && t->ndim == lt->ndim;
+    for (int d = 0; shape_ok && d < lt->ndim; d++) shape_ok = t->shape[d] == lt->shape[d];
+    if (!shape_ok) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\": needs one F32 tensor \"value\" of the model's shape", name);
+        return;
+    }
+    const uint64_t got = core_xxh64(t->data, t->nbytes, 0);
+    if (got != want) {
+        snprintf(w->upd_error, sizeof w->upd_error,
+                 "weights_tensor \"%.200s\": xxh64 of the received bytes is %016" PRIx64 ", the header says %016" PRIx64,
+                 name, got, want);
+        return;
+    }
+    if (w->seen[e][i]) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\" sent twice", name);
+        return;
+    }
+    w->seen[e][i] = 1;
+    memcpy(w->staged[e] + lt->offset, t->data, t->nbytes);
+    w->upd_received++;
+}
+
+static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
+    char why[700];
+    uint64_t want, got = 0;
+    const json_t *pv = json_object_get(m->header, "policy_version");
+    if (!w->updating) snprintf(why, sizeof why, "weights_end without weights_begin");
+    else if (w->upd_error[0]) snprintf(why, sizeof why, "%s", w->upd_error);
+    else if (!json_is_integer(pv) || json_integer_value(pv) != w->upd_version)
+        snprintf(why, sizeof why, "weights_end: \"policy_version\" differs from weights_begin's %" PRId64, w->upd_version);
+    else if (core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &want))
+        snprintf(why, sizeof why, "weights_end: \"model_xxh64\" must be 16 hex digits");
+    else if (w->upd_received != w->upd_announced)
+        snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
+                 w->upd_announced);
+    else {
+        /* Hash the staged model: swap the staged buffers in, hash, swap back unless it matches. */
+        float *old[2] = {NULL, NULL};
+        wan_model *ms[2] = {w->model[0], w->model[1]};
+        for (int e = 0; e < w->n_experts; e++) old[e] = ms[e]->params, ms[e]->params = w->staged[e];
+        const wan_model *cm[2] = {ms[0], ms[1]};
+        int hrc = wan_models_hash(cm, w->n_experts, &got);
+        if (hrc || got != want) {
+            for (int e = 0; e < w->n_experts; e++) ms[e]->params = old[e];
+            snprintf(why, sizeof why, "weights_end: the updated model hashes to %016" PRIx64 ", the controller's is %016" PRIx64
+                     "; the update is refused and version %" PRId64 " kept", got, want, w->version);
+        } else {
+            /* Keep the staged buffers as the parameters; re-bind the named views onto them. */
+            for (int e = 0; e < w->n_experts; e++) {
+                wan_weights_free(&ms[e]->w);
+                if (wan_weights_bind(&ms[e]->w, &ms[e]->layout, ms[e]->params)) {
+                    snprintf(why, sizeof why, "weights_end: out of memory");
+                    return io->send_error(io->ctx, m->id, "internal", why);
+                }
+                free(old[e]);
+                w->staged[e] = NULL;
+            }
+            w->version = w->upd_version;
+            update_reset(w);
+            char hx[17];
+            core_hash_hex(got, hx);
+            json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
+            int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
+            json_decref(f);
+            core_log_info("%s: weights of policy version %" PRId64 " applied (model xxh64 %s)", w->id, w->version, hx);
+            return rc;
+        }
+    }
+    update_reset(w);
+    core_log_warn("%s: %s", w->id, why);
+    return io->send_error(io->ctx, m->id, "weights_mismatch", why);
+}
+
+/* ---- dispatch ---- */
+
+static int rollout_request(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
+    core_rollout_request req;
+    if (core_rollout_request_parse(m, &req)) return io->send_error(io->ctx, m->id, "bad_request", core_last_error());
+    int rc;
+    if (req.policy_version != w->version) {
+        char why[160];
+        snprintf(why, sizeof why, "request for policy version %" PRId64 ", this worker holds %" PRId64,
+                 req.policy_version, w->version);
+        rc = io->send_error(io->ctx, m->id, "version_mismatch", why);
+    } else if (!io->rollout) {
+        rc = io->send_error(io->ctx, m->id, "rollout_failed", "this worker cannot run rollouts");
+    } else {
+        rc = io->rollout(io->ctx, m, &req);
+    }
+    core_rollout_request_free(&req);
+    return rc;
+}
+
+int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const rollout_worker_io *io) {
+    switch (m->type) {
+    case CORE_WIRE_ROLLOUT_REQUEST: return rollout_request(s, m, io) ? -1 : 0;
+    case CORE_WIRE_WEIGHTS_BEGIN: return weights_begin(s, m, io) ? -1 : 0;
+    case CORE_WIRE_WEIGHTS_TENSOR: weights_tensor(s, m); return 0;
+    case CORE_WIRE_WEIGHTS_END: return weights_end(s, m, io) ? -1 : 0;
+    case CORE_WIRE_HELLO: return 0; /* the controller's greeting: nothing to answer */
+    case CORE_WIRE_ERROR: {
+        /* e.g. the controller refusing a message of ours: logged, never answered (no error ping-pong) */
+        const char *code = json_string_value(json_object_get(m->header, "code"));
+        const char *why = json_string_value(json_object_get(m->header, "reason"));
+        core_log_warn("%s: the controller answered %.128s with an error: %.32s: %.300s", s->id ? s->id : "worker",
+                      m->id, code ? code : "?", why ? why : "?");
+        return 0;
+    }
+    case CORE_WIRE_SHUTDOWN: return io->send_fields(io->ctx, CORE_WIRE_SHUTDOWN, m->id, NULL) ? -1 : 1;
+    default: {
+        char why[96];
+        snprintf(why, sizeof why, "a rollout worker does not serve \"%s\"", core_wire_type_name(m->type));
+        return io->send_error(io->ctx, m->id, "unsupported", why) ? -1 : 0;
+    }
+    }
+}

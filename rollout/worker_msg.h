@@ -1,0 +1,57 @@
+/* rollout/worker_msg.h — what a rollout worker (rollout/worker.h) does with one parsed message from the controller,
+ * without sockets: rollout_request checks (then the caller's rollout), the staged weight update (weights_begin /
+ * weights_tensor / weights_end, each tensor's xxh64 and the whole-model hash checked), shutdown, and the answers
+ * to anything else. rollout/worker.c calls it for every message; tests/fuzz/fuzz_worker_msg.c calls it with
+ * arbitrary messages and a tiny model. Replies go out through the caller's functions (rollout_worker_io).
+ *
+ * The worker's DEALER has one peer, the controller; with the run's keys (core/curve.h) it is a CURVE client that
+ * checks the controller's public key, so only the run's controller can push weights or shut the worker down: a
+ * fake controller never completes the handshake and none of its messages arrive here.
+ *
+ * Answers: rollout_request for another policy version: error `version_mismatch`; a request that does not parse:
+ * `bad_request`; weights_begin without a valid policy_version / tensors_count: `bad_request`; weights_tensor: no
+ * answer (a problem is kept and reported at weights_end); weights_end: weights_ack, or `weights_mismatch` naming
+ * the first problem (the old weights and version are kept); hello: none (the controller's greeting); error: none,
+ * it is logged (an error is never answered with an error); shutdown: shutdown, then the worker stops; any other type:
+ * `unsupported`. */
+#ifndef ROLLOUT_WORKER_MSG_H
+#define ROLLOUT_WORKER_MSG_H
+
+#include <stdint.h>
+
+#include "core/wire.h"
+#include "core/wire_rollout.h"
+#include "model/dit/wan_dit.h"
+
+typedef struct {
+    wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
+    int n_experts;
+    const char *id;          /* the worker's client id, for logs */
+    int64_t version;         /* policy version of the weights held */
+    /* a weights update in progress */
+    int updating;
+    int64_t upd_version;
+    int upd_announced, upd_received;
+    float *staged[2];        /* copies of the experts' params */
+    uint8_t *seen[2];        /* per tensor: received */
+    char upd_error[512];
+} rollout_worker_state;
+
+typedef struct {
+    void *ctx;
+    /* Sends an `error` {code, reason} with request id `id`. -1 on a socket failure. */
+    int (*send_error)(void *ctx, const char *id, const char *code, const char *reason);
+    /* Sends a header-only message of `type` with fields (may be NULL). -1 on a socket failure. */
+    int (*send_fields)(void *ctx, core_wire_type type, const char *id, const json_t *fields);
+    /* Runs a parsed rollout request of the worker's policy version and sends its reply (trajectory, or an error
+     * `rollout_failed`). -1 on a socket failure. NULL: answered with an error `rollout_failed`. */
+    int (*rollout)(void *ctx, const core_wire_msg *m, const core_rollout_request *req);
+} rollout_worker_io;
+
+/* Handles message m. Returns 0 (keep serving), 1 (`shutdown` was answered: stop), or -1 when io failed to send. */
+int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const rollout_worker_io *io);
+
+/* Frees a weights update in progress (the state's models are the caller's). */
+void rollout_worker_state_free(rollout_worker_state *s);
+
+#endif
