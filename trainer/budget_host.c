@@ -178,8 +178,8 @@ static const char *phase_name(unsigned ph) {
     case BUDGET_TRAIN: return "training";
     case BUDGET_EVAL: return "eval";
     case BUDGET_SYNC: return "sync";
-    case BUDGET_ROLLOUT | BUDGET_TRAIN: return "step";
-    case BUDGET_ROLLOUT | BUDGET_EVAL: return "rollouts";
+    case BUDGET_ROLLOUT | BUDGET_TRAIN: return "rollout, training";
+    case BUDGET_ROLLOUT | BUDGET_EVAL: return "rollout, eval";
     }
     return "some";
 }
@@ -193,7 +193,7 @@ static void duration(char *buf, size_t cap, double s) {
 
 void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, double gflops) {
     char a[32], b[32];
-    fprintf(f, "estimate (trainer/budget.h; memory within x%.1f of the measured peak): %s, %d expert%s x %lld "
+    fprintf(f, "estimate (trainer/budget.h; memory within x%.2f of the measured peak): %s, %d expert%s x %lld "
                "parameters, %lld video tokens per sample\n",
             BUDGET_TOLERANCE, e->source, e->n_experts, e->n_experts > 1 ? "s" : "", (long long)e->params,
             (long long)e->tokens);
