@@ -1,0 +1,51 @@
+/* kernels/body/kb_modulate.h — AdaLN modulation x * (1 + scale) + shift and the gated residual x + y * gate, per
+ * element, and the column sums behind the gradients of broadcast modulation rows.
+ *
+ * kernels/cpu/modulate.c's arithmetic: each product and sum rounded as written (fp32); the gradients of a row
+ * broadcast over S tokens (per_token 0) are sums over s = 0..S-1 in order, in double, rounded once and added. So fp32
+ * results are bit-identical to k_cpu_ops. Modulation rows sit at row b (per_token 0) or b*S + s (per_token 1) with
+ * a row stride of mod_stride floats (kernels.h). Reference: diffusers WanTransformerBlock. */
+#ifndef KERNELS_BODY_KB_MODULATE_H
+#define KERNELS_BODY_KB_MODULATE_H
+
+#include "kernels/body/kb_base.h"
+
+/* Offset of the modulation row for token s of sample b. */
+KB_FN size_t kb_mod_row(int b, int s, int S, int per_token, int mod_stride) {
+    return (per_token ? (size_t)b * S + (size_t)s : (size_t)b) * (size_t)mod_stride;
+}
+
+/* x * (1 + scale) + shift. */
+KB_FN float kb_modulate_elem(float x, float shift, float scale) {
+    float one_sc = 1.0f + scale;
+    float y = x * one_sc;
+    return y + shift;
+}
+
+/* dout * (1 + scale): the dx term of the modulation. */
+KB_FN float kb_modulate_dx_elem(float g, float scale) {
+    float one_sc = 1.0f + scale;
+    return g * one_sc;
+}
+
+/* x + y * gate. */
+KB_FN float kb_gate_residual_elem(float x, float y, float gate) {
+    float t = y * gate;
+    return x + t;
+}
+
+/* Column sums over the S tokens of one sample for column d: *sgx = sum_s g[s,d] * x[s,d] (sgx may be NULL),
+ * *sg = sum_s g[s,d] (sg may be NULL); in double, s in order. g, x [S, D] rows starting at `base` (= b*S*D). */
+KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, double *sgx, double *sg) {
+    double a = 0.0, c = 0.0;
+    for (int s = 0; s < S; s++) {
+        size_t i = base + (size_t)s * D + (size_t)d;
+        float gv = kb_get(g, i);
+        if (sgx) a += (double)gv * (double)kb_get(x, i);
+        if (sg) c += (double)gv;
+    }
+    if (sgx) *sgx = a;
+    if (sg) *sg = c;
+}
+
+#endif
