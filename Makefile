@@ -94,12 +94,13 @@ check-layout: $(BUILD)/vgrpo
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
-FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c)
+FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c) \
+  core/log.c core/checksum.c core/json.c core/philox.c trainer/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c
 fuzz: deps
 	@mkdir -p build-fuzz
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) \
-	    -lyaml -ljansson -lm; \
+	    -lyaml -ljansson -lxxhash -lm; \
 	  mkdir -p build-fuzz/corpus-$$t; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  rc=0; build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build-fuzz/$$t- \
