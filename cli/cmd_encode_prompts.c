@@ -1,7 +1,8 @@
 /* cli/cmd_encode_prompts.c — `vgrpo encode-prompts --text-encoder DIR --tokenizer DIR --prompts FILE
  * --out cache.safetensors [--max-length N]`: encodes a prompt list once with umT5, so training never re-encodes.
  *
- * FILE: UTF-8, one prompt per line (a trailing "\r" is dropped; lines of only whitespace are skipped).
+ * FILE: read as every job reads prompt files (core/prompts.h): text (one prompt per line, trimmed, blank and #-comment
+ * lines skipped, UTF-8 checked with errors at file:line) or a VBench-style JSON list.
  * The cache holds, as WanPipeline._get_t5_prompt_embeds computes them (model/text/t5_prompt.h; ftfy not reproduced):
  *   embeds           F32 [P, N, D]  prompts in file order, each trimmed to its token count and zero-padded to N
  *   lengths          I64 [P]        token count of each prompt (with </s>, at most N)
@@ -15,44 +16,22 @@
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "core/error.h"
+#include "core/prompts.h"
 #include "core/safetensors.h"
 #include "model/text/t5_prompt.h"
 
 #define ENCODE_BATCH 8 /* prompts per encoder call: bounds memory; results do not depend on it */
 
-/* Reads the non-blank lines of path; *out is a malloc'd array of malloc'd strings. */
+/* The prompts of path as every job reads them (core/prompts.h: text or VBench JSON, UTF-8 checked, errors at
+ * file:line, the recipes' default limits). *out is a malloc'd array of malloc'd strings. */
 static int read_prompts(const char *path, char ***out, int *count) {
     struct stat st;
     if (stat(path, &st) != 0) return core_error("prompt file %s does not exist", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return core_error("prompt file %s cannot be opened", path);
-    char **v = NULL, *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int n = 0, rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        ssize_t first = 0; /* blank lines and lines whose first non-blank character is '#' are skipped, as in
-                              the recipes' prompt lists (core/prompts.c) */
-        while (first < len && strchr(" \t\v\f", line[first])) first++;
-        if (first == len || line[first] == '#') continue;
-        char **nv = realloc(v, (size_t)(n + 1) * sizeof *v);
-        if (!nv || !(nv[n] = strdup(line))) {
-            if (nv) v = nv;
-            rc = core_error("prompt file %s: out of memory", path);
-            break;
-        }
-        v = nv, n++;
-    }
-    free(line);
-    fclose(f);
-    if (!rc && n == 0) rc = core_error("prompt file %s has no prompts (it is empty or blank)", path);
-    if (rc) {
-        for (int i = 0; i < n; i++) free(v[i]);
-        free(v);
-        return -1;
-    }
-    *out = v, *count = n;
+    core_prompts p;
+    if (core_prompts_read(&p, path)) return -1;
+    *out = p.text, *count = p.n; /* the texts move to the caller */
+    for (int i = 0; i < p.n; i++) json_decref(p.meta[i]);
+    free(p.line), free(p.meta);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* cli/opts.c — the subcommands' option parser and usage writer; the contract is in cli/opts.h. */
 #include "cli/opts.h"
+#include "core/error.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -101,9 +102,10 @@ void opts_usage(const opts_cmd *c, FILE *f) {
 }
 
 static int vfail(const opts_cmd *c, FILE *err, const char *fmt, va_list ap) {
-    fprintf(err, "vgrpo %s: ", c->name);
-    vfprintf(err, fmt, ap);
-    fprintf(err, "\n\n");
+    char msg[1024], safe[1024]; /* the message quotes user arguments: printed with control bytes escaped */
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    core_text_printable(msg, safe, sizeof safe);
+    fprintf(err, "vgrpo %s: %s\n\n", c->name, safe);
     opts_usage(c, err);
     return OPTS_USAGE;
 }

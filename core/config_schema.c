@@ -256,8 +256,10 @@ static int convert(const core_cfg_entry *e, const core_cfg_node *n, void *obj) {
         const char *s;
         if (core_config_as_string(n, &s)) return -1;
         if (!s) {
-            if (e->flags & CORE_CFG_REQUIRED)
-                return core_error("%s: %s: a value is required, got null", n->where, n->path);
+            /* null (or an empty --set) is "no value": allowed only where the key has no default and no choices */
+            if ((e->flags & CORE_CFG_REQUIRED) || (e->def && *e->def) || e->choices)
+                return core_error("%s: %s: a value is required, got null%s%s%s", n->where, n->path,
+                                  e->choices ? " (one of " : "", e->choices ? e->choices : "", e->choices ? ")" : "");
             return 0;
         }
         if (check_choice(e, n, s)) return -1;

@@ -6,6 +6,8 @@
 #ifndef CORE_ERROR_H
 #define CORE_ERROR_H
 
+#include <stddef.h>
+
 #define CORE_ERROR_MAX 1024
 
 /* Records a printf-style message for this thread, replacing the previous one. Always returns -1. */
@@ -16,6 +18,9 @@ int core_error_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The last message recorded on this thread ("" if none). */
 const char *core_last_error(void);
+/* Copies in to out (cap bytes, NUL-terminated, cut at a character boundary) with control bytes (other than newline and
+ * tab) and bytes that are not valid UTF-8 written as \xNN. core_error and core_error_push apply it to every message. */
+void core_text_printable(const char *in, char *out, size_t cap);
 
 /* Clears this thread's message. */
 void core_error_clear(void);

@@ -122,6 +122,7 @@ static int check_size(const core_prompts *p, const core_prompts_limits *L, const
 static int text_line(core_prompts *p, int *cap, char *line, size_t len, int lineno) {
     char *s = line, *e = line + len;
     *e = 0;
+    if (lineno == 1 && len >= 3 && !memcmp(s, "\xef\xbb\xbf", 3)) s += 3; /* a UTF-8 byte-order mark is not text */
     while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\v' || e[-1] == '\f'))
         *--e = 0;
     while (s < e && isspace((unsigned char)*s)) s++;
@@ -228,17 +229,17 @@ static int read_json(core_prompts *p, const core_prompts_limits *L) {
         const char *pr = json_string_value(json_object_get(o, "prompt_en"));
         size_t bad;
         if (!json_is_object(o) || !pr || !pr[0]) {
-            rc = core_error("%s: entry %zu: needs a non-empty string \"prompt_en\"", p->path, i);
+            rc = core_error("%s: prompt %zu: needs a non-empty string \"prompt_en\"", p->path, i + 1);
             break;
         }
         if ((int64_t)strlen(pr) > L->max_line_bytes) {
-            rc = core_error("%s: entry %zu: \"prompt_en\" is %zu bytes, over data.max_prompt_bytes %lld", p->path, i,
+            rc = core_error("%s: prompt %zu: \"prompt_en\" is %zu bytes, over data.max_prompt_bytes %lld", p->path, i + 1,
                             strlen(pr), (long long)L->max_line_bytes);
             break;
         }
         if (core_utf8_check(pr, strlen(pr), &bad)) {
             char q[200];
-            rc = core_error("%s: entry %zu: \"prompt_en\" has a control character (byte %zu): \"%s\"", p->path, i,
+            rc = core_error("%s: prompt %zu: \"prompt_en\" has a control character (byte %zu): \"%s\"", p->path, i + 1,
                             bad + 1, core_quote_bytes(pr, strlen(pr), q, sizeof q));
             break;
         }
@@ -264,7 +265,7 @@ int core_prompts_read_limited(core_prompts *p, const char *path, const core_prom
     snprintf(p->path, sizeof p->path, "%s", path);
     const size_t n = strlen(path);
     int rc = n >= 5 && !strcmp(path + n - 5, ".json") ? read_json(p, &L) : read_text(p, &L);
-    if (!rc && p->n == 0) rc = core_error("%s: no prompts", path);
+    if (!rc && p->n == 0) rc = core_error("%s has no prompts (it is empty, blank or only comments)", path);
     if (rc) core_prompts_free(p);
     return rc;
 }

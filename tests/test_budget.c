@@ -340,7 +340,7 @@ TEST(prompts_limits) {
     snprintf(text, 200, "[{\"prompt_en\": \"a red car\"}, {\"prompt_en\": \"%070d\"}]", 0);
     write_file(path, text);
     CHECK(core_prompts_read_limited(&p, path, &small) == -1);
-    CHECK_MSG(strstr(core_last_error(), "entry 1: \"prompt_en\" is 70 bytes, over data.max_prompt_bytes 64"), "got: %s",
+    CHECK_MSG(strstr(core_last_error(), "prompt 2: \"prompt_en\" is 70 bytes, over data.max_prompt_bytes 64"), "got: %s",
               core_last_error());
     REQUIRE_OK(core_prompts_read(&p, path));
     CHECK(p.n == 2);

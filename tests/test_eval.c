@@ -313,7 +313,7 @@ TEST(eval_bad_input_refused) {
     fclose(f);
     st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --prompts %s --out %s/e4", test_vgrpo_bin(), sets,
                   jp, dir);
-    CHECK(st == 1 && strstr(log, "entry 1") && strstr(log, "prompt_en"));
+    CHECK(st == 1 && strstr(log, "prompt 2:") && strstr(log, "prompt_en"));
     st = test_run(log, sizeof log, "%s eval recipes/tiny-cpu.yaml %s --workers 0", test_vgrpo_bin(), sets);
     CHECK(st == 2 && strstr(log, "--workers"));
 }

@@ -130,3 +130,35 @@ TEST(fault_dry_run_checks_without_weights) {
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set data.eval_prompt_file=%s "
                                     "--set reward.scorers=[brightness]", bin, q) == 0);
 }
+
+/* A text key left empty (a null value) was a crash; bytes from the command line were echoed raw into errors; a
+ * UTF-8 byte-order mark stuck to the first prompt. */
+TEST(fault_null_keys_binary_args_bom) {
+    const char *dir = test_tmpdir();
+    char out[16384], p[700];
+    const char *bin = test_vgrpo_bin();
+    const char *keys[] = {"mode", "optim.schedule", "model.text_encoder", "model.decoder", "algorithm.train_experts",
+                          "algorithm.activations", "algorithm.std_mode", "logging.run_dir"};
+    for (int i = 0; i < 8; i++) {
+        const int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set %s=", bin, keys[i]);
+        CHECK_MSG(st == 1 && strstr(out, keys[i]) && strstr(out, "a value is required"), "%s: status %d: %s", keys[i],
+                  st, out);
+    }
+    /* keys without a default may be null */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set reward.endpoint=", bin) == 0);
+    CHECK(test_run(out, sizeof out, "%s run \"$(printf '/tmp/\\033[31mx\\377.yaml')\" --dry-run", bin) == 1);
+    CHECK_MSG(strstr(out, "\\x1b[31mx\\xff.yaml") && !strchr(out, '\x1b') && !strchr(out, '\xff'), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml \"$(printf -- '--st\\033eps')\" 3", bin) == 2);
+    CHECK_MSG(strstr(out, "\"--st\\x1beps\"") && !strchr(out, '\x1b'), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set \"$(printf 'rollout.eta=\\377')\"", bin) == 1);
+    CHECK_MSG(!strchr(out, '\xff') && strstr(out, "\\xff"), "got: %s", out);
+    /* a BOM before the first prompt is not part of it: the prompt's colour word is still found */
+    snprintf(p, sizeof p, "%s/bom.txt", dir);
+    FILE *f = fopen(p, "wb");
+    REQUIRE(f);
+    fputs("\xef\xbb\xbfred car\na blue sky\n", f);
+    fclose(f);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set data.prompt_file=%s "
+                                    "--set data.eval_prompt_file=%s --set rollout.prompts_per_step=2 --set model.text_encoder=word_embed "
+                                    "--set rollout.text_len=3", bin, p, p) == 0);
+}

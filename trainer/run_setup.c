@@ -111,7 +111,8 @@ int trainer_check_recipe(const core_recipe *r) {
     optim_config oc;
     if (trainer_optim_config(r, &oc)) return -1;
     core_prompts p;
-    if (core_prompts_read(&p, r->prompt_file)) return -1;
+    const core_prompts_limits lim = core_recipe_prompt_limits(r);
+    if (core_prompts_read_limited(&p, r->prompt_file, &lim)) return -1;
     int bad = trainer_check_prompts(r, &p);
     const int n = p.n;
     core_prompts_free(&p);
@@ -119,7 +120,7 @@ int trainer_check_recipe(const core_recipe *r) {
     if (r->prompts_per_step > n)
         return core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
                           r->prompt_file, n);
-    if (core_prompts_read(&p, r->eval_prompt_file)) return -1;
+    if (core_prompts_read_limited(&p, r->eval_prompt_file, &lim)) return -1;
     bad = trainer_check_prompts(r, &p);
     core_prompts_free(&p);
     return bad ? -1 : 0;
@@ -202,7 +203,10 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
 
 /* The training and eval prompts and their conditioning (computed once; the negative prompt's too). */
 static int load_prompts(trainer_state *S, const core_recipe *r) {
-    if (core_prompts_read(&S->train, r->prompt_file) || core_prompts_read(&S->eval, r->eval_prompt_file)) return -1;
+    const core_prompts_limits lim = core_recipe_prompt_limits(r);
+    if (core_prompts_read_limited(&S->train, r->prompt_file, &lim) ||
+        core_prompts_read_limited(&S->eval, r->eval_prompt_file, &lim))
+        return -1;
     const int td = S->pol[0].cfg.text_dim;
     S->ne = (int64_t)r->text_len * td;
     text_cond *tc = text_cond_load(r->text_encoder, r->model_path, r->text_len, td);
