@@ -18,6 +18,7 @@
 #include "cli/opts.h"
 #include "cli/progress.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/prompts.h"
 #include "rollout/text_to_video.h"
 #include "media/png.h"
@@ -55,6 +56,13 @@ static int generate(gen_args *a) {
     const char *codec = NULL;
     uint8_t *video = malloc((size_t)g->frames * g->height * g->width * 3);
     if (!video) return core_error("out of memory for a %d x %d x %d video", g->frames, g->height, g->width);
+    /* the output folder before the minutes of sampling, not after */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", a->out);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    if (slash && dir[0] && (!core_is_dir(dir) || access(dir, W_OK)))
+        return free(video), core_error("--out: the folder %s does not exist or cannot be written", dir);
     int rc = rollout_text_to_video(g, video, &st);
     if (!rc) rc = media_video_write_mp4(a->out, video, g->frames, g->height, g->width, ROLLOUT_T2V_FPS, NULL, &codec);
     sheet_path(a->out, png, sizeof png);
@@ -67,7 +75,16 @@ static int generate(gen_args *a) {
                                             labels);
     free(video);
     if (rc) return -1;
-    if (g->transformer) printf("generate: transformer weights from %s\n", g->transformer);
+    if (g->transformer) {
+        char sib[4300], pipe2[4300];
+        snprintf(sib, sizeof sib, "%s_2", g->transformer);
+        snprintf(pipe2, sizeof pipe2, "%s/transformer_2", g->pipeline);
+        printf("generate: transformer weights from %s\n", g->transformer);
+        if (st.two_experts) printf("generate: transformer_2 weights from %s\n", core_is_dir(sib) ? sib : pipe2);
+        else if (core_is_dir(sib))
+            printf("generate: %s not used: the pipeline %s has one expert (no transformer_2 in model_index.json)\n", sib,
+                   g->pipeline);
+    }
     printf("generate: %s (%d frames, %d x %d, %s) and %s\n"
            "generate: %d steps%s, guidance %g; encode %.2f s, sampling %.2f s, decode %.2f s, total %.2f s\n",
            a->out, g->frames, g->height, g->width, codec, png, g->steps, st.two_experts ? " (two experts)" : "",
