@@ -57,6 +57,11 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
     if (rc->neg)
         for (int j = b; j < 2 * b; j++) memcpy(enc + j * ne, rc->neg, sizeof(float) * (size_t)ne);
     for (int i = 0; i < rc->n_steps; i++) {
+        const int sig = rc->should_stop ? rc->should_stop() : 0;
+        if (sig) {
+            core_error("rollout stopped by signal %d (before denoising step %d of %d)", sig, i + 1, rc->n_steps);
+            goto done;
+        }
         const int e = E->n == 2 ? flow_expert(rc->timesteps[i], rc->boundary_ratio) : 0;
         const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
         const int cfg = flow_cfg_active(g);

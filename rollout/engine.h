@@ -41,10 +41,15 @@ typedef struct {
     float *const *velocities;               /* NULL, or per sample j of a rollout_generate call a buffer
                                                [N, C, F, H, W] that receives the guided velocity v of every step
                                                (what the step used; for the parity check) */
+    int (*should_stop)(void);               /* NULL (never stops), or polled before every denoising step of every
+                                               chunk: a non-zero return (the signal number, e.g. core/stop.h's
+                                               core_stop_interrupt) ends rollout_generate with the error "rollout
+                                               stopped by signal N ..." and nothing allocated */
 } rollout_config;
 
 /* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,
- * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL, guidance_scale_2 = guidance_scale, boundary_ratio 0.875). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
+ * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL, velocities and should_stop NULL, guidance_scale_2 = guidance_scale,
+ * boundary_ratio 0.875). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
  * shift (rollout.shift), eta negative/non-finite (rollout.eta), guidance not finite (rollout.guidance_scale), a
  * shape dim < 1, text_len < 1, batch_size < 1. */
 int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
@@ -63,7 +68,7 @@ typedef struct {
  *   (core_traj_free each). ex NULL = CPU defaults.
  * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size, experts.n not 1 or 2,
  * two experts of different configs, boundary_ratio outside (0, 1) with two experts), out of memory, a DiT or step
- * failure; on error no trajectory is left allocated. */
+ * failure, a stop (rc->should_stop); on error no trajectory is left allocated. */
 int rollout_generate(const rollout_config *rc, const rollout_experts *experts, const wan_exec *ex, int n,
                      const float *const *cond, const uint64_t *uids, const int64_t *prompt_index, core_traj *out);
 

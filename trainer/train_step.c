@@ -231,9 +231,17 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
     }
     if (scratch_alloc(&w, cap, core_traj_latent_numel(&b->traj[0]), (int64_t)b->text_len * policy[0]->cfg.text_dim))
         goto done;
+    int n_mb = 0, mb = 0;
+    for (int e = 0; e < n_experts; e++) n_mb += (per[e] + cap - 1) / cap;
     for (int e = 0, g0 = 0; e < n_experts; g0 += per[e], e++)
         for (int t0 = g0; t0 < g0 + per[e]; t0 += cap) {
             const int cnt = g0 + per[e] - t0 < cap ? g0 + per[e] - t0 : cap;
+            const int sig = tc->should_stop ? tc->should_stop() : 0;
+            if (sig) {
+                core_error("training stopped by signal %d (before micro-batch %d of %d)", sig, mb + 1, n_mb);
+                goto done;
+            }
+            mb++;
             if (micro_batch(policy[e], ref_of(ref, e), ex, tc, b, tr + t0, cnt, denom, backward, &w, stats)) goto done;
         }
     rc = 0;
@@ -305,6 +313,9 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         if (!trained || trained[e]) wan_model_zero_grads(policy[e]);
     grpo_loss_stats local = {0};
     if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
+    /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */
+    const int sig = tc->should_stop ? tc->should_stop() : 0;
+    if (sig) return core_error("training stopped by signal %d (before the optimizer step)", sig);
     if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
     if (stats) grpo_loss_stats_add(stats, &local);
     /* One step over all trained experts: clip by the norm of all their gradients together. */

@@ -59,6 +59,13 @@ typedef struct {
      * [C, F, H, W] fp32, valid during the call) and the recomputed log-prob of the recorded next latent. */
     void (*probe)(void *ctx, int sample, int step, const float *v, int64_t nl, float logp_new);
     void *probe_ctx;
+    /* Stop hook (NULL: never stops; the GRPO loop passes core/stop.h's core_stop_interrupt): polled before every
+     * micro-batch and, in trainer_update(_experts), once more after the last one, before the gradient hook and the
+     * optimizer step. A non-zero return (the signal number) ends the pass with the error "training stopped by signal
+     * N ..." having changed no weight and no optimizer state (the gradients may hold a partial sum). Once the last
+     * poll has passed, the update runs to its end. With a gradient hook over several ranks every rank must get the
+     * same answer (a collective would otherwise wait for ever): the GRPO loop passes NULL there. */
+    int (*should_stop)(void);
 } trainer_config;
 
 /* One pass over every trained transition of the batch.
@@ -68,7 +75,7 @@ typedef struct {
  *   stats: accumulated into (zero it first): loss, policy loss, KL, clip counts, |ratio-1|, |logp_new-logp_old|.
  * Errors (-1): bad config (clip_eps, beta, micro_batch_size, selection vs N), beta > 0 without ref, a trajectory whose
  * shape differs from the first or from the model, an expert id other than 0 (a two-expert rollout: use
- * trainer_accumulate_experts), DiT failures, out of memory. The gradient may be partly accumulated when an error
+ * trainer_accumulate_experts), DiT failures, out of memory, a stop (tc->should_stop). The gradient may be partly accumulated when an error
  * occurs mid-way. The one-expert case of trainer_accumulate_experts (same results, bit for bit). */
 int trainer_accumulate(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
                        const trainer_batch *b, int backward, grpo_loss_stats *stats);
@@ -127,8 +134,8 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
  *   expert); the trained experts' states must be at the same step (one run, one schedule).
  *   info (may be NULL): the global grad norm, the clip factor and the lr.
  * Errors (-1): those of trainer_accumulate_experts, missing grads or optimizer state of a trained expert, a
- * parameter count mismatch, trained optimizers at different steps, an invalid optim_config, a grad_reduce failure or
- * a non-finite global gradient norm (no weights changed). A frozen expert's params, grads and optimizer state are never touched. */
+ * parameter count mismatch, trained optimizers at different steps, an invalid optim_config, a stop (tc->should_stop),
+ * a grad_reduce failure or a non-finite global gradient norm (no weights changed). A frozen expert's params, grads and optimizer state are never touched. */
 int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
                            const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
                            const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
