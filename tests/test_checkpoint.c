@@ -4,18 +4,119 @@
  * prompts, B = 2 so the prompt order wraps an epoch before the checkpoint, G = 4, beta > 0, 2 optimizer steps per
  * rollout, linear lr with warm-up): 2 steps + resume + 2 steps equals 4 straight steps bit for bit (checkpoint
  * files byte-identical, metrics.jsonl rows equal without time/ fields); the rolling limit; a leftover .tmp folder
- * ignored and removed; a missing, truncated or misnamed file and a changed recipe refused; SIGTERM saves and stops. */
+ * ignored and removed; a missing, truncated or misnamed file and a changed recipe refused; SIGTERM saves and stops.
+ * Integrity (issue 13 A): one flipped byte in the weights' or the Adam moments' data, or one changed digit of
+ * trainer_state.json, is refused naming the file and the tensor; a NaN or inf in a weight or a moment (with a valid
+ * checksum) is refused naming the tensor; `--resume RUN` skips a checkpoint with a missing file and one with a
+ * damaged file, naming each and why, and resumes from the one before (then repeats the straight run byte for
+ * byte), while `--resume RUN/checkpoint-N` of a damaged one is an error naming the file; a removal cut short (the
+ * rolling limit killed mid-delete) never leaves a partial checkpoint-N, and its leftovers are removed by the next
+ * save. */
+#include <fcntl.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "core/checksum.h"
 #include "core/safetensors.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 
 /* ---- library level ---- */
+
+/* The whole file's bytes (malloc'd) and their count. */
+static unsigned char *slurp_bytes(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)l + 1);
+    if (b && fread(b, 1, (size_t)l, f) != (size_t)l) free(b), b = NULL;
+    fclose(f);
+    *n = (size_t)l;
+    return b;
+}
+
+static json_t *hexs(uint64_t h) {
+    char s[17];
+    snprintf(s, sizeof s, "%016llx", (unsigned long long)h);
+    return json_string(s);
+}
+
+/* Recomputes ck's integrity record in trainer_state.json (as trainer/checkpoint_sums.h defines it) after a deliberate
+ * edit, so that only the checks after the checksums see the edit. */
+static void reseal(const char *ck) {
+    char p[1024], fp[1024];
+    snprintf(p, sizeof p, "%s/trainer_state.json", ck);
+    json_t *o = json_load_file(p, 0, NULL);
+    REQUIRE(o);
+    json_t *files = json_object_get(o, "files"), *tensors = json_object_get(o, "tensors");
+    REQUIRE(json_is_object(files) && json_is_object(tensors));
+    const char *rel;
+    json_t *v;
+    json_object_foreach(files, rel, v) {
+        size_t n;
+        snprintf(fp, sizeof fp, "%s/%s", ck, rel);
+        unsigned char *b = slurp_bytes(fp, &n);
+        REQUIRE(b);
+        char h[17];
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)core_xxh64(b, n, 0));
+        json_string_set(v, h);
+        free(b);
+        if (strlen(rel) < 12 || strcmp(rel + strlen(rel) - 12, ".safetensors")) continue;
+        st_file *f = st_open(fp);
+        REQUIRE(f);
+        json_t *t = json_object();
+        for (int i = 0; i < st_count(f); i++) {
+            core_tensor x;
+            uint64_t th;
+            REQUIRE_OK(st_get(f, st_info_at(f, i)->name, &x));
+            REQUIRE_OK(core_tensor_xxh64(&x, &th));
+            core_tensor_free(&x);
+            json_object_set_new(t, st_info_at(f, i)->name, hexs(th));
+        }
+        st_close(f);
+        json_object_set_new(tensors, rel, t);
+    }
+    json_object_del(o, "state_xxh64");
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    REQUIRE(s);
+    json_object_set_new(o, "state_xxh64", hexs(core_xxh64(s, strlen(s), 0)));
+    free(s);
+    REQUIRE(json_dump_file(o, p, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0);
+    json_decref(o);
+}
+
+/* Writes `len` bytes at byte `at` of tensor `name`'s data in the safetensors file at path (xor_mask != 0: flips those
+ * bits of one byte instead). */
+static void poke(const char *path, const char *name, int64_t at, const void *bytes, size_t len, unsigned xor_mask) {
+    st_file *f = st_open(path);
+    REQUIRE(f);
+    const int i = st_find(f, name);
+    REQUIRE(i >= 0);
+    const uint64_t begin = st_info_at(f, i)->begin;
+    st_close(f);
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    uint64_t hlen = 0;
+    REQUIRE(pread(fd, &hlen, 8, 0) == 8); /* little-endian header length; the data region follows the header */
+    const off_t off = (off_t)(8 + hlen + begin + (uint64_t)at);
+    if (xor_mask) {
+        unsigned char c;
+        REQUIRE(pread(fd, &c, 1, off) == 1);
+        c ^= (unsigned char)xor_mask;
+        REQUIRE(pwrite(fd, &c, 1, off) == 1);
+    } else {
+        REQUIRE(pwrite(fd, bytes, len, off) == (ssize_t)len);
+    }
+    close(fd);
+}
 
 static void tiny_expert(wan_model *m, optim_adamw *o, uint64_t seed) {
     wan_config c;
@@ -139,7 +240,7 @@ TEST(checkpoint_list_prune_resolve_and_refusals) {
     REQUIRE(test_run(out, sizeof out, "cp -r %s %s/c5 && cp -r %s %s/c6 && cp -r %s %s/checkpoint-8", ck, dir, ck, dir,
                      ck, dir) == 0);
     snprintf(ck, sizeof ck, "%s/checkpoint-8", dir);
-    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == -1);
+    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == TRAINER_CKPT_DAMAGED);
     CHECK_MSG(strstr(core_last_error(), "step 4 but the folder is named checkpoint-8"), "got: %s", core_last_error());
     struct {
         const char *cmd, *expect;
@@ -158,7 +259,7 @@ TEST(checkpoint_list_prune_resolve_and_refusals) {
         snprintf(ck, sizeof ck, "%s/bad%zu", dir, i);
         REQUIRE(test_run(out, sizeof out, "cp -r %s/checkpoint-4 %s", dir, ck) == 0);
         REQUIRE(test_run(out, sizeof out, cases[i].cmd, ck) == 0);
-        CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == -1);
+        CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == TRAINER_CKPT_DAMAGED);
         CHECK_MSG(strstr(core_last_error(), cases[i].expect), "case %zu: got: %s", i, core_last_error());
     }
     /* optimizer.safetensors with a moment of the wrong shape, or an extra tensor: named */
@@ -193,12 +294,172 @@ TEST(checkpoint_list_prune_resolve_and_refusals) {
     st_writer_free(w), st_writer_free(w6);
     st_close(f);
     REQUIRE(test_run(out, sizeof out, "mv %s/c5/optimizer2.safetensors %s/c5/optimizer.safetensors", dir, dir) == 0);
+    /* as they are, their checksums name what changed; resealed (valid checksums), the layout check names it */
     snprintf(ck, sizeof ck, "%s/c5", dir);
+    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == TRAINER_CKPT_DAMAGED);
+    CHECK_MSG(strstr(core_last_error(), "optimizer.safetensors: damaged file") &&
+                  strstr(core_last_error(), "tensor \"transformer/exp_avg/blocks.0.attn1.norm_q.weight\" differs"),
+              "got: %s", core_last_error());
+    reseal(ck);
     CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == -1);
-    CHECK_MSG(strstr(core_last_error(), "transformer/exp_avg/blocks.0.attn1.norm_q.weight"), "got: %s", core_last_error());
+    CHECK_MSG(strstr(core_last_error(), "transformer/exp_avg/blocks.0.attn1.norm_q.weight\": expected F32 with the "
+                                        "parameter's shape"), "got: %s", core_last_error());
     snprintf(ck, sizeof ck, "%s/c6", dir);
-    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == -1);
+    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == TRAINER_CKPT_DAMAGED);
     CHECK_MSG(strstr(core_last_error(), "unexpected tensor \"transformer/exp_avg/extra\""), "got: %s", core_last_error());
+    reseal(ck);
+    CHECK(trainer_ckpt_load(ck, cfg, &ex, 1, &got) == -1);
+    CHECK_MSG(strstr(core_last_error(), "unexpected tensor \"transformer/exp_avg/extra\" (not an optimizer state"),
+              "got: %s", core_last_error());
+    wan_model_free(&m);
+    optim_adamw_free(&o);
+}
+
+/* Issue 13 A: damage and non-finite values are refused, naming the file and the tensor. */
+TEST(checkpoint_refuses_damage_and_non_finite) {
+    const char *dir = test_tmpdir();
+    wan_model m, m2;
+    optim_adamw o, o2;
+    tiny_expert(&m, &o, 5);
+    tiny_expert(&m2, &o2, 6);
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL}, ex2 = {"transformer", &m2, &o2, NULL};
+    const char *cfg = "{a: 1}";
+    char ck[TRAINER_CKPT_PATH_MAX], out[4096], p[TRAINER_CKPT_PATH_MAX + 64], want[512];
+    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 1, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
+    REQUIRE_OK(trainer_ckpt_verify(ck, NULL));
+    const wan_layout *L = &m.layout;
+    const char *wname = L->tensors[3].name, *oname_t = L->tensors[2].name;
+    char oname[256];
+    snprintf(oname, sizeof oname, "transformer/exp_avg/%s", oname_t);
+    float *before = malloc(sizeof(float) * (size_t)L->numel);
+    REQUIRE(before);
+    memcpy(before, m2.params, sizeof(float) * (size_t)L->numel);
+    trainer_ckpt_state got;
+    /* one flipped bit in the data of a weight, of an Adam moment; one changed digit of the state */
+    struct {
+        const char *file, *tensor;
+    } flips[2] = {{"transformer/diffusion_pytorch_model.safetensors", wname}, {"optimizer.safetensors", oname}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/flip%d", dir, i);
+        REQUIRE(test_run(out, sizeof out, "cp -r %s %s", ck, p) == 0);
+        char fp[TRAINER_CKPT_PATH_MAX + 128];
+        snprintf(fp, sizeof fp, "%s/%s", p, flips[i].file);
+        poke(fp, flips[i].tensor, 5, NULL, 0, 0x01);
+        CHECK(trainer_ckpt_load(p, cfg, &ex2, 1, &got) == TRAINER_CKPT_DAMAGED);
+        snprintf(want, sizeof want, "tensor \"%s\" differs", flips[i].tensor);
+        CHECK_MSG(strstr(core_last_error(), fp) && strstr(core_last_error(), "damaged file") &&
+                      strstr(core_last_error(), want),
+                  "flip in %s: got: %s", flips[i].file, core_last_error());
+        CHECK(trainer_ckpt_verify(p, NULL) == -1 && strstr(core_last_error(), want));
+        CHECK(!memcmp(m2.params, before, sizeof(float) * (size_t)L->numel)); /* nothing was read into the run */
+    }
+    snprintf(p, sizeof p, "%s/state", dir);
+    REQUIRE(test_run(out, sizeof out, "cp -r %s %s && sed -i 's/\"data_position\": 0/\"data_position\": 1/' "
+                                      "%s/trainer_state.json", ck, p, p) == 0);
+    CHECK(trainer_ckpt_load(p, cfg, &ex2, 1, &got) == TRAINER_CKPT_DAMAGED);
+    CHECK_MSG(strstr(core_last_error(), "trainer_state.json: damaged file") && strstr(core_last_error(), "state_xxh64"),
+              "got: %s", core_last_error());
+    /* a NaN in a weight and an inf in an Adam moment, saved as they are (valid checksums): refused, named */
+    const int64_t wk = L->tensors[3].offset + 17, ok = L->tensors[2].offset + 1;
+    m.params[wk] = NAN;
+    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 2, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
+    CHECK(trainer_ckpt_load(ck, cfg, &ex2, 1, &got) == TRAINER_CKPT_DAMAGED);
+    snprintf(want, sizeof want, "transformer/diffusion_pytorch_model.safetensors: tensor \"%s\" holds a non-finite "
+                                "value (nan at element 17 of", wname);
+    CHECK_MSG(strstr(core_last_error(), want), "got: %s", core_last_error());
+    m.params[wk] = 0.5f;
+    o.v[ok] = INFINITY;
+    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 3, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
+    CHECK(trainer_ckpt_load(ck, cfg, &ex2, 1, &got) == TRAINER_CKPT_DAMAGED);
+    snprintf(want, sizeof want, "optimizer.safetensors: tensor \"transformer/exp_avg_sq/%s\" holds a non-finite value "
+                                "(inf at element 1 of", oname_t);
+    CHECK_MSG(strstr(core_last_error(), want), "got: %s", core_last_error());
+    o.v[ok] = 0;
+    CHECK(!memcmp(m2.params, before, sizeof(float) * (size_t)L->numel));
+    /* a NaN written into the file and the checksums fixed up: only the finite check can catch it */
+    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 4, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
+    REQUIRE_OK(trainer_ckpt_load(ck, cfg, &ex2, 1, &got));
+    trainer_ckpt_state_free(&got);
+    const float nan = NAN;
+    snprintf(p, sizeof p, "%s/transformer/diffusion_pytorch_model.safetensors", ck);
+    poke(p, wname, 4 * 9, &nan, sizeof nan, 0);
+    CHECK(trainer_ckpt_verify(ck, NULL) == -1 && strstr(core_last_error(), "damaged file"));
+    reseal(ck);
+    CHECK(trainer_ckpt_load(ck, cfg, &ex2, 1, &got) == TRAINER_CKPT_DAMAGED);
+    snprintf(want, sizeof want, "tensor \"%s\" holds a non-finite value (nan at element 9 of", wname);
+    CHECK_MSG(strstr(core_last_error(), want) && !strstr(core_last_error(), "damaged"), "got: %s", core_last_error());
+    free(before);
+    wan_model_free(&m), wan_model_free(&m2);
+    optim_adamw_free(&o), optim_adamw_free(&o2);
+}
+
+/* 1 when path exists. */
+static int present(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* Issue 13 A: removing a checkpoint (the rolling limit) goes through a rename, so however it is cut short no folder
+ * named checkpoint-N is ever partial; what is left is removed by the next save, and never read. */
+TEST(checkpoint_removal_cut_short_leaves_no_partial_checkpoint) {
+    const char *dir = test_tmpdir();
+    wan_model m;
+    optim_adamw o;
+    tiny_expert(&m, &o, 5);
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL};
+    const char *cfg = "{a: 1}";
+    char out[4096], ck[TRAINER_CKPT_PATH_MAX];
+    for (int s = 1; s <= 2; s++)
+        REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = s, .config = (char *)cfg}, &ex, 1, 0, NULL, 0));
+    /* many files in checkpoint-1, so that deleting it takes a while (they are not part of the checkpoint) */
+    enum { JUNK = 20000 };
+    REQUIRE(test_run(out, sizeof out, "mkdir %s/checkpoint-1/junk && cd %s/checkpoint-1/junk && seq 1 %d | xargs touch",
+                     dir, dir, JUNK) == 0);
+    /* the paths a watcher looks at: the checkpoint's own files and every 1000th junk file */
+    char watch[32][700];
+    int nw = 0;
+    const char *own[] = {"trainer_state.json", "optimizer.safetensors", "transformer/config.json",
+                         "transformer/diffusion_pytorch_model.safetensors"};
+    for (int i = 0; i < 4; i++) snprintf(watch[nw++], sizeof watch[0], "%s/checkpoint-1/%s", dir, own[i]);
+    for (int j = 1; j <= JUNK && nw < 32; j += 1000) snprintf(watch[nw++], sizeof watch[0], "%s/checkpoint-1/junk/%d", dir, j);
+    char ck1[700];
+    snprintf(ck1, sizeof ck1, "%s/checkpoint-1", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) _exit(trainer_ckpt_prune(dir, 1, -1) == 1 ? 0 : 1); /* removes checkpoint-1 */
+    /* Watch until checkpoint-1 is gone or seen partial, then kill the pruning process (cut short). A file missing
+     * while a folder named checkpoint-1 still stands is a partial checkpoint. */
+    int partial = 0, gone = 0, status = 0;
+    for (long it = 0; it < 20000000 && !partial && !gone; it++) {
+        for (int i = 0; i < nw && !partial; i++)
+            if (!present(watch[i])) partial = present(ck1), gone = !partial;
+        if (!partial && !gone && waitpid(pid, &status, WNOHANG) == pid) {
+            pid = 0;
+            break;
+        }
+    }
+    if (pid > 0) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    CHECK_MSG(!partial, "a folder named checkpoint-1 was seen with files missing while it was being removed");
+    CHECK_MSG(partial || gone || pid == 0, "the removal never started");
+    /* checkpoint-1 is gone or complete; checkpoint-2 is complete; the run folder resolves to checkpoint-2 */
+    CHECK(!present(ck1) || trainer_ckpt_verify(ck1, NULL) == 0);
+    snprintf(ck, sizeof ck, "%s/checkpoint-2", dir);
+    CHECK(trainer_ckpt_verify(ck, NULL) == 0);
+    /* a removal cut short earlier, after its rename: a partial trash folder, and a half-written .tmp; never read */
+    REQUIRE(test_run(out, sizeof out, "mkdir -p %s/.trash-checkpoint-7-abcdef/transformer %s/.checkpoint-9.tmp && "
+                                      "cp %s/checkpoint-2/trainer_state.json %s/.trash-checkpoint-7-abcdef/",
+                     dir, dir, dir, dir) == 0);
+    int64_t *steps;
+    const int n = trainer_ckpt_list(dir, &steps);
+    CHECK(n >= 1 && steps[n - 1] == 2);
+    free(steps);
+    REQUIRE_OK(trainer_ckpt_resolve(dir, ck, sizeof ck));
+    CHECK_MSG(strstr(ck, "checkpoint-2"), "resolved %s", ck);
+    /* the next save removes every leftover */
+    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 3, .config = (char *)cfg}, &ex, 1, 2, NULL, 0));
+    CHECK_MSG(test_run(out, sizeof out, "ls -A %s | grep -e trash -e '\\.tmp'", dir) != 0, "left: %s", out);
+    CHECK(!present(ck1));
     wan_model_free(&m);
     optim_adamw_free(&o);
 }
@@ -362,4 +623,49 @@ TEST(checkpoint_run_rolling_limit_tmp_and_signal) {
         for (int i = 0; i < nr; i++) json_decref(rows[i]);
     }
     free(steps);
+}
+
+/* Issue 13 A: --resume RUN skips a checkpoint with a missing file and one with a damaged file (each named with the
+ * reason) and resumes from the one before, repeating the straight run byte for byte; --resume RUN/checkpoint-N of a
+ * damaged checkpoint is an error naming the file. */
+TEST(checkpoint_resume_skips_damaged_and_incomplete) {
+    const char *dir = test_tmpdir();
+    char out[32768], x[1024];
+    make_inputs(dir);
+    REQUIRE(run(dir, "r", "--steps 3 --set checkpoint.every=1 --set checkpoint.total_limit=0", out, sizeof out) == 0);
+    REQUIRE(test_run(out, sizeof out, "cp -r %s/r/checkpoint-3 %s/orig3 && cp %s/r/metrics.jsonl %s/orig-metrics.jsonl && "
+                                      "rm %s/r/checkpoint-3/optimizer.safetensors",
+                     dir, dir, dir, dir, dir) == 0);
+    snprintf(x, sizeof x, "%s/r/checkpoint-2/transformer/diffusion_pytorch_model.safetensors", dir);
+    poke(x, "blocks.1.ffn.net.2.weight", 6, NULL, 0, 0x10);
+    /* the damaged checkpoint named: an error naming the file, the run's files as they were */
+    snprintf(x, sizeof x, "--steps 3 --resume %s/r/checkpoint-2", dir);
+    CHECK(run(dir, "r", x, out, sizeof out) == 1);
+    CHECK_MSG(strstr(out, "checkpoint-2/transformer/diffusion_pytorch_model.safetensors: damaged file") &&
+                  strstr(out, "tensor \"blocks.1.ffn.net.2.weight\" differs"),
+              "got: %s", out);
+    snprintf(x, sizeof x, "--steps 3 --resume %s/r/checkpoint-3", dir);
+    CHECK(run(dir, "r", x, out, sizeof out) == 1);
+    CHECK_MSG(strstr(out, "checkpoint-3: missing file optimizer.safetensors (incomplete checkpoint)"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "cmp %s/r/metrics.jsonl %s/orig-metrics.jsonl", dir, dir) == 0);
+    /* the run folder: 3 and 2 skipped, named with why; resumed from 1 */
+    snprintf(x, sizeof x, "--steps 3 --set checkpoint.every=1 --set checkpoint.total_limit=0 --resume %s/r", dir);
+    REQUIRE_OK(run(dir, "r", x, out, sizeof out) ? (test_fail(__FILE__, __LINE__, "%s", out), -1) : 0);
+    CHECK_MSG(strstr(out, "skipping") && strstr(out, "checkpoint-3: missing file optimizer.safetensors") &&
+                  strstr(out, "checkpoint-2/transformer/diffusion_pytorch_model.safetensors: damaged file") &&
+                  strstr(out, "checkpoint-1: step 1"),
+              "got: %s", out);
+    const char *files[] = {"transformer/diffusion_pytorch_model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/r/checkpoint-3/%s %s/orig3/%s", dir, files[f], dir, files[f]) == 0,
+                  "checkpoint-3/%s differs from the straight run's: %s", files[f], out);
+    json_t *ra[8], *rb[8];
+    snprintf(x, sizeof x, "%s/r/metrics.jsonl", dir);
+    const int na = read_rows(x, ra, 8, 0);
+    snprintf(x, sizeof x, "%s/orig-metrics.jsonl", dir);
+    const int nb = read_rows(x, rb, 8, 0);
+    CHECK_MSG(na == 4 && nb == 4, "rows %d and %d", na, nb);
+    for (int i = 0; i < na && i < nb; i++) CHECK_MSG(json_equal(ra[i], rb[i]), "metrics row %d differs", i);
+    for (int i = 0; i < na; i++) json_decref(ra[i]);
+    for (int i = 0; i < nb; i++) json_decref(rb[i]);
 }

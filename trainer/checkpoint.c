@@ -19,11 +19,15 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/safetensors.h"
+#include "trainer/checkpoint_sums.h"
 
 #define STATE_FILE "trainer_state.json"
 #define OPTIM_FILE "optimizer.safetensors"
 #define STATE_FORMAT "vgrpo-trainer-state"
+#define STATE_VERSION 2 /* 2: with the integrity record (files, tensors, state_xxh64) */
+#define TRASH_PREFIX ".trash-checkpoint-"
 #define OPTIM_FORMAT "vgrpo-adamw"
 
 void trainer_ckpt_state_free(trainer_ckpt_state *s) {
@@ -203,10 +207,12 @@ static int ckpt_name(const char *name, int64_t *step) {
     return 1;
 }
 
-/* 1 if name is ".checkpoint-*.tmp". */
-static int tmp_name(const char *name) {
+/* 1 if name is a leftover: ".checkpoint-*.tmp" (a save or a replacement cut short) or ".trash-checkpoint-*" (a
+ * removal cut short). */
+static int leftover_name(const char *name) {
     size_t l = strlen(name);
-    return !strncmp(name, ".checkpoint-", 12) && l > 16 && !strcmp(name + l - 4, ".tmp");
+    return (!strncmp(name, ".checkpoint-", 12) && l > 16 && !strcmp(name + l - 4, ".tmp")) ||
+           !strncmp(name, TRASH_PREFIX, strlen(TRASH_PREFIX));
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -239,15 +245,14 @@ int trainer_ckpt_list(const char *dir, int64_t **steps) {
     return n;
 }
 
-/* Removes every .checkpoint-*.tmp folder in dir. Returns the number removed or -1. */
-static int clean_tmp(const char *dir) {
+int trainer_ckpt_clean(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return errno == ENOENT ? 0 : core_error("%s: cannot list: %s", dir, strerror(errno));
     int n = 0, rc = 0;
     struct dirent *e;
     char p[TRAINER_CKPT_PATH_MAX];
     while ((e = readdir(d)) && !rc)
-        if (tmp_name(e->d_name)) {
+        if (leftover_name(e->d_name)) {
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             rc = rm_tree(p);
             n++;
@@ -256,17 +261,37 @@ static int clean_tmp(const char *dir) {
     return rc ? -1 : n;
 }
 
+/* Removes dir/name (a complete checkpoint) so that no folder named checkpoint-N is ever partial: renamed first to
+ * a fresh .trash-checkpoint-N-XXXXXX (rename onto an empty folder is atomic), the parent fsync'd, then deleted. A
+ * deletion cut short leaves only the trash folder, which the next save or resume removes (trainer_ckpt_clean). */
+static int remove_checkpoint(const char *dir, const char *name) {
+    char p[TRAINER_CKPT_PATH_MAX], trash[TRAINER_CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (snprintf(trash, sizeof trash, "%s/" TRASH_PREFIX "%s-XXXXXX", dir, name + 11) >= (int)sizeof trash)
+        return core_error("%s: path too long", p);
+    if (!mkdtemp(trash)) return core_error("%s: cannot create a folder to remove %s into: %s", trash, p, strerror(errno));
+    if (rename(p, trash)) {
+        int e = errno;
+        rmdir(trash);
+        return core_error("%s: cannot move it aside to remove it: %s", p, strerror(e));
+    }
+    if (fsync_path(dir)) return -1;
+    if (rm_tree(trash)) /* out of sight already; the next save or resume retries */
+        core_log_warn("%s (removing %s; the next save retries)", core_last_error(), name);
+    return 0;
+}
+
 int trainer_ckpt_prune(const char *dir, int keep, int64_t spare) {
     if (keep < 1) return core_error("checkpoint.total_limit: must keep at least 1, got %d", keep);
-    if (clean_tmp(dir) < 0) return -1;
+    if (trainer_ckpt_clean(dir) < 0) return -1;
     int64_t *steps;
     int n = trainer_ckpt_list(dir, &steps), removed = 0;
     if (n < 0) return -1;
-    char p[TRAINER_CKPT_PATH_MAX];
+    char name[64];
     for (int i = 0; i < n && n - removed > keep; i++) {
         if (steps[i] == spare) continue;
-        snprintf(p, sizeof p, "%s/checkpoint-%" PRId64, dir, steps[i]);
-        if (rm_tree(p)) return free(steps), -1;
+        snprintf(name, sizeof name, "checkpoint-%" PRId64, steps[i]);
+        if (remove_checkpoint(dir, name)) return free(steps), -1;
         removed++;
     }
     free(steps);
@@ -294,8 +319,23 @@ int trainer_ckpt_resolve(const char *path, char *out, size_t cap) {
     if (n == 0)
         return core_error("%s: no complete checkpoint (no checkpoint-N folder; .checkpoint-N.tmp folders are "
                           "incomplete saves)", path);
-    int rc = snprintf(out, cap, "%s/checkpoint-%" PRId64, p, steps[n - 1]) >= (int)cap ? core_error("%s: path too long", p) : 0;
+    char why[2048] = "";
+    int rc = -1;
+    for (int i = n - 1; i >= 0 && rc; i--) {
+        if (snprintf(out, cap, "%s/checkpoint-%" PRId64, p, steps[i]) >= (int)cap) {
+            rc = core_error("%s: path too long", p);
+            break;
+        }
+        if (!trainer_ckpt_verify(out, NULL)) {
+            rc = 0;
+            break;
+        }
+        core_log_warn("skipping checkpoint-%" PRId64 ": %s", steps[i], core_last_error());
+        size_t l = strlen(why);
+        snprintf(why + l, sizeof why - l, "%scheckpoint-%" PRId64 ": %s", l ? "; " : "", steps[i], core_last_error());
+    }
     free(steps);
+    if (rc && why[0]) core_error("%s: no checkpoint verifies (%s)", path, why);
     return rc;
 }
 
@@ -370,17 +410,25 @@ static int write_optimizer(const char *path, const trainer_ckpt_expert *ex, int 
     return rc;
 }
 
-static char *state_json(const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex) {
+/* trainer_state.json of the folder dir, whose other files are written: the state, then the integrity record of
+ * those files (trainer/checkpoint_sums.h) and the state's own hash. */
+static char *state_json(const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex, const char *dir) {
     char hash[17];
     snprintf(hash, sizeof hash, "%016" PRIx64, trainer_ckpt_config_hash(st->config));
+    json_t *files, *tensors;
+    if (trainer_ckpt_sums_record(dir, &files, &tensors)) return NULL;
     json_t *names = json_array();
     for (int e = 0; e < n_ex && names; e++) json_array_append_new(names, json_string(ex[e].name));
-    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:s, s:s}", "format", STATE_FORMAT,
-                          "version", 1, "step", (json_int_t)st->step, "policy_version", (json_int_t)st->policy_version,
-                          "rollout_round", (json_int_t)st->rollout_round, "data_epoch", (json_int_t)st->data_epoch,
-                          "data_position", (json_int_t)st->data_position, "data_size", (json_int_t)st->data_size,
-                          "seed", (json_int_t)st->seed, "experts", names, "config_hash", hash, "config", st->config);
-    if (!o) return core_error("trainer state: out of memory"), NULL;
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:s, s:s, s:o, s:o}", "format",
+                          STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)st->step, "policy_version",
+                          (json_int_t)st->policy_version, "rollout_round", (json_int_t)st->rollout_round, "data_epoch",
+                          (json_int_t)st->data_epoch, "data_position", (json_int_t)st->data_position, "data_size",
+                          (json_int_t)st->data_size, "seed", (json_int_t)st->seed, "experts", names, "config_hash", hash,
+                          "config", st->config, "files", files, "tensors", tensors);
+    uint64_t self;
+    if (!o || trainer_ckpt_sums_state_hash(o, &self)) return json_decref(o), core_error("trainer state: out of memory"), NULL;
+    snprintf(hash, sizeof hash, "%016" PRIx64, self);
+    json_object_set_new(o, "state_xxh64", json_string(hash));
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!s) return core_error("trainer state: out of memory"), NULL;
@@ -400,7 +448,7 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
         return core_error("%s: path too long", dir);
     snprintf(fin, sizeof fin, "%s/checkpoint-%" PRId64, dir, st->step);
     snprintf(old, sizeof old, "%s/.checkpoint-%" PRId64 ".old.tmp", dir, st->step);
-    if (core_mkdir_p(dir) || clean_tmp(dir) < 0) return -1;
+    if (core_mkdir_p(dir) || trainer_ckpt_clean(dir) < 0) return -1;
     if (mkdir(tmp, 0777)) return core_error("%s: cannot create folder: %s", tmp, strerror(errno));
     int64_t steps[TRAINER_CKPT_MAX_EXPERTS];
     char *js = NULL;
@@ -417,7 +465,7 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
     snprintf(p, sizeof p, "%s/" OPTIM_FILE, tmp);
     if (write_optimizer(p, ex, n_ex, steps)) goto fail;
     snprintf(p, sizeof p, "%s/" STATE_FILE, tmp);
-    if (!(js = state_json(st, ex, n_ex)) || write_file_sync(p, js)) goto fail;
+    if (!(js = state_json(st, ex, n_ex, tmp)) || write_file_sync(p, js)) goto fail;
     if (sync_tree(tmp)) goto fail;
     if (core_is_dir(fin) && rename(fin, old)) {
         core_error("%s: cannot move the previous checkpoint aside: %s", fin, strerror(errno));
@@ -455,8 +503,10 @@ static int get_i64(json_t *o, const char *key, int64_t *out, const char *path) {
     return 0;
 }
 
-int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st) {
+/* trainer_ckpt_read_state, keeping the parsed object in *obj (json_decref it) for the integrity record. */
+static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
     memset(st, 0, sizeof *st);
+    *obj = NULL;
     char path[TRAINER_CKPT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/" STATE_FILE, ckpt);
     if (!is_file(path)) return core_error("%s: missing file " STATE_FILE " (incomplete checkpoint)", ckpt);
@@ -469,8 +519,9 @@ int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st) {
         goto done;
     }
     v = json_object_get(o, "version");
-    if (!json_is_integer(v) || json_integer_value(v) != 1) {
-        core_error("%s: field \"version\": expected 1 (written by another vgrpo version?)", path);
+    if (!json_is_integer(v) || json_integer_value(v) != STATE_VERSION) {
+        core_error("%s: field \"version\": expected %d (written by another vgrpo version?%s)", path, STATE_VERSION,
+                   json_is_integer(v) && json_integer_value(v) == 1 ? " version 1 has no checksums to verify" : "");
         goto done;
     }
     if (get_i64(o, "step", &st->step, path) || get_i64(o, "policy_version", &st->policy_version, path) ||
@@ -509,11 +560,65 @@ int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st) {
                    path, st->config_hash, trainer_ckpt_config_hash(st->config));
         goto done;
     }
+    uint64_t want, got;
+    h = json_object_get(o, "state_xxh64");
+    if (!json_is_string(h) || strlen(json_string_value(h)) != 16 ||
+        (want = strtoull(json_string_value(h), &end, 16), *end)) {
+        core_error("%s: field \"state_xxh64\": expected 16 hex digits", path);
+        goto done;
+    }
+    if (trainer_ckpt_sums_state_hash(o, &got)) goto done;
+    if (got != want) {
+        core_error("%s: damaged file: its fields hash to %016" PRIx64 ", its state_xxh64 says %016" PRIx64, path, got,
+                   want);
+        goto done;
+    }
     rc = 0;
 done:
-    json_decref(o);
-    if (rc) trainer_ckpt_state_free(st);
+    if (rc) {
+        json_decref(o);
+        trainer_ckpt_state_free(st);
+    } else {
+        *obj = o;
+    }
     return rc;
+}
+
+int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st) {
+    json_t *o;
+    if (read_state(ckpt, st, &o)) return -1;
+    json_decref(o);
+    return 0;
+}
+
+/* The checks of a checkpoint that do not depend on the run: its state (read_state), a folder named checkpoint-N
+ * holds step N, the integrity record. On success st is the state (its config owned) and *obj the parsed state. */
+static int verify(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
+    if (read_state(ckpt, st, obj)) return -1;
+    const char *base = strrchr(ckpt, '/');
+    int64_t named;
+    base = base ? base + 1 : ckpt;
+    char label[TRAINER_CKPT_PATH_MAX + 32];
+    snprintf(label, sizeof label, "%s/" STATE_FILE, ckpt);
+    int rc = 0;
+    if (ckpt_name(base, &named) && named != st->step)
+        rc = core_error("%s: step %" PRId64 " but the folder is named %s", label, st->step, base);
+    else
+        rc = trainer_ckpt_sums_verify(ckpt, json_object_get(*obj, "files"), json_object_get(*obj, "tensors"), label);
+    if (rc) {
+        json_decref(*obj), *obj = NULL;
+        trainer_ckpt_state_free(st);
+    }
+    return rc;
+}
+
+int trainer_ckpt_verify(const char *ckpt, trainer_ckpt_state *st) {
+    trainer_ckpt_state tmp;
+    json_t *o;
+    if (verify(ckpt, st ? st : &tmp, &o)) return -1;
+    json_decref(o);
+    if (!st) trainer_ckpt_state_free(&tmp);
+    return 0;
 }
 
 /* Checks that every file of the checkpoint is present, naming the first missing one. */
@@ -585,17 +690,12 @@ int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_ex
                       trainer_ckpt_state *st) {
     memset(st, 0, sizeof *st);
     if (check_experts(ex, n_ex)) return -1;
-    if (trainer_ckpt_read_state(ckpt, st)) return -1;
+    json_t *obj;
+    if (verify(ckpt, st, &obj)) return TRAINER_CKPT_DAMAGED;
+    json_decref(obj);
     char p[TRAINER_CKPT_PATH_MAX + 128];
     st_file *f = NULL;
     int rc = -1;
-    const char *base = strrchr(ckpt, '/');
-    int64_t named;
-    base = base ? base + 1 : ckpt;
-    if (ckpt_name(base, &named) && named != st->step) {
-        core_error("%s/" STATE_FILE ": step %" PRId64 " but the folder is named %s", ckpt, st->step, base);
-        goto done;
-    }
     int same = st->n_experts == n_ex;
     for (int e = 0; e < n_ex && same; e++) same = !strcmp(st->experts[e], ex[e].name);
     if (!same) {

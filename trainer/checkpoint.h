@@ -11,24 +11,37 @@
  *                                  names) and "E/step" (I64, shape []: optimizer steps completed);
  *                                  __metadata__ {"format": "vgrpo-adamw"}. Weights are F32 already, so there are no
  *                                  separate master weights.
- *   trainer_state.json             {"format": "vgrpo-trainer-state", "version": 1,
+ *   trainer_state.json             {"format": "vgrpo-trainer-state", "version": 2,
  *                                   "step": N, "policy_version": V, "rollout_round": R,
  *                                   "data_epoch": E, "data_position": P, "data_size": D, "seed": S,
  *                                   "experts": ["transformer", ...],
- *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>"}
+ *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>",
+ *                                   "files": {"optimizer.safetensors": "<xxh64>", ...},
+ *                                   "tensors": {"optimizer.safetensors": {"transformer/exp_avg/...": "<xxh64>", ...},
+ *                                               ...},
+ *                                   "state_xxh64": "<16 hex digits>"}
  *                                  step: GRPO steps completed; policy_version: optimizer steps completed; rollout_round:
  *                                  the next rollout round (the uid base of the next batch: every random stream is
  *                                  counter-based Philox, so this and the seed are the whole RNG state);
  *                                  data_*: the prompt sampler's epoch, prompts of that epoch already drawn, and the
  *                                  number of prompts (a changed prompt file is refused); config_hash: xxh64 (seed 0)
  *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
- *                                  names the keys that differ.
+ *                                  names the keys that differ; files, tensors, state_xxh64: the integrity
+ *                                  record (trainer/checkpoint_sums.h): the xxh64 of every other file of the folder,
+ *                                  of every tensor of its .safetensors files, and of this file's own fields.
+ *
+ * Integrity: a load verifies the record first (trainer_ckpt_verify): a missing file, a file whose bytes changed (a
+ * flipped bit, a truncated copy: the error names the file and the tensors that differ), a state file whose fields
+ * changed, and a non-finite value in any F32 tensor (weights, EMA, Adam moments: named with the tensor) are refused
+ * before anything is read into the run.
  *
  * Atomicity: a checkpoint is written under `.checkpoint-N.tmp` in the same folder; every file and folder in it is
- * fsync'd, the folder is renamed to `checkpoint-N`, and the parent folder is fsync'd. A folder named checkpoint-N is
- * therefore complete; `.checkpoint-*.tmp` folders (a crash mid-save) are never read and are removed by the next save.
- * One process saves into a folder at a time. The rolling limit removes the oldest complete checkpoints (by step) only
- * after the new one is in place. */
+ * fsync'd, the folder is renamed to `checkpoint-N`, and the parent folder is fsync'd. A checkpoint is removed (the
+ * rolling limit, a replaced checkpoint-N) by a rename first: to `.trash-checkpoint-N-XXXXXX` (or
+ * `.checkpoint-N.old.tmp`), then deleted. A folder named checkpoint-N is therefore always complete, whenever the
+ * process stops; the leftovers of a save or a removal cut short (`.checkpoint-*.tmp`, `.trash-checkpoint-*`) are never
+ * read and are removed by the next save or resume (trainer_ckpt_clean). One process saves into a folder at a time.
+ * The rolling limit removes the oldest complete checkpoints (by step) only after the new one is in place. */
 #ifndef TRAINER_CHECKPOINT_H
 #define TRAINER_CHECKPOINT_H
 
@@ -101,12 +114,19 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
 int trainer_ckpt_list(const char *dir, int64_t **steps);
 
 /* Removes the oldest complete checkpoints of dir until at most keep remain (keep >= 1), never the one at step
- * `spare` (-1: none), and every `.checkpoint-*.tmp` folder. Returns the number removed, or -1 naming the folder. */
+ * `spare` (-1: none), each renamed away first (see the top comment), and every leftover (trainer_ckpt_clean). A
+ * renamed checkpoint that cannot be deleted is left for the next clean-up with a warning. Returns the number
+ * removed, or -1 naming the folder. */
 int trainer_ckpt_prune(const char *dir, int keep, int64_t spare);
 
+/* Removes the leftovers of saves and removals cut short in dir: `.checkpoint-*.tmp` and `.trash-checkpoint-*`
+ * folders. Returns the number removed (0 when dir is missing), or -1 naming the folder. */
+int trainer_ckpt_clean(const char *dir);
+
 /* Resolves `path` to one checkpoint folder into out: a folder named checkpoint-<digits> (or one holding
- * trainer_state.json) is itself; any other folder means its latest complete checkpoint (highest step).
- * -1 when path does not exist or holds no checkpoint-N folder. */
+ * trainer_state.json) is itself (not verified here: trainer_ckpt_load does); any other folder means its latest
+ * checkpoint that verifies (trainer_ckpt_verify; highest step first), each one skipped named in a warning with the
+ * reason. -1 when path does not exist, holds no checkpoint-N folder, or none verifies (each named with its reason). */
 int trainer_ckpt_resolve(const char *path, char *out, size_t cap);
 
 /* For `vgrpo eval --checkpoint DIR`: resolves DIR (trainer_ckpt_resolve) and writes the transformer folder paths
@@ -116,19 +136,32 @@ int trainer_ckpt_transformer_dirs(const char *path, char dirs[TRAINER_CKPT_MAX_E
 
 /* ---- load ---- */
 
-/* Reads ckpt/trainer_state.json into st (validated: every field present with its type, step/policy/round/data
- * fields >= 0, config_hash equal to the hash of config). -1 naming the file and field. */
+/* Reads ckpt/trainer_state.json into st (validated: every field present with its type, version 2, step/policy/
+ * round/data fields >= 0, config_hash equal to the hash of config, state_xxh64 equal to the hash of the fields). -1
+ * naming the file and field. */
 int trainer_ckpt_read_state(const char *ckpt, trainer_ckpt_state *st);
 
+/* The checks of a checkpoint folder that do not depend on the run loading it: trainer_ckpt_read_state, a folder
+ * named checkpoint-N holds step N, and the integrity record (see the top comment): every recorded file present
+ * ("missing file F (incomplete checkpoint)"), its xxh64 as recorded ("F: damaged file: ...", with the tensors that
+ * differ), every F32 tensor finite ("F: tensor \"T\" holds a non-finite value (nan at element i of n)"). Reads
+ * every file once. st (may be NULL) receives the state (trainer_ckpt_state_free). -1 with the error. */
+int trainer_ckpt_verify(const char *ckpt, trainer_ckpt_state *st);
+
+/* trainer_ckpt_load's return when the checkpoint fails trainer_ckpt_verify (damaged or incomplete: nothing was
+ * read into the experts), as opposed to -1 (it does not fit this run, or a read failed mid-way). */
+#define TRAINER_CKPT_DAMAGED (-2)
+
 /* Loads checkpoint folder ckpt into the experts ex[0..n_ex) (models initialised with their config; opt allocated
- * with n == layout.numel) and st. Checks, each error naming the file (and tensor / key):
+ * with n == layout.numel) and st. First trainer_ckpt_verify: on failure TRAINER_CKPT_DAMAGED with its error, nothing
+ * overwritten. Then, each error (-1) naming the file (and tensor / key):
  *   every file present (trainer_state.json, optimizer.safetensors, <expert>/config.json, the weights): "missing
  *   file"; the checkpoint's experts are exactly ex's names in order; when config_text is not NULL, the config hash
  *   equals trainer_ckpt_config_hash(config_text), else the error lists the differing keys (trainer_ckpt_config_diff)
  *   and both hashes; <expert>/config.json equals the model's config; every weight tensor by name and shape
  *   (wan_model_load_weights); optimizer.safetensors: every m and v tensor present, F32, with the parameter's shape,
  *   no extra tensor, E/step an I64 scalar >= 0. Truncated files are refused by the readers, naming the file.
- * The state, the config, the file list and optimizer.safetensors are validated before anything is overwritten, each
+ * The record, the state, the config, the file list and optimizer.safetensors are validated before anything is overwritten, each
  * expert's weights before they are read; a load that fails later (a second expert's bad tensor, an I/O error) may
  * leave the models and optimizers partly overwritten: the caller must not train on them. On success st owns its
  * config text; on failure st holds nothing to free. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "core/fs.h"
@@ -76,29 +77,84 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
 
 /* The run continues in the checkpoint's own folder: resuming into another run's folder would truncate its metrics
  * and prune its checkpoints. */
-static int check_home(const trainer_state *S, const char *ck) {
+static int check_home_of(const trainer_state *S, const char *parent, const char *shown) {
     const char *home = S->r->ckpt_dir ? S->r->ckpt_dir : S->r->run_dir;
     const char *key = S->r->ckpt_dir ? "checkpoint.dir" : "logging.run_dir";
-    char parent[TRAINER_CKPT_PATH_MAX], a[PATH_MAX], b[PATH_MAX];
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!realpath(parent, a) || !realpath(home, b) || strcmp(a, b))
+        return core_error("--resume: %s is not in this run's checkpoint folder %s (%s): set it to the checkpoint's "
+                          "folder, e.g. --set %s=%s", shown, home, key, key, parent);
+    return 0;
+}
+
+/* The checkpoint folder ck must be in the run's checkpoint folder. */
+static int check_home(const trainer_state *S, const char *ck) {
+    char parent[TRAINER_CKPT_PATH_MAX];
     snprintf(parent, sizeof parent, "%s", ck);
     char *slash = strrchr(parent, '/');
     if (slash) *slash = 0;
     else snprintf(parent, sizeof parent, ".");
-    if (!realpath(parent, a) || !realpath(home, b) || strcmp(a, b))
-        return core_error("--resume: %s is not in this run's checkpoint folder %s (%s): set it to the checkpoint's "
-                          "folder, e.g. --set %s=%s", ck, home, key, key, parent);
-    return 0;
+    return check_home_of(S, parent, ck);
+}
+
+/* 1 when path names one checkpoint (a folder checkpoint-<digits>, or one holding trainer_state.json). */
+static int is_checkpoint(const char *path) {
+    char p[TRAINER_CKPT_PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    size_t l = strlen(p);
+    while (l > 1 && p[l - 1] == '/') p[--l] = 0;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    if (!strncmp(base, "checkpoint-", 11) && base[11] && strspn(base + 11, "0123456789") == strlen(base + 11)) return 1;
+    char f[TRAINER_CKPT_PATH_MAX + 32];
+    struct stat sb;
+    snprintf(f, sizeof f, "%s/trainer_state.json", p);
+    return !stat(f, &sb) && S_ISREG(sb.st_mode);
+}
+
+/* Loads the checkpoint to resume from into S: dir itself when it is one (any failure is an error naming the file),
+ * else dir's latest checkpoint that verifies; a damaged or incomplete one (TRAINER_CKPT_DAMAGED) is skipped, named
+ * with its reason, and the one before it tried; one that does not fit this run is an error. Rank 0 first removes
+ * the leftovers of saves and removals cut short. ck receives the checkpoint's folder. */
+static int load_latest(trainer_state *S, const char *dir, const char *config_text, trainer_ckpt_state *st, char *ck,
+                       size_t cap) {
+    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
+                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
+    const int rank0 = !S->dp || S->dp->rank == 0;
+    if (is_checkpoint(dir)) {
+        if (trainer_ckpt_resolve(dir, ck, cap)) return core_error_push("--resume: ");
+        if (check_home(S, ck)) return -1;
+        return trainer_ckpt_load(ck, config_text, ex, S->n_experts, st) ? core_error_push("--resume: ") : 0;
+    }
+    if (!core_is_dir(dir)) return core_error("--resume: %s: no such checkpoint folder", dir);
+    int64_t *steps = NULL;
+    if (check_home_of(S, dir, dir)) return -1;
+    if (rank0 && trainer_ckpt_clean(dir) < 0) return core_error_push("--resume: ");
+    const int n = trainer_ckpt_list(dir, &steps);
+    if (n < 0) return core_error_push("--resume: ");
+    if (n == 0)
+        return core_error("--resume: %s: no complete checkpoint (no checkpoint-N folder; .checkpoint-N.tmp folders are "
+                          "incomplete saves)", dir);
+    char why[2048] = "";
+    int rc = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        snprintf(ck, cap, "%s/checkpoint-%" PRId64, dir, steps[i]);
+        rc = trainer_ckpt_load(ck, config_text, ex, S->n_experts, st);
+        if (rc != TRAINER_CKPT_DAMAGED) break;
+        if (rank0) core_log_warn("--resume: skipping %s: %s", ck, core_last_error());
+        size_t l = strlen(why);
+        snprintf(why + l, sizeof why - l, "%scheckpoint-%" PRId64 ": %s", l ? "; " : "", steps[i], core_last_error());
+    }
+    free(steps);
+    if (rc == TRAINER_CKPT_DAMAGED) return core_error("--resume: %s: no checkpoint verifies (%s)", dir, why);
+    return rc ? core_error_push("--resume: ") : 0;
 }
 
 int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step) {
     char ck[TRAINER_CKPT_PATH_MAX];
     trainer_ckpt_state st;
-    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
-                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
     trainer_sampler *smp = &S->smp;
-    if (trainer_ckpt_resolve(dir, ck, sizeof ck)) return core_error_push("--resume: ");
-    if (check_home(S, ck)) return -1;
-    if (trainer_ckpt_load(ck, config_text, ex, S->n_experts, &st)) return core_error_push("--resume: ");
+    if (load_latest(S, dir, config_text, &st, ck, sizeof ck)) return -1;
     int rc = -1;
     if (st.data_size != smp->n)
         core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
