@@ -17,13 +17,17 @@
 
 /* One optimizer update over the batch. Alone: trainer_update_experts. Over dp trainer ranks (every rank holds the
  * whole batch): this rank's contiguous share with the whole batch's transition count as the denominator, the
- * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes. */
-static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info) {
+ * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes.
+ * stoppable: a signal (core_stop_interrupt) may end the update between micro-batches or before its optimizer step,
+ * weights untouched; only alone: with dp the ranks would disagree inside the gradient all-reduce. */
+static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info,
+                        int stoppable) {
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
     const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
     trainer_batch sub = *tb;
     trainer_config tc = S->tc;
+    tc.should_stop = stoppable && !(S->dp && S->dp->size > 1) ? core_stop_interrupt : NULL;
     if (S->dp && S->dp->size > 1) {
         int lo, hi;
         dp_share(tb->n, S->me.dp_rank, S->topo.dp, &lo, &hi);
@@ -107,8 +111,13 @@ static int put_step_metrics(trainer_state *S, const core_rollout_result *res, co
     return e ? -1 : 0;
 }
 
-/* One GRPO step (rollout round `round`). */
-static int run_step(trainer_state *S, int64_t round, int64_t total) {
+/* One GRPO step (rollout round `round`). *phase names what it is doing while a stop may still discard the step
+ * ("rollout", "training"), and becomes NULL once the first optimizer update has begun to change the weights (with dp,
+ * once the batch goes to the other ranks): from there the step runs to its end with interruptions held off
+ * (core_stop_hold; the caller releases the hold). Nothing of the step is written to the run folder before that
+ * point (rewards.jsonl is written after the training), so a discarded step leaves no trace but the sampler's
+ * position, which the caller restores. */
+static int run_step(trainer_state *S, int64_t round, int64_t total, const char **phase) {
     const core_recipe *r = S->r;
     const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
     const int64_t version0 = TRAINER_VERSION(S);
@@ -126,6 +135,7 @@ static int run_step(trainer_state *S, int64_t round, int64_t total) {
         core_error("out of memory");
         goto done;
     }
+    *phase = "rollout";
     trainer_sampler_next(&S->smp, slot);
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
@@ -148,7 +158,6 @@ static int run_step(trainer_state *S, int64_t round, int64_t total) {
         rew[s] = res[s].traj.reward_total;
         tr[s] = res[s].traj; /* shallow: res keeps ownership */
     }
-    if (write_rewards(S, round, res, rew, n)) goto done;
     grpo_adv_stats as;
     if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
                         adv, mask, &as))
@@ -158,19 +167,23 @@ static int run_step(trainer_state *S, int64_t round, int64_t total) {
                         .mask = mask};
     grpo_loss_stats first = {0}, last = {0};
     optim_step_info info0 = {0}, info = {0};
+    *phase = "training";
     if (S->dp && S->dp->size > 1) {
         dp_batch db = {.n = n, .traj = tr, .adv = adv, .mask = mask};
         int64_t cmd = DP_CMD_TRAIN;
+        core_stop_hold(1), *phase = NULL; /* the other ranks train this batch: no way back */
         if (sp_comm_broadcast(S->dp, &cmd, 1, SP_I64, 0) || dp_batch_broadcast(S->dp, &db)) goto done;
     }
     for (int u = 0; u < U; u++) {
         grpo_loss_stats st = {0};
-        if (train_update(S, &tb, &st, &info)) goto done;
+        if (train_update(S, &tb, &st, &info, u == 0)) goto done;
+        core_stop_hold(1), *phase = NULL; /* the weights changed: the step completes (EMA, sync, rows) */
         if (S->ema_on) trainer_ema_update(S);
         if (u == 0) first = st, info0 = info;
         last = st;
     }
     t3 = trainer_now_s();
+    if (write_rewards(S, round, res, rew, n)) goto done;
     const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
     int match = -1;
     if (S->src->push_weights(S->src->ctx, ex, S->n_experts, S->trained, TRAINER_VERSION(S), &match)) goto done;
@@ -204,6 +217,24 @@ done:
     return rc;
 }
 
+/* A stop inside step k (phase: what it was doing): S is as before the step (weights, Adam state and EMA are only
+ * changed by the optimizer step, which a stop never interrupts; the caller restored the sampler), so checkpoint-k
+ * is saved (checkpoint.every > 0) and the error says what was discarded. Returns 0 with the error set, -1 when the
+ * save failed. */
+static int stop_in_step(trainer_state *S, int64_t k, const char *phase, const char *config_text) {
+    const int sig = core_stop_pending();
+    const int save = S->r->ckpt_every > 0;
+    if (save && trainer_save_checkpoint(S, k, config_text))
+        return core_error_push("stopped by signal %d during step %" PRId64 " (%s): step %" PRId64
+                               " discarded; saving checkpoint-%" PRId64 " failed: ", sig, k, phase, k, k);
+    char what[128];
+    if (save) snprintf(what, sizeof what, "checkpoint-%" PRId64 " saved: continue with --resume", k);
+    else snprintf(what, sizeof what, "no checkpoint (checkpoint.every is 0)");
+    core_error("stopped by signal %d during step %" PRId64 " (%s): step %" PRId64 " discarded; %s", sig, k, phase, k,
+               what);
+    return 0;
+}
+
 int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp) {
     trainer_state S;
     memset(&S, 0, sizeof S);
@@ -230,27 +261,57 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
     for (int64_t k = start; k < total; k++) {
         if (core_metrics_i64(S.metrics, "step", k) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)))
             goto done;
-        if ((k == 0 || (r->eval_every > 0 && k % r->eval_every == 0)) && trainer_eval(&S, k)) goto done;
-        if (r->video_every > 0 && k % r->video_every == 0 && trainer_step_videos(&S, k)) goto done;
-        if (run_step(&S, k, total) || core_metrics_write_row(S.metrics)) goto done;
+        /* A signal inside step k (eval, sample videos, rollout, training before the optimizer step) ends it at once:
+         * the step is discarded and the state before it, which is checkpoint-k of a straight run, is saved. */
+        const uint32_t epoch0 = S.smp.epoch;
+        const int pos0 = S.smp.pos;
+        const char *phase = "eval";
+        int bad = (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0)) && trainer_eval(&S, k);
+        if (!bad && r->video_every > 0 && k % r->video_every == 0) phase = "sample videos", bad = trainer_step_videos(&S, k);
+        if (!bad) bad = run_step(&S, k, total, &phase);
+        core_stop_hold(0);
+        if (bad) {
+            if (phase && core_stop_pending()) {
+                trainer_sampler_seek(&S.smp, epoch0, pos0);
+                core_metrics_clear_row(S.metrics);
+                if (stop_in_step(&S, k, phase, config_text) == 0) stopped = 1;
+            }
+            goto done;
+        }
+        if (core_metrics_write_row(S.metrics)) goto done;
         const int sig = core_stop_pending();
         if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig) &&
             trainer_save_checkpoint(&S, k + 1, config_text))
             goto done;
-        if (sig) {
-            core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); %s", sig,
-                       k, k + 1, total, r->ckpt_every > 0 ? "checkpoint saved: continue with --resume"
-                                                          : "no checkpoint (checkpoint.every is 0)");
+        if (sig) { /* it came after the step's last chance to stop (its optimizer step): the step completed */
+            if (r->ckpt_every > 0)
+                core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); "
+                           "checkpoint-%" PRId64 " saved: continue with --resume", sig, k, k + 1, total, k + 1);
+            else
+                core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); no "
+                           "checkpoint (checkpoint.every is 0)", sig, k, k + 1, total);
             stopped = 1; /* a clean stop between steps: the other trainer ranks are told to stop */
             goto done;
         }
     }
-    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)) ||
-        trainer_eval(&S, total) || core_metrics_write_row(S.metrics))
+    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)))
         goto done;
-    if (r->video_every > 0 && trainer_step_videos(&S, total)) goto done;
+    const char *last = "final eval";
+    int bad = trainer_eval(&S, total);
+    if (!bad) bad = core_metrics_write_row(S.metrics);
+    if (!bad && r->video_every > 0) last = "final sample videos", bad = trainer_step_videos(&S, total);
+    if (bad) {
+        const int sig = core_stop_pending();
+        if (sig) { /* every step is done, and checkpointed at the last one (checkpoint.every > 0) */
+            core_error("stopped by signal %d during the %s after step %" PRId64 "; all %" PRId64 " steps done%s", sig,
+                       last, total - 1, total, r->ckpt_every > 0 ? " and checkpointed" : "");
+            stopped = 1;
+        }
+        goto done;
+    }
     rc = 0;
 done:
+    core_stop_hold(0);
     if (signals) core_stop_restore();
     if ((!rc || stopped) && dp && dp->size > 1) {
         int64_t cmd = DP_CMD_STOP;
@@ -310,7 +371,7 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
             for (int u = 0; u < r->optimizer_steps_per_rollout; u++) {
                 grpo_loss_stats st = {0};
                 optim_step_info info;
-                if (train_update(&S, &tb, &st, &info)) goto done;
+                if (train_update(&S, &tb, &st, &info, 0)) goto done;
             }
         }
         dp_batch_free(&db);
