@@ -119,7 +119,10 @@ int cmd_trainer(int argc, char **argv) {
         in_hello = 1;
         core_curve_keys keys;
         int keyed = 0;
-        if (core_curve_options(keys_fd, keys_file, &keys, &keyed) ||
+        const int krc = core_curve_options(keys_fd, keys_file, &keys, &keyed);
+        if (!krc && !keyed)
+            core_log_warn("vgrpo trainer: no keys (--keys-fd / --keys-file): the controller channel is not authenticated");
+        if (krc ||
             !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, abort_check, NULL)) ||
             ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
             core_stop_restore();
