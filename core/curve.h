@@ -94,7 +94,7 @@ int core_curve_format(const core_curve_keys *k, char *buf, size_t cap);
 int core_curve_parse(const char *text, size_t len, core_curve_keys *k);
 
 /* A close-on-exec memfd holding k as key text, for a child's `--keys-fd`: the supervisor clears close-on-exec in
- * the child only (after fork), passes the number, and closes the fd itself once every child is started. -1 with
+ * the child only (after fork), passes the number, and closes its own copy when the job ends. -1 with
  * core_error. */
 int core_curve_memfd(const core_curve_keys *k);
 
