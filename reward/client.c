@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "core/curve.h"
 #include "core/error.h"
 #include "core/wire.h"
 
@@ -37,6 +38,8 @@ struct reward_client {
     char last_id[CORE_WIRE_MAX_ID + 1];
     int last_attempts;
     char last_bad[256];         /* why the last unreadable message was ignored ("" if none) */
+    int keyed;                  /* CURVE with `keys` (a copy), checking the reward server's public key */
+    core_curve_keys keys;
 };
 
 static double now_s(void) {
@@ -73,6 +76,10 @@ static int sock_open(reward_client *c) {
         zmq_close(s);
         return core_error("reward client: socket options failed: %s", zmq_strerror(zmq_errno()));
     }
+    if (c->keyed && core_curve_client(s, &c->keys, CORE_CURVE_REWARD) != 0) {
+        zmq_close(s);
+        return core_error_push("reward client: ");
+    }
     if (zmq_connect(s, c->endpoint) != 0) {
         int e = zmq_errno();
         zmq_close(s);
@@ -84,6 +91,15 @@ static int sock_open(reward_client *c) {
 }
 
 reward_client *reward_client_open(const char *endpoint, const char *client_id, double timeout_s, int max_attempts) {
+    return reward_client_open_keys(endpoint, client_id, timeout_s, max_attempts, NULL);
+}
+
+reward_client *reward_client_open_keys(const char *endpoint, const char *client_id, double timeout_s, int max_attempts,
+                                       const core_curve_keys *keys) {
+    if (keys && (!core_curve_has(keys, CORE_CURVE_CLIENT, 1) || !core_curve_has(keys, CORE_CURVE_REWARD, 0))) {
+        core_error("reward client: the keys lack client-public, client-secret or reward-public");
+        return NULL;
+    }
     if (!endpoint || (strncmp(endpoint, "ipc://", 6) && strncmp(endpoint, "tcp://", 6)) || !endpoint[6]) {
         core_error("reward client: endpoint \"%s\" is not ipc://PATH or tcp://HOST:PORT", endpoint ? endpoint : "(null)");
         return NULL;
@@ -110,6 +126,7 @@ reward_client *reward_client_open(const char *endpoint, const char *client_id, d
     c->timeout_s = timeout_s;
     c->max_attempts = max_attempts;
     c->tcp = !strncmp(endpoint, "tcp://", 6);
+    if (keys) c->keys = *keys, c->keyed = 1;
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     snprintf(c->prefix, sizeof c->prefix, "%llx.%x",
@@ -133,6 +150,7 @@ void reward_client_close(reward_client *c) {
     if (c->ctx) zmq_ctx_term(c->ctx);
     free(c->endpoint);
     free(c->client_id);
+    memset(&c->keys, 0, sizeof c->keys); /* no secret left in freed memory */
     free(c);
 }
 

@@ -15,6 +15,8 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/curve.h"
+
 /* Most scorers a reply may list (as the C server: REWARD_SERVER_MAX_SCORERS) and longest scorer name kept. */
 #define REWARD_CLIENT_MAX_SCORERS 16
 #define REWARD_CLIENT_MAX_NAME 64
@@ -39,6 +41,14 @@ typedef struct reward_client reward_client;
  * sends of one request before giving up. Connecting is lazy: the server need not be up yet. Returns the client, or
  * NULL with core_error naming the bad argument or the endpoint libzmq refused. */
 reward_client *reward_client_open(const char *endpoint, const char *client_id, double timeout_s, int max_attempts);
+
+/* reward_client_open with the run's keys (core/curve.h; a worker's set, core_curve_subset CORE_CURVE_CLIENT: the
+ * client pair and the reward server's public key; copied): the DEALER is a CURVE client that completes its
+ * handshake only with the run's reward server, and the server admits it. keys NULL: plain ZeroMQ, as
+ * reward_client_open. NULL with core_error also when keys lack client-public, client-secret or reward-public. A
+ * server with other keys (or none) looks like a server that is down: no reply, then the attempts' error. */
+reward_client *reward_client_open_keys(const char *endpoint, const char *client_id, double timeout_s, int max_attempts,
+                                       const core_curve_keys *keys);
 
 /* Scores n >= 1 videos, U8 RGB [n, frames, height, width, 3] (row-major, 0..255), at fps (> 0) frames per second,
  * with prompts[i] (UTF-8) and metadata[i] (a JSON object of string values, e.g. {"color": "red"}; metadata itself or

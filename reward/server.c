@@ -1,13 +1,12 @@
-/* reward/server.c — the reward server (see reward/server.h and reward/PROTOCOL.md).
+/* reward/server.c — the reward server's sockets and threads (see reward/server.h and reward/PROTOCOL.md); what it
+ * does with each message is reward/server_requests.c, its bounds on connections and memory reward/server_guard.c.
  *
- * Threads: the main thread owns the ROUTER and an inproc PULL socket; each scoring thread owns a PUSH socket to
- * that PULL (ZeroMQ sockets are not thread-safe, the context is). Jobs go to the scoring threads through a mutex-
- * protected list. Repeats are found by a linear scan of the reply cache: at the default 4096 entries this costs
- * microseconds per request, far below scoring; a hash table would be the fix if the cache grew large. */
+ * Threads: the main thread owns the ROUTER, the guard's ZAP and monitor sockets and an inproc PULL socket; each
+ * scoring thread owns a PUSH socket to that PULL (ZeroMQ sockets are not thread-safe, the context is). Jobs go to
+ * the scoring threads through a mutex-protected list. */
 #include "reward/server.h"
 
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,156 +15,23 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "core/curve.h"
 #include "core/error.h"
+#include "core/wire_zmq.h"
+#include "reward/server_guard.h"
+#include "reward/server_requests.h"
 
 #define DONE_EP "inproc://vgrpo-reward-done"
-#define MAX_RID 256
-#define MAX_CLIENTS 1024
-
-void reward_server_config_default(reward_server_config *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->threads = 2;
-    cfg->queue = 64;
-    cfg->max_frame_bytes = (size_t)1 << 30;
-    cfg->cache = 4096;
-}
-
-int reward_server_parse_scorers(reward_server_config *cfg, const char *spec) {
-    cfg->n_scorers = 0;
-    if (!spec || !*spec) return core_error("--scorers: empty list (expected NAME:WEIGHT,...)");
-    char *s = strdup(spec), *save = NULL;
-    if (!s) return core_error("--scorers: out of memory");
-    int rc = 0;
-    for (char *tok = strtok_r(s, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        double w = 1.0;
-        if (colon) {
-            *colon = 0;
-            char *end;
-            errno = 0;
-            w = strtod(colon + 1, &end);
-            if (end == colon + 1 || *end || errno || !isfinite(w)) {
-                rc = core_error("--scorers: entry \"%s\": weight \"%s\" is not a finite number", tok, colon + 1);
-                break;
-            }
-        }
-        const reward_scorer *sc = reward_find(tok);
-        if (!sc) {
-            rc = core_error_push("--scorers: ");
-            break;
-        }
-        for (int i = 0; i < cfg->n_scorers; i++)
-            if (cfg->scorers[i].scorer == sc) rc = core_error("--scorers: scorer \"%s\" is named twice", tok);
-        if (!rc && cfg->n_scorers == REWARD_SERVER_MAX_SCORERS)
-            rc = core_error("--scorers: more than %d scorers", REWARD_SERVER_MAX_SCORERS);
-        if (!rc) cfg->scorers[cfg->n_scorers++] = (reward_weighted){sc, w};
-    }
-    free(s);
-    if (!rc && cfg->n_scorers == 0) rc = core_error("--scorers: empty list (expected NAME:WEIGHT,...)");
-    return rc;
-}
-
-int reward_check_score_request(const core_wire_msg *m) {
-    const core_wire_tensor *v = core_wire_find(m, "videos");
-    if (!v || m->n_tensors != 1) return core_error("score_request: needs exactly one tensor, \"videos\"");
-    if (v->dtype != CORE_U8 || v->ndim != 5 || v->shape[4] != 3)
-        return core_error("score_request: tensor \"videos\" must be U8 [N, F, H, W, 3]");
-    for (int d = 0; d < 4; d++)
-        if (v->shape[d] < 1) return core_error("score_request: tensor \"videos\" has shape[%d] = 0 (must be >= 1)", d);
-    json_t *fps = json_object_get(m->header, "fps");
-    if (!json_is_number(fps) || !(json_number_value(fps) > 0) || !isfinite(json_number_value(fps)))
-        return core_error("score_request: field \"fps\" is missing or not a number > 0");
-    json_t *items = json_object_get(m->header, "items");
-    if (!json_is_array(items) || (int64_t)json_array_size(items) != v->shape[0])
-        return core_error("score_request: field \"items\" must be an array of %lld objects (one per video)",
-                          (long long)v->shape[0]);
-    for (size_t i = 0; i < json_array_size(items); i++) {
-        json_t *it = json_array_get(items, i), *p = json_object_get(it, "prompt"), *md = json_object_get(it, "metadata");
-        if (!json_is_object(it)) return core_error("score_request: field \"items\"[%zu] is not an object", i);
-        if (!json_is_string(p) || strlen(json_string_value(p)) != json_string_length(p))
-            return core_error("score_request: field \"items\"[%zu].prompt is missing or not a string", i);
-        if (md && !json_is_object(md))
-            return core_error("score_request: field \"items\"[%zu].metadata is not an object", i);
-        const char *k;
-        json_t *val;
-        json_object_foreach(md, k, val) {
-            if (!json_is_string(val) || strlen(json_string_value(val)) != json_string_length(val))
-                return core_error("score_request: field \"items\"[%zu].metadata.%.64s is not a string", i, k);
-        }
-    }
-    return 0;
-}
-
-json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scorers, int n_scorers) {
-    const core_wire_tensor *v = core_wire_find(m, "videos");
-    json_t *items = json_object_get(m->header, "items");
-    json_t *rewards = json_array(), *names = json_array();
-    size_t per = (size_t)v->shape[1] * (size_t)v->shape[2] * (size_t)v->shape[3] * 3;
-    for (int s = 0; s < n_scorers; s++)
-        json_array_append_new(names, json_pack("{s:s, s:f}", "name", scorers[s].scorer->name, "weight", scorers[s].weight));
-    for (int64_t i = 0; i < v->shape[0]; i++) {
-        json_t *it = json_array_get(items, (size_t)i), *md = json_object_get(it, "metadata");
-        int nm = md ? (int)json_object_size(md) : 0, k = 0;
-        const char **keys = calloc((size_t)nm + 1, sizeof *keys), **vals = calloc((size_t)nm + 1, sizeof *vals);
-        const char *key;
-        json_t *val;
-        json_object_foreach(md, key, val) {
-            keys[k] = key;
-            vals[k++] = json_string_value(val);
-        }
-        reward_meta meta = {nm, keys, vals};
-        reward_video vid = {(const uint8_t *)v->data + (size_t)i * per, v->shape[1], v->shape[2], v->shape[3]};
-        json_t *sc = json_object();
-        double total = 0;
-        int bad = !keys || !vals;
-        for (int s = 0; s < n_scorers && !bad; s++) {
-            double r;
-            if (scorers[s].scorer->fn(&vid, json_string_value(json_object_get(it, "prompt")), &meta, &r) != 0) {
-                core_error_push("items[%lld], scorer %s: ", (long long)i, scorers[s].scorer->name);
-                bad = 1;
-                break;
-            }
-            total += scorers[s].weight * r;
-            json_object_set_new(sc, scorers[s].scorer->name, json_real(r));
-        }
-        free(keys);
-        free(vals);
-        if (bad) {
-            json_decref(sc);
-            json_decref(rewards);
-            json_decref(names);
-            return NULL;
-        }
-        json_array_append_new(rewards, json_pack("{s:f, s:o}", "total", total, "scores", sc));
-    }
-    return json_pack("{s:o, s:o}", "rewards", rewards, "scorers", names);
-}
-
-/* ---- Server state ---- */
 
 typedef struct job {
     struct job *next;
     zmq_msg_t *frames; /* after the routing id */
     int n_frames;
-    core_wire_msg msg;
+    core_wire_msg msg; /* borrows frames */
     int slot;
     uint64_t gen;
+    size_t bytes;
 } job;
-
-typedef struct {
-    int state; /* 0 empty, 1 pending, 2 done */
-    uint64_t gen;
-    char *client, *id, *reply;
-    size_t reply_len;
-    uint8_t rid[MAX_RID];
-    size_t rid_len;
-} cache_entry;
-
-typedef struct {
-    uint8_t rid[MAX_RID];
-    size_t rid_len;
-    char *client;
-} client_entry;
 
 typedef struct {
     const reward_server_config *cfg;
@@ -173,13 +39,12 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     job *head, *tail;
-    int qlen, in_flight, quit;
-    long long videos;
-    cache_entry *cache;
-    int cache_next;
-    uint64_t gen;
-    client_entry clients[MAX_CLIENTS];
-    int clients_next;
+    int qlen, quit;     /* under mu */
+    long long videos;   /* under mu */
+    int in_flight;      /* main thread: jobs queued or being scored */
+    size_t held;        /* main thread: their bytes */
+    reward_requests *req;
+    reward_guard *guard;
     reward_server_stats st;
 } server;
 
@@ -191,27 +56,6 @@ static void job_free(job *j) {
     free(j);
 }
 
-/* Builds an error header (new malloc'd text) for request id `id` ("" when unknown). */
-static char *error_text(const char *id, const char *code, const char *reason) {
-    /* The reason may quote a peer's bytes cut at any length: keep it printable ASCII so it is always valid UTF-8. */
-    char clean[CORE_ERROR_MAX];
-    size_t k = 0;
-    for (; reason[k] && k + 1 < sizeof clean; k++)
-        clean[k] = ((unsigned char)reason[k] < 0x20 || (unsigned char)reason[k] >= 0x7f) ? '?' : reason[k];
-    clean[k] = 0;
-    json_t *f = json_pack("{s:s, s:s, s:b}", "code", code, "reason", clean, "retryable",
-                          !strcmp(code, "busy") || !strcmp(code, "shutting_down"));
-    core_wire_built b;
-    char *out = NULL;
-    if (f && core_wire_build(CORE_WIRE_ERROR, id ? id : "", f, NULL, 0, &b) == 0) {
-        out = b.header_text;
-        b.header_text = NULL;
-        core_wire_built_free(&b);
-    }
-    json_decref(f);
-    return out;
-}
-
 /* Never blocks: a peer whose reply queue is full (it does not read its replies) or that is gone loses this reply
  * (counted undeliverable; it may re-send the id and get the cached reply). A blocking send would let one peer that
  * stopped reading stall the single socket thread, SNDTIMEO per message, for every other client. */
@@ -220,13 +64,6 @@ static void send_to(server *s, const uint8_t *rid, size_t rid_len, const char *t
     if (zmq_send(s->router, rid, rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
         zmq_send(s->router, text, len, ZMQ_DONTWAIT) < 0)
         s->st.undeliverable++;
-}
-
-static void send_error(server *s, const uint8_t *rid, size_t rid_len, const char *id, const char *code, const char *reason) {
-    char *t = error_text(id, code, reason);
-    send_to(s, rid, rid_len, t, t ? strlen(t) : 0);
-    free(t);
-    s->st.errors++;
 }
 
 static void *worker_main(void *arg) {
@@ -249,25 +86,14 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         if (!j) break;
-        json_t *f = reward_score_request(&j->msg, s->cfg->scorers, s->cfg->n_scorers);
-        char *text = NULL;
-        int ok = f != NULL;
-        if (f) {
-            core_wire_built b;
-            if (core_wire_build(CORE_WIRE_SCORE_REPLY, j->msg.id, f, NULL, 0, &b) == 0) {
-                text = b.header_text;
-                b.header_text = NULL;
-                core_wire_built_free(&b);
-            }
-            json_decref(f);
+        int ok = 0;
+        char *text = reward_requests_reply_text(&j->msg, s->cfg->scorers, s->cfg->n_scorers, &ok);
+        if (ok) {
             pthread_mutex_lock(&s->mu);
             s->videos += core_wire_find(&j->msg, "videos")->shape[0];
             pthread_mutex_unlock(&s->mu);
-        } else {
-            text = error_text(j->msg.id, "scorer_failed", core_last_error());
         }
-        if (!text) text = error_text(j->msg.id, "internal", "could not build the reply");
-        uint64_t tag[3] = {(uint64_t)j->slot, j->gen, ok ? 0u : 1u};
+        uint64_t tag[4] = {(uint64_t)j->slot, j->gen, (uint64_t)ok, (uint64_t)j->bytes};
         zmq_send(push, tag, sizeof tag, ZMQ_SNDMORE);
         zmq_send(push, text ? text : "", text ? strlen(text) : 0, 0);
         free(text);
@@ -277,161 +103,50 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-static const char *client_of(server *s, const uint8_t *rid, size_t rid_len, char *buf, size_t cap) {
-    for (int i = 0; i < MAX_CLIENTS; i++)
-        if (s->clients[i].client && s->clients[i].rid_len == rid_len && !memcmp(s->clients[i].rid, rid, rid_len))
-            return s->clients[i].client;
-    size_t o = (size_t)snprintf(buf, cap, "rid:");
-    for (size_t i = 0; i < rid_len && o + 3 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%02x", rid[i]);
-    return buf;
-}
-
-static void set_client(server *s, const uint8_t *rid, size_t rid_len, const char *client) {
-    int slot = -1;
-    for (int i = 0; i < MAX_CLIENTS && slot < 0; i++)
-        if (s->clients[i].client && s->clients[i].rid_len == rid_len && !memcmp(s->clients[i].rid, rid, rid_len)) slot = i;
-    if (slot < 0) slot = s->clients_next++ % MAX_CLIENTS;
-    free(s->clients[slot].client);
-    s->clients[slot].client = strdup(client);
-    memcpy(s->clients[slot].rid, rid, rid_len);
-    s->clients[slot].rid_len = rid_len;
-}
-
-/* Handles one received message (frames after the routing id); takes ownership of frames. */
-static void handle(server *s, const uint8_t *rid, size_t rid_len, zmq_msg_t *frames, int n, int *stop_req) {
-    core_wire_frame wf[18];
-    core_wire_limits lim = {.max_header_bytes = (size_t)1 << 20,
-                            .max_frame_bytes = s->cfg->max_frame_bytes,
-                            .max_total_bytes = s->cfg->max_frame_bytes + ((size_t)1 << 20),
-                            .max_tensors = 16};
-    job *j = calloc(1, sizeof *j);
-    if (!j) goto drop;
-    j->frames = frames;
-    j->n_frames = n;
-    frames = NULL;
-    if (n < 1 || n > 17) {
-        send_error(s, rid, rid_len, "", "bad_request", n < 1 ? "wire: message has no frames" : "wire: more than 16 tensor frames");
-        job_free(j);
-        return;
-    }
-    for (int i = 0; i < n; i++) wf[i] = (core_wire_frame){zmq_msg_data(&j->frames[i]), zmq_msg_size(&j->frames[i])};
-    if (core_wire_parse(wf, n, &lim, &j->msg) != 0) {
-        /* Echo the id when the header at least parses as an object with a sane string id. */
-        char idbuf[CORE_WIRE_MAX_ID + 1] = "";
-        json_t *h = wf[0].len <= lim.max_header_bytes ? json_loadb(wf[0].data, wf[0].len, JSON_REJECT_DUPLICATES, NULL) : NULL;
-        json_t *id = json_object_get(h, "id");
-        if (json_is_string(id) && json_string_length(id) <= CORE_WIRE_MAX_ID &&
-            strlen(json_string_value(id)) == json_string_length(id))
-            snprintf(idbuf, sizeof idbuf, "%s", json_string_value(id));
-        json_decref(h);
-        char reason[CORE_ERROR_MAX];
-        snprintf(reason, sizeof reason, "%s", core_last_error());
-        send_error(s, rid, rid_len, idbuf, "bad_request", reason);
-        job_free(j);
-        return;
-    }
-    const char *id = j->msg.id;
-    if (j->msg.type == CORE_WIRE_HELLO) {
-        json_t *c = json_object_get(j->msg.header, "client");
-        if (!json_is_string(c) || json_string_length(c) < 1 || json_string_length(c) > CORE_WIRE_MAX_ID ||
-            strlen(json_string_value(c)) != json_string_length(c)) {
-            send_error(s, rid, rid_len, id, "bad_request", "hello: field \"client\" is missing or not a string of 1..128 bytes");
-        } else {
-            set_client(s, rid, rid_len, json_string_value(c));
-            json_t *names = json_array();
-            for (int i = 0; i < s->cfg->n_scorers; i++)
-                json_array_append_new(names, json_pack("{s:s, s:f}", "name", s->cfg->scorers[i].scorer->name, "weight",
-                                                       s->cfg->scorers[i].weight));
-            json_t *f = json_pack("{s:s, s:o, s:I}", "server", "vgrpo-reward", "scorers", names, "max_videos_bytes",
-                                  (json_int_t)s->cfg->max_frame_bytes);
-            core_wire_built b;
-            if (f && core_wire_build(CORE_WIRE_HELLO, id, f, NULL, 0, &b) == 0) {
-                send_to(s, rid, rid_len, b.header_text, b.frames[0].len);
-                core_wire_built_free(&b);
-            }
-            json_decref(f);
-        }
-        job_free(j);
-        return;
-    }
-    if (j->msg.type == CORE_WIRE_SHUTDOWN) {
-        core_wire_built b;
-        if (core_wire_build(CORE_WIRE_SHUTDOWN, id, NULL, NULL, 0, &b) == 0) {
-            send_to(s, rid, rid_len, b.header_text, b.frames[0].len);
-            core_wire_built_free(&b);
-        }
-        *stop_req = 1;
-        job_free(j);
-        return;
-    }
-    if (j->msg.type != CORE_WIRE_SCORE_REQUEST) {
-        char reason[160];
-        snprintf(reason, sizeof reason, "a reward server does not serve \"%s\" messages", core_wire_type_name(j->msg.type));
-        send_error(s, rid, rid_len, id, "unsupported", reason);
-        job_free(j);
-        return;
-    }
-    char cbuf[2 * MAX_RID + 8];
-    const char *client = client_of(s, rid, rid_len, cbuf, sizeof cbuf);
-    for (int i = 0; i < s->cfg->cache; i++) {
-        cache_entry *e = &s->cache[i];
-        if (!e->state || strcmp(e->id, id) || strcmp(e->client, client)) continue;
-        s->st.repeats++;
-        memcpy(e->rid, rid, rid_len);
-        e->rid_len = rid_len;
-        if (e->state == 2) {
-            send_to(s, rid, rid_len, e->reply, e->reply_len);
-            s->st.replies++;
-        }
-        job_free(j);
-        return;
-    }
-    if (reward_check_score_request(&j->msg) != 0) {
-        char reason[CORE_ERROR_MAX];
-        snprintf(reason, sizeof reason, "%s", core_last_error());
-        send_error(s, rid, rid_len, id, "bad_request", reason);
-        job_free(j);
-        return;
-    }
+/* Carries out what reward_requests_handle decided for one message; takes the frames (n of them, or 18 for "too
+ * many": only 17 are held). */
+static void handle(server *s, const reward_peer *peer, zmq_msg_t *frames, int n, int *stop_req) {
+    core_wire_frame wf[REWARD_MAX_FRAMES];
+    int held_n = n < REWARD_MAX_FRAMES ? n : REWARD_MAX_FRAMES;
+    for (int i = 0; i < held_n; i++) wf[i] = (core_wire_frame){zmq_msg_data(&frames[i]), zmq_msg_size(&frames[i])};
     pthread_mutex_lock(&s->mu);
-    int full = s->qlen >= s->cfg->queue;
+    int queued = s->qlen;
     pthread_mutex_unlock(&s->mu);
-    if (full) {
-        send_error(s, rid, rid_len, id, "busy", "the scoring queue is full; retry with the same id");
-        job_free(j);
+    reward_action act;
+    reward_requests_handle(s->req, peer, wf, n, queued, s->held, &act);
+    s->st.repeats += act.repeat;
+    if (act.verb == REWARD_SEND || act.verb == REWARD_STOP) {
+        send_to(s, peer->id, peer->len, act.reply, act.reply_len);
+        if (act.error) s->st.errors++;
+        else if (act.repeat) s->st.replies++;
+        if (act.verb == REWARD_STOP) *stop_req = 1;
+    }
+    free(act.reply);
+    job *j = act.verb == REWARD_SCORE ? calloc(1, sizeof *j) : NULL;
+    if (act.verb == REWARD_SCORE && !j) { /* out of memory: dropped unanswered; the client re-sends */
+        core_wire_msg_free(&act.msg);
+        reward_requests_done(s->req, act.slot, act.gen, "", 0, 0, (reward_peer[REWARD_MAX_WAITERS]){0});
+    }
+    if (!j) {
+        for (int i = 0; i < held_n; i++) zmq_msg_close(&frames[i]);
+        free(frames);
         return;
     }
-    cache_entry *e = &s->cache[s->cache_next];
-    j->slot = s->cache_next;
-    s->cache_next = (s->cache_next + 1) % s->cfg->cache;
-    free(e->client);
-    free(e->id);
-    free(e->reply);
-    memset(e, 0, sizeof *e);
-    e->state = 1;
-    e->gen = j->gen = ++s->gen;
-    e->client = strdup(client);
-    e->id = strdup(id);
-    memcpy(e->rid, rid, rid_len);
-    e->rid_len = rid_len;
-    if (!e->client || !e->id) {
-        e->state = 0;
-        send_error(s, rid, rid_len, id, "internal", "out of memory");
-        job_free(j);
-        return;
-    }
+    j->frames = frames;
+    j->n_frames = held_n;
+    j->msg = act.msg;
+    j->slot = act.slot;
+    j->gen = act.gen;
+    j->bytes = act.bytes;
+    s->held += j->bytes;
+    s->in_flight++;
     pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = j;
     else s->head = j;
     s->tail = j;
     s->qlen++;
-    s->in_flight++;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    return;
-drop:
-    for (int i = 0; frames && i < n; i++) zmq_msg_close(&frames[i]);
-    free(frames);
 }
 
 /* Receives one whole multipart message from the ROUTER. Frames past 17 are read and dropped. */
@@ -444,9 +159,9 @@ static void recv_router(server *s, int *stop_req) {
     }
     s->st.received++;
     int more = zmq_msg_more(&rid), n = 0, over = 0;
-    zmq_msg_t *frames = calloc(18, sizeof *frames);
+    zmq_msg_t *frames = calloc(REWARD_MAX_FRAMES, sizeof *frames);
     while (more) {
-        zmq_msg_t tmp, *dst = (frames && n < 18) ? &frames[n] : &tmp;
+        zmq_msg_t tmp, *dst = (frames && n < REWARD_MAX_FRAMES) ? &frames[n] : &tmp;
         zmq_msg_init(dst);
         if (zmq_msg_recv(dst, s->router, 0) < 0) {
             zmq_msg_close(dst);
@@ -461,18 +176,24 @@ static void recv_router(server *s, int *stop_req) {
         }
     }
     size_t rl = zmq_msg_size(&rid);
-    if (!frames || rl > MAX_RID) {
+    /* Second line behind the ZAP handler: with keys, a message from a connection it did not admit is dropped. */
+    const char *user = (s->cfg->keys && frames && n > 0) ? core_curve_peer(&frames[0]) : NULL;
+    int stranger = s->cfg->keys && (!user || strcmp(user, CORE_CURVE_USER_ID));
+    if (!frames || rl > REWARD_MAX_PEER || rl < 1 || stranger) {
         for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
         free(frames);
     } else {
-        handle(s, zmq_msg_data(&rid), rl, frames, over ? 18 : n, stop_req);
+        reward_peer peer;
+        peer.len = rl;
+        memcpy(peer.id, zmq_msg_data(&rid), rl);
+        handle(s, &peer, frames, over ? REWARD_MAX_FRAMES + 1 : n, stop_req);
     }
     zmq_msg_close(&rid);
 }
 
-/* Receives one finished reply from a scoring thread, caches it and sends it. */
+/* Receives one finished reply from a scoring thread, caches it and sends it to every connection waiting for it. */
 static void recv_done(server *s) {
-    uint64_t tag[3];
+    uint64_t tag[4];
     zmq_msg_t body;
     if (zmq_recv(s->done, tag, sizeof tag, ZMQ_DONTWAIT) != (int)sizeof tag) return;
     zmq_msg_init(&body);
@@ -480,61 +201,81 @@ static void recv_done(server *s) {
         zmq_msg_close(&body);
         return;
     }
-    pthread_mutex_lock(&s->mu);
     s->in_flight--;
-    pthread_mutex_unlock(&s->mu);
-    cache_entry *e = (tag[0] < (uint64_t)s->cfg->cache) ? &s->cache[tag[0]] : NULL;
-    size_t len = zmq_msg_size(&body);
-    if (e && e->state == 1 && e->gen == tag[1]) {
-        e->reply = malloc(len + 1);
-        if (e->reply) {
-            memcpy(e->reply, zmq_msg_data(&body), len);
-            e->reply[len] = 0;
-            e->reply_len = len;
-            e->state = 2;
-        } else {
-            e->state = 0;
-        }
-        send_to(s, e->rid, e->rid_len, zmq_msg_data(&body), len);
-        if (tag[2]) s->st.errors++;
-        else s->st.replies++;
+    s->held -= (size_t)tag[3];
+    reward_peer to[REWARD_MAX_WAITERS];
+    int n = reward_requests_done(s->req, (int)tag[0], tag[1], zmq_msg_data(&body), zmq_msg_size(&body), (int)tag[2], to);
+    for (int i = 0; i < n; i++) {
+        send_to(s, to[i].id, to[i].len, zmq_msg_data(&body), zmq_msg_size(&body));
+        if (tag[2]) s->st.replies++;
+        else s->st.errors++;
     }
     zmq_msg_close(&body);
 }
 
 static int setopt_int(void *sock, int opt, int v) { return zmq_setsockopt(sock, opt, &v, sizeof v); }
 
+/* The ROUTER's options (PROTOCOL.md section 6), all before it binds.
+ * ZMQ_RCVHWM 2: at most two complete messages wait in libzmq per connection (1 would do, but libzmq 4.3.4 then
+ * never delivers a CURVE peer's messages). No ZMTP heartbeats of the server's own: in libzmq 4.3.4 (and master as
+ * of 2025) a connection whose input is stopped at the high-water mark when its peer hangs up is left with
+ * _io_error set, and the next heartbeat tick asserts in out_event (stream_engine_base.cpp:331), aborting the
+ * process; a peer could trigger that at will. Dead clients are still found: their PINGs carry a TTL
+ * (ZMQ_HEARTBEAT_TTL on the client) that the server's libzmq enforces, and TCP keepalive covers the rest. */
+static int router_options(server *s) {
+    const reward_server_config *cfg = s->cfg;
+    int64_t maxmsg = (int64_t)cfg->max_frame_bytes;
+    return setopt_int(s->router, ZMQ_ROUTER_MANDATORY, 1) || setopt_int(s->router, ZMQ_LINGER, 100) ||
+           setopt_int(s->router, ZMQ_SNDTIMEO, 1000) || zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
+           setopt_int(s->router, ZMQ_RCVHWM, 2) || setopt_int(s->router, ZMQ_HANDSHAKE_IVL, 5000) ||
+           setopt_int(s->router, ZMQ_TCP_KEEPALIVE, 1) || setopt_int(s->router, ZMQ_TCP_KEEPALIVE_IDLE, 30) ||
+           setopt_int(s->router, ZMQ_TCP_KEEPALIVE_INTVL, 10) || setopt_int(s->router, ZMQ_TCP_KEEPALIVE_CNT, 3);
+}
+
 int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *stop, reward_server_stats *stats) {
-    if (cfg->n_scorers < 1 || cfg->threads < 1 || cfg->queue < 1 || cfg->cache < 1 || !cfg->endpoint)
-        return core_error("reward server: needs an endpoint, >= 1 scorer, thread, queue slot and cache entry");
+    if (cfg->n_scorers < 1 || cfg->threads < 1 || cfg->queue < 1 || cfg->cache < 1 || cfg->max_peers < 1 ||
+        !cfg->max_frame_bytes || !cfg->endpoint)
+        return core_error("reward server: needs an endpoint, a frame limit, >= 1 scorer, thread, queue slot, cache "
+                          "entry and peer");
     if (!strncmp(cfg->endpoint, "ipc://", 6) && strlen(cfg->endpoint + 6) >= 100)
         return core_error("reward server: ipc path \"%s\" is %zu bytes (must be < 100)", cfg->endpoint + 6,
                           strlen(cfg->endpoint + 6));
     server *s = calloc(1, sizeof *s);
     if (!s) return core_error("reward server: out of memory");
     s->cfg = cfg;
-    s->cache = calloc((size_t)cfg->cache, sizeof *s->cache);
+    s->req = reward_requests_new(cfg);
     pthread_t *th = calloc((size_t)cfg->threads, sizeof *th);
     int n_th = 0, rc = 0;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->ctx = zmq_ctx_new();
-    if (!s->cache || !th || !s->ctx) {
+    if (!s->req || !th || !s->ctx) {
         rc = core_error("reward server: out of memory");
         goto out;
     }
     s->router = zmq_socket(s->ctx, ZMQ_ROUTER);
     s->done = zmq_socket(s->ctx, ZMQ_PULL);
-    int64_t maxmsg = (int64_t)cfg->max_frame_bytes;
-    if (!s->router || !s->done || setopt_int(s->router, ZMQ_ROUTER_MANDATORY, 1) || setopt_int(s->router, ZMQ_LINGER, 100) ||
-        setopt_int(s->router, ZMQ_SNDTIMEO, 1000) || zmq_setsockopt(s->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) ||
-        setopt_int(s->router, ZMQ_HEARTBEAT_IVL, 1000) || setopt_int(s->router, ZMQ_HEARTBEAT_TIMEOUT, 5000) ||
-        setopt_int(s->router, ZMQ_HEARTBEAT_TTL, 10000) || setopt_int(s->done, ZMQ_LINGER, 0)) {
+    if (!s->router || !s->done || router_options(s) || setopt_int(s->done, ZMQ_LINGER, 0)) {
         rc = core_error("reward server: socket setup failed: %s", zmq_strerror(zmq_errno()));
         goto out;
     }
-    if (zmq_bind(s->done, DONE_EP) != 0 || zmq_bind(s->router, cfg->endpoint) != 0) {
-        rc = core_error("reward server: cannot bind \"%s\": %s", cfg->endpoint, zmq_strerror(zmq_errno()));
+    if (cfg->keys && (!core_curve_has(cfg->keys, CORE_CURVE_CLIENT, 0) ||
+                      core_curve_server(s->router, cfg->keys, CORE_CURVE_REWARD) != 0)) {
+        rc = core_curve_has(cfg->keys, CORE_CURVE_CLIENT, 0) ? core_error_push("reward server: ")
+                                                             : core_error("reward server: the keys lack client-public");
+        goto out;
+    }
+    if (!(s->guard = reward_guard_open(s->ctx, s->router, cfg->max_peers, reward_server_memory_budget(cfg),
+                                       cfg->keys ? cfg->keys->pub[CORE_CURVE_CLIENT] : NULL))) {
+        rc = -1;
+        goto out;
+    }
+    if (zmq_bind(s->done, DONE_EP) != 0) {
+        rc = core_error("reward server: cannot bind %s: %s", DONE_EP, zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    if (core_zmq_bind(s->router, cfg->endpoint) != 0) { /* an ipc:// socket file: 0600 whatever the umask */
+        rc = core_error_push("reward server: ");
         goto out;
     }
     for (; n_th < cfg->threads; n_th++)
@@ -546,24 +287,25 @@ int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *st
     struct timespec t_stop = {0, 0};
     for (;;) {
         int stopping = stop_req || (stop && *stop);
-        pthread_mutex_lock(&s->mu);
-        int inflight = s->in_flight;
-        pthread_mutex_unlock(&s->mu);
         if (stopping) {
             struct timespec now;
             clock_gettime(CLOCK_MONOTONIC, &now);
             if (!t_stop.tv_sec) t_stop = now;
-            if (inflight == 0 || now.tv_sec - t_stop.tv_sec > 10) break;
+            if (s->in_flight == 0 || now.tv_sec - t_stop.tv_sec > 10) break;
         }
-        zmq_pollitem_t items[2] = {{s->done, 0, ZMQ_POLLIN, 0}, {s->router, 0, ZMQ_POLLIN, 0}};
-        int np = zmq_poll(items, stopping ? 1 : 2, 100);
+        /* 10 ms: the memory check must run even while nothing is readable (a message still arriving is not). */
+        zmq_pollitem_t items[4] = {{s->done, 0, ZMQ_POLLIN, 0}, {0}, {0}, {s->router, 0, ZMQ_POLLIN, 0}};
+        reward_guard_pollitems(s->guard, items + 1);
+        int np = zmq_poll(items, stopping ? 3 : 4, 10);
         if (np < 0) {
             if (zmq_errno() == EINTR) continue;
             rc = core_error("reward server: poll failed: %s", zmq_strerror(zmq_errno()));
             break;
         }
+        if ((items[1].revents | items[2].revents) & ZMQ_POLLIN) reward_guard_serve(s->guard);
         if (items[0].revents & ZMQ_POLLIN) recv_done(s);
-        if (!stopping && (items[1].revents & ZMQ_POLLIN)) recv_router(s, &stop_req);
+        if (!stopping && (items[3].revents & ZMQ_POLLIN)) recv_router(s, &stop_req);
+        reward_guard_check_memory(s->guard);
     }
 out:
     pthread_mutex_lock(&s->mu);
@@ -577,17 +319,16 @@ out:
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < n_th; i++) pthread_join(th[i], NULL);
     s->st.videos = s->videos;
+    if (s->guard) {
+        s->st.refused = reward_guard_refused(s->guard);
+        s->st.dropped = reward_guard_dropped(s->guard);
+    }
     if (stats) *stats = s->st;
+    reward_guard_close(s->guard);
     if (s->router) zmq_close(s->router);
     if (s->done) zmq_close(s->done);
     if (s->ctx) zmq_ctx_term(s->ctx);
-    for (int i = 0; s->cache && i < cfg->cache; i++) {
-        free(s->cache[i].client);
-        free(s->cache[i].id);
-        free(s->cache[i].reply);
-    }
-    for (int i = 0; i < MAX_CLIENTS; i++) free(s->clients[i].client);
-    free(s->cache);
+    reward_requests_free(s->req);
     free(th);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stddef.h>
 
+#include "core/curve.h"
 #include "core/wire.h"
 #include "reward/scorers.h"
 
@@ -28,8 +29,19 @@ typedef struct {
     int threads;            /* scoring threads, >= 1 */
     int queue;              /* requests waiting for a thread before `busy` errors, >= 1 */
     size_t max_frame_bytes; /* largest tensor frame (ZMQ_MAXMSGSIZE); the whole message may add 1 MiB of header */
-    int cache;              /* replies kept for idempotent repeats, >= 1 */
+    int cache;              /* replies kept for idempotent repeats, >= 1 (and at most REWARD_SERVER_CACHE_BYTES) */
+    int max_peers;          /* connections at once, >= 1: the handshake of one more is refused (ZAP) */
+    size_t max_memory_bytes; /* resident memory growth above the size at start past which every connection is
+                              * dropped; 0: reward_server_memory_budget */
+    const core_curve_keys *keys; /* the server's keys (core_curve_subset CORE_CURVE_REWARD: the reward pair and the
+                                  * client public key): a CURVE server that admits only the run's client key. NULL:
+                                  * plain ZeroMQ, any peer that can reach the endpoint (borrowed) */
 } reward_server_config;
+
+/* Reply text the cache keeps at most, all entries together (the oldest go first). */
+#define REWARD_SERVER_CACHE_BYTES ((size_t)64 << 20)
+/* Header bytes a message may add to its tensor frame. */
+#define REWARD_SERVER_HEADER_BYTES ((size_t)1 << 20)
 
 /* Counters printed at exit. */
 typedef struct {
@@ -39,10 +51,25 @@ typedef struct {
     long long repeats;   /* requests answered from (or joined to) the cache */
     long long videos;    /* videos scored */
     long long undeliverable; /* replies whose peer was gone */
+    long long refused;   /* connections refused at the handshake (over max_peers) */
+    long long dropped;   /* connections dropped because the server's memory went over its budget */
 } reward_server_stats;
 
-/* Defaults: no scorers, 2 threads, queue 64, frame limit 1 GiB, cache 4096. */
+/* Defaults: no scorers, 2 threads, queue 64, frame limit REWARD_SERVER_DEFAULT_FRAME_MB MiB (the CPU recipes' largest
+ * request, recipes/tiny-cpu.yaml: 16 videos x 5 x 32 x 32 x 3 = 240 KiB, with room), cache 4096, 16 peers, memory
+ * budget derived. */
+#define REWARD_SERVER_DEFAULT_FRAME_MB 16
 void reward_server_config_default(reward_server_config *cfg);
+
+/* Bytes of requests the server holds (queued or being scored) before it answers `busy`: max_peers x (max_frame_bytes
+ * + REWARD_SERVER_HEADER_BYTES), one largest message per allowed connection. */
+size_t reward_server_held_bound(const reward_server_config *cfg);
+
+/* The memory budget (PROTOCOL.md section 3) when cfg->max_memory_bytes is 0: what the server may hold with every
+ * peer sending its largest messages, 4 x max_peers x (max_frame_bytes + 1 MiB) (in libzmq per connection: two
+ * complete messages queued, ZMQ_RCVHWM 2, and one being read; held for scoring: reward_server_held_bound), plus the
+ * reply cache (REWARD_SERVER_CACHE_BYTES) and 64 MiB for parsing and replies. */
+size_t reward_server_memory_budget(const reward_server_config *cfg);
 
 /* Parses "NAME:WEIGHT,NAME[:WEIGHT],..." (weight default 1, finite) into cfg->scorers. Returns 0, or -1 with
  * core_error naming the entry (unknown scorer: the message lists the known ones; repeated name; bad weight). */
@@ -59,8 +86,11 @@ int reward_check_score_request(const core_wire_msg *m);
 json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scorers, int n_scorers);
 
 /* Serves on cfg->endpoint until *stop becomes non-zero (a signal handler sets it) or a `shutdown` message
- * arrives, then finishes the requests in flight (up to 10 s) and returns 0, filling *stats. Returns -1 with
- * core_error when the endpoint cannot be bound or a socket fails. A peer's message never makes it return. */
+ * arrives, then finishes the requests in flight (up to 10 s) and returns 0, filling *stats. An ipc:// socket file
+ * is created with mode 0600 whatever the umask. With cfg->keys, a message whose connection was not admitted with
+ * the client key (ZAP user id) is dropped unread, so only the run's clients can score or send `shutdown`. Returns
+ * -1 with core_error when the endpoint cannot be bound, the keys are incomplete or a socket fails. A peer's message
+ * never makes it return. */
 int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *stop, reward_server_stats *stats);
 
 #endif

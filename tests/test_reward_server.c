@@ -1,8 +1,9 @@
 /* tests/test_reward_server.c — the reward server (reward/server.h): the score_request checks and scoring in
  * process, then `vgrpo reward-server` as a subprocess on an ipc:// endpoint, driven by a small DEALER client:
  * hello, a batched request with hand-computed rewards, several requests in flight, malformed messages (each gets an
- * error naming the problem, and the server keeps serving), a repeated id (the same reply bytes), and SIGTERM
- * (exit 0 and a stats line). */
+ * error naming the problem, and the server keeps serving), a repeated id (the same reply bytes), an id re-used
+ * with other content and a second connection claiming the same client id (a bad_request, never the other
+ * request's score), and SIGTERM (exit 0 and a stats line). */
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -190,6 +191,92 @@ TEST(reward_server_requests) {
     CHECK_MSG(strstr(out, "repeats 1,") && strstr(out, "replies 5,") && strstr(out, "videos 8,") &&
                   strstr(out, "errors 8,"),
               "stats line: %s", out);
+}
+
+/* Expects an `error` with this id and code whose reason holds reason_part on sock. */
+static void expect_error_on(void *sock, const char *id, const char *code, const char *reason_part, int line) {
+    char *r = recv_reply(sock);
+    if (!r) {
+        test_fail(__FILE__, line, "no reply (want error %s)", code);
+        return;
+    }
+    json_t *h = parse_reply(r, CORE_WIRE_ERROR, id);
+    const char *c = json_string_value(json_object_get(h, "code")), *why = json_string_value(json_object_get(h, "reason"));
+    if (!c || strcmp(c, code) || !why || !strstr(why, reason_part))
+        test_fail(__FILE__, line, "want error %s with \"%s\", got %s", code, reason_part, r);
+    json_decref(h);
+    free(r);
+}
+
+/* Issue 13: a cached reply is only given for the same content. Before, a re-send of id d1 with other videos got the
+ * first videos' score, and a second connection claiming the same client id got the first one's replies. */
+TEST(reward_server_id_reuse) {
+    make_videos();
+    static uint8_t other[sizeof vids];
+    memset(other, 200, sizeof other);
+    srv s;
+    srv_start(&s, "brightness:2,color_match:1", "16");
+    send_frames(s.sock, "{\"v\":1,\"type\":\"hello\",\"id\":\"h\",\"client\":\"w\"}", NULL, 0, 0);
+    free(recv_reply(s.sock));
+    char hdr[1024];
+    snprintf(hdr, sizeof hdr, REQ_FMT, "d1");
+    send_frames(s.sock, hdr, vids, sizeof vids, 1);
+    char *first = recv_reply(s.sock);
+    REQUIRE(first);
+    json_t *h = parse_reply(first, CORE_WIRE_SCORE_REPLY, "d1");
+    check_rewards(json_object_get(h, "rewards"), __LINE__);
+    json_decref(h);
+
+    /* The same id with other videos, or other fields: bad_request naming the id, not the first score. */
+    send_frames(s.sock, hdr, other, sizeof other, 1);
+    expect_error_on(s.sock, "d1", "bad_request", "request id \"d1\" was already used by client \"w\"", __LINE__);
+    char hdr8[1024];
+    snprintf(hdr8, sizeof hdr8, "%s", hdr);
+    memcpy(strstr(hdr8, "\"fps\":16"), "\"fps\":18", 8);
+    send_frames(s.sock, hdr8, vids, sizeof vids, 1);
+    expect_error_on(s.sock, "d1", "bad_request", "other content", __LINE__);
+    /* An identical re-send (a retry after a lost reply) still gets the cached reply byte for byte. */
+    send_frames(s.sock, hdr, vids, sizeof vids, 1);
+    char *r = recv_reply(s.sock);
+    CHECK_MSG(r && !strcmp(r, first), "repeat reply differs:\n%s\n%s", r ? r : "(none)", first);
+    free(r);
+
+    /* A second connection claiming client id "w": its d1 with other videos is refused, its own d2 is scored, and
+     * the first connection's d2 with the first videos is refused in turn (neither gets the other's score). */
+    void *b = srv_dealer(&s);
+    send_frames(b, "{\"v\":1,\"type\":\"hello\",\"id\":\"h2\",\"client\":\"w\"}", NULL, 0, 0);
+    free(recv_reply(b));
+    send_frames(b, hdr, other, sizeof other, 1);
+    expect_error_on(b, "d1", "bad_request", "request id \"d1\"", __LINE__);
+    snprintf(hdr, sizeof hdr, REQ_FMT, "d2");
+    send_frames(b, hdr, other, sizeof other, 1);
+    r = recv_reply(b);
+    REQUIRE(r);
+    h = parse_reply(r, CORE_WIRE_SCORE_REPLY, "d2");
+    double bright = json_real_value(json_object_get(json_object_get(json_array_get(json_object_get(h, "rewards"), 0),
+                                                                    "scores"), "brightness"));
+    CHECK_NEAR(bright, 200.0 / 255.0, 1e-12);
+    json_decref(h);
+    free(r);
+    send_frames(s.sock, hdr, vids, sizeof vids, 1);
+    expect_error_on(s.sock, "d2", "bad_request", "request id \"d2\"", __LINE__);
+    /* Both connections re-sending identical content get the reply. */
+    snprintf(hdr, sizeof hdr, REQ_FMT, "d3");
+    send_frames(s.sock, hdr, vids, sizeof vids, 1);
+    send_frames(b, hdr, vids, sizeof vids, 1);
+    char *ra = recv_reply(s.sock), *rb = recv_reply(b);
+    CHECK_MSG(ra && rb && !strcmp(ra, rb), "identical d3 from two connections: %s / %s", ra ? ra : "(none)",
+              rb ? rb : "(none)");
+    if (ra) {
+        h = parse_reply(ra, CORE_WIRE_SCORE_REPLY, "d3");
+        check_rewards(json_object_get(h, "rewards"), __LINE__);
+        json_decref(h);
+    }
+    free(ra);
+    free(rb);
+    free(first);
+    zmq_close(b);
+    CHECK(srv_stop(&s) == 0);
 }
 
 TEST(reward_server_sigterm) {
