@@ -2,13 +2,19 @@
  * reward/PROTOCOL.md alone, driven by the same DEALER client as the C server's test (tests/zmq_test_util.h):
  * hello, a batched score_request whose `mean_red` score and weighted total are recomputed here in double precision,
  * malformed messages (each an `error` with the right id and code, and the server keeps serving), repeated ids
- * (the same reply bytes, keyed by the hello's client id across connections), SIGTERM and `shutdown` (exit 0).
+ * (the same reply bytes, keyed by the hello's client id across connections; a re-used id with other videos is a
+ * bad_request), SIGTERM and `shutdown` (exit 0), and with the run's keys (--keys-file): the C reward client with
+ * the client key is scored, a peer without it gets nothing, and the ipc socket file is 0600 under umask 0.
  * Skipped when no python3 with the zmq and numpy modules is found (VGRPO_PYTHON overrides the interpreter). */
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+
+#include "core/curve.h"
 #include "core/wire.h"
+#include "reward/client.h"
 #include "tests/test.h"
 #include "tests/zmq_test_util.h"
 
@@ -114,7 +120,7 @@ TEST(reward_pypeer_protocol) {
     json_t *h = parse_reply(r, CORE_WIRE_HELLO, "h");
     const char *name = json_string_value(json_object_get(h, "server"));
     CHECK(name && !strcmp(name, "vgrpo-reward"));
-    CHECK(json_integer_value(json_object_get(h, "max_videos_bytes")) == (json_int_t)1 << 30);
+    CHECK(json_integer_value(json_object_get(h, "max_videos_bytes")) == (json_int_t)16 << 20);
     CHECK(json_array_size(json_object_get(h, "scorers")) == 1);
     json_decref(h);
     free(r);
@@ -169,6 +175,17 @@ TEST(reward_pypeer_protocol) {
     CHECK_MSG(r && !strcmp(r, first), "repeat on a new connection differs:\n%s\n%s", r ? r : "(none)", first);
     free(r);
     free(first);
+    /* The same id with other videos is refused, naming the id (not answered with g1's score). */
+    static uint8_t other[sizeof pv];
+    memset(other, 7, sizeof other);
+    send_frames(d2, hdr, other, sizeof other, 1);
+    r = recv_reply(d2);
+    REQUIRE(r);
+    h = parse_reply(r, CORE_WIRE_ERROR, "g1");
+    const char *why = json_string_value(json_object_get(h, "reason"));
+    CHECK_MSG(why && strstr(why, "request id \"g1\" was already used"), "%s", r);
+    json_decref(h);
+    free(r);
     zmq_close(d2);
 
     struct timespec t0, t1;
@@ -179,7 +196,7 @@ TEST(reward_pypeer_protocol) {
     CHECK((double)(t1.tv_sec - t0.tv_sec) < 3.0);
     char out[4096];
     test_run(out, sizeof out, "cat %s", s.log);
-    CHECK_MSG(strstr(out, "stats: received 15, replies 6, errors 9, repeats 2, videos 4,"), "log: %s", out);
+    CHECK_MSG(strstr(out, "stats: received 16, replies 6, errors 10, repeats 2, videos 4,"), "log: %s", out);
 }
 
 TEST(reward_pypeer_shutdown) {
@@ -204,4 +221,57 @@ TEST(reward_pypeer_shutdown) {
     char out[4096];
     int rc = test_run(out, sizeof out, "%s %s --bind ipc://x --scorers nope:1", find_python(), PY_SCRIPT);
     CHECK_MSG(rc == 2 && strstr(out, "unknown scorer"), "status %d: %s", rc, out);
+}
+
+/* With the run's keys: a CURVE server that admits only the client key (PROTOCOL.md section 6). */
+TEST(reward_pypeer_curve) {
+    make_py_videos();
+    const char *py = find_python();
+    if (!py) {
+        test_skip("no python3 with the zmq and numpy modules (Debian: python3-zmq python3-numpy)");
+        return;
+    }
+    if (!core_curve_available()) {
+        test_skip("libzmq without CURVE");
+        return;
+    }
+    core_curve_keys all, server, client;
+    REQUIRE_OK(core_curve_generate(&all));
+    core_curve_subset(&all, CORE_CURVE_REWARD, &server);
+    core_curve_subset(&all, CORE_CURVE_CLIENT, &client);
+    const char *dir = test_tmpdir();
+    char kpath[256];
+    snprintf(kpath, sizeof kpath, "%s/reward.keys", dir);
+    REQUIRE_OK(core_curve_write_file(kpath, &server));
+    srv s;
+    snprintf(s.endpoint, sizeof s.endpoint, "ipc://%s/pyk.sock", dir);
+    snprintf(s.log, sizeof s.log, "%s/server.log", dir);
+    const char *argv[] = {py, PY_SCRIPT, "--bind", s.endpoint, "--scorers", "mean_red:2.5", "--keys-file", kpath, NULL};
+    mode_t old = umask(0);
+    srv_spawn(&s, argv); /* s.sock: a DEALER without keys */
+    umask(old);
+
+    reward_client *c = reward_client_open_keys(s.endpoint, "py-keyed", 5.0, 3, &client);
+    REQUIRE(c);
+    const char *prompts[NV] = {"a red car", "a cat"};
+    reward_result out[NV];
+    int rc = reward_client_score(c, pv, NV, 3, 4, 5, 16, prompts, NULL, out);
+    CHECK_MSG(rc == 0, "keyed client: %s", rc ? core_last_error() : "");
+    for (int v = 0; rc == 0 && v < NV; v++) CHECK_NEAR(out[v].scores[0].value, red_mean[v], 1e-12);
+    reward_client_close(c);
+    struct stat st;
+    CHECK(stat(s.endpoint + 6, &st) == 0 && (st.st_mode & 0777) == 0600);
+
+    /* No keys: no handshake, so nothing is read; a `shutdown` from it does not stop the server. */
+    int tmo = 500;
+    zmq_setsockopt(s.sock, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    send_frames(s.sock, "{\"v\":1,\"type\":\"shutdown\",\"id\":\"bye\"}", NULL, 0, 0);
+    char *r = recv_reply(s.sock);
+    CHECK_MSG(r == NULL, "a keyless peer got a reply: %s", r ? r : "");
+    free(r);
+    CHECK(waitpid(s.pid, NULL, WNOHANG) == 0);
+    CHECK(srv_stop(&s) == 0);
+    char log[4096];
+    test_run(log, sizeof log, "cat %s", s.log);
+    CHECK_MSG(strstr(log, "received 2, replies 2, errors 0"), "log: %s", log); /* hello and the request */
 }

@@ -9,23 +9,34 @@ the model call goes). Everything else (framing, checks, error replies, idempoten
 
 Requests are scored one at a time in arrival order on the main thread, so there is no queue and never a `busy`
 error. SIGTERM, SIGINT or a `shutdown` message end the server with exit status 0 and a stats line on stderr.
+
+With the run's keys (--keys-file PATH, the key text of core/curve.h in a file of mode 0600, e.g. written by the job
+for an external reward server) the ROUTER is a CURVE server with the reward key pair, and a ZAP handler admits only
+the run's client public key; messages from any other connection are dropped. Without keys it is plain ZeroMQ:
+bind it only where its clients are trusted. An ipc:// socket file is created with mode 0600 either way.
 """
 import argparse
 import collections
+import hashlib
 import json
 import math
+import os
 import signal
+import stat
 import sys
+import threading
 import time
 
 import numpy as np
 import zmq
+import zmq.utils.z85
 
 VERSION = 1
 TYPES = {"hello", "rollout_request", "trajectory", "score_request", "score_reply", "weights_begin",
          "weights_tensor", "weights_end", "weights_ack", "error", "shutdown"}
 DTYPE_SIZE = {"U8": 1, "F32": 4, "BF16": 2, "F16": 2, "I64": 8}
 MAX_HEADER, MAX_TENSORS, MAX_ID, MAX_NAME = 1 << 20, 16, 128, 512
+ZAP_DOMAIN, ZAP_USER = b"vgrpo", b"vgrpo-client"  # as core/curve.h
 
 
 # ---- Scorers: fn(videos uint8 [N, F, H, W, 3], items [{"prompt": str, "metadata": {str: str}}] * N) -> N floats ----
@@ -139,6 +150,15 @@ def check_score_request(hdr, tensors):
     return np.frombuffer(f, dtype=np.uint8).reshape(shape)
 
 
+def content_digest(hdr, videos):
+    """What scoring reads (fps, items, the videos' shape and bytes): a re-used id with other content is refused."""
+    h = hashlib.blake2b(json.dumps({"fps": hdr["fps"], "items": hdr["items"]}, sort_keys=True,
+                                   separators=(",", ":")).encode(), digest_size=16)
+    h.update(repr(videos.shape).encode())
+    h.update(videos.data)
+    return h.digest()
+
+
 def encode(typ, rid, **fields):
     """A header-only message as bytes: ASCII JSON (non-ASCII escaped), so always valid UTF-8."""
     return json.dumps(dict(v=VERSION, type=typ, id=rid, **fields), separators=(",", ":")).encode()
@@ -154,7 +174,7 @@ class Server:
         self.scorers, self.max_frame, self.cache_size = scorers, args.max_frame_mb << 20, args.cache
         self.weights = [{"name": n, "weight": w} for n, _, w in scorers]
         self.clients = collections.OrderedDict()  # routing id -> client id from its last hello
-        self.cache = collections.OrderedDict()  # (client id, request id) -> reply bytes
+        self.cache = collections.OrderedDict()  # (client id, request id) -> (content digest, reply bytes)
         self.stats = dict(received=0, replies=0, errors=0, repeats=0, videos=0, undeliverable=0)
         self.stop = False
 
@@ -196,12 +216,17 @@ class Server:
             if t != "score_request":
                 raise BadRequest("a reward server does not serve \"%s\" messages" % t, "unsupported")
             key = (self.clients.get(route, "rid:" + route.hex()), rid)
-            if key in self.cache:
-                self.stats["repeats"] += 1
-                return self.cache[key], False  # byte for byte the first reply (section 4)
             videos = check_score_request(hdr, tensors)
+            digest = content_digest(hdr, videos)
+            if key in self.cache:
+                if self.cache[key][0] != digest:
+                    raise BadRequest("request id \"%s\" was already used by client \"%s\" for a request with other "
+                                     "content (fps, items or videos differ); ids must be unique per client id, and a "
+                                     "re-send must repeat the request" % (rid, key[0]))
+                self.stats["repeats"] += 1
+                return self.cache[key][1], False  # byte for byte the first reply (section 4)
             reply, ok = self.score(rid, hdr, videos)
-            self.cache[key] = reply
+            self.cache[key] = (digest, reply)
             if len(self.cache) > self.cache_size:
                 self.cache.popitem(last=False)
             return reply, not ok
@@ -216,20 +241,30 @@ class Server:
         except Exception as e:  # never crash on a peer's message
             return error_msg(rid, "internal", "%s: %s" % (type(e).__name__, e)), True
 
-    def run(self, endpoint):
+    def run(self, endpoint, keys):
         ctx = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
+        # RCVHWM 2: two messages wait per connection. No heartbeats of the server's own (PROTOCOL.md section 6: with
+        # them, libzmq 4.3.4 can abort when a peer hangs up while its input is stopped at the high-water mark).
         for opt, val in ((zmq.ROUTER_MANDATORY, 1), (zmq.LINGER, 100), (zmq.SNDTIMEO, 1000),
-                         (zmq.MAXMSGSIZE, self.max_frame), (zmq.HEARTBEAT_IVL, 1000),
-                         (zmq.HEARTBEAT_TIMEOUT, 5000), (zmq.HEARTBEAT_TTL, 10000)):
+                         (zmq.MAXMSGSIZE, self.max_frame), (zmq.RCVHWM, 2), (zmq.TCP_KEEPALIVE, 1)):
             sock.setsockopt(opt, val)
-        sock.bind(endpoint)
+        zap = None
+        if keys:
+            zap = ZapHandler(ctx, zmq.utils.z85.decode(keys["client-public"]))  # before the bind, as libzmq needs
+            sock.curve_secretkey = keys["reward-secret"]
+            sock.curve_publickey = keys["reward-public"]
+            sock.curve_server = True
+            sock.zap_domain = ZAP_DOMAIN
+        bind_private(sock, endpoint)
         t0 = time.monotonic()
         while not self.stop:
             if not sock.poll(100):  # wakes up at least every 100 ms to notice SIGTERM
                 continue
             frames = sock.recv_multipart(copy=False)
             self.stats["received"] += 1
+            if keys and (len(frames) < 2 or frames[1].get("User-Id") != ZAP_USER.decode()):
+                continue  # second line behind the ZAP handler: a connection it did not admit
             reply, is_error = self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
             self.stats["errors" if is_error else "replies"] += 1
             try:
@@ -237,11 +272,77 @@ class Server:
             except zmq.ZMQError:  # the peer is gone (ROUTER_MANDATORY) or not reading (SNDTIMEO)
                 self.stats["undeliverable"] += 1
         sock.close()
+        if zap:
+            zap.stop()
         ctx.term()
         s = self.stats
         print("score_server: stats: received %d, replies %d, errors %d, repeats %d, videos %d, undeliverable %d, %.1f s"
               % (s["received"], s["replies"], s["errors"], s["repeats"], s["videos"], s["undeliverable"],
                  time.monotonic() - t0), file=sys.stderr)
+
+
+class ZapHandler:
+    """ZAP (RFC 27) on inproc://zeromq.zap.01: admits CURVE handshakes in domain "vgrpo" with the one client key."""
+
+    def __init__(self, ctx, client_key):
+        self.rep = ctx.socket(zmq.REP)
+        self.rep.linger = 0
+        self.rep.bind("inproc://zeromq.zap.01")
+        self.key, self.done = client_key, False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.done:
+            if not self.rep.poll(100):
+                continue
+            f = self.rep.recv_multipart()  # version, request id, domain, address, routing id, mechanism, credentials
+            ok = len(f) == 7 and f[0] == b"1.0" and f[2] == ZAP_DOMAIN and f[5] == b"CURVE" and f[6] == self.key
+            self.rep.send_multipart([b"1.0", f[1] if len(f) > 1 else b"", b"200" if ok else b"400",
+                                     b"OK" if ok else b"not the run's client key", ZAP_USER if ok else b"", b""])
+
+    def stop(self):
+        self.done = True
+        self.thread.join()
+        self.rep.close()
+
+
+def bind_private(sock, endpoint):
+    """Binds; an ipc:// socket file gets mode 0600 whatever the umask (created under umask 0177, then chmod)."""
+    if not endpoint.startswith("ipc://"):
+        sock.bind(endpoint)
+        return
+    old = os.umask(0o177)
+    try:
+        sock.bind(endpoint)
+    finally:
+        os.umask(old)
+    if not endpoint.startswith("ipc://@"):
+        os.chmod(endpoint[6:], 0o600)
+
+
+def load_keys(path):
+    """The key text of core/curve.h from a file only its owner may read; needs the reward pair and client-public."""
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ValueError("%s must be a regular file of yours with mode 0600 or 0400 (chmod 600 %s)" % (path, path))
+    with open(path, "rb") as f:
+        lines = [ln.strip() for ln in f.read().decode("ascii").splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not lines or lines[0] != "vgrpo-keys 1":
+        raise ValueError("%s: the first line must be `vgrpo-keys 1`" % path)
+    keys = {}
+    for ln in lines[1:]:
+        name, _, val = ln.partition(" ")
+        if len(val) != 40 or name in keys:
+            raise ValueError("%s: line `%s ...` is not one key of 40 Z85 characters" % (path, name))
+        keys[name] = val.encode()
+    for need in ("reward-public", "reward-secret", "client-public"):
+        if need not in keys:
+            raise ValueError("%s: no %s" % (path, need))
+    if zmq.curve_public(keys["reward-secret"]) != keys["reward-public"]:
+        raise ValueError("%s: reward-secret does not match reward-public" % path)
+    return keys
 
 
 def parse_scorers(spec):
@@ -262,8 +363,10 @@ def main():
     ap = argparse.ArgumentParser(description="vgrpo reward server (protocol version 1) in Python")
     ap.add_argument("--bind", required=True, help="ZeroMQ endpoint, e.g. ipc:///tmp/r.sock or tcp://*:5555")
     ap.add_argument("--scorers", default="mean_red:1", help="NAME:WEIGHT,... (known: %s)" % ", ".join(SCORERS))
-    ap.add_argument("--max-frame-mb", type=int, default=1024, help="largest tensor frame accepted (MiB)")
+    ap.add_argument("--max-frame-mb", type=int, default=16, help="largest tensor frame accepted (MiB)")
     ap.add_argument("--cache", type=int, default=4096, help="replies kept for repeated ids")
+    ap.add_argument("--keys-file", help="the run's keys (core/curve.h key text, mode 0600): CURVE, only the run's "
+                    "client key admitted; without it plain ZeroMQ")
     args = ap.parse_args()
     try:
         scorers = parse_scorers(args.scorers)
@@ -271,6 +374,17 @@ def main():
         ap.error("--scorers: %s" % e)  # exit status 2
     if args.bind.startswith("ipc://") and len(args.bind) - 6 >= 100:
         ap.error("--bind: ipc path must be shorter than 100 bytes")
+    keys = None
+    if args.keys_file:
+        if not zmq.has("curve"):
+            ap.error("--keys-file: this libzmq has no CURVE")
+        try:
+            keys = load_keys(args.keys_file)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            print("score_server: --keys-file: %s" % e, file=sys.stderr)
+            return 1
+    else:
+        print("score_server: no keys (--keys-file): the reward channel is not authenticated", file=sys.stderr)
     server = Server(args, scorers)
 
     def on_signal(signum, frame):
@@ -278,7 +392,7 @@ def main():
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server.run(args.bind)
+    server.run(args.bind, keys)
     return 0
 
 
