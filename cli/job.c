@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 
-/* 1 once `vgrpo reward-server` reads --keys-fd and reward/client.h connects with the run's keys (the reward channel's
- * part of the work, cli/cmd_reward_server.c and reward/client.c): until then the job's reward server is plain. */
-#define JOB_REWARD_KEYS 0
+/* The reward server the job starts gets the reward pair (`vgrpo reward-server --keys-fd`), and the workers' reward
+ * clients the reward public key (reward_client_open_keys). */
+#define JOB_REWARD_KEYS 1
 
 static void close_key_fds(job *j) {
     for (int role = 0; role < CORE_CURVE_N_ROLES; role++) {

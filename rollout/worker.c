@@ -178,11 +178,16 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
         core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
         goto done;
     }
-    if (!(w.reward = reward_client_open(cfg->reward, cfg->id, cfg->reward_timeout_s, cfg->reward_max_attempts)))
+    /* the reward channel is authenticated when the keys name the reward server (one the job started); an external
+     * reward server holds none of the run's keys */
+    const int reward_keyed = cfg->keys && core_curve_has(cfg->keys, CORE_CURVE_REWARD, 0);
+    if (!(w.reward = reward_keyed ? reward_client_open_keys(cfg->reward, cfg->id, cfg->reward_timeout_s,
+                                                            cfg->reward_max_attempts, cfg->keys)
+                                  : reward_client_open(cfg->reward, cfg->id, cfg->reward_timeout_s, cfg->reward_max_attempts)))
         goto done;
     if (send_hello(&w)) goto done;
-    core_log_info("%s: connected to %s%s, reward server %s, %d expert(s)", cfg->id, cfg->controller,
-                  cfg->keys ? " (CURVE)" : "", cfg->reward, p->experts.n);
+    core_log_info("%s: connected to %s%s, reward server %s%s, %d expert(s)", cfg->id, cfg->controller,
+                  cfg->keys ? " (CURVE)" : "", cfg->reward, reward_keyed ? " (CURVE)" : "", p->experts.n);
     double last = now_s(), reconnect_at = 0;
     int heard = 0, failures = 0; /* heard: a message from the controller came */
     for (;;) {
