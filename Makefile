@@ -26,6 +26,29 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 MPI_TEST_OBJ := $(MPI_TEST_SRC:%.c=$(BUILD)/%.o)
 
+# --- CUDA backend (kernels/cuda/; `make cuda` sets VGRPO_CUDA=1). A plain build compiles only kernels/cuda/absent.c
+# (k_cuda_available answers "built without the CUDA backend") and needs no CUDA toolkit. The CUDA build adds the
+# kernels (nvcc), the cuBLASLt/cuDNN wrappers and the static CUDA runtime; cuBLASLt and cuDNN are dlopen'ed at run
+# time (kernels/cuda/dynload.h), so the binary starts on machines without them. ---
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+CUDA_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a
+# -fmad=false: no contraction, so the kernel bodies round as on the CPU (kernels/body/kb_base.h).
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -fmad=false -Xcompiler -fno-threadsafe-statics,-fno-exceptions -I. -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -Wl,-rpath,$(CUDA_HOME)/lib64
+CUDA_C_SRC  := $(filter-out kernels/cuda/absent.c,$(wildcard kernels/cuda/*.c))
+CUDA_CU_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda/*.cu))
+ifeq ($(VGRPO_CUDA),1)
+LIB_OBJ  += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(CUDA_CU_OBJ)
+CFLAGS   += -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
+LDLIBS   += $(CUDA_LIBS)
+# nothing calls the backend yet (phase 1), so keep the linker from dropping it: the binary carries the table
+LDFLAGS  += -Wl,-u,k_cuda_ops -Wl,-u,k_cuda_available
+else
+LIB_OBJ  += $(BUILD)/kernels/cuda/absent.o
+endif
+# --- end CUDA variables (rules: the `cuda` section below) ---
+
 .PHONY: all test test-slow asan bench fuzz deps clean demo
 all: $(BUILD)/vgrpo
 
@@ -111,5 +134,60 @@ fuzz: deps
 
 clean:
 	rm -rf build build-asan build-fuzz
+
+# --- make cuda: build/vgrpo with the CUDA backend, and build/gpu_check (the GPU check that scripts/gpu_check.sh
+# runs on a GPU machine). BUILD=DIR builds elsewhere. A folder switched between the plain and the CUDA flavour
+# rebuilds all of its objects once (the .flavor-* stamps), since the two link different archives. ---
+.PHONY: cuda
+cuda:
+	@test -x "$(NVCC)" || { echo "make cuda: nvcc not found at $(NVCC) (set CUDA_HOME or NVCC)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory VGRPO_CUDA=1 $(BUILD)/vgrpo $(BUILD)/gpu_check
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+ifeq ($(VGRPO_CUDA),1)
+FLAVOR_STAMP := $(BUILD)/.flavor-cuda
+else ifneq ($(wildcard $(BUILD)/.flavor-cuda),)
+FLAVOR_STAMP := $(BUILD)/.flavor-cpu
+endif
+ifdef FLAVOR_STAMP
+$(LIB_OBJ) $(CLI_OBJ) $(TEST_OBJ) $(MPI_TEST_OBJ): $(FLAVOR_STAMP)
+$(FLAVOR_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.flavor-* && touch $@
+endif
+
+# The GPU check links as little as possible: the static CUDA runtime, libgomp statically, libc/libm; cuBLASLt and
+# cuDNN are dlopen'ed. Its C objects (the CPU reference included) are built for x86-64-v3 (AVX2/FMA), not
+# -march=native, so the binary runs on the GPU machine's processor.
+GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cpu/*.c) core/error.c
+GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)
+GPU_CHECK_CFLAGS := -O3 -march=x86-64-v3 -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
+
+$(BUILD)/gpucheck/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(GPU_CHECK_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
+	$(CC) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
+
+# `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/check/emu/emulate.c: host memory, the
+# kernel bodies, k_cpu_ops for GEMM and attention) to test the check's own logic without a GPU or CUDA toolkit.
+GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c
+GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
+.PHONY: gpu-check-emu
+gpu-check-emu: $(BUILD)/gpu_check_emu
+	$(BUILD)/gpu_check_emu --tiny --rows 16
+
+$(BUILD)/gpuemu/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -I$(CUDA_HOME)/include,$(GPU_CHECK_CFLAGS)) -DCK_EMULATE -MMD -MP -c $< -o $@
+
+$(BUILD)/gpu_check_emu: $(GPU_EMU_OBJ)
+	$(CC) -fopenmp -o $@ $^ -lm
+
+-include $(CUDA_CU_OBJ:.o=.d) $(GPU_CHECK_OBJ:.o=.d) $(GPU_EMU_OBJ:.o=.d)
+# --- end make cuda ---
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(MPI_TEST_OBJ:.o=.d)

@@ -125,4 +125,12 @@ extern const k_ops k_cpu_ops;
  * size exceeds max_seq_len. */
 int k_wan_rope_table(float *cos, float *sin, int F, int Hp, int Wp, int Dh, double theta, int max_seq_len);
 
+/* ---- The CUDA backend (kernels/cuda/k_cuda.h: the device op table k_cuda_ops, bf16 activations) ----
+ * k_cuda_available: 1 when this binary carries the CUDA backend and it can run here (a GPU of compute capability
+ * 9.x, cuBLASLt and cuDNN found and initialised); otherwise 0, with one line saying why in why (K_WHY_MAX bytes; may
+ * be NULL). A build without `make cuda` answers 0, "built without the CUDA backend (make cuda)"; a CUDA build on a
+ * machine without a GPU answers 0 and names what is missing, and every CPU path still works. */
+#define K_WHY_MAX 512
+int k_cuda_available(char *why);
+
 #endif

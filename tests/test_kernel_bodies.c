@@ -438,3 +438,24 @@ TEST(kbody_lse_merge_matches_cpu_ops) {
         free(l1), free(l2), free(dlse), free(lse), free(blse), free(dl1), free(dl2), free(bdl1), free(bdl2);
     }
 }
+
+/* ---- the CUDA backend's availability answer ----
+ * A plain build says it was built without the backend; a `make cuda` build on a machine without a GPU says what is
+ * missing; either way one line, and the caller goes on with the CPU. With a usable GPU the answer is 1. */
+TEST(kbody_cuda_available_answers_one_line) {
+    char why[K_WHY_MAX];
+    memset(why, 'x', sizeof why);
+    int ok = k_cuda_available(why);
+    CHECK(ok == 0 || ok == 1);
+    if (ok) {
+        CHECK(why[0] == 0);
+        return;
+    }
+    size_t len = strnlen(why, sizeof why);
+    CHECK_MSG(len > 0 && len < sizeof why, "why is empty or unterminated");
+    CHECK_MSG(strchr(why, '\n') == NULL, "why spans lines: %s", why);
+#ifndef VGRPO_CUDA
+    CHECK_MSG(strstr(why, "built without the CUDA backend") != NULL, "why: %s", why);
+#endif
+    CHECK(k_cuda_available(NULL) == 0); /* asking again, without a buffer, is fine */
+}

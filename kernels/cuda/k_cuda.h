@@ -1,0 +1,226 @@
+/* kernels/cuda/k_cuda.h — the CUDA backend: the device op table k_cuda_ops, device memory helpers and the facts of
+ * the GPU and libraries in use. Built only by `make cuda` (nvcc for the kernels, cuBLASLt for GEMM, cuDNN for
+ * attention); a CPU-only build compiles none of kernels/cuda/ except absent.c, which answers k_cuda_available (see
+ * kernels/kernels.h) with "built without the CUDA backend". Status: compiled and linked, never run on a GPU yet
+ * (kernels/cuda/README.md says what has and has not run).
+ *
+ * Why a parallel table instead of k_ops entries. The GPU keeps activations in bf16 (DESIGN.md section 4: weights
+ * and activations bf16, norm statistics, LSE, master weights, optimizer state and parameter gradients fp32), so the
+ * float * signatures of k_ops do not fit. k_dev_ops has one entry per k_ops entry with the same meaning, shapes and
+ * conventions (row-major [B, S, D]; heads [B, S, H, Dh]; LSE [B, H, S]; forwards overwrite; backwards ACCUMULATE
+ * into every gradient; NULL / .p == NULL for gradients not wanted where kernels.h allows it), plus the flow and
+ * optimizer entries model/flow and trainer/ will need on the GPU. Tensors whose dtype is the caller's choice are
+ * typed views (kb_in / kb_out of kernels/body/kb_base.h: fp32 or bf16 storage, fp32 arithmetic); the fp32-only ones
+ * (statistics, LSE, RoPE tables, master weights, moments) are float *; attention operands are bf16 (cuDNN's fused
+ * attention takes bf16). Every pointer is device memory. Every entry returns 0, or -1 with a message (core_error):
+ * a bad argument, a launch failure, or for GEMM and attention a shape no deterministic algorithm supports.
+ *
+ * Determinism: every kernel of ours writes each output element from one thread in a fixed order (no atomics);
+ * GEMM algorithms are pinned per problem with no split-K; attention engines carrying cuDNN's NONDETERMINISTIC
+ * numerical note are never chosen. All work runs on one stream (k_cuda_stream); entries return without waiting,
+ * except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq), which wait for it. */
+#ifndef KERNELS_CUDA_K_CUDA_H
+#define KERNELS_CUDA_K_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/body/kb_base.h"
+#include "kernels/body/kb_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "kernels/kernels.h"
+
+/* ---- Start-up and facts ---- */
+
+/* Loads cuBLASLt and cuDNN (dlopen: $VGRPO_CUBLASLT_LIB / $VGRPO_CUDNN_LIB when set, else the sonames
+ * libcublasLt.so.13 and libcudnn.so.9 through the usual search, which includes this binary's run path
+ * /usr/local/cuda/lib64), picks GPU 0, creates the stream and the library handles. Idempotent. Returns 0, or -1 with
+ * one line in why (K_WHY_MAX bytes, may be NULL) and in core_error: no CUDA driver or GPU, a GPU that is not compute
+ * capability 9.x (this build carries sm_90a code only), a library not found or too old (cuDNN < 9.13 has no fused
+ * attention descriptor). k_cuda_available (kernels.h) calls this. */
+int k_cuda_init(char *why);
+
+/* Releases handles, caches and scratch memory (safe when never initialised). */
+void k_cuda_shutdown(void);
+
+typedef struct k_cuda_info {
+    char gpu[256];               /* device name */
+    int cc_major, cc_minor;      /* compute capability */
+    int sm_count;
+    size_t mem_bytes;            /* device memory */
+    int driver_version;          /* cudaDriverGetVersion, e.g. 13000 */
+    int runtime_version;         /* cudaRuntimeGetVersion of the (static) runtime linked in */
+    size_t cublaslt_version;     /* cublasLtGetVersion of the library loaded, e.g. 130100 */
+    size_t cudnn_version;        /* cudnnGetVersion of the library loaded, e.g. 91900 */
+    char cublaslt_path[512];     /* file the library was loaded from */
+    char cudnn_path[512];
+} k_cuda_info;
+
+/* Facts of the initialised backend. Returns 0, or -1 when k_cuda_init has not succeeded. */
+int k_cuda_get_info(k_cuda_info *info);
+
+/* The stream every entry runs on (a cudaStream_t, as void * so that this header needs no CUDA header). */
+void *k_cuda_stream(void);
+
+/* ---- Device memory ---- */
+
+/* cudaMalloc'd bytes (NULL and core_error on failure; never managed memory). */
+void *k_dev_alloc(size_t bytes);
+void k_dev_free(void *p);
+/* Copies on the stream, waiting for completion. */
+int k_dev_upload(void *dst_dev, const void *src_host, size_t bytes);
+int k_dev_download(void *dst_host, const void *src_dev, size_t bytes);
+/* n floats rounded to bf16 on the host (kb_bf16_from_f32) and uploaded; bf16 downloaded and widened exactly. */
+int k_dev_upload_bf16(kb_bf16 *dst_dev, const float *src_host, size_t n);
+int k_dev_download_bf16(float *dst_host, const kb_bf16 *src_dev, size_t n);
+int k_dev_zero(void *p, size_t bytes);
+/* Waits for all work on the stream; reports an asynchronous error of an earlier launch. */
+int k_dev_sync(void);
+
+/* ---- GEMM ---- */
+
+/* Epilogues of the GEMM, fused by cuBLASLt (row-major terms; C is [M, N]):
+ *   K_EPI_NONE            C = alpha op(A) op(B) + beta C
+ *   K_EPI_BIAS            ... + bias[n]                                  (bias [N], C's dtype)
+ *   K_EPI_GELU_AUX        aux = alpha op(A) op(B); C = gelu_tanh(aux)    (beta must be 0)
+ *   K_EPI_GELU_AUX_BIAS   aux = alpha op(A) op(B) + bias; C = gelu_tanh(aux)
+ *   K_EPI_DGELU           C = (alpha op(A) op(B)) * gelu_tanh'(aux)      (beta 0; aux from the forward)
+ *   K_EPI_DGELU_BGRAD     as K_EPI_DGELU, and dbias[n] += sum_m C[m, n]  (the first FFN linear's bias gradient)
+ *   K_EPI_BGRAD_A         C as K_EPI_NONE, and dbias[m] += sum_k op(A)[m, k] (the weight-gradient GEMM
+ *                         dW = dY^T X, with A = dY stored [tokens, out] and transA: dbias = column sums of dY)
+ * aux: [M, N] bf16 row-major with row stride ldaux (a multiple of 8, >= N). dbias: fp32, accumulated (+=) through a
+ * scratch vector, since cuBLASLt writes its bias gradient (in C's dtype). */
+typedef enum {
+    K_EPI_NONE = 0,
+    K_EPI_BIAS,
+    K_EPI_GELU_AUX,
+    K_EPI_GELU_AUX_BIAS,
+    K_EPI_DGELU,
+    K_EPI_DGELU_BGRAD,
+    K_EPI_BGRAD_A,
+} k_epilogue;
+
+/* One GEMM, with kernels.h's gemm conventions: C[M, N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M, K]
+ * (A stored [M, K], or [K, M] with transA); op(B) is [K, N] (B stored [K, N], or [N, K] with transB). A, B bf16;
+ * C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading dimensions in elements; pointers 16-byte aligned,
+ * leading dimensions multiples of 8 (cuBLASLt's fast paths need both; refused otherwise). */
+typedef struct k_gemm_args {
+    int transA, transB, M, N, K;
+    float alpha, beta;
+    const kb_bf16 *A;
+    int lda;
+    const kb_bf16 *B;
+    int ldb;
+    kb_out C;
+    int ldc;
+    k_epilogue epi;
+    const void *bias; /* K_EPI_BIAS, K_EPI_GELU_AUX_BIAS: [N] in C's dtype */
+    kb_bf16 *aux;     /* GELU epilogues: [M, N] pre-activation, written (forward) or read (backward) */
+    int ldaux;
+    float *dbias;     /* BGRAD epilogues: fp32, += */
+} k_gemm_args;
+
+/* The algorithm a GEMM problem was pinned to (for reports); -1 if the problem has not run yet. */
+typedef struct k_gemm_algo_info {
+    int algo_id, tile_id, splitk, stages, cta_swizzle;
+    size_t workspace;
+} k_gemm_algo_info;
+int k_gemm_algo_of(const k_gemm_args *g, k_gemm_algo_info *out);
+
+/* ---- Attention ---- */
+
+/* The cuDNN engine an attention problem was pinned to (global engine index, workspace bytes). Returns 0 for a
+ * deterministic engine, 1 for one carrying the NONDETERMINISTIC note (only chosen after the call below), -1 when the
+ * problem has not run. */
+int k_attention_engine_of(int backward, int B, int Sq, int Skv, int H, int Dh, int64_t *engine_id, size_t *workspace);
+
+/* Measurements only (the GPU check): allow (1) engines carrying cuDNN's NONDETERMINISTIC note for plans built from
+ * now on, so that a speed can be reported where no deterministic engine exists. Training never calls this. */
+void k_attention_allow_nondeterministic(int allow);
+
+/* ---- The device op table ---- */
+
+typedef struct k_dev_ops {
+    const char *name; /* "cuda-bf16" */
+
+    int (*gemm)(const k_gemm_args *g);
+
+    int (*layernorm_forward)(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C,
+                             float eps);
+    int (*layernorm_backward)(kb_out dx, kb_out dw, kb_out db, kb_in dout, kb_in x, kb_in w, const float *mean,
+                              const float *rstd, int N, int C);
+    int (*rmsnorm_forward)(kb_out out, float *rstd, kb_in x, kb_in w, int N, int C, float eps);
+    int (*rmsnorm_backward)(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb_in w, const float *rstd, int N, int C);
+
+    int (*rope_forward)(kb_out out, kb_in x, const float *cos, const float *sin, int B, int S, int H, int Dh);
+    int (*rope_backward)(kb_out dx, kb_in dout, const float *cos, const float *sin, int B, int S, int H, int Dh);
+
+    int (*gelu_forward)(kb_out out, kb_in x, int64_t n);
+    int (*gelu_backward)(kb_out dx, kb_in dout, kb_in x, int64_t n);
+    int (*silu_forward)(kb_out out, kb_in x, int64_t n);
+    int (*silu_backward)(kb_out dx, kb_in dout, kb_in x, int64_t n);
+
+    int (*modulate_forward)(kb_out out, kb_in x, kb_in shift, kb_in scale, int B, int S, int D, int per_token,
+                            int mod_stride);
+    int (*modulate_backward)(kb_out dx, kb_out dshift, kb_out dscale, kb_in dout, kb_in x, kb_in scale, int B, int S,
+                             int D, int per_token, int mod_stride);
+    int (*gate_residual_forward)(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D, int per_token,
+                                 int mod_stride);
+    int (*gate_residual_backward)(kb_out dx, kb_out dy, kb_out dgate, kb_in dout, kb_in y, kb_in gate, int B, int S,
+                                  int D, int per_token, int mod_stride);
+
+    int (*patchify_forward)(kb_out out, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*patchify_backward)(kb_out dx, kb_in dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*unpatchify_forward)(kb_out out, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*unpatchify_backward)(kb_out dx, kb_in dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+
+    /* cuDNN fused attention (SDPA): q [B, Sq, H, Dh], k, v [B, Skv, H, Dh], o [B, Sq, H, Dh] bf16; lse [B, H, Sq]
+     * fp32 natural log (cuDNN's softmax statistics). Dh a multiple of 8, at most 128 for the backward. */
+    int (*attention_forward)(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B,
+                             int Sq, int Skv, int H, int Dh, float scale);
+    /* dq, dk, dv += (through scratch buffers: cuDNN writes its gradients). Needs cuDNN >= 9.17. */
+    int (*attention_backward)(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
+                              const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
+                              int Skv, int H, int Dh, float scale);
+
+    int (*lse_merge_forward)(kb_out o, float *lse, kb_in o1, const float *lse1, kb_in o2, const float *lse2, int B,
+                             int S, int H, int Dh);
+    int (*lse_merge_backward)(kb_out do1, float *dlse1, kb_out do2, float *dlse2, kb_in dout, const float *dlse,
+                              kb_in o1, const float *lse1, kb_in o2, const float *lse2, int B, int S, int H, int Dh);
+
+    /* ---- flow (model/flow on the GPU; kernels/body/kb_flow.h) ----
+     * One SDE step (kb_sde_chunk): mean / x_next per element, and in *sum_out (host) the fixed-order sum of
+     * (x_next - mean)^2 when want_sum (the caller forms the log-prob from it as flow_sde_step does). */
+    int (*sde_step)(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean_out, kb_out x_next_out, float coef_x,
+                    float coef_v, float step_std, int want_sum, int64_t n, float *sum_out);
+    /* Fixed-order sum of (a - b)^2 into *sum_out (host): the KL's sum. */
+    int (*sq_diff_sum)(kb_in a, kb_in b, int64_t n, float *sum_out);
+    /* dv = k (g_logp (x_next - mean) + g_kl (mean - mean_ref)) (written, as flow_sde_backward_v). */
+    int (*sde_backward_v)(kb_out dv, kb_in mean, kb_in x_next, kb_in mean_ref, float g_logp, float g_kl, float k,
+                          int64_t n);
+    int (*cfg_combine)(kb_out v, kb_in vc, kb_in vu, float g, int64_t n);
+    int (*cfg_backward)(kb_out dvc, kb_out dvu, kb_in dv, float g, int64_t n);
+
+    /* ---- optimizer (trainer/optim on the GPU; kernels/body/kb_optim.h) ----
+     * AdamW over fp32 master weights and moments; wd_mask (device, may be NULL); p_bf16 (may be NULL) receives the
+     * bf16 compute copy. */
+    int (*adamw_update)(float *p, float *m, float *v, kb_in g, const uint8_t *wd_mask, kb_adamw_scalars s,
+                        kb_bf16 *p_bf16, int64_t n);
+    /* optim_sumsq's fixed-order sum of squares into *out (host, double). */
+    int (*sumsq)(kb_in x, int64_t n, double *out);
+    /* x *= f (gradient clipping; f already rounded to fp32 as optim_scale does). */
+    int (*scale)(kb_out x, float f, int64_t n);
+} k_dev_ops;
+
+/* The CUDA backend's table; use only after k_cuda_init (or k_cuda_available) succeeded. */
+extern const k_dev_ops k_cuda_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
