@@ -115,9 +115,10 @@ static int is_checkpoint(const char *path) {
 /* Loads the checkpoint to resume from into S: dir itself when it is one (any failure is an error naming the file),
  * else dir's latest checkpoint that verifies; a damaged or incomplete one (TRAINER_CKPT_DAMAGED) is skipped, named
  * with its reason, and the one before it tried; one that does not fit this run is an error. Rank 0 first removes
- * the leftovers of saves and removals cut short. ck receives the checkpoint's folder. */
+ * the leftovers of saves and removals cut short. ck receives the checkpoint's folder, skipped the names of those
+ * skipped ("checkpoint-5, checkpoint-4"; "" when none). */
 static int load_latest(trainer_state *S, const char *dir, const char *config_text, trainer_ckpt_state *st, char *ck,
-                       size_t cap) {
+                       size_t cap, char *skipped, size_t skipped_cap) {
     trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
                                  {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
     const int rank0 = !S->dp || S->dp->rank == 0;
@@ -141,7 +142,9 @@ static int load_latest(trainer_state *S, const char *dir, const char *config_tex
         snprintf(ck, cap, "%s/checkpoint-%" PRId64, dir, steps[i]);
         rc = trainer_ckpt_load(ck, config_text, ex, S->n_experts, st);
         if (rc != TRAINER_CKPT_DAMAGED) break;
-        if (rank0) core_log_warn("--resume: skipping %s: %s", ck, core_last_error());
+        if (rank0) core_log_warn("--resume: skipping checkpoint-%" PRId64 ": %s", steps[i], core_last_error());
+        size_t k = strlen(skipped);
+        snprintf(skipped + k, skipped_cap - k, "%scheckpoint-%" PRId64, k ? ", " : "", steps[i]);
         size_t l = strlen(why);
         snprintf(why + l, sizeof why - l, "%scheckpoint-%" PRId64 ": %s", l ? "; " : "", steps[i], core_last_error());
     }
@@ -151,10 +154,10 @@ static int load_latest(trainer_state *S, const char *dir, const char *config_tex
 }
 
 int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step) {
-    char ck[TRAINER_CKPT_PATH_MAX];
+    char ck[TRAINER_CKPT_PATH_MAX], skipped[256] = "";
     trainer_ckpt_state st;
     trainer_sampler *smp = &S->smp;
-    if (load_latest(S, dir, config_text, &st, ck, sizeof ck)) return -1;
+    if (load_latest(S, dir, config_text, &st, ck, sizeof ck, skipped, sizeof skipped)) return -1;
     int rc = -1;
     if (st.data_size != smp->n)
         core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
@@ -175,7 +178,8 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (!rc) {
         trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);
         *step = st.step;
-        printf("resumed from %s: step %" PRId64 ", policy version %" PRId64 "\n", ck, st.step, st.policy_version);
+        printf("resumed from %s: step %" PRId64 ", policy version %" PRId64 "%s%s%s\n", ck, st.step, st.policy_version,
+               skipped[0] ? " (skipped, damaged or incomplete: " : "", skipped, skipped[0] ? ")" : "");
         fflush(stdout);
     }
     trainer_ckpt_state_free(&st);
