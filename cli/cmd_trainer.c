@@ -49,7 +49,7 @@ static void on_usr2(int sig) {
 static int abort_check(void *ctx) {
     (void)ctx;
     if (abort_flag) return core_error("stopped (SIGUSR1): another process of the run failed");
-    const int sig = in_hello ? core_stop_pending() : 0;
+    const int sig = core_stop_interrupt(); /* the hello, and inside a GRPO step (trainer_run's handlers) */
     return sig ? core_error("stopped by signal %d while waiting for the rollout workers", sig) : 0;
 }
 
