@@ -13,6 +13,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/stop.h"
 #include "reward/scorers.h"
 #include "rollout/engine.h"
 #include "rollout/pipeline.h"
@@ -165,6 +166,7 @@ trainer_source *source_local_open(const core_recipe *r) {
         goto fail;
     L->rc.guidance_scale_2 = r->guidance_scale_2;
     L->rc.boundary_ratio = r->boundary_ratio;
+    L->rc.should_stop = core_stop_interrupt; /* SIGINT/SIGTERM inside a step of trainer_run (core/stop.h) */
     L->src = (trainer_source){.mode = "local", .n_workers = 1, .ctx = L, .rollout = local_rollout,
                               .push_weights = local_push, .start = local_start};
     return &L->src;
