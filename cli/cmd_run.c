@@ -52,7 +52,7 @@ int cmd_run(int argc, char **argv) {
         {.name = "steps", .type = OPTS_INT, .i = &steps, .min = 1, .max = 2000000000, .meta = "N",
          .help = "GRPO steps to run instead of optim.total_steps (the lr schedule keeps optim.total_steps)"},
         {.name = "resume", .type = OPTS_STRING, .str = &o.resume, .meta = "DIR",
-         .help = "continue from DIR: a checkpoint-N folder, or a folder (its latest complete checkpoint); the\n"
+         .help = "continue from DIR: a checkpoint-N folder, or a folder (its latest checkpoint that verifies); the\n"
                  "recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and eval keys may\n"
                  "change)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,

@@ -14,7 +14,8 @@
  *   log     : one metrics.jsonl row, one rewards.jsonl row, one terminal line
  * In-run eval (trainer/eval.c) runs before step 0, every logging.eval_every steps and after the last; sample videos
  * (trainer/step_videos.c) every logging.video_every steps; checkpoints (trainer/checkpoint.h, trainer/run_files.c)
- * every checkpoint.every steps, at the end and on SIGINT/SIGTERM (core/stop.h).
+ * every checkpoint.every steps, at the end and on SIGINT/SIGTERM (core/stop.h: a signal before the step's optimizer
+ * update discards the step; one after it is acted on at the step's end).
  *
  * Frozen experts (algorithm.train_experts, two-expert pipelines): the trained experts are those the key names
  * ("all", "transformer", "transformer_2"); a frozen expert keeps its weights, gets no gradients or Adam steps and is
@@ -34,7 +35,7 @@
 typedef struct {
     int64_t steps;      /* > 0: the number of GRPO steps to run instead of optim.total_steps (the lr schedule keeps
                            optim.total_steps) */
-    const char *resume; /* NULL, or a checkpoint-N folder / a folder meaning its latest complete checkpoint */
+    const char *resume; /* NULL, or a checkpoint-N folder / a folder meaning its latest checkpoint that verifies */
 } trainer_run_opts;
 
 /* The checks of a recipe that need no weights (`vgrpo run --dry-run` and the start of every job run them): timestep
@@ -52,8 +53,9 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p);
  * Resume: weights, Adam state, EMA, step counters and the sampler's position are restored (the KL reference stays
  * the initial weights of model.path), the recipe must match the checkpoint's (trainer_resume_free_keys aside), and
  * metrics.jsonl keeps its rows before the checkpoint's step, so a resumed run's rows equal a straight run's (time/
- * fields aside). Returns 0; 1 when stopped by SIGINT/SIGTERM between steps (error set; the other ranks were told to
- * stop, so no MPI abort is needed); -1 with an error. */
+ * fields aside). Returns 0; 1 when stopped by SIGINT/SIGTERM, between steps or inside one (a step stopped before its
+ * optimizer update is discarded and the checkpoint of the steps before it saved; error set; the other ranks were told
+ * to stop, so no MPI abort is needed); -1 with an error. */
 int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp);
 
 /* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each

@@ -25,6 +25,8 @@ const char *const trainer_resume_free_keys[] = {
     "rollout.batch_size",               /* trajectories do not depend on it (DESIGN.md section 4) */
     "parallel.rollout_workers",         /* a sample does not depend on the worker that made it */
     "algorithm.activations",            /* store and recompute give bitwise-identical gradients */
+    "data.max_prompt_file_mb", "data.max_prompt_bytes", /* limits on reading the prompt files, not their content */
+    "limits.memory_mb", "limits.max_step_minutes",        /* start-up checks (trainer/budget.h) */
     NULL,
 };
 
