@@ -234,7 +234,7 @@ TEST(config_set_overrides) {
     CHECK_ERR(core_config_set(r, "a.b"), "--set a.b: expected key.path=value");
     CHECK_ERR(core_config_set(r, "a..b=1"), "--set a..b=1: empty key in path \"a..b\"");
     CHECK_ERR(core_config_set(r, "=1"), "--set =1: empty key in path \"\"");
-    CHECK_ERR(core_config_set(r, "a.\xff=1"), "--set a.\xff=1: the key path is not printable UTF-8 text");
+    CHECK_ERR(core_config_set(r, "a.\xff=1"), "--set a.\\xff=1: the key path is not printable UTF-8 text");
     CHECK_ERR(core_config_set(r, "a.\x01=1"), "the key path is not printable UTF-8 text");
     CHECK_ERR(core_config_set(r, "a.b=[1,"),
               "--set a.b=[1,: YAML syntax error: did not find expected node content (while parsing a flow node)");
