@@ -74,13 +74,15 @@ int k_dev_download(void *dst, const void *src, size_t bytes) {
     return kc_check(cudaStreamSynchronize(kc_stream), "download");
 }
 
-/* Host staging in pieces of this many elements (no giant host buffers for multi-GB tensors). */
+/* Host staging in pieces of this many elements (no giant host buffers for multi-GB tensors); the conversions run on
+ * the OpenMP threads (exact, elementwise). */
 enum { STAGE = 1 << 22 };
 
 int k_dev_upload_bf16(kb_bf16 *dst, const float *src, size_t n) {
     static kb_bf16 buf[STAGE];
     for (size_t i = 0; i < n; i += STAGE) {
         size_t m = n - i < STAGE ? n - i : STAGE;
+#pragma omp parallel for schedule(static) if (m >= (1 << 16))
         for (size_t j = 0; j < m; j++) buf[j] = kb_bf16_from_f32(src[i + j]);
         if (k_dev_upload(dst + i, buf, m * sizeof(kb_bf16))) return -1;
     }
@@ -92,6 +94,7 @@ int k_dev_download_bf16(float *dst, const kb_bf16 *src, size_t n) {
     for (size_t i = 0; i < n; i += STAGE) {
         size_t m = n - i < STAGE ? n - i : STAGE;
         if (k_dev_download(buf, src + i, m * sizeof(kb_bf16))) return -1;
+#pragma omp parallel for schedule(static) if (m >= (1 << 16))
         for (size_t j = 0; j < m; j++) dst[i + j] = kb_f32_from_bf16(buf[j]);
     }
     return 0;
