@@ -176,9 +176,16 @@ static void recv_router(server *s, int *stop_req) {
         }
     }
     size_t rl = zmq_msg_size(&rid);
-    /* Second line behind the ZAP handler: with keys, a message from a connection it did not admit is dropped. */
+    /* Second line behind the ZAP handler (PROTOCOL.md section 9): with keys, a message from a connection it did not
+     * admit is not read; it gets `unauthenticated`. */
     const char *user = (s->cfg->keys && frames && n > 0) ? core_curve_peer(&frames[0]) : NULL;
     int stranger = s->cfg->keys && (!user || strcmp(user, CORE_CURVE_USER_ID));
+    if (stranger && rl >= 1 && rl <= REWARD_MAX_PEER) {
+        char *t = reward_requests_error_text("", "unauthenticated", "the connection is not authenticated with the run's keys");
+        send_to(s, zmq_msg_data(&rid), rl, t, t ? strlen(t) : 0);
+        free(t);
+        s->st.errors++;
+    }
     if (!frames || rl > REWARD_MAX_PEER || rl < 1 || stranger) {
         for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
         free(frames);

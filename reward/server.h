@@ -88,7 +88,8 @@ json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scor
 /* Serves on cfg->endpoint until *stop becomes non-zero (a signal handler sets it) or a `shutdown` message
  * arrives, then finishes the requests in flight (up to 10 s) and returns 0, filling *stats. An ipc:// socket file
  * is created with mode 0600 whatever the umask. With cfg->keys, a message whose connection was not admitted with
- * the client key (ZAP user id) is dropped unread, so only the run's clients can score or send `shutdown`. Returns
+ * the client key (ZAP user id) is not read (an `unauthenticated` error), so only the run's clients can score or
+ * send `shutdown`. Returns
  * -1 with core_error when the endpoint cannot be bound, the keys are incomplete or a socket fails. A peer's message
  * never makes it return. */
 int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *stop, reward_server_stats *stats);

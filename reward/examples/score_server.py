@@ -264,8 +264,11 @@ class Server:
             frames = sock.recv_multipart(copy=False)
             self.stats["received"] += 1
             if keys and (len(frames) < 2 or frames[1].get("User-Id") != ZAP_USER.decode()):
-                continue  # second line behind the ZAP handler: a connection it did not admit
-            reply, is_error = self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
+                # second line behind the ZAP handler: a connection it did not admit is not read (PROTOCOL.md section 9)
+                reply, is_error = error_msg("", "unauthenticated", "the connection is not authenticated with the run's "
+                                            "keys"), True
+            else:
+                reply, is_error = self.handle(frames[0].bytes, [f.buffer for f in frames[1:]])
             self.stats["errors" if is_error else "replies"] += 1
             try:
                 sock.send_multipart([frames[0].bytes, reply])
