@@ -28,7 +28,7 @@
 
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_DO, UID_DQ, UID_DK, UID_DV };
 
-#define MAX_DESCS 64
+#define MAX_DESCS 128
 
 typedef struct {
     int bwd, B, Sq, Skv, H, Dh;
