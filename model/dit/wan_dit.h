@@ -164,6 +164,8 @@ typedef struct {
 int wan_weights_bind(wan_weights *w, const wan_layout *L, float *base);
 void wan_weights_free(wan_weights *w);
 
+typedef struct wan_lora wan_lora; /* a LoRA adapter: model/dit/wan_lora.h */
+
 /* The model: config, table, flat parameters and (on request) gradients and Adam moments. */
 typedef struct {
     wan_config cfg;
@@ -173,6 +175,8 @@ typedef struct {
     float *adam_m, *adam_v;      /* [layout.numel], NULL until wan_model_alloc_adam */
     wan_weights w;               /* into params */
     wan_weights g;               /* into grads (zeroed struct until allocated) */
+    wan_lora *lora;              /* attached LoRA adapter (wan_model_attach_lora, borrowed), NULL: none. With one,
+                                    m->grads may stay NULL (frozen base): see wan_lora.h */
 } wan_model;
 
 /* Allocates a model for cfg with zeroed parameters. Returns 0 or -1 (bad config, out of memory). */
@@ -242,6 +246,7 @@ typedef struct {
     wan_self_attn_bwd_fn attn_bwd;
     void *attn_ctx;
     sp_comm *sp;
+    int lora_off;            /* 1: run without the model's LoRA adapter (the KL reference = the base model) */
 } wan_exec;
 
 /* Problem size of one call. */
