@@ -102,6 +102,7 @@ static void plan(wan_acts *A, arena *ar) {
         }
         if (!c->cross_attn_norm) b.xn2 = b.x1, b.mean2 = b.rstd2 = NULL;
         if (A->res) b.x = A->res[l];
+        b.layer = l;
         if (A->blk) A->blk[l] = b;
     }
 
@@ -220,12 +221,13 @@ wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_act
 void wan_acts_free(wan_acts *a) {
     if (!a) return;
     free(a->mem);
+    free(a->lora_h);
     free(a->res);
     free(a->blk);
     free(a);
 }
 
 size_t wan_acts_bytes(const wan_acts *a) {
-    return a ? a->bytes + sizeof *a + (size_t)(a->cfg.num_layers + 1) * (sizeof(float *) + sizeof(wan_block_acts))
+    return a ? a->bytes + (size_t)(2 * a->lora_cap) * sizeof(float) + sizeof *a + (size_t)(a->cfg.num_layers + 1) * (sizeof(float *) + sizeof(wan_block_acts))
              : 0;
 }

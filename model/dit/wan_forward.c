@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "model/dit/wan_internal.h"
+#include "model/dit/wan_lora.h"
 #include "sp/shard.h"
 
 /* ---- the default self-attention: the kernel's blocked attention over the whole sequence ---- */
@@ -116,30 +117,41 @@ int wan_block_forward(const wan_exec *ex, const wan_acts *A, const wan_block_wei
                       float *out) {
     const k_ops *ops = ex->ops;
     const int B = A->shape.B, S = A->S, D = A->D, L = A->L, BS = B * S, pt = A->shape.per_token_timestep;
+    const int l = b->layer;
     wan_block_modulation(A, w);
     /* 1. self-attention */
     wan_ew_norm1(ops, A, b);
     wan_linear_fwd(ops, b->q_pre, b->xm1, w->attn1.to_q_w, w->attn1.to_q_b, BS, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN1_TO_Q, b->q_pre, b->xm1, BS);
     wan_linear_fwd(ops, b->k_pre, b->xm1, w->attn1.to_k_w, w->attn1.to_k_b, BS, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN1_TO_K, b->k_pre, b->xm1, BS);
     wan_linear_fwd(ops, b->v, b->xm1, w->attn1.to_v_w, w->attn1.to_v_b, BS, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN1_TO_V, b->v, b->xm1, BS);
     wan_ew_qk(ops, A, &w->attn1, b);
     if (ex->attn_fwd(ex->attn_ctx, b->o, b->lse, b->q, b->k, b->v, B, S, A->H, A->Dh))
         return core_error_push("self-attention: ");
     wan_linear_fwd(ops, b->y1, b->o, w->attn1.to_out_w, w->attn1.to_out_b, BS, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN1_TO_OUT, b->y1, b->o, BS);
     wan_ew_x1(ops, A, w, b);
     /* 2. cross-attention (text K/V; no RoPE, no gate) */
     wan_linear_fwd(ops, b->q2_pre, b->xn2, w->attn2.to_q_w, w->attn2.to_q_b, BS, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN2_TO_Q, b->q2_pre, b->xn2, BS);
     wan_linear_fwd(ops, b->k2_pre, A->ctx, w->attn2.to_k_w, w->attn2.to_k_b, B * L, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN2_TO_K, b->k2_pre, A->ctx, B * L);
     wan_linear_fwd(ops, b->v2, A->ctx, w->attn2.to_v_w, w->attn2.to_v_b, B * L, D, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN2_TO_V, b->v2, A->ctx, B * L);
     wan_ew_qk2(ops, A, &w->attn2, b);
     ops->attention_forward(b->o2, b->lse2, b->q2, b->k2, b->v2, B, S, L, A->H, A->Dh, wan_attn_scale(A->Dh));
     wan_linear_fwd(ops, b->x2, b->o2, w->attn2.to_out_w, w->attn2.to_out_b, BS, D, D); /* y2 ... */
+    wan_lora_fwd(ops, A, l, WAN_LORA_ATTN2_TO_OUT, b->x2, b->o2, BS);
     wan_axpy1(b->x2, b->x1, (int64_t)BS * D);                                             /* ... + x1 */
     /* 3. feed-forward */
     wan_ew_norm3(ops, A, b);
     wan_linear_fwd(ops, b->h, b->xm3, w->ffn1_w, w->ffn1_b, BS, A->Fd, D);
+    wan_lora_fwd(ops, A, l, WAN_LORA_FFN_IN, b->h, b->xm3, BS);
     wan_ew_gelu(ops, A, b);
     wan_linear_fwd(ops, b->y3, b->ha, w->ffn2_w, w->ffn2_b, BS, D, A->Fd);
+    wan_lora_fwd(ops, A, l, WAN_LORA_FFN_OUT, b->y3, b->ha, BS);
     ops->gate_residual_forward(out, b->x2, b->y3, MOD(A, 5), B, S, D, pt, 6 * D);
     return 0;
 }
@@ -158,6 +170,9 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     const int *p = c->patch_size;
     if (!wan_config_equal(&A->cfg, c)) return core_error("wan_forward: activations were made for another config");
     if (wan_exec_check_sp(exec, A, "wan_forward")) return -1;
+    /* the adapter, unless switched off for this call (the KL reference); the backward follows this choice */
+    A->have_forward = 0;
+    if (wan_lora_acts_prepare(A, m->lora && !ex.lora_off ? m->lora : NULL)) return core_error_push("wan_forward: ");
 
     /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order. Under SP the
      * full sample is patchified and this rank's rows [s0, s0+S) embedded. */
@@ -177,14 +192,19 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     else
         wan_timestep_features(A->tsin, timestep, R, c->freq_dim);
     wan_linear_fwd(ops, A->t1, A->tsin, w->time1_w, w->time1_b, R, D, c->freq_dim);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_TIME_1, A->t1, A->tsin, R);
     ops->silu_forward(A->t1a, A->t1, (int64_t)R * D);
     wan_linear_fwd(ops, A->temb, A->t1a, w->time2_w, w->time2_b, R, D, D);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_TIME_2, A->temb, A->t1a, R);
     ops->silu_forward(A->temb_act, A->temb, (int64_t)R * D);
     wan_linear_fwd(ops, A->tproj, A->temb_act, w->tproj_w, w->tproj_b, R, 6 * D, D);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_TIME_PROJ, A->tproj, A->temb_act, R);
     memcpy(A->enc, enc, (size_t)B * L * c->text_dim * sizeof(float));
     wan_linear_fwd(ops, A->e1, A->enc, w->text1_w, w->text1_b, B * L, D, c->text_dim);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_TEXT_1, A->e1, A->enc, B * L);
     ops->gelu_forward(A->e1a, A->e1, (int64_t)B * L * D);
     wan_linear_fwd(ops, A->ctx, A->e1a, w->text2_w, w->text2_b, B * L, D, D);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_TEXT_2, A->ctx, A->e1a, B * L);
 
     for (int l = 0; l < c->num_layers; l++)
         if (wan_block_forward(&ex, A, &w->blocks[l], &A->blk[l], A->res[l + 1]))
@@ -195,6 +215,7 @@ int wan_forward(const wan_model *m, wan_acts *A, const wan_exec *exec, float *ou
     ops->layernorm_forward(A->xno, A->meano, A->rstdo, A->res[c->num_layers], NULL, NULL, BS, D, (float)c->eps);
     ops->modulate_forward(A->xmo, A->xno, A->modo, A->modo + D, B, S, D, sh->per_token_timestep, 2 * D);
     wan_linear_fwd(ops, A->po, A->xmo, w->proj_out_w, w->proj_out_b, BS, A->Pout, D);
+    wan_lora_fwd(ops, A, -1, WAN_LORA_PROJ_OUT, A->po, A->xmo, BS);
     if (A->sp > 1) { /* every rank gets every slice: the same full velocity everywhere */
         if (sp_gather_rows(ex.sp, A->full, A->po, B, S, A->Pout)) return core_error_push("wan_forward: ");
         ops->unpatchify_forward(out, A->full, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]);

@@ -28,6 +28,7 @@ typedef struct {
     float *xn3, *xm3;            /* (e) LN3 output, modulated */
     float *h, *ha;               /* [B,S,Fd] ffn.net.0.proj output; (e) its gelu */
     float *y3;                   /* ffn output */
+    int layer;                   /* this block's index (finds its LoRA adapter) */
 } wan_block_acts;
 
 struct wan_acts {
@@ -69,6 +70,9 @@ struct wan_acts {
     float *dpo;                  /* [B,S,Pout] */
     float *dxp;                  /* [B,S,Pin] */
     int have_forward;            /* a forward ran since allocation */
+    const wan_lora *lora;        /* the adapter the last forward applied (NULL: none); the backward follows it */
+    float *lora_h, *lora_t;      /* LoRA scratch [maxM, r] each: h = x A^T, t = dy B (one allocation at lora_h) */
+    int64_t lora_cap;            /* floats in each of lora_h, lora_t */
     void *mem;
     size_t bytes;
 };
@@ -95,6 +99,20 @@ void wan_add_table(float *out, const float *table, const float *src, int R, int 
 void wan_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int nj, int D, int src_nj);
 /* y[n] += x[n] (n floats). */
 void wan_axpy1(float *y, const float *x, int64_t n);
+
+/* ---- wan_lora.c: the adapter inside forward and backward ---- */
+
+/* A->lora = l; when l is not NULL, checks its config and (re)allocates A's LoRA scratch for its rank. 0 or -1. */
+int wan_lora_acts_prepare(wan_acts *A, const wan_lora *l);
+/* y[M, N] += scale * (x A^T) B^T with the adapter of target t (wan_lora_target) in block `layer` (ignored for a
+ * model-level target) of A->lora; nothing when A->lora is NULL or t is not targeted. x [M, in]. */
+void wan_lora_fwd(const k_ops *ops, const wan_acts *A, int layer, int t, float *y, const float *x, int M);
+/* Its backward, accumulating: h = x A^T recomputed, dB += scale dy^T h, t = dy B, dA += scale t^T x (into
+ * A->lora->grads when allocated), dx += scale t A (dx may be NULL). Nothing when not adapted. */
+void wan_lora_bwd(const k_ops *ops, const wan_acts *A, int layer, int t, float *dx, const float *dy, const float *x,
+                  int M);
+/* 1 if A->lora adapts target t. */
+int wan_lora_active(const wan_acts *A, int t);
 
 /* ---- one block (wan_forward.c, wan_backward.c); also used by `vgrpo bench dit` (bench/bench_dit.c) ---- */
 
