@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -139,8 +140,16 @@ static int send_hello(worker *w) {
     return rc;
 }
 
+/* The process's stop flag (SIGTERM/SIGINT, cmd_rollout_worker.c), polled by the engine between denoising steps so a
+ * worker in the middle of a long rollout stops within one step, not at the end of its chunk. */
+static volatile sig_atomic_t *worker_stop_flag;
+static int worker_should_stop(void) { return worker_stop_flag && *worker_stop_flag ? SIGTERM : 0; }
+
 int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, volatile sig_atomic_t *stop) {
     worker w = {.p = p, .cfg = cfg};
+    worker_stop_flag = stop;
+    p->rc.should_stop = stop ? worker_should_stop : NULL;
+    int told_to_stop = 0; /* the loop ended on the controller's shutdown */
     w.st = (rollout_worker_state){.model = {&p->model[0], &p->model[1]}, .n_experts = p->experts.n, .id = cfg->id};
     const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
     void *ctx = zmq_ctx_new(), *mon = NULL;
@@ -250,10 +259,15 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
         core_zmq_msg_close(&zm);
         if (hr) {
             rc = hr > 0 ? 0 : -1;
+            told_to_stop = hr > 0;
             break;
         }
     }
 done:
+    if (told_to_stop && w.sock) { /* the controller's `shutdown`: let our reply leave before closing */
+        int flush_ms = 2000;
+        zmq_setsockopt(w.sock, ZMQ_LINGER, &flush_ms, sizeof flush_ms);
+    }
     rollout_worker_state_free(&w.st);
     reward_client_close(w.reward);
     if (mon) zmq_close(mon);

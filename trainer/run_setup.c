@@ -165,7 +165,8 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
     S->red.stats = S->dpg;
     if (r->sp > 1) {
         if (sp_usp_init(&S->usp, S->dp, &S->topo, NULL)) return -1;
-        S->exec = (wan_exec){NULL, sp_usp_forward, sp_usp_backward, &S->usp, S->usp.sp};
+        S->exec = (wan_exec){.ops = NULL, .attn_fwd = sp_usp_forward, .attn_bwd = sp_usp_backward, .attn_ctx = &S->usp,
+                             .sp = S->usp.sp};
         S->ex = &S->exec;
     }
     return 0;
