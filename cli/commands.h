@@ -15,5 +15,6 @@ int cmd_rollout_worker(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_trainer(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif
