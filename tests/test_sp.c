@@ -405,6 +405,8 @@ TEST(sp_mpi_dit_ulysses_bit_identical) {
     dit_case(4, "dit 4 4", "dp 1 sp 4 ulysses 4 ring 1", 1);
     /* batch 2, per-token timesteps (Wan 2.2), RECOMPUTE activations */
     dit_case(4, "dit 4 4 4 8 8 2 1 1", "dp 1 sp 4 ulysses 4 ring 1", 1);
+    /* with a LoRA adapter on every linear (its gradients summed over SP against the single-rank ones) */
+    dit_case(2, "dit 2 2 4 8 8 1 0 1 1", "recompute lora", 1);
 }
 
 TEST(sp_mpi_dit_ring) {
@@ -412,6 +414,7 @@ TEST(sp_mpi_dit_ring) {
     dit_case(4, "dit 4 1", "dp 1 sp 4 ulysses 1 ring 4", 0);
     dit_case(4, "dit 4 2 4 8 8 2 1 1", "dp 1 sp 4 ulysses 2 ring 2", 0);
     dit_case(4, "dit 4 1 4 16 16 1 0 0", "dp 1 sp 4 ulysses 1 ring 4, S 256", 0);
+    dit_case(4, "dit 4 2 4 8 8 1 1 0 1", "ring 2, S 64 L 8 B 1 per_token 1 store lora", 0);
 }
 
 TEST(sp_mpi_dit_dp2) {

@@ -2,8 +2,9 @@
  * and backward with each sample's video tokens sharded over the SP ranks (wan_acts_new_sp + the USP hook) against
  * the single-rank model (wan_acts_new, default attention) on the same inputs, in the same run.
  *
- * Case "dit SP ULYSSES [F H W B PER_TOKEN RECOMPUTE]" (world = dp x SP ranks; latent F x H x W, 16 channels, text
- * length 8; defaults 4 8 8 1 0 0, i.e. 64 video tokens). Every rank builds the tiny preset with random weights
+ * Case "dit SP ULYSSES [F H W B PER_TOKEN RECOMPUTE LORA]" (world = dp x SP ranks; latent F x H x W, 16 channels,
+ * text length 8; defaults 4 8 8 1 0 0 0, i.e. 64 video tokens; LORA 1: with a LoRA adapter on all 16 linears, rank 4,
+ * B != 0, whose gradients are checked like the parameters'). Every rank builds the tiny preset with random weights
  * (wan_params_init_random, the same everywhere) and its dp rank's inputs x, timestep, enc and the output gradient
  * dout (the same on every SP peer), runs the reference forward + backward over the whole sequence, then the
  * sequence-parallel forward + backward twice, and checks:
@@ -41,6 +42,7 @@
 
 #include "core/error.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 #include "sp/usp_attention.h"
 #include "tests/mpi/mpi_cases.h"
 
@@ -83,6 +85,7 @@ static double now_s(void) {
 static int fwd_bwd(wan_model *m, wan_acts *A, const wan_exec *ex, float *out, float *dx, float *denc, size_t nx,
                    size_t ne, const float *x, const float *t, const float *enc, const float *dout) {
     wan_model_zero_grads(m);
+    if (m->lora) wan_lora_zero_grads(m->lora);
     if (dx) memset(dx, 0, nx * sizeof(float));
     if (denc) memset(denc, 0, ne * sizeof(float));
     if (wan_forward(m, A, ex, out, x, t, enc)) return -1;
@@ -137,6 +140,7 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
     const int F = argc > 2 ? atoi(argv[2]) : 4, Hh = argc > 3 ? atoi(argv[3]) : 8, Ww = argc > 4 ? atoi(argv[4]) : 8;
     const int B = argc > 5 ? atoi(argv[5]) : 1, per_token = argc > 6 ? atoi(argv[6]) : 0;
     const wan_acts_mode mode = argc > 7 && atoi(argv[7]) ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
+    const int use_lora = argc > 8 && atoi(argv[8]);
     const int L = 8;
     sp_topology t;
     const int S_req = F * (Hh / 2) * (Ww / 2);
@@ -158,7 +162,22 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
         teardown(&d);
         return 1;
     }
-    const size_t nx = d.nx, ne = d.ne, np = (size_t)d.m.layout.numel;
+    wan_lora lo;
+    memset(&lo, 0, sizeof lo);
+    if (use_lora) { /* the same adapter on every rank */
+        wan_lora_config lc = {4, 6.0, WAN_LORA_ALL, 5};
+        if (wan_lora_init(&lo, &d.c, &lc, 0) || wan_lora_alloc_grads(&lo) || wan_model_attach_lora(&d.m, &lo)) {
+            fprintf(stderr, "rank %d: %s\n", world->rank, core_last_error());
+            sp_usp_release(&u);
+            teardown(&d);
+            return 1;
+        }
+        for (int i = 1; i < lo.layout.count; i += 2)
+            mpi_fill_uniform(lo.params + lo.layout.tensors[i].offset, (size_t)lo.layout.tensors[i].numel, 900 + i,
+                             -0.2f, 0.2f);
+    }
+    const size_t nx = d.nx, ne = d.ne, np = (size_t)d.m.layout.numel, nl = use_lora ? (size_t)lo.layout.numel : 1;
+    float *lg0 = calloc(nl, 4), *lg = calloc(nl, 4);
     float *out0 = calloc(nx, 4), *dx0 = calloc(nx, 4), *denc0 = calloc(ne, 4), *g0 = calloc(np, 4);
     float *out[2], *dx[2], *denc[2], *g[2];
     for (int r = 0; r < 2; r++)
@@ -178,6 +197,7 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
         goto out;
     }
     memcpy(g0, d.m.grads, np * 4);
+    if (use_lora) memcpy(lg0, lo.grads, nl * 4);
 
     /* Misuse, refused locally (no collective entered): default attention under SP; a group of the wrong size. */
     if (sp > 1) {
@@ -204,6 +224,7 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
             goto out;
         }
         memcpy(g[r], d.m.grads, np * 4);
+        if (use_lora && r == 0) memcpy(lg, lo.grads, nl * 4);
     }
     MCHECK(!memcmp(out[0], out[1], nx * 4) && !memcmp(dx[0], dx[1], nx * 4) && !memcmp(denc[0], denc[1], ne * 4) &&
                !memcmp(g[0], g[1], np * 4),
@@ -220,7 +241,7 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
     MCHECK(!memcmp(out[0], out[1], nx * 4), "rank %d: SP forward with INFER activations differs from STORE",
            world->rank);
     /* Partial parameter gradients summed over the SP group, as the trainer does (over the world). */
-    if (sp_comm_all_reduce(u.sp, g[0], g[0], np, SP_F32)) {
+    if (sp_comm_all_reduce(u.sp, g[0], g[0], np, SP_F32) || (use_lora && sp_comm_all_reduce(u.sp, lg, lg, nl, SP_F32))) {
         fprintf(stderr, "rank %d: %s\n", world->rank, core_last_error());
         rc = 1;
         goto out;
@@ -239,6 +260,16 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
         double e = l2_rel(g[0] + wt->offset, g0 + wt->offset, (size_t)wt->numel);
         if (e > worst) worst = e, worst_i = i;
     }
+    double lworst = 0;
+    int lworst_i = 0;
+    for (int i = 0; use_lora && i < lo.layout.count; i++) {
+        const wan_tensor *wt = &lo.layout.tensors[i];
+        double e = l2_rel(lg + wt->offset, lg0 + wt->offset, (size_t)wt->numel);
+        if (e > lworst) lworst = e, lworst_i = i;
+    }
+    MCHECK(!use_lora || lworst <= DIT_GRAD_L2, "rank %d: LoRA grad %s rel L2 %.3g > %g", world->rank,
+           lo.layout.tensors[lworst_i].name, lworst, DIT_GRAD_L2);
+    if (lworst > worst) worst = lworst, worst_i = -1 - lworst_i;
     dev[5] = (float)worst, dev[6] = (float)l2_rel(g[0], g0, np);
     dev[7] = (float)((double)wan_acts_bytes(A) / (double)wan_acts_bytes(A0));
     MCHECK(so > 0.1 && sx > 1e-4 && max_abs(denc0, ne) > 1e-6, "rank %d: reference is (near) zero: %g %g", world->rank,
@@ -255,7 +286,7 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
     }
     MCHECK(dev[4] <= DIT_GRAD_L2, "rank %d: denc rel L2 %.3g > %g", world->rank, dev[4], DIT_GRAD_L2);
     MCHECK(worst <= DIT_GRAD_L2, "rank %d: grad %s rel L2 %.3g > %g", world->rank,
-           d.m.layout.tensors[worst_i].name, worst, DIT_GRAD_L2);
+           worst_i < 0 ? lo.layout.tensors[-1 - worst_i].name : d.m.layout.tensors[worst_i].name, worst, DIT_GRAD_L2);
     if (sp > 1)
         MCHECK(dev[7] < 1.0f, "rank %d: SP activations %zu bytes not below single-rank %zu", world->rank,
                wan_acts_bytes(A), wan_acts_bytes(A0));
@@ -265,12 +296,12 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
         float m[NDEV] = {0};
         for (int p = 0; p < world->size; p++)
             for (int i = 0; i < NDEV; i++) m[i] = fmaxf(m[i], all[p * NDEV + i]);
-        printf("dit trainer_ranks %d dp %d sp %d ulysses %d ring %d, S %lld L %d B %d per_token %d %s: out %.3f eps "
+        printf("dit trainer_ranks %d dp %d sp %d ulysses %d ring %d, S %lld L %d B %d per_token %d %s%s: out %.3f eps "
                "[%.2e] dx %.3f eps [%.2e] denc l2 %.2e grads l2 worst %.2e (%s) whole %.2e; acts %zu B/rank vs %zu "
                "(%.3f) %s\n",
                t.trainer_ranks, t.dp, t.sp, t.ulysses, t.ring, (long long)d.S, L, B, per_token,
-               mode == WAN_ACTS_STORE ? "store" : "recompute", m[0], m[1], m[2], m[3], m[4], m[5],
-               d.m.layout.tensors[worst_i].name, m[6], wan_acts_bytes(A), wan_acts_bytes(A0), m[7],
+               mode == WAN_ACTS_STORE ? "store" : "recompute", use_lora ? " lora" : "", m[0], m[1], m[2], m[3], m[4],
+               m[5], worst_i < 0 ? lo.layout.tensors[-1 - worst_i].name : d.m.layout.tensors[worst_i].name, m[6], wan_acts_bytes(A), wan_acts_bytes(A0), m[7],
                t.ring == 1 ? "(bit-identical required)" : "(ring bound 16)");
     }
     free(all);
@@ -279,7 +310,9 @@ out:
     wan_acts_free(A);
     free(out0), free(dx0), free(denc0), free(g0);
     for (int r = 0; r < 2; r++) free(out[r]), free(dx[r]), free(denc[r]), free(g[r]);
+    free(lg0), free(lg);
     teardown(&d);
+    wan_lora_free(&lo);
     sp_usp_release(&u);
     return rc;
 }
