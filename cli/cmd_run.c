@@ -106,8 +106,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {
         if (note[0]) core_log_warn("%s", note);
-        const int rc = !strcmp(r.mode, "colocated") ? colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL)
-                                                    : run_local(&r, &o);
+        /* colocated: the run's processes hold the folder's lock too, so it stays locked while any of them lives */
+        const int rc = !strcmp(r.mode, "colocated")
+                           ? (core_run_lock_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL))
+                           : run_local(&r, &o);
         if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         else status = 0;
     }

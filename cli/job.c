@@ -74,8 +74,12 @@ int job_start_reward(job *j, const core_recipe *r, const char *log_dir) {
     snprintf(logp, sizeof logp, "%s/reward-server.log", log_dir);
     char fdb[16];
     snprintf(fdb, sizeof fdb, "%d", j->keys_fd[CORE_CURVE_REWARD]);
+    /* the largest request a worker sends: rollout.batch_size videos (reward/PROTOCOL.md section 3: the frame limit) */
+    char fmb[24];
+    const unsigned long long vbytes = (unsigned long long)r->batch_size * r->frames * r->height * r->width * 3;
+    snprintf(fmb, sizeof fmb, "%llu", (vbytes + (1ull << 20) - 1) >> 20);
     char *argv[] = {(char *)exe, "reward-server", "--bind", j->rew_ep, "--scorers", spec, "--threads", thr,
-                    j->reward_keyed ? "--keys-fd" : NULL, fdb, NULL};
+                    "--max-frame-mb", fmb, j->reward_keyed ? "--keys-fd" : NULL, fdb, NULL};
     j->reward_proc = sup_spawn_fd(&j->procs, "reward server", argv, 1, logp, j->reward_keyed ? j->keys_fd[CORE_CURVE_REWARD] : -1, 0);
     return j->reward_proc < 0 ? -1 : 0;
 }

@@ -126,3 +126,11 @@ void core_run_lock_release(core_run_lock *lk) {
     close(lk->fd);
     lk->fd = -1;
 }
+
+int core_run_lock_share(core_run_lock *lk) {
+    if (lk->fd < 0) return 0;
+    const int fl = fcntl(lk->fd, F_GETFD);
+    if (fl < 0 || fcntl(lk->fd, F_SETFD, fl & ~FD_CLOEXEC))
+        return core_error("%s: cannot share the lock with the run's processes: %s", lk->path, strerror(errno));
+    return 0;
+}

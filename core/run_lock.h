@@ -38,6 +38,12 @@ typedef struct {
  * On failure lk->fd is -1 and nothing is left open. */
 int core_run_lock_acquire(core_run_lock *lk, const char *dir, const char *key, char *note, size_t note_n);
 
+/* Lets the processes this one starts from now on (fork + exec) share the lock: the descriptor stays open across exec,
+ * so the folder stays locked until the last of them exits (a supervisor killed with SIGKILL leaves its trainer
+ * finishing a step: a new run must not take the folder meanwhile). mpirun closes inherited descriptors, so trainer
+ * ranks started through it do not hold it (mpirun does). 0, or -1 with an error. */
+int core_run_lock_share(core_run_lock *lk);
+
 /* Empties the lock file and releases the lock. Safe on a lock not held (lk->fd == -1) and to call twice. */
 void core_run_lock_release(core_run_lock *lk);
 

@@ -162,3 +162,40 @@ TEST(fault_null_keys_binary_args_bom) {
                                     "--set data.eval_prompt_file=%s --set rollout.prompts_per_step=2 --set model.text_encoder=word_embed "
                                     "--set rollout.text_len=3", bin, p, p) == 0);
 }
+
+/* A fresh run into a folder replaces the earlier run's checkpoints (they survived before, and `--resume FOLDER` then
+ * continued the old run on top of the new one's metrics). */
+TEST(fault_fresh_run_replaces_checkpoints) {
+    const char *dir = test_tmpdir();
+    char out[16384], x[800];
+    make_model(dir);
+    REQUIRE(test_run(out, sizeof out, SMALL_RUN " --steps 4 --set checkpoint.every=1", test_vgrpo_bin(), dir, dir, "r") == 0);
+    snprintf(x, sizeof x, "%s/r/checkpoint-4", dir);
+    REQUIRE(test_run(NULL, 0, "test -d %s", x) == 0);
+    CHECK(test_run(out, sizeof out, SMALL_RUN " --steps 2 --set checkpoint.every=1", test_vgrpo_bin(), dir, dir, "r") == 0);
+    CHECK_MSG(strstr(out, "removed checkpoint-3, checkpoint-4 of an earlier run"), "got: %s", out);
+    CHECK(test_run(NULL, 0, "test -d %s", x) != 0);
+    snprintf(x, sizeof x, "%s/r/checkpoint-2", dir);
+    CHECK(test_run(NULL, 0, "test -d %s", x) == 0);
+    CHECK(test_run(out, sizeof out, SMALL_RUN " --steps 3 --resume %s/r", test_vgrpo_bin(), dir, dir, "r", dir) == 0);
+    CHECK_MSG(strstr(out, "resumed from") && strstr(out, "checkpoint-2"), "got: %s", out);
+}
+
+/* The supervisor of a colocated run killed with SIGKILL: its trainer and workers still run for a moment (they get
+ * SIGTERM and stop), and the folder stays locked until the last of them exits. */
+TEST(fault_lock_outlives_killed_supervisor) {
+    const char *dir = test_tmpdir();
+    char out[16384];
+    make_model(dir);
+    test_run(out, sizeof out,
+             SMALL_RUN " --set mode=colocated --steps 100000 > %s/first.log 2>&1 & pid=$!; i=0; "
+             "while [ ! -s %s/r/metrics.jsonl ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; "
+             "kill -KILL $pid; " SMALL_RUN " --steps 1 > %s/second.log 2>&1; echo second=$?; "
+             "i=0; while ! flock -n %s/r/.vgrpo.lock true && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+             SMALL_RUN " --steps 1; echo third=$?; cat %s/second.log",
+             test_vgrpo_bin(), dir, dir, "r", dir, dir, test_vgrpo_bin(), dir, dir, "r", dir, dir, test_vgrpo_bin(), dir,
+             dir, "r", dir);
+    test_run(NULL, 0, "pkill -KILL -f '[v]grpo .*%s/' ; true", dir);
+    CHECK_MSG(strstr(out, "second=1") && strstr(out, "is in use by another vgrpo run"), "got: %s", out);
+    CHECK_MSG(strstr(out, "third=0"), "got: %s", out);
+}

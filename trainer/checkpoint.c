@@ -298,6 +298,23 @@ int trainer_ckpt_prune(const char *dir, int keep, int64_t spare) {
     return removed;
 }
 
+int trainer_ckpt_remove_all(const char *dir, char *names, size_t cap) {
+    if (names && cap) names[0] = 0;
+    if (trainer_ckpt_clean(dir) < 0) return -1;
+    int64_t *steps;
+    const int n = trainer_ckpt_list(dir, &steps);
+    if (n < 0) return -1;
+    char name[64];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "checkpoint-%" PRId64, steps[i]);
+        if (remove_checkpoint(dir, name)) return free(steps), -1;
+        if (names && cap > strlen(names) + 1)
+            snprintf(names + strlen(names), cap - strlen(names), "%s%s", i ? ", " : "", name);
+    }
+    free(steps);
+    return n;
+}
+
 int trainer_ckpt_resolve(const char *path, char *out, size_t cap) {
     char p[TRAINER_CKPT_PATH_MAX];
     if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return core_error("%s: path too long", path);

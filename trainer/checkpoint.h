@@ -119,6 +119,12 @@ int trainer_ckpt_list(const char *dir, int64_t **steps);
  * removed, or -1 naming the folder. */
 int trainer_ckpt_prune(const char *dir, int keep, int64_t spare);
 
+/* Removes every complete checkpoint of dir (each renamed away first) and the leftovers: what a fresh run does to the
+ * checkpoints an earlier run left in its folder, so that `--resume FOLDER` never mixes two runs. names (cap bytes;
+ * may be NULL) gets "checkpoint-3, checkpoint-4". Returns the number removed (0 when dir is missing), or -1 naming
+ * the folder. */
+int trainer_ckpt_remove_all(const char *dir, char *names, size_t cap);
+
 /* Removes the leftovers of saves and removals cut short in dir: `.checkpoint-*.tmp` and `.trash-checkpoint-*`
  * folders. Returns the number removed (0 when dir is missing), or -1 naming the folder. */
 int trainer_ckpt_clean(const char *dir);

@@ -1,7 +1,8 @@
 /* trainer/run_files.c — the run folder of a GRPO run: config.resolved.yaml, metrics.jsonl and rewards.jsonl (rows
  * written whole or not at all: core/metrics.h), checkpoints (trainer/checkpoint.h) with the keys that may change on
  * resume, and --resume: a checkpoint's weights, Adam state, EMA, step counters and sampler position. The folder's lock
- * (one run per folder, core/run_lock.h) is taken by the command that owns the folder (cli/cmd_run.c). */
+ * (one run per folder, core/run_lock.h) is taken by the command that owns the folder (cli/cmd_run.c). A fresh run
+ * (no --resume) replaces what an earlier run left in the folder: metrics, rewards and its checkpoints. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -46,6 +47,15 @@ int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
     const core_recipe *r = S->r;
     char path[4200];
     if (core_mkdir_p(r->run_dir)) return -1;
+    if (!resumed) { /* a fresh run replaces an earlier run's checkpoints, as it replaces its metrics */
+        const char *home = r->ckpt_dir ? r->ckpt_dir : r->run_dir;
+        char names[1024];
+        const int n = trainer_ckpt_remove_all(home, names, sizeof names);
+        if (n < 0) return -1;
+        if (n > 0)
+            core_log_warn("%s: removed %s of an earlier run (a fresh run replaces them; `--resume %s` would have "
+                          "continued it)", home, names, home);
+    }
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
     FILE *f = fopen(path, "w");
     if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
