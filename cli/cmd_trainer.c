@@ -5,7 +5,8 @@
  * (trainer/run.h: trainer_run over the remote rollout source, trainer/source.h); ranks > 0 train on their share of
  * every batch (trainer_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
- * SIGINT/SIGTERM: the current step finishes, a checkpoint is saved (checkpoint.every > 0), and it exits 1.
+ * SIGINT/SIGTERM: a step stopped before its optimizer update is discarded (after it: the step finishes), the checkpoint
+ * of the steps done is saved (checkpoint.every > 0), and it exits 1 (trainer/run.h).
  * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
 #include <signal.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@
 #define TRAINER_CTL_TIMEOUT_S 3600.0
 
 /* SIGUSR1 (sent by `vgrpo run` when another process of the job failed): stop waiting for the workers at once.
- * SIGINT/SIGTERM are graceful: the step in progress finishes and a checkpoint is saved (core/stop.h), except
+ * SIGINT/SIGTERM are graceful: the step in progress is discarded or finished and a checkpoint saved (core/stop.h), except
  * while waiting for the workers' hello, where there is no step to finish. */
 static volatile sig_atomic_t abort_flag = 0, in_hello = 0;
 static void on_usr1(int sig) {

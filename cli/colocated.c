@@ -8,7 +8,8 @@
  *     stopped; exit 0;
  *   - any process fails: the others are stopped (the trainer with SIGUSR1: stop waiting at once), and the error
  *     names the process and its log; checkpoints already written stay as they are (each is complete or absent);
- *   - SIGINT/SIGTERM: forwarded to the trainer, which finishes its step, saves a checkpoint and exits; then all stop.
+ *   - SIGINT/SIGTERM: forwarded to the trainer, which stops within its step (discarding it, or finishing it once its
+ *     optimizer update began), saves a checkpoint and exits; then all stop.
  * The trainer's output (one line per step) goes to this terminal; every other process logs to
  * logging.run_dir/logs/. */
 #include <errno.h>
@@ -135,7 +136,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     int forwarded = 0;
     for (;;) {
         if (stop_signal && !forwarded && J.procs.p[trainer].pid) {
-            /* graceful: the trainer finishes its step and saves. mpirun would kill the job on SIGTERM (SIGTERM to
+            /* graceful: the trainer stops within its step and saves. mpirun would kill the job on SIGTERM (SIGTERM to
              * every rank, SIGKILL soon after); it forwards SIGUSR2, which rank 0 takes as SIGTERM (cmd_trainer.c) */
             kill(J.procs.p[trainer].pid, N > 1 ? SIGUSR2 : SIGTERM);
             forwarded = 1;
