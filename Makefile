@@ -77,6 +77,19 @@ $(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
 	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests
+	@$(MAKE) --no-print-directory test-cuda-build
+
+# The CUDA build cannot break unnoticed (issue 15): where nvcc is installed, `make test` also compiles and links
+# `make cuda` into build-cuda/ and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
+# generate, eval, the kernel bodies and the one-line refusal of cuda on a machine without a GPU). Skipped, saying
+# so, without nvcc.
+CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local
+.PHONY: test-cuda-build
+test-cuda-build:
+	@if [ -x "$(NVCC)" ]; then \
+	  $(MAKE) --no-print-directory cuda BUILD=build-cuda && \
+	  VGRPO_BIN=build-cuda/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests $(CUDA_SMOKE); \
+	else echo "test-cuda-build: skipped ($(NVCC) not found)"; fi
 
 # Slow suites (learning runs, long multi-rank runs); CI does not run these.
 test-slow: deps
