@@ -236,17 +236,17 @@ static void init_pair(void *vctx, int pair, int layer, int t) {
     float *A = l->params + ta->offset;
     const int64_t n = ta->numel;
     double *u = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    const double bound = 1.0 / sqrt((double)ta->shape[1]);
+    const double root = sqrt((double)ta->shape[1]); /* A = (2u - 1) / sqrt(in): U(-1/sqrt(in), 1/sqrt(in)) */
     if (u) {
         core_philox_uniform(u, n, l->cfg.init_seed, WAN_LORA_SLOT(layer, t), (uint32_t)l->expert,
                             CORE_STREAM_LORA_INIT);
-        for (int64_t i = 0; i < n; i++) A[i] = (float)((2.0 * u[i] - 1.0) * bound);
+        for (int64_t i = 0; i < n; i++) A[i] = (float)((2.0 * u[i] - 1.0) / root);
     } else { /* out of memory for the doubles: the same values, element by element */
         for (int64_t i = 0; i < n; i++) {
             double v;
             core_philox_uniform_range(&v, i, 1, l->cfg.init_seed, WAN_LORA_SLOT(layer, t), (uint32_t)l->expert,
                                       CORE_STREAM_LORA_INIT);
-            A[i] = (float)((2.0 * v - 1.0) * bound);
+            A[i] = (float)((2.0 * v - 1.0) / root);
         }
     }
     free(u);

@@ -205,8 +205,10 @@ int wan_lora_merge(wan_model *m, const wan_lora *l);
  * (1) diffusers: pytorch_lora_weights.safetensors (LORA_WEIGHT_NAME_SAFE), keys "transformer." + the layout's name
  *     ("transformer.blocks.0.attn1.to_q.lora_A.weight"), __metadata__ {"format": "pt", "lora_adapter_metadata":
  *     JSON}, the JSON as diffusers' save_lora_weights writes it: LoraConfig fields with the component prefix
- *     ("transformer.r", "transformer.lora_alpha", "transformer.target_modules", ...; json.dumps indent 2, sorted
- *     keys). pipe.load_lora_weights(folder or file) loads it into pipe.transformer with lora_alpha from the metadata
+ *     ("transformer.r", "transformer.lora_alpha", "transformer.target_modules", ...; indent 2, sorted keys), the
+ *     fields that matter to a loader only (r, lora_alpha, target_modules = full module names, peft_type, bias,
+ *     init_lora_weights, lora_dropout, fan_in_fan_out, use_dora, use_rslora, empty rank/alpha patterns): an older
+ *     peft's LoraConfig(**fields) refuses fields it does not know. pipe.load_lora_weights(folder or file) loads it into pipe.transformer with lora_alpha from the metadata
  *     (without the metadata diffusers would take alpha = r).
  *     Two experts (Wan 2.2 A14B): the low-noise expert's adapter is a second file of the SAME form (keys still
  *     "transformer.", metadata still "transformer.*": load_into_transformer_2 passes the state dict to
@@ -256,8 +258,11 @@ int wan_lora_inspect(const char *path, wan_lora_config *c, wan_lora_format *fmt,
  * Every tensor the adapter has must be in the file and the file must have no other (key and both shapes named). */
 int wan_lora_load(wan_lora *l, const wan_config *model, const char *path, int expert);
 /* Reads the file's weights into an existing adapter (resume): the file's rank, alpha and targets must equal
- * l->cfg ("<file>: rank 8, the run's adapter has 16"; a target the file lacks or has extra: its first key), then
- * every key and shape as wan_lora_load. Grads and Adam state are untouched. */
+ * l->cfg ("<file>: rank 8, the adapter being loaded into has rank 16 (its key \"...\" is [16, 128])"; a target
+ * the file lacks or has extra: "<file>: missing key \"transformer.blocks.0.ffn.net.2.lora_A.weight\": the file's
+ * targets are ...; the adapter being loaded into has ..."), then every key and shape as wan_lora_load. Grads and
+ * Adam state are untouched; on an error the params may be partly overwritten only by a failing read (a file
+ * truncated after its checks). */
 int wan_lora_load_weights(wan_lora *l, const char *path);
 
 #endif
