@@ -16,7 +16,7 @@
  * F32, BF16 or F16 on disk). Tensors `post_quant_conv.*` and `decoder.*` must be exactly the set the config implies
  * (a missing, extra or mis-shaped one is an error naming it); `encoder.*` and `quant_conv.*` are not needed and are
  * skipped; any other tensor is an error. Unknown config keys are ignored (as diffusers does); keys starting with
- * '_' too. */
+ * '_' too. The encoder (AutoencoderKLWan.encode) is model/vae/wan_vae_encode.h. */
 #ifndef MODEL_WAN_VAE_H
 #define MODEL_WAN_VAE_H
 
@@ -41,6 +41,7 @@ typedef struct {
     int scale_factor_temporal;               /* 4 */
     int scale_factor_spatial;                /* 8 (Wan 2.2: 16) */
     float latents_mean[VAE_MAX_Z], latents_std[VAE_MAX_Z]; /* z_dim entries each (defaults: Wan 2.1's) */
+    int n_attn_scales; /* entries of attn_scales ([]): the encoder's only; the decoder ignores it as diffusers does */
 } vae_config;
 
 typedef struct vae_model vae_model;

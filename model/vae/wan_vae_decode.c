@@ -72,25 +72,6 @@ oom:
 size_t vae_state_bytes(const vae_model *m) { return m->st.bytes; }
 size_t vae_cache_bytes(const vae_model *m) { return m->st.cache_bytes; }
 
-/* WanResidualBlock: out = conv2(silu(norm2(conv1(silu(norm1(x)))))) + shortcut(x). x, out, s1, s2 distinct. */
-static int res_forward(vae_model *m, const vae_resblock *r, const float *x, int nf, int H, int W, float *out,
-                       float *s1, float *s2) {
-    const int64_t n = (int64_t)nf * H * W;
-    if (r->has_sc) {
-        if (vae_conv_forward(m, &r->sc, x, nf, H, W, 0, out)) return -1;
-    } else {
-        memcpy(out, x, (size_t)n * r->cin * sizeof(float));
-    }
-    vae_norm_forward(m, &r->n1, x, s1, n, 1);
-    if (vae_conv_forward(m, &r->c1, s1, nf, H, W, 0, s2)) return -1;
-    vae_norm_forward(m, &r->n2, s2, s2, n, 1);
-    if (vae_conv_forward(m, &r->c2, s2, nf, H, W, 0, s1)) return -1;
-    const size_t tot = (size_t)n * r->cout;
-#pragma omp parallel for schedule(static) if (tot >= K_PAR_MIN_ELEMS)
-    for (size_t i = 0; i < tot; i++) out[i] += s1[i];
-    return 0;
-}
-
 /* Decodes latent frame x [h, w, z] (channel-last) of chunk `chunk`; result in *res (one of st->buf), *nf_out frames
  * at (*Ho) x (*Wo) with out_channels channels. */
 static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, float **res) {
@@ -100,9 +81,9 @@ static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, 
     /* buf[0] holds the latent frame on entry */
     if (vae_conv_forward(m, &m->post_quant, b[0], 1, H, W, 0, b[1])) return -1;
     if (vae_conv_forward(m, &m->conv_in, b[1], 1, H, W, 0, b[0])) return -1;
-    if (res_forward(m, &m->mid_res[0], b[0], 1, H, W, b[1], b[2], b[3])) return -1;
+    if (vae_res_forward(m, &m->mid_res[0], b[0], 1, H, W, b[1], b[2], b[3])) return -1;
     if (vae_attn_forward(m, &m->mid_attn, b[1], 1, H, W)) return -1;
-    if (res_forward(m, &m->mid_res[1], b[1], 1, H, W, b[0], b[2], b[3])) return -1;
+    if (vae_res_forward(m, &m->mid_res[1], b[1], 1, H, W, b[0], b[2], b[3])) return -1;
     int cur = 0; /* index of the buffer holding x; buffer 4 keeps a residual block's input */
     for (int i = 0; i < m->nup; i++) {
         const vae_upblock *u = &m->upb[i];
@@ -118,7 +99,7 @@ static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, 
                     else if (s1 < 0) s1 = k;
                     else s2 = k;
                 }
-            if (res_forward(m, &u->res[j], b[cur], nf, H, W, b[o], b[s1], b[s2])) return -1;
+            if (vae_res_forward(m, &u->res[j], b[cur], nf, H, W, b[o], b[s1], b[s2])) return -1;
             cur = o;
         }
         if (u->up) {

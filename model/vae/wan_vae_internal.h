@@ -1,6 +1,7 @@
-/* model/vae/wan_vae_internal.h — the Wan VAE decoder's layer structs, parameter table and decode state, shared by
- * wan_vae_model.c (config, loading, freeing), wan_vae_layers.c (the layer kernels) and wan_vae_decode.c (the chunked
- * decode loop). Not a public interface. */
+/* model/vae/wan_vae_internal.h — the Wan VAE's layer structs, parameter table and decode state, shared by
+ * wan_vae_model.c (config, loading, freeing), wan_vae_layers.c (the layer kernels), wan_vae_decode.c (the chunked
+ * decode loop) and the encoder (wan_vae_encode.c, its own layers in wan_vae_enc_layers.c), which keeps its weights,
+ * scratch and feature cache in a vae_model of its own so that the same kernels run it. Not a public interface. */
 #ifndef MODEL_WAN_VAE_INTERNAL_H
 #define MODEL_WAN_VAE_INTERNAL_H
 
@@ -61,7 +62,7 @@ typedef struct {
 } vae_upblock;
 
 typedef struct {
-    int c, scale; /* channels and spatial multiple of the latent size */
+    int c, scale; /* channels and spatial multiple of the latent size (encoder: divisor of the patchified input) */
 } vae_slot_info;
 
 /* Decode state for one latent size (h, w): feature caches and scratch. */
@@ -99,8 +100,27 @@ struct vae_model {
     vae_state st;
 };
 
-/* wan_vae_model.c: builds the layer structs and parameter table from m->cfg. Returns 0 / -1. */
+/* wan_vae_model.c: builds the decoder's layer structs and parameter table from m->cfg. Returns 0 / -1. */
 int vae_build(vae_model *m);
+/* wan_vae_model.c, the builders behind vae_build (and the encoder's): each appends its tensors to m's table.
+ * vae_make_conv: prefix.weight / .bias; dims3 1: Conv3d weight [co, ci, kt, k, k], 0: Conv2d [co, ci, k, k]; cached:
+ * the conv gets a feature-cache slot (channels ci, size factor `scale`). vae_make_norm: prefix.gamma [c, 1, 1(, 1)]
+ * (images: the 2-D form). vae_make_res: a WanResidualBlock (norm1, conv1, norm2, conv2, conv_shortcut when ci != co).
+ * Return 0 / -1 (too many cached convolutions). */
+int vae_make_conv(vae_model *m, vae_conv *c, const char *prefix, int ci, int co, int kt, int k, int dims3,
+                  int cached, int scale);
+void vae_make_norm(vae_model *m, vae_norm *n, const char *prefix, int c, int images);
+int vae_make_res(vae_model *m, vae_resblock *r, const char *prefix, int ci, int co, int scale);
+
+enum { VAE_PART_DECODER = 0, VAE_PART_ENCODER = 1 };
+/* wan_vae_model.c: reads the tensors of m's table from the safetensors of `dir` (F32/BF16/F16 -> F32), checks their
+ * shapes and reorders the conv weights. The other part's tensors (decoder: encoder.*, quant_conv.*; encoder:
+ * decoder.*, post_quant_conv.*) are skipped; any other tensor not in the table is an error naming it. A missing
+ * tensor is named; for the encoder, a folder without any encoder.* tensor says so. Returns 0 / -1. */
+int vae_load_weights(vae_model *m, const char *dir, int part);
+/* wan_vae_model.c: resolves dir_in (a vae folder, or a pipeline folder with model_index.json: its vae/) into dir and
+ * parses its config.json into cfg. Returns 0 / -1 naming the file and key. */
+int vae_open_config(const char *dir_in, char *dir, size_t cap, vae_config *cfg);
 /* wan_vae_model.c: frees the decode buffers and feature cache (the decode loop reallocates them per latent size). */
 void vae_state_free(vae_state *st);
 
@@ -113,8 +133,26 @@ int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, in
 void vae_norm_forward(const vae_model *m, const vae_norm *nm, const float *x, float *out, int64_t n, int silu);
 /* WanAttentionBlock on each of nf frames of x [nf, H, W, C], in place (adds the identity). */
 int vae_attn_forward(vae_model *m, const vae_attnblock *a, float *x, int nf, int H, int W);
+/* WanResidualBlock: out = conv2(silu(norm2(conv1(silu(norm1(x)))))) + shortcut(x); x [nf, H, W, cin] -> out
+ * [nf, H, W, cout]; s1, s2: scratch of nf H W max(cin, cout) floats. x, out, s1, s2 distinct. */
+int vae_res_forward(vae_model *m, const vae_resblock *r, const float *x, int nf, int H, int W, float *out, float *s1,
+                    float *s2);
 /* DupUp3D added into out: out[nf_out, 2H, 2W, cout] += dup(x [nf, H, W, cin]); drop: frames dropped at the start
  * (factor_t - 1 on the first chunk). */
 void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop);
+
+/* wan_vae_enc_layers.c — the encoder's down-sampling layers (WanResample 'downsample2d' / 'downsample3d', AvgDown3D).
+ * Spatial down-sampling: ZeroPad2d((0, 1, 0, 1)) then the conv (kt 1, 3x3) with stride 2 on every frame:
+ * x [nf, H, W, cin] -> out [nf, Ho, Wo, cout], Ho = (H - 2) / 2 + 1 (H / 2 for even H; H, W >= 2). */
+int vae_conv_down2d(vae_model *m, const vae_conv *c, const float *x, int nf, int H, int W, float *out);
+/* downsample3d's time_conv (kernel (3, 1, 1), stride 2, no padding) over the stream [prev, x_0 .. x_{nf-1}]:
+ * out frame k = bias + sum_t W_t s_{2k+t}, nfo = (nf - 2) / 2 + 1 frames; prev [H, W, cin] is the last frame of the
+ * previous chunk. nf >= 2 (fewer is an error: diffusers' Conv3d fails there too). */
+int vae_conv_tdown(vae_model *m, const vae_conv *c, const float *prev, const float *x, int nf, int H, int W,
+                   float *out);
+/* AvgDown3D added into out: out[nfo, H/fs, W/fs, cout] += mean over groups of cin ft fs^2 / cout values of x
+ * [nf, H, W, cin] zero-padded in front to a multiple of ft frames (nfo = ceil(nf / ft)); expanded channel
+ * e = c ft fs^2 + (a fs + i) fs + j (a: frame in the group, i, j: row, column in the block), group o = e / size. */
+void vae_avgdown_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int fs);
 
 #endif

@@ -1,6 +1,7 @@
 /* model/vae/wan_vae_layers.c — the Wan VAE decoder's layers on channel-last frames ([nf, H, W, C] per sample):
  * causal 3-D convolution with the feature cache (im2col + k_cpu_ops.gemm), WanRMS_norm + SiLU, the single-head
- * spatial attention of the mid-block, and the DupUp3D shortcut of Wan 2.2's residual up-blocks.
+ * spatial attention of the mid-block, the DupUp3D shortcut of Wan 2.2's residual up-blocks and WanResidualBlock
+ * (shared with the encoder; its own layers are in wan_vae_enc_layers.c).
  * Reference: diffusers 0.42.1 autoencoder_kl_wan.py (WanCausalConv3d, WanRMS_norm, WanAttentionBlock, DupUp3D,
  * WanResample's nearest-exact 2x up-sampling, which for a factor of exactly 2 is pixel repetition). */
 #include <math.h>
@@ -139,4 +140,22 @@ void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, in
                 }
             }
         }
+}
+
+int vae_res_forward(vae_model *m, const vae_resblock *r, const float *x, int nf, int H, int W, float *out, float *s1,
+                    float *s2) {
+    const int64_t n = (int64_t)nf * H * W;
+    if (r->has_sc) {
+        if (vae_conv_forward(m, &r->sc, x, nf, H, W, 0, out)) return -1;
+    } else {
+        memcpy(out, x, (size_t)n * r->cin * sizeof(float));
+    }
+    vae_norm_forward(m, &r->n1, x, s1, n, 1);
+    if (vae_conv_forward(m, &r->c1, s1, nf, H, W, 0, s2)) return -1;
+    vae_norm_forward(m, &r->n2, s2, s2, n, 1);
+    if (vae_conv_forward(m, &r->c2, s2, nf, H, W, 0, s1)) return -1;
+    const size_t tot = (size_t)n * r->cout;
+#pragma omp parallel for schedule(static) if (tot >= K_PAR_MIN_ELEMS)
+    for (size_t i = 0; i < tot; i++) out[i] += s1[i];
+    return 0;
 }

@@ -1,7 +1,8 @@
 /* model/vae/wan_vae_model.c — AutoencoderKLWan config.json, the decoder's layer structure and parameter table, and
- * loading the weights. Reference: diffusers 0.42.1 AutoencoderKLWan.__init__ / WanDecoder3d.__init__ (argument
- * names, defaults, the dims list [d * m for m in [dim_mult[-1]] + dim_mult[::-1]], Wan 2.1's halved in_dim after an
- * up-sampler, the residual up-block's DupUp3D shortcut) and the state_dict names they produce. */
+ * loading the weights (the parameter-table builders and the loader are shared with the encoder, wan_vae_encode.c).
+ * Reference: diffusers 0.42.1 AutoencoderKLWan.__init__ / WanDecoder3d.__init__ (argument names, defaults, the dims
+ * list [d * m for m in [dim_mult[-1]] + dim_mult[::-1]], Wan 2.1's halved in_dim after an up-sampler, the residual
+ * up-block's DupUp3D shortcut) and the state_dict names they produce. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,8 +106,11 @@ int vae_config_parse(vae_config *c, const char *json_text, const char *label) {
         else if (!strcmp(key, "latents_std")) rc = get_floats(label, key, v, c->latents_std, &n_std);
         else if (!strcmp(key, "dropout")) {
             if (!json_is_number(v)) rc = core_error("%s: dropout: expected a number", label);
+        } else if (!strcmp(key, "attn_scales")) { /* the encoder's only (diffusers' decoder ignores it) */
+            if (!json_is_array(v)) rc = core_error("%s: attn_scales: expected a list", label);
+            else c->n_attn_scales = (int)json_array_size(v);
         }
-        /* attn_scales: used by the encoder only; other unknown keys are ignored as diffusers does. */
+        /* other unknown keys are ignored as diffusers does. */
     }
     json_decref(root);
     if (rc) return -1;
@@ -156,8 +160,8 @@ static size_t add_param(vae_model *m, const char *name, int ndim, const int64_t 
 }
 
 /* A conv named prefix.weight/.bias; dims3: 1 -> Conv3d weight [co, ci, kt, kh, kw], 0 -> Conv2d [co, ci, kh, kw]. */
-static int make_conv(vae_model *m, vae_conv *c, const char *prefix, int ci, int co, int kt, int k, int dims3,
-                     int cached, int scale) {
+int vae_make_conv(vae_model *m, vae_conv *c, const char *prefix, int ci, int co, int kt, int k, int dims3,
+                  int cached, int scale) {
     char name[VAE_NAME_MAX];
     c->cin = ci, c->cout = co, c->kt = kt, c->kh = c->kw = k;
     int64_t ws[5] = {co, ci, kt, k, k};
@@ -177,7 +181,7 @@ static int make_conv(vae_model *m, vae_conv *c, const char *prefix, int ci, int 
     return 0;
 }
 
-static void make_norm(vae_model *m, vae_norm *n, const char *prefix, int c, int images) {
+void vae_make_norm(vae_model *m, vae_norm *n, const char *prefix, int c, int images) {
     char name[VAE_NAME_MAX];
     snprintf(name, sizeof name, "%s.gamma", prefix);
     int64_t s[4] = {c, 1, 1, 1};
@@ -185,20 +189,20 @@ static void make_norm(vae_model *m, vae_norm *n, const char *prefix, int c, int 
     n->c = c;
 }
 
-static int make_res(vae_model *m, vae_resblock *r, const char *prefix, int ci, int co, int scale) {
+int vae_make_res(vae_model *m, vae_resblock *r, const char *prefix, int ci, int co, int scale) {
     char p[VAE_NAME_MAX];
     r->cin = ci, r->cout = co, r->has_sc = ci != co;
     snprintf(p, sizeof p, "%s.norm1", prefix);
-    make_norm(m, &r->n1, p, ci, 0);
+    vae_make_norm(m, &r->n1, p, ci, 0);
     snprintf(p, sizeof p, "%s.conv1", prefix);
-    if (make_conv(m, &r->c1, p, ci, co, 3, 3, 1, 1, scale)) return -1;
+    if (vae_make_conv(m, &r->c1, p, ci, co, 3, 3, 1, 1, scale)) return -1;
     snprintf(p, sizeof p, "%s.norm2", prefix);
-    make_norm(m, &r->n2, p, co, 0);
+    vae_make_norm(m, &r->n2, p, co, 0);
     snprintf(p, sizeof p, "%s.conv2", prefix);
-    if (make_conv(m, &r->c2, p, co, co, 3, 3, 1, 1, scale)) return -1;
+    if (vae_make_conv(m, &r->c2, p, co, co, 3, 3, 1, 1, scale)) return -1;
     if (r->has_sc) {
         snprintf(p, sizeof p, "%s.conv_shortcut", prefix);
-        if (make_conv(m, &r->sc, p, ci, co, 1, 1, 1, 0, scale)) return -1;
+        if (vae_make_conv(m, &r->sc, p, ci, co, 1, 1, 1, 0, scale)) return -1;
     }
     return 0;
 }
@@ -209,15 +213,16 @@ int vae_build(vae_model *m) {
     m->dims[0] = d * c->dim_mult[L - 1];
     for (int i = 0; i < L; i++) m->dims[i + 1] = d * c->dim_mult[L - 1 - i];
     int z = c->z_dim, scale = 1;
-    if (make_conv(m, &m->post_quant, "post_quant_conv", z, z, 1, 1, 1, 0, 1)) return -1;
-    if (make_conv(m, &m->conv_in, "decoder.conv_in", z, m->dims[0], 3, 3, 1, 1, 1)) return -1;
+    if (vae_make_conv(m, &m->post_quant, "post_quant_conv", z, z, 1, 1, 1, 0, 1)) return -1;
+    if (vae_make_conv(m, &m->conv_in, "decoder.conv_in", z, m->dims[0], 3, 3, 1, 1, 1)) return -1;
     const int d0 = m->dims[0];
-    if (make_res(m, &m->mid_res[0], "decoder.mid_block.resnets.0", d0, d0, 1)) return -1;
-    make_norm(m, &m->mid_attn.n, "decoder.mid_block.attentions.0.norm", d0, 1);
+    if (vae_make_res(m, &m->mid_res[0], "decoder.mid_block.resnets.0", d0, d0, 1)) return -1;
+    vae_make_norm(m, &m->mid_attn.n, "decoder.mid_block.attentions.0.norm", d0, 1);
     m->mid_attn.c = d0;
-    if (make_conv(m, &m->mid_attn.qkv, "decoder.mid_block.attentions.0.to_qkv", d0, 3 * d0, 1, 1, 0, 0, 1)) return -1;
-    if (make_conv(m, &m->mid_attn.proj, "decoder.mid_block.attentions.0.proj", d0, d0, 1, 1, 0, 0, 1)) return -1;
-    if (make_res(m, &m->mid_res[1], "decoder.mid_block.resnets.1", d0, d0, 1)) return -1;
+    if (vae_make_conv(m, &m->mid_attn.qkv, "decoder.mid_block.attentions.0.to_qkv", d0, 3 * d0, 1, 1, 0, 0, 1))
+        return -1;
+    if (vae_make_conv(m, &m->mid_attn.proj, "decoder.mid_block.attentions.0.proj", d0, d0, 1, 1, 0, 0, 1)) return -1;
+    if (vae_make_res(m, &m->mid_res[1], "decoder.mid_block.resnets.1", d0, d0, 1)) return -1;
     m->nup = L;
     m->ntime = 0;
     m->n_tup = m->n_sup = 0;
@@ -240,7 +245,7 @@ int vae_build(vae_model *m) {
         for (int j = 0; j < u->nres; j++) {
             char p[VAE_NAME_MAX];
             snprintf(p, sizeof p, "decoder.up_blocks.%d.resnets.%d", i, j);
-            if (make_res(m, &u->res[j], p, ch, out_dim, scale)) return -1;
+            if (vae_make_res(m, &u->res[j], p, ch, out_dim, scale)) return -1;
             ch = out_dim;
         }
         if (up_flag) {
@@ -251,12 +256,12 @@ int vae_build(vae_model *m) {
             if (temporal) {
                 snprintf(p, sizeof p, "decoder.up_blocks.%d.%s.time_conv", i, ups);
                 /* time_conv: causal (3,1,1) conv dim -> 2 dim */
-                if (make_conv(m, &u->time_conv, p, out_dim, 2 * out_dim, 3, 1, 1, 1, scale)) return -1;
+                if (vae_make_conv(m, &u->time_conv, p, out_dim, 2 * out_dim, 3, 1, 1, 1, scale)) return -1;
                 u->time_slot = m->ntime++;
                 m->n_tup++;
             }
             snprintf(p, sizeof p, "decoder.up_blocks.%d.%s.resample.1", i, ups);
-            if (make_conv(m, &u->resample, p, out_dim, u->up_out, 1, 3, 0, 0, scale)) return -1;
+            if (vae_make_conv(m, &u->resample, p, out_dim, u->up_out, 1, 3, 0, 0, scale)) return -1;
             m->n_sup++;
             scale *= 2;
             if (c->is_residual) {
@@ -272,8 +277,8 @@ int vae_build(vae_model *m) {
             cur = out_dim;
         }
     }
-    make_norm(m, &m->norm_out, "decoder.norm_out", cur, 0);
-    if (make_conv(m, &m->conv_out, "decoder.conv_out", cur, c->out_channels, 3, 3, 1, 1, scale)) return -1;
+    vae_make_norm(m, &m->norm_out, "decoder.norm_out", cur, 0);
+    if (vae_make_conv(m, &m->conv_out, "decoder.conv_out", cur, c->out_channels, 3, 3, 1, 1, scale)) return -1;
     if (!m->table) return core_error("out of memory for the VAE parameter table");
     return 0;
 }
@@ -311,7 +316,8 @@ static void reorder(float *w, int co, int ci, int k, float *tmp) {
     }
 }
 
-static int load_weights(vae_model *m, const char *dir) {
+int vae_load_weights(vae_model *m, const char *dir, int part) {
+    const char *what = part == VAE_PART_ENCODER ? "encoder" : "decoder";
     st_set *s = st_open_dir(dir);
     if (!s) return -1;
     int rc = -1;
@@ -325,7 +331,15 @@ static int load_weights(vae_model *m, const char *dir) {
         const vae_param *p = &m->table[i];
         int k = st_set_find(s, p->name);
         if (k < 0) {
-            core_error("%s: missing tensor \"%s\"", dir, p->name);
+            int any = 0; /* a folder with none of this part's tensors (the tiny preset writes no encoder) */
+            for (int j = 0; part == VAE_PART_ENCODER && j < st_set_count(s) && !any; j++)
+                any = !strncmp(st_set_name(s, j), "encoder.", 8);
+            if (part == VAE_PART_ENCODER && !any)
+                core_error("%s: the VAE has no encoder weights (missing tensor \"%s\"); this folder can only decode "
+                           "(vgrpo's tiny preset writes the decoder alone)",
+                           dir, p->name);
+            else
+                core_error("%s: missing tensor \"%s\"", dir, p->name);
             goto done;
         }
         const st_info *inf = st_set_info_at(s, k);
@@ -348,11 +362,14 @@ static int load_weights(vae_model *m, const char *dir) {
     }
     for (int i = 0; i < st_set_count(s); i++) {
         const char *name = st_set_name(s, i);
-        if (!strncmp(name, "encoder.", 8) || !strncmp(name, "quant_conv.", 11)) continue;
+        if (part == VAE_PART_DECODER && (!strncmp(name, "encoder.", 8) || !strncmp(name, "quant_conv.", 11)))
+            continue;
+        if (part == VAE_PART_ENCODER && (!strncmp(name, "decoder.", 8) || !strncmp(name, "post_quant_conv.", 16)))
+            continue;
         int found = 0;
         for (int j = 0; j < m->nparams && !found; j++) found = !strcmp(m->table[j].name, name);
         if (!found) {
-            core_error("%s: unexpected tensor \"%s\" (not in the decoder the config describes)", dir, name);
+            core_error("%s: unexpected tensor \"%s\" (not in the %s the config describes)", dir, name, what);
             goto done;
         }
     }
@@ -405,24 +422,29 @@ void vae_free(vae_model *m) {
     free(m);
 }
 
-vae_model *vae_load(const char *dir_in) {
-    char dir[4096], path[4200];
+int vae_open_config(const char *dir_in, char *dir, size_t cap, vae_config *cfg) {
+    char path[4200];
     struct stat sb;
-    snprintf(dir, sizeof dir, "%s", dir_in);
+    snprintf(dir, cap, "%s", dir_in);
     snprintf(path, sizeof path, "%s/model_index.json", dir_in);
-    if (stat(path, &sb) == 0) snprintf(dir, sizeof dir, "%s/vae", dir_in);
+    if (stat(path, &sb) == 0) snprintf(dir, cap, "%s/vae", dir_in);
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = read_text(path);
-    if (!text) return NULL;
+    if (!text) return -1;
+    int rc = vae_config_parse(cfg, text, path);
+    free(text);
+    return rc;
+}
+
+vae_model *vae_load(const char *dir_in) {
+    char dir[4096];
     vae_model *m = calloc(1, sizeof *m);
     if (!m) {
-        free(text);
         core_error("out of memory");
         return NULL;
     }
-    int rc = vae_config_parse(&m->cfg, text, path);
-    free(text);
-    if (rc || vae_build(m) || load_weights(m, dir)) {
+    if (vae_open_config(dir_in, dir, sizeof dir, &m->cfg) || vae_build(m) ||
+        vae_load_weights(m, dir, VAE_PART_DECODER)) {
         vae_free(m);
         return NULL;
     }
