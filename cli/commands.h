@@ -8,6 +8,7 @@ int cmd_init_model(int argc, char **argv);
 int cmd_dit_forward(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_vae_decode(int argc, char **argv);
+int cmd_vae_encode(int argc, char **argv);
 int cmd_encode_prompts(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_reward_server(int argc, char **argv);

@@ -18,6 +18,7 @@ static const command commands[] = {
     {"export", cmd_export, "a LoRA adapter for diffusers/peft: merged into the transformer, or as adapter files"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},
     {"vae-decode", cmd_vae_decode, "decode latents with a Wan VAE (AutoencoderKLWan.decode) to a video tensor"},
+    {"vae-encode", cmd_vae_encode, "encode a video tensor with a Wan VAE (AutoencoderKLWan.encode: posterior mode)"},
     {"generate", cmd_generate, "text to video with a pipeline folder: umT5, DiT sampling (CFG), VAE -> mp4 + PNG"},
     {"encode-prompts", cmd_encode_prompts, "encode a prompt file with umT5 into a safetensors cache (embeds, lengths)"},
     {"eval", cmd_eval, "rollout-only eval: reward server + rollout workers on a prompt set -> eval.json, mp4s, sheets"},
