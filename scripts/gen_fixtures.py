@@ -233,7 +233,7 @@ def gen_script(name):
 
 # Each generator writes its own fixtures; the ones in scripts/fixtures_<name>.py document their files there.
 GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": gen_script("flow"),
-              "optim": gen_script("optim"), "vae": gen_script("vae"),
+              "optim": gen_script("optim"), "vae": gen_script("vae"), "vae_enc": gen_script("vae_enc"),
               "text": gen_script("text"), "lora": gen_script("lora")}
 
 if __name__ == "__main__":
