@@ -1,6 +1,7 @@
 /* core/recipe.c — the recipe schema and its checks (see core/recipe.h). */
 #include "core/recipe.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,15 @@ const core_cfg_entry core_recipe_schema[] = {
      "VAE spatial factor: 8 (Wan 2.1 VAE: Wan 2.1, Wan 2.2 A14B, tiny) or 16 (Wan 2.2 VAE: TI2V-5B)"},
     {"model.boundary_ratio", CORE_CFG_DOUBLE, O(boundary_ratio), "0.875", CORE_CFG_MIN_OPEN | CORE_CFG_MAX_OPEN, 0, 1,
      NULL, "two experts: timestep >= this x 1000 uses transformer/, else transformer_2/"},
+    {"model.lora.rank", CORE_CFG_INT, O(lora_rank), "0", MINV | MAXV, 0, 65536, NULL,
+     "LoRA rank r of the trained experts' adapters (0: no LoRA, every weight trained)"},
+    {"model.lora.alpha", CORE_CFG_DOUBLE, O(lora_alpha), NULL, 0, 0, 0, NULL,
+     "LoRA alpha (scale alpha / r, peft's convention); > 0, required with a rank (the peers use 2 x rank)"},
+    {"model.lora.targets", CORE_CFG_STRINGS, O(lora_targets), "[to_q, to_k, to_v, to_out.0]", 0, 0, 0, NULL,
+     "adapted linears, diffusers module names or dot-suffixes as peft matches them (attn1.to_q, ffn.net.2, to_q, "
+     "all-linear, ...)"},
+    {"model.lora.init_seed", CORE_CFG_INT64, O(lora_init_seed), "0", MINV, 0, 0, NULL,
+     "Philox key of the adapters' A matrices (stream 6; B starts at 0)"},
     {"data.prompt_file", CORE_CFG_STRING, O(prompt_file), NULL, CORE_CFG_REQUIRED, 0, 0, NULL, "training prompts"},
     {"data.eval_prompt_file", CORE_CFG_STRING, O(eval_prompt_file), NULL, 0, 0, 0, NULL, "eval prompts (default: training)"},
     {"data.eval_samples_per_prompt", CORE_CFG_INT, O(eval_samples_per_prompt), "4", MINV | MAXV, 1, 1 << 16, NULL,
@@ -132,6 +142,14 @@ int core_recipe_check(core_recipe *r) {
         for (int i = 0; i < r->scorers.n; i++) r->weights.v[i] = 1.0;
     } else if (r->weights.n != r->scorers.n) {
         return core_error("reward.weights: %d weights for %d scorers", r->weights.n, r->scorers.n);
+    }
+    if (r->lora_rank > 0) { /* the targets and the ranks against the transformer: trainer_check_recipe */
+        if (!(r->lora_alpha > 0) || isinf(r->lora_alpha))
+            return core_error("model.lora.alpha: must be > 0 with model.lora.rank %d, got %g (Flow-GRPO and miles use "
+                              "2 x rank)", r->lora_rank, r->lora_alpha);
+        if (r->lora_targets.n < 1)
+            return core_error("model.lora.targets: no targets (module names such as to_q, attn1.to_q, ffn.net.2, or "
+                              "all-linear)");
     }
     if (!r->eval_prompt_file && !(r->eval_prompt_file = strdup(r->prompt_file))) return core_error("out of memory");
     if (!strcmp(r->mode, "local")) {

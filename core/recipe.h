@@ -13,6 +13,12 @@
  *   model.decoder                  vae | latent_rgb: final latents to pixels by the pipeline's VAE (vae/,
  *                                  vae_latents_to_u8: 1 + 4(T-1) frames at rollout.height x width) or by the tiny
  *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)
+ *   model.lora.rank, alpha, targets, init_seed   LoRA (issue 14): rank >= 1 trains an adapter per trained expert
+ *                                  (model/dit/wan_lora.h: y += alpha/rank (x A^T) B^T after each targeted linear, A from
+ *                                  Philox stream 6 with init_seed, B = 0) on a frozen base; rank 0 (the default): every
+ *                                  weight is trained. alpha > 0 is required with a rank; targets are diffusers module
+ *                                  names or dot-suffixes (peft's rule: to_q = attn1.to_q and attn2.to_q; all-linear),
+ *                                  checked against the transformer by trainer_check_recipe
  *   data.prompt_file               training prompts, one per line ('#' comments and blank lines skipped)
  *   data.eval_prompt_file          fixed eval prompts (default: the training prompts)
  *   data.eval_samples_per_prompt   eval samples per eval prompt (eval uid = prompt index * this + sample)
@@ -89,6 +95,10 @@
 typedef struct {
     char *mode;
     char *model_path, *text_encoder, *decoder, *init_preset;
+    int lora_rank;
+    double lora_alpha;
+    core_cfg_strings lora_targets;
+    int64_t lora_init_seed;
     int vae_scale_factor_spatial;
     double boundary_ratio;
     char *prompt_file, *eval_prompt_file;

@@ -14,8 +14,10 @@
 #include "core/prompts.h"
 #include "core/trajectory.h"
 #include "model/flow/flow.h"
+#include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
 #include "trainer/grpo.h"
+#include "trainer/lora.h"
 
 #define F32 4.0
 
@@ -204,29 +206,49 @@ static int read_vae_config(vae_config *v, const char *path) {
     return rc;
 }
 
+/* The transformer's config: model.path/transformer/config.json, else the preset the job would write or the folder
+ * name names. 0, 1 (none found; source says why), -1 (error). *preset: the preset used, or NULL. */
+static int find_dit(const core_recipe *r, wan_config *c, int *n_experts, char *source, size_t cap, const char **preset) {
+    char path[4400];
+    *preset = NULL;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (!access(path, R_OK)) {
+        if (wan_config_load(c, path)) return -1;
+        snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
+        *n_experts = core_is_dir(path) ? 2 : 1;
+        snprintf(source, cap, "%s/transformer/config.json", r->model_path);
+        return 0;
+    }
+    const int init = r->init_preset && r->init_preset[0];
+    const char *p = init ? r->init_preset : preset_by_name(r->model_path);
+    if (!p) {
+        snprintf(source, cap, "%s/transformer/config.json does not exist yet and no preset names it (model.init_preset)",
+                 r->model_path);
+        return 1;
+    }
+    if (wan_config_preset(c, p)) return core_error_push("model.init_preset: ");
+    *n_experts = strstr(p, "a14b") ? 2 : 1;
+    snprintf(source, cap, "preset %s (%s; %s has no transformer yet)", p, init ? "model.init_preset" : "model.path's folder name",
+             r->model_path);
+    *preset = p;
+    return 0;
+}
+
+int budget_transformer_config(const core_recipe *r, wan_config *c, int *n_experts, char *source, size_t cap) {
+    const char *preset;
+    char buf[700];
+    int n = 1;
+    const int rc = find_dit(r, c, &n, source ? source : buf, source ? cap : sizeof buf, &preset);
+    if (n_experts) *n_experts = n;
+    return rc;
+}
+
 /* Fills e's model fields. 0, 1 (no transformer config), -1 (error). */
 static int find_model(budget_estimate *e, const core_recipe *r) {
     char path[4400];
     const char *preset = NULL;
-    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
-    if (!access(path, R_OK)) {
-        if (wan_config_load(&e->dit, path)) return -1;
-        snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
-        e->n_experts = core_is_dir(path) ? 2 : 1;
-        snprintf(e->source, sizeof e->source, "%s/transformer/config.json", r->model_path);
-    } else {
-        const int init = r->init_preset && r->init_preset[0];
-        preset = init ? r->init_preset : preset_by_name(r->model_path);
-        if (!preset) {
-            snprintf(e->source, sizeof e->source, "%s/transformer/config.json does not exist yet and no preset names it "
-                     "(model.init_preset)", r->model_path);
-            return 1;
-        }
-        if (wan_config_preset(&e->dit, preset)) return core_error_push("model.init_preset: ");
-        e->n_experts = strstr(preset, "a14b") ? 2 : 1;
-        snprintf(e->source, sizeof e->source, "preset %s (%s; %s has no transformer yet)", preset,
-                 init ? "model.init_preset" : "model.path's folder name", r->model_path);
-    }
+    const int found = find_dit(r, &e->dit, &e->n_experts, e->source, sizeof e->source, &preset);
+    if (found) return found;
     wan_layout lay;
     if (wan_layout_init(&lay, &e->dit)) return -1;
     e->params = lay.numel;
@@ -335,15 +357,24 @@ typedef struct {
     int cfg_train;         /* some trained step with CFG */
     int video_frames;      /* decoded frames */
     double video;          /* U8 bytes of one decoded video */
+    wan_lora_config lora;  /* model.lora (rank 0: none) */
+    double adapters;       /* LoRA: bytes of the trained experts' adapters together (0 without LoRA) */
 } sizes;
+
+/* LoRA's two [rows, r] scratch buffers of one wan_acts (model/dit/wan_lora.h: wan_lora_scratch_floats). */
+static double lora_scratch(const sizes *z, int B, int sp) {
+    if (z->lora.rank < 1) return 0;
+    const wan_shape sh = {.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+    return F32 * (double)wan_lora_scratch_floats(&z->e->dit, &z->lora, &sh, sp);
+}
 
 /* The sampler's activations and scratch for a call of n samples (chunks of rollout.batch_size). */
 static double rollout_bytes(const sizes *z, int n) {
     const int b = n < z->r->batch_size ? n : z->r->batch_size;
     const wan_config *c = &z->e->dit;
     double a = 0;
-    if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1);
-    if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1);
+    if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
+    if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
     return a + F32 * (4.0 * b * z->nl + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
 }
 
@@ -371,7 +402,7 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
                                : !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE
                                                                       : WAN_ACTS_STORE;
     add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
-        budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp));
+        budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp) + lora_scratch(z, rows, sp));
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
             budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, WAN_ACTS_INFER, sp));
@@ -379,15 +410,23 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
         F32 * (2.0 * cap * (4.0 * z->nl + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
 }
 
-/* Weights, gradients, AdamW, reference and EMA of the trainer; prompt embeddings; the text encoder at start-up. */
+/* Weights, gradients, AdamW, reference and EMA of the trainer; prompt embeddings; the text encoder at start-up.
+ * With LoRA the base is frozen: no gradients or moments of its own, no reference copy (the KL reference is the same
+ * weights with the adapters off); the adapters have gradients and moments, and the EMA averages them. */
 static void trainer_common(budget_proc *p, const sizes *z, int ema) {
     const core_recipe *r = z->r;
     const budget_estimate *e = z->e;
     const double W = z->weights * e->n_experts;
     add(p, e->n_experts > 1 ? "weights (2 experts)" : "weights", "model.path", 0, W);
-    add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
-    if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
-    if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
+    if (z->lora.rank > 0) {
+        add(p, "LoRA adapters", "model.lora.rank, model.lora.targets", 0, z->adapters);
+        add(p, "adapter gradients + AdamW m, v", "model.lora.rank, model.lora.targets", 0, 3 * z->adapters);
+        if (ema && r->ema_decay > 0) add(p, "EMA of the adapters", "algorithm.ema_decay", 0, z->adapters);
+    } else {
+        add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
+        if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
+        if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
+    }
     add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
 }
 
@@ -412,6 +451,7 @@ static void worker_proc(budget_proc *p, const sizes *z, int eval_only, int video
     const unsigned ph = eval_only ? BUDGET_EVAL : BUDGET_ROLLOUT | BUDGET_EVAL;
     add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
     add(p, e->n_experts > 1 ? "weights (2 experts)" : "weights", "model.path", 0, z->weights * e->n_experts);
+    add(p, "LoRA adapters", "model.lora.rank, model.lora.targets", 0, z->adapters);
     text_encoder_part(p, z, 0);
     add(p, "prompt embeddings (cache)", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
     decoder_parts(p, z, ph);
@@ -420,7 +460,9 @@ static void worker_proc(budget_proc *p, const sizes *z, int eval_only, int video
     add(p, "rollout activations + scratch", K_ROLL, ph, rollout_bytes(z, b));
     add(p, "videos of a chunk (U8)", "rollout.batch_size, " K_SIZE, ph, b * z->video);
     add(p, "reply message", "rollout.batch_size, " K_SIZE, ph, b * (z->traj + vel + (videos_back ? z->video : 0)));
-    if (!eval_only) add(p, "staged weight sync", "model.path", BUDGET_SYNC, z->weights * e->n_experts);
+    if (!eval_only) /* LoRA: only the adapters are synced (and staged) */
+        add(p, "staged weight sync", z->lora.rank > 0 ? "model.lora.rank, model.lora.targets" : "model.path",
+            BUDGET_SYNC, z->lora.rank > 0 ? z->adapters : z->weights * e->n_experts);
 }
 
 static void reward_proc(budget_proc *p, const sizes *z) {
@@ -512,6 +554,15 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const int N = r->num_steps;
     z.traj = F32 * ((double)(N + 1) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj);
     z.weights = F32 * (double)e->params;
+    if (trainer_lora_config(r, c, &z.lora) < 0) return -1;
+    if (z.lora.rank > 0) {
+        const char *te = r->train_experts;
+        const int n_ad = (!strcmp(te, "all") || !strcmp(te, "transformer")) +
+                         (e->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2")));
+        e->lora_params = wan_lora_numel(c, &z.lora);
+        e->n_adapters = n_ad;
+        z.adapters = F32 * (double)e->lora_params * n_ad;
+    }
     z.video_frames = e->have_vae ? r->frames : e->F;
     z.video = (double)z.video_frames * r->height * r->width * 3;
     double cfg_steps, rows;

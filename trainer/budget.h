@@ -32,7 +32,10 @@
  *   decode state replaying model/vae/wan_vae_decode.c's, the fp32 video of one sample) and the U8 videos; a worker's
  *   second copy of the weights while a sync is staged, and its reply message; a fixed runtime of
  *   BUDGET_RUNTIME_MIB per process (code, shared libraries, OpenBLAS / OpenMP buffers: 33 MiB measured for a bare
- *   `vgrpo run --dry-run`).
+ *   `vgrpo run --dry-run`). With LoRA (model.lora.rank > 0): the base weights without gradients, moments or a
+ *   reference copy (the KL reference is the same weights with the adapters off), the trained experts' adapters with
+ *   their gradients and AdamW moments (and their EMA), LoRA's [rows, r] scratch beside each set of activations, and a
+ *   worker's staged sync of the adapters only.
  * Not counted: file pages of mapped safetensors while a model loads (reclaimable page cache), allocator
  * fragmentation, ZeroMQ queues beyond one message, the reward scorers' own buffers. How close it is: the parts
  * replayed from the code (activations, VAE state) equal what the code allocates (tests/test_budget.c compares them
@@ -107,6 +110,8 @@ typedef struct {
     wan_config dit;
     int n_experts;
     int64_t params;           /* per expert */
+    int64_t lora_params;      /* model.lora: floats of one expert's adapter (0: no LoRA) */
+    int n_adapters;           /* model.lora: adapters trained (one per trained expert) */
     char source[700];         /* where the config came from */
     int have_t5, have_vae;
     t5_config t5;
@@ -132,6 +137,11 @@ typedef struct {
  * model's limit (see the top comment) or a config file that does not parse. Reads config files and the prompt files
  * (to count prompts, under the recipe's limits); allocates nothing that lasts. */
 int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_request *q);
+
+/* The transformer config the estimate uses (see the top comment: model.path/transformer/config.json, else a preset),
+ * without reading weights; *n_experts (may be NULL) 1 or 2; source (may be NULL) says where it came from or why none.
+ * 0, 1 when none is found, -1 when a config file does not parse. */
+int budget_transformer_config(const core_recipe *r, wan_config *c, int *n_experts, char *source, size_t cap);
 
 /* DiT FLOPs of one forward of one sample: S video tokens, L text tokens (see the top comment). */
 double budget_dit_flop(const wan_config *c, int64_t S, int L);
