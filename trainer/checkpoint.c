@@ -21,6 +21,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/safetensors.h"
+#include "model/dit/wan_lora.h"
 #include "trainer/checkpoint_sums.h"
 
 #define STATE_FILE "trainer_state.json"
@@ -29,6 +30,22 @@
 #define STATE_VERSION 2 /* 2: with the integrity record (files, tensors, state_xxh64) */
 #define TRASH_PREFIX ".trash-checkpoint-"
 #define OPTIM_FORMAT "vgrpo-adamw"
+
+/* An expert as the functions below see it: trainer_ckpt_expert's fields and, under LoRA, trainer_ckpt_lora's. */
+typedef struct {
+    const char *name;
+    wan_model *model;
+    optim_adamw *opt;
+    wan_model *ema;
+    wan_lora *lora, *ema_lora;
+} ckpt_ex;
+
+static int to_ckpt_ex(const trainer_ckpt_expert *ex, const trainer_ckpt_lora *lx, int n_ex, ckpt_ex *out) {
+    if (n_ex < 1 || n_ex > TRAINER_CKPT_MAX_EXPERTS) return core_error("checkpoint: %d experts (1 or 2)", n_ex);
+    for (int e = 0; e < n_ex; e++)
+        out[e] = (ckpt_ex){ex[e].name, ex[e].model, ex[e].opt, ex[e].ema, lx ? lx[e].lora : NULL, lx ? lx[e].ema : NULL};
+    return 0;
+}
 
 void trainer_ckpt_state_free(trainer_ckpt_state *s) {
     if (!s) return;
@@ -385,18 +402,24 @@ static int write_file_sync(const char *path, const char *text) {
     return rc;
 }
 
-static int check_expert(const trainer_ckpt_expert *e) {
+/* The tensors an expert's optimizer state covers: its LoRA adapter's, or its model's. */
+static const wan_layout *ex_layout(const ckpt_ex *e) {
+    return e->lora ? &e->lora->layout : &e->model->layout;
+}
+
+static int check_expert(const ckpt_ex *e) {
     if (!e->name || !*e->name || strlen(e->name) >= 32 || strchr(e->name, '/'))
         return core_error("checkpoint: bad expert folder name \"%s\"", e->name ? e->name : "(null)");
-    if (!e->model || !e->opt || !e->model->params || !e->opt->m || !e->opt->v)
+    if (!e->model || !e->opt || !e->model->params || !e->opt->m || !e->opt->v || (e->lora && !e->lora->params))
         return core_error("checkpoint: expert %s has no weights or optimizer state", e->name);
-    if (e->opt->n != e->model->layout.numel)
-        return core_error("checkpoint: expert %s: optimizer over %" PRId64 " values, model has %" PRId64, e->name,
-                          e->opt->n, e->model->layout.numel);
+    if (e->opt->n != ex_layout(e)->numel)
+        return core_error("checkpoint: expert %s: optimizer over %" PRId64 " values, %s has %" PRId64, e->name,
+                          e->opt->n, e->lora ? "its LoRA adapter" : "model", ex_layout(e)->numel);
+    if (e->ema_lora && !e->lora) return core_error("checkpoint: expert %s: an EMA adapter without an adapter", e->name);
     return 0;
 }
 
-static int check_experts(const trainer_ckpt_expert *ex, int n_ex) {
+static int check_experts(const ckpt_ex *ex, int n_ex) {
     if (n_ex < 1 || n_ex > TRAINER_CKPT_MAX_EXPERTS) return core_error("checkpoint: %d experts (1 or 2)", n_ex);
     for (int e = 0; e < n_ex; e++)
         if (check_expert(&ex[e])) return -1;
@@ -405,13 +428,13 @@ static int check_experts(const trainer_ckpt_expert *ex, int n_ex) {
     return 0;
 }
 
-static int write_optimizer(const char *path, const trainer_ckpt_expert *ex, int n_ex, const int64_t *steps) {
+static int write_optimizer(const char *path, const ckpt_ex *ex, int n_ex, const int64_t *steps) {
     st_writer *w = st_writer_new();
     if (!w) return -1;
     int rc = st_writer_set_metadata(w, "format", OPTIM_FORMAT);
     char name[WAN_NAME_MAX + 64];
     for (int e = 0; e < n_ex && !rc; e++) {
-        const wan_layout *L = &ex[e].model->layout;
+        const wan_layout *L = ex_layout(&ex[e]);
         for (int j = 0; j < L->count && !rc; j++) {
             const wan_tensor *t = &L->tensors[j];
             snprintf(name, sizeof name, "%s/exp_avg/%s", ex[e].name, t->name);
@@ -429,7 +452,7 @@ static int write_optimizer(const char *path, const trainer_ckpt_expert *ex, int 
 
 /* trainer_state.json of the folder dir, whose other files are written: the state, then the integrity record of
  * those files (trainer/checkpoint_sums.h) and the state's own hash. */
-static char *state_json(const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex, const char *dir) {
+static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_ex, const char *dir) {
     char hash[17];
     snprintf(hash, sizeof hash, "%016" PRIx64, trainer_ckpt_config_hash(st->config));
     json_t *files, *tensors;
@@ -456,8 +479,23 @@ static char *state_json(const trainer_ckpt_state *st, const trainer_ckpt_expert 
     return t;
 }
 
+static int ckpt_save(const char *dir, const trainer_ckpt_state *st, const ckpt_ex *ex, int n_ex, int total_limit,
+                     char *path, size_t path_cap);
+
 int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
                       int total_limit, char *path, size_t path_cap) {
+    return trainer_ckpt_save_lora(dir, st, ex, NULL, n_ex, total_limit, path, path_cap);
+}
+
+int trainer_ckpt_save_lora(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex,
+                           const trainer_ckpt_lora *lx, int n_ex, int total_limit, char *path, size_t path_cap) {
+    ckpt_ex X[TRAINER_CKPT_MAX_EXPERTS];
+    if (to_ckpt_ex(ex, lx, n_ex, X)) return -1;
+    return ckpt_save(dir, st, X, n_ex, total_limit, path, path_cap);
+}
+
+static int ckpt_save(const char *dir, const trainer_ckpt_state *st, const ckpt_ex *ex, int n_ex, int total_limit,
+                     char *path, size_t path_cap) {
     if (check_experts(ex, n_ex)) return -1;
     if (st->step < 0 || !st->config) return core_error("checkpoint: bad state (step %" PRId64 ")", st->step);
     char tmp[TRAINER_CKPT_PATH_MAX], fin[TRAINER_CKPT_PATH_MAX], old[TRAINER_CKPT_PATH_MAX], p[TRAINER_CKPT_PATH_MAX];
@@ -472,11 +510,12 @@ int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const train
     int rc = -1;
     for (int e = 0; e < n_ex; e++) {
         snprintf(p, sizeof p, "%s/%s", tmp, ex[e].name);
-        if (wan_model_save(ex[e].model, p)) goto fail;
+        if (ex[e].lora ? wan_lora_save(ex[e].lora, p) : wan_model_save(ex[e].model, p)) goto fail;
         steps[e] = ex[e].opt->step;
-        if (ex[e].ema) {
+        if (ex[e].ema_lora || ex[e].ema) {
             snprintf(p, sizeof p, "%s/ema/%s", tmp, ex[e].name);
-            if (core_mkdir_p(p) || wan_model_save(ex[e].ema, p)) goto fail;
+            if (core_mkdir_p(p) || (ex[e].ema_lora ? wan_lora_save(ex[e].ema_lora, p) : wan_model_save(ex[e].ema, p)))
+                goto fail;
         }
     }
     snprintf(p, sizeof p, "%s/" OPTIM_FILE, tmp);
@@ -639,7 +678,7 @@ int trainer_ckpt_verify(const char *ckpt, trainer_ckpt_state *st) {
 }
 
 /* Checks that every file of the checkpoint is present, naming the first missing one. */
-static int check_files(const char *ckpt, const trainer_ckpt_expert *ex, int n_ex) {
+static int check_files(const char *ckpt, const ckpt_ex *ex, int n_ex) {
     char p[TRAINER_CKPT_PATH_MAX + 128];
     static const char *top[] = {STATE_FILE, OPTIM_FILE};
     for (int i = 0; i < 2; i++) {
@@ -647,8 +686,24 @@ static int check_files(const char *ckpt, const trainer_ckpt_expert *ex, int n_ex
         if (!is_file(p)) return core_error("%s: missing file %s (incomplete checkpoint)", ckpt, top[i]);
     }
     for (int e = 0; e < n_ex; e++) {
+        if (ex[e].lora) { /* the adapter in both formats (wan_lora_save); the diffusers file is the one read back */
+            snprintf(p, sizeof p, "%s/%s/" WAN_LORA_DIFFUSERS_FILE, ckpt, ex[e].name);
+            if (!is_file(p)) {
+                snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);
+                return core_error("%s: missing file %s/" WAN_LORA_DIFFUSERS_FILE " (%s)", ckpt, ex[e].name,
+                                  is_file(p) ? "the checkpoint holds full weights, this run trains LoRA adapters "
+                                               "(model.lora.rank)" : "incomplete checkpoint");
+            }
+            continue;
+        }
         snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);
-        if (!is_file(p)) return core_error("%s: missing file %s/config.json (incomplete checkpoint)", ckpt, ex[e].name);
+        if (!is_file(p)) {
+            snprintf(p, sizeof p, "%s/%s/" WAN_LORA_DIFFUSERS_FILE, ckpt, ex[e].name);
+            if (is_file(p))
+                return core_error("%s: %s/ holds a LoRA adapter (a checkpoint of a run with model.lora.rank >= 1); this "
+                                  "run trains full weights (model.lora.rank 0)", ckpt, ex[e].name);
+            return core_error("%s: missing file %s/config.json (incomplete checkpoint)", ckpt, ex[e].name);
+        }
         snprintf(p, sizeof p, "%s/%s/diffusion_pytorch_model.safetensors", ckpt, ex[e].name);
         int single = is_file(p);
         snprintf(p, sizeof p, "%s/%s/diffusion_pytorch_model.safetensors.index.json", ckpt, ex[e].name);
@@ -660,7 +715,7 @@ static int check_files(const char *ckpt, const trainer_ckpt_expert *ex, int n_ex
 }
 
 /* Validates optimizer.safetensors against the experts' layouts: names, dtypes, shapes, nothing extra. */
-static int check_optimizer(const st_file *f, const trainer_ckpt_expert *ex, int n_ex) {
+static int check_optimizer(const st_file *f, const ckpt_ex *ex, int n_ex) {
     const char *path = st_label(f);
     for (int i = 0; i < st_count(f); i++) {
         const st_info *t = st_info_at(f, i);
@@ -678,9 +733,9 @@ static int check_optimizer(const st_file *f, const trainer_ckpt_expert *ex, int 
             }
             if (!strncmp(rest, "exp_avg/", 8)) pname = rest + 8;
             else if (!strncmp(rest, "exp_avg_sq/", 11)) pname = rest + 11;
-            int j = pname ? wan_layout_find(&ex[e].model->layout, pname) : -1;
+            int j = pname ? wan_layout_find(ex_layout(&ex[e]), pname) : -1;
             if (j < 0) break;
-            const wan_tensor *w = &ex[e].model->layout.tensors[j];
+            const wan_tensor *w = &ex_layout(&ex[e])->tensors[j];
             int same = t->ndim == w->ndim && t->dtype == CORE_F32;
             for (int d = 0; same && d < w->ndim; d++) same = t->shape[d] == w->shape[d];
             if (!same) return core_error("%s: tensor \"%s\": expected F32 with the parameter's shape", path, t->name);
@@ -693,7 +748,7 @@ static int check_optimizer(const st_file *f, const trainer_ckpt_expert *ex, int 
     for (int e = 0; e < n_ex; e++) {
         snprintf(name, sizeof name, "%s/step", ex[e].name);
         if (st_find(f, name) < 0) return core_error("%s: missing tensor \"%s\"", path, name);
-        const wan_layout *L = &ex[e].model->layout;
+        const wan_layout *L = ex_layout(&ex[e]);
         for (int j = 0; j < L->count; j++)
             for (int k = 0; k < 2; k++) {
                 snprintf(name, sizeof name, "%s/%s/%s", ex[e].name, kinds[k], L->tensors[j].name);
@@ -703,8 +758,22 @@ static int check_optimizer(const st_file *f, const trainer_ckpt_expert *ex, int 
     return 0;
 }
 
+static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int n_ex, trainer_ckpt_state *st);
+
 int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex, int n_ex,
                       trainer_ckpt_state *st) {
+    return trainer_ckpt_load_lora(ckpt, config_text, ex, NULL, n_ex, st);
+}
+
+int trainer_ckpt_load_lora(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex,
+                           const trainer_ckpt_lora *lx, int n_ex, trainer_ckpt_state *st) {
+    ckpt_ex X[TRAINER_CKPT_MAX_EXPERTS];
+    memset(st, 0, sizeof *st);
+    if (to_ckpt_ex(ex, lx, n_ex, X)) return -1;
+    return ckpt_load(ckpt, config_text, X, n_ex, st);
+}
+
+static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int n_ex, trainer_ckpt_state *st) {
     memset(st, 0, sizeof *st);
     if (check_experts(ex, n_ex)) return -1;
     json_t *obj;
@@ -733,6 +802,7 @@ int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_ex
         }
     }
     for (int e = 0; e < n_ex; e++) {
+        if (ex[e].lora) continue; /* the base is model.path's; the adapter's rank and targets are checked on reading */
         snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);
         wan_config c;
         if (wan_config_load(&c, p)) goto done;
@@ -745,17 +815,18 @@ int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_ex
     if (!(f = st_open(p)) || check_optimizer(f, ex, n_ex)) goto done;
     for (int e = 0; e < n_ex; e++) {
         snprintf(p, sizeof p, "%s/%s", ckpt, ex[e].name);
-        if (wan_model_load_weights(ex[e].model, p)) goto done;
-        if (ex[e].ema) {
+        if (ex[e].lora ? wan_lora_load_weights(ex[e].lora, p) : wan_model_load_weights(ex[e].model, p)) goto done;
+        if (ex[e].ema || ex[e].ema_lora) {
             snprintf(p, sizeof p, "%s/ema/%s", ckpt, ex[e].name);
             if (!core_is_dir(p)) {
                 core_error("%s: missing (the run keeps an EMA of the weights: algorithm.ema_decay > 0)", p);
                 goto done;
             }
-            if (wan_model_load_weights(ex[e].ema, p)) goto done;
+            if (ex[e].ema_lora ? wan_lora_load_weights(ex[e].ema_lora, p) : wan_model_load_weights(ex[e].ema, p))
+                goto done;
         }
         char name[WAN_NAME_MAX + 64];
-        const wan_layout *L = &ex[e].model->layout;
+        const wan_layout *L = ex_layout(&ex[e]);
         for (int j = 0; j < L->count; j++) {
             const wan_tensor *t = &L->tensors[j];
             snprintf(name, sizeof name, "%s/exp_avg/%s", ex[e].name, t->name);

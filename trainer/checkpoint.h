@@ -6,6 +6,15 @@
  *                                  and so does wan_model_load
  *   ema/transformer[_2]/           (runs with algorithm.ema_decay > 0) the exponential moving average of the weights,
  *                                  same layout: `vgrpo eval --checkpoint checkpoint-N/ema` evaluates it
+ *   LoRA (model.lora, trainer/lora.h): transformer/ (and transformer_2/) of each TRAINED expert hold its adapter
+ *                                  instead, no base weights (the base is model.path's), in the two formats users load
+ *                                  (wan_lora_save, model/dit/wan_lora.h): pytorch_lora_weights.safetensors (diffusers'
+ *                                  load_lora_weights; transformer_2's with load_into_transformer_2=True) and
+ *                                  adapter_model.safetensors + adapter_config.json (PeftModel.from_pretrained); the
+ *                                  EMA of the adapters likewise under ema/; optimizer.safetensors then holds the
+ *                                  adapters' moments, "E/exp_avg/blocks.0.attn1.to_q.lora_A.weight", ...; "experts"
+ *                                  lists the trained experts only. `vgrpo eval/generate --checkpoint` put the adapters on
+ *                                  the base (rollout/text_to_video.h: rollout_checkpoint_weights)
  *   optimizer.safetensors          AdamW state per expert E and parameter P (names as the state_dict's):
  *                                  "E/exp_avg/P" and "E/exp_avg_sq/P" (m and v, F32, the parameter's shape; torch's
  *                                  names) and "E/step" (I64, shape []: optimizer steps completed);
@@ -50,6 +59,7 @@
 
 #include "core/config.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 #include "trainer/optim.h"
 
 #define TRAINER_CKPT_MAX_EXPERTS 2
@@ -65,6 +75,14 @@ typedef struct {
     optim_adamw *opt;
     wan_model *ema;
 } trainer_ckpt_expert;
+
+/* LoRA (trainer_ckpt_save_lora / trainer_ckpt_load_lora): per expert, its adapter, saved instead of the model (see
+ * the top comment; the model then only names the base's config), the optimizer over the adapter's flat parameters
+ * (opt->n == lora->layout.numel), and the EMA of the adapter (ema/<name>/, or NULL) instead of ema. */
+typedef struct {
+    wan_lora *lora;
+    wan_lora *ema;
+} trainer_ckpt_lora;
 
 /* What trainer_state.json holds (see the top comment). config: NUL-terminated canonical config text; borrowed by
  * trainer_ckpt_save, owned (malloc) after trainer_ckpt_read_state / trainer_ckpt_load (trainer_ckpt_state_free). */
@@ -105,6 +123,9 @@ int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *
  * checkpoint's folder. Returns 0, or -1 naming the file or folder that failed (the temporary folder is removed). */
 int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
                       int total_limit, char *path, size_t path_cap);
+/* trainer_ckpt_save of LoRA experts: lx[e] (lx NULL: trainer_ckpt_save) names expert e's adapter and its EMA. */
+int trainer_ckpt_save_lora(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex,
+                           const trainer_ckpt_lora *lx, int n_ex, int total_limit, char *path, size_t path_cap);
 
 /* ---- find, list, prune ---- */
 
@@ -173,5 +194,12 @@ int trainer_ckpt_verify(const char *ckpt, trainer_ckpt_state *st);
  * config text; on failure st holds nothing to free. */
 int trainer_ckpt_load(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex, int n_ex,
                       trainer_ckpt_state *st);
+/* trainer_ckpt_load into LoRA experts (lx as for trainer_ckpt_save_lora; NULL: trainer_ckpt_load): each adapter is
+ * read with wan_lora_load_weights (its rank, alpha and targets must equal the run's: the file and key are named; a
+ * recipe whose model.lora differs is refused first by the config hash, naming model.lora.*), no config.json is
+ * needed, and a checkpoint of full weights is refused ("missing file transformer/pytorch_lora_weights.safetensors
+ * (the checkpoint holds full weights ...)"). */
+int trainer_ckpt_load_lora(const char *ckpt, const char *config_text, trainer_ckpt_expert *ex,
+                           const trainer_ckpt_lora *lx, int n_ex, trainer_ckpt_state *st);
 
 #endif
