@@ -5,7 +5,9 @@
  * workers (`vgrpo rollout-worker`, N = --workers or parallel.rollout_workers; the cores are shared: each gets
  * OMP_NUM_THREADS = cores / N), binds a ROUTER for the workers, and sends them the fixed eval set in chunks of
  * rollout.batch_size samples: prompt i, sample k has uid i * K + k (K = data.eval_samples_per_prompt), noise stream 3
- * (eval), noise level data.eval_eta (0: the ODE sampler), policy version 0. The samples, and so the rewards, do not
+ * (eval), noise level data.eval_eta (0: the ODE sampler), policy version 0. A LoRA checkpoint (--checkpoint whose
+ * transformer/ holds an adapter, trainer/checkpoint.h) is evaluated as its adapters on model.path's base: the workers
+ * get `--adapter` (rollout/pipeline.h). The samples, and so the rewards, do not
  * depend on N or on which worker ran which chunk (DESIGN.md section 4). What it writes: rollout/eval_report.h
  * (default folder logging.run_dir/eval) and logs/ (one per process); it prints a table. Progress goes to stderr
  * (cli/progress.h: a bar on a terminal, plain lines otherwise). Any process that exits early stops the eval with an
@@ -33,6 +35,7 @@
 #include "core/recipe.h"
 #include "reward/scorers.h"
 #include "rollout/eval_report.h"
+#include "rollout/text_to_video.h"
 #include "trainer/budget.h"
 #include "trainer/controller.h"
 #include "trainer/run.h"
@@ -68,13 +71,17 @@ static int on_chunk(void *ctx, const core_rollout_sample *samples, const core_ro
     return 0;
 }
 
-/* The weights folder of --checkpoint: DIR/transformer (a checkpoint-N folder) or DIR itself. */
-static int checkpoint_transformer(const char *ckpt, char *out, size_t cap) {
+/* The weights of --checkpoint: DIR/transformer (a checkpoint-N folder) or DIR itself, a transformer folder; or a
+ * LoRA checkpoint (*adapter = 1, out = its adapter path: rollout_checkpoint_weights), whose adapters the workers put
+ * on the base of model.path. */
+static int checkpoint_transformer(const char *ckpt, char *out, size_t cap, int *adapter) {
+    *adapter = 0;
     snprintf(out, cap, "%s/transformer", ckpt);
     if (!core_is_dir(out)) snprintf(out, cap, "%s", ckpt);
     char cfgp[4400];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", out);
-    if (access(cfgp, R_OK)) return core_error("--checkpoint: %s has neither transformer/config.json nor config.json", ckpt);
+    if (!access(cfgp, R_OK)) return 0;
+    if (rollout_checkpoint_weights(ckpt, out, cap, adapter)) return core_error_push("--checkpoint: ");
     return 0;
 }
 
@@ -120,7 +127,12 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
                    "--preset tiny --out DIR`)", tp);
         goto done;
     }
-    if (A->checkpoint && checkpoint_transformer(A->checkpoint, transformer, sizeof transformer)) goto done;
+    int lora = 0;
+    if (A->checkpoint && checkpoint_transformer(A->checkpoint, transformer, sizeof transformer, &lora)) goto done;
+    if (lora && !core_is_dir(tp)) {
+        core_error("--checkpoint %s holds LoRA adapters; their base, model.path %s, does not exist", A->checkpoint, tp);
+        goto done;
+    }
     if (A->out) snprintf(out, sizeof out, "%s", A->out);
     else snprintf(out, sizeof out, "%s/eval", r->run_dir);
     snprintf(logs, sizeof logs, "%s/logs", out);
@@ -138,11 +150,14 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
     started = 1;
     if (!(ctl = ctl_open(J.ctl_ep, job_keys(&J, CORE_CURVE_CONTROLLER), job_abort_check, &J)) ||
-        job_start_workers(&J, A->recipe, A->sets, A->n_sets, transformer[0] ? transformer : NULL, N,
-                          job_threads_per_process(N), logs))
+        job_start_workers_lora(&J, A->recipe, A->sets, A->n_sets, transformer[0] && !lora ? transformer : NULL,
+                               lora ? transformer : NULL, N, job_threads_per_process(N), logs))
         goto done;
+    char shown[8500];
+    if (lora) snprintf(shown, sizeof shown, "%s + LoRA %s", r->model_path, transformer);
+    else snprintf(shown, sizeof shown, "%s", transformer[0] ? transformer : r->model_path);
     printf("vgrpo eval: %s, %d prompts x %d samples (eta %g, %d steps), %d worker(s), reward server %s -> %s\n",
-           transformer[0] ? transformer : r->model_path, prompts.n, K, (double)r->eval_eta, r->num_steps, N,
+           shown, prompts.n, K, (double)r->eval_eta, r->num_steps, N,
            r->reward_endpoint ? r->reward_endpoint : "started here", out);
     fflush(stdout);
     signal(SIGINT, on_signal);
@@ -177,7 +192,7 @@ int cmd_eval(int argc, char **argv) {
     const opts_spec opts[] = {
         {.name = "checkpoint", .type = OPTS_STRING, .str = &A.checkpoint, .meta = "DIR",
          .help = "weights: a checkpoint folder (its transformer/) or a transformer folder\n"
-                 "(default: model.path/transformer)"},
+                 "(default: model.path/transformer); a LoRA checkpoint: its adapters on model.path"},
         {.name = "prompts", .type = OPTS_STRING, .str = &A.prompts, .meta = "FILE",
          .help = "prompts: text (one per line) or VBench-style JSON [{\"prompt_en\", ...}]\n"
                  "(default: data.eval_prompt_file)"},

@@ -3,7 +3,8 @@
  * out.mp4 (16 fps) and a PNG contact sheet out.png (one row, up to 8 evenly spaced frames, labelled with the seed,
  * steps and guidance, under a title band with the prompt: media/png.h). --checkpoint DIR takes
  * the transformer weights from a checkpoint-N folder of `vgrpo run` or a transformer folder
- * (rollout_checkpoint_transformer); everything else comes from the pipeline.
+ * (rollout_checkpoint_transformer); a LoRA checkpoint (rollout_checkpoint_weights: its transformer/ holds an adapter,
+ * no weights) puts its adapters on the pipeline's own transformer(s). Everything else comes from the pipeline.
  * Progress goes to stderr (cli/progress.h: a bar rewritten with \r on a terminal, else a line per tenth of the
  * steps); a summary with timings to stdout.
  * Limits: the prompt is given on the command line (no prompt file), at most CORE_PROMPTS_MAX_BYTES (4096) bytes,
@@ -75,6 +76,13 @@ static int generate(gen_args *a) {
                                             labels);
     free(video);
     if (rc) return -1;
+    if (g->adapter) {
+        char sib[4300];
+        snprintf(sib, sizeof sib, "%s_2", g->adapter);
+        printf("generate: LoRA adapter(s) from %s%s%s on the transformer(s) of %s\n", g->adapter,
+               st.two_experts && core_is_dir(sib) ? " and " : "", st.two_experts && core_is_dir(sib) ? sib : "",
+               g->pipeline);
+    }
     if (g->transformer) {
         char sib[4300], pipe2[4300];
         snprintf(sib, sizeof sib, "%s_2", g->transformer);
@@ -104,7 +112,8 @@ int cmd_generate(int argc, char **argv) {
          .help = "the video; the contact sheet goes next to it (OUT.png)"},
         {.name = "checkpoint", .type = OPTS_STRING, .str = &a.checkpoint, .meta = "DIR",
          .help = "transformer weights instead of the pipeline's: a checkpoint-N folder of `vgrpo run`\n"
-                 "(its transformer/ and transformer_2/) or a transformer folder; the text encoder,\n"
+                 "(its transformer/ and transformer_2/) or a transformer folder; a LoRA checkpoint (or an\n"
+                 "adapter folder): its adapters on the pipeline's transformer(s); the text encoder,\n"
                  "tokenizer and VAE still come from --pipeline"},
         {.name = "negative-prompt", .type = OPTS_STRING, .str = &a.g.negative, .meta = "TEXT",
          .help = "negative prompt for classifier-free guidance (default: empty)"},
@@ -137,11 +146,13 @@ int cmd_generate(int argc, char **argv) {
     }
     char transformer[4200];
     if (a.checkpoint) {
-        if (rollout_checkpoint_transformer(a.checkpoint, transformer, sizeof transformer)) {
+        int lora = 0;
+        if (rollout_checkpoint_weights(a.checkpoint, transformer, sizeof transformer, &lora)) {
             fprintf(stderr, "vgrpo generate: --checkpoint: %s\n", core_last_error());
             return 1;
         }
-        a.g.transformer = transformer;
+        if (lora) a.g.adapter = transformer; /* a LoRA checkpoint: its adapters on the pipeline's transformer(s) */
+        else a.g.transformer = transformer;
     }
     a.g.progress = progress, a.g.progress_ctx = &a, a.stderr_tty = isatty(fileno(stderr));
     if (generate(&a)) {

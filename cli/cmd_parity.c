@@ -1,6 +1,8 @@
-/* cli/cmd_parity.c — `vgrpo parity RECIPE [--tolerance T] [--set key=value ...]`: the train/rollout log-prob parity
- * check (DESIGN.md section 1, job 3). The processes of a colocated run (cli/colocated.c: reward server, rollout
- * workers, trainer ranks) run one rollout batch at policy version 0, and the trainer ranks recompute the velocity
+/* cli/cmd_parity.c — `vgrpo parity RECIPE [--tolerance T] [--checkpoint DIR] [--set key=value ...]`: the
+ * train/rollout log-prob parity check (DESIGN.md section 1, job 3). The processes of a colocated run
+ * (cli/colocated.c: reward server, rollout workers, trainer ranks) run one rollout batch at policy version 0 (with
+ * --checkpoint: the checkpoint's weights and version, loaded as `vgrpo run --resume` loads them, so the recipe must
+ * be the run's; a LoRA checkpoint's adapters are synced to the workers), and the trainer ranks recompute the velocity
  * and log-prob of every trainable transition through the training code path (trainer/parity.c: trainer_parity). Per
  * step index it prints the transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
  * v_rollout|, writes logging.run_dir/parity.json, and exits 1 when a maximum exceeds the tolerance.
@@ -25,7 +27,7 @@
 #include "trainer/run.h"
 
 int cmd_parity(int argc, char **argv) {
-    const char *path = NULL;
+    const char *path = NULL, *checkpoint = NULL;
     double tol = -1;
     int tol_given = 0, force = 0;
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
@@ -35,6 +37,10 @@ int cmd_parity(int argc, char **argv) {
          .help = "largest |logp_trainer - logp_rollout| and |v_trainer - v_rollout| accepted (default: 0, or with\n"
                  "ring attention in the trainer (parallel.sp / ulysses_degree > 1) the fp32 bound 32 eps x max|v| and\n"
                  "32 eps x max(1, max|logp|))"},
+        {.name = "checkpoint", .type = OPTS_STRING, .str = &checkpoint, .meta = "DIR",
+         .help = "the weights of a checkpoint of this recipe's run (a checkpoint-N folder, or a folder: its\n"
+                 "latest), loaded as --resume loads them; a LoRA checkpoint's adapters go to the workers\n"
+                 "(default: model.path's initial weights, policy version 0)"},
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
@@ -58,7 +64,7 @@ int cmd_parity(int argc, char **argv) {
     if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
         budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
-    else if (colocated_run(path, sets.v, sets.n, &r, 0, NULL, tol_arg))
+    else if (colocated_run(path, sets.v, sets.n, &r, 0, checkpoint, tol_arg))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else status = 0;
     core_run_lock_release(&lk);

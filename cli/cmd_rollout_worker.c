@@ -1,5 +1,6 @@
 /* cli/cmd_rollout_worker.c — `vgrpo rollout-worker RECIPE --controller EP --reward EP --id NAME [--transformer DIR]
- * [--keys-fd N | --keys-file PATH] [--set key=value ...]`: loads the recipe's rollout pipeline (rollout/pipeline.h) and serves the controller
+ * [--adapter PATH] [--keys-fd N | --keys-file PATH] [--set key=value ...]`: loads the recipe's rollout pipeline
+ * (rollout/pipeline.h; with model.lora or --adapter, LoRA adapters on its experts) and serves the controller
  * (rollout/worker.h) until `shutdown` (exit 0) or SIGTERM/SIGINT (exit 1: a worker stops cleanly only when asked). Jobs (`vgrpo eval`, `vgrpo run`) start workers
  * themselves; running one by hand is for debugging. Exit status 0, 1 on failure, 2 on a usage error. */
 #include <signal.h>
@@ -23,7 +24,7 @@ static void on_signal(int sig) {
 }
 
 int cmd_rollout_worker(int argc, char **argv) {
-    const char *path = NULL, *transformer = NULL;
+    const char *path = NULL, *transformer = NULL, *adapter = NULL;
     rollout_worker_config cfg = {.fps = 16.0};
     int keys_fd = -1;
     const char *keys_file = NULL;
@@ -38,6 +39,10 @@ int cmd_rollout_worker(int argc, char **argv) {
          .help = "this worker's client id (e.g. worker-0)"},
         {.name = "transformer", .type = OPTS_STRING, .str = &transformer, .meta = "DIR",
          .help = "weights folder instead of model.path/transformer (a checkpoint's transformer/)"},
+        {.name = "adapter", .type = OPTS_STRING, .str = &adapter, .meta = "PATH",
+         .help = "LoRA adapter of transformer/ (a folder or file in diffusers' or peft's format, e.g. a LoRA\n"
+                 "checkpoint's transformer/; PATH_2, when present, is transformer_2's) on the base weights;\n"
+                 "replaces the adapters model.lora would make"},
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
         {.name = "idle-exit", .type = OPTS_DOUBLE, .d = &cfg.idle_exit_s, .min = 0, .max = 1e9, .meta = "S",
@@ -66,7 +71,7 @@ int cmd_rollout_worker(int argc, char **argv) {
         return 1;
     }
     cfg.keys = keyed ? &keys : NULL;
-    if (core_recipe_load(&r, path, sets.v, sets.n) || rollout_pipeline_load(&p, &r, transformer)) {
+    if (core_recipe_load(&r, path, sets.v, sets.n) || rollout_pipeline_load_lora(&p, &r, transformer, adapter)) {
         fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
     } else {
         cfg.reward_timeout_s = r.reward_timeout_s;

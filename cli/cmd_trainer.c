@@ -133,7 +133,7 @@ int cmd_trainer(int argc, char **argv) {
             core_stop_restore();
             trainer_source *src = trainer_source_remote(ctl, r.batch_size, TRAINER_CTL_TIMEOUT_S, r.model_path);
             const int prc = !src ? -1
-                            : parity ? trainer_parity(&r, src, world, strcmp(parity, "auto") ? atof(parity) : -1.0)
+                            : parity ? trainer_parity_opts(&r, &o, src, world, strcmp(parity, "auto") ? atof(parity) : -1.0)
                                      : trainer_run(&r, &o, src, world);
             trainer_source_remote_free(src);
             if (prc) fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());

@@ -86,6 +86,11 @@ int job_start_reward(job *j, const core_recipe *r, const char *log_dir) {
 
 int job_start_workers(job *j, const char *recipe_path, const char *const *sets, int n_sets, const char *transformer,
                       int n, int threads, const char *log_dir) {
+    return job_start_workers_lora(j, recipe_path, sets, n_sets, transformer, NULL, n, threads, log_dir);
+}
+
+int job_start_workers_lora(job *j, const char *recipe_path, const char *const *sets, int n_sets,
+                           const char *transformer, const char *adapter, int n, int threads, const char *log_dir) {
     const char *exe = sup_self_exe();
     if (!exe) return -1;
     char **argv = calloc((size_t)(16 + 2 * n_sets), sizeof(char *));
@@ -102,6 +107,7 @@ int job_start_workers(job *j, const char *recipe_path, const char *const *sets, 
         snprintf(fdb, sizeof fdb, "%d", j->keys_fd[CORE_CURVE_CLIENT]);
         argv[a++] = "--keys-fd", argv[a++] = fdb;
         if (transformer) argv[a++] = "--transformer", argv[a++] = (char *)transformer;
+        if (adapter) argv[a++] = "--adapter", argv[a++] = (char *)adapter;
         for (int s = 0; s < n_sets; s++) argv[a++] = "--set", argv[a++] = (char *)sets[s];
         argv[a] = NULL;
         snprintf(logp, sizeof logp, "%s/worker-%d.log", log_dir, w);

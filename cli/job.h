@@ -45,6 +45,10 @@ int job_start_reward(job *j, const core_recipe *r, const char *log_dir);
  * optional transformer folder, each with `threads` OpenMP threads. */
 int job_start_workers(job *j, const char *recipe_path, const char *const *sets, int n_sets, const char *transformer,
                       int n, int threads, const char *log_dir);
+/* job_start_workers with LoRA adapters read from files (`vgrpo rollout-worker --adapter PATH`: expert 0's adapter,
+ * PATH_2 expert 1's; rollout/pipeline.h) on the base of model.path (or transformer); adapter NULL: as above. */
+int job_start_workers_lora(job *j, const char *recipe_path, const char *const *sets, int n_sets,
+                           const char *transformer, const char *adapter, int n, int threads, const char *log_dir);
 
 /* The controller's abort check (ctx = the job): non-zero with core_error when *stop is set or a process exited. */
 int job_abort_check(void *ctx);

@@ -5,7 +5,8 @@
  *
  * Samples are those a rollout worker would make (the same engine, the conditioning bytes the trainer passes, the
  * same decoder and scorers): a local run equals a colocated one bit for bit. Weights are never copied: push_weights
- * and start point the engine at the trainer's experts (the policy, or the EMA for an eval). */
+ * and start point the engine at the trainer's experts (the policy, or the EMA for an eval). With LoRA those experts
+ * carry their adapters (model/dit/wan_lora.h), which the engine's forward applies: nothing to sync. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,21 +115,23 @@ done:
 }
 
 static int local_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,
-                      int *hash_match) {
+                      int *hash_match, int64_t *bytes) {
     local_src *L = ctx;
     (void)version;
     for (int e = 0; e < n_experts && e < 2; e++)
         if (!send || send[e] || !L->experts[e]) L->experts[e] = experts[e];
     L->n_experts = n_experts;
     *hash_match = -1; /* nothing crossed a process */
+    *bytes = 0;
     return 0;
 }
 
 static int local_start(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained,
                        int64_t version, int resumed) {
     int match;
+    int64_t bytes;
     (void)trained, (void)resumed;
-    return local_push(ctx, experts, n_experts, NULL, version, &match);
+    return local_push(ctx, experts, n_experts, NULL, version, &match, &bytes);
 }
 
 trainer_source *source_local_open(const core_recipe *r) {

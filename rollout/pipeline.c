@@ -64,7 +64,42 @@ void rollout_decoder_free(rollout_decoder *d) {
     memset(d, 0, sizeof *d);
 }
 
-int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir) {
+/* The recipe's model.lora as the trainer reads it (trainer/lora.h: trainer_lora_config), and a fresh adapter for
+ * every trained expert. */
+static int recipe_adapters(rollout_pipeline *p, const core_recipe *r) {
+    if (r->lora_rank < 1) return 0;
+    wan_lora_config c = {.rank = r->lora_rank, .alpha = r->lora_alpha, .init_seed = (uint64_t)r->lora_init_seed};
+    if (wan_lora_targets_parse(&c.targets, (const char *const *)r->lora_targets.v, r->lora_targets.n,
+                               "model.lora.targets") ||
+        wan_lora_config_validate(&c, &p->model[0].cfg, "model.lora.rank"))
+        return -1;
+    const char *te = r->train_experts;
+    for (int e = 0; e < p->experts.n; e++) {
+        const int trained = !strcmp(te, "all") || !strcmp(te, e ? "transformer_2" : "transformer");
+        if (trained && (wan_lora_init(&p->lora[e], &p->model[e].cfg, &c, e) ||
+                        wan_model_attach_lora(&p->model[e], &p->lora[e])))
+            return -1;
+    }
+    return 0;
+}
+
+/* Adapters read from adapter_path (expert 0) and adapter_path + "_2" (expert 1), where present. */
+static int file_adapters(rollout_pipeline *p, const char *adapter_path) {
+    char path[4200];
+    struct stat sb;
+    int n = 0;
+    for (int e = 0; e < p->experts.n; e++) {
+        snprintf(path, sizeof path, "%s%s", adapter_path, e ? "_2" : "");
+        if (stat(path, &sb)) continue;
+        if (wan_lora_load(&p->lora[e], &p->model[e].cfg, path, e) || wan_model_attach_lora(&p->model[e], &p->lora[e]))
+            return core_error_push("--adapter: ");
+        n++;
+    }
+    if (!n) return core_error("--adapter: %s: no LoRA adapter there%s", adapter_path, p->experts.n > 1 ? " (nor in its _2 sibling)" : "");
+    return 0;
+}
+
+static int pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir) {
     memset(p, 0, sizeof *p);
     char dir[4200], dir2[4200];
     if (transformer_dir) {
@@ -109,6 +144,20 @@ fail:
     return -1;
 }
 
+int rollout_pipeline_load_lora(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir,
+                               const char *adapter_path) {
+    if (pipeline_load(p, r, transformer_dir)) return -1;
+    if (!adapter_path ? recipe_adapters(p, r) : file_adapters(p, adapter_path)) {
+        rollout_pipeline_free(p);
+        return -1;
+    }
+    return 0;
+}
+
+int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir) {
+    return rollout_pipeline_load_lora(p, r, transformer_dir, NULL);
+}
+
 int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float **out) {
     return text_cond_embed(p->text, prompt, out);
 }
@@ -125,6 +174,8 @@ int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *vi
 void rollout_pipeline_free(rollout_pipeline *p) {
     wan_model_free(&p->model[0]);
     wan_model_free(&p->model[1]);
+    wan_lora_free(&p->lora[0]);
+    wan_lora_free(&p->lora[1]);
     text_cond_free(p->text);
     rollout_decoder_free(&p->dec);
     memset(p, 0, sizeof *p);

@@ -3,7 +3,7 @@
  * embeddings, cached per prompt text), the decoder from final latents to U8 video, and the sampling settings.
  *
  *   rollout_pipeline p;
- *   rollout_pipeline_load(&p, &recipe, NULL);               // NULL: model.path/transformer[_2]
+ *   rollout_pipeline_load(&p, &recipe, NULL);               // NULL: model.path/transformer[_2]; model.lora
  *   rollout_pipeline_embed(&p, "a red car", &emb);           // [L, text_dim] fp32, cached (owned by p)
  *   rollout_generate(&p.rc, &p.experts, NULL, n, cond, uids, pidx, traj);
  *   rollout_pipeline_decode(&p, &traj[j], video);            // [dec.frames, dec.height, dec.width, 3] U8
@@ -19,6 +19,7 @@
 #include "model/vae/latent_rgb.h"
 #include "model/text/text_cond.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 #include "model/vae/wan_vae.h"
 #include "rollout/engine.h"
 
@@ -46,6 +47,7 @@ void rollout_decoder_free(rollout_decoder *d);
 
 typedef struct {
     wan_model model[2];           /* model[1] loaded only for two experts */
+    wan_lora lora[2];             /* LoRA adapters attached to model[e] (layout.count 0: none) */
     rollout_experts experts;      /* points into model[] */
     text_cond *text;              /* model.text_encoder (umt5 or word_embed), cached per prompt */
     rollout_decoder dec;          /* model.decoder: dec.frames, dec.height, dec.width give the video size */
@@ -59,6 +61,18 @@ typedef struct {
  * path: a missing folder, a config mismatch between transformer, text encoder and VAE, a VAE that is not Wan
  * 2.1-style (spatial factor 8, temporal 4, RGB). On error everything loaded so far is freed. */
 int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir);
+
+/* rollout_pipeline_load, then the LoRA adapters (model/dit/wan_lora.h), attached to the experts:
+ *   adapter_path NULL: the recipe's model.lora; with rank >= 1 a fresh adapter for every trained expert
+ *     (algorithm.train_experts), made exactly as the trainer makes its own (wan_lora_init with model.lora.init_seed
+ *     and the expert's index), so the worker's policy equals the trainer's initial one; rank 0: none. This is what
+ *     rollout_pipeline_load does.
+ *   adapter_path given (`vgrpo rollout-worker --adapter`, eval of a LoRA checkpoint): expert 0's adapter is read from
+ *     adapter_path and expert 1's from "<adapter_path>_2", each where it exists (a folder or file wan_lora_inspect
+ *     accepts: diffusers' or peft's format; at least one must), and model.lora is ignored.
+ * Errors (-1) name model.lora.* or the adapter file (wan_lora_load's key and shape messages). */
+int rollout_pipeline_load_lora(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir,
+                               const char *adapter_path);
 
 /* The conditioning of one prompt: *out points to [text_len, text_dim] fp32 owned by the pipeline's cache (valid
  * until rollout_pipeline_free). Errors (-1): a word_embed prompt with more than text_len words (names

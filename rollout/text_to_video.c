@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "model/text/t5_prompt.h"
@@ -58,6 +59,51 @@ static void expert_dir(const rollout_t2v_args *a, int e, char *out, size_t cap) 
     snprintf(out, cap, "%s/%s", a->pipeline, e ? "transformer_2" : "transformer");
 }
 
+/* 1 when path is a LoRA adapter wan_lora_inspect accepts; 0 when it holds none (nothing that looks like one: the
+ * error is cleared); -1 when it holds one that is refused (the error names the file and key). */
+static int adapter_at(const char *path) {
+    char f[4300];
+    struct stat st;
+    if (stat(path, &st)) return 0;
+    int looks = S_ISREG(st.st_mode);
+    const char *names[2] = {WAN_LORA_DIFFUSERS_FILE, WAN_LORA_PEFT_FILE};
+    for (int k = 0; k < 2 && !looks; k++) snprintf(f, sizeof f, "%s/%s", path, names[k]), looks = is_file(f);
+    if (!looks) return 0;
+    wan_lora_config c;
+    wan_lora_format fmt;
+    return wan_lora_inspect(path, &c, &fmt, NULL, 0) ? -1 : 1;
+}
+
+int rollout_checkpoint_weights(const char *dir, char *out, size_t cap, int *adapter) {
+    char probe[4300];
+    *adapter = 0;
+    snprintf(probe, sizeof probe, "%s/transformer/config.json", dir);
+    const int full = is_file(probe);
+    snprintf(probe, sizeof probe, "%s/config.json", dir);
+    if (full || is_file(probe)) return rollout_checkpoint_transformer(dir, out, cap);
+    /* a LoRA checkpoint: transformer/ and/or transformer_2/ hold adapters; or an adapter folder or file itself */
+    for (int e = 0; e < 2; e++) {
+        snprintf(probe, sizeof probe, "%s/%s", dir, e ? "transformer_2" : "transformer");
+        const int a = adapter_at(probe);
+        if (a < 0) return core_error_push("LoRA checkpoint %s: ", dir);
+        if (a) {
+            snprintf(out, cap, "%s/transformer", dir);
+            *adapter = 1;
+            return 0;
+        }
+    }
+    const int a = adapter_at(dir);
+    if (a < 0) return -1;
+    if (a) {
+        snprintf(out, cap, "%s", dir);
+        *adapter = 1;
+        return 0;
+    }
+    return core_error("%s has neither transformer/config.json (a checkpoint-N folder of `vgrpo run`) nor config.json "
+                      "(a transformer folder), nor a LoRA adapter (" WAN_LORA_DIFFUSERS_FILE " or " WAN_LORA_PEFT_FILE
+                      ": a LoRA checkpoint's transformer/, or an adapter folder)", dir);
+}
+
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap) {
     char probe[4300];
     snprintf(probe, sizeof probe, "%s/transformer/config.json", dir);
@@ -82,6 +128,8 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     t5_encoder *enc = NULL;
     vae_model *vae = NULL;
     wan_model dit[2];
+    wan_lora lora[2];
+    memset(lora, 0, sizeof lora);
     int n_dit = 0;
     wan_acts *acts[2] = {NULL, NULL};
     float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL;
@@ -95,6 +143,18 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     for (int e = 0; e < 1 + two; e++, n_dit++) {
         expert_dir(a, e, path, sizeof path);
         if (wan_model_load(&dit[e], path)) goto done;
+    }
+    int n_ad = 0;
+    for (int e = 0; a->adapter && e < n_dit; e++) { /* LoRA: expert 0's at a->adapter, expert 1's at its _2 sibling */
+        struct stat sb;
+        snprintf(path, sizeof path, "%s%s", a->adapter, e ? "_2" : "");
+        if (stat(path, &sb)) continue;
+        if (wan_lora_load(&lora[e], &dit[e].cfg, path, e) || wan_model_attach_lora(&dit[e], &lora[e])) goto done;
+        n_ad++;
+    }
+    if (a->adapter && !n_ad) {
+        core_error("%s: no LoRA adapter there%s", a->adapter, n_dit > 1 ? " (nor in its _2 sibling)" : "");
+        goto done;
     }
     const wan_config *dc = &dit[0].cfg;
     if (two && !wan_config_equal(dc, &dit[1].cfg)) {
@@ -196,6 +256,7 @@ done:
     t5_free(enc);
     vae_free(vae);
     for (int e = 0; e < n_dit; e++) wan_acts_free(acts[e]), wan_model_free(&dit[e]);
+    for (int e = 0; e < 2; e++) wan_lora_free(&lora[e]);
     free(emb), free(x), free(xin), free(vout), free(v), free(ts);
     return rc;
 }

@@ -13,7 +13,8 @@
  * VAE's z_dim equal to the transformer's in_channels, the encoder's d_model equal to its text_dim, frames = 4k + 1,
  * height and width multiples of the VAE's spatial factor x the transformer's patch size (16 for Wan 2.1, 32 for 2.2).
  * Whether there are two experts is read from the pipeline's model_index.json (a non-null transformer_2 entry and
- * boundary_ratio in (0, 1)).
+ * boundary_ratio in (0, 1)). With LoRA adapters (rollout_t2v_args.adapter) every forward adds the adapter
+ * (model/dit/wan_lora.h: the rollout's and training's arithmetic).
  * Limits: with two experts and one guidance scale of 1, the unconditional row is still computed at that expert's
  * steps (and ignored); expand_timesteps (Wan 2.2 TI2V) is not read, which is exact for text-to-video (every token
  * has the same timestep). */
@@ -31,6 +32,9 @@ typedef struct {
     const char *transformer; /* NULL: pipeline/transformer. Else the (high-noise) expert's folder instead, and its
                                 sibling "<transformer>_2", when it is a folder, replaces pipeline/transformer_2
                                 (rollout_checkpoint_transformer turns a checkpoint folder into this) */
+    const char *adapter;     /* NULL, or LoRA adapters on the experts (model/dit/wan_lora.h): expert 0's at this path
+                                (a folder or file in diffusers' or peft's format), expert 1's at "<adapter>_2", each
+                                where present (rollout_checkpoint_weights turns a LoRA checkpoint into this) */
     const char *prompt, *negative; /* negative: "" for none (the pipeline's default) */
     int steps;                     /* sampling steps, 1..1000 */
     int frames, height, width;     /* video size in frames and pixels */
@@ -58,5 +62,12 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
  * dir/transformer is preferred when both exist. Writes the folder to out. Returns 0, or -1 naming dir when neither
  * dir/transformer/config.json nor dir/config.json exists. */
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap);
+
+/* rollout_checkpoint_transformer (*adapter = 0) or, for a LoRA checkpoint of `vgrpo run` (no config.json, its
+ * transformer/ or transformer_2/ holding an adapter wan_lora_inspect accepts: trainer/checkpoint.h), *adapter = 1 and
+ * out = "<dir>/transformer", the adapter path of rollout_t2v_args.adapter / `rollout-worker --adapter` (its _2
+ * sibling is expert 1's); dir itself an adapter folder or file is taken as expert 0's. -1 naming dir when it holds
+ * none of these (or an adapter that is refused, with wan_lora_inspect's reason). */
+int rollout_checkpoint_weights(const char *dir, char *out, size_t cap, int *adapter);
 
 #endif

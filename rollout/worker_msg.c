@@ -9,11 +9,59 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/dit/wan_lora.h"
 
 static void update_reset(rollout_worker_state *w) {
     for (int e = 0; e < 2; e++) free(w->staged[e]), free(w->seen[e]), w->staged[e] = NULL, w->seen[e] = NULL;
     w->updating = 0;
+    w->adapter = 0;
     w->upd_error[0] = 0;
+}
+
+/* Struct fields and core/ only (no call into model/dit/wan_lora.c): the fuzz build links this file alone. */
+int rollout_worker_adapters_hash(wan_model *const *models, int n, uint64_t *out) {
+    *out = 0;
+    int total = 0, count = 0;
+    for (int e = 0; e < n; e++)
+        if (models[e] && models[e]->lora) total += models[e]->lora->layout.count, count++;
+    if (!count) return 0;
+    char **names = calloc((size_t)total, sizeof *names);
+    uint64_t *h = malloc(sizeof(uint64_t) * (size_t)total);
+    int k = 0, rc = -1;
+    if (!names || !h) {
+        core_error("out of memory");
+        goto done;
+    }
+    for (int e = 0; e < n; e++) {
+        const wan_lora *l = models[e] ? models[e]->lora : NULL;
+        for (int i = 0; l && i < l->layout.count; i++, k++) {
+            const wan_tensor *t = &l->layout.tensors[i];
+            const size_t len = strlen(wan_expert_folder(e)) + strlen(t->name) + 2;
+            if (!(names[k] = malloc(len))) {
+                core_error("out of memory");
+                goto done;
+            }
+            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), t->name);
+            h[k] = core_xxh64(l->params + t->offset, sizeof(float) * (size_t)t->numel, 0);
+        }
+    }
+    rc = core_model_hash((const char *const *)names, h, (size_t)total, out) ? -1 : count;
+done:
+    for (int i = 0; names && i < total; i++) free(names[i]);
+    free(names), free(h);
+    return rc;
+}
+
+/* The flat buffer and layout an update writes for expert e: its adapter's (an adapter update) or its own. */
+static const wan_layout *update_layout(const rollout_worker_state *w, int e, float **params) {
+    wan_model *m = w->model[e];
+    if (w->adapter) {
+        if (!m->lora) return NULL;
+        *params = m->lora->params;
+        return &m->lora->layout;
+    }
+    *params = m->params;
+    return &m->layout;
 }
 
 void rollout_worker_state_free(rollout_worker_state *s) { update_reset(s); }
@@ -27,16 +75,24 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"policy_version\" must be an integer >= 0");
     if (!json_is_integer(nt) || json_integer_value(nt) < 1)
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"tensors_count\" must be an integer >= 1");
+    w->adapter = json_is_true(json_object_get(m->header, "adapter"));
+    int staged = 0;
     for (int e = 0; e < w->n_experts; e++) {
-        const wan_model *md = w->model[e];
-        w->staged[e] = malloc(sizeof(float) * (size_t)md->layout.numel);
-        w->seen[e] = calloc((size_t)md->layout.count, 1);
+        float *params;
+        const wan_layout *L = update_layout(w, e, &params);
+        if (!L) continue; /* an adapter update: this expert has none (frozen) */
+        w->staged[e] = malloc(sizeof(float) * (size_t)L->numel);
+        w->seen[e] = calloc((size_t)L->count, 1);
         if (!w->staged[e] || !w->seen[e]) {
             update_reset(w);
             return io->send_error(io->ctx, m->id, "internal", "out of memory staging the weights");
         }
-        memcpy(w->staged[e], md->params, sizeof(float) * (size_t)md->layout.numel);
+        memcpy(w->staged[e], params, sizeof(float) * (size_t)L->numel);
+        staged++;
     }
+    if (!staged) /* reported at weights_end, which the controller waits for */
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: an update of LoRA adapters, but this worker holds "
+                 "none (model.lora.rank 0 in its recipe, and no --adapter)");
     w->updating = 1;
     w->upd_version = json_integer_value(pv);
     w->upd_announced = (int)json_integer_value(nt);
@@ -68,17 +124,20 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
         snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: \"%.200s\" names no expert of this worker", name);
         return;
     }
-    const wan_model *md = w->model[e];
-    const int i = wan_layout_find(&md->layout, rest);
+    float *params;
+    const wan_layout *L = update_layout(w, e, &params);
+    const int i = L ? wan_layout_find(L, rest) : -1;
     if (i < 0) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: the model has no tensor \"%.200s\"", name);
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: the %s has no tensor \"%.200s\"",
+                 w->adapter ? "LoRA adapter" : "model", name);
         return;
     }
-    const wan_tensor *lt = &md->layout.tensors[i];
+    const wan_tensor *lt = &L->tensors[i];
     int shape_ok = t && t->dtype == CORE_F32 && t->ndim == lt->ndim;
     for (int d = 0; shape_ok && d < lt->ndim; d++) shape_ok = t->shape[d] == lt->shape[d];
     if (!shape_ok) {
-        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\": needs one F32 tensor \"value\" of the model's shape", name);
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor \"%.200s\": needs one F32 tensor \"value\" of the %s's shape", name,
+                 w->adapter ? "adapter" : "model");
         return;
     }
     const uint64_t got = core_xxh64(t->data, t->nbytes, 0);
@@ -110,7 +169,33 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
     else if (w->upd_received != w->upd_announced)
         snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
                  w->upd_announced);
-    else {
+    else if (w->adapter) {
+        /* Hash the staged adapters (their buffers swapped in for the hash), then copy them into the adapters: their
+         * named views (wan_lora.w) stay bound to the adapters' own buffers. */
+        float *old[2] = {NULL, NULL};
+        for (int e = 0; e < w->n_experts; e++)
+            if (w->staged[e]) old[e] = w->model[e]->lora->params, w->model[e]->lora->params = w->staged[e];
+        const int hrc = rollout_worker_adapters_hash(w->model, w->n_experts, &got);
+        for (int e = 0; e < w->n_experts; e++)
+            if (w->staged[e]) w->model[e]->lora->params = old[e];
+        if (hrc < 0 || got != want) {
+            snprintf(why, sizeof why, "weights_end: the updated LoRA adapters hash to %016" PRIx64 ", the controller's "
+                     "is %016" PRIx64 "; the update is refused and version %" PRId64 " kept", got, want, w->version);
+        } else {
+            for (int e = 0; e < w->n_experts; e++)
+                if (w->staged[e])
+                    memcpy(w->model[e]->lora->params, w->staged[e], sizeof(float) * (size_t)w->model[e]->lora->layout.numel);
+            w->version = w->upd_version;
+            update_reset(w);
+            char hx[17];
+            core_hash_hex(got, hx);
+            json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
+            int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
+            json_decref(f);
+            core_log_info("%s: LoRA adapters of policy version %" PRId64 " applied (adapter xxh64 %s)", w->id, w->version, hx);
+            return rc;
+        }
+    } else {
         /* Hash the staged model: swap the staged buffers in, hash, swap back unless it matches. */
         float *old[2] = {NULL, NULL};
         wan_model *ms[2] = {w->model[0], w->model[1]};

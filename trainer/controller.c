@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/wire_zmq.h"
+#include "model/dit/wan_lora.h"
+#include "trainer/lora.h"
 
 struct ctl_server {
     void *ctx, *router;
@@ -81,6 +83,10 @@ void ctl_close(ctl_server *c) {
 int ctl_n_workers(const ctl_server *c) { return c->st.n; }
 const char *ctl_worker_id(const ctl_server *c, int w) { return c->st.w[w].id; }
 uint64_t ctl_worker_hello_hash(const ctl_server *c, int w) { return c->st.w[w].hello_hash; }
+int ctl_worker_hello_adapter(const ctl_server *c, int w, uint64_t *hash) {
+    *hash = c->st.w[w].hello_adapter_hash;
+    return c->st.w[w].hello_has_adapter;
+}
 long ctl_refused(const ctl_server *c) { return c->st.unexpected + core_curve_zap_refused(c->zap); }
 
 /* Receives one message within the remaining time and applies the rules of trainer/ctl_msg.h: 0 with *zm, *m and
@@ -215,14 +221,37 @@ out:
     return rc;
 }
 
+/* The tensors a sync sends for expert e: the attached LoRA adapter's when the sync is of adapters, else the model's. */
+static const wan_layout *sync_layout(const wan_model *m, int adapters, const float **params) {
+    *params = adapters ? m->lora->params : m->params;
+    return adapters ? &m->lora->layout : &m->layout;
+}
+
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
-                     int64_t version, double timeout_s, int *hash_match) {
+                     int64_t version, double timeout_s, int *hash_match, int64_t *bytes) {
     uint64_t model_hash;
     *hash_match = 0;
-    if (wan_models_hash(experts, n_experts, &model_hash)) return -1;
+    if (bytes) *bytes = 0;
+    /* LoRA: the experts that change carry adapters; only those travel, and the hash covers every expert's adapter */
+    int adapters = -1;
+    for (int e = 0; e < n_experts; e++) {
+        if (!send[e]) continue;
+        const int a = experts[e]->lora != NULL;
+        if (adapters >= 0 && a != adapters)
+            return core_error("controller: a weight sync of one expert's LoRA adapter and another's full weights");
+        adapters = a;
+    }
+    if (adapters < 0) adapters = 0;
+    if (adapters ? trainer_lora_hash(experts, n_experts, &model_hash) < 0 : wan_models_hash(experts, n_experts, &model_hash))
+        return -1;
     int count = 0;
+    int64_t payload = 0;
     for (int e = 0; e < n_experts; e++)
-        if (send[e]) count += experts[e]->layout.count;
+        if (send[e]) {
+            const float *p;
+            const wan_layout *L = sync_layout(experts[e], adapters, &p);
+            count += L->count, payload += (int64_t)sizeof(float) * L->numel;
+        }
     char hx[17], id[48];
     core_hash_hex(model_hash, hx);
     ctl_state *st = &c->st;
@@ -231,19 +260,22 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         const size_t rl = st->w[w].rid_len;
         snprintf(id, sizeof id, "w%" PRId64 "-begin", version);
         json_t *f = json_pack("{s:I, s:i}", "policy_version", (json_int_t)version, "tensors_count", count);
+        if (adapters) json_object_set_new(f, "adapter", json_true());
         int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
         json_decref(f);
         for (int e = 0; !rc && e < n_experts; e++) {
             if (!send[e]) continue;
             const wan_model *m = experts[e];
-            for (int i = 0; !rc && i < m->layout.count; i++) {
-                const wan_tensor *t = &m->layout.tensors[i];
+            const float *params;
+            const wan_layout *L = sync_layout(m, adapters, &params);
+            for (int i = 0; !rc && i < L->count; i++) {
+                const wan_tensor *t = &L->tensors[i];
                 char name[160], th[17];
                 snprintf(name, sizeof name, "%s/%s", wan_expert_folder(e), t->name);
-                core_hash_hex(wan_tensor_hash(m, i), th);
+                core_hash_hex(adapters ? wan_lora_tensor_hash(m->lora, i) : wan_tensor_hash(m, i), th);
                 snprintf(id, sizeof id, "w%" PRId64 "-%d-%d", version, e, i);
                 core_wire_tensor wt = {.name = "value", .dtype = CORE_F32, .ndim = t->ndim,
-                                       .data = m->params + t->offset, .nbytes = sizeof(float) * (size_t)t->numel};
+                                       .data = params + t->offset, .nbytes = sizeof(float) * (size_t)t->numel};
                 memcpy(wt.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
                 json_t *tf = json_pack("{s:s, s:s}", "name", name, "xxh64", th);
                 core_wire_built b;
@@ -259,6 +291,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         json_decref(f);
         if (rc) return core_error_push("controller: weights to %s: ", st->w[w].id);
     }
+    if (bytes) *bytes = payload;
     for (int w = 0; w < st->n; w++) st->w[w].done = 0;
     st->version = version, st->model_hash = model_hash;
     snprintf(st->end_id, sizeof st->end_id, "w%" PRId64 "-end", version);

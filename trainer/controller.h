@@ -38,7 +38,7 @@ typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const
 ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx);
 void ctl_close(ctl_server *c);
 
-/* Waits up to timeout_s for n workers' hello {client, policy_version, model_xxh64, experts}. -1 with core_error
+/* Waits up to timeout_s for n workers' hello {client, policy_version, model_xxh64, experts, adapter_xxh64?}. -1 with core_error
  * (time-out naming how many came, abort). A hello without client id or model hash, or naming a client already
  * registered, and any other message are refused (trainer/ctl_msg.h) and the wait goes on. */
 int ctl_wait_workers(ctl_server *c, int n, double timeout_s);
@@ -48,6 +48,8 @@ int ctl_n_workers(const ctl_server *c);
 const char *ctl_worker_id(const ctl_server *c, int w);
 /* The hash and version a worker reported in its hello (for start-up checks). */
 uint64_t ctl_worker_hello_hash(const ctl_server *c, int w);
+/* 1 with *hash when the worker's hello named the hash of the LoRA adapters it holds (adapter_xxh64), else 0. */
+int ctl_worker_hello_adapter(const ctl_server *c, int w, uint64_t *hash);
 /* Messages refused so far: answered with an error (trainer/ctl_msg.h) plus handshakes the ZAP handler refused. */
 long ctl_refused(const ctl_server *c);
 
@@ -62,10 +64,14 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
 
 /* Pushes the weights of the experts with send[e] != 0 to every worker as policy `version` (weights_begin,
  * weights_tensor per tensor with its xxh64, weights_end with the whole-model hash of all n_experts experts) and
- * waits for every weights_ack. *hash_match = 1 when every worker's hash equals the controller's. Errors (-1): a
- * worker's refusal (its reason), an ack with another hash (names the worker and both hashes), a time-out, abort. */
+ * waits for every weights_ack. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
+ * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the
+ * sync is of the adapters only (weights_begin "adapter": true; tensors "transformer/blocks.0.attn1.to_q.lora_A.weight",
+ * ...; the hash is trainer_lora_hash over every expert's adapter): the workers' base weights are not touched.
+ * Errors (-1): a worker's refusal (its reason), an ack with another hash (names the worker and both hashes), a
+ * time-out, abort, a mix of adapters and full weights in one sync. */
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
-                     int64_t version, double timeout_s, int *hash_match);
+                     int64_t version, double timeout_s, int *hash_match, int64_t *bytes);
 
 /* Sends `shutdown` to every worker and waits up to timeout_s for their replies. The current error (core_last_error)
  * is kept as it was: a time-out here never replaces the failure that led to the shutdown. */

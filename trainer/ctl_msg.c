@@ -75,6 +75,12 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
         refuse(s, r, m->id, "bad_request", "hello from %s: \"model_xxh64\" must be 16 hex digits", cid);
         return;
     }
+    const json_t *ah = json_object_get(m->header, "adapter_xxh64");
+    uint64_t adapter = 0;
+    if (ah && core_hash_parse(json_string_value(ah), &adapter)) {
+        refuse(s, r, m->id, "bad_request", "hello from %s: \"adapter_xxh64\" must be 16 hex digits", cid);
+        return;
+    }
     for (int k = 0; k < s->n; k++)
         if (!strcmp(s->w[k].id, cid)) {
             refuse(s, r, m->id, "unexpected", "hello: a worker named %s is already connected", cid);
@@ -86,6 +92,8 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
     memcpy(x->rid, rid, rid_len);
     x->rid_len = rid_len;
     x->hello_hash = h;
+    x->hello_adapter_hash = adapter;
+    x->hello_has_adapter = ah != NULL;
     ev->worker = s->n++;
     ev->progress = 1;
 }

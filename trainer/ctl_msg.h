@@ -8,7 +8,7 @@
  * does not parse: ctl_msg_malformed) and logged (the first 20, then every 1000th), and the controller goes on:
  *   - a second hello from a registered worker; a hello while the controller is not waiting for workers (during a
  *     rollout or a weight sync, or once all have come); a hello naming a client id already registered; a hello
- *     without `client` (1..128 bytes) or `model_xxh64`;
+ *     without `client` (1..128 bytes) or `model_xxh64`, or with an `adapter_xxh64` that is not 16 hex digits;
  *   - any other message from a routing id that never said hello;
  *   - a reply to nothing: a trajectory, weights_ack or shutdown that answers no request in flight (another phase,
  *     another id, a worker not working, a second ack);
@@ -32,7 +32,9 @@ typedef struct {
     char id[129];       /* client id from its hello */
     uint8_t rid[256];   /* ZeroMQ routing id */
     size_t rid_len;
-    uint64_t hello_hash; /* model_xxh64 of its hello */
+    uint64_t hello_hash; /* model_xxh64 of its hello (its base weights) */
+    uint64_t hello_adapter_hash; /* adapter_xxh64 of its hello: the LoRA adapters it holds */
+    int hello_has_adapter;      /* the hello named adapter_xxh64 */
     int busy;           /* rollout: chunk index + 1, 0 when idle */
     int done;           /* sync: weights_ack counted; shutdown: reply counted */
 } ctl_worker;

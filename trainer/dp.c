@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "trainer/lora.h"
 
 /* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas, timesteps, latents,
  * log_probs, has_log_prob, expert]. Every rank runs the same executable, so the struct layout is shared; the array
@@ -135,10 +136,11 @@ int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uin
     const dp_reduce_ctx *rc = ctx;
     sp_comm *c = rc ? rc->grads : NULL;
     if (!c || c->size == 1) return 0;
-    for (int e = 0; e < n_experts; e++) {
+    for (int e = 0; e < n_experts; e++) { /* with LoRA the adapter's gradients (trainer/lora.h); the base has none */
         if (trained && !trained[e]) continue;
-        if (sp_comm_all_reduce(c, policy[e]->grads, policy[e]->grads, (size_t)policy[e]->layout.numel, SP_F32))
-            return core_error_push("dp: gradients of %s: ", wan_expert_folder(e));
+        const trainer_trained_buf tb = trainer_trained_buffer(policy[e]);
+        if (sp_comm_all_reduce(c, tb.grads, tb.grads, (size_t)tb.n, SP_F32))
+            return core_error_push("dp: gradients of %s%s: ", wan_expert_folder(e), tb.params == policy[e]->params ? "" : "'s LoRA adapter");
     }
     if (stats) {
         double x[7] = {(double)stats->n_transitions, (double)stats->n_clipped, stats->loss, stats->policy, stats->kl,

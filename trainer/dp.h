@@ -46,7 +46,7 @@ typedef struct {
 } dp_reduce_ctx;
 
 /* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = a dp_reduce_ctx): all-reduces
- * (sums) the gradients of the trained experts over ctx->grads, and sums the loss statistics over ctx->stats in rank
+ * (sums) the gradients of the trained experts (with LoRA their adapters' gradients: trainer/lora.h) over ctx->grads, and sums the loss statistics over ctx->stats in rank
  * order (in double, so every rank gets the same numbers). */
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats);
 

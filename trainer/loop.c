@@ -23,7 +23,7 @@
 static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info,
                         int stoppable) {
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
-    const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
+    const wan_model *ref[2];
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
     trainer_batch sub = *tb;
     trainer_config tc = S->tc;
@@ -36,7 +36,7 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
         tc.grad_reduce = dp_grad_reduce;
         tc.grad_reduce_ctx = &S->red;
     }
-    return trainer_update_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
+    return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
                                   st, info);
 }
 
@@ -186,12 +186,15 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     if (write_rewards(S, round, res, rew, n)) goto done;
     const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
     int match = -1;
-    if (S->src->push_weights(S->src->ctx, ex, S->n_experts, S->trained, TRAINER_VERSION(S), &match)) goto done;
+    int64_t sync_bytes = 0;
+    if (S->src->push_weights(S->src->ctx, ex, S->n_experts, S->trained, TRAINER_VERSION(S), &match, &sync_bytes))
+        goto done;
     double sync_s = 0;
-    if (match >= 0) { /* weights crossed to other processes */
+    if (match >= 0) { /* weights crossed to other processes: with LoRA the adapters only */
         sync_s = trainer_now_s() - t3;
         if (core_metrics_f64(S->metrics, "weight_sync/seconds", sync_s) ||
-            core_metrics_i64(S->metrics, "weight_sync/hash_match", match))
+            core_metrics_i64(S->metrics, "weight_sync/hash_match", match) ||
+            core_metrics_i64(S->metrics, "weight_sync/bytes", sync_bytes))
             goto done;
     }
     if (put_step_metrics(S, res, rew, per, &as, &first, &last, &info0, &info)) goto done;
@@ -208,6 +211,9 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
            first.n_transitions ? (double)first.n_clipped / first.n_transitions : 0.0,
            first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
            as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
+    if (match >= 0) /* on the step's line: what the weight sync sent each worker */
+        printf("  weight sync: %.1f KiB to each worker (%s) in %.3fs\n", sync_bytes / 1024.0,
+               S->lora_on ? "LoRA adapters" : "full weights", sync_s);
     fflush(stdout);
     rc = 0;
 done:
@@ -300,6 +306,19 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
     int bad = trainer_eval(&S, total);
     if (!bad) bad = core_metrics_write_row(S.metrics);
     if (!bad && r->video_every > 0) last = "final sample videos", bad = trainer_step_videos(&S, total);
+    if (!bad && S.lora_on) { /* the base is frozen: bit for bit what model.path holds (the workers' hello hash) */
+        uint64_t h;
+        const wan_model *mm[2] = {&S.pol[0], &S.pol[1]};
+        if (wan_models_hash(mm, S.n_experts, &h)) goto done;
+        if (h != S.base_hash) {
+            core_error("LoRA: the base weights changed during the run (model xxh64 %016llx, at start-up %016llx)",
+                       (unsigned long long)h, (unsigned long long)S.base_hash);
+            goto done;
+        }
+        printf("LoRA: base weights unchanged after %" PRId64 " steps (model xxh64 %016llx)\n", total - start,
+               (unsigned long long)h);
+        fflush(stdout);
+    }
     if (bad) {
         const int sig = core_stop_pending();
         if (sig) { /* every step is done, and checkpointed at the last one (checkpoint.every > 0) */

@@ -51,8 +51,8 @@ int trainer_parity_share(trainer_state *S, const trainer_batch *tb, const float 
     grpo_loss_stats st = {0};
     memset(acc, 0, sizeof(double) * 4 * (size_t)N);
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
-    const wan_model *ref[2] = {&S->ref[0], &S->ref[1]};
-    if (trainer_accumulate_experts(pol, S->have_ref ? ref : NULL, S->n_experts, S->trained, S->ex, &tc, &sub, 0, &st))
+    const wan_model *ref[2];
+    if (trainer_accumulate_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, 0, &st))
         return -1;
     if (!S->dpg || S->dpg->size == 1) return 0;
     double *mx = malloc(sizeof(double) * 2 * (size_t)N), *sm = malloc(sizeof(double) * 2 * (size_t)N);
@@ -107,9 +107,10 @@ static int report(trainer_state *S, const core_rollout_result *res, const float 
             tol_v = 32.0 * FLT_EPSILON * vmax, tol_lp = 32.0 * FLT_EPSILON * lmax;
         }
     }
-    printf("parity: %d samples (%d prompts x %d) x %d steps at policy version 0; rollout: %d worker(s), %d samples per "
-           "forward; trainer: %d rank(s), %d transitions per forward (algorithm.micro_batch_size)\n",
-           n, B, G, N, S->src->n_workers, r->batch_size, S->dp ? S->dp->size : 1, r->micro_batch_size);
+    printf("parity: %d samples (%d prompts x %d) x %d steps at policy version %lld%s; rollout: %d worker(s), %d samples "
+           "per forward; trainer: %d rank(s), %d transitions per forward (algorithm.micro_batch_size)\n",
+           n, B, G, N, (long long)TRAINER_VERSION(S), S->lora_on ? " (LoRA adapters)" : "", S->src->n_workers,
+           r->batch_size, S->dp ? S->dp->size : 1, r->micro_batch_size);
     printf("%5s %9s %11s %14s %14s %14s\n", "step", "timestep", "transitions", "mean|dlogp|", "max|dlogp|", "max|dv|");
     for (int i = 0; i < N; i++) {
         const double *a = acc + 4 * i;
@@ -135,9 +136,16 @@ static int report(trainer_state *S, const core_rollout_result *res, const float 
 }
 
 int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, double tolerance) {
+    return trainer_parity_opts(r, NULL, src, dp, tolerance);
+}
+
+int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp,
+                        double tolerance) {
     trainer_state S;
     memset(&S, 0, sizeof S);
     S.src = src;
+    char *config_text = NULL;
+    int64_t start = 0;
     const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, N = r->num_steps;
     core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
     core_rollout_result *res = calloc((size_t)n, sizeof *res);
@@ -153,8 +161,14 @@ int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, doubl
         goto done;
     }
     const wan_model *ex[2] = {&S.pol[0], &S.pol[1]};
-    if (trainer_setup(&S, r, dp) || src->start(src->ctx, ex, S.n_experts, S.trained, 0, 0)) goto done;
-    trainer_sampler_next(&S.smp, slot); /* the prompts of step 0 */
+    const int resumed = o && o->resume;
+    if (trainer_setup(&S, r, dp)) goto done;
+    if (resumed) { /* a checkpoint's weights (LoRA: its adapters), exactly as a resumed run loads them */
+        const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
+        if (!(config_text = trainer_config_text(r)) || trainer_resume(&S, o->resume, config_text, total, &start)) goto done;
+    }
+    if (src->start(src->ctx, ex, S.n_experts, S.trained, TRAINER_VERSION(&S), resumed)) goto done;
+    trainer_sampler_next(&S.smp, slot); /* the prompts of step 0 (resumed: of the checkpoint's next step) */
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
             const int k = b * G + g;
@@ -162,8 +176,8 @@ int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, doubl
             cond[k] = S.emb_train + (int64_t)slot[b] * S.ne;
         }
     const double t0 = trainer_now_s();
-    const core_rollout_request tmpl = {.policy_version = 0, .stream = CORE_STREAM_ROLLOUT_NOISE, .eta = r->eta,
-                                       .return_trajectories = 1, .return_velocities = 1};
+    const core_rollout_request tmpl = {.policy_version = TRAINER_VERSION(&S), .stream = CORE_STREAM_ROLLOUT_NOISE,
+                                       .eta = r->eta, .return_trajectories = 1, .return_velocities = 1};
     if (src->rollout(src->ctx, &tmpl, smp, cond, S.emb_neg, n, res, NULL, NULL)) goto done;
     have = 1;
     const double t1 = trainer_now_s();
@@ -200,6 +214,7 @@ done:
     if (have)
         for (int k = 0; k < n; k++) core_rollout_result_free(&res[k]);
     free(smp), free(res), free(tr), free(cond), free(slot), free(adv), free(mask), free(acc), free(vflat);
+    free(config_text);
     trainer_teardown(&S);
     return rc;
 }

@@ -21,7 +21,15 @@
  * ("all", "transformer", "transformer_2"); a frozen expert keeps its weights, gets no gradients or Adam steps and is
  * never re-sent to the workers; transitions whose timestep routes to it (timestep >= boundary_ratio * 1000: expert 0,
  * else expert 1) are not trained and do not count in the loss denominator. The policy version is the optimizer step
- * count of the first trained expert (every trained expert steps together). */
+ * count of the first trained expert (every trained expert steps together).
+ *
+ * LoRA (model.lora.rank >= 1; trainer/lora.h, model/dit/wan_lora.h): each trained expert carries an adapter (A from
+ * Philox stream 6 with model.lora.init_seed and the expert's index, B = 0, so step 0 is the base model's bit for bit) on
+ * its frozen base; the optimizer (AdamW, the recipe's schedule, one clip over every trained adapter's gradients), the
+ * dp/SP gradient all-reduce and the EMA run over the adapters' flat buffers; the KL reference is the same model with
+ * the adapter switched off (no copy of the weights); sync sends the adapters only; checkpoints hold the adapters (both
+ * formats) and their Adam state, and a resume with another model.lora is refused by the config hash (naming the key).
+ * The run's last line checks the base still hashes as at start-up (it is never written). */
 #ifndef TRAINER_RUN_H
 #define TRAINER_RUN_H
 
@@ -73,6 +81,12 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
  * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output). Otherwise both maxima must
  * be <= tolerance. Returns 0 (pass), 1 (all computed, a maximum past the tolerance: error set), -1 (failure). */
 int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, double tolerance);
+/* trainer_parity on the weights of a checkpoint (o->resume, as trainer_run resumes: the recipe must be the
+ * checkpoint's; the other trainer ranks resume it in trainer_follow): the rollout at its policy version, the prompts
+ * of its next step. o NULL or without resume: trainer_parity. With LoRA the checkpoint's adapters reach the workers
+ * through the source's start (an adapter sync), so the parity covers trained adapters, not just B = 0. */
+int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp,
+                        double tolerance);
 
 /* Recipe keys that may change when a run is resumed (NULL-terminated): optim.total_steps, checkpoint.*, logging.*,
  * the eval-only data keys (eval_prompt_file, eval_samples_per_prompt, eval_eta), where scoring runs (reward.endpoint,

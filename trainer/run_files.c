@@ -69,18 +69,32 @@ int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
     return core_metrics_open(&S->metrics, path, resumed);
 }
 
+/* What a checkpoint of this run holds per expert: every expert's weights, Adam state and EMA; with LoRA the trained
+ * experts' adapters (with their Adam state and EMA) only. Returns the number of entries. */
+static int ckpt_experts(trainer_state *S, trainer_ckpt_expert *ex, trainer_ckpt_lora *lx) {
+    int n = 0;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (S->lora_on && !S->trained[e]) continue;
+        ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e], S->ema_on && !S->lora_on ? &S->ema[e] : NULL};
+        lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL};
+        n++;
+    }
+    return n;
+}
+
 int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_text) {
     const core_recipe *r = S->r;
     const trainer_sampler *smp = &S->smp;
     trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .seed = r->seed, .config = (char *)config_text};
-    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
-                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
+    trainer_ckpt_expert ex[2];
+    trainer_ckpt_lora lx[2];
+    const int n = ckpt_experts(S, ex, lx);
     char path[TRAINER_CKPT_PATH_MAX];
     const double t0 = trainer_now_s();
-    if (trainer_ckpt_save(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->n_experts, r->ckpt_total_limit, path,
-                          sizeof path))
+    if (trainer_ckpt_save_lora(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->lora_on ? lx : NULL, n,
+                               r->ckpt_total_limit, path, sizeof path))
         return -1;
     printf("checkpoint %s (%.2fs)\n", path, trainer_now_s() - t0);
     fflush(stdout);
@@ -131,13 +145,15 @@ static int is_checkpoint(const char *path) {
  * skipped ("checkpoint-5, checkpoint-4"; "" when none). */
 static int load_latest(trainer_state *S, const char *dir, const char *config_text, trainer_ckpt_state *st, char *ck,
                        size_t cap, char *skipped, size_t skipped_cap) {
-    trainer_ckpt_expert ex[2] = {{"transformer", &S->pol[0], &S->opt[0], S->ema_on ? &S->ema[0] : NULL},
-                                 {"transformer_2", &S->pol[1], &S->opt[1], S->ema_on ? &S->ema[1] : NULL}};
+    trainer_ckpt_expert ex[2];
+    trainer_ckpt_lora lx_buf[2];
+    const int n_ex = ckpt_experts(S, ex, lx_buf);
+    const trainer_ckpt_lora *lx = S->lora_on ? lx_buf : NULL;
     const int rank0 = !S->dp || S->dp->rank == 0;
     if (is_checkpoint(dir)) {
         if (trainer_ckpt_resolve(dir, ck, cap)) return core_error_push("--resume: ");
         if (check_home(S, ck)) return -1;
-        return trainer_ckpt_load(ck, config_text, ex, S->n_experts, st) ? core_error_push("--resume: ") : 0;
+        return trainer_ckpt_load_lora(ck, config_text, ex, lx, n_ex, st) ? core_error_push("--resume: ") : 0;
     }
     if (!core_is_dir(dir)) return core_error("--resume: %s: no such checkpoint folder", dir);
     int64_t *steps = NULL;
@@ -152,7 +168,7 @@ static int load_latest(trainer_state *S, const char *dir, const char *config_tex
     int rc = -1;
     for (int i = n - 1; i >= 0; i--) {
         snprintf(ck, cap, "%s/checkpoint-%" PRId64, dir, steps[i]);
-        rc = trainer_ckpt_load(ck, config_text, ex, S->n_experts, st);
+        rc = trainer_ckpt_load_lora(ck, config_text, ex, lx, n_ex, st);
         if (rc != TRAINER_CKPT_DAMAGED) break;
         if (rank0) core_log_warn("--resume: skipping checkpoint-%" PRId64 ": %s", steps[i], core_last_error());
         size_t k = strlen(skipped);

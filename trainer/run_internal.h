@@ -12,6 +12,7 @@
 #include "core/prompts.h"
 #include "core/recipe.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 #include "sp/comm.h"
 #include "sp/topology.h"
 #include "sp/usp_attention.h"
@@ -26,9 +27,17 @@ typedef struct {
     const core_recipe *r;
     trainer_source *src;       /* NULL on follower ranks */
     /* models: expert 0 (transformer/), expert 1 (transformer_2/, two-expert pipelines) */
-    wan_model pol[2], ref[2];  /* policy; KL reference = the initial weights (algorithm.beta > 0) */
+    wan_model pol[2], ref[2];  /* policy; KL reference = the initial weights (algorithm.beta > 0; never with LoRA) */
     wan_model ema[2];          /* algorithm.ema_decay > 0 (rank 0): moving average of the weights, used for eval */
     int n_experts, have_ref, ema_on;
+    /* model.lora (trainer/lora.h): an adapter per trained expert, attached to pol[e] (whose base has no gradients);
+     * the KL reference is pol[e] itself with the adapter off; the EMA averages the adapters, and ema_view[e] is pol[e]
+     * with the EMA adapter attached instead (a shallow copy sharing the base: never freed) */
+    int lora_on;
+    wan_lora_config lc;
+    uint64_t base_hash;        /* LoRA: wan_models_hash of the base at start-up, checked again at the run's end */
+    wan_lora lora[2], ema_lora[2];
+    wan_model ema_view[2];
     uint8_t trained[2];        /* algorithm.train_experts */
     int first;                 /* the first trained expert: its optimizer's step is the policy version */
     optim_config oc;
@@ -56,6 +65,15 @@ typedef struct {
 
 /* The policy version: optimizer steps taken (every trained expert steps together). */
 #define TRAINER_VERSION(S) ((S)->opt[(S)->first].step)
+
+/* The experts' KL references for trainer_update_experts / trainer_accumulate_experts: NULL without a KL term
+ * (algorithm.beta 0); with LoRA the policy models themselves (their forward with the adapter switched off); else the
+ * copies of the initial weights. */
+static inline const wan_model *const *trainer_refs(trainer_state *S, const wan_model *buf[2]) {
+    if (!S->have_ref) return NULL;
+    for (int e = 0; e < 2; e++) buf[e] = S->lora_on ? &S->pol[e] : &S->ref[e];
+    return buf;
+}
 
 /* ---- run_setup.c ---- */
 /* Checks the recipe, reads the models, prompts and their conditioning, sets up the optimizer, the training config

@@ -15,7 +15,9 @@
 #include "model/text/text_cond.h"
 #include "model/text/word_embed.h"
 #include "reward/scorers.h"
+#include "trainer/budget.h"
 #include "trainer/grpo.h"
+#include "trainer/lora.h"
 #include "trainer/run_internal.h"
 
 double trainer_now_s(void) {
@@ -101,10 +103,21 @@ done:
     return rc;
 }
 
+/* model.lora: the targets by name and the rank against the transformer's linears (its config.json, or the preset a
+ * dry run would use: trainer/budget.h), without weights. */
+static int check_lora(const core_recipe *r) {
+    wan_lora_config lc;
+    wan_config c;
+    if (r->lora_rank < 1) return 0;
+    const int found = budget_transformer_config(r, &c, NULL, NULL, 0);
+    if (found < 0) return -1;
+    return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
+}
+
 int trainer_check_recipe(const core_recipe *r) {
     grpo_selection sel;
     if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
-    if (check_trainable(r, &sel)) return -1;
+    if (check_trainable(r, &sel) || check_lora(r)) return -1;
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
     for (int i = 0; i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
@@ -173,7 +186,9 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
 }
 
 /* The experts of model.path: transformer/ and, when present, transformer_2/ (same config), with gradients, Adam
- * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). */
+ * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). With model.lora (trainer/lora.h):
+ * the base without gradients, and each trained expert's adapter (A from Philox with model.lora.init_seed and the
+ * expert's index, B = 0: the policy equals the base bit for bit) with its gradients and Adam state. */
 static int load_experts(trainer_state *S, const core_recipe *r, const char *path0) {
     char path[4200];
     if (wan_model_load(&S->pol[0], path0)) return -1;
@@ -191,6 +206,21 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
     if (!strcmp(te, "transformer_2") && S->n_experts == 1)
         return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
     S->first = S->trained[0] ? 0 : 1;
+    S->have_ref = r->beta > 0;
+    const int lora = trainer_lora_config(r, &S->pol[0].cfg, &S->lc);
+    if (lora < 0) return -1;
+    if (lora) { /* a frozen base: no gradients, no moments, no reference copy; an adapter per trained expert */
+        S->lora_on = 1;
+        const wan_model *mm[2] = {&S->pol[0], &S->pol[1]};
+        if (wan_models_hash(mm, S->n_experts, &S->base_hash)) return -1;
+        for (int e = 0; e < S->n_experts; e++) {
+            if (!S->trained[e]) continue;
+            if (wan_lora_init(&S->lora[e], &S->pol[e].cfg, &S->lc, e) || wan_lora_alloc_grads(&S->lora[e]) ||
+                wan_model_attach_lora(&S->pol[e], &S->lora[e]) || optim_adamw_init(&S->opt[e], S->lora[e].layout.numel))
+                return -1;
+        }
+        return 0;
+    }
     for (int e = 0; e < S->n_experts; e++) {
         if (wan_model_alloc_grads(&S->pol[e]) || optim_adamw_init(&S->opt[e], S->pol[e].layout.numel)) return -1;
         if (r->beta > 0) {
@@ -198,7 +228,6 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
             memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
         }
     }
-    S->have_ref = r->beta > 0;
     return 0;
 }
 
@@ -250,9 +279,11 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
 
 void trainer_teardown(trainer_state *S) {
     for (int e = 0; e < 2; e++) {
-        wan_model_free(&S->pol[e]);
+        wan_model_free(&S->pol[e]); /* leaves the attached adapter: the trainer's own (wan_lora.h) */
         wan_model_free(&S->ema[e]);
         wan_model_free(&S->ref[e]);
+        wan_lora_free(&S->lora[e]);
+        wan_lora_free(&S->ema_lora[e]);
         optim_adamw_free(&S->opt[e]);
     }
     if (S->ex) sp_usp_release(&S->usp);

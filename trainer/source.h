@@ -19,10 +19,13 @@
  *                the same bytes from the text themselves (model/text/text_cond.h).
  *   push_weights the weights later rollouts use are `experts` (send[e]: expert e changed) as policy `version`.
  *                Remote: sent to every worker and checked by xxh64 (*hash_match = 1 when every worker's hash equals
- *                ours); in process: the experts are used where they are (*hash_match = -1: nothing crossed a
- *                process). A version >= TRAINER_EVAL_VERSION_OFFSET marks eval-only weights (the EMA).
+ *                ours; *bytes = the tensor bytes sent to each worker); in process: the experts are used where they are
+ *                (*hash_match = -1, *bytes = 0: nothing crossed a process). A version >= TRAINER_EVAL_VERSION_OFFSET
+ *                marks eval-only weights (the EMA). Experts carrying a LoRA adapter (model/dit/wan_lora.h) send the
+ *                adapter only: the base never changes and was checked once by start.
  *   start        once, before the first rollout: a fresh run checks that the source holds the trainer's initial
- *                weights (remote: every worker's hello hash), a resumed run pushes its own (version = steps done).
+ *                weights (remote: every worker's hello hash; with LoRA also its adapters' hash), a resumed run pushes
+ *                its own (version = steps done; with LoRA the adapters, after the base's hello hash is checked).
  * Errors are -1 with core_error set (naming the worker, the reward server or the sample). */
 #ifndef TRAINER_SOURCE_H
 #define TRAINER_SOURCE_H
@@ -49,7 +52,7 @@ typedef struct {
                    const float *const *cond, const float *neg, int n, core_rollout_result *res,
                    trainer_chunk_fn on_chunk, void *cctx);
     int (*push_weights)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send,
-                        int64_t version, int *hash_match);
+                        int64_t version, int *hash_match, int64_t *bytes);
     int (*start)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained, int64_t version,
                  int resumed);
 } trainer_source;

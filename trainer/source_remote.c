@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "trainer/controller.h"
+#include "trainer/lora.h"
 #include "trainer/source.h"
 
 typedef struct {
@@ -23,28 +24,45 @@ static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const cor
 }
 
 static int remote_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,
-                       int *hash_match) {
+                       int *hash_match, int64_t *bytes) {
     remote *R = ctx;
-    return ctl_sync_weights(R->ctl, experts, n_experts, send, version, R->timeout_s, hash_match);
+    return ctl_sync_weights(R->ctl, experts, n_experts, send, version, R->timeout_s, hash_match, bytes);
 }
 
-/* A fresh run: every worker loaded model.path, so its hello hash must equal the trainer's initial weights'. A resumed
- * run pushes its weights. */
+/* Every worker loaded model.path, so its hello hash must equal the trainer's base weights'. With LoRA the base never
+ * travels, so this is checked fresh or resumed; the adapters' hash of a fresh run must equal the workers' (both made
+ * them from model.lora: same init), and neither side may hold adapters the other lacks. A resumed run then pushes its
+ * weights (with LoRA: the adapters). */
 static int remote_start(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained,
                         int64_t version, int resumed) {
     remote *R = ctx;
+    uint64_t h, ah;
+    const int n_ad = trainer_lora_hash(experts, n_experts, &ah);
+    if (n_ad < 0) return -1;
+    if (!resumed || n_ad > 0) {
+        if (wan_models_hash(experts, n_experts, &h)) return -1;
+        for (int w = 0; w < ctl_n_workers(R->ctl); w++)
+            if (ctl_worker_hello_hash(R->ctl, w) != h)
+                return core_error("%s holds weights with model hash %016llx, the trainer's %s weights hash to %016llx "
+                                  "(both must load model.path %s)", ctl_worker_id(R->ctl, w),
+                                  (unsigned long long)ctl_worker_hello_hash(R->ctl, w), n_ad ? "base" : "initial",
+                                  (unsigned long long)h, R->model_path);
+    }
+    for (int w = 0; w < ctl_n_workers(R->ctl); w++) {
+        uint64_t wh;
+        const int has = ctl_worker_hello_adapter(R->ctl, w, &wh);
+        if (has != (n_ad > 0))
+            return core_error("%s %s LoRA adapters and the trainer %s (both must read the same model.lora.rank)",
+                              ctl_worker_id(R->ctl, w), has ? "holds" : "holds no", n_ad ? "does" : "none");
+        if (n_ad && !resumed && wh != ah)
+            return core_error("%s holds LoRA adapters with hash %016llx, the trainer's initial adapters hash to %016llx "
+                              "(both must make them from the same model.lora: rank, alpha, targets, init_seed)",
+                              ctl_worker_id(R->ctl, w), (unsigned long long)wh, (unsigned long long)ah);
+    }
     if (resumed) {
         int match;
-        return ctl_sync_weights(R->ctl, experts, n_experts, trained, version, R->timeout_s, &match);
+        return ctl_sync_weights(R->ctl, experts, n_experts, trained, version, R->timeout_s, &match, NULL);
     }
-    uint64_t h;
-    if (wan_models_hash(experts, n_experts, &h)) return -1;
-    for (int w = 0; w < ctl_n_workers(R->ctl); w++)
-        if (ctl_worker_hello_hash(R->ctl, w) != h)
-            return core_error("%s holds weights with model hash %016llx, the trainer's initial weights hash to %016llx "
-                              "(both must load model.path %s)", ctl_worker_id(R->ctl, w),
-                              (unsigned long long)ctl_worker_hello_hash(R->ctl, w), (unsigned long long)h,
-                              R->model_path);
     return 0;
 }
 

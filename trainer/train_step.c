@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
+#include "trainer/lora.h"
 
 typedef struct {
     int s, i, e; /* sample, step, expert (the trajectory's record) */
@@ -104,8 +105,11 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         w->mask[t] = b->mask[tr[t].s];
     }
     if (tc->beta > 0) {
+        /* the reference is the policy itself under LoRA: its base, the adapter switched off for this forward */
+        wan_exec rex = ex ? *ex : (wan_exec){0};
+        rex.lora_off = ref == policy;
         if (!(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr))) goto done;
-        if (wan_forward(ref, racts, ex, w->vref, w->x, w->ts, w->enc)) goto done;
+        if (wan_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc)) goto done;
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const int i = tr[t].i;
@@ -168,7 +172,9 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
         const wan_model *r = ref_of(ref, e);
         if (tc->beta > 0 && !r) return core_error("trainer: beta > 0 needs the reference model%s", sfx);
         if (r && !wan_config_equal(&r->cfg, &policy[e]->cfg)) return core_error("trainer: reference model config differs%s", sfx);
-        if (backward && !policy[e]->grads) return core_error("trainer: gradients not allocated%s", sfx);
+        if (tc->beta > 0 && r == policy[e] && !policy[e]->lora)
+            return core_error("trainer: the reference is the policy itself, which needs a LoRA adapter to switch off%s", sfx);
+        if (backward && !trainer_trained_buffer(policy[e]).grads) return core_error("trainer: gradients not allocated%s", sfx);
     }
     if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     const core_traj *T = b->traj;
@@ -297,11 +303,12 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         if (trained && !trained[e]) continue;
         const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";
         if (!policy[e]) return core_error("trainer: no policy model%s", sfx);
-        if (!policy[e]->grads) return core_error("trainer: gradients not allocated%s", sfx);
+        const trainer_trained_buf tb = trainer_trained_buffer(policy[e]);
+        if (!tb.grads) return core_error("trainer: gradients not allocated%s", sfx);
         if (!opt || !opt[e]) return core_error("trainer: no optimizer state%s", sfx);
-        if (opt[e]->n != policy[e]->layout.numel)
-            return core_error("trainer: optimizer has %lld parameters, the model %lld%s", (long long)opt[e]->n,
-                              (long long)policy[e]->layout.numel, sfx);
+        if (opt[e]->n != tb.n)
+            return core_error("trainer: optimizer has %lld parameters, the %s %lld%s", (long long)opt[e]->n,
+                              tb.params == policy[e]->params ? "model" : "LoRA adapter", (long long)tb.n, sfx);
         if (first >= 0 && opt[e]->step != opt[first]->step)
             return core_error("trainer: the experts' optimizers are at different steps (%lld and %lld); one optimizer "
                               "step updates every trained expert", (long long)opt[first]->step, (long long)opt[e]->step);
@@ -309,8 +316,11 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     }
     if (first < 0) return core_error("algorithm.train_experts: no expert is trained");
     if (optim_config_validate(ocfg)) return -1;
-    for (int e = 0; e < n_experts; e++)
-        if (!trained || trained[e]) wan_model_zero_grads(policy[e]);
+    for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
+        if (!trained || trained[e]) {
+            if (trainer_trained_buffer(policy[e]).params == policy[e]->params) wan_model_zero_grads(policy[e]);
+            else wan_lora_zero_grads(policy[e]->lora);
+        }
     grpo_loss_stats local = {0};
     if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
     /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */
@@ -323,16 +333,17 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     int64_t n[CORE_TRAJ_MAX_EXPERTS];
     int k = 0;
     for (int e = 0; e < n_experts; e++)
-        if (!trained || trained[e]) g[k] = policy[e]->grads, n[k++] = opt[e]->n;
+        if (!trained || trained[e]) g[k] = trainer_trained_buffer(policy[e]).grads, n[k++] = opt[e]->n;
     const double norm = optim_grad_norm_multi(g, n, k);
     if (!isfinite(norm))
         return core_error("optim: gradient norm is %s at optimizer step %lld; parameters not updated",
                           isnan(norm) ? "nan" : "inf", (long long)opt[first]->step);
     const double coef = optim_clip_coef(norm, ocfg->max_grad_norm);
-    for (int e = 0; e < n_experts; e++)
-        if ((!trained || trained[e]) &&
-            optim_adamw_step_coef(opt[e], ocfg, policy[e]->params, policy[e]->grads, NULL, norm, coef, info))
-            return -1;
+    for (int e = 0; e < n_experts; e++) {
+        if (trained && !trained[e]) continue;
+        const trainer_trained_buf tb = trainer_trained_buffer(policy[e]);
+        if (optim_adamw_step_coef(opt[e], ocfg, tb.params, tb.grads, NULL, norm, coef, info)) return -1;
+    }
     return 0;
 }
 

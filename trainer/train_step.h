@@ -125,7 +125,13 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
                                const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
                                const trainer_batch *b, int backward, grpo_loss_stats *stats);
 
-/* One optimizer step over every trained expert: zero the trained experts' grads, trainer_accumulate_experts, then
+/* LoRA (model/dit/wan_lora.h, trainer/lora.h): a policy model with an adapter attached and no base gradients trains
+ * its adapter: the backward accumulates into the adapter's grads, and the update below zeroes, clips and steps the
+ * adapter's flat buffers (trainer_trained_buffer) instead of the model's; opt[e]->n is then the adapter's numel. Its
+ * reference may be the policy model itself (ref[e] == policy[e]): the KL reference forward then runs it with
+ * wan_exec.lora_off = 1 (the base), so no second copy of the weights exists.
+ *
+ * One optimizer step over every trained expert: zero the trained experts' grads, trainer_accumulate_experts, then
  * the global L2 norm over all trained experts' gradients together (optim_grad_norm_multi: torch's
  * clip_grad_norm_ over the parameters of both models), one clip factor optim_clip_coef(norm, max_grad_norm) for all,
  * and AdamW on each trained expert's own buffer and moments (optim_adamw_step_coef) with the same lr. When
