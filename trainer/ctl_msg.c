@@ -56,6 +56,11 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
         refuse(s, r, m->id, "unexpected", "%s said hello a second time", s->w[w].id);
         return;
     }
+    if (s->phase == CTL_SHUTDOWN) { /* a worker that reconnected late: it is told the run is over, so it exits */
+        refuse(s, r, m->id, "shutting_down", "a hello from %.128s while the controller is shutting down",
+               cid ? cid : "?");
+        return;
+    }
     if (s->phase != CTL_HELLO || s->n >= s->want) {
         refuse(s, r, m->id, "unexpected", "a hello from %.128s while the controller is not waiting for workers (%s)",
                valid_client_id(cid) ? cid : "?",
