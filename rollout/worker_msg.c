@@ -18,38 +18,20 @@ static void update_reset(rollout_worker_state *w) {
     w->upd_error[0] = 0;
 }
 
-/* Struct fields and core/ only (no call into model/dit/wan_lora.c): the fuzz build links this file alone. */
+/* Struct fields and model/dit/wan_hash.c only (no call into model/dit/wan_lora.c): the fuzz build links no more. */
 int rollout_worker_adapters_hash(wan_model *const *models, int n, uint64_t *out) {
     *out = 0;
-    int total = 0, count = 0;
-    for (int e = 0; e < n; e++)
-        if (models[e] && models[e]->lora) total += models[e]->lora->layout.count, count++;
-    if (!count) return 0;
-    char **names = calloc((size_t)total, sizeof *names);
-    uint64_t *h = malloc(sizeof(uint64_t) * (size_t)total);
-    int k = 0, rc = -1;
-    if (!names || !h) {
-        core_error("out of memory");
-        goto done;
-    }
+    const wan_layout *L[WAN_HASH_MAX_SETS];
+    const float *P[WAN_HASH_MAX_SETS];
+    int count = 0;
+    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("%d experts", n);
     for (int e = 0; e < n; e++) {
         const wan_lora *l = models[e] ? models[e]->lora : NULL;
-        for (int i = 0; l && i < l->layout.count; i++, k++) {
-            const wan_tensor *t = &l->layout.tensors[i];
-            const size_t len = strlen(wan_expert_folder(e)) + strlen(t->name) + 2;
-            if (!(names[k] = malloc(len))) {
-                core_error("out of memory");
-                goto done;
-            }
-            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), t->name);
-            h[k] = core_xxh64(l->params + t->offset, sizeof(float) * (size_t)t->numel, 0);
-        }
+        L[e] = l ? &l->layout : NULL, P[e] = l ? l->params : NULL;
+        count += l != NULL;
     }
-    rc = core_model_hash((const char *const *)names, h, (size_t)total, out) ? -1 : count;
-done:
-    for (int i = 0; names && i < total; i++) free(names[i]);
-    free(names), free(h);
-    return rc;
+    if (!count) return 0;
+    return wan_tensor_sets_hash(L, P, n, out) ? -1 : count;
 }
 
 /* The flat buffer and layout an update writes for expert e: its adapter's (an adapter update) or its own. */

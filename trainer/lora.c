@@ -25,32 +25,15 @@ int trainer_lora_config(const core_recipe *r, const wan_config *model, wan_lora_
 
 int trainer_lora_hash(const wan_model *const *experts, int n, uint64_t *out) {
     *out = 0;
-    int total = 0, count = 0;
-    for (int e = 0; e < n; e++)
-        if (experts[e] && experts[e]->lora) total += experts[e]->lora->layout.count, count++;
-    if (!count) return 0;
-    char **names = calloc((size_t)total, sizeof *names);
-    uint64_t *h = malloc(sizeof(uint64_t) * (size_t)total);
-    int k = 0, rc = -1;
-    if (!names || !h) {
-        core_error("out of memory");
-        goto done;
-    }
+    const wan_layout *L[WAN_HASH_MAX_SETS];
+    const float *P[WAN_HASH_MAX_SETS];
+    int count = 0;
+    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("%d experts", n);
     for (int e = 0; e < n; e++) {
         const wan_lora *l = experts[e] ? experts[e]->lora : NULL;
-        for (int i = 0; l && i < l->layout.count; i++, k++) {
-            const size_t len = strlen(wan_expert_folder(e)) + strlen(l->layout.tensors[i].name) + 2;
-            if (!(names[k] = malloc(len))) {
-                core_error("out of memory");
-                goto done;
-            }
-            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), l->layout.tensors[i].name);
-            h[k] = wan_lora_tensor_hash(l, i);
-        }
+        L[e] = l ? &l->layout : NULL, P[e] = l ? l->params : NULL;
+        count += l != NULL;
     }
-    rc = core_model_hash((const char *const *)names, h, (size_t)total, out) ? -1 : count;
-done:
-    for (int i = 0; names && i < total; i++) free(names[i]);
-    free(names), free(h);
-    return rc;
+    if (!count) return 0;
+    return wan_tensor_sets_hash(L, P, n, out) ? -1 : count;
 }

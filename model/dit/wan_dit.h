@@ -206,6 +206,11 @@ uint64_t wan_tensor_hash(const wan_model *m, int i);
 /* The whole-model hash of n experts (core_model_hash over names "transformer/<name>", "transformer_2/<name>").
  * -1 only when out of memory. */
 int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out);
+/* The same hash over any per-expert tensor sets (the weights' layouts, the LoRA adapters' layouts): set e (NULL:
+ * expert e has none, skipped) named "<wan_expert_folder(e)>/<tensor name>", each tensor the xxh64 of its F32 bytes
+ * at params[e] + offset. n <= WAN_HASH_MAX_SETS. -1 only when out of memory. */
+#define WAN_HASH_MAX_SETS 2
+int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *params, int n, uint64_t *out);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Checkpoints (diffusers layout) */

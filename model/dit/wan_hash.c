@@ -14,9 +14,9 @@ uint64_t wan_tensor_hash(const wan_model *m, int i) {
     return core_xxh64(m->params + t->offset, sizeof(float) * (size_t)t->numel, 0);
 }
 
-int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out) {
+int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *params, int n, uint64_t *out) {
     int total = 0;
-    for (int e = 0; e < n; e++) total += experts[e]->layout.count;
+    for (int e = 0; e < n; e++) total += layouts[e] ? layouts[e]->count : 0;
     char **names = calloc((size_t)total + 1, sizeof *names);
     uint64_t *h = malloc(sizeof(uint64_t) * ((size_t)total + 1));
     int k = 0, rc = -1;
@@ -25,15 +25,15 @@ int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out) {
         goto done;
     }
     for (int e = 0; e < n; e++)
-        for (int i = 0; i < experts[e]->layout.count; i++, k++) {
-            const char *nm = experts[e]->layout.tensors[i].name;
-            size_t len = strlen(wan_expert_folder(e)) + strlen(nm) + 2;
+        for (int i = 0; layouts[e] && i < layouts[e]->count; i++, k++) {
+            const wan_tensor *t = &layouts[e]->tensors[i];
+            size_t len = strlen(wan_expert_folder(e)) + strlen(t->name) + 2;
             if (!(names[k] = malloc(len))) {
                 core_error("out of memory");
                 goto done;
             }
-            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), nm);
-            h[k] = wan_tensor_hash(experts[e], i);
+            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), t->name);
+            h[k] = core_xxh64(params[e] + t->offset, sizeof(float) * (size_t)t->numel, 0);
         }
     rc = core_model_hash((const char *const *)names, h, (size_t)total, out);
 done:
@@ -41,4 +41,12 @@ done:
         for (int i = 0; i < total; i++) free(names[i]);
     free(names), free(h);
     return rc;
+}
+
+int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out) {
+    const wan_layout *L[WAN_HASH_MAX_SETS];
+    const float *P[WAN_HASH_MAX_SETS];
+    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("wan_models_hash: %d experts", n);
+    for (int e = 0; e < n; e++) L[e] = &experts[e]->layout, P[e] = experts[e]->params;
+    return wan_tensor_sets_hash(L, P, n, out);
 }

@@ -319,32 +319,11 @@ uint64_t wan_lora_tensor_hash(const wan_lora *l, int i) {
 }
 
 int wan_lora_hash(const wan_lora *const *adapters, int n, uint64_t *out) {
-    int total = 0;
-    for (int e = 0; e < n; e++) total += adapters[e]->layout.count;
-    char **names = calloc((size_t)total + 1, sizeof *names);
-    uint64_t *h = malloc(sizeof(uint64_t) * ((size_t)total + 1));
-    int k = 0, rc = -1;
-    if (!names || !h) {
-        core_error("out of memory");
-        goto done;
-    }
-    for (int e = 0; e < n; e++)
-        for (int i = 0; i < adapters[e]->layout.count; i++, k++) {
-            const char *nm = adapters[e]->layout.tensors[i].name;
-            size_t len = strlen(wan_expert_folder(e)) + strlen(nm) + 2;
-            if (!(names[k] = malloc(len))) {
-                core_error("out of memory");
-                goto done;
-            }
-            snprintf(names[k], len, "%s/%s", wan_expert_folder(e), nm);
-            h[k] = wan_lora_tensor_hash(adapters[e], i);
-        }
-    rc = core_model_hash((const char *const *)names, h, (size_t)total, out);
-done:
-    if (names)
-        for (int i = 0; i < total; i++) free(names[i]);
-    free(names), free(h);
-    return rc;
+    const wan_layout *L[WAN_HASH_MAX_SETS];
+    const float *P[WAN_HASH_MAX_SETS];
+    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("wan_lora_hash: %d adapters", n);
+    for (int e = 0; e < n; e++) L[e] = &adapters[e]->layout, P[e] = adapters[e]->params;
+    return wan_tensor_sets_hash(L, P, n, out);
 }
 
 /* ---- with a model ---- */
