@@ -95,7 +95,9 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
     for (int j = 0; j < n; j++) {
         uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
         if (score(L, &tr[j], samples[j].prompt, v)) goto done;
-        res[j] = (core_rollout_result){.traj = tr[j], .video_hash = core_xxh64(v, (size_t)vb, 0),
+        /* the video's hash only where videos are asked for: the training rollouts never read it */
+        res[j] = (core_rollout_result){.traj = tr[j],
+                                       .video_hash = tmpl->return_videos ? core_xxh64(v, (size_t)vb, 0) : 0,
                                        .velocity = vel ? vel[j] : NULL};
     }
     if (on_chunk) {

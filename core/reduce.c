@@ -7,6 +7,8 @@
  * holding O(log m) values, so arbitrarily long inputs need no allocation and the functions cannot fail. */
 #include "core/reduce.h"
 
+#include <math.h>
+
 #ifdef __clang__
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -102,4 +104,14 @@ float core_sum_sq_diff_fixed(const float *a, const float *b, int64_t n)
 {
     pair_ctx p = {a, b};
     return core_reduce_fixed(n, sq_diff_chunk, &p);
+}
+
+void core_mean_sd_se(const double *x, int n, double *mean, double *sd, double *se) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    const double m = s / n;
+    for (int i = 0; i < n; i++) q += (x[i] - m) * (x[i] - m);
+    *mean = m;
+    *sd = sqrt(q / n);
+    *se = n > 1 ? sqrt(q / (n - 1)) / sqrt((double)n) : 0;
 }

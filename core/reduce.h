@@ -34,4 +34,9 @@ float core_sum_fixed(const float *x, int64_t n);
 /* sum_i (a[i] - b[i])^2 in the fixed order (each term: d = a - b, then d * d, both rounded to fp32). */
 float core_sum_sq_diff_fixed(const float *a, const float *b, int64_t n);
 
+/* Summary statistics of x[0..n) (n >= 1) in double, in one fixed order: mean = sum / n; sd the population standard
+ * deviation sqrt(sum (x - mean)^2 / n); se the standard error of the mean, sample std (ddof 1) / sqrt(n) (0 when n is
+ * 1). The one definition the in-run eval, the step metrics and `vgrpo eval`'s eval.json use. */
+void core_mean_sd_se(const double *x, int n, double *mean, double *sd, double *se);
+
 #endif

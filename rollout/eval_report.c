@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/reduce.h"
 #include "rollout/eval_report.h"
 #include "media/png.h"
 #include "media/video.h"
@@ -148,21 +149,14 @@ int eval_report_add(eval_report *E, const core_rollout_result *res, int n, const
     return 0;
 }
 
-/* n, mean, population std, min, max and the standard error of the mean (sample std / sqrt(n)) of xs[0..n). */
+/* n, mean, population std, min, max and the standard error of the mean (core_mean_sd_se) of xs[0..n). */
 static json_t *stats_json(const double *xs, int n, double *mean_out, double *sd_out, double *se_out, double *lo,
                           double *hi) {
-    double sum = 0, q = 0;
     *lo = xs[0], *hi = xs[0];
-    for (int i = 0; i < n; i++) {
-        sum += xs[i];
-        if (xs[i] < *lo) *lo = xs[i];
-        if (xs[i] > *hi) *hi = xs[i];
-    }
-    const double mean = sum / n;
-    for (int i = 0; i < n; i++) q += (xs[i] - mean) * (xs[i] - mean);
-    const double sd = sqrt(q / n), se = n > 1 ? sqrt(q / (n - 1)) / sqrt((double)n) : 0.0;
-    *mean_out = mean, *sd_out = sd, *se_out = se;
-    return json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "n", n, "mean", mean, "std", sd, "min", *lo, "max", *hi, "se", se);
+    for (int i = 1; i < n; i++) *lo = xs[i] < *lo ? xs[i] : *lo, *hi = xs[i] > *hi ? xs[i] : *hi;
+    core_mean_sd_se(xs, n, mean_out, sd_out, se_out);
+    return json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "n", n, "mean", *mean_out, "std", *sd_out, "min", *lo, "max",
+                     *hi, "se", *se_out);
 }
 
 static json_t *prompts_json(const eval_report *E) {

@@ -137,7 +137,7 @@ static int send_hello(worker *w) {
                           "model_xxh64", hx, "experts", ex);
     /* LoRA: model_xxh64 stays the base's; the adapters (the recipe's fresh ones, or --adapter's) are named apart */
     wan_model *mm[2] = {&w->p->model[0], &w->p->model[1]};
-    const int n_ad = rollout_worker_adapters_hash(mm, w->p->experts.n, &h);
+    const int n_ad = wan_models_adapters_hash((const wan_model *const *)mm, w->p->experts.n, &h);
     if (n_ad < 0) return json_decref(f), -1;
     if (n_ad > 0) core_hash_hex(h, hx), json_object_set_new(f, "adapter_xxh64", json_string(hx));
     int rc = core_zmq_send_fields(w->sock, NULL, 0, CORE_WIRE_HELLO, "hello", f);

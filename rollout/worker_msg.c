@@ -18,22 +18,6 @@ static void update_reset(rollout_worker_state *w) {
     w->upd_error[0] = 0;
 }
 
-/* Struct fields and model/dit/wan_hash.c only (no call into model/dit/wan_lora.c): the fuzz build links no more. */
-int rollout_worker_adapters_hash(wan_model *const *models, int n, uint64_t *out) {
-    *out = 0;
-    const wan_layout *L[WAN_HASH_MAX_SETS];
-    const float *P[WAN_HASH_MAX_SETS];
-    int count = 0;
-    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("%d experts", n);
-    for (int e = 0; e < n; e++) {
-        const wan_lora *l = models[e] ? models[e]->lora : NULL;
-        L[e] = l ? &l->layout : NULL, P[e] = l ? l->params : NULL;
-        count += l != NULL;
-    }
-    if (!count) return 0;
-    return wan_tensor_sets_hash(L, P, n, out) ? -1 : count;
-}
-
 /* The flat buffer and layout an update writes for expert e: its adapter's (an adapter update) or its own. */
 static const wan_layout *update_layout(const rollout_worker_state *w, int e, float **params) {
     wan_model *m = w->model[e];
@@ -138,6 +122,20 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
     w->upd_received++;
 }
 
+/* An update that matched: the worker now serves its version; weights_ack with the hash, and one log line. */
+static int ack_update(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io, uint64_t got,
+                      const char *what, const char *hash_name) {
+    w->version = w->upd_version;
+    update_reset(w);
+    char hx[17];
+    core_hash_hex(got, hx);
+    json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
+    const int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
+    json_decref(f);
+    core_log_info("%s: %s of policy version %" PRId64 " applied (%s xxh64 %s)", w->id, what, w->version, hash_name, hx);
+    return rc;
+}
+
 static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
     char why[700];
     uint64_t want, got = 0;
@@ -152,14 +150,17 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
         snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
                  w->upd_announced);
     else if (w->adapter) {
-        /* Hash the staged adapters (their buffers swapped in for the hash), then copy them into the adapters: their
-         * named views (wan_lora.w) stay bound to the adapters' own buffers. */
-        float *old[2] = {NULL, NULL};
-        for (int e = 0; e < w->n_experts; e++)
-            if (w->staged[e]) old[e] = w->model[e]->lora->params, w->model[e]->lora->params = w->staged[e];
-        const int hrc = rollout_worker_adapters_hash(w->model, w->n_experts, &got);
-        for (int e = 0; e < w->n_experts; e++)
-            if (w->staged[e]) w->model[e]->lora->params = old[e];
+        /* The staged adapters' hash (an expert not sent keeps its adapter), then a copy into the adapters: their named
+         * views (wan_lora.w) stay bound to the adapters' own buffers. */
+        const wan_layout *L[2] = {NULL, NULL};
+        const float *P[2] = {NULL, NULL};
+        int count = 0;
+        for (int e = 0; e < w->n_experts; e++) {
+            const wan_lora *l = w->model[e]->lora;
+            if (l) L[e] = &l->layout, P[e] = w->staged[e] ? w->staged[e] : l->params, count++;
+        }
+        got = 0;
+        const int hrc = count ? wan_tensor_sets_hash(L, P, w->n_experts, &got) : 0;
         if (hrc < 0 || got != want) {
             snprintf(why, sizeof why, "weights_end: the updated LoRA adapters hash to %016" PRIx64 ", the controller's "
                      "is %016" PRIx64 "; the update is refused and version %" PRId64 " kept", got, want, w->version);
@@ -167,47 +168,29 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
             for (int e = 0; e < w->n_experts; e++)
                 if (w->staged[e])
                     memcpy(w->model[e]->lora->params, w->staged[e], sizeof(float) * (size_t)w->model[e]->lora->layout.numel);
-            w->version = w->upd_version;
-            update_reset(w);
-            char hx[17];
-            core_hash_hex(got, hx);
-            json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
-            int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
-            json_decref(f);
-            core_log_info("%s: LoRA adapters of policy version %" PRId64 " applied (adapter xxh64 %s)", w->id, w->version, hx);
-            return rc;
+            return ack_update(w, m, io, got, "LoRA adapters", "adapter");
         }
     } else {
-        /* Hash the staged model: swap the staged buffers in, hash, swap back unless it matches. */
-        float *old[2] = {NULL, NULL};
-        wan_model *ms[2] = {w->model[0], w->model[1]};
-        for (int e = 0; e < w->n_experts; e++) old[e] = ms[e]->params, ms[e]->params = w->staged[e];
-        const wan_model *cm[2] = {ms[0], ms[1]};
-        int hrc = wan_models_hash(cm, w->n_experts, &got);
-        if (hrc || got != want) {
-            for (int e = 0; e < w->n_experts; e++) ms[e]->params = old[e];
+        /* The staged model's hash; on a match the staged buffers become the parameters (named views re-bound). */
+        const wan_layout *L[2] = {NULL, NULL};
+        const float *P[2] = {NULL, NULL};
+        for (int e = 0; e < w->n_experts; e++) L[e] = &w->model[e]->layout, P[e] = w->staged[e];
+        if (wan_tensor_sets_hash(L, P, w->n_experts, &got) || got != want) {
             snprintf(why, sizeof why, "weights_end: the updated model hashes to %016" PRIx64 ", the controller's is %016" PRIx64
                      "; the update is refused and version %" PRId64 " kept", got, want, w->version);
         } else {
-            /* Keep the staged buffers as the parameters; re-bind the named views onto them. */
             for (int e = 0; e < w->n_experts; e++) {
-                wan_weights_free(&ms[e]->w);
-                if (wan_weights_bind(&ms[e]->w, &ms[e]->layout, ms[e]->params)) {
+                wan_model *mm = w->model[e];
+                wan_weights_free(&mm->w);
+                if (wan_weights_bind(&mm->w, &mm->layout, w->staged[e])) {
                     snprintf(why, sizeof why, "weights_end: out of memory");
                     return io->send_error(io->ctx, m->id, "internal", why);
                 }
-                free(old[e]);
+                free(mm->params);
+                mm->params = w->staged[e];
                 w->staged[e] = NULL;
             }
-            w->version = w->upd_version;
-            update_reset(w);
-            char hx[17];
-            core_hash_hex(got, hx);
-            json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
-            int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
-            json_decref(f);
-            core_log_info("%s: weights of policy version %" PRId64 " applied (model xxh64 %s)", w->id, w->version, hx);
-            return rc;
+            return ack_update(w, m, io, got, "weights", "model");
         }
     }
     update_reset(w);

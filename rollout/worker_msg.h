@@ -11,7 +11,7 @@
  * LoRA (model/dit/wan_lora.h): a worker whose experts carry adapters (model[e]->lora, attached by its pipeline)
  * takes updates of the adapters alone: weights_begin with "adapter": true, tensors named
  * "transformer/blocks.0.attn1.to_q.lora_A.weight" of the adapter's shapes, and a weights_end hash over every expert's
- * adapter (rollout_worker_adapters_hash); the base weights are never written. Such an update to a worker without
+ * adapter (wan_models_adapters_hash); the base weights are never written. Such an update to a worker without
  * adapters is refused at weights_end (`weights_mismatch`, naming model.lora.rank).
  *
  * Answers: rollout_request for another policy version: error `version_mismatch`; a request that does not parse:
@@ -57,12 +57,6 @@ typedef struct {
 
 /* Handles message m. Returns 0 (keep serving), 1 (`shutdown` was answered: stop), or -1 when io failed to send. */
 int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const rollout_worker_io *io);
-
-/* The whole-adapter hash of the adapters attached to models[0..n) (names "<expert folder>/<tensor>", the rule of
- * DESIGN.md section 3; an expert without an adapter contributes nothing): what the worker's hello sends as
- * adapter_xxh64 and what an adapter sync's weights_end must match. Returns the number of adapters (0: none), -1 when
- * out of memory. The same value as the trainer's trainer_lora_hash. */
-int rollout_worker_adapters_hash(wan_model *const *models, int n, uint64_t *out);
 
 /* Frees a weights update in progress (the state's models are the caller's). */
 void rollout_worker_state_free(rollout_worker_state *s);

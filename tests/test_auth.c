@@ -399,8 +399,12 @@ static void intruder(const char *run_dir, const char *count_path) {
             sleep_ms(30);
             zmq_close(d);
         }
-        FILE *f = fopen(count_path, "w");
-        if (f) fprintf(f, "%ld\n", n), fclose(f);
+        /* written aside and renamed: the parent kills this process at any moment, and a file cut open by
+         * fopen("w") would read as 0 attempts */
+        char tmp[800];
+        snprintf(tmp, sizeof tmp, "%s.tmp", count_path);
+        FILE *f = fopen(tmp, "w");
+        if (f) fprintf(f, "%ld\n", n), fclose(f), rename(tmp, count_path);
     }
 }
 

@@ -242,7 +242,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         adapters = a;
     }
     if (adapters < 0) adapters = 0;
-    if (adapters ? trainer_lora_hash(experts, n_experts, &model_hash) < 0 : wan_models_hash(experts, n_experts, &model_hash))
+    if (adapters ? wan_models_adapters_hash(experts, n_experts, &model_hash) < 0 : wan_models_hash(experts, n_experts, &model_hash))
         return -1;
     int count = 0;
     int64_t payload = 0;

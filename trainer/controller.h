@@ -67,7 +67,7 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
  * waits for every weights_ack. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
  * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the
  * sync is of the adapters only (weights_begin "adapter": true; tensors "transformer/blocks.0.attn1.to_q.lora_A.weight",
- * ...; the hash is trainer_lora_hash over every expert's adapter): the workers' base weights are not touched.
+ * ...; the hash is wan_models_adapters_hash over every expert's adapter): the workers' base weights are not touched.
  * Errors (-1): a worker's refusal (its reason), an ack with another hash (names the worker and both hashes), a
  * time-out, abort, a mix of adapters and full weights in one sync. */
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,

@@ -11,17 +11,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/reduce.h"
 #include "trainer/run_internal.h"
-
-void trainer_mean_se(const double *x, int n, double *mean, double *se, double *sd) {
-    double s = 0, q = 0;
-    for (int i = 0; i < n; i++) s += x[i];
-    const double m = s / n;
-    for (int i = 0; i < n; i++) q += (x[i] - m) * (x[i] - m);
-    *mean = m;
-    *sd = sqrt(q / n);
-    *se = n > 1 ? sqrt(q / (n - 1)) / sqrt((double)n) : 0;
-}
 
 /* The rewards a sample came back with must be the recipe's scorers, in its order (an external reward.endpoint
  * serves its own list): else the metrics would label one scorer's values with another's name. */
@@ -74,7 +65,7 @@ int trainer_eval(trainer_state *S, int64_t step) {
                        TRAINER_VERSION(S), n);
     for (int j = 0; j <= ns; j++) {
         double m, se, sd;
-        trainer_mean_se(vals + (int64_t)j * n, n, &m, &se, &sd);
+        core_mean_sd_se(vals + (int64_t)j * n, n, &m, &sd, &se);
         const char *name = j < ns ? r->scorers.v[j] : "reward";
         snprintf(key, sizeof key, "eval/%s/mean", name);
         if (core_metrics_f64(S->metrics, key, m)) goto done;

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/reduce.h"
 #include "core/stop.h"
 #include "trainer/grpo.h"
 #include "trainer/run_internal.h"
@@ -95,7 +96,7 @@ static int put_step_metrics(trainer_state *S, const core_rollout_result *res, co
     for (int j = 0; j < r->scorers.n && !e; j++) {
         for (int s = 0; s < n; s++) per[s] = res[s].traj.rewards[j];
         double mu, se, sd, lo = per[0], hi = per[0];
-        trainer_mean_se(per, n, &mu, &se, &sd);
+        core_mean_sd_se(per, n, &mu, &sd, &se);
         for (int s = 1; s < n; s++) lo = per[s] < lo ? per[s] : lo, hi = per[s] > hi ? per[s] : hi;
         const char *nm = r->scorers.v[j];
         e = (snprintf(key, sizeof key, "reward/%s/mean", nm), core_metrics_f64(m, key, mu)) ||

@@ -23,17 +23,3 @@ int trainer_lora_config(const core_recipe *r, const wan_config *model, wan_lora_
     return 1;
 }
 
-int trainer_lora_hash(const wan_model *const *experts, int n, uint64_t *out) {
-    *out = 0;
-    const wan_layout *L[WAN_HASH_MAX_SETS];
-    const float *P[WAN_HASH_MAX_SETS];
-    int count = 0;
-    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("%d experts", n);
-    for (int e = 0; e < n; e++) {
-        const wan_lora *l = experts[e] ? experts[e]->lora : NULL;
-        L[e] = l ? &l->layout : NULL, P[e] = l ? l->params : NULL;
-        count += l != NULL;
-    }
-    if (!count) return 0;
-    return wan_tensor_sets_hash(L, P, n, out) ? -1 : count;
-}

@@ -36,10 +36,4 @@ static inline trainer_trained_buf trainer_trained_buffer(wan_model *m) {
     return (trainer_trained_buf){m->params, m->grads, m->layout.numel, &m->layout};
 }
 
-/* The whole-adapter hash of the adapters attached to experts[0..n) (DESIGN.md section 3's rule: xxh64 of the per-tensor
- * hashes in bytewise order of the full names "transformer/blocks.0.attn1.to_q.lora_A.weight", "transformer_2/...";
- * an expert without an adapter contributes nothing; with every expert adapted it equals wan_lora_hash). Returns the
- * number of adapters (0: none, *out = 0), or -1 when out of memory. rollout/worker_msg.c computes the same. */
-int trainer_lora_hash(const wan_model *const *experts, int n, uint64_t *out);
-
 #endif

@@ -99,8 +99,6 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
 int trainer_eval(trainer_state *S, int64_t step);
 /* The rewards a sample came back with must be the recipe's scorers, in its order. -1 naming both lists. */
 int trainer_check_scorers(const trainer_state *S, const core_traj *t);
-/* mean, standard error of the mean (sample std, ddof 1, / sqrt(n)) and population std of x[0..n), in double. */
-void trainer_mean_se(const double *x, int n, double *mean, double *se, double *sd);
 
 /* ---- step_videos.c ---- */
 /* logging.video_every: sample videos of the first (up to) 4 eval prompts into run_dir/videos/step-<step>/. */

@@ -114,7 +114,8 @@ static int check_lora(const core_recipe *r) {
     return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
 }
 
-int trainer_check_recipe(const core_recipe *r) {
+/* The checks of trainer_check_recipe that read no file. */
+static int check_settings(const core_recipe *r) {
     grpo_selection sel;
     if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
     if (check_trainable(r, &sel) || check_lora(r)) return -1;
@@ -122,21 +123,29 @@ int trainer_check_recipe(const core_recipe *r) {
     for (int i = 0; i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
     optim_config oc;
-    if (trainer_optim_config(r, &oc)) return -1;
-    core_prompts p;
+    return trainer_optim_config(r, &oc);
+}
+
+/* Reads both prompt files (the recipe's limits) and checks them; on error nothing is left to free. */
+static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts *eval) {
     const core_prompts_limits lim = core_recipe_prompt_limits(r);
-    if (core_prompts_read_limited(&p, r->prompt_file, &lim)) return -1;
-    int bad = trainer_check_prompts(r, &p);
-    const int n = p.n;
-    core_prompts_free(&p);
-    if (bad) return -1;
-    if (r->prompts_per_step > n)
-        return core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
-                          r->prompt_file, n);
-    if (core_prompts_read_limited(&p, r->eval_prompt_file, &lim)) return -1;
-    bad = trainer_check_prompts(r, &p);
-    core_prompts_free(&p);
+    memset(eval, 0, sizeof *eval);
+    if (core_prompts_read_limited(train, r->prompt_file, &lim)) return -1;
+    int bad = trainer_check_prompts(r, train);
+    if (!bad && r->prompts_per_step > train->n)
+        bad = core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
+                         r->prompt_file, train->n);
+    if (!bad) bad = core_prompts_read_limited(eval, r->eval_prompt_file, &lim) || trainer_check_prompts(r, eval);
+    if (bad) core_prompts_free(train), core_prompts_free(eval);
     return bad ? -1 : 0;
+}
+
+int trainer_check_recipe(const core_recipe *r) {
+    core_prompts train, eval;
+    if (check_settings(r) || read_prompts(r, &train, &eval)) return -1;
+    core_prompts_free(&train);
+    core_prompts_free(&eval);
+    return 0;
 }
 
 /* Every prompt's conditioning [n, L, td], contiguous so a sample's embedding is base + prompt index x L x td. */
@@ -231,12 +240,9 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
     return 0;
 }
 
-/* The training and eval prompts and their conditioning (computed once; the negative prompt's too). */
-static int load_prompts(trainer_state *S, const core_recipe *r) {
-    const core_prompts_limits lim = core_recipe_prompt_limits(r);
-    if (core_prompts_read_limited(&S->train, r->prompt_file, &lim) ||
-        core_prompts_read_limited(&S->eval, r->eval_prompt_file, &lim))
-        return -1;
+/* The conditioning of the training and eval prompts (read by trainer_setup; computed once; the negative prompt's
+ * too). */
+static int embed_all(trainer_state *S, const core_recipe *r) {
     const int td = S->pol[0].cfg.text_dim;
     S->ne = (int64_t)r->text_len * td;
     text_cond *tc = text_cond_load(r->text_encoder, r->model_path, r->text_len, td);
@@ -254,13 +260,14 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->r = r;
     S->dp = dp;
     S->rewards_fd = -1;
-    if (trainer_check_recipe(r)) return -1;
+    /* every check that needs no weights, the prompt files read once (and kept) */
+    if (check_settings(r) || read_prompts(r, &S->train, &S->eval)) return -1;
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     struct stat sb;
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
     if (setup_parallel(S, r, path) || load_experts(S, r, path) || trainer_optim_config(r, &S->oc) ||
-        load_prompts(S, r))
+        embed_all(S, r))
         return -1;
     if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
     int F, H, W;

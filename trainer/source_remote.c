@@ -37,7 +37,7 @@ static int remote_start(void *ctx, const wan_model *const *experts, int n_expert
                         int64_t version, int resumed) {
     remote *R = ctx;
     uint64_t h, ah;
-    const int n_ad = trainer_lora_hash(experts, n_experts, &ah);
+    const int n_ad = wan_models_adapters_hash(experts, n_experts, &ah);
     if (n_ad < 0) return -1;
     if (!resumed || n_ad > 0) {
         if (wan_models_hash(experts, n_experts, &h)) return -1;

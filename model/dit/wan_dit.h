@@ -211,6 +211,11 @@ int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out);
  * at params[e] + offset. n <= WAN_HASH_MAX_SETS. -1 only when out of memory. */
 #define WAN_HASH_MAX_SETS 2
 int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *params, int n, uint64_t *out);
+/* The whole-adapter hash of the LoRA adapters attached to experts[0..n) (wan_tensor_sets_hash over the adapters'
+ * layouts; an expert without an adapter contributes nothing; with every expert adapted it equals wan_lora_hash):
+ * what a worker's hello reports as adapter_xxh64 and an adapter sync must match, on both sides. Returns the number
+ * of adapters (0: none, *out = 0), or -1 when out of memory. Reads struct fields only (no call into wan_lora.c). */
+int wan_models_adapters_hash(const wan_model *const *experts, int n, uint64_t *out);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Checkpoints (diffusers layout) */

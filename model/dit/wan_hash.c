@@ -6,6 +6,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "model/dit/wan_dit.h"
+#include "model/dit/wan_lora.h"
 
 const char *wan_expert_folder(int expert) { return expert ? "transformer_2" : "transformer"; }
 
@@ -49,4 +50,19 @@ int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out) {
     if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("wan_models_hash: %d experts", n);
     for (int e = 0; e < n; e++) L[e] = &experts[e]->layout, P[e] = experts[e]->params;
     return wan_tensor_sets_hash(L, P, n, out);
+}
+
+int wan_models_adapters_hash(const wan_model *const *experts, int n, uint64_t *out) {
+    *out = 0;
+    const wan_layout *L[WAN_HASH_MAX_SETS];
+    const float *P[WAN_HASH_MAX_SETS];
+    int count = 0;
+    if (n < 0 || n > WAN_HASH_MAX_SETS) return core_error("wan_models_adapters_hash: %d experts", n);
+    for (int e = 0; e < n; e++) {
+        const wan_lora *l = experts[e] ? experts[e]->lora : NULL;
+        L[e] = l ? &l->layout : NULL, P[e] = l ? l->params : NULL;
+        count += l != NULL;
+    }
+    if (!count) return 0;
+    return wan_tensor_sets_hash(L, P, n, out) ? -1 : count;
 }
