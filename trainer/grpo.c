@@ -152,6 +152,66 @@ int grpo_loss_terms(int n, const float *logp_new, const float *logp_old, const f
     return 0;
 }
 
+/* ---- GRPO-Guard ---- */
+
+int grpo_guard_loss_terms(int n, const float *logp_new, const float *logp_old, const float *bias,
+                          const float *step_std, const float *dt, const float *adv, const uint8_t *mask,
+                          const float *kl, float eps, float beta, int64_t denom, float *dlogp_out, float *dbias_out,
+                          float *dkl_out, grpo_loss_stats *stats) {
+    if (n < 0) return core_error("grpo_guard loss: negative transition count %d", n);
+    if (!(eps > 0)) return core_error("algorithm.clip_range: must be > 0 (got %g)", (double)eps);
+    if (!(beta >= 0) || isinf(beta)) return core_error("algorithm.beta: must be finite and >= 0 (got %g)", (double)beta);
+    if (denom < 1) return core_error("grpo_guard loss: the loss denominator (trained transitions of the global batch) is %lld; must be >= 1", (long long)denom);
+    if (beta > 0 && !kl) return core_error("grpo_guard loss: algorithm.beta is %g but no KL values were given", (double)beta);
+    if (n > 0 && (!bias || !step_std || !dt))
+        return core_error("grpo_guard loss: the mean bias, step std and dt of every transition are needed (got NULL)");
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(logp_new[i]) || !isfinite(logp_old[i]))
+            return core_error("grpo_guard loss: transition %d has a non-finite log-prob (new %g, old %g)", i,
+                              (double)logp_new[i], (double)logp_old[i]);
+        if (!isfinite(adv[i])) return core_error("grpo_guard loss: transition %d has a non-finite advantage", i);
+        if (kl && !isfinite(kl[i])) return core_error("grpo_guard loss: transition %d has a non-finite KL (%g)", i, (double)kl[i]);
+        if (!isfinite(bias[i]))
+            return core_error("grpo_guard loss: transition %d has a non-finite mean bias (%g)", i, (double)bias[i]);
+        if (!(step_std[i] > 0) || isinf(step_std[i]))
+            return core_error("grpo_guard loss: transition %d has step std %g; must be finite and > 0 (an ODE step is "
+                              "never trained)", i, (double)step_std[i]);
+        if (!(dt[i] < 0) || isinf(dt[i]))
+            return core_error("grpo_guard loss: transition %d has dt %g; must be finite and < 0", i, (double)dt[i]);
+    }
+    const float fden = (float)denom; /* exact below 2^24 transitions */
+    const float dkl = beta / fden;
+    grpo_loss_stats acc = {0};
+    for (int i = 0; i < n; i++) {
+        const float scale = step_std[i];
+        const float lr = logp_new[i] - logp_old[i];
+        const float biased = lr + bias[i];
+        const float ratio = expf(biased * scale);
+        const float sqrt_dt = sqrtf(-dt[i]);
+        const float w = sqrt_dt * sqrt_dt;
+        float policy, dpr;
+        int clipped = grpo_ppo_term(ratio, adv[i], eps, &policy, &dpr);
+        const float pw = policy / w;
+        const float m = mask[i] ? 1.0f : 0.0f;
+        const float k = kl ? kl[i] : 0.0f;
+        const float contrib = (m * pw + beta * k) / fden;
+        /* d ratio / d logp_new = d ratio / d bias = ratio * scale */
+        const float g = m * dpr * ratio * scale / w / fden;
+        dlogp_out[i] = g;
+        if (dbias_out) dbias_out[i] = g;
+        if (dkl_out) dkl_out[i] = dkl;
+        acc.n_transitions++;
+        acc.n_clipped += clipped;
+        acc.loss += contrib;
+        acc.policy += (double)(m * pw) / (double)denom;
+        acc.kl += (double)k / (double)denom;
+        acc.abs_ratio_dev_sum += fabs((double)ratio - 1.0);
+        acc.abs_logp_diff_sum += fabs((double)logp_new[i] - (double)logp_old[i]);
+    }
+    if (stats) grpo_loss_stats_add(stats, &acc);
+    return 0;
+}
+
 /* ---- Timestep selection ---- */
 
 static const char *mode_name(grpo_sel_mode m) {

@@ -98,6 +98,30 @@ int grpo_loss_terms(int n, const float *logp_new, const float *logp_old, const f
                     const float *kl, float eps, float beta, int64_t denom, float *dlogp_out, float *dkl_out,
                     grpo_loss_stats *stats);
 
+/* ---- GRPO-Guard (algorithm.loss: grpo_guard) ---- */
+
+/* Loss terms of n transitions under GRPO-Guard (verl-omni GRPOGuardLoss; Wang et al. 2025, arXiv 2510.22319), which
+ * replaces the ratio of grpo_loss_terms by a mean-bias-corrected, step-scaled one and rescales each step's policy
+ * term. Per transition t (fp32, in this order):
+ *   scale = step_std[t]                       (= sqrt(-dt) * std_t of the "sde" step: flow_step.step_std)
+ *   ratio = expf((logp_new - logp_old + bias) * scale),  bias[t] = flow_kl(mean_new, mean_old_rollout) of the step
+ *   w     = sqrt_dt * sqrt_dt,  sqrt_dt = sqrtf(-dt[t])
+ *   policy term = grpo_ppo_term(ratio, adv, eps) / w
+ *   loss += (mask * policy term + beta * KL) / denom   (stats->loss, ->policy, ->kl as in grpo_loss_terms)
+ *   dlogp_out[t] = dbias_out[t] = mask * dpolicy_dratio * ratio * scale / w / denom,  dkl_out[t] = beta / denom.
+ * (The reference takes means of sqrt(-dt) and std_t over the batch of one denoising step, which all share the
+ * schedule: per transition they are its own values.) stats: as grpo_loss_terms (clip events on this ratio;
+ * abs_logp_diff_sum of logp_new - logp_old without the bias).
+ * dbias_out and dkl_out may be NULL (dbias equals dlogp). With a cps step verl-omni's scale is sqrt(-dt) * s (its
+ * std_dev_t is s), not flow_step.step_std = s: passing step_std there departs from the reference. The bias and its
+ * gradient (flow_kl, flow_sde_backward_v_guard) use step_std, so scale must be that same number.
+ * Errors (-1): those of grpo_loss_terms, a NULL bias / step_std / dt (n > 0), a non-finite bias, step_std not finite
+ * and > 0, dt not finite and < 0 (names t). */
+int grpo_guard_loss_terms(int n, const float *logp_new, const float *logp_old, const float *bias,
+                          const float *step_std, const float *dt, const float *adv, const uint8_t *mask,
+                          const float *kl, float eps, float beta, int64_t denom, float *dlogp_out, float *dbias_out,
+                          float *dkl_out, grpo_loss_stats *stats);
+
 /* ---- Timestep selection (algorithm.timestep_selection) ---- */
 
 typedef enum {

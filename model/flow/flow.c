@@ -76,6 +76,60 @@ int flow_step_init(flow_step *st, float sigma, float sigma_next, float sigma1, f
     s.coef_v = (1.0f + w * (1.0f - sigma) / two_sigma) * s.dt;
     const float var = s.step_std * s.step_std;
     s.has_std = s.step_std > 0.0f && isfinite(var) && var >= FLT_MIN;
+    s.kind = flow_kind_default();
+    *st = s;
+    return 0;
+}
+
+/* The cps step's scalars (flow.h, FLOW_CPS): s = sigma_next sin(eta pi / 2), c = sqrt(sigma_next^2 - s^2). */
+static int cps_step_init(flow_step *st, float sigma, float sigma_next, float eta)
+{
+    if (!(sigma > 0.0f && sigma <= 1.0f)) return core_error("flow step: sigma %g must be in (0, 1]", (double)sigma);
+    if (!(sigma_next >= 0.0f && sigma_next < sigma))
+        return core_error("flow step: sigma_next %g must be in [0, sigma = %g)", (double)sigma_next, (double)sigma);
+    if (!(eta >= 0.0f) || !isfinite(eta)) return core_error("flow step: eta %g must be finite and >= 0", (double)eta);
+    if (eta > 1.0f) return core_error("rollout.eta: cps needs eta in [0, 1] (got %g)", (double)eta);
+
+    flow_step s;
+    memset(&s, 0, sizeof s);
+    s.sigma = sigma;
+    s.sigma_next = sigma_next;
+    s.dt = sigma_next - sigma;
+    /* The reference's math.sin(noise_level * math.pi / 2) in double; (eta pi) / 2 == eta (pi / 2) exactly. */
+    const float sin_eta = (float)sin((double)eta * (M_PI / 2.0));
+    const float sd = sigma_next * sin_eta;
+    const float sn2 = sigma_next * sigma_next;
+    const float sd2 = sd * sd;
+    const float c2 = sn2 - sd2; /* >= 0: sd <= sigma_next since sin_eta <= 1 */
+    const float c = sqrtf(c2 > 0.0f ? c2 : 0.0f);
+    s.std_t = sd;
+    s.step_std = sd;
+    const float one_m_next = 1.0f - sigma_next;
+    s.coef_x = one_m_next + c;
+    const float cv1 = c * (1.0f - sigma);
+    const float cv2 = sigma * one_m_next;
+    s.coef_v = cv1 - cv2;
+    const float var = sd * sd;
+    s.has_std = sd > 0.0f && isfinite(var) && var >= FLT_MIN;
+    *st = s;
+    return 0;
+}
+
+int flow_step_init_kind(flow_step *st, flow_kind k, float sigma, float sigma_next, float sigma1, float eta)
+{
+    if (k.type != FLOW_SDE && k.type != FLOW_CPS)
+        return core_error("rollout.sde_type: unknown step type %d (sde or cps)", (int)k.type);
+    if (k.logp != FLOW_LOGP_EXACT && k.logp != FLOW_LOGP_FLOW_GRPO)
+        return core_error("algorithm.cps_logprob: unknown log-prob mode %d (exact or flow_grpo)", (int)k.logp);
+    if (k.logp == FLOW_LOGP_FLOW_GRPO && k.type != FLOW_CPS)
+        return core_error("algorithm.cps_logprob: flow_grpo is defined for rollout.sde_type cps only");
+    flow_step s;
+    if (k.type == FLOW_SDE) {
+        if (flow_step_init(&s, sigma, sigma_next, sigma1, eta)) return -1;
+    } else {
+        if (cps_step_init(&s, sigma, sigma_next, eta)) return -1;
+    }
+    s.kind = k;
     *st = s;
     return 0;
 }
@@ -116,11 +170,12 @@ static float step_chunk(void *ctx, int64_t begin, int64_t end)
     return acc;
 }
 
-int flow_sde_step(const float *x, const float *v, const float *eps, const float *x_next_given, int64_t n, float sigma,
-                  float sigma_next, float sigma1, float eta, float *mean_out, float *x_next_out, flow_step *st)
+int flow_sde_step_kind(flow_kind k, const float *x, const float *v, const float *eps, const float *x_next_given,
+                       int64_t n, float sigma, float sigma_next, float sigma1, float eta, float *mean_out,
+                       float *x_next_out, flow_step *st)
 {
     flow_step s;
-    if (flow_step_init(&s, sigma, sigma_next, sigma1, eta)) return -1;
+    if (flow_step_init_kind(&s, k, sigma, sigma_next, sigma1, eta)) return -1;
     if (n < 1) return core_error("flow_sde_step: element count %lld must be >= 1", (long long)n);
     if (!x || !v || !st) return core_error("flow_sde_step: x, v and st must not be NULL");
     if (eps && x_next_given) return core_error("flow_sde_step: pass eps (rollout) or x_next_given (trainer), not both");
@@ -138,13 +193,24 @@ int flow_sde_step(const float *x, const float *v, const float *eps, const float 
     c.want_sum = s.has_std && (eps || x_next_given);
     const float sum = core_reduce_fixed(n, step_chunk, &c);
     if (c.want_sum) {
-        const float var = s.step_std * s.step_std;
         const float msq = sum / (float)n;
-        s.logp = -msq / (2.0f * var) - logf(s.step_std) - FLOW_LOG_SQRT_2PI;
+        if (s.kind.logp == FLOW_LOGP_FLOW_GRPO) {
+            s.logp = -msq;
+        } else {
+            const float var = s.step_std * s.step_std;
+            s.logp = -msq / (2.0f * var) - logf(s.step_std) - FLOW_LOG_SQRT_2PI;
+        }
         s.has_logp = 1;
     }
     *st = s;
     return 0;
+}
+
+int flow_sde_step(const float *x, const float *v, const float *eps, const float *x_next_given, int64_t n, float sigma,
+                  float sigma_next, float sigma1, float eta, float *mean_out, float *x_next_out, flow_step *st)
+{
+    return flow_sde_step_kind(flow_kind_default(), x, v, eps, x_next_given, n, sigma, sigma_next, sigma1, eta,
+                              mean_out, x_next_out, st);
 }
 
 int flow_kl(const float *mean_new, const float *mean_ref, int64_t n, float step_std, float *kl_out)
@@ -160,36 +226,58 @@ int flow_kl(const float *mean_new, const float *mean_ref, int64_t n, float step_
     return 0;
 }
 
-int flow_sde_backward_v(const flow_step *st, const float *mean, const float *x_next, const float *mean_ref, int64_t n,
-                        float g_logp, float g_kl, float *dv)
+/* The backward of flow_sde_backward_v and flow_sde_backward_v_guard; `name` heads the error messages. */
+static int backward_v(const char *name, const flow_step *st, const float *mean, const float *x_next,
+                      const float *mean_ref, const float *mean_old, int64_t n, float g_logp, float g_kl, float g_bias,
+                      float *dv)
 {
-    if (!st || !mean || !dv) return core_error("flow_sde_backward_v: st, mean and dv must not be NULL");
-    if (n < 1) return core_error("flow_sde_backward_v: element count %lld must be >= 1", (long long)n);
+    if (!st || !mean || !dv) return core_error("%s: st, mean and dv must not be NULL", name);
+    if (n < 1) return core_error("%s: element count %lld must be >= 1", name, (long long)n);
     if (!st->has_std)
-        return core_error("flow_sde_backward_v: step sigma %g -> %g has std 0 (never trained)", (double)st->sigma,
+        return core_error("%s: step sigma %g -> %g has std 0 (never trained)", name, (double)st->sigma,
                           (double)st->sigma_next);
-    if (!isfinite(g_logp) || !isfinite(g_kl))
-        return core_error("flow_sde_backward_v: gradients dL/dlogp %g, dL/dKL %g must be finite", (double)g_logp,
-                          (double)g_kl);
-    const int use_logp = g_logp != 0.0f, use_kl = g_kl != 0.0f;
-    if (use_logp && !x_next) return core_error("flow_sde_backward_v: dL/dlogp != 0 but x_next is NULL");
-    if (use_kl && !mean_ref) return core_error("flow_sde_backward_v: dL/dKL != 0 but mean_ref is NULL");
+    if (!isfinite(g_logp) || !isfinite(g_kl) || !isfinite(g_bias))
+        return core_error("%s: gradients dL/dlogp %g, dL/dKL %g, dL/dbias %g must be finite", name, (double)g_logp,
+                          (double)g_kl, (double)g_bias);
+    const int use_logp = g_logp != 0.0f, use_kl = g_kl != 0.0f, use_bias = g_bias != 0.0f;
+    if (use_logp && !x_next) return core_error("%s: dL/dlogp != 0 but x_next is NULL", name);
+    if (use_kl && !mean_ref) return core_error("%s: dL/dKL != 0 but mean_ref is NULL", name);
+    if (use_bias && !mean_old) return core_error("%s: dL/dbias != 0 but mean_old is NULL", name);
 
     const float var = st->step_std * st->step_std;
     const float k = st->coef_v / (var * (float)n);
+    /* Flow-GRPO's cps log-prob -(S / n) has d / d mean_i = 2 (x_next_i - mean_i) / n = k' (2 var) (x_next_i - mean_i)
+     * with k' = 1 / (var n): folded into the logp weight so that one factor k serves every term. */
+    const float gl = st->kind.logp == FLOW_LOGP_FLOW_GRPO ? g_logp * (2.0f * var) : g_logp;
 #pragma omp parallel for schedule(static) if ((size_t)n >= K_PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) {
         const float m = mean[i];
         float g = 0.0f;
         if (use_logp) {
-            const float a = g_logp * (x_next[i] - m);
+            const float a = gl * (x_next[i] - m);
             g = g + a;
         }
         if (use_kl) {
             const float b = g_kl * (m - mean_ref[i]);
             g = g + b;
         }
+        if (use_bias) {
+            const float c = g_bias * (m - mean_old[i]);
+            g = g + c;
+        }
         dv[i] = k * g;
     }
     return 0;
+}
+
+int flow_sde_backward_v(const flow_step *st, const float *mean, const float *x_next, const float *mean_ref, int64_t n,
+                        float g_logp, float g_kl, float *dv)
+{
+    return backward_v("flow_sde_backward_v", st, mean, x_next, mean_ref, NULL, n, g_logp, g_kl, 0.0f, dv);
+}
+
+int flow_sde_backward_v_guard(const flow_step *st, const float *mean, const float *x_next, const float *mean_ref,
+                              const float *mean_old, int64_t n, float g_logp, float g_kl, float g_bias, float *dv)
+{
+    return backward_v("flow_sde_backward_v_guard", st, mean, x_next, mean_ref, mean_old, n, g_logp, g_kl, g_bias, dv);
 }

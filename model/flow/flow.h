@@ -1,6 +1,7 @@
 /* model/flow/flow.h — flow-matching arithmetic shared by rollout and trainer: the sigma schedule, the SDE step with its
- * log-prob (Flow-GRPO's "sde" form), the KL to a reference mean, and the backward of both with respect to the
- * velocity. DESIGN.md section 4 is the contract; this file is its one implementation.
+ * log-prob (Flow-GRPO's "sde" form, or its coefficients-preserving "cps" form), the KL to a reference mean, and the
+ * backward of both with respect to the velocity (with GRPO-Guard's mean-bias term). DESIGN.md section 4 is the
+ * contract; this file is its one implementation.
  *
  * Conventions: sigma is the noise level in [0, 1] (x_sigma = (1 - sigma) x0 + sigma noise), timestep = 1000 sigma.
  * The model predicts the velocity v ~ noise - x0. A step goes from sigma = sigmas[i] to sigma_next = sigmas[i+1],
@@ -9,10 +10,12 @@
  * Arithmetic: everything fp32, in the order written in each comment, without fused multiply-add (GCC's ISO C mode
  * does not contract; clang is told so by pragma). The mean over elements of the log-prob and of the KL is a fixed-
  * order sum (core/reduce.h), so results are bitwise the same for any thread count, in rollout and trainer alike.
- * The only transcendental calls are sqrtf (exact) and logf (glibc; a GPU port must match or widen tolerance).
+ * The only transcendental calls are sqrtf (exact), logf (glibc; a GPU port must match or widen tolerance) and, once
+ * per cps step, the double sin of its scalars.
  *
  * Sources: diffusers 0.42.1 schedulers/scheduling_flow_match_euler_discrete.py (FlowMatchEulerDiscreteScheduler);
- * Flow-GRPO flow_grpo/diffusers_patch/sd3_sde_with_logprob.py (sde_step_with_logprob). */
+ * Flow-GRPO flow_grpo/diffusers_patch/sd3_sde_with_logprob.py (sde_step_with_logprob); the cps step as in verl-omni
+ * verl_omni/pipelines/schedulers/flow_match_sde.py (sde_type "cps"). */
 #ifndef MODEL_FLOW_H
 #define MODEL_FLOW_H
 
@@ -41,20 +44,55 @@ int flow_schedule(int N, double shift, float *sigmas, float *timesteps);
  * WanPipeline compares its fp32 timestep tensor with the Python float. A single-expert model uses expert 0. */
 int flow_expert(float timestep, double boundary_ratio);
 
+/* ---- Step kinds (rollout.sde_type, algorithm.cps_logprob) ----
+ *
+ * FLOW_SDE: Flow-GRPO's "sde" step (flow_step_init, flow_sde_step below; the default: every function without _kind
+ * is this kind with the exact log-prob, bit for bit as before).
+ * FLOW_CPS: Flow-GRPO's coefficients-preserving step (sd3_sde_with_logprob.py, sde_type="cps"; Wang & Yu 2025,
+ * arXiv 2509.05952): with s = sigma_next * (float)sin((double)eta * (pi / 2)) (the sine in double, as the reference's
+ * math.sin of a Python float; the product in fp32),
+ *   x0 = x - sigma v,  x1 = x + (1 - sigma) v,  c = sqrtf(sigma_next^2 - s^2),  mean = (1 - sigma_next) x0 + c x1,
+ *   x_next = mean + s eps.
+ * The mean is linear in x and v, so it is formed as mean = coef_x x + coef_v v with (fp32, in this order)
+ *   coef_x = (1 - sigma_next) + c,  coef_v = c * (1 - sigma) - sigma * (1 - sigma_next)
+ * (the same value as the reference's per-element x0/x1 form up to fp32 rounding; d mean / d v = coef_v exactly).
+ * std_t = step_std = s (the KL of a cps step uses std s, as Flow-GRPO's). At sigma_next == 0 (the last step) s = 0:
+ * an ODE step (x - sigma v) without log-prob, never trained.
+ * Log-prob of a step (flow_logp_mode):
+ *   FLOW_LOGP_EXACT     the Gaussian log-density averaged over elements (flow_sde_step's formula; default);
+ *   FLOW_LOGP_FLOW_GRPO Flow-GRPO's cps "log-prob": logp = -(S / n), S = sum_fixed (x_next - mean)^2: the exact one
+ *                       without its constants and without the 1/(2 s^2) factor, so ratios exp(logp_new - logp_old)
+ *                       differ from the exact ones (clip ranges tuned on Flow-GRPO cps carry over only with it).
+ *                       Allowed with FLOW_CPS only (flow_step_init_kind refuses it with FLOW_SDE). */
+typedef enum { FLOW_SDE = 0, FLOW_CPS = 1 } flow_sde_type;
+typedef enum { FLOW_LOGP_EXACT = 0, FLOW_LOGP_FLOW_GRPO = 1 } flow_logp_mode;
+
+typedef struct {
+    flow_sde_type type;
+    flow_logp_mode logp;
+} flow_kind;
+
+/* The default kind: {FLOW_SDE, FLOW_LOGP_EXACT}. */
+static inline flow_kind flow_kind_default(void) {
+    flow_kind k = {FLOW_SDE, FLOW_LOGP_EXACT};
+    return k;
+}
+
 /* ---- One SDE step ---- */
 
 /* The scalars of one step and the log-prob flow_sde_step evaluated. */
 typedef struct {
     float sigma, sigma_next;
     float dt;       /* sigma_next - sigma (negative) */
-    float std_t;    /* eta * sqrtf(sigma / (1 - sigma)); at sigma == 1 the denominator is 1 - sigma1 */
-    float step_std; /* std_t * sqrtf(-dt): the std of x_next given the mean */
-    float coef_x;   /* 1 + std_t^2 / (2 sigma) * dt            : mean = coef_x * x + coef_v * v */
+    float std_t;    /* eta * sqrtf(sigma / (1 - sigma)); at sigma == 1 the denominator is 1 - sigma1 (cps: s) */
+    float step_std; /* std_t * sqrtf(-dt): the std of x_next given the mean (cps: s) */
+    float coef_x;   /* 1 + std_t^2 / (2 sigma) * dt            : mean = coef_x * x + coef_v * v (cps: see above) */
     float coef_v;   /* (1 + std_t^2 (1 - sigma) / (2 sigma)) * dt : also d mean / d v */
     int has_std;    /* 1 when step_std > 0 and step_std^2 is a normal fp32 number; 0: an ODE step (eta 0), which
                        has no log-prob and is never trained */
     int has_logp;   /* 1 when flow_sde_step evaluated a log-prob (has_std and an x_next to evaluate) */
     float logp;     /* the log-prob when has_logp, else exactly 0 (never NaN or -inf) */
+    flow_kind kind; /* the step's kind (flow_step_init: {FLOW_SDE, FLOW_LOGP_EXACT}) */
 } flow_step;
 
 /* Fills the scalars of a step (has_logp = 0, logp = 0), in fp32 in this order:
@@ -68,6 +106,12 @@ typedef struct {
  * Errors (-1, message names the bad value): sigma not in (0, 1]; sigma_next not in [0, sigma); eta NaN, inf or
  * negative; at sigma == 1, sigma1 not in [0, 1). */
 int flow_step_init(flow_step *st, float sigma, float sigma_next, float sigma1, float eta);
+
+/* flow_step_init of a step of kind k (FLOW_SDE: exactly flow_step_init; FLOW_CPS: the scalars of the cps step above,
+ * sigma1 unused). st->kind records k. Errors: flow_step_init's, an unknown type or logp mode, FLOW_LOGP_FLOW_GRPO with
+ * FLOW_SDE ("algorithm.cps_logprob: flow_grpo is defined for rollout.sde_type cps only"), eta > 1 with FLOW_CPS
+ * (sin(eta pi / 2) would fall again: "rollout.eta: cps needs eta in [0, 1]"). */
+int flow_step_init_kind(flow_step *st, flow_kind k, float sigma, float sigma_next, float sigma1, float eta);
 
 /* One SDE step with its log-prob: the one function rollout and trainer both call (DESIGN.md section 4).
  *   x, v [n] fp32: latent at sigma and the (guided) velocity; n >= 1.
@@ -89,6 +133,13 @@ int flow_step_init(flow_step *st, float sigma, float sigma_next, float sigma1, f
 int flow_sde_step(const float *x, const float *v, const float *eps, const float *x_next_given, int64_t n, float sigma,
                   float sigma_next, float sigma1, float eta, float *mean_out, float *x_next_out, flow_step *st);
 
+/* flow_sde_step for a step of kind k: the same contract, the scalars of flow_step_init_kind, and with
+ * FLOW_LOGP_FLOW_GRPO logp = -(S / n) (fp32, S the same fixed-order sum). flow_sde_step(...) is
+ * flow_sde_step_kind(flow_kind_default(), ...) bit for bit. */
+int flow_sde_step_kind(flow_kind k, const float *x, const float *v, const float *eps, const float *x_next_given,
+                       int64_t n, float sigma, float sigma_next, float sigma1, float eta, float *mean_out,
+                       float *x_next_out, flow_step *st);
+
 /* The KL of the step's Gaussian policy to the reference's (both with std step_std, means mean_new and mean_ref):
  *   *kl_out = (S / n) / (2 step_std^2),  S = sum_fixed (mean_new - mean_ref)^2  (fp32; core/reduce.h order),
  * i.e. the mean over elements of (mean_new - mean_ref)^2 / (2 (std_t sqrt(-dt))^2) (DESIGN.md section 4: exact
@@ -108,5 +159,19 @@ int flow_kl(const float *mean_new, const float *mean_ref, int64_t n, float step_
  * Errors (-1): n < 1, !st->has_std, NULL mean or dv, a needed x_next / mean_ref NULL, g_* not finite. */
 int flow_sde_backward_v(const flow_step *st, const float *mean, const float *x_next, const float *mean_ref, int64_t n,
                         float g_logp, float g_kl, float *dv);
+
+/* flow_sde_backward_v for any kind, with GRPO-Guard's mean-bias term: L = g_logp logp + g_kl KL + g_bias b, where
+ * b = flow_kl(mean, mean_old) (the guard's bias: mean over elements of (mean - mean_old)^2 / (2 step_std^2)):
+ *   dv_i = coef_v * (g_logp * dlogp_i + (g_kl * (mean_i - mean_ref_i) + g_bias * (mean_i - mean_old_i)) / (var n)),
+ * var = step_std^2, dlogp_i = d logp / d mean_i = (x_next_i - mean_i) / (var n) (FLOW_LOGP_EXACT) or
+ * 2 (x_next_i - mean_i) / n (FLOW_LOGP_FLOW_GRPO). In fp32, in this order:
+ *   k = coef_v / (var * n);  gl = g_logp (exact) or g_logp * (2 * var) (flow_grpo);
+ *   g = 0;  g = g + gl * (x_next_i - mean_i);  g = g + g_kl * (mean_i - mean_ref_i);
+ *   g = g + g_bias * (mean_i - mean_old_i);  dv_i = k * g,
+ * a term whose g_* is 0 left out (so with g_bias 0 and the exact log-prob this is flow_sde_backward_v bit for bit;
+ * the flow_grpo factor 2 var / (var n) is exact up to two roundings). mean_old [n] is needed when g_bias != 0 (the
+ * rollout's mean of the step). Errors: flow_sde_backward_v's, and g_bias not finite or != 0 without mean_old. */
+int flow_sde_backward_v_guard(const flow_step *st, const float *mean, const float *x_next, const float *mean_ref,
+                              const float *mean_old, int64_t n, float g_logp, float g_kl, float g_bias, float *dv);
 
 #endif
