@@ -13,17 +13,21 @@
 #include "core/safetensors.h"
 
 #define FORMAT_NAME "vgrpo.trajectory"
-#define FORMAT_VERSION "1"
+#define FORMAT_VERSION "1"   /* a full trajectory without means: byte for byte the form before stored ranges */
+#define FORMAT_VERSION_2 "2" /* a stored range (latent_first, fewer latents) and/or the means tensor */
 /* Upper bound on N accepted from outside (a guard against absurd headers, far above any schedule). */
 #define MAX_STEPS 100000
 
-enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS };
-static const char *const tensor_names[CORE_TRAJ_N_TENSORS] = {"sigmas",       "timesteps", "latents", "log_probs",
-                                                              "has_log_prob", "expert",    "rewards"};
+/* The version 1 tensors in their stored order, then the optional `means` (version 2 only) last. */
+enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS, T_MEANS };
+static const char *const tensor_names[CORE_TRAJ_N_TENSORS] = {"sigmas", "timesteps", "latents", "log_probs",
+                                                              "has_log_prob", "expert", "rewards", "means"};
 
 /* ---- Allocation ---- */
 
-int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4])
+/* Allocates a trajectory that stores latents[first .. first + n_latents - 1] (no means); the caller checked the
+ * range. */
+static int alloc_range(core_traj *t, int n_steps, const int64_t shape[4], int first, int n_latents)
 {
     memset(t, 0, sizeof *t);
     if (n_steps < 1 || n_steps > MAX_STEPS)
@@ -34,9 +38,9 @@ int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4])
         if (numel > INT64_MAX / shape[d]) return core_error("trajectory: latent shape overflows");
         numel *= shape[d];
     }
-    const uint64_t total = (uint64_t)numel * (uint64_t)(n_steps + 1);
-    if ((uint64_t)numel > (uint64_t)SIZE_MAX / sizeof(float) / (uint64_t)(n_steps + 1))
-        return core_error("trajectory: %d steps x %lld latent elements overflow memory size", n_steps, (long long)numel);
+    const uint64_t total = (uint64_t)numel * (uint64_t)n_latents;
+    if ((uint64_t)numel > (uint64_t)SIZE_MAX / sizeof(float) / (uint64_t)n_latents)
+        return core_error("trajectory: %d latents x %lld elements overflow memory size", n_latents, (long long)numel);
     t->sigmas = calloc((size_t)n_steps + 1, sizeof(float));
     t->timesteps = calloc((size_t)n_steps, sizeof(float));
     t->latents = calloc((size_t)total, sizeof(float));
@@ -45,11 +49,23 @@ int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4])
     t->expert = calloc((size_t)n_steps, 1);
     if (!t->sigmas || !t->timesteps || !t->latents || !t->log_probs || !t->has_log_prob || !t->expert) {
         core_traj_free(t);
-        return core_error("trajectory: out of memory for %d steps x %lld latent elements", n_steps, (long long)numel);
+        return core_error("trajectory: out of memory for %d steps, %d latents x %lld elements", n_steps, n_latents,
+                          (long long)numel);
     }
     t->n_steps = n_steps;
+    t->latent_first = first;
+    t->n_latents = n_latents;
     memcpy(t->shape, shape, sizeof t->shape);
     return 0;
+}
+
+int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4])
+{
+    if (n_steps < 1 || n_steps > MAX_STEPS) { /* checked before n_steps + 1 is formed */
+        memset(t, 0, sizeof *t);
+        return core_error("trajectory: step count %d must be in [1, %d]", n_steps, MAX_STEPS);
+    }
+    return alloc_range(t, n_steps, shape, 0, n_steps + 1);
 }
 
 void core_traj_free(core_traj *t)
@@ -58,6 +74,7 @@ void core_traj_free(core_traj *t)
     free(t->sigmas);
     free(t->timesteps);
     free(t->latents);
+    free(t->means);
     free(t->log_probs);
     free(t->has_log_prob);
     free(t->expert);
@@ -66,7 +83,61 @@ void core_traj_free(core_traj *t)
 
 int64_t core_traj_latent_numel(const core_traj *t) { return t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3]; }
 
-float *core_traj_latent(const core_traj *t, int i) { return t->latents + (int64_t)i * core_traj_latent_numel(t); }
+float *core_traj_latent(const core_traj *t, int i)
+{
+    return t->latents + (int64_t)(i - t->latent_first) * core_traj_latent_numel(t);
+}
+
+int core_traj_has_latent(const core_traj *t, int i)
+{
+    return t->latents && i >= t->latent_first && i < t->latent_first + t->n_latents;
+}
+
+float *core_traj_mean(const core_traj *t, int i)
+{
+    if (!t->means || i < t->latent_first || i > t->latent_first + t->n_latents - 2) return NULL;
+    return t->means + (int64_t)(i - t->latent_first) * core_traj_latent_numel(t);
+}
+
+int core_traj_alloc_means(core_traj *t)
+{
+    if (t->means) return 0;
+    if (!t->latents || t->n_latents < 2)
+        return core_error("trajectory: means need at least 2 stored latents (n_latents = %d)", t->n_latents);
+    const int64_t numel = core_traj_latent_numel(t);
+    if ((uint64_t)numel > (uint64_t)SIZE_MAX / sizeof(float) / (uint64_t)(t->n_latents - 1))
+        return core_error("trajectory: %d means x %lld elements overflow memory size", t->n_latents - 1, (long long)numel);
+    if (!(t->means = calloc((size_t)numel * (size_t)(t->n_latents - 1), sizeof(float))))
+        return core_error("trajectory: out of memory for %d means x %lld elements", t->n_latents - 1, (long long)numel);
+    return 0;
+}
+
+int core_traj_trim(core_traj *t, int first, int last)
+{
+    const int k = t->latent_first, M = t->n_latents;
+    if (!t->latents) return core_error("trajectory: trim of a trajectory without latents");
+    if (first > last || first < k || last > k + M - 1)
+        return core_error("trajectory: trim to latents[%d .. %d] is not inside the stored latents[%d .. %d]", first, last, k,
+                          k + M - 1);
+    for (int i = 0; i < t->n_steps; i++)
+        if (t->has_log_prob[i] && (i < first || i + 1 > last))
+            return core_error("trajectory: trim to latents[%d .. %d] drops step %d, which has a log-prob (it needs "
+                              "latents[%d] and latents[%d])", first, last, i, i, i + 1);
+    if (first == k && last == k + M - 1) return 0;
+    const size_t numel = (size_t)core_traj_latent_numel(t), m = (size_t)(last - first + 1);
+    float *lat = malloc(sizeof(float) * numel * m), *mean = NULL;
+    if (lat && t->means && m >= 2) mean = malloc(sizeof(float) * numel * (m - 1));
+    if (!lat || (t->means && m >= 2 && !mean)) {
+        free(lat), free(mean);
+        return core_error("trajectory: out of memory trimming to %zu latents x %zu elements", m, numel);
+    }
+    memcpy(lat, core_traj_latent(t, first), sizeof(float) * numel * m);
+    if (mean) memcpy(mean, core_traj_mean(t, first), sizeof(float) * numel * (m - 1));
+    free(t->latents), free(t->means); /* means of a single kept latent: no step left, none kept */
+    t->latents = lat, t->means = mean;
+    t->latent_first = first, t->n_latents = (int)m;
+    return 0;
+}
 
 /* ---- Rewards ---- */
 
@@ -127,6 +198,11 @@ int core_traj_validate(const core_traj *t, const char *label)
                               (double)s, i - 1, (double)t->sigmas[i - 1]);
     }
     if (t->sigmas[N] != 0.0f) return core_error("%s: sigmas[%d] (the last) = %.9g must be 0", label, N, (double)t->sigmas[N]);
+    const int k = t->latent_first, M = t->n_latents;
+    if (k < 0 || k > N) return core_error("%s: latent_first = %d must be in [0, %d] (N = %d)", label, k, N, N);
+    if (M < 1 || M > N + 1 - k)
+        return core_error("%s: %d stored latents from latent_first = %d: must be 1 .. %d (latents[%d .. %d] at most)", label,
+                          M, k, N + 1 - k, k, N);
     for (int i = 0; i < N; i++) {
         if (!isfinite(t->timesteps[i]))
             return core_error("%s: timesteps[%d] = %g is not finite", label, i, (double)t->timesteps[i]);
@@ -137,16 +213,28 @@ int core_traj_validate(const core_traj *t, const char *label)
         if (!h && t->log_probs[i] != 0.0f)
             return core_error("%s: log_probs[%d] = %g where has_log_prob[%d] = 0 (must be 0)", label, i,
                               (double)t->log_probs[i], i);
+        if (h && (i < k || i + 1 > k + M - 1))
+            return core_error("%s: has_log_prob[%d] = 1 but the stored latents are latents[%d .. %d] (step %d needs "
+                              "latents[%d] and latents[%d])", label, i, k, k + M - 1, i, i, i + 1);
         if (t->expert[i] >= CORE_TRAJ_MAX_EXPERTS)
             return core_error("%s: expert[%d] = %u must be below %d", label, i, (unsigned)t->expert[i],
                               CORE_TRAJ_MAX_EXPERTS);
     }
     const int64_t numel = core_traj_latent_numel(t);
-    for (int i = 0; i <= N; i++) {
+    for (int i = k; i < k + M; i++) {
         const float *l = core_traj_latent(t, i);
         for (int64_t j = 0; j < numel; j++)
             if (!isfinite(l[j]))
                 return core_error("%s: latents[%d] element %lld = %g is not finite", label, i, (long long)j, (double)l[j]);
+    }
+    if (t->means && M < 2)
+        return core_error("%s: means stored with a single latent (latents[%d]): no step to hold a mean of", label, k);
+    for (int i = k; t->means && i < k + M - 1; i++) {
+        const float *l = core_traj_mean(t, i);
+        for (int64_t j = 0; j < numel; j++)
+            if (!isfinite(l[j]))
+                return core_error("%s: means[%d] (step %d) element %lld = %g is not finite", label, i - k, i, (long long)j,
+                                  (double)l[j]);
     }
     if (!isfinite(t->eta) || t->eta < 0.0f) return core_error("%s: eta = %g must be finite and >= 0", label, (double)t->eta);
     if (!isfinite(t->guidance_scale))
@@ -181,9 +269,12 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
 {
     memset(f, 0, sizeof *f);
     if (core_traj_validate(t, label)) return -1;
-    const int64_t N = t->n_steps;
+    const int64_t N = t->n_steps, M = t->n_latents;
+    /* Version 1 exactly as before stored ranges, so such files and wire messages keep every byte. */
+    const int v1 = t->latent_first == 0 && M == N + 1 && !t->means;
     const int64_t s_n1[1] = {N + 1}, s_n[1] = {N}, s_r[1] = {t->n_rewards};
-    const int64_t s_lat[5] = {N + 1, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
+    const int64_t s_lat[5] = {M, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
+    const int64_t s_mean[5] = {M - 1, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
     core_tensor_wrap(&f->tensors[T_SIGMAS], t->sigmas, CORE_F32, 1, s_n1);
     core_tensor_wrap(&f->tensors[T_TIMESTEPS], t->timesteps, CORE_F32, 1, s_n);
     core_tensor_wrap(&f->tensors[T_LATENTS], t->latents, CORE_F32, 5, s_lat);
@@ -191,8 +282,9 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     core_tensor_wrap(&f->tensors[T_HAS_LOG_PROB], t->has_log_prob, CORE_U8, 1, s_n);
     core_tensor_wrap(&f->tensors[T_EXPERT], t->expert, CORE_U8, 1, s_n);
     core_tensor_wrap(&f->tensors[T_REWARDS], (void *)t->rewards, CORE_F32, 1, s_r);
-    for (int k = 0; k < CORE_TRAJ_N_TENSORS; k++) f->tensor_names[k] = tensor_names[k];
-    f->n_tensors = CORE_TRAJ_N_TENSORS;
+    f->n_tensors = T_REWARDS + 1;
+    if (t->means) core_tensor_wrap(&f->tensors[T_MEANS], t->means, CORE_F32, 5, s_mean), f->n_tensors++;
+    for (int k = 0; k < f->n_tensors; k++) f->tensor_names[k] = tensor_names[k];
 
     char buf[48];
     json_t *names = json_array();
@@ -202,7 +294,7 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     json_decref(names);
     if (!names_json) return core_error("trajectory: cannot encode reward_names");
     int rc = add_meta(f, "format", FORMAT_NAME);
-    rc = rc ? rc : add_meta(f, "format_version", FORMAT_VERSION);
+    rc = rc ? rc : add_meta(f, "format_version", v1 ? FORMAT_VERSION : FORMAT_VERSION_2);
     snprintf(buf, sizeof buf, "%" PRIu64, t->uid);
     rc = rc ? rc : add_meta(f, "uid", buf);
     snprintf(buf, sizeof buf, "%" PRId64, t->prompt_index);
@@ -215,6 +307,8 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     rc = rc ? rc : add_meta_f32(f, "reward_total", t->reward_total);
     rc = rc ? rc : add_meta(f, "reward_names", names_json);
     free(names_json);
+    snprintf(buf, sizeof buf, "%d", t->latent_first);
+    if (!v1) rc = rc ? rc : add_meta(f, "latent_first", buf);
     if (rc) core_traj_fields_free(f);
     return rc;
 }
@@ -339,6 +433,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
         tv[k] = &tensors[i];
     }
     for (int k = 0; k < CORE_TRAJ_N_TENSORS; k++) {
+        if (k == T_MEANS && !tv[k]) continue; /* optional */
         if (!tv[k]) return core_error("%s: tensor '%s' missing", label, tensor_names[k]);
         const core_dtype want = (k == T_HAS_LOG_PROB || k == T_EXPERT) ? CORE_U8 : CORE_F32;
         if (tv[k]->dtype != want)
@@ -357,14 +452,6 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     if (expect_1d(tv[T_TIMESTEPS], "timesteps", N, why, label) || expect_1d(tv[T_LOG_PROBS], "log_probs", N, why, label) ||
         expect_1d(tv[T_HAS_LOG_PROB], "has_log_prob", N, why, label) || expect_1d(tv[T_EXPERT], "expert", N, why, label))
         return -1;
-    const core_tensor *la = tv[T_LATENTS];
-    int lat_ok = la->ndim == 5 && la->shape[0] == N + 1;
-    for (int d = 1; lat_ok && d < 5; d++) lat_ok = la->shape[d] >= 1;
-    if (!lat_ok) {
-        shape_str(la, s, sizeof s);
-        return core_error("%s: tensor 'latents' has shape %s, expected [N+1 = %d, C, F, H, W] with every dim >= 1", label, s,
-                          N + 1);
-    }
     const core_tensor *rw = tv[T_REWARDS];
     if (rw->ndim != 1 || rw->shape[0] > CORE_TRAJ_MAX_REWARDS) {
         shape_str(rw, s, sizeof s);
@@ -375,9 +462,42 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     if (!fmt) return core_error("%s: metadata 'format' missing (expected '%s')", label, FORMAT_NAME);
     if (strcmp(fmt, FORMAT_NAME)) return core_error("%s: metadata 'format' is '%.40s', expected '%s'", label, fmt, FORMAT_NAME);
     const char *ver = meta_get(n_meta, keys, values, "format_version");
-    if (!ver || strcmp(ver, FORMAT_VERSION))
-        return core_error("%s: metadata 'format_version' is '%.20s', expected '%s'", label, ver ? ver : "(missing)",
-                          FORMAT_VERSION);
+    if (!ver || (strcmp(ver, FORMAT_VERSION) && strcmp(ver, FORMAT_VERSION_2)))
+        return core_error("%s: metadata 'format_version' is '%.20s', expected '%s' or '%s'", label, ver ? ver : "(missing)",
+                          FORMAT_VERSION, FORMAT_VERSION_2);
+    const int v1 = !strcmp(ver, FORMAT_VERSION);
+
+    /* The stored range: version 1 is always the full table (a version 1 message with the version 2 fields is
+     * refused rather than read two ways: a reader from before version 2 would take it as a full table). */
+    const char *lf = meta_get(n_meta, keys, values, "latent_first");
+    int64_t first = 0;
+    if (v1 && lf) return core_error("%s: metadata 'latent_first' needs format_version '%s'", label, FORMAT_VERSION_2);
+    if (v1 && tv[T_MEANS]) return core_error("%s: tensor 'means' needs format_version '%s'", label, FORMAT_VERSION_2);
+    if (lf && (parse_i64(lf, &first) || first < 0 || first > N))
+        return core_error("%s: metadata 'latent_first' = '%.40s' is not an integer in [0, %d] (N = %d)", label, lf, N, N);
+    const core_tensor *la = tv[T_LATENTS];
+    int lat_ok = la->ndim == 5 && (v1 ? la->shape[0] == N + 1 : la->shape[0] >= 1 && la->shape[0] <= N + 1 - first);
+    for (int d = 1; lat_ok && d < 5; d++) lat_ok = la->shape[d] >= 1;
+    if (!lat_ok) {
+        shape_str(la, s, sizeof s);
+        if (v1)
+            return core_error("%s: tensor 'latents' has shape %s, expected [N+1 = %d, C, F, H, W] with every dim >= 1", label,
+                              s, N + 1);
+        return core_error("%s: tensor 'latents' has shape %s, expected [M, C, F, H, W] with 1 <= M <= N + 1 - latent_first "
+                          "= %lld and every dim >= 1", label, s, (long long)(N + 1 - first));
+    }
+    const int M = (int)la->shape[0];
+    const core_tensor *me = tv[T_MEANS];
+    if (me) {
+        int ok = M >= 2 && me->ndim == 5 && me->shape[0] == M - 1;
+        for (int d = 1; ok && d < 5; d++) ok = me->shape[d] == la->shape[d];
+        if (!ok) {
+            shape_str(me, s, sizeof s);
+            return core_error("%s: tensor 'means' has shape %s, expected [M - 1 = %d, %lld, %lld, %lld, %lld] (M = %d stored "
+                              "latents; at least 2)", label, s, M - 1, (long long)la->shape[1], (long long)la->shape[2],
+                              (long long)la->shape[3], (long long)la->shape[4], M);
+        }
+    }
 
     core_traj tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -392,13 +512,19 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     const int R = (int)rw->shape[0];
     if (read_reward_names(&tmp, meta_get(n_meta, keys, values, "reward_names"), R, label)) return -1;
 
-    if (core_traj_alloc(t, N, &la->shape[1])) return core_error_push("%s: ", label);
-    /* Keep the arrays core_traj_alloc made; take everything else from tmp. */
+    if (alloc_range(t, N, &la->shape[1], (int)first, M) || (me && core_traj_alloc_means(t))) {
+        core_traj_free(t);
+        return core_error_push("%s: ", label);
+    }
+    /* Keep the arrays alloc_range made; take everything else from tmp. */
     tmp.n_steps = t->n_steps;
     memcpy(tmp.shape, t->shape, sizeof tmp.shape);
+    tmp.latent_first = t->latent_first;
+    tmp.n_latents = t->n_latents;
     tmp.sigmas = t->sigmas;
     tmp.timesteps = t->timesteps;
     tmp.latents = t->latents;
+    tmp.means = t->means;
     tmp.log_probs = t->log_probs;
     tmp.has_log_prob = t->has_log_prob;
     tmp.expert = t->expert;
@@ -407,6 +533,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     memcpy(t->sigmas, sg->data, core_tensor_nbytes(sg));
     memcpy(t->timesteps, tv[T_TIMESTEPS]->data, core_tensor_nbytes(tv[T_TIMESTEPS]));
     memcpy(t->latents, la->data, core_tensor_nbytes(la));
+    if (me) memcpy(t->means, me->data, core_tensor_nbytes(me));
     memcpy(t->log_probs, tv[T_LOG_PROBS]->data, core_tensor_nbytes(tv[T_LOG_PROBS]));
     memcpy(t->has_log_prob, tv[T_HAS_LOG_PROB]->data, (size_t)N);
     memcpy(t->expert, tv[T_EXPERT]->data, (size_t)N);

@@ -18,6 +18,17 @@
  *             eta, guidance_scale, guidance_scale_2, reward_total: fp32 values printed "%.9g" (they read back to the
  *             same bits; eta >= 0; all finite),
  *             reward_names: a JSON list of R distinct non-empty strings, in the order of `rewards`.
+ * Stored range (format_version "2"; SDE windows, GRPO-Guard): a trajectory may keep only the latents training reads.
+ *   latent_first  metadata, decimal k (absent: 0): the latents tensor is F32 [M, C, F, H, W] holding latents[k ..
+ *                 k + M - 1], 0 <= k, M >= 1, k + M <= N + 1 (version 1 and a full table: k = 0, M = N + 1)
+ *   means         optional tensor F32 [M - 1, C, F, H, W] (M >= 2), stored after `rewards`: the rollout's step mean
+ *                 of steps k .. k + M - 2 (the mean the sampler added the noise to; GRPO-Guard's mean_old)
+ *   rule          a step i with has_log_prob 1 has both its latents stored (k <= i and i + 1 <= k + M - 1), and its
+ *                 mean when means is present. The final latent (N) is stored only when k + M == N + 1: decode first.
+ * A full trajectory without means is written as format_version "1" without latent_first, byte for byte as before;
+ * anything else as "2" with latent_first (the last metadata key). Readers accept both; a "1" that carries
+ * latent_first or means, or whose latents are not the full [N+1, ...] table, is refused (a reader from before
+ * version 2 would take it for a full table).
  * Readers reject a tensor they do not know (naming it) and ignore metadata keys they do not know.
  * Every error names the source (file path or the label the caller passes) and the field. */
 #ifndef CORE_TRAJECTORY_H
@@ -30,8 +41,8 @@
 #define CORE_TRAJ_MAX_REWARDS 32
 #define CORE_TRAJ_NAME_MAX 64 /* bytes of a reward name, NUL included */
 #define CORE_TRAJ_MAX_EXPERTS 2
-#define CORE_TRAJ_N_TENSORS 7
-#define CORE_TRAJ_N_META 10
+#define CORE_TRAJ_N_TENSORS 8
+#define CORE_TRAJ_N_META 11
 
 typedef struct {
     uint64_t uid;           /* rollout uid (DESIGN.md section 4: round x B x G + prompt_slot x G + replica) */
@@ -42,7 +53,10 @@ typedef struct {
     float eta, guidance_scale, guidance_scale_2;
     float *sigmas;          /* [N+1] */
     float *timesteps;       /* [N] */
-    float *latents;         /* [N+1, C, F, H, W] */
+    int latent_first;       /* k: first stored latent (0 for a full trajectory) */
+    int n_latents;          /* M: stored latents (N + 1 for a full trajectory) */
+    float *latents;         /* [M, C, F, H, W]: latents[k .. k + M - 1] */
+    float *means;           /* NULL, or [M - 1, C, F, H, W]: the rollout's step means of steps k .. k + M - 2 */
     float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */
     uint8_t *has_log_prob;  /* [N] */
     uint8_t *expert;        /* [N] */
@@ -53,14 +67,26 @@ typedef struct {
 } core_traj;
 
 /* Allocates the arrays of a trajectory with n_steps >= 1 and latent shape [C, F, H, W] (each >= 1), all zeroed;
- * scalars zeroed, no rewards. Returns 0, or -1 (bad argument, size overflow, out of memory; nothing left allocated). */
+ * scalars zeroed, no rewards; the full latent table (latent_first 0, n_latents N + 1), no means. Returns 0, or -1 (bad argument, size overflow, out of memory; nothing left allocated). */
 int core_traj_alloc(core_traj *t, int n_steps, const int64_t shape[4]);
 /* Frees the arrays and zeroes the struct (safe on a zeroed struct). */
 void core_traj_free(core_traj *t);
 
-/* C*F*H*W, and a pointer to latents[i] (0 <= i <= N; no check). */
+/* C*F*H*W, and a pointer to latents[i] (latent_first <= i < latent_first + n_latents; no check). */
 int64_t core_traj_latent_numel(const core_traj *t);
 float *core_traj_latent(const core_traj *t, int i);
+/* 1 when latents[i] is stored, else 0. */
+int core_traj_has_latent(const core_traj *t, int i);
+/* The rollout's mean of step i (latent_first <= i <= latent_first + n_latents - 2), or NULL when means are not
+ * stored or i is outside. */
+float *core_traj_mean(const core_traj *t, int i);
+/* Allocates the means table [n_latents - 1, C, F, H, W] (zeroed) of an allocated trajectory with n_latents >= 2 (the
+ * engine fills it). -1 on out of memory or n_latents < 2; a second call is a no-op. */
+int core_traj_alloc_means(core_traj *t);
+/* Keeps latents[first .. last] (and the means of steps first .. last - 1 when present), freeing the rest: the
+ * stored range after decoding. Requires the current range to hold [first, last] and every step with a log-prob to
+ * lie in first .. last - 1 (else -1 naming the step; nothing changed). -1 on out of memory (nothing changed). */
+int core_traj_trim(core_traj *t, int first, int last);
 
 /* Sets the rewards: n (0..CORE_TRAJ_MAX_REWARDS) scorer names (distinct, non-empty, shorter than
  * CORE_TRAJ_NAME_MAX) with their values (finite), and the total (finite). Returns 0 or -1 naming the bad entry. */
@@ -71,7 +97,8 @@ int core_traj_set_rewards(core_traj *t, int n, const char *const *names, const f
 int core_traj_validate(const core_traj *t, const char *label);
 
 /* The stored form as named tensors + string metadata. Tensor views borrow t's arrays (t must outlive the fields and
- * not change); metadata values are allocated. Tensors in the order of the table above. */
+ * not change); metadata values are allocated. Tensors in the order of the table above, `means` last when stored
+ * (n_tensors 7 or 8); metadata as listed, then latent_first for format_version "2" (n_meta 10 or 11). */
 typedef struct {
     int n_tensors;
     const char *tensor_names[CORE_TRAJ_N_TENSORS];

@@ -10,6 +10,9 @@
 #include "core/error.h"
 #include "core/philox.h"
 
+/* A stored trajectory's tensors without the optional `means` (core/trajectory.h). */
+#define TRAJ_TENSORS_MIN (CORE_TRAJ_N_TENSORS - 1)
+
 void core_hash_hex(uint64_t h, char buf[17]) { snprintf(buf, 17, "%016" PRIx64, h); }
 
 int core_hash_parse(const char *s, uint64_t *h) {
@@ -157,6 +160,7 @@ int core_trajectory_reply_build_v(const char *id, int64_t policy_version, int n,
     memset(out, 0, sizeof *out);
     if (n < 1 || n > CORE_WIRE_MAX_SAMPLES) return core_error("trajectory: %d samples", n);
     if (vel && !with_traj) return core_error("trajectory: velocities need the trajectories");
+    /* At most: a sample's trajectory has CORE_TRAJ_N_TENSORS tensors with means, one fewer without. */
     const int per = with_traj ? CORE_TRAJ_N_TENSORS + (vel ? 1 : 0) : 0;
     core_wire_tensor *ts = calloc((size_t)(n * per + 1), sizeof *ts);
     char (*names)[48] = calloc((size_t)(n * per + 1), sizeof *names);
@@ -240,11 +244,18 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
     const json_t *arr = json_object_get(h, "samples");
     if (!json_is_array(arr) || (int)json_array_size(arr) != req->n)
         return core_error("trajectory: \"samples\" must be an array of %d objects (one per requested sample)", req->n);
-    const int nv = req->return_velocities ? 1 : 0;
+    /* Per sample with trajectories: its trajectory's tensors (TRAJ_TENSORS_MIN, or one more with the optional
+     * means), then its velocity when asked; the videos last. The samples' tensors are counted as they are read. */
+    const int nv = req->return_velocities ? 1 : 0, nvid = req->return_videos ? 1 : 0;
     const int per = req->return_trajectories ? CORE_TRAJ_N_TENSORS + nv : 0;
-    const int want_tensors = req->n * per + (req->return_videos ? 1 : 0);
-    if (m->n_tensors != want_tensors)
-        return core_error("trajectory: %d tensors, expected %d", m->n_tensors, want_tensors);
+    const int per_min = req->return_trajectories ? TRAJ_TENSORS_MIN + nv : 0;
+    const int end = m->n_tensors - nvid; /* the samples' tensors are [0, end) */
+    if (m->n_tensors < req->n * per_min + nvid || m->n_tensors > req->n * per + nvid) {
+        if (per == per_min) return core_error("trajectory: %d tensors, expected %d", m->n_tensors, req->n * per + nvid);
+        return core_error("trajectory: %d tensors, expected %d .. %d", m->n_tensors, req->n * per_min + nvid,
+                          req->n * per + nvid);
+    }
+    int pos = 0; /* the next sample tensor */
     for (int j = 0; j < req->n; j++) {
         const json_t *o = json_array_get(arr, (size_t)j);
         char where[64];
@@ -305,18 +316,24 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
             core_tensor tt[CORE_TRAJ_N_TENSORS];
             char prefix[24];
             const int plen = snprintf(prefix, sizeof prefix, "%d/", j);
-            for (int q = 0; q < per - nv; q++) {
-                const core_wire_tensor *w = &m->tensors[j * per + q];
-                if (strncmp(w->name, prefix, (size_t)plen)) {
-                    core_error("%s: tensor %d is \"%s\", expected a \"%s...\" tensor", where, j * per + q, w->name, prefix);
-                    goto fail;
-                }
+            int q = 0; /* the sample's trajectory tensors: those named "<j>/..." up to its velocity */
+            for (; q < CORE_TRAJ_N_TENSORS && pos < end; q++, pos++) {
+                const core_wire_tensor *w = &m->tensors[pos];
+                if (strncmp(w->name, prefix, (size_t)plen) || (nv && !strcmp(w->name + plen, "velocity"))) break;
                 tn[q] = w->name + plen;
                 core_tensor_wrap(&tt[q], (void *)w->data, w->dtype, w->ndim, w->shape);
             }
-            if (core_traj_from_fields(&res->traj, per - nv, tn, tt, nm, keys, values, where)) goto fail;
+            if (q == 0 && pos < end) {
+                core_error("%s: tensor %d is \"%s\", expected a \"%s...\" tensor", where, pos, m->tensors[pos].name, prefix);
+                goto fail;
+            }
+            if (core_traj_from_fields(&res->traj, q, tn, tt, nm, keys, values, where)) goto fail;
             if (nv) {
-                const core_wire_tensor *w = &m->tensors[j * per + per - 1];
+                if (pos >= end) {
+                    core_error("%s: tensor \"%svelocity\" missing", where, prefix);
+                    goto fail;
+                }
+                const core_wire_tensor *w = &m->tensors[pos++];
                 const core_traj *t = &res->traj;
                 int ok = !strncmp(w->name, prefix, (size_t)plen) && !strcmp(w->name + plen, "velocity") &&
                          w->dtype == CORE_F32 && w->ndim == 5 && w->shape[0] == t->n_steps;
@@ -344,6 +361,11 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
             core_error_push("%s: ", where);
             goto fail;
         }
+    }
+    if (pos != end) {
+        core_error("trajectory: %d tensors, expected %d (tensor %d \"%s\" belongs to no sample)", m->n_tensors, pos + nvid,
+                   pos, m->tensors[pos].name);
+        goto fail;
     }
     if (req->return_videos) {
         const core_wire_tensor *w = &m->tensors[m->n_tensors - 1];

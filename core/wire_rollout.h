@@ -9,8 +9,9 @@
  *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
  *                   "rewards": {scorer: number}, "video_xxh64": "16 hex digits", "trajectory": {metadata}?}, ...]}
- *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h) when
- *                   return_trajectories, and "videos" U8 [n, F, H, W, 3] when return_videos.
+ *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h: 7,
+ *                   or 8 with the optional "<j>/means" last) when return_trajectories, then "<j>/velocity" when
+ *                   return_velocities, and "videos" U8 [n, F, H, W, 3] when return_videos.
  * weights_begin    {"policy_version": int, "tensors_count": tensors that follow}
  * weights_tensor   {"name": full name "transformer/blocks.0...", "xxh64": "16 hex digits"} + one F32 tensor "value"
  * weights_end      {"policy_version": int, "model_xxh64": whole-model hash of the receiver's complete model after

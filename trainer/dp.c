@@ -7,12 +7,48 @@
 #include "core/error.h"
 #include "trainer/lora.h"
 
-/* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas, timesteps, latents,
- * log_probs, has_log_prob, expert]. Every rank runs the same executable, so the struct layout is shared; the array
- * pointers inside the structs are ignored by the reader. */
+/* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas [N+1], timesteps [N],
+ * latents [M x nl], means [(M - 1) x nl] when stored, log_probs [N], has_log_prob [N], expert [N]] with M the stored
+ * latents (n_latents, from latent_first) and nl the latent's elements. Every rank runs the same executable, so the
+ * struct layout is shared; the array pointers inside the structs are ignored by the reader except `means`, whose
+ * being non-NULL says the means follow. */
 static size_t traj_arrays_bytes(const core_traj *t) {
-    const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
-    return sizeof(float) * ((N + 1) + N + (N + 1) * nl + N) + 2 * N;
+    const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t), M = (size_t)t->n_latents;
+    return sizeof(float) * ((N + 1) + N + M * nl + (t->means ? (M - 1) * nl : 0) + N) + 2 * N;
+}
+
+/* Allocates the arrays of a received sample as its header describes them (zeroed; core_traj_free frees them). The
+ * header's range was checked against the buffer by the caller. */
+static int alloc_like(core_traj *t, const core_traj *hdr) {
+    const size_t N = (size_t)hdr->n_steps, nl = (size_t)core_traj_latent_numel(hdr), M = (size_t)hdr->n_latents;
+    *t = *hdr; /* scalars, shape, range, rewards */
+    t->sigmas = calloc(N + 1, sizeof(float));
+    t->timesteps = calloc(N, sizeof(float));
+    t->latents = calloc(M * nl, sizeof(float));
+    t->means = hdr->means ? calloc((M - 1) * nl, sizeof(float)) : NULL;
+    t->log_probs = calloc(N, sizeof(float));
+    t->has_log_prob = calloc(N, 1);
+    t->expert = calloc(N, 1);
+    if (!t->sigmas || !t->timesteps || !t->latents || (hdr->means && !t->means) || !t->log_probs || !t->has_log_prob ||
+        !t->expert) {
+        core_traj_free(t);
+        return core_error("dp: out of memory for %zu steps, %zu latents x %zu elements", N, M, nl);
+    }
+    return 0;
+}
+
+/* 1 when a received header's step count, range and latent shape are sane and its arrays could fit in size bytes
+ * (so traj_arrays_bytes cannot overflow). */
+static int header_fits(const core_traj *h, int64_t size) {
+    if (h->n_steps < 1 || h->n_steps > size || h->latent_first < 0 || h->n_latents < (h->means ? 2 : 1) ||
+        h->latent_first + (int64_t)h->n_latents > (int64_t)h->n_steps + 1)
+        return 0;
+    int64_t nl = 1;
+    for (int d = 0; d < 4; d++) {
+        if (h->shape[d] < 1 || nl > size / h->shape[d]) return 0;
+        nl *= h->shape[d];
+    }
+    return nl <= size / (int64_t)sizeof(float) / h->n_latents;
 }
 
 #define PUT(ptr, bytes) (memcpy(p, (ptr), (bytes)), p += (bytes))
@@ -37,10 +73,11 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
         PUT(b->mask, (size_t)n);
         for (int j = 0; j < n; j++) {
             const core_traj *t = &b->traj[j];
-            const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
+            const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t), M = (size_t)t->n_latents;
             PUT(t->sigmas, sizeof(float) * (N + 1));
             PUT(t->timesteps, sizeof(float) * N);
-            PUT(t->latents, sizeof(float) * (N + 1) * nl);
+            PUT(t->latents, sizeof(float) * M * nl);
+            if (t->means) PUT(t->means, sizeof(float) * (M - 1) * nl);
             PUT(t->log_probs, sizeof(float) * N);
             PUT(t->has_log_prob, N);
             PUT(t->expert, N);
@@ -72,23 +109,21 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
     GET(b->adv, sizeof(float) * (size_t)n);
     GET(b->mask, (size_t)n);
     for (int j = 0; j < n; j++) {
+        const core_traj *h = &hdr[j];
+        if (!header_fits(h, size) || (size_t)(p - buf) + traj_arrays_bytes(h) > (size_t)size) {
+            free(buf), free(hdr), dp_batch_free(b);
+            return core_error("dp: corrupt batch (sample %d runs past the end or has a bad range)", j);
+        }
         core_traj *t = &b->traj[j];
-        if (core_traj_alloc(t, hdr[j].n_steps, hdr[j].shape)) {
+        if (alloc_like(t, h)) {
             free(buf), free(hdr), dp_batch_free(b);
             return core_error_push("dp: sample %d: ", j);
         }
-        float *sig = t->sigmas, *ts = t->timesteps, *lat = t->latents, *lp = t->log_probs;
-        uint8_t *hl = t->has_log_prob, *ex = t->expert;
-        *t = hdr[j]; /* scalars, shape, rewards */
-        t->sigmas = sig, t->timesteps = ts, t->latents = lat, t->log_probs = lp, t->has_log_prob = hl, t->expert = ex;
-        const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t);
-        if ((size_t)(p - buf) + traj_arrays_bytes(t) > (size_t)size) {
-            free(buf), free(hdr), dp_batch_free(b);
-            return core_error("dp: corrupt batch (sample %d runs past the end)", j);
-        }
+        const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t), M = (size_t)t->n_latents;
         GET(t->sigmas, sizeof(float) * (N + 1));
         GET(t->timesteps, sizeof(float) * N);
-        GET(t->latents, sizeof(float) * (N + 1) * nl);
+        GET(t->latents, sizeof(float) * M * nl);
+        if (t->means) GET(t->means, sizeof(float) * (M - 1) * nl);
         GET(t->log_probs, sizeof(float) * N);
         GET(t->has_log_prob, N);
         GET(t->expert, N);

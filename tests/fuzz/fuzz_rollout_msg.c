@@ -2,8 +2,9 @@
  * `make fuzz`): the input (its last byte aside) is cut into frames by tests/fuzz/fuzz_frames.h; a message that passes core_wire_parse goes through
  * core_rollout_request_parse and core_trajectory_reply_parse (against a request of two samples, uids 3 and 9, whose
  * return flags come from the input's last byte). Both must either fail cleanly (nothing left allocated: the leak
- * checker sees the rest) or return results whose uids match the request. Any crash, sanitizer report or leak is a
- * finding. */
+ * checker sees the rest) or return results whose uids match the request and whose trajectories pass
+ * core_traj_validate (full ones, and stored ranges with the step means: seed reply_traj_range_means). Any crash,
+ * sanitizer report or leak is a finding. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (core_trajectory_reply_parse(&m, &want, res, &videos, vshape) == 0) {
         for (int j = 0; j < want.n; j++) {
             if (res[j].traj.uid != s[j].uid) abort();
-            if (want.return_trajectories && !res[j].traj.latents) abort();
+            if (want.return_trajectories && (!res[j].traj.latents || core_traj_validate(&res[j].traj, "fuzz"))) abort();
             core_rollout_result_free(&res[j]);
         }
         if (want.return_videos && !videos) abort();

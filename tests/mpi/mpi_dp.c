@@ -7,7 +7,8 @@
  * and checks the reduced gradient against the reference: relative L2 <= 1e-6 (measured 1.6e-7 on 2 ranks): the same
  * terms summed in another order (micro-batches cut at other transitions, then the ranks' partial sums added by the
  * all-reduce), so only fp32 summation order differs; the statistics' transition count and loss equal; and a batch
- * broadcast from rank 0 (dp_batch_broadcast) arriving bit for bit. */
+ * broadcast from rank 0 (dp_batch_broadcast) arriving bit for bit, full trajectories and stored ranges (an SDE window
+ * trimmed to latents[1 .. 3], with and without the step means). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,25 @@
 #define DG 4 /* group size */
 #define DL 4 /* text tokens */
 #define DSTEPS 4
+
+/* A copy of src (through its stored form) trained on steps 1..2 only, with the step means (deterministic values)
+ * when with_means, trimmed to latents[1 .. 3] when trim. */
+static int window_copy(core_traj *dst, const core_traj *src, int with_means, int trim) {
+    core_traj_fields f;
+    if (core_traj_to_fields(src, &f)) return -1;
+    int rc = core_traj_from_fields(dst, f.n_tensors, f.tensor_names, f.tensors, f.n_meta, f.meta_keys,
+                                   (const char *const *)f.meta_values, "copy");
+    core_traj_fields_free(&f);
+    if (rc) return -1;
+    for (int i = 0; i < dst->n_steps; i++)
+        if (i < 1 || i > 2) dst->has_log_prob[i] = 0, dst->log_probs[i] = 0;
+    if (with_means) {
+        if (core_traj_alloc_means(dst)) return -1;
+        const int64_t n = (int64_t)(dst->n_latents - 1) * core_traj_latent_numel(dst);
+        for (int64_t k = 0; k < n; k++) dst->means[k] = 0.001f * (float)k - (float)dst->uid;
+    }
+    return trim ? core_traj_trim(dst, 1, 3) : 0;
+}
 
 int mpi_case_dp(sp_comm *world, int argc, char **argv) {
     (void)argc, (void)argv;
@@ -64,6 +84,31 @@ int mpi_case_dp(sp_comm *world, int argc, char **argv) {
         MCHECK(db.adv[s] == adv[s] && db.mask[s] == mask[s], "sample %d advantage", s);
     }
     if (world->rank > 0) dp_batch_free(&db);
+
+    /* Stored ranges: samples 0..5 trimmed (even ones with means), 6 full with means, 7 full without. */
+    core_traj win[DN];
+    memset(win, 0, sizeof win);
+    for (int s = 0; s < DN; s++)
+        MCHECK(!window_copy(&win[s], &tr[s], s % 2 == 0 || s == 6, s < 6), "window %d: %s", s, core_last_error());
+    dp_batch wb = {.n = DN, .traj = win, .adv = adv, .mask = mask};
+    if (world->rank > 0) memset(&wb, 0, sizeof wb);
+    MCHECK(!dp_batch_broadcast(world, &wb), "broadcast of stored ranges: %s", core_last_error());
+    for (int s = 0; world->rank > 0 && s < DN && wb.traj; s++) {
+        const core_traj *a = &win[s], *g = &wb.traj[s];
+        const size_t M = (size_t)a->n_latents;
+        MCHECK(g->latent_first == a->latent_first && g->n_latents == a->n_latents && g->n_steps == DSTEPS,
+               "window %d range [%d, +%d]", s, g->latent_first, g->n_latents);
+        MCHECK(!memcmp(g->latents, a->latents, sizeof(float) * M * (size_t)nl), "window %d latents", s);
+        MCHECK(!a->means == !g->means, "window %d means present", s);
+        if (a->means && g->means)
+            MCHECK(!memcmp(g->means, a->means, sizeof(float) * (M - 1) * (size_t)nl), "window %d means", s);
+        MCHECK(!memcmp(g->has_log_prob, a->has_log_prob, DSTEPS) && !memcmp(g->log_probs, a->log_probs, 4 * DSTEPS),
+               "window %d log-probs", s);
+        MCHECK(!core_traj_validate(g, "received"), "window %d: %s", s, core_last_error());
+    }
+    MCHECK(win[0].n_latents == 3 && win[0].means && !win[1].means && win[6].n_latents == DSTEPS + 1, "windows built");
+    if (world->rank > 0) dp_batch_free(&wb);
+    for (int s = 0; s < DN; s++) core_traj_free(&win[s]);
 
     trainer_config tc = {.seed = 3, .clip_eps = 0.2f, .beta = 0, .micro_batch_size = 3, .acts_mode = WAN_ACTS_STORE};
     MCHECK(!grpo_selection_parse("all", &tc.sel), "selection");
