@@ -65,9 +65,7 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
                          trainer_chunk_fn on_chunk, void *cctx) {
     local_src *L = ctx;
     rollout_config rc = L->rc;
-    rc.stream = tmpl->stream;
-    rc.eta = tmpl->eta;
-    rc.policy_version = tmpl->policy_version;
+    if (rollout_config_apply_request(&rc, tmpl)) return -1;
     rc.neg = neg;
     const int64_t vb = rollout_decoder_video_bytes(&L->dec), per = (int64_t)rc.n_steps * rc.shape[0] * rc.shape[1] *
                                                                      rc.shape[2] * rc.shape[3];
@@ -94,7 +92,7 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
     have = 1;
     for (int j = 0; j < n; j++) {
         uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
-        if (score(L, &tr[j], samples[j].prompt, v)) goto done;
+        if (score(L, &tr[j], samples[j].prompt, v) || rollout_trim_to_window(&rc, &tr[j])) goto done;
         /* the video's hash only where videos are asked for: the training rollouts never read it */
         res[j] = (core_rollout_result){.traj = tr[j],
                                        .video_hash = tmpl->return_videos ? core_xxh64(v, (size_t)vb, 0) : 0,

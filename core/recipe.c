@@ -58,6 +58,20 @@ const core_cfg_entry core_recipe_schema[] = {
      "classifier-free guidance (1: no unconditional forward)"},
     {"rollout.guidance_scale_2", CORE_CFG_FLOAT, O(guidance_scale_2), "-1", MINV | MAXV, -1, 100, NULL,
      "guidance of the low-noise expert transformer_2 (-1: rollout.guidance_scale)"},
+    {"rollout.sde_type", CORE_CFG_STRING, O(sde_type), "sde", 0, 0, 0, "sde|cps",
+     "SDE step: Flow-GRPO's sde, or its coefficients-preserving cps (eta in [0, 1])"},
+    {"rollout.sde_window.size", CORE_CFG_INT, O(sde_window_size), "0", MINV | MAXV, 0, 1000, NULL,
+     "noisy (SDE) steps per rollout, the only ones trained (0: every step; Flow-GRPO-Fast, MixGRPO)"},
+    {"rollout.sde_window.range", CORE_CFG_INTS, O(sde_window_range), NULL, 0, 0, 0, NULL,
+     "[lo, hi]: the window's steps lie in lo .. hi-1 (default [0, num_steps - 1]: the last step is left out)"},
+    {"rollout.sde_window.schedule", CORE_CFG_STRING, O(sde_window_schedule), "random", 0, 0, 0, "random|progressive",
+     "random: a start per rollout round (Philox stream 7); progressive: MixGRPO's moving window"},
+    {"rollout.sde_window.shift", CORE_CFG_INT, O(sde_window_shift), "0", MINV | MAXV, 0, 1000, NULL,
+     "progressive: steps the window moves each time (0: its size)"},
+    {"rollout.sde_window.iters_per_window", CORE_CFG_INT, O(sde_window_iters), "1", MINV | MAXV, 1, 1 << 30, NULL,
+     "progressive: optimizer steps before the window moves"},
+    {"rollout.sde_window.at_end", CORE_CFG_STRING, O(sde_window_at_end), "clamp", 0, 0, 0, "clamp|restart",
+     "progressive: past the range's end the window stays at the last position, or starts again at lo"},
     {"rollout.prompts_per_step", CORE_CFG_INT, O(prompts_per_step), "2", MINV | MAXV, 1, 1 << 16, NULL, "B"},
     {"rollout.samples_per_prompt", CORE_CFG_INT, O(samples_per_prompt), "4", MINV | MAXV, 2, 1 << 16, NULL,
      "G (>= 2: a group of one has advantage 0 and never trains)"},
@@ -79,6 +93,10 @@ const core_cfg_entry core_recipe_schema[] = {
     {"algorithm.std_mode", CORE_CFG_STRING, O(std_mode), "group", 0, 0, 0, "group|batch", "advantage std"},
     {"algorithm.timestep_selection", CORE_CFG_STRING, O(timestep_selection), "all", 0, 0, 0, NULL,
      "all | first_fraction F | random_k K | from_range A B K"},
+    {"algorithm.loss", CORE_CFG_STRING, O(loss), "grpo", 0, 0, 0, "grpo|grpo_guard",
+     "policy loss: GRPO's clipped ratio, or GRPO-Guard's mean-bias-corrected, step-scaled one (sde only)"},
+    {"algorithm.cps_logprob", CORE_CFG_STRING, O(cps_logprob), "exact", 0, 0, 0, "exact|flow_grpo",
+     "cps log-prob: the exact Gaussian one, or Flow-GRPO's -(x' - mean)^2 (no 1/(2 s^2): other ratios)"},
     {"algorithm.optimizer_steps_per_rollout", CORE_CFG_INT, O(optimizer_steps_per_rollout), "1", MINV | MAXV, 1, 1000,
      NULL, "updates per rollout batch"},
     {"algorithm.micro_batch_size", CORE_CFG_INT, O(micro_batch_size), "16", MINV | MAXV, 1, 1 << 20, NULL,
@@ -110,6 +128,19 @@ const core_cfg_entry core_recipe_schema[] = {
     {"logging.eval_every", CORE_CFG_INT64, O(eval_every), "0", MINV, 0, 0, NULL, "eval every K steps (0: start, end)"},
     {"logging.video_every", CORE_CFG_INT64, O(video_every), "0", MINV, 0, 0, NULL,
      "sample videos every K steps into run_dir/videos/step-K (0: off)"},
+    {"guard.gold_scorers", CORE_CFG_STRINGS, O(gold_scorers), "[]", 0, 0, 0, NULL,
+     "held-out judges of the in-run eval, scored in the trainer apart from the training reward ([]: none)"},
+    {"guard.gold_weights", CORE_CFG_DOUBLES, O(gold_weights), NULL, MINV | MAXV, -1e6, 1e6, NULL,
+     "per gold scorer (default 1): the gold score is their weighted sum"},
+    {"guard.video_stats", CORE_CFG_BOOL, O(video_stats), "true", 0, 0, 0, NULL,
+     "per-step statistics of the training videos (brightness, saturation, contrast, clipping, motion, "
+     "high-frequency energy) and their drift from step 0"},
+    {"guard.drift_warn_sd", CORE_CFG_DOUBLE, O(drift_warn_sd), "4", CORE_CFG_MIN_OPEN, 0, 0, NULL,
+     "warn when a statistic drifts more than this many step-0 standard deviations"},
+    {"guard.patience", CORE_CFG_INT, O(guard_patience), "0", MINV | MAXV, 0, 1 << 20, NULL,
+     "stop when the training reward rose while the gold eval fell for this many evals in a row (0: never)"},
+    {"guard.patience_se", CORE_CFG_DOUBLE, O(guard_patience_se), "2", MINV, 0, 0, NULL,
+     "a fall counts when the gold eval is more than this many standard errors below its best"},
     {"limits.memory_mb", CORE_CFG_INT64, O(memory_mb), "0", MINV, 0, 0, NULL,
      "memory the job may use, MiB (0: what the cgroup / machine has available, less a margin)"},
     {"limits.max_step_minutes", CORE_CFG_DOUBLE, O(max_step_minutes), "60", MINV, 0, 0, NULL,
@@ -150,6 +181,50 @@ int core_recipe_check(core_recipe *r) {
         if (r->lora_targets.n < 1)
             return core_error("model.lora.targets: no targets (module names such as to_q, attn1.to_q, ffn.net.2, or "
                               "all-linear)");
+    }
+    if (r->gold_weights.n == 0 && r->gold_scorers.n > 0) {
+        r->gold_weights.v = malloc(sizeof(double) * (size_t)r->gold_scorers.n);
+        if (!r->gold_weights.v) return core_error("out of memory");
+        r->gold_weights.n = r->gold_scorers.n;
+        for (int i = 0; i < r->gold_scorers.n; i++) r->gold_weights.v[i] = 1.0;
+    } else if (r->gold_weights.n != r->gold_scorers.n) {
+        return core_error("guard.gold_weights: %d weights for %d gold scorers", r->gold_weights.n, r->gold_scorers.n);
+    }
+    for (int i = 0; i < r->gold_scorers.n; i++) {
+        if (!r->gold_scorers.v[i] || !r->gold_scorers.v[i][0]) return core_error("guard.gold_scorers.%d: empty name", i);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(r->gold_scorers.v[i], r->gold_scorers.v[j]))
+                return core_error("guard.gold_scorers: \"%s\" is listed twice", r->gold_scorers.v[i]);
+    }
+    if (r->guard_patience > 0 && r->gold_scorers.n == 0)
+        return core_error("guard.patience: %d needs guard.gold_scorers (the early stop watches the gold eval)",
+                          r->guard_patience);
+    if (!strcmp(r->sde_type, "cps") && r->eta > 1.0f)
+        return core_error("rollout.eta: %g with rollout.sde_type cps, whose noise is sigma_next x sin(eta pi / 2): eta "
+                          "must be in [0, 1]", (double)r->eta);
+    if (!strcmp(r->cps_logprob, "flow_grpo") && strcmp(r->sde_type, "cps"))
+        return core_error("algorithm.cps_logprob: flow_grpo is Flow-GRPO's log-prob of the cps step; rollout.sde_type "
+                          "is %s (use exact)", r->sde_type);
+    if (!strcmp(r->loss, "grpo_guard") && strcmp(r->sde_type, "sde"))
+        return core_error("algorithm.loss: grpo_guard is defined for rollout.sde_type sde (its ratio is scaled by the "
+                          "sde step's std sqrt(-dt) std_t); rollout.sde_type is %s", r->sde_type);
+    if (r->sde_window_range.n == 0) {
+        if (!(r->sde_window_range.v = malloc(2 * sizeof(int64_t)))) return core_error("out of memory");
+        r->sde_window_range.n = 2;
+        r->sde_window_range.v[0] = 0, r->sde_window_range.v[1] = r->num_steps - 1;
+    }
+    if (r->sde_window_range.n != 2)
+        return core_error("rollout.sde_window.range: must be [lo, hi] (two step indices), got %d numbers",
+                          r->sde_window_range.n);
+    {
+        const int64_t lo = r->sde_window_range.v[0], hi = r->sde_window_range.v[1];
+        const int sz = r->sde_window_size;
+        if (lo < 0 || hi > r->num_steps || lo >= hi)
+            return core_error("rollout.sde_window.range: [%lld, %lld] must satisfy 0 <= lo < hi <= rollout.num_steps "
+                              "(%d); the window's steps lie in lo .. hi-1", (long long)lo, (long long)hi, r->num_steps);
+        if (sz > hi - lo)
+            return core_error("rollout.sde_window.size: %d steps do not fit rollout.sde_window.range [%lld, %lld] (%lld "
+                              "steps)", sz, (long long)lo, (long long)hi, (long long)(hi - lo));
     }
     if (!r->eval_prompt_file && !(r->eval_prompt_file = strdup(r->prompt_file))) return core_error("out of memory");
     if (!strcmp(r->mode, "local")) {

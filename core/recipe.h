@@ -40,6 +40,13 @@
  *   rollout.guidance_scale_2       guidance of the low-noise expert (two-expert pipelines; -1: guidance_scale)
  *   model.boundary_ratio           two-expert pipelines (transformer_2/ present): timestep >= ratio x 1000 runs
  *                                  transformer/ (high noise), below it transformer_2/ (low noise); in (0, 1)
+ *   rollout.sde_type               sde | cps: Flow-GRPO's SDE step, or its coefficients-preserving one (model/flow/flow.h;
+ *                                  cps needs eta in [0, 1]; algorithm.cps_logprob picks its log-prob)
+ *   rollout.sde_window.size, range, schedule, shift, iters_per_window, at_end   SDE windows (trainer/sde_window.h):
+ *                                  size > 0 steps in [lo, hi) are noisy (eta), every other step is the ODE step
+ *                                  (eta 0); only window steps are trained and the trajectories keep only their
+ *                                  latents. random: Flow-GRPO-Fast's start per rollout round; progressive: MixGRPO's
+ *                                  window moving by shift every iters_per_window optimizer steps
  *   rollout.prompts_per_step (B), rollout.samples_per_prompt (G): each step trains on B x G samples
  *   rollout.text_len               text tokens L (umt5: max_sequence_length, longer prompts truncated;
  *                                  word_embed: words, a longer prompt is an error)
@@ -54,6 +61,8 @@
  *   algorithm.adv_clip_max         advantages clamped to +- this (.inf: no clamp)
  *   algorithm.std_mode             group | batch
  *   algorithm.timestep_selection   all | first_fraction F | random_k K | from_range A B K
+ *   algorithm.loss                 grpo | grpo_guard (trainer/grpo.h: GRPO-Guard's ratio; rollout.sde_type sde only)
+ *   algorithm.cps_logprob          exact | flow_grpo: the cps step's log-prob (flow_grpo: Flow-GRPO's -(x' - mean)^2)
  *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
  *                                  updates after the first are off-policy)
  *   algorithm.micro_batch_size     trained transitions per DiT forward (gradient accumulation over the rest)
@@ -77,6 +86,12 @@
  *   logging.video_every            K > 0: before every K-th step (and after the last), sample 0 of the first (up to)
  *                                  4 eval prompts (eval noise and eta: the same videos as the eval's) is written to
  *                                  run_dir/videos/step-N/ as mp4s and one PNG contact sheet (0: off)
+ *   guard.gold_scorers, gold_weights   held-out judges of the in-run eval (scored in the trainer on the eval videos,
+ *                                  metrics gold/...; best/ points at the checkpoint of the best gold eval)
+ *   guard.video_stats, drift_warn_sd   per-step training-video statistics (metrics stats/...) and their drift from
+ *                                  step 0 in step-0 standard deviations; a warning line past drift_warn_sd
+ *   guard.patience, patience_se    early stop: the run stops (and saves) when the training reward rose while the gold
+ *                                  eval stayed more than patience_se standard errors below its best for patience evals
  *   limits.memory_mb               memory the whole job may use on this machine, MiB; 0 (default): what the cgroup
  *                                  or the machine has available less a margin (trainer/budget.h)
  *   limits.max_step_minutes        refuse a recipe whose GRPO step (run) or rollout batch (parity) is estimated to take
@@ -86,6 +101,7 @@
 #ifndef CORE_RECIPE_H
 #define CORE_RECIPE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -108,6 +124,9 @@ typedef struct {
     int height, width, frames, num_steps;
     double shift;
     float eta, guidance_scale, guidance_scale_2;
+    char *sde_type, *sde_window_schedule, *sde_window_at_end;
+    int sde_window_size, sde_window_shift, sde_window_iters;
+    core_cfg_ints sde_window_range;
     int prompts_per_step, samples_per_prompt, text_len, batch_size;
     core_cfg_strings scorers;
     core_cfg_doubles weights;
@@ -115,7 +134,7 @@ typedef struct {
     int reward_threads, reward_max_attempts;
     double reward_timeout_s;
     float beta, clip_range, adv_clip_max;
-    char *std_mode, *timestep_selection, *activations, *train_experts;
+    char *std_mode, *timestep_selection, *activations, *train_experts, *loss, *cps_logprob;
     double ema_decay;
     int optimizer_steps_per_rollout, micro_batch_size;
     double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
@@ -128,6 +147,11 @@ typedef struct {
     char *run_dir;
     int64_t eval_every, video_every;
     int max_prompt_file_mb, max_prompt_bytes;
+    core_cfg_strings gold_scorers;
+    core_cfg_doubles gold_weights;
+    bool video_stats;
+    double drift_warn_sd, guard_patience_se;
+    int guard_patience;
     int64_t memory_mb;
     double max_step_minutes;
 } core_recipe;

@@ -47,6 +47,15 @@ int core_rollout_request_build(const char *id, const core_rollout_request *req, 
     json_object_set_new(f, "return_trajectories", json_boolean(req->return_trajectories));
     json_object_set_new(f, "return_videos", json_boolean(req->return_videos));
     if (req->return_velocities) json_object_set_new(f, "return_velocities", json_true());
+    if (req->sde_type) json_object_set_new(f, "sde_type", json_string("cps"));
+    if (req->logp_mode) json_object_set_new(f, "logp", json_string("flow_grpo"));
+    if (req->window_hi > 0) {
+        json_t *w = json_array();
+        json_array_append_new(w, json_integer(req->window_lo));
+        json_array_append_new(w, json_integer(req->window_hi));
+        json_object_set_new(f, "sde_window", w);
+    }
+    if (req->return_means) json_object_set_new(f, "return_means", json_true());
     for (int j = 0; j < req->n; j++) {
         const core_rollout_sample *s = &req->samples[j];
         json_t *o = json_object();
@@ -86,6 +95,26 @@ int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req
     req->return_velocities = json_is_true(rvel);
     if (req->return_velocities && !req->return_trajectories)
         return core_error("rollout_request: \"return_velocities\" needs \"return_trajectories\"");
+    const json_t *sty = json_object_get(h, "sde_type"), *lpm = json_object_get(h, "logp");
+    const json_t *win = json_object_get(h, "sde_window"), *rme = json_object_get(h, "return_means");
+    if (sty && (!json_is_string(sty) || (strcmp(json_string_value(sty), "sde") && strcmp(json_string_value(sty), "cps"))))
+        return core_error("rollout_request: \"sde_type\" must be \"sde\" or \"cps\"");
+    req->sde_type = sty && !strcmp(json_string_value(sty), "cps");
+    if (lpm && (!json_is_string(lpm) ||
+                (strcmp(json_string_value(lpm), "exact") && strcmp(json_string_value(lpm), "flow_grpo"))))
+        return core_error("rollout_request: \"logp\" must be \"exact\" or \"flow_grpo\"");
+    req->logp_mode = lpm && !strcmp(json_string_value(lpm), "flow_grpo");
+    if (win) {
+        const json_t *a = json_array_get(win, 0), *b = json_array_get(win, 1);
+        if (!json_is_array(win) || json_array_size(win) != 2 || !json_is_integer(a) || !json_is_integer(b) ||
+            json_integer_value(a) < 0 || json_integer_value(b) <= json_integer_value(a) || json_integer_value(b) > 1000)
+            return core_error("rollout_request: \"sde_window\" must be [lo, hi] with 0 <= lo < hi <= 1000");
+        req->window_lo = (int)json_integer_value(a), req->window_hi = (int)json_integer_value(b);
+    }
+    if (rme && !json_is_boolean(rme)) return core_error("rollout_request: \"return_means\" must be true or false");
+    req->return_means = json_is_true(rme);
+    if (req->return_means && !req->return_trajectories)
+        return core_error("rollout_request: \"return_means\" needs \"return_trajectories\"");
     const json_t *arr = json_object_get(h, "samples");
     if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > CORE_WIRE_MAX_SAMPLES)
         return core_error("rollout_request: \"samples\" must be an array of 1..%d objects", CORE_WIRE_MAX_SAMPLES);

@@ -5,6 +5,9 @@
  * rollout_request  {"policy_version": int, "stream": "rollout" | "eval", "eta": number >= 0,
  *                   "return_trajectories": bool, "return_videos": bool,
  *                   "return_velocities": bool (optional, default false),
+ *                   "sde_type": "sde" | "cps" (optional, default "sde"), "logp": "exact" | "flow_grpo" (optional,
+ *                   default "exact"), "sde_window": [lo, hi] (optional: steps lo..hi-1 noisy, the trajectory keeps
+ *                   latents lo..hi), "return_means": bool (optional, default false; needs return_trajectories),
  *                   "samples": [{"uid": int < 2^32, "prompt_index": int >= 0, "prompt": string,
  *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
@@ -42,6 +45,11 @@ typedef struct {
     float eta;
     int return_trajectories, return_videos;
     int return_velocities;   /* with return_trajectories: each step's guided velocity too (parity check) */
+    int sde_type;            /* 0 "sde", 1 "cps" (model/flow/flow.h flow_sde_type; rollout.sde_type) */
+    int logp_mode;           /* 0 "exact", 1 "flow_grpo" (flow_logp_mode; algorithm.cps_logprob) */
+    int window_lo, window_hi; /* SDE window: steps [lo, hi) step with eta, the others with eta 0, and returned
+                                trajectories keep latents[lo .. hi] only; window_hi 0: no window (every step) */
+    int return_means;        /* with return_trajectories: the trajectories carry the step means (GRPO-Guard) */
     int n;
     core_rollout_sample *samples; /* [n], owned (free with core_rollout_request_free) */
 } core_rollout_request;

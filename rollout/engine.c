@@ -32,7 +32,28 @@ int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta
     rc->seed = seed;
     rc->stream = CORE_STREAM_ROLLOUT_NOISE;
     rc->batch_size = batch_size;
+    rc->kind = flow_kind_default();
     return 0;
+}
+
+int rollout_config_apply_request(rollout_config *rc, const core_rollout_request *req) {
+    rc->stream = req->stream;
+    rc->eta = req->eta;
+    rc->policy_version = req->policy_version;
+    rc->kind.type = req->sde_type ? FLOW_CPS : FLOW_SDE;
+    rc->kind.logp = req->logp_mode ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT;
+    if (req->window_hi > rc->n_steps)
+        return core_error("rollout request: sde_window [%d, %d] is past the %d denoising steps", req->window_lo,
+                          req->window_hi, rc->n_steps);
+    rc->window_lo = req->window_hi > 0 ? req->window_lo : 0;
+    rc->window_hi = req->window_hi;
+    rc->record_means = req->return_means;
+    return 0;
+}
+
+int rollout_trim_to_window(const rollout_config *rc, core_traj *t) {
+    if (rc->window_hi <= 0) return 0;
+    return core_traj_trim(t, rc->window_lo, rc->window_hi);
 }
 
 /* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata.
@@ -63,6 +84,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
             goto done;
         }
         const int e = E->n == 2 ? flow_expert(rc->timesteps[i], rc->boundary_ratio) : 0;
+        const float eta_i = rc->window_hi <= 0 || (i >= rc->window_lo && i < rc->window_hi) ? rc->eta : 0.0f;
         const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
         const int cfg = flow_cfg_active(g);
         const int rows = b * (cfg ? 2 : 1);
@@ -81,10 +103,13 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
             if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
             else memcpy(v, vc, sizeof(float) * (size_t)nl);
             if (vel) memcpy(vel[j] + (int64_t)i * nl, v, sizeof(float) * (size_t)nl);
-            core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
+            /* an ODE step (eta 0) uses no noise: none drawn (the step is the mean either way) */
+            if (eta_i > 0.0f) core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
             flow_step st;
-            if (flow_sde_step(core_traj_latent(&tr[j], i), v, eps, NULL, nl, rc->sigmas[i], rc->sigmas[i + 1],
-                              rc->sigmas[1], rc->eta, NULL, core_traj_latent(&tr[j], i + 1), &st))
+            if (flow_sde_step_kind(rc->kind, core_traj_latent(&tr[j], i), v, eta_i > 0.0f ? eps : NULL, NULL, nl,
+                                   rc->sigmas[i],
+                                   rc->sigmas[i + 1], rc->sigmas[1], eta_i, core_traj_mean(&tr[j], i),
+                                   core_traj_latent(&tr[j], i + 1), &st))
                 goto done;
             tr[j].log_probs[i] = st.has_logp ? st.logp : 0.0f;
             tr[j].has_log_prob[i] = (uint8_t)st.has_logp;
@@ -130,6 +155,7 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         t->guidance_scale_2 = E->n == 2 ? rc->guidance_scale_2 : rc->guidance_scale;
         memcpy(t->sigmas, rc->sigmas, sizeof(float) * (size_t)(rc->n_steps + 1));
         memcpy(t->timesteps, rc->timesteps, sizeof(float) * (size_t)rc->n_steps);
+        if (rc->record_means && core_traj_alloc_means(t)) goto fail;
         core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
     }
     for (int s0 = 0; s0 < n; s0 += rc->batch_size) {

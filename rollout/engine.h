@@ -19,7 +19,9 @@
 #include <stdint.h>
 
 #include "core/trajectory.h"
+#include "core/wire_rollout.h"
 #include "model/dit/wan_dit.h"
+#include "model/flow/flow.h"
 
 #define ROLLOUT_MAX_STEPS 1000
 
@@ -41,6 +43,10 @@ typedef struct {
     float *const *velocities;               /* NULL, or per sample j of a rollout_generate call a buffer
                                                [N, C, F, H, W] that receives the guided velocity v of every step
                                                (what the step used; for the parity check) */
+    flow_kind kind;                         /* the step (rollout.sde_type) and its log-prob (algorithm.cps_logprob) */
+    int window_lo, window_hi;               /* SDE window: steps [lo, hi) step with eta, the others with eta 0 (the
+                                               ODE step, no log-prob); window_hi 0: every step with eta */
+    int record_means;                       /* 1: each trajectory gets its step means (core_traj_mean; GRPO-Guard) */
     int (*should_stop)(void);               /* NULL (never stops), or polled before every denoising step of every
                                                chunk: a non-zero return (the signal number, e.g. core/stop.h's
                                                core_stop_interrupt) ends rollout_generate with the error "rollout
@@ -49,11 +55,19 @@ typedef struct {
 
 /* Fills rc: the schedule from flow_schedule(n_steps, shift), the other fields from the arguments (policy_version 0,
  * stream CORE_STREAM_ROLLOUT_NOISE, neg NULL, velocities and should_stop NULL, guidance_scale_2 = guidance_scale,
- * boundary_ratio 0.875). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
+ * boundary_ratio 0.875, kind flow_kind_default(), no window, no means). Errors (-1): n_steps outside 1..ROLLOUT_MAX_STEPS (rollout.num_steps), bad
  * shift (rollout.shift), eta negative/non-finite (rollout.eta), guidance not finite (rollout.guidance_scale), a
  * shape dim < 1, text_len < 1, batch_size < 1. */
 int rollout_config_init(rollout_config *rc, int n_steps, double shift, float eta, float guidance_scale,
                         const int64_t shape[4], int text_len, uint64_t seed, int batch_size);
+
+/* The request's sampling settings onto rc (a copy of the process's config): stream, eta, policy version, step kind,
+ * window (checked against rc->n_steps) and record_means. Errors (-1): a window past the schedule. */
+int rollout_config_apply_request(rollout_config *rc, const core_rollout_request *req);
+
+/* After decoding: a windowed request's trajectory keeps latents[lo .. hi] (and the means of steps lo .. hi-1) only
+ * (core_traj_trim). No window: nothing changes. -1 on error (core_traj_trim's). */
+int rollout_trim_to_window(const rollout_config *rc, core_traj *t);
 
 /* The models a rollout runs: one expert, or two (Wan 2.2 A14B: expert[0] = transformer/, expert[1] =
  * transformer_2/, same config). */

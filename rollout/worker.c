@@ -79,9 +79,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
         if (rollout_pipeline_embed(p, prompts[j], &cond[j])) goto done;
     }
     rollout_config rc_ = p->rc;
-    rc_.stream = req.stream;
-    rc_.eta = req.eta;
-    rc_.policy_version = req.policy_version;
+    if (rollout_config_apply_request(&rc_, &req)) goto done;
     if (vel) {
         for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;
         rc_.velocities = vel;
@@ -89,7 +87,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     if (rollout_generate(&rc_, &p->experts, NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int j = 0; j < n; j++) {
-        if (rollout_pipeline_decode(p, &tr[j], videos + vb * j)) goto done;
+        if (rollout_pipeline_decode(p, &tr[j], videos + vb * j) || rollout_trim_to_window(&rc_, &tr[j])) goto done;
         vh[j] = core_xxh64(videos + vb * j, (size_t)vb, 0);
     }
     if (reward_client_score(w->reward, videos, n, p->dec.frames, p->dec.height, p->dec.width, w->cfg->fps,

@@ -232,3 +232,62 @@ TEST(engine_two_experts_routing) {
     wan_model_free(&hi);
     wan_model_free(&lo);
 }
+
+/* SDE window (rollout.sde_window): steps [2, 4) of 6 step with eta, the others with eta 0; the trajectory trimmed after
+ * "decoding" keeps latents 2..4 (and the step means of steps 2, 3 when recorded), which equal the untrimmed chain's;
+ * only window steps have a log-prob; the ODE steps are x + dt v exactly as an eta-0 run's (the first two latents
+ * equal a full eta-0 run's bit for bit); a window step's recorded mean reproduces its latent with the Philox noise. */
+TEST(engine_sde_window_trajectory) {
+    wan_model m;
+    tiny_model(&m, 4);
+    rollout_experts E1 = rollout_one_expert(&m);
+    rollout_config rc, ode;
+    REQUIRE_OK(rollout_config_init(&rc, 6, 3.0, 0.8f, 4.5f, SHAPE, EL, 77, 2));
+    REQUIRE_OK(rollout_config_init(&ode, 6, 3.0, 0.0f, 4.5f, SHAPE, EL, 77, 2));
+    core_rollout_request req = {.stream = CORE_STREAM_ROLLOUT_NOISE, .eta = 0.8f, .window_lo = 2, .window_hi = 4,
+                                .return_trajectories = 1, .return_means = 1};
+    REQUIRE_OK(rollout_config_apply_request(&rc, &req));
+    const char *pr[2] = {"a green frog", "a red ball"};
+    float *e = embeds(pr, 2, m.cfg.text_dim);
+    REQUIRE(e);
+    const float *cond[2] = {e, e + EL * m.cfg.text_dim};
+    uint64_t uid[2] = {3, 4};
+    core_traj t[2], o[2];
+    REQUIRE_OK(rollout_generate(&rc, &E1, NULL, 2, cond, uid, NULL, t));
+    REQUIRE_OK(rollout_generate(&ode, &E1, NULL, 2, cond, uid, NULL, o));
+    const int64_t nl = 16 * 2 * 8 * 8;
+    float *keep = malloc(sizeof(float) * nl * 3), *mean2 = malloc(sizeof(float) * nl), *eps = malloc(sizeof(float) * nl);
+    REQUIRE(keep && mean2 && eps);
+    for (int j = 0; j < 2; j++) {
+        for (int i = 0; i < 6; i++) CHECK(t[j].has_log_prob[i] == (i == 2 || i == 3));
+        for (int i = 0; i <= 2; i++) /* before the window: the ODE chain of an eta-0 run */
+            CHECK(memcmp(core_traj_latent(&t[j], i), core_traj_latent(&o[j], i), sizeof(float) * nl) == 0);
+        CHECK(memcmp(core_traj_latent(&t[j], 3), core_traj_latent(&o[j], 3), sizeof(float) * nl) != 0);
+        /* step 2's latent = its recorded mean + step_std x the Philox noise of slot 3 */
+        flow_step st;
+        REQUIRE_OK(flow_step_init(&st, t[j].sigmas[2], t[j].sigmas[3], t[j].sigmas[1], 0.8f));
+        core_philox_normal(eps, nl, 77, 3, (uint32_t)uid[j], CORE_STREAM_ROLLOUT_NOISE);
+        const float *mu = core_traj_mean(&t[j], 2), *x3 = core_traj_latent(&t[j], 3);
+        REQUIRE(mu);
+        int same = 1;
+        for (int64_t k = 0; k < nl; k++) same &= x3[k] == mu[k] + st.step_std * eps[k];
+        CHECK(same);
+        memcpy(keep, core_traj_latent(&t[j], 2), sizeof(float) * nl * 3);
+        memcpy(mean2, mu, sizeof(float) * nl);
+        REQUIRE_OK(rollout_trim_to_window(&rc, &t[j]));
+        CHECK(t[j].latent_first == 2 && t[j].n_latents == 3);
+        CHECK(core_traj_has_latent(&t[j], 2) && core_traj_has_latent(&t[j], 4) && !core_traj_has_latent(&t[j], 1) &&
+              !core_traj_has_latent(&t[j], 5) && !core_traj_has_latent(&t[j], 6));
+        CHECK(memcmp(keep, core_traj_latent(&t[j], 2), sizeof(float) * nl * 3) == 0);
+        CHECK(core_traj_mean(&t[j], 2) && memcmp(mean2, core_traj_mean(&t[j], 2), sizeof(float) * nl) == 0);
+        CHECK(core_traj_mean(&t[j], 4) == NULL);
+        REQUIRE_OK(core_traj_validate(&t[j], "windowed"));
+        core_traj_free(&t[j]);
+        core_traj_free(&o[j]);
+    }
+    /* a window past the schedule is refused */
+    req.window_lo = 4, req.window_hi = 7;
+    CHECK(rollout_config_apply_request(&rc, &req) == -1 && strstr(core_last_error(), "sde_window"));
+    free(keep), free(mean2), free(eps), free(e);
+    wan_model_free(&m);
+}

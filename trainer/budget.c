@@ -351,7 +351,8 @@ typedef struct {
     const core_recipe *r;
     const budget_estimate *e;
     int64_t nl, ne;        /* latent floats per sample, conditioning floats per prompt */
-    double traj;           /* bytes of one trajectory */
+    double traj;           /* bytes of one trajectory as the rollout makes it (every latent; step means for GRPO-Guard) */
+    double traj_kept;      /* bytes of one as the trainer keeps it (an SDE window's latents only) */
     double weights;        /* bytes of one expert's weights */
     int cfg_any, nocfg_any; /* some rollout step with CFG / without */
     int cfg_train;         /* some trained step with CFG */
@@ -494,10 +495,14 @@ static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, do
     }
     if (flow_schedule(N, r->shift, sig, ts) || grpo_selection_parse(r->timestep_selection, &sel)) goto done;
     *cfg_steps = 0;
+    const flow_kind kind = {!strcmp(r->sde_type, "cps") ? FLOW_CPS : FLOW_SDE,
+                            !strcmp(r->cps_logprob, "flow_grpo") ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
+    const int wlo = r->sde_window_size > 0 && r->sde_window_range.n == 2 ? (int)r->sde_window_range.v[0] : 0;
+    const int whi = r->sde_window_size > 0 ? wlo + r->sde_window_size : N; /* a window's first position */
     for (int i = 0; i < N; i++) {
         flow_step st;
-        if (flow_step_init(&st, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
-        has[i] = (uint8_t)st.has_std;
+        if (flow_step_init_kind(&st, kind, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
+        has[i] = (uint8_t)(st.has_std && i >= wlo && i < whi);
         ex[i] = (uint8_t)(e->n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
         cfg[i] = (uint8_t)flow_cfg_active(ex[i] ? r->guidance_scale_2 : r->guidance_scale);
         *cfg_steps += cfg[i] ? 2 : 1;
@@ -552,7 +557,10 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     z.nl = (int64_t)c->in_channels * e->F * e->H * e->W;
     z.ne = (int64_t)r->text_len * c->text_dim;
     const int N = r->num_steps;
-    z.traj = F32 * ((double)(N + 1) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj);
+    const int guard = !strcmp(r->loss, "grpo_guard"), W = r->sde_window_size;
+    z.traj = F32 * ((double)(N + 1 + (guard ? N : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj);
+    z.traj_kept = W > 0 ? F32 * ((double)(W + 1 + (guard ? W : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj)
+                        : z.traj;
     z.weights = F32 * (double)e->params;
     if (trainer_lora_config(r, c, &z.lora) < 0) return -1;
     if (z.lora.rank > 0) {
@@ -588,7 +596,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         trainer_common(p, &z, 1);
         text_encoder_part(p, &z, BUDGET_START);
         decoder_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL);
-        add(p, "trajectories of a step", K_TRAJ, BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj);
+        add(p, "trajectories of a step", K_TRAJ, BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj_kept);
         add(p, "rollout activations + scratch", K_ROLL, BUDGET_ROLLOUT, rollout_bytes(&z, n_step));
         train_parts(p, &z, n_step, 1);
         add(p, "eval trajectories (all at once)", K_EVAL, BUDGET_EVAL, n_eval * z.traj);
@@ -607,9 +615,9 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         text_encoder_part(p, &z, BUDGET_START);
         const double vel = parity ? 2 * F32 * (double)N * z.nl * n_step : 0; /* the rollout's and the recomputed */
         add(p, parity ? "trajectories + velocities of the batch" : "trajectories of a step", K_TRAJ,
-            BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj + vel);
+            BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj_kept + vel);
         add(p, "received message (one chunk)", "rollout.batch_size, " K_SIZE, BUDGET_ROLLOUT,
-            (n_step < r->batch_size ? n_step : r->batch_size) * z.traj);
+            (n_step < r->batch_size ? n_step : r->batch_size) * z.traj_kept);
         train_parts(p, &z, share, !parity);
         worker_proc(proc(e, "rollout worker", r->rollout_workers), &z, 0, 0, parity);
         if (!r->reward_endpoint) reward_proc(proc(e, "reward server", 1), &z);

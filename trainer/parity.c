@@ -176,8 +176,9 @@ int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer
             cond[k] = S.emb_train + (int64_t)slot[b] * S.ne;
         }
     const double t0 = trainer_now_s();
-    const core_rollout_request tmpl = {.policy_version = TRAINER_VERSION(&S), .stream = CORE_STREAM_ROLLOUT_NOISE,
-                                       .eta = r->eta, .return_trajectories = 1, .return_velocities = 1};
+    core_rollout_request tmpl = {.policy_version = TRAINER_VERSION(&S), .stream = CORE_STREAM_ROLLOUT_NOISE,
+                                 .eta = r->eta, .return_trajectories = 1, .return_velocities = 1};
+    trainer_rollout_settings(&S, start, &tmpl); /* the window of the round it checks (step 0, or the checkpoint's next) */
     if (src->rollout(src->ctx, &tmpl, smp, cond, S.emb_neg, n, res, NULL, NULL)) goto done;
     have = 1;
     const double t1 = trainer_now_s();

@@ -62,10 +62,10 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
 /* At least one trainable transition per sample, computed as the trainer will: the flow schedule's SDE steps (a
  * log-prob exists where step_std > 0, so never with rollout.eta 0), each routed to its expert, the frozen ones left
  * out, then the timestep selection. The number of experts is whether model.path has transformer_2/ (no weights read). */
-static int check_trainable(const core_recipe *r, const grpo_selection *sel) {
+static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win) {
     const int N = r->num_steps;
     float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
-    uint8_t *has = malloc((size_t)N), *ex = malloc((size_t)N);
+    uint8_t *has = malloc(2 * (size_t)N), *ex = malloc((size_t)N);
     int rc = -1;
     if (!sig || !ts || !has || !ex) {
         core_error("out of memory");
@@ -81,7 +81,7 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel) {
     int any = 0;
     for (int i = 0; i < N; i++) {
         flow_step st;
-        if (flow_step_init(&st, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
+        if (flow_step_init_kind(&st, trainer_flow_kind(r), sig[i], sig[i + 1], sig[1], r->eta)) goto done;
         has[i] = (uint8_t)st.has_std;
         ex[i] = (uint8_t)(n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
         any |= has[i];
@@ -96,7 +96,18 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel) {
         core_error("algorithm.train_experts: %s, but %s has one expert (no transformer_2/)", te, r->model_path);
         goto done;
     }
-    if (grpo_count_transitions_experts(sel, N, has, ex, 0, 1, trained, n_experts, &count)) goto done;
+    if (win->size == 0) {
+        if (grpo_count_transitions_experts(sel, N, has, ex, 0, 1, trained, n_experts, &count)) goto done;
+    } else { /* every window position (the random draws' and the progressive schedule's) must have a trained step */
+        for (int lo = win->lo; lo + win->size <= win->hi; lo++) {
+            uint8_t *h = has + N; /* has holds N more bytes: the window's mask */
+            for (int i = 0; i < N; i++) h[i] = (uint8_t)(has[i] && i >= lo && i < lo + win->size);
+            if (grpo_count_transitions_experts(sel, N, h, ex, 0, 1, trained, n_experts, &count)) {
+                core_error_push("rollout.sde_window: the window at steps %d..%d: ", lo, lo + win->size - 1);
+                goto done;
+            }
+        }
+    }
     rc = 0;
 done:
     free(sig), free(ts), free(has), free(ex);
@@ -118,7 +129,10 @@ static int check_lora(const core_recipe *r) {
 static int check_settings(const core_recipe *r) {
     grpo_selection sel;
     if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
-    if (check_trainable(r, &sel) || check_lora(r)) return -1;
+    sde_window win;
+    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r)) return -1;
+    for (int i = 0; i < r->gold_scorers.n; i++)
+        if (!reward_find(r->gold_scorers.v[i])) return core_error_push("guard.gold_scorers.%d: ", i);
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
     for (int i = 0; i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
@@ -281,7 +295,23 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
     S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
-    return 0;
+    S->tc.kind = trainer_flow_kind(r);
+    S->tc.guard = !strcmp(r->loss, "grpo_guard");
+    return sde_window_from_recipe(r, &S->win);
+}
+
+flow_kind trainer_flow_kind(const core_recipe *r) {
+    flow_kind k = {!strcmp(r->sde_type, "cps") ? FLOW_CPS : FLOW_SDE,
+                   !strcmp(r->cps_logprob, "flow_grpo") ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
+    return k;
+}
+
+void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollout_request *req) {
+    const core_recipe *r = S->r;
+    req->sde_type = S->tc.kind.type == FLOW_CPS;
+    req->logp_mode = S->tc.kind.logp == FLOW_LOGP_FLOW_GRPO;
+    req->return_means = S->tc.guard && req->return_trajectories;
+    if (S->win.size > 0) sde_window_of_round(&S->win, r->num_steps, round, &req->window_lo, &req->window_hi);
 }
 
 void trainer_teardown(trainer_state *S) {

@@ -21,6 +21,7 @@ typedef struct {
     float *mean, *mean_ref;                   /* [cap, nl] */
     float *v, *dv;                            /* [nl] */
     float *logp_new, *logp_old, *adv, *kl, *dlogp, *dkl; /* [cap] */
+    float *bias, *sstd, *dt, *dbias;          /* [cap]: GRPO-Guard's mean bias, step std, dt and d loss / d bias */
     uint8_t *mask;                            /* [cap] */
     int *urow;                                /* [cap]: row of the unconditional forward, or -1 */
     flow_step *st;                            /* [cap] */
@@ -30,6 +31,7 @@ static void scratch_free(scratch *w) {
     free(w->x), free(w->ts), free(w->enc), free(w->vout), free(w->vref), free(w->dout), free(w->mean);
     free(w->mean_ref), free(w->v), free(w->dv), free(w->logp_new), free(w->logp_old), free(w->adv), free(w->kl);
     free(w->dlogp), free(w->dkl), free(w->mask), free(w->urow), free(w->st);
+    free(w->bias), free(w->sstd), free(w->dt), free(w->dbias);
     memset(w, 0, sizeof *w);
 }
 
@@ -42,7 +44,8 @@ static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t ne) {
     w->logp_new = malloc(f * cap), w->logp_old = malloc(f * cap), w->adv = malloc(f * cap), w->kl = malloc(f * cap);
     w->dlogp = malloc(f * cap), w->dkl = malloc(f * cap), w->mask = malloc(cap), w->urow = malloc(sizeof(int) * cap);
     w->st = malloc(sizeof(flow_step) * cap);
-    if (!w->x || !w->ts || !w->enc || !w->vout || !w->vref || !w->dout || !w->mean || !w->mean_ref || !w->v ||
+    w->bias = malloc(f * cap), w->sstd = malloc(f * cap), w->dt = malloc(f * cap), w->dbias = malloc(f * cap);
+    if (!w->bias || !w->sstd || !w->dt || !w->dbias ||!w->x || !w->ts || !w->enc || !w->vout || !w->vref || !w->dout || !w->mean || !w->mean_ref || !w->v ||
         !w->dv || !w->logp_new || !w->logp_old || !w->adv || !w->kl || !w->dlogp || !w->dkl || !w->mask || !w->urow ||
         !w->st) {
         scratch_free(w);
@@ -91,8 +94,8 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
         const float *v = guided(w, w->vout, t, tr[t].g, nl);
-        if (flow_sde_step(core_traj_latent(s, i), v, NULL, core_traj_latent(s, i + 1), nl, s->sigmas[i], s->sigmas[i + 1],
-                          s->sigmas[1], s->eta, w->mean + (int64_t)t * nl, NULL, &w->st[t]))
+        if (flow_sde_step_kind(tc->kind, core_traj_latent(s, i), v, NULL, core_traj_latent(s, i + 1), nl, s->sigmas[i],
+                               s->sigmas[i + 1], s->sigmas[1], s->eta, w->mean + (int64_t)t * nl, NULL, &w->st[t]))
             goto done;
         if (!w->st[t].has_logp) {
             core_error("trainer: sample uid %llu step %d has no log-prob (std 0) but was selected", (unsigned long long)s->uid, i);
@@ -103,6 +106,16 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         w->logp_old[t] = s->log_probs[i];
         w->adv[t] = b->adv[tr[t].s];
         w->mask[t] = b->mask[tr[t].s];
+        if (tc->guard) { /* GRPO-Guard: the bias of this mean against the rollout's (the trajectory's step mean) */
+            const float *mo = core_traj_mean(s, i);
+            if (!mo) {
+                core_error("algorithm.loss grpo_guard: sample uid %llu has no rollout mean of step %d (the rollout "
+                           "did not record step means)", (unsigned long long)s->uid, i);
+                goto done;
+            }
+            if (flow_kl(w->mean + (int64_t)t * nl, mo, nl, w->st[t].step_std, &w->bias[t])) goto done;
+            w->sstd[t] = w->st[t].step_std, w->dt[t] = w->st[t].dt;
+        }
     }
     if (tc->beta > 0) {
         /* the reference is the policy itself under LoRA: its base, the adapter switched off for this forward */
@@ -116,21 +129,26 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
             const float *v = guided(w, w->vref, t, tr[t].g, nl);
             flow_step sr;
             float *mr = w->mean_ref + (int64_t)t * nl;
-            if (flow_sde_step(core_traj_latent(s, i), v, NULL, NULL, nl, s->sigmas[i], s->sigmas[i + 1], s->sigmas[1],
-                              s->eta, mr, NULL, &sr) ||
+            if (flow_sde_step_kind(tc->kind, core_traj_latent(s, i), v, NULL, NULL, nl, s->sigmas[i], s->sigmas[i + 1],
+                                   s->sigmas[1], s->eta, mr, NULL, &sr) ||
                 flow_kl(w->mean + (int64_t)t * nl, mr, nl, w->st[t].step_std, &w->kl[t]))
                 goto done;
         }
     }
-    if (grpo_loss_terms(cnt, w->logp_new, w->logp_old, w->adv, w->mask, tc->beta > 0 ? w->kl : NULL, tc->clip_eps,
-                        tc->beta, denom, w->dlogp, w->dkl, stats))
+    if (tc->guard ? grpo_guard_loss_terms(cnt, w->logp_new, w->logp_old, w->bias, w->sstd, w->dt, w->adv, w->mask,
+                                          tc->beta > 0 ? w->kl : NULL, tc->clip_eps, tc->beta, denom, w->dlogp,
+                                          w->dbias, w->dkl, stats)
+                  : grpo_loss_terms(cnt, w->logp_new, w->logp_old, w->adv, w->mask, tc->beta > 0 ? w->kl : NULL,
+                                    tc->clip_eps, tc->beta, denom, w->dlogp, w->dkl, stats))
         goto done;
     if (backward) {
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const float gkl = tc->beta > 0 ? w->dkl[t] : 0.0f;
-            if (flow_sde_backward_v(&w->st[t], w->mean + (int64_t)t * nl, core_traj_latent(s, tr[t].i + 1),
-                                    tc->beta > 0 ? w->mean_ref + (int64_t)t * nl : NULL, nl, w->dlogp[t], gkl, w->dv))
+            if (flow_sde_backward_v_guard(&w->st[t], w->mean + (int64_t)t * nl, core_traj_latent(s, tr[t].i + 1),
+                                          tc->beta > 0 ? w->mean_ref + (int64_t)t * nl : NULL,
+                                          tc->guard ? core_traj_mean(s, tr[t].i) : NULL, nl, w->dlogp[t], gkl,
+                                          tc->guard ? w->dbias[t] : 0.0f, w->dv))
                 goto done;
             if (w->urow[t] >= 0)
                 flow_cfg_backward(w->dout + (int64_t)t * nl, w->dout + (int64_t)w->urow[t] * nl, w->dv, tr[t].g, nl);

@@ -24,6 +24,7 @@
 
 #include "core/trajectory.h"
 #include "model/dit/wan_dit.h"
+#include "model/flow/flow.h"
 #include "trainer/grpo.h"
 #include "trainer/optim.h"
 
@@ -46,6 +47,9 @@ typedef struct {
     float beta;                  /* algorithm.beta (KL), >= 0 */
     int micro_batch_size;        /* transitions per forward, >= 1 */
     wan_acts_mode acts_mode;     /* WAN_ACTS_STORE or WAN_ACTS_RECOMPUTE */
+    flow_kind kind;              /* the rollout's step kind (rollout.sde_type, algorithm.cps_logprob); zeroed = sde */
+    int guard;                   /* 1: algorithm.loss grpo_guard (grpo_guard_loss_terms; trajectories carry the
+                                    rollout's step means) */
     /* Gradient hook of trainer_update / trainer_update_experts (NULL: none; data parallelism: trainer/dp.h's
      * dp_grad_reduce with ctx = the communicator): called once per update after this rank's gradients of the trained
      * experts are accumulated and before the norm, clipping and AdamW; it may sum the trained experts' grads over
