@@ -17,7 +17,7 @@ LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lx
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
-LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
+LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c kernels/cuda/emu/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
@@ -186,9 +186,10 @@ $(BUILD)/gpucheck/%.o: %.c
 $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 	$(CC) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
 
-# `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/check/emu/emulate.c: host memory, the
-# kernel bodies, k_cpu_ops for GEMM and attention) to test the check's own logic without a GPU or CUDA toolkit.
-GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c
+# `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/emu/: host memory, the kernel bodies,
+# k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/emulate.c: the rest of
+# k_cuda.h) to test the check's own logic without a GPU or CUDA toolkit. `make test` links the same table as k_emu_ops.
+GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
 gpu-check-emu: $(BUILD)/gpu_check_emu

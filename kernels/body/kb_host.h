@@ -181,6 +181,26 @@ static inline void kbh_gate_residual_backward(kb_out dx, kb_out dy, kb_out dgate
         }
 }
 
+/* ---- the modulation table plus the embedding rows: one element, one table column, one source element ---- */
+
+static inline void kbh_add_table_forward(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj) {
+    size_t n = (size_t)R * nj * D;
+    for (size_t i = 0; i < n; i++) kb_set(out, i, kb_add_table_elem(table, src, i, nj, D, src_nj));
+}
+
+/* dtable.p, dsrc.p may be NULL (not wanted). */
+static inline void kbh_add_table_backward(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj) {
+    if (dtable.p)
+        for (int c = 0; c < nj * D; c++) kb_acc(dtable, (size_t)c, kb_col_sum_f32(dmod, R, nj * D, c));
+    if (!dsrc.p) return;
+    if (src_nj == nj) {
+        size_t n = (size_t)R * nj * D;
+        for (size_t i = 0; i < n; i++) kb_acc(dsrc, i, kb_get(dmod, i));
+    } else {
+        for (size_t e = 0; e < (size_t)R * D; e++) kb_add_table_bcast_grad(dsrc, dmod, e, nj, D);
+    }
+}
+
 /* ---- patch layouts: one element of the op's output at a time ---- */
 
 static inline void kbh_patchify_forward(kb_out out, kb_in x, const kb_patch_dims *d) {

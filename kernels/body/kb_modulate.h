@@ -48,4 +48,34 @@ KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, d
     if (sg) *sg = c;
 }
 
+/* ---- the modulation table plus the embedding rows (model/dit/wan_layers.c: wan_add_table, wan_add_table_bwd) ----
+ * out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1: the output norm's temb
+ * broadcast over shift and scale); out [R, nj, D], table [nj, D], src [R, src_nj, D]. The CPU's order: the table
+ * gradient sums rows r = 0..R-1 in order into an fp32 accumulator that is then added (wan_colsum_acc); the broadcast
+ * source gradient adds j = 0..nj-1 in order straight into the accumulator. So fp32 results are bit-identical. */
+
+/* Index into src of element i of out. */
+KB_FN size_t kb_add_table_src(size_t i, int nj, int D, int src_nj) {
+    const size_t d = i % (size_t)D, rj = i / (size_t)D, j = rj % (size_t)nj, r = rj / (size_t)nj;
+    return (r * (size_t)src_nj + (src_nj == 1 ? 0 : j)) * (size_t)D + d;
+}
+
+/* table[j, d] + src[...] for element i of out. */
+KB_FN float kb_add_table_elem(kb_in table, kb_in src, size_t i, int nj, int D, int src_nj) {
+    return kb_get(table, i % ((size_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
+}
+
+/* Column c of x [R, ncol] summed over rows 0..R-1 in order, fp32 accumulator (wan_colsum_acc's arithmetic). */
+KB_FN float kb_col_sum_f32(kb_in x, int64_t R, int ncol, int c) {
+    float acc = 0.0f;
+    for (int64_t r = 0; r < R; r++) acc += kb_get(x, (size_t)r * (size_t)ncol + (size_t)c);
+    return acc;
+}
+
+/* dsrc[r, 0, d] += dmod[r, j, d] for j = 0..nj-1 in order (element e = r * D + d of dsrc; src_nj == 1). */
+KB_FN void kb_add_table_bcast_grad(kb_out dsrc, kb_in dmod, size_t e, int nj, int D) {
+    const size_t d = e % (size_t)D, r = e / (size_t)D;
+    for (int j = 0; j < nj; j++) kb_acc(dsrc, e, kb_get(dmod, (r * (size_t)nj + (size_t)j) * (size_t)D + d));
+}
+
 #endif

@@ -71,6 +71,8 @@ int kc_lse_merge_forward(kb_out o, float *lse, kb_in o1, const float *lse1, kb_i
                          int H, int Dh);
 int kc_lse_merge_backward(kb_out do1, float *dlse1, kb_out do2, float *dlse2, kb_in dout, const float *dlse, kb_in o1,
                           const float *lse1, kb_in o2, const float *lse2, int B, int S, int H, int Dh);
+int kc_add_table_forward(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj);
+int kc_add_table_backward(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);
 
 /* ---- Launchers of kern_flow.cu ---- */
 int kc_sde_step(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean_out, kb_out x_next_out, float coef_x,

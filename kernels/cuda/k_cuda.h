@@ -214,6 +214,28 @@ typedef struct k_dev_ops {
     int (*sumsq)(kb_in x, int64_t n, double *out);
     /* x *= f (gradient clipping; f already rounded to fp32 as optim_scale does). */
     int (*scale)(kb_out x, float f, int64_t n);
+
+    /* ---- device memory: the k_dev_* helpers above (on the emulated device, kernels/cuda/emu/k_emu.h: host memory),
+     * so that code above kernels/ holds the whole device in one const k_dev_ops * (model/dit/wan_dev.h). ---- */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p);
+    int (*mem_upload)(void *dst_dev, const void *src_host, size_t bytes);
+    int (*mem_download)(void *dst_host, const void *src_dev, size_t bytes);
+    int (*mem_upload_bf16)(kb_bf16 *dst_dev, const float *src_host, size_t n);
+    int (*mem_download_bf16)(float *dst_host, const kb_bf16 *src_dev, size_t n);
+    int (*mem_zero)(void *p, size_t bytes);
+    int (*mem_sync)(void);
+
+    /* ---- the glue of the Wan DiT (model/dit/wan_layers.c's helpers on the device; kernels/body/kb_modulate.h) ----
+     * y += x, n elements (wan_axpy1; into a zeroed y: a dtype conversion). */
+    int (*add)(kb_out y, kb_in x, int64_t n);
+    /* out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1): wan_add_table.
+     * out [R, nj, D], table [nj, D], src [R, src_nj, D]. */
+    int (*add_table_forward)(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj);
+    /* wan_add_table_bwd: dtable[j, :] += sum over r in order of dmod[r, j, :] (one thread per column);
+     * dsrc[r, j, :] += dmod[r, j, :], or with src_nj == 1 dsrc[r, 0, :] += dmod[r, j, :] for j in order. dtable.p,
+     * dsrc.p may be NULL. */
+    int (*add_table_backward)(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);
 } k_dev_ops;
 
 /* The CUDA backend's table; use only after k_cuda_init (or k_cuda_available) succeeded. */

@@ -1,6 +1,7 @@
 /* kernels/cuda/kern_layers.cu — the DiT layer kernels of the CUDA backend: LayerNorm, RMSNorm, RoPE, GELU-tanh, SiLU,
- * AdaLN modulation and gated residual, patchify/unpatchify, LSE merge; forward and backward. Each kernel launches a
- * body of kernels/body/ per work item, in the decomposition kernels/body/kb_host.h runs on the CPU in `make test`:
+ * AdaLN modulation and gated residual, patchify/unpatchify, LSE merge, the modulation table plus embedding rows;
+ * forward and backward. Each kernel launches a body of kernels/body/ per work item, in the decomposition
+ * kernels/body/kb_host.h runs on the CPU in `make test`:
  *   norm rows   16 lanes per row (16 rows per block of 256 threads); a lane computes its partial sums with the body,
  *               the 16 partials meet in shared memory and every lane adds them with the same fixed tree;
  *   columns     one thread per column (norm weight/bias gradients) or per (sample, column) (modulation rows);
@@ -406,4 +407,53 @@ extern "C" int kc_lse_merge_backward(kb_out do1, float *dlse1, kb_out do2, float
     lse_merge_bwd_kernel<<<kc_blocks(rows), KC_THREADS, 0, kc_stream>>>(do1, dlse1, do2, dlse2, dout, dlse, o1, lse1,
                                                                         o2, lse2, S, H, Dh, rows);
     return kc_launched("lse_merge_backward");
+}
+
+/* ---- the modulation table plus the embedding rows (the Wan DiT's scale_shift_table + tproj / temb) ----
+ * Forward: one thread per element. Backward: one thread per table column (rows summed in order, the CPU's fp32
+ * accumulator) and one per source element (broadcast: the nj rows added in order). R is small (batch, or batch x
+ * tokens with per-token timesteps), so the column sums are short. */
+
+__global__ void add_table_fwd_kernel(kb_out out, kb_in table, kb_in src, int nj, int D, int src_nj, size_t n) {
+    KC_FOR(i, n) kb_set(out, i, kb_add_table_elem(table, src, i, nj, D, src_nj));
+}
+
+__global__ void add_table_col_kernel(kb_out dtable, kb_in dmod, int R, int ncol) {
+    KC_FOR(c, (size_t)ncol) kb_acc(dtable, c, kb_col_sum_f32(dmod, R, ncol, (int)c));
+}
+
+__global__ void add_table_src_kernel(kb_out dsrc, kb_in dmod, int nj, int D, int src_nj, size_t n) {
+    KC_FOR(e, n) {
+        if (src_nj == 1)
+            kb_add_table_bcast_grad(dsrc, dmod, e, nj, D);
+        else
+            kb_acc(dsrc, e, kb_get(dmod, e));
+    }
+}
+
+static int bad_table_args(const char *op, int R, int nj, int D, int src_nj) {
+    if (R < 0 || nj < 1 || D < 1 || (src_nj != 1 && src_nj != nj))
+        return core_error("%s: R %d, nj %d, D %d, src_nj %d (1 or nj)", op, R, nj, D, src_nj);
+    return 0;
+}
+
+extern "C" int kc_add_table_forward(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj) {
+    if (bad_table_args("add_table_forward", R, nj, D, src_nj)) return -1;
+    const size_t n = (size_t)R * nj * D;
+    if (!n) return 0;
+    add_table_fwd_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(out, table, src, nj, D, src_nj, n);
+    return kc_launched("add_table_forward");
+}
+
+extern "C" int kc_add_table_backward(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj) {
+    if (bad_table_args("add_table_backward", R, nj, D, src_nj)) return -1;
+    if (!R) return 0;
+    if (dtable.p) {
+        add_table_col_kernel<<<kc_blocks((size_t)nj * D), KC_THREADS, 0, kc_stream>>>(dtable, dmod, R, nj * D);
+        if (kc_launched("add_table_backward")) return -1;
+    }
+    if (!dsrc.p) return 0;
+    const size_t n = (size_t)R * src_nj * D;
+    add_table_src_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(dsrc, dmod, nj, D, src_nj, n);
+    return kc_launched("add_table_backward");
 }

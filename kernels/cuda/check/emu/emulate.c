@@ -1,19 +1,14 @@
-/* kernels/cuda/check/emu/emulate.c — an emulated device for the GPU check's own logic: the k_cuda.h interface on
- * the host (device memory is host memory; the layer, flow and optimizer ops run the kernel bodies through
- * kernels/body/kb_host.h, in the GPU kernels' decomposition; GEMM and attention widen bf16 to fp32 and run
- * k_cpu_ops, then round outputs to their storage). Linked with the check's sources instead of the CUDA backend it
- * builds $(BUILD)/gpu_check_emu (`make gpu-check-emu`), which runs the whole check on a machine without a GPU: it
- * proves the check's plumbing (uploads, row sampling, gathers, references, bands, the repeat column) before GPU time
- * is spent, and times its CPU reference. It proves nothing about CUDA. */
-#include <math.h>
+/* kernels/cuda/check/emu/emulate.c — an emulated device for the GPU check's own logic: the rest of the k_cuda.h
+ * interface around the emulated op table of kernels/cuda/emu/ (k_emu.h: host memory, the kernel bodies through
+ * kernels/body/kb_host.h, k_cpu_ops for GEMM and attention on widened operands), which this build names k_cuda_ops
+ * (-DCK_EMULATE). Linked with the check's sources instead of the CUDA backend it builds $(BUILD)/gpu_check_emu
+ * (`make gpu-check-emu`), which runs the whole check on a machine without a GPU: it proves the check's plumbing
+ * (uploads, row sampling, gathers, references, bands, the repeat column, the Wan DiT rows) before GPU time is spent,
+ * and times its CPU reference. It proves nothing about CUDA. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "kernels/body/kb_host.h"
-#include "kernels/cpu/cpu.h"
-#include "kernels/cuda/k_cuda.h"
+#include "kernels/cuda/emu/k_emu.h"
 
 int k_cuda_init(char *why) {
     if (why) why[0] = 0;
@@ -32,105 +27,19 @@ int k_cuda_get_info(k_cuda_info *in) {
 }
 void *k_cuda_stream(void) { return NULL; }
 
-void *k_dev_alloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) core_error("emulated device: out of memory (%zu bytes)", bytes);
-    return p;
-}
-void k_dev_free(void *p) { free(p); }
-int k_dev_upload(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
-int k_dev_download(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
-int k_dev_upload_bf16(kb_bf16 *d, const float *s, size_t n) {
-    for (size_t i = 0; i < n; i++) d[i] = kb_bf16_from_f32(s[i]);
-    return 0;
-}
-int k_dev_download_bf16(float *d, const kb_bf16 *s, size_t n) {
-    for (size_t i = 0; i < n; i++) d[i] = kb_f32_from_bf16(s[i]);
-    return 0;
-}
-int k_dev_zero(void *p, size_t b) { return memset(p, 0, b), 0; }
-int k_dev_sync(void) { return 0; }
+void *k_dev_alloc(size_t bytes) { return k_cuda_ops.mem_alloc(bytes); }
+void k_dev_free(void *p) { k_cuda_ops.mem_free(p); }
+int k_dev_upload(void *d, const void *s, size_t b) { return k_cuda_ops.mem_upload(d, s, b); }
+int k_dev_download(void *d, const void *s, size_t b) { return k_cuda_ops.mem_download(d, s, b); }
+int k_dev_upload_bf16(kb_bf16 *d, const float *s, size_t n) { return k_cuda_ops.mem_upload_bf16(d, s, n); }
+int k_dev_download_bf16(float *d, const kb_bf16 *s, size_t n) { return k_cuda_ops.mem_download_bf16(d, s, n); }
+int k_dev_zero(void *p, size_t b) { return k_cuda_ops.mem_zero(p, b); }
+int k_dev_sync(void) { return k_cuda_ops.mem_sync(); }
 
-static float *widen(kb_in x, size_t n) {
-    float *f = malloc((n ? n : 1) * sizeof(float));
-    if (!f) abort();
-    for (size_t i = 0; i < n; i++) f[i] = kb_get(x, i);
-    return f;
-}
-static void store(kb_out y, const float *f, size_t n) {
-    for (size_t i = 0; i < n; i++) kb_set(y, i, f[i]);
-}
-
-/* ---- GEMM: fp32 k_cpu_ops.gemm on the widened operands ---- */
-static int emu_gemm(const k_gemm_args *g) {
-    const size_t na = (size_t)(g->transA ? g->K : g->M) * g->lda, nb = (size_t)(g->transB ? g->N : g->K) * g->ldb;
-    const size_t nc = (size_t)g->M * g->ldc;
-    float *a = widen(kb_in_bf16(g->A), na), *b = widen(kb_in_bf16(g->B), nb), *c = widen(kb_as_in(g->C), nc);
-    float *bias = NULL;
-    if (g->epi == K_EPI_BIAS || g->epi == K_EPI_GELU_AUX_BIAS) bias = widen((kb_in){g->bias, g->C.t}, g->N);
-    if (g->epi == K_EPI_BGRAD_A) {
-        for (int m = 0; m < g->M; m++) {
-            double s = 0;
-            for (int k = 0; k < g->K; k++) s += g->transA ? a[(size_t)k * g->lda + m] : a[(size_t)m * g->lda + k];
-            g->dbias[m] += (float)s;
-        }
-    }
-    k_cpu_ops.gemm(g->transA, g->transB, g->M, g->N, g->K, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc, bias);
-    if (g->epi == K_EPI_GELU_AUX || g->epi == K_EPI_GELU_AUX_BIAS) {
-        for (int m = 0; m < g->M; m++) {
-            float *row = c + (size_t)m * g->ldc;
-            for (int n = 0; n < g->N; n++) g->aux[(size_t)m * g->ldaux + n] = kb_bf16_from_f32(row[n]);
-            k_cpu_ops.gelu_forward(row, row, g->N);
-        }
-    }
-    if (g->epi == K_EPI_DGELU || g->epi == K_EPI_DGELU_BGRAD) {
-        float *pre = malloc(g->N * sizeof(float)), *d = malloc(g->N * sizeof(float));
-        for (int m = 0; m < g->M; m++) {
-            float *row = c + (size_t)m * g->ldc;
-            for (int n = 0; n < g->N; n++) pre[n] = kb_f32_from_bf16(g->aux[(size_t)m * g->ldaux + n]), d[n] = 0;
-            k_cpu_ops.gelu_backward(d, row, pre, g->N);
-            memcpy(row, d, g->N * sizeof(float));
-        }
-        free(pre), free(d);
-        if (g->epi == K_EPI_DGELU_BGRAD)
-            for (int n = 0; n < g->N; n++) {
-                double s = 0;
-                for (int m = 0; m < g->M; m++) s += c[(size_t)m * g->ldc + n];
-                g->dbias[n] += (float)s;
-            }
-    }
-    store(g->C, c, nc);
-    free(a), free(b), free(c), free(bias);
-    return 0;
-}
 int k_gemm_algo_of(const k_gemm_args *g, k_gemm_algo_info *out) {
     (void)g;
     memset(out, 0, sizeof *out);
     out->algo_id = out->tile_id = -1;
-    return 0;
-}
-
-/* ---- attention: fp32 k_cpu_ops on the widened operands ---- */
-static int emu_attn_fwd(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
-                        int Skv, int H, int Dh, float scale) {
-    size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
-    float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
-    float *fo = malloc(nq * sizeof(float));
-    k_cpu_ops.attention_forward(fo, lse, fq, fk, fv, B, Sq, Skv, H, Dh, scale);
-    store(kb_out_bf16(o), fo, nq);
-    free(fq), free(fk), free(fv), free(fo);
-    return 0;
-}
-static int emu_attn_bwd(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q, const kb_bf16 *k,
-                        const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq, int Skv, int H, int Dh,
-                        float scale) {
-    size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
-    float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
-    float *fo = widen(kb_in_bf16(o), nq), *fd = widen(kb_in_bf16(dout), nq);
-    float *gq = widen(kb_in_bf16(dq), nq), *gk = widen(kb_in_bf16(dk), nk), *gv = widen(kb_in_bf16(dv), nk);
-    k_cpu_ops.attention_backward(gq, gk, gv, fd, fq, fk, fv, fo, lse, B, Sq, Skv, H, Dh, scale);
-    store(kb_out_bf16(dq), gq, nq), store(kb_out_bf16(dk), gk, nk), store(kb_out_bf16(dv), gv, nk);
-    free(fq), free(fk), free(fv), free(fo), free(fd), free(gq), free(gk), free(gv);
     return 0;
 }
 int k_attention_engine_of(int backward, int B, int Sq, int Skv, int H, int Dh, int64_t *engine_id, size_t *workspace) {
@@ -139,122 +48,3 @@ int k_attention_engine_of(int backward, int B, int Sq, int Skv, int H, int Dh, i
     return 0;
 }
 void k_attention_allow_nondeterministic(int allow) { (void)allow; }
-
-/* ---- layer, flow, optimizer ops: the kb_host drivers ---- */
-static int e_ln_f(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C, float eps) {
-    return kbh_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps), 0;
-}
-static int e_ln_b(kb_out dx, kb_out dw, kb_out db, kb_in dout, kb_in x, kb_in w, const float *mean, const float *rstd,
-                  int N, int C) {
-    return kbh_norm_backward(0, dx, dw, db, dout, x, w, mean, rstd, N, C), 0;
-}
-static int e_rms_f(kb_out out, float *rstd, kb_in x, kb_in w, int N, int C, float eps) {
-    return kbh_rmsnorm_forward(out, rstd, x, w, N, C, eps), 0;
-}
-static int e_rms_b(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb_in w, const float *rstd, int N, int C) {
-    kb_out none = {NULL, KB_F32};
-    return kbh_norm_backward(1, dx, dw, none, dout, x, w, NULL, rstd, N, C), 0;
-}
-static int e_rope_f(kb_out out, kb_in x, const float *c, const float *s, int B, int S, int H, int Dh) {
-    return kbh_rope(0, out, x, c, s, B, S, H, Dh), 0;
-}
-static int e_rope_b(kb_out dx, kb_in dout, const float *c, const float *s, int B, int S, int H, int Dh) {
-    return kbh_rope(1, dx, dout, c, s, B, S, H, Dh), 0;
-}
-static int e_gelu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(1, out, x, n), 0; }
-static int e_gelu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_backward(1, dx, dout, x, n), 0; }
-static int e_silu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(0, out, x, n), 0; }
-static int e_silu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_backward(0, dx, dout, x, n), 0; }
-static int e_mod_f(kb_out out, kb_in x, kb_in sh, kb_in sc, int B, int S, int D, int pt, int ms) {
-    return kbh_modulate_forward(out, x, sh, sc, B, S, D, pt, ms), 0;
-}
-static int e_mod_b(kb_out dx, kb_out dsh, kb_out dsc, kb_in dout, kb_in x, kb_in sc, int B, int S, int D, int pt,
-                   int ms) {
-    return kbh_modulate_backward(dx, dsh, dsc, dout, x, sc, B, S, D, pt, ms), 0;
-}
-static int e_gate_f(kb_out out, kb_in x, kb_in y, kb_in g, int B, int S, int D, int pt, int ms) {
-    return kbh_gate_residual_forward(out, x, y, g, B, S, D, pt, ms), 0;
-}
-static int e_gate_b(kb_out dx, kb_out dy, kb_out dg, kb_in dout, kb_in y, kb_in g, int B, int S, int D, int pt,
-                    int ms) {
-    return kbh_gate_residual_backward(dx, dy, dg, dout, y, g, B, S, D, pt, ms), 0;
-}
-#define PATCH_FN(name, drv)                                                                                    \
-    static int name(kb_out y, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {            \
-        kb_patch_dims d = kb_patch_dims_make(B, C, F, H, W, pt, ph, pw);                                        \
-        return drv(y, x, &d), 0;                                                                                \
-    }
-PATCH_FN(e_pf, kbh_patchify_forward)
-PATCH_FN(e_pb, kbh_patchify_backward)
-PATCH_FN(e_uf, kbh_unpatchify_forward)
-PATCH_FN(e_ub, kbh_unpatchify_backward)
-static int e_lse_f(kb_out o, float *l, kb_in o1, const float *l1, kb_in o2, const float *l2, int B, int S, int H,
-                   int Dh) {
-    return kbh_lse_merge_forward(o, l, o1, l1, o2, l2, B, S, H, Dh), 0;
-}
-static int e_lse_b(kb_out do1, float *dl1, kb_out do2, float *dl2, kb_in dout, const float *dl, kb_in o1,
-                   const float *l1, kb_in o2, const float *l2, int B, int S, int H, int Dh) {
-    return kbh_lse_merge_backward(do1, dl1, do2, dl2, dout, dl, o1, l1, o2, l2, B, S, H, Dh), 0;
-}
-static int e_sde(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean, kb_out xn, float cx, float cv, float sd,
-                 int want, int64_t n, float *sum) {
-    float s = kbh_sde_step(x, v, eps, given, mean, xn, cx, cv, sd, want, n);
-    if (sum) *sum = s;
-    return 0;
-}
-static int e_sqd(kb_in a, kb_in b, int64_t n, float *sum) {
-    *sum = kbh_sq_diff_sum(a, b, n);
-    return 0;
-}
-static int e_dv(kb_out dv, kb_in m, kb_in xn, kb_in mr, float gl, float gk, float k, int64_t n) {
-    return kbh_sde_backward_v(dv, m, xn, mr, gl, gk, k, n), 0;
-}
-static int e_cfg(kb_out v, kb_in vc, kb_in vu, float g, int64_t n) { return kbh_cfg_combine(v, vc, vu, g, n), 0; }
-static int e_cfgb(kb_out a, kb_out b, kb_in dv, float g, int64_t n) { return kbh_cfg_backward(a, b, dv, g, n), 0; }
-static int e_adamw(float *p, float *m, float *v, kb_in g, const uint8_t *mask, kb_adamw_scalars s, kb_bf16 *pb,
-                   int64_t n) {
-    return kbh_adamw(p, m, v, g, mask, s, pb, n), 0;
-}
-static int e_sumsq(kb_in x, int64_t n, double *out) {
-    *out = kbh_sumsq(x, n);
-    return 0;
-}
-static int e_scale(kb_out x, float f, int64_t n) {
-    for (int64_t i = 0; i < n; i++) kb_set(x, (size_t)i, kb_get(kb_as_in(x), (size_t)i) * f);
-    return 0;
-}
-
-const k_dev_ops k_cuda_ops = {
-    .name = "emulated",
-    .gemm = emu_gemm,
-    .layernorm_forward = e_ln_f,
-    .layernorm_backward = e_ln_b,
-    .rmsnorm_forward = e_rms_f,
-    .rmsnorm_backward = e_rms_b,
-    .rope_forward = e_rope_f,
-    .rope_backward = e_rope_b,
-    .gelu_forward = e_gelu_f,
-    .gelu_backward = e_gelu_b,
-    .silu_forward = e_silu_f,
-    .silu_backward = e_silu_b,
-    .modulate_forward = e_mod_f,
-    .modulate_backward = e_mod_b,
-    .gate_residual_forward = e_gate_f,
-    .gate_residual_backward = e_gate_b,
-    .patchify_forward = e_pf,
-    .patchify_backward = e_pb,
-    .unpatchify_forward = e_uf,
-    .unpatchify_backward = e_ub,
-    .attention_forward = emu_attn_fwd,
-    .attention_backward = emu_attn_bwd,
-    .lse_merge_forward = e_lse_f,
-    .lse_merge_backward = e_lse_b,
-    .sde_step = e_sde,
-    .sq_diff_sum = e_sqd,
-    .sde_backward_v = e_dv,
-    .cfg_combine = e_cfg,
-    .cfg_backward = e_cfgb,
-    .adamw_update = e_adamw,
-    .sumsq = e_sumsq,
-    .scale = e_scale,
-};

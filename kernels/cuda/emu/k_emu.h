@@ -1,0 +1,29 @@
+/* kernels/cuda/emu/k_emu.h — the emulated device: the k_dev_ops table (kernels/cuda/k_cuda.h) on the host, for
+ * testing code written against the device table on a machine without a GPU.
+ *
+ * What it is: device memory is host memory (mem_* entries: malloc, memcpy, the bf16 conversions of kb_base.h); the
+ * layer, flow, optimizer and glue ops run the kernel bodies of kernels/body/ through kernels/body/kb_host.h, in the
+ * CUDA kernels' decomposition (so the arithmetic, bf16 rounding included, is the GPU kernels' arithmetic); GEMM and
+ * attention widen their bf16 operands to fp32, run k_cpu_ops (fixed-order, batch-invariant) and round the outputs
+ * to their storage, where cuBLASLt and cuDNN would accumulate in fp32 and round once as well (epilogues: the bias
+ * in C's dtype, GELU aux in bf16, bias gradients summed in double). It proves code's use of the table (shapes,
+ * dtypes, accumulate conventions, order of ops) and the figures of bf16 storage; it proves nothing about CUDA.
+ *
+ * Users: `make test` (tests/test_wan_dev.c: the Wan DiT on the device table vs the fp32 CPU DiT) links k_emu_ops
+ * from libvgrpo; `make gpu-check-emu` builds the same source with -DCK_EMULATE, where the table takes the CUDA
+ * backend's name k_cuda_ops (kernels/cuda/check/emu/emulate.c supplies the rest of k_cuda.h) so that the GPU check
+ * runs unchanged over it. Single-threaded bodies, OpenMP GEMM/attention: slow, for small shapes. Not exposed to
+ * users (no recipe key or option selects it). */
+#ifndef KERNELS_CUDA_EMU_K_EMU_H
+#define KERNELS_CUDA_EMU_K_EMU_H
+
+#include "kernels/cuda/k_cuda.h"
+
+#ifdef CK_EMULATE
+#define k_emu_ops k_cuda_ops /* the GPU check over the emulated device: the table stands in for the backend's */
+#endif
+
+/* The emulated device ("emulated"). Every entry is set. */
+extern const k_dev_ops k_emu_ops;
+
+#endif

@@ -1,0 +1,96 @@
+/* model/dit/wan_dev.c — the Wan transformer's weights and gradients on a device (wan_dev.h): the bf16 copy of the
+ * host's fp32 master at the table's offsets, the fp32 copy of proj_out.bias, the fp32 gradients; and the device's
+ * constraints on a config. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "model/dit/wan_dev_internal.h"
+
+int wan_dev_config_check(const wan_config *c, const char *label) {
+    if (wan_config_validate(c, label)) return -1;
+    const int *p = c->patch_size;
+    const struct {
+        const char *key;
+        long v;
+    } dims[] = {
+        {"dim (num_attention_heads x attention_head_dim)", (long)wan_dim(c)},
+        {"attention_head_dim", c->attention_head_dim},
+        {"ffn_dim", c->ffn_dim},
+        {"text_dim", c->text_dim},
+        {"freq_dim", c->freq_dim},
+        {"in_channels x patch_size", (long)c->in_channels * p[0] * p[1] * p[2]},
+        {"out_channels x patch_size", (long)c->out_channels * p[0] * p[1] * p[2]},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v % 8)
+            return core_error("%s: %s %ld is not a multiple of 8 (cuBLASLt's leading dimensions and cuDNN's head "
+                              "dim on the device)", label, dims[i].key, dims[i].v);
+    if (c->attention_head_dim > 128)
+        return core_error("%s: attention_head_dim %d is above 128 (cuDNN's fused attention backward)", label,
+                          c->attention_head_dim);
+    return 0;
+}
+
+void wan_dev_model_free(wan_dev_model *d) {
+    if (!d) return;
+    if (d->dev) {
+        d->dev->mem_free(d->w);
+        d->dev->mem_free(d->proj_out_b);
+        d->dev->mem_free(d->grads);
+    }
+    memset(d, 0, sizeof *d);
+}
+
+int wan_dev_model_upload(wan_dev_model *d) {
+    const wan_model *m = d->host;
+    const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
+    if (d->dev->mem_upload_bf16(d->w, m->params, (size_t)m->layout.numel) ||
+        d->dev->mem_upload(d->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float)))
+        return core_error_push("wan_dev: uploading the weights: ");
+    return 0;
+}
+
+int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host) {
+    memset(d, 0, sizeof *d);
+    if (!dev || !host || !host->params) return core_error("wan_dev_model_init: no device table or no host model");
+    if (wan_dev_config_check(&host->cfg, "wan_dev: transformer config")) return -1;
+    for (int i = 0; i < host->layout.count; i++) /* 16-byte aligned bf16 tensors (GEMM operands) */
+        if (host->layout.tensors[i].offset % 8)
+            return core_error("wan_dev: tensor %s starts at element %lld, not a multiple of 8",
+                              host->layout.tensors[i].name, (long long)host->layout.tensors[i].offset);
+    d->dev = dev, d->host = host;
+    const wan_config *c = &host->cfg;
+    const int pout = c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    d->w = dev->mem_alloc((size_t)host->layout.numel * sizeof(kb_bf16));
+    d->proj_out_b = dev->mem_alloc((size_t)pout * sizeof(float));
+    if (!d->w || !d->proj_out_b) {
+        core_error_push("wan_dev: %.1f MiB of bf16 weights: ", host->layout.numel * 2.0 / 1048576.0);
+        wan_dev_model_free(d);
+        return -1;
+    }
+    if (wan_dev_model_upload(d)) {
+        wan_dev_model_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+int wan_dev_alloc_grads(wan_dev_model *d) {
+    if (d->grads) return 0;
+    const size_t bytes = (size_t)d->host->layout.numel * sizeof(float);
+    if (!(d->grads = d->dev->mem_alloc(bytes)))
+        return core_error_push("wan_dev: %.1f MiB of fp32 gradients: ", bytes / 1048576.0);
+    return wan_dev_zero_grads(d);
+}
+
+int wan_dev_zero_grads(wan_dev_model *d) {
+    return d->grads ? d->dev->mem_zero(d->grads, (size_t)d->host->layout.numel * sizeof(float)) : 0;
+}
+
+int wan_dev_grads_download(const wan_dev_model *d, float *host) {
+    if (!d->grads) return core_error("wan_dev_grads_download: gradients are not allocated (wan_dev_alloc_grads)");
+    if (d->dev->mem_download(host, d->grads, (size_t)d->host->layout.numel * sizeof(float)) || d->dev->mem_sync())
+        return core_error_push("wan_dev: downloading the gradients: ");
+    return 0;
+}

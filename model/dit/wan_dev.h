@@ -1,0 +1,142 @@
+/* model/dit/wan_dev.h — the Wan transformer on a device op table (issue 15, phase 2): forward (inference and
+ * training activations) and backward of WanTransformer3DModel on k_dev_ops (kernels/cuda/k_cuda.h), the bf16
+ * counterpart of the fp32 CPU model of wan_dit.h.
+ *
+ * Op by op: wan_dev_forward.c / wan_dev_backward.c are wan_forward.c / wan_backward.c with every k_ops call replaced
+ * by its k_dev_ops entry, in the same order, and wan_layers.c's helpers by their device forms (nn.Linear = one
+ * cuBLASLt GEMM with the bias epilogue; its backward dX then dW with the bias-gradient epilogue; wan_add_table and
+ * wan_axpy1 = the table's add_table_* and add entries). Only the timestep's sinusoidal features (wan_timestep_features)
+ * and the RoPE table (k_wan_rope_table) are computed on the host, exactly as the CPU computes them, and uploaded.
+ * The code reaches the device only through a `const k_dev_ops *` (memory entries included), so it builds in the
+ * plain CPU build and runs there against the emulated device (kernels/cuda/emu/k_emu.h: `make test`,
+ * tests/test_wan_dev.c) and on a GPU against k_cuda_ops (`make cuda`; scripts/gpu_check.sh's Wan DiT rows).
+ * Status: never run on a GPU (kernels/cuda/README.md).
+ *
+ * Dtypes (DESIGN.md section 4, "On the GPU"; issue 15):
+ *   weights      bf16 device copies of the fp32 master wan_model.params, at the same offsets of the same table
+ *                (wan_layout: one source of truth for names and shapes; a tensor's device pointer is found from the
+ *                host model's named pointer, wan_weights, by its offset). Plus one fp32 copy of proj_out.bias, the
+ *                epilogue of the fp32 velocity GEMM.
+ *   activations  bf16: every GEMM input and output, the attention operands, the norm and modulation outputs, the
+ *                residual stream.
+ *   fp32         norm statistics (mean, rstd), attention LSE (natural log, cuDNN's stats), the modulation rows
+ *                (scale_shift_table + tproj / temb, small), proj_out's output (the velocity: the SDE step and its
+ *                log-prob stay fp32), parameter gradients (accumulated, +=), and the backward's long sums: the
+ *                residual stream's gradient (a bf16 copy where a GEMM reads it), the text context's gradient (summed
+ *                over every block's K/V projections), the time embedding's gradients (summed over every block's
+ *                modulation). dx and d enc are whatever views the caller passes (fp32 recommended).
+ *   GEMMs accumulate in fp32 (cuBLASLt; the emulated device runs k_cpu_ops on widened operands).
+ *
+ * Device constraints (wan_dev_config_check; cuBLASLt's leading dimensions and cuDNN's head dim): dim, head dim,
+ * ffn_dim, text_dim, freq_dim and the patch vectors C*pt*ph*pw, C_out*pt*ph*pw multiples of 8; head dim <= 128
+ * (cuDNN's SDPA backward). Every preset satisfies them (tiny included); tests' smallest configs may not.
+ * Not supported yet: sequence parallelism (one device), LoRA adapters (the host path model/dit/wan_lora.h maps over:
+ * two GEMMs per adapted linear; next), the self-attention hook (the device attention is cuDNN's).
+ *
+ * Memory (device bytes): weights 2 x numel, gradients 4 x numel (wan_dev_alloc_grads), activations
+ * wan_dev_acts_bytes — about half of the CPU's wan_acts_bytes for the same mode (bf16 instead of fp32, fp32 for
+ * the statistics and the few tensors above). wan_dev_acts_estimate gives the figure before allocating.
+ *
+ * Exactness: every op of the table is deterministic (k_cuda.h), so a forward twice gives the same bits;
+ * WAN_ACTS_RECOMPUTE gives the same gradients as WAN_ACTS_STORE bit for bit (the backward recomputes the
+ * elementwise steps with the forward's own functions); a sample's forward does not depend on its batch mates
+ * where the table's GEMM and attention are batch-invariant (the emulated device: tested; the GPU: gpu_check reports
+ * it).
+ *
+ * Errors: every int function returns 0, or -1 with core_error naming the op or the mismatch (a table entry's own
+ * message for a failed launch or a shape it refuses). */
+#ifndef MODEL_WAN_DEV_H
+#define MODEL_WAN_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/k_cuda.h"
+#include "model/dit/wan_dit.h"
+
+/* The device's constraints on a config (see the top comment). 0, or -1 naming the key: "<label>: ffn_dim 100 is not
+ * a multiple of 8 (cuBLASLt's leading dimensions on the device)". */
+int wan_dev_config_check(const wan_config *c, const char *label);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The model on the device */
+
+typedef struct {
+    const k_dev_ops *dev;
+    const wan_model *host;   /* borrowed: config, table, named pointers (the offset map) and the fp32 master */
+    kb_bf16 *w;              /* device [layout.numel] bf16 weights at the table's offsets */
+    float *proj_out_b;       /* device [C_out*pt*ph*pw] fp32 proj_out.bias */
+    float *grads;            /* device [layout.numel] fp32 gradients, NULL until wan_dev_alloc_grads */
+} wan_dev_model;
+
+/* Checks the config (wan_dev_config_check), allocates the device copy of host's weights and uploads them
+ * (wan_dev_model_upload). host must outlive d. 0 or -1 (on failure d is left freed). */
+int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host);
+/* Rounds host->params to bf16 (round to nearest even) into the device copy again: after the master changed. */
+int wan_dev_model_upload(wan_dev_model *d);
+/* Allocates zeroed fp32 device gradients (no-op if present) / zeroes them. */
+int wan_dev_alloc_grads(wan_dev_model *d);
+int wan_dev_zero_grads(wan_dev_model *d);
+/* Copies the device gradients into host [layout.numel] (the table's order and offsets: wan_model.grads' layout). */
+int wan_dev_grads_download(const wan_dev_model *d, float *host);
+void wan_dev_model_free(wan_dev_model *d);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Activations (model/dit/wan_dev_acts.c): what wan_acts keeps, in device memory, for one (config, shape, mode) */
+
+typedef struct wan_dev_acts wan_dev_acts;
+
+/* Allocates device activations (checked like wan_acts_new, plus wan_dev_config_check) and uploads the RoPE table.
+ * NULL with core_error on a bad shape or when the device is out of memory. */
+wan_dev_acts *wan_dev_acts_new(const k_dev_ops *dev, const wan_config *cfg, const wan_shape *shape,
+                               wan_acts_mode mode);
+void wan_dev_acts_free(wan_dev_acts *a);
+/* Device bytes held by a. */
+size_t wan_dev_acts_bytes(const wan_dev_acts *a);
+/* The device bytes wan_dev_acts_new would allocate (the start-up memory estimate), or 0 with core_error on a bad
+ * config or shape. */
+size_t wan_dev_acts_estimate(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Forward and backward (device pointers unless said) */
+
+/* Forward: x [B, C, F, H, W] (device; fp32 or bf16 view), timestep [B] or [B, S] (HOST floats, diffusers' 0..1000
+ * units: the sinusoidal features are computed on the host as wan_forward computes them and uploaded), enc
+ * [B, L, text_dim] (device view) -> out [B, C_out, F, H, W] (device view; fp32 keeps the GEMM's fp32 result).
+ * The shape is a's. Returns 0, or -1 (another config or device than a's, a failed op). */
+int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *a, kb_out out, kb_in x, const float *timestep, kb_in enc);
+
+/* Backward of the last wan_dev_forward on a (mode STORE or RECOMPUTE): given dout [B, C_out, F, H, W] (device view),
+ * ACCUMULATES (+=) every parameter's gradient into d->grads (allocated), and into dx [B, C, F, H, W] and denc
+ * [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong mode, no
+ * forward, a failed op). */
+int wan_dev_backward(wan_dev_model *d, wan_dev_acts *a, kb_out dx, kb_out denc, kb_in dout);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Host-memory conveniences and the comparison with the CPU model (model/dit/wan_dev_run.c) */
+
+/* wan_dev_forward (and, when dout is not NULL, wan_dev_backward into d->grads, which it allocates and ZEROES first)
+ * with host fp32 tensors: x, timestep, enc and dout are uploaded, out (and dx, denc when not NULL, overwritten) are
+ * downloaded. a: activations of the call's shape (mode STORE or RECOMPUTE when dout is given). */
+int wan_dev_run_host(wan_dev_model *d, wan_dev_acts *a, float *out, const float *x, const float *timestep,
+                     const float *enc, const float *dout, float *dx, float *denc);
+
+/* The device model against the fp32 CPU model on the same inputs. */
+typedef struct {
+    double out_rel_l2, out_max_rel;  /* forward output: ||dev - cpu||_2 / ||cpu||_2, max|dev - cpu| / max|cpu| */
+    double dx_rel_l2, denc_rel_l2;   /* input gradients (relative L2) */
+    double grad_rel_l2;              /* the whole flat parameter gradient */
+    double grad_worst_rel_l2;        /* the worst parameter tensor */
+    char grad_worst[WAN_NAME_MAX];   /* its name */
+    int recompute_same;              /* 1: the device's RECOMPUTE gradients (and dx, denc) equal STORE's bit for bit */
+    int repeat_same;                 /* 1: the device forward run twice gives the same bits */
+} wan_dev_report;
+
+/* Runs m's fp32 CPU forward+backward (k_cpu_ops, WAN_ACTS_STORE) and the device model's (STORE, then RECOMPUTE) on
+ * the same inputs: x, enc uniform in [-2, 2), timesteps uniform in [0, 1000) (per token when shape->
+ * per_token_timestep), dout uniform in [-1, 1), all from seed; fills rep. grad_rel (may be NULL): [layout.count],
+ * each parameter tensor's relative L2. m needs no gradients of its own (the CPU side uses a copy). 0 or -1. */
+int wan_dev_compare(const k_dev_ops *dev, const wan_model *m, const wan_shape *shape, uint64_t seed,
+                    wan_dev_report *rep, double *grad_rel);
+
+#endif
