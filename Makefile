@@ -91,7 +91,8 @@ test-cuda-build:
 	  VGRPO_BIN=build-cuda/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests $(CUDA_SMOKE); \
 	else echo "test-cuda-build: skipped ($(NVCC) not found)"; fi
 
-# Slow suites (learning runs, long multi-rank runs); CI does not run these.
+# Slow suites (learning runs, long multi-rank runs, the reward-hacking guard tripping on recipes/tiny-cpu-hack.yaml
+# and not on the demo recipe: tests/test_guard.c guard_hack_recipe_trips_slow); CI does not run these.
 test-slow: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
 	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_SLOW=1 $(BUILD)/vgrpo_tests

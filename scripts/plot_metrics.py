@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
 """scripts/plot_metrics.py RUN_DIR/metrics.jsonl OUT.png [--width PX]
 
-Draws a `vgrpo run`'s metrics.jsonl (fields: recipes/README.md) to a PNG, three panels against `step`:
+Draws a `vgrpo run`'s metrics.jsonl (fields: recipes/README.md) to a PNG, panels against `step` on one page:
   reward   training reward/mean (line) inside its reward/min .. reward/max band, and the fixed eval's
            eval/reward/mean with +- eval/reward/se error bars (the rows that hold an eval, the final eval row too);
+  gold     (runs with guard.gold_scorers) the gold eval apart from the training reward: gold/score/mean with
+           +- gold/score/se error bars, a grey line at the best gold eval (gold/best_step of the last row) and a red
+           one where the guard stopped the run (guard/stopped);
+  drift    (runs with guard.video_stats) stats/<name>/drift_sd of the seven video statistics, in step-0 standard
+           deviations, with dashed lines at +- guard.drift_warn_sd (read from config.resolved.yaml beside
+           metrics.jsonl; 4 when absent);
   loss     loss (the GRPO loss of the step's first update);
   log-prob log_prob_mean_abs_diff (rollout vs trainer log-probs on the first update: exactly 0 on CPU), and
            offpolicy_last/log_prob_mean_abs_diff when the recipe has optimizer_steps_per_rollout > 1.
-Missing or non-numeric values are skipped. Python 3 standard library only: the PNG is written with zlib + struct and
+Missing or non-numeric values are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
 the text with a built-in 5 x 7 pixel font (upper case), so plotting needs no package beyond Debian's python3.
 Exit status 0; 1 when the file has no step rows; 2 on a usage error or an unreadable file.
 """
 import json
 import math
+import os
+import re
 import struct
 import sys
 import zlib
@@ -48,6 +56,11 @@ FONT = {
 
 WHITE, BLACK, GREY, LIGHT = (255, 255, 255), (0, 0, 0), (120, 120, 120), (225, 225, 225)
 BLUE, BAND, ORANGE, GREEN, RED = (31, 119, 180), (198, 219, 239), (230, 110, 0), (44, 160, 44), (200, 40, 40)
+PURPLE, PINK = (148, 103, 189), (227, 119, 194)
+# the video statistics of media/video_stats.h, with their legend labels and colours
+STATS = [("brightness", "bright", ORANGE), ("saturation", "sat", PURPLE), ("contrast", "contrast", BLUE),
+         ("black_fraction", "black", BLACK), ("white_fraction", "white", GREY), ("motion", "motion", GREEN),
+         ("hf_energy", "hf", PINK)]
 
 
 class Canvas:
@@ -192,9 +205,12 @@ class Panel:
         if xlabel:
             cv.text(self.x0 + self.w // 2, self.y0 + self.h + 32, xlabel, BLACK, 2, "center")
 
-    def legend(self, label, color, kind):
-        """Adds a legend entry right-aligned above the plot area (kind: line, band or bar)."""
-        cv, y = self.cv, self.y0 - 24
+    def legend(self, label, color, kind, row=0):
+        """Adds a legend entry right-aligned above the plot area (kind: line, band or bar); row 1 is a second row
+        above the first (entries of a row go right to left from the plot's right edge)."""
+        cv, y = self.cv, self.y0 - 24 - 22 * row
+        if row != getattr(self, "legend_row", 0):
+            self.legend_row, self.legend_x = row, self.x0 + self.w
         self.legend_x -= text_width(label, 2)
         cv.text(self.legend_x, y, label, BLACK, 2)
         self.legend_x -= 30
@@ -206,6 +222,26 @@ class Panel:
         else:
             cv.line(self.legend_x, y + 7, self.legend_x + 22, y + 7, color, 3)
         self.legend_x -= 24
+
+    def vline(self, x, color, dashed=False):
+        """A vertical line across the plot area at data x (nothing outside the x range)."""
+        if not (self.xlo <= x <= self.xhi):
+            return
+        px, _ = self.px(x, self.ylo)
+        px = int(round(px))
+        for y in range(self.y0, self.y0 + self.h):
+            if not dashed or (y // 6) % 2 == 0:
+                self.cv.fill(px, y, px + 1, y, color)
+
+    def hline(self, y, color):
+        """A dashed horizontal line across the plot area at data y (nothing outside the y range)."""
+        if not (self.ylo <= y <= self.yhi):
+            return
+        _, py = self.px(self.xlo, y)
+        py = int(round(py))
+        for x in range(self.x0, self.x0 + self.w):
+            if (x // 8) % 2 == 0:
+                self.cv.set(x, py, color)
 
     def clip_y(self, py):
         return min(max(py, self.y0), self.y0 + self.h - 1)
@@ -293,6 +329,21 @@ def limits(*groups):
     return (min(vals), max(vals)) if vals else (0.0, 1.0)
 
 
+def warn_sd(metrics_path):
+    """guard.drift_warn_sd from config.resolved.yaml beside metrics.jsonl (4, the default, when absent)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(metrics_path)), "config.resolved.yaml"),
+                  encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return 4.0
+    m = re.search(r"^guard:\n(?:  .*\n)*?  drift_warn_sd: *([0-9.eE+-]+)", text, re.M)
+    try:
+        return float(m.group(1)) if m else 4.0
+    except ValueError:
+        return 4.0
+
+
 def main(argv):
     args, width = [], 1000
     i = 0
@@ -322,15 +373,31 @@ def main(argv):
     loss = pick(rows, "loss")
     lpd = pick(rows, "log_prob_mean_abs_diff")
     lpd_off = pick(rows, "offpolicy_last/log_prob_mean_abs_diff")
+    gold = pick(rows, "gold/score/mean", "gold/score/se")
+    best = [num(r, "gold/best_step") for r in rows if num(r, "gold/best_step") is not None]
+    stops = [num(r, "step") for r in rows if num(r, "guard/stopped") == 1]
+    drifts = [(name, label, color, pick(rows, f"stats/{name}/drift_sd")) for name, label, color in STATS]
+    drifts = [d for d in drifts if d[3]]
+    thr = warn_sd(args[0])
 
+    n_panels = 3 + (1 if gold else 0) + (1 if drifts else 0)
     left, right, top, ph, gap = 150, 30, 70, 270, 110
-    height = top + 3 * ph + 2 * gap + 90
+    height = top + n_panels * ph + (n_panels - 1) * gap + 90
     cv = Canvas(width, height)
     pw = width - left - right
-    cv.text(left, 14, f"{args[0]}: {len(rew)} steps, {len(ev)} evals", BLACK, 2)
+    title = f"{args[0]}: {len(rew)} steps, {len(ev)} evals"
+    if gold:
+        title += f", {len(gold)} gold evals"
+    cv.text(left, 14, title, BLACK, 2)
+    slot = [0]
+
+    def box():
+        y = top + slot[0] * (ph + gap)
+        slot[0] += 1
+        return (left, y, pw, ph)
 
     ev_lohi = [(x, m - s, m + s) for x, m, s in ev]
-    p = Panel(cv, (left, top, pw, ph), xlim, limits(rew, band, ev_lohi), "reward")
+    p = Panel(cv, box(), xlim, limits(rew, band, ev_lohi), "reward")
     p.axes(None)
     p.band([(x, lo, hi) for x, lo, hi in band], BAND)
     p.series(rew, BLUE)
@@ -339,12 +406,41 @@ def main(argv):
         p.legend("eval mean +- se", ORANGE, "bar")
     p.legend("min..max", BAND, "band")
     p.legend("mean", BLUE, "line")
+    for x in stops:
+        p.vline(x, RED)
 
-    p = Panel(cv, (left, top + ph + gap, pw, ph), xlim, limits(loss), "loss")
+    if gold:
+        lohi = [(x, m - s, m + s) for x, m, s in gold]
+        p = Panel(cv, box(), xlim, limits(lohi), "gold eval (held out)")
+        p.axes(None)
+        if best:
+            p.vline(best[-1], GREY, dashed=True)
+        for x in stops:
+            p.vline(x, RED)
+        p.series([(x, m) for x, m, _ in gold], GREEN, 1)
+        p.errorbars(gold, GREEN)
+        if stops:
+            p.legend("guard stop", RED, "line")
+        if best:
+            p.legend(f"best ({int(best[-1])})", GREY, "line")
+        p.legend("gold score +- se", GREEN, "bar")
+
+    if drifts:
+        p = Panel(cv, box(), xlim, limits(*[d[3] for d in drifts], [(0, -thr, thr)]), "drift (sd from step 0)")
+        p.axes(None)
+        p.hline(thr, RED)
+        p.hline(-thr, RED)
+        p.hline(0.0, GREY)
+        for _, _, color, pts in drifts:
+            p.series(pts, color)
+        for i, (_, label, color, _) in enumerate(reversed(drifts)):
+            p.legend(label, color, "line", row=0 if i < 4 else 1)
+
+    p = Panel(cv, box(), xlim, limits(loss), "loss")
     p.axes(None)
     p.series(loss, RED)
 
-    p = Panel(cv, (left, top + 2 * (ph + gap), pw, ph), xlim, limits(lpd, lpd_off), "log_prob_mean_abs_diff")
+    p = Panel(cv, box(), xlim, limits(lpd, lpd_off), "log_prob_mean_abs_diff")
     p.axes("step")
     if lpd_off:
         p.series(lpd_off, GREY)
@@ -353,7 +449,8 @@ def main(argv):
     p.legend("first update", GREEN, "line")
 
     cv.png(args[1])
-    print(f"wrote {args[1]} ({width} x {height}): {len(rew)} steps, {len(ev)} evals")
+    print(f"wrote {args[1]} ({width} x {height}): {len(rew)} steps, {len(ev)} evals"
+          + (f", {len(gold)} gold evals" if gold else "") + (f", {len(drifts)} drifts" if drifts else ""))
     return 0
 
 

@@ -30,6 +30,8 @@
 #define STATE_VERSION 2 /* 2: with the integrity record (files, tensors, state_xxh64) */
 #define TRASH_PREFIX ".trash-checkpoint-"
 #define OPTIM_FORMAT "vgrpo-adamw"
+#define BEST_LINK "best"
+#define BEST_TMP ".best.tmp"
 
 /* An expert as the functions below see it: trainer_ckpt_expert's fields and, under LoRA, trainer_ckpt_lora's. */
 typedef struct {
@@ -50,7 +52,9 @@ static int to_ckpt_ex(const trainer_ckpt_expert *ex, const trainer_ckpt_lora *lx
 void trainer_ckpt_state_free(trainer_ckpt_state *s) {
     if (!s) return;
     free(s->config);
+    free(s->guard);
     s->config = NULL;
+    s->guard = NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -112,7 +116,7 @@ static int ckpt_name(const char *name, int64_t *step) {
 static int leftover_name(const char *name) {
     size_t l = strlen(name);
     return (!strncmp(name, ".checkpoint-", 12) && l > 16 && !strcmp(name + l - 4, ".tmp")) ||
-           !strncmp(name, TRASH_PREFIX, strlen(TRASH_PREFIX));
+           !strncmp(name, TRASH_PREFIX, strlen(TRASH_PREFIX)) || !strcmp(name, BEST_TMP);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -184,12 +188,20 @@ static int remove_checkpoint(const char *dir, const char *name) {
 int trainer_ckpt_prune(const char *dir, int keep, int64_t spare) {
     if (keep < 1) return core_error("checkpoint.total_limit: must keep at least 1, got %d", keep);
     if (trainer_ckpt_clean(dir) < 0) return -1;
+    int64_t best = -1;
+    if (trainer_ckpt_get_best(dir, &best) < 0) return -1;
     int64_t *steps;
     int n = trainer_ckpt_list(dir, &steps), removed = 0;
     if (n < 0) return -1;
+    for (int i = 0; i < n - keep; i++) /* best's target older than the keep newest: kept beside them */
+        if (steps[i] == best) {
+            memmove(steps + i, steps + i + 1, sizeof(int64_t) * (size_t)(n - i - 1));
+            n--;
+            break;
+        }
     char name[64];
     for (int i = 0; i < n && n - removed > keep; i++) {
-        if (steps[i] == spare) continue;
+        if (steps[i] == spare || steps[i] == best) continue;
         snprintf(name, sizeof name, "checkpoint-%" PRId64, steps[i]);
         if (remove_checkpoint(dir, name)) return free(steps), -1;
         removed++;
@@ -200,7 +212,7 @@ int trainer_ckpt_prune(const char *dir, int keep, int64_t spare) {
 
 int trainer_ckpt_remove_all(const char *dir, char *names, size_t cap) {
     if (names && cap) names[0] = 0;
-    if (trainer_ckpt_clean(dir) < 0) return -1;
+    if (trainer_ckpt_clean(dir) < 0 || trainer_ckpt_clear_best(dir)) return -1;
     int64_t *steps;
     const int n = trainer_ckpt_list(dir, &steps);
     if (n < 0) return -1;
@@ -213,6 +225,45 @@ int trainer_ckpt_remove_all(const char *dir, char *names, size_t cap) {
     }
     free(steps);
     return n;
+}
+
+int trainer_ckpt_get_best(const char *dir, int64_t *step) {
+    char p[TRAINER_CKPT_PATH_MAX], t[256];
+    snprintf(p, sizeof p, "%s/" BEST_LINK, dir);
+    const ssize_t l = readlink(p, t, sizeof t - 1);
+    if (l < 0) return errno == ENOENT || errno == EINVAL ? 0 : core_error("%s: cannot read the link: %s", p, strerror(errno));
+    t[l] = 0;
+    return ckpt_name(t, step) ? 1 : 0;
+}
+
+int trainer_ckpt_clear_best(const char *dir) {
+    char p[TRAINER_CKPT_PATH_MAX];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/" BEST_LINK, dir);
+    if (lstat(p, &sb)) return errno == ENOENT ? 0 : core_error("%s: %s", p, strerror(errno));
+    if (!S_ISLNK(sb.st_mode)) return core_error("%s: not a symlink (vgrpo keeps a link to the best checkpoint there)", p);
+    if (unlink(p)) return core_error("%s: cannot remove: %s", p, strerror(errno));
+    return 0;
+}
+
+int trainer_ckpt_set_best(const char *dir, int64_t step) {
+    char p[TRAINER_CKPT_PATH_MAX], tmp[TRAINER_CKPT_PATH_MAX], target[64], ck[TRAINER_CKPT_PATH_MAX + 64];
+    struct stat sb;
+    snprintf(target, sizeof target, "checkpoint-%" PRId64, step);
+    snprintf(p, sizeof p, "%s/" BEST_LINK, dir);
+    snprintf(tmp, sizeof tmp, "%s/" BEST_TMP, dir);
+    snprintf(ck, sizeof ck, "%s/%s", dir, target);
+    if (!core_is_dir(ck)) return core_error("%s: no such checkpoint for %s", ck, p);
+    if (!lstat(p, &sb) && !S_ISLNK(sb.st_mode))
+        return core_error("%s: not a symlink (vgrpo keeps a link to the best checkpoint there): move it away", p);
+    if (unlink(tmp) && errno != ENOENT) return core_error("%s: cannot remove: %s", tmp, strerror(errno));
+    if (symlink(target, tmp)) return core_error("%s: cannot create a link: %s", tmp, strerror(errno));
+    if (rename(tmp, p)) {
+        const int e = errno;
+        unlink(tmp);
+        return core_error("%s: cannot replace the link: %s", p, strerror(e));
+    }
+    return fsync_path(dir);
 }
 
 int trainer_ckpt_resolve(const char *path, char *out, size_t cap) {
@@ -348,7 +399,13 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
                           (json_int_t)st->data_epoch, "data_position", (json_int_t)st->data_position, "data_size",
                           (json_int_t)st->data_size, "seed", (json_int_t)st->seed, "experts", names, "config_hash", hash,
                           "config", st->config, "files", files, "tensors", tensors);
+    if (o && st->guard) { /* before the state's own hash */
+        json_t *g = core_json_parse_object(st->guard, "the guard's state");
+        if (!g) return json_decref(o), NULL;
+        json_object_set_new(o, "guard", g);
+    }
     uint64_t self;
+
     if (!o || trainer_ckpt_sums_state_hash(o, &self)) return json_decref(o), core_error("trainer state: out of memory"), NULL;
     snprintf(hash, sizeof hash, "%016" PRIx64, self);
     json_object_set_new(o, "state_xxh64", json_string(hash));
@@ -493,6 +550,17 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
     if (!json_is_string(c) || !(st->config = strdup(json_string_value(c)))) {
         core_error("%s: field \"config\": expected a string", path);
         goto done;
+    }
+    v = json_object_get(o, "guard");
+    if (v && !json_is_null(v)) {
+        if (!json_is_object(v)) {
+            core_error("%s: field \"guard\": expected an object", path);
+            goto done;
+        }
+        if (!(st->guard = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)))) {
+            core_error("%s: field \"guard\": out of memory", path);
+            goto done;
+        }
     }
     if (trainer_ckpt_config_hash(st->config) != st->config_hash) {
         core_error("%s: config_hash %016" PRIx64 " is not the hash of its config text (%016" PRIx64 "; edited file?)",

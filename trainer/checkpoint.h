@@ -25,6 +25,7 @@
  *                                   "data_epoch": E, "data_position": P, "data_size": D, "seed": S,
  *                                   "experts": ["transformer", ...],
  *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>",
+ *                                   "guard": {...},
  *                                   "files": {"optimizer.safetensors": "<xxh64>", ...},
  *                                   "tensors": {"optimizer.safetensors": {"transformer/exp_avg/...": "<xxh64>", ...},
  *                                               ...},
@@ -35,7 +36,10 @@
  *                                  data_*: the prompt sampler's epoch, prompts of that epoch already drawn, and the
  *                                  number of prompts (a changed prompt file is refused); config_hash: xxh64 (seed 0)
  *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
- *                                  names the keys that differ; files, tensors, state_xxh64: the integrity
+ *                                  names the keys that differ; guard (only in runs whose reward-hacking guard
+ *                                  keeps state: trainer/guard.h) its state as an object (the step-0 video statistics,
+ *                                  the best gold eval, the early stop's counter and sums): written as the guard gives
+ *                                  it, read back as compact text; files, tensors, state_xxh64: the integrity
  *                                  record (trainer/checkpoint_sums.h): the xxh64 of every other file of the folder,
  *                                  of every tensor of its .safetensors files, and of this file's own fields.
  *
@@ -50,7 +54,12 @@
  * `.checkpoint-N.old.tmp`), then deleted. A folder named checkpoint-N is therefore always complete, whenever the
  * process stops; the leftovers of a save or a removal cut short (`.checkpoint-*.tmp`, `.trash-checkpoint-*`) are never
  * read and are removed by the next save or resume (trainer_ckpt_clean). One process saves into a folder at a time.
- * The rolling limit removes the oldest complete checkpoints (by step) only after the new one is in place. */
+ * The rolling limit removes the oldest complete checkpoints (by step) only after the new one is in place.
+ *
+ * best (the reward-hacking guard's best gold eval, trainer/guard.h): a symlink `best` -> `checkpoint-N` in the same
+ * folder, replaced atomically (a new link `.best.tmp` renamed over it, the folder fsync'd), so `vgrpo eval
+ * --checkpoint DIR/best` always opens a complete checkpoint. The rolling limit never removes best's target: one
+ * older than the total_limit newest checkpoints is kept beside them (total_limit + 1 folders). */
 #ifndef TRAINER_CHECKPOINT_H
 #define TRAINER_CHECKPOINT_H
 
@@ -84,7 +93,7 @@ typedef struct {
     wan_lora *ema;
 } trainer_ckpt_lora;
 
-/* What trainer_state.json holds (see the top comment). config: NUL-terminated canonical config text; borrowed by
+/* What trainer_state.json holds (see the top comment). config and guard: NUL-terminated text; borrowed by
  * trainer_ckpt_save, owned (malloc) after trainer_ckpt_read_state / trainer_ckpt_load (trainer_ckpt_state_free). */
 typedef struct {
     int64_t step;
@@ -96,6 +105,7 @@ typedef struct {
     char experts[TRAINER_CKPT_MAX_EXPERTS][32];
     uint64_t config_hash;
     char *config;
+    char *guard; /* the reward-hacking guard's state (trainer/guard.h) as JSON object text, or NULL: none */
 } trainer_ckpt_state;
 
 void trainer_ckpt_state_free(trainer_ckpt_state *s);
@@ -135,19 +145,29 @@ int trainer_ckpt_save_lora(const char *dir, const trainer_ckpt_state *st, const 
 int trainer_ckpt_list(const char *dir, int64_t **steps);
 
 /* Removes the oldest complete checkpoints of dir until at most keep remain (keep >= 1), never the one at step
- * `spare` (-1: none), each renamed away first (see the top comment), and every leftover (trainer_ckpt_clean). A
- * renamed checkpoint that cannot be deleted is left for the next clean-up with a warning. Returns the number
- * removed, or -1 naming the folder. */
+ * `spare` (-1: none) nor the target of dir/best (kept beside the keep newest when older than them), each renamed
+ * away first (see
+ * the top comment), and every leftover (trainer_ckpt_clean). A renamed checkpoint that cannot be deleted is left for
+ * the next clean-up with a warning. Returns the number removed, or -1 naming the folder. */
 int trainer_ckpt_prune(const char *dir, int keep, int64_t spare);
 
-/* Removes every complete checkpoint of dir (each renamed away first) and the leftovers: what a fresh run does to the
- * checkpoints an earlier run left in its folder, so that `--resume FOLDER` never mixes two runs. names (cap bytes;
- * may be NULL) gets "checkpoint-3, checkpoint-4". Returns the number removed (0 when dir is missing), or -1 naming
- * the folder. */
+/* dir/best -> checkpoint-<step> (which must be a complete checkpoint of dir), replacing any earlier link atomically
+ * (see the top comment). -1 naming the path (a `best` that is not a symlink is refused, never removed). */
+int trainer_ckpt_set_best(const char *dir, int64_t step);
+/* The step dir/best points at: 1 with *step, 0 when there is no best link (or it names no checkpoint-N), -1 on an
+ * unreadable link. */
+int trainer_ckpt_get_best(const char *dir, int64_t *step);
+/* Removes dir/best (a symlink; absent: fine). -1 naming it. */
+int trainer_ckpt_clear_best(const char *dir);
+
+/* Removes every complete checkpoint of dir (each renamed away first), its best link and the leftovers: what a fresh
+ * run does to the checkpoints an earlier run left in its folder, so that `--resume FOLDER` never mixes two runs.
+ * names (cap bytes; may be NULL) gets "checkpoint-3, checkpoint-4". Returns the number removed (0 when dir is
+ * missing), or -1 naming the folder. */
 int trainer_ckpt_remove_all(const char *dir, char *names, size_t cap);
 
 /* Removes the leftovers of saves and removals cut short in dir: `.checkpoint-*.tmp` and `.trash-checkpoint-*`
- * folders. Returns the number removed (0 when dir is missing), or -1 naming the folder. */
+ * folders, and a `.best.tmp` link. Returns the number removed (0 when dir is missing), or -1 naming the folder. */
 int trainer_ckpt_clean(const char *dir);
 
 /* Resolves `path` to one checkpoint folder into out: a folder named checkpoint-<digits> (or one holding

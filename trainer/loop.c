@@ -2,7 +2,8 @@
  * rollout source (trainer/source.h), and trainer_follow on the other trainer ranks, which train on their share of
  * every batch rank 0 broadcasts. Timing fields are all under "time/" so runs can be compared bit for bit without
  * them. A checkpoint holds everything the loop carries from one step to the next (weights, Adam state, EMA, the step,
- * the sampler's epoch and position), so a resumed run repeats a straight run bit for bit. */
+ * the sampler's epoch and position, the reward-hacking guard's state: trainer/guard.h), so a resumed run repeats a
+ * straight run bit for bit. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/philox.h"
 #include "core/reduce.h"
 #include "core/stop.h"
@@ -149,16 +151,25 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         core_error("rollout uid %llu exceeds 32 bits", (unsigned long long)smp[n - 1].uid);
         goto done;
     }
-    const core_rollout_request tmpl = {.policy_version = version0, .stream = CORE_STREAM_ROLLOUT_NOISE, .eta = r->eta,
-                                       .return_trajectories = 1};
-    if (S->src->rollout(S->src->ctx, &tmpl, smp, cond, S->emb_neg, n, res, NULL, NULL)) goto done;
+    core_rollout_request tmpl = {.policy_version = version0, .stream = CORE_STREAM_ROLLOUT_NOISE, .eta = r->eta,
+                                 .return_trajectories = 1};
+    trainer_rollout_settings(S, round, &tmpl);
+    trainer_guard *gd = &S->guard; /* guard.video_stats: the videos come back for their statistics (trainer/guard.h) */
+    if (gd->stats_on && trainer_guard_begin_step(gd, n, smp[0].uid)) goto done;
+    tmpl.return_videos = gd->stats_on;
+    if (S->src->rollout(S->src->ctx, &tmpl, smp, cond, S->emb_neg, n, res, gd->stats_on ? trainer_guard_on_chunk : NULL,
+                        gd))
+        goto done;
     have = 1;
     t1 = trainer_now_s();
+    double traj_bytes = 0; /* the latents (and step means) the trainer holds for this step */
     for (int s = 0; s < n; s++) {
         if (trainer_check_scorers(S, &res[s].traj)) goto done;
         rew[s] = res[s].traj.reward_total;
         tr[s] = res[s].traj; /* shallow: res keeps ownership */
+        traj_bytes += 4.0 * (double)S->nl * (tr[s].n_latents + (tr[s].means ? tr[s].n_latents - 1 : 0));
     }
+    if (core_metrics_f64(S->metrics, "trajectory_mib", traj_bytes / 1048576.0)) goto done;
     grpo_adv_stats as;
     if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
                         adv, mask, &as))
@@ -216,6 +227,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         printf("  weight sync: %.1f KiB to each worker (%s) in %.3fs\n", sync_bytes / 1024.0,
                S->lora_on ? "LoRA adapters" : "full weights", sync_s);
     fflush(stdout);
+    /* the guard: stats/... fields, drift warnings, the early stop's training-reward sums (the step is complete) */
+    if (trainer_guard_step(gd, round, gd->vstats, gd->vn, as.reward_mean, S->metrics, stdout)) goto done;
     rc = 0;
 done:
     if (have)
@@ -242,15 +255,34 @@ static int stop_in_step(trainer_state *S, int64_t k, const char *phase, const ch
     return 0;
 }
 
+/* The guard stopped the run at the eval of step k (before step k's rollout): checkpoint-k (the weights that eval
+ * judged) is saved unless it exists (checkpoint.every > 0). */
+static int guard_save(trainer_state *S, int64_t k, const char *config_text) {
+    const core_recipe *r = S->r;
+    char ck[4200];
+    snprintf(ck, sizeof ck, "%s/checkpoint-%" PRId64, r->ckpt_dir ? r->ckpt_dir : r->run_dir, k);
+    if (r->ckpt_every <= 0) {
+        printf("guard: no checkpoint (checkpoint.every is 0)\n");
+    } else if (core_is_dir(ck)) {
+        printf("guard: %s holds the stopped run's weights\n", ck);
+    } else if (trainer_save_checkpoint(S, k, config_text)) {
+        return -1;
+    }
+    fflush(stdout);
+    return 0;
+}
+
 int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp) {
     trainer_state S;
     memset(&S, 0, sizeof S);
     S.src = src;
-    int rc = -1, signals = 0, stopped = 0;
+    int rc = -1, signals = 0, stopped = 0, guard_stop = 0;
     int64_t start = 0;
     char *config_text = NULL;
     const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
-    if (trainer_setup(&S, r, dp) || trainer_ema_init(&S) || !(config_text = trainer_config_text(r))) goto done;
+    if (trainer_setup(&S, r, dp) || trainer_ema_init(&S) || trainer_guard_init(&S.guard, r, &S.eval) ||
+        !(config_text = trainer_config_text(r)))
+        goto done;
     if (o->resume && trainer_resume(&S, o->resume, config_text, total, &start)) goto done;
     const wan_model *ex[2] = {&S.pol[0], &S.pol[1]};
     if (src->start(src->ctx, ex, S.n_experts, S.trained, TRAINER_VERSION(&S), o->resume != NULL) ||
@@ -274,18 +306,25 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
         const int pos0 = S.smp.pos;
         const char *phase = "eval";
         int bad = (k == 0 || (r->eval_every > 0 && k % r->eval_every == 0)) && trainer_eval(&S, k);
+        if (!bad && S.guard.st.stopped) { /* guard.patience: this eval stopped the run (its line says why) */
+            guard_stop = 1;
+            if (core_metrics_write_row(S.metrics) || guard_save(&S, k, config_text)) goto done;
+            break;
+        }
         if (!bad && r->video_every > 0 && k % r->video_every == 0) phase = "sample videos", bad = trainer_step_videos(&S, k);
         if (!bad) bad = run_step(&S, k, total, &phase);
         core_stop_hold(0);
         if (bad) {
             if (phase && core_stop_pending()) {
                 trainer_sampler_seek(&S.smp, epoch0, pos0);
+                trainer_guard_rewind(&S.guard);
                 core_metrics_clear_row(S.metrics);
                 if (stop_in_step(&S, k, phase, config_text) == 0) stopped = 1;
             }
             goto done;
         }
         if (core_metrics_write_row(S.metrics)) goto done;
+        trainer_guard_boundary(&S.guard);
         const int sig = core_stop_pending();
         if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig) &&
             trainer_save_checkpoint(&S, k + 1, config_text))
@@ -301,12 +340,16 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
             goto done;
         }
     }
-    if (core_metrics_i64(S.metrics, "step", total) || core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)))
-        goto done;
     const char *last = "final eval";
-    int bad = trainer_eval(&S, total);
-    if (!bad) bad = core_metrics_write_row(S.metrics);
-    if (!bad && r->video_every > 0) last = "final sample videos", bad = trainer_step_videos(&S, total);
+    int bad = 0;
+    if (!guard_stop) { /* a run the guard stopped had its last eval */
+        if (core_metrics_i64(S.metrics, "step", total) ||
+            core_metrics_i64(S.metrics, "policy_version", TRAINER_VERSION(&S)))
+            goto done;
+        bad = trainer_eval(&S, total);
+        if (!bad) bad = core_metrics_write_row(S.metrics);
+        if (!bad && r->video_every > 0) last = "final sample videos", bad = trainer_step_videos(&S, total);
+    }
     if (!bad && S.lora_on) { /* the base is frozen: bit for bit what model.path holds (the workers' hello hash) */
         uint64_t h;
         const wan_model *mm[2] = {&S.pol[0], &S.pol[1]};
@@ -339,6 +382,7 @@ done:
     }
     if (stopped && rc) rc = 1;
     free(config_text);
+    trainer_guard_free(&S.guard);
     trainer_teardown(&S);
     return rc;
 }

@@ -28,6 +28,8 @@ const char *const trainer_resume_free_keys[] = {
     "algorithm.activations",            /* store and recompute give bitwise-identical gradients */
     "data.max_prompt_file_mb", "data.max_prompt_bytes", /* limits on reading the prompt files, not their content */
     "limits.memory_mb", "limits.max_step_minutes",        /* start-up checks (trainer/budget.h) */
+    "guard.drift_warn_sd",              /* warning lines only */
+    "guard.patience", "guard.patience_se", /* whether the run stops early: e.g. resume a stopped run with patience 0 */
     NULL,
 };
 
@@ -88,14 +90,18 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .seed = r->seed, .config = (char *)config_text};
+    /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
+     * before that step's eval, as a straight run's checkpoint-<step> does) */
+    if (trainer_guard_active(&S->guard) && !(st.guard = trainer_guard_state_json(&S->guard.st0))) return -1;
     trainer_ckpt_expert ex[2];
     trainer_ckpt_lora lx[2];
     const int n = ckpt_experts(S, ex, lx);
     char path[TRAINER_CKPT_PATH_MAX];
     const double t0 = trainer_now_s();
-    if (trainer_ckpt_save_lora(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->lora_on ? lx : NULL, n,
-                               r->ckpt_total_limit, path, sizeof path))
-        return -1;
+    const int bad = trainer_ckpt_save_lora(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->lora_on ? lx : NULL, n,
+                                           r->ckpt_total_limit, path, sizeof path);
+    free(st.guard);
+    if (bad) return -1;
     printf("checkpoint %s (%.2fs)\n", path, trainer_now_s() - t0);
     fflush(stdout);
     return 0;
@@ -181,6 +187,26 @@ static int load_latest(trainer_state *S, const char *dir, const char *config_tex
     return rc ? core_error_push("--resume: ") : 0;
 }
 
+int trainer_restore_best(trainer_state *S) {
+    const core_recipe *r = S->r;
+    const char *home = r->ckpt_dir ? r->ckpt_dir : r->run_dir;
+    const int64_t b = S->guard.st.best_step;
+    int64_t now = -1;
+    if (S->guard.n_gold == 0 || r->ckpt_every <= 0) return 0;
+    const int have = trainer_ckpt_get_best(home, &now);
+    if (have < 0) return -1;
+    if (b < 0) return have ? trainer_ckpt_clear_best(home) : 0;
+    if (have && now == b) return 0;
+    char ck[TRAINER_CKPT_PATH_MAX + 32];
+    snprintf(ck, sizeof ck, "%s/checkpoint-%" PRId64, home, b);
+    if (!core_is_dir(ck)) {
+        core_log_warn("%s: the best gold eval's checkpoint (step %" PRId64 ") is gone; %s/best removed until the next "
+                      "best", ck, b, home);
+        return trainer_ckpt_clear_best(home);
+    }
+    return trainer_ckpt_set_best(home, b);
+}
+
 int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step) {
     char ck[TRAINER_CKPT_PATH_MAX], skipped[256] = "";
     trainer_ckpt_state st;
@@ -203,6 +229,17 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
                    "--steps)", ck, st.step, total);
     else
         rc = 0;
+    if (!rc && trainer_guard_active(&S->guard)) { /* rank 0's guard (other ranks keep none) */
+        char label[TRAINER_CKPT_PATH_MAX + 32];
+        snprintf(label, sizeof label, "%s/trainer_state.json", ck);
+        if (!st.guard)
+            rc = core_error("--resume: %s: no \"guard\" state (the checkpoint was written without guard.video_stats "
+                            "and guard.gold_scorers)", label);
+        else if (trainer_guard_state_load(&S->guard.st, st.guard, label))
+            rc = core_error_push("--resume: ");
+        if (!rc) trainer_guard_boundary(&S->guard);
+        if (!rc) rc = trainer_restore_best(S);
+    }
     if (!rc) {
         trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);
         *step = st.step;

@@ -17,9 +17,11 @@
 #include "sp/topology.h"
 #include "sp/usp_attention.h"
 #include "trainer/dp.h"
+#include "trainer/guard.h"
 #include "trainer/optim.h"
 #include "trainer/run.h"
 #include "trainer/sampler.h"
+#include "trainer/sde_window.h"
 #include "trainer/source.h"
 #include "trainer/train_step.h"
 
@@ -43,6 +45,7 @@ typedef struct {
     optim_config oc;
     optim_adamw opt[2];
     trainer_config tc;
+    sde_window win; /* rollout.sde_window */
     /* data */
     core_prompts train, eval;
     trainer_sampler smp;
@@ -61,7 +64,14 @@ typedef struct {
     wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group */
     const wan_exec *ex;        /* &exec with SP > 1, else NULL (the default single-rank path) */
     dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
+    trainer_guard guard;       /* rank 0 (trainer_run): the reward-hacking guard (trainer/guard.h); zero elsewhere */
 } trainer_state;
+
+/* The recipe's step kind (rollout.sde_type, algorithm.cps_logprob). */
+flow_kind trainer_flow_kind(const core_recipe *r);
+/* The recipe's sampling settings of rollout round `round` onto a training rollout request: step kind, SDE window,
+ * step means for GRPO-Guard (with return_trajectories). */
+void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollout_request *req);
 
 /* The policy version: optimizer steps taken (every trained expert steps together). */
 #define TRAINER_VERSION(S) ((S)->opt[(S)->first].step)
@@ -90,8 +100,12 @@ double trainer_now_s(void);
 int trainer_open_run_files(trainer_state *S, int resumed, int64_t start);
 /* Saves checkpoint-<step> into checkpoint.dir (default: the run folder) and prints one line. */
 int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_text);
-/* --resume: loads the checkpoint at (or latest in) dir into S (weights, Adam, EMA, sampler); *step = its step. */
+/* --resume: loads the checkpoint at (or latest in) dir into S (weights, Adam, EMA, sampler, the guard's state);
+ * *step = its step. */
 int trainer_resume(trainer_state *S, const char *dir, const char *config_text, int64_t total, int64_t *step);
+/* The checkpoint folder's best link as the guard's state says (checkpoint-<best_step>; removed, with a warning, when
+ * that checkpoint is gone; nothing without gold scorers or checkpoints). -1 with the error. */
+int trainer_restore_best(trainer_state *S);
 
 /* ---- eval.c ---- */
 /* The fixed eval set (every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
