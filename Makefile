@@ -175,22 +175,28 @@ endif
 
 # The GPU check links as little as possible: the static CUDA runtime, libgomp statically, libc/libm; cuBLASLt and
 # cuDNN are dlopen'ed. Its C objects (the CPU reference included) are built for x86-64-v3 (AVX2/FMA), not
-# -march=native, so the binary runs on the GPU machine's processor.
-GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cpu/*.c) core/error.c
+# -march=native, so the binary runs on the GPU machine's processor. The Wan DiT rows (model/dit/check/) bring the
+# device model and the fp32 CPU model with what they call; their files' other functions (config.json parsing,
+# hashes) would need jansson/xxhash, so every object is built with one section per function and the link drops the
+# unused ones (--gc-sections): still libc/libm only.
+GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_dev*.c) \
+  $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c) \
+  sp/shard.c sp/comm.c core/philox.c
+GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)
-GPU_CHECK_CFLAGS := -O3 -march=x86-64-v3 -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
+GPU_CHECK_CFLAGS := -O3 -march=x86-64-v3 -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -ffunction-sections -fdata-sections -I. -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
 
 $(BUILD)/gpucheck/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(GPU_CHECK_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
-	$(CC) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
+	$(CC) -Wl,--gc-sections -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
 
 # `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/emu/: host memory, the kernel bodies,
 # k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/emulate.c: the rest of
 # k_cuda.h) to test the check's own logic without a GPU or CUDA toolkit. `make test` links the same table as k_emu_ops.
-GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c
+GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
 gpu-check-emu: $(BUILD)/gpu_check_emu
@@ -201,7 +207,7 @@ $(BUILD)/gpuemu/%.o: %.c
 	$(CC) $(filter-out -I$(CUDA_HOME)/include,$(GPU_CHECK_CFLAGS)) -DCK_EMULATE -MMD -MP -c $< -o $@
 
 $(BUILD)/gpu_check_emu: $(GPU_EMU_OBJ)
-	$(CC) -fopenmp -o $@ $^ -lm
+	$(CC) -fopenmp -Wl,--gc-sections -o $@ $^ -lm
 
 -include $(CUDA_CU_OBJ:.o=.d) $(GPU_CHECK_OBJ:.o=.d) $(GPU_EMU_OBJ:.o=.d)
 # --- end make cuda ---

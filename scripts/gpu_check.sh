@@ -3,14 +3,17 @@
 # root). Prints one report in under 8 minutes:
 #   1. the libraries found and loaded (cuBLASLt, cuDNN: path and version);
 #   2. the correctness table of build/gpu_check: every CUDA op against the fp32 CPU reference in the same binary, on
-#      fresh random inputs at Wan 2.1 14B shapes (rel-L2, band, worst, bitwise repeat, vs-CPU, ok/FAIL per row);
+#      fresh random inputs at Wan 2.1 14B shapes (rel-L2, band, worst, bitwise repeat, vs-CPU, ok/FAIL per row), then
+#      the 2-block Wan DiT forward+backward on the device against the fp32 CPU model at a small config (rows
+#      "wan dit ...": output, parameter gradients, dx, d enc, recompute = store, batch mates; model/dit/check/);
 #   3. speed side by side: vgrpo's cuBLASLt bf16 GEMM at 8192^3 and cuDNN attention fwd / fwd+bwd at
 #      B1 H40 S32768 D128, against PyTorch's torch.mm and scaled_dot_product_attention (cuDNN backend) in python3;
-#   4. "not yet" lines for the checks of the next phase (DiT block, GRPO step, parity on the GPU).
+#   4. "not yet" lines for the checks of the next phase (DiT block MFU, GRPO step, parity on the GPU).
 #
 # The check binary: $GPU_CHECK_BIN, else build/gpu_check, else build-cuda/gpu_check (`make cuda` builds it here and
 # it travels as a file: it needs only libc/libm, the static CUDA runtime and the GPU driver). If none exists and nvcc
-# does, the binary alone is built (make VGRPO_CUDA=1 BUILD=build-gpu build-gpu/gpu_check: no Debian libraries).
+# does, the binary alone is built (make VGRPO_CUDA=1 BUILD=build-gpu build-gpu/gpu_check: no Debian libraries to
+# link, but jansson.h to compile model/dit/wan_config.c, whose JSON functions the link then drops).
 # Libraries: $VGRPO_CUBLASLT_LIB / $VGRPO_CUDNN_LIB when set; else the newest libcublasLt.so.13 / libcudnn.so.9 among
 # python3's nvidia-* wheels (PyTorch's), torch/lib, the CUDA toolkit and the ldconfig cache (cuDNN >= 9.17 is needed
 # for the attention backward). Exit status: gpu_check's (0 all rows ok, 1 a row failed, 2 no usable GPU).
@@ -182,10 +185,11 @@ printf '%-46s %-28s %s\n' "attention fwd B1 H40 S32768 D128 (4BHS^2D)" "$(val "$
 printf '%-46s %-28s %s\n' "attention fwd+bwd (3.5 x fwd FLOPs)" "$(val "$LOG" attn_fwdbwd PERF)" "$(val "$TLOG" attn_fwdbwd TORCH)"
 say "(vgrpo: heads as [B, S, H, D], deterministic engines only; PyTorch: [B, H, S, D] contiguous, its default engine)"
 
-# ---- the next phase's checks (the model on k_cuda_ops) ----
-# TODO(issue 15, phase 2): replace each line below by the check once the DiT runs on k_cuda_ops.
+# ---- the next phase's checks ----
+# The 2-block DiT forward+backward vs the CPU is in the table above (rows "wan dit ..."). TODO(issue 15, phase 3):
+# replace each line below by the check once the sampler and the training step run on k_cuda_ops.
 say ""
-say "not yet: DiT block forward+backward on the GPU vs the CPU reference, and its MFU at Wan 14B shapes"
+say "not yet: one Wan-14B block forward+backward on the GPU, ms and MFU (the 2-block DiT rows above check correctness)"
 say "not yet: one GRPO step on the GPU (tiny and Wan 1.3B recipes), step time"
 say "not yet: rollout/trainer log-prob parity on the GPU (vgrpo parity, expected exactly 0)"
 rm -f "$LOG" "$TLOG"

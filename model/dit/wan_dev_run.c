@@ -58,6 +58,12 @@ out:
 
 /* ---- the comparison with the CPU model ---- */
 
+int wan_dev_is_key_bias(const char *name) {
+    const char *suffix = ".to_k.bias";
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && !strcmp(name + n - k, suffix);
+}
+
 static double rel_l2(const float *a, const float *b, int64_t n) {
     double nd = 0, nb = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -143,10 +149,24 @@ int wan_dev_compare(const k_dev_ops *dev, const wan_model *m, const wan_shape *s
         const wan_tensor *tt = &m->layout.tensors[i];
         double r = rel_l2(g_d + tt->offset, cpu.grads + tt->offset, tt->numel);
         if (grad_rel) grad_rel[i] = r;
-        if (!(r <= rep->grad_worst_rel_l2)) {
-            rep->grad_worst_rel_l2 = r;
-            snprintf(rep->grad_worst, sizeof rep->grad_worst, "%s", tt->name);
+        const int kb = wan_dev_is_key_bias(tt->name);
+        double *worst = kb ? &rep->key_bias_rel_l2 : &rep->grad_worst_rel_l2;
+        if (!(r <= *worst)) { /* NaN counts as worst */
+            *worst = r;
+            snprintf(kb ? rep->key_bias_worst : rep->grad_worst, WAN_NAME_MAX, "%s", tt->name);
         }
+    }
+
+    /* batch mates: sample 1 alone, inference activations */
+    rep->batch_same = -1;
+    if (sh->B >= 2) {
+        wan_shape one = *sh;
+        one.B = 1;
+        wan_dev_acts_free(da);
+        if (!(da = wan_dev_acts_new(dev, c, &one, WAN_ACTS_INFER))) goto out;
+        if (wan_dev_run_host(&d, da, o_2, x + nx / sh->B, t + nt / sh->B, e + ne / sh->B, NULL, NULL, NULL))
+            goto out;
+        rep->batch_same = !memcmp(o_2, o_d + no / sh->B, (size_t)(no / sh->B) * 4);
     }
     rc = 0;
 out:

@@ -27,4 +27,11 @@ void check_perf(int gemm_n, int attn_s, const char *only);
 /* 1 when `only` is NULL or a substring of name. */
 int ck_selected(const char *name, const char *only);
 
+/* Parts of the check that live above kernels/ (the Wan DiT rows: model/dit/check/check_dit.c) register themselves
+ * from a constructor, since kernels/ may not call into model/; gpu_check runs them, in registration order, after the
+ * op rows (with the same shapes and --only). Up to CK_MAX_PARTS. */
+#define CK_MAX_PARTS 8
+typedef void (*ck_part_fn)(const ck_shapes *s, const char *only);
+void ck_register_part(ck_part_fn fn);
+
 #endif

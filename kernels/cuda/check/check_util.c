@@ -155,6 +155,19 @@ void ck_row(const char *op, const char *shape, int bf16, const float *got, const
     n_fail += fail;
 }
 
+void ck_row_figures(const char *op, const char *shape, const char *dtype, double rel, double band, double worst,
+                    int repeat, const char *vs, int extra_ok, const char *note) {
+    const int fail = !(rel <= band) || repeat == 0 || !extra_ok;
+    char bandtxt[16];
+    snprintf(bandtxt, sizeof bandtxt, "<=%.1e", band);
+    printf("%-34s %-22s %-5s %-9.2e %-10s %-9.2e %-7s %-22s %s%s%s\n", op, shape, dtype, rel, bandtxt, worst,
+           repeat < 0 ? "-" : repeat ? "same" : "DIFFER", vs ? vs : "-", fail ? "FAIL" : "ok", note ? "  " : "",
+           note ? note : "");
+    fflush(stdout);
+    n_rows++;
+    n_fail += fail;
+}
+
 void ck_row_error(const char *op, const char *shape, const char *msg) {
     printf("%-34s %-22s FAIL: %s\n", op, shape, msg && *msg ? msg : "(no message)");
     fflush(stdout);

@@ -64,6 +64,11 @@ void ck_row(const char *op, const char *shape, int bf16, const float *got, const
 void ck_row_error(const char *op, const char *shape, const char *msg);
 /* A row that only informs (no pass/fail). */
 void ck_row_info(const char *op, const char *shape, const char *text);
+/* A row of figures measured elsewhere (the Wan DiT rows): rel (rel-L2, or whatever note says), band, worst,
+ * repeat (1 same, 0 DIFFER, -1 not run), vs (the "vs CPU" column), fails when !(rel <= band) or repeat == 0 or
+ * !extra_ok. */
+void ck_row_figures(const char *op, const char *shape, const char *dtype, double rel, double band, double worst,
+                    int repeat, const char *vs, int extra_ok, const char *note);
 void ck_table_header(void);
 int ck_rows(void);
 int ck_failures(void);

@@ -1,7 +1,9 @@
 /* kernels/cuda/check/gpu_check.c — the GPU check: every op of the CUDA backend (k_cuda_ops) against the fp32 CPU
- * reference in this same binary, on fresh random inputs at Wan shapes, then the speed of cuBLASLt's bf16 GEMM and
- * cuDNN's fused attention. One table, one closing line `gpu_check: N rows, N failed`; exit 0 when nothing failed, 1
- * when a row failed, 2 when the CUDA backend cannot run here (one line saying why).
+ * reference in this same binary, on fresh random inputs at Wan shapes, then the parts registered from above kernels/
+ * (check.h: the 2-block Wan DiT forward+backward against the fp32 CPU model, model/dit/check/check_dit.c), then the
+ * speed of cuBLASLt's bf16 GEMM and cuDNN's fused attention. One table, one closing line `gpu_check: N rows, N
+ * failed`; exit 0 when nothing failed, 1 when a row failed, 2 when the CUDA backend cannot run here (one line saying
+ * why).
  * Built by `make cuda` as $(BUILD)/gpu_check, linked with the static CUDA runtime and a static libgomp so that it
  * needs only libc/libm on the GPU machine; cuBLASLt and cuDNN are dlopen'ed (scripts/gpu_check.sh finds them).
  *
@@ -21,6 +23,12 @@
 #include "kernels/cuda/check/check_util.h"
 
 int ck_selected(const char *name, const char *only) { return !only || strstr(name, only) != NULL; }
+
+static ck_part_fn parts[CK_MAX_PARTS];
+static int n_parts;
+void ck_register_part(ck_part_fn fn) {
+    if (n_parts < CK_MAX_PARTS) parts[n_parts++] = fn;
+}
 
 static double now(void) {
     struct timespec t;
@@ -95,6 +103,7 @@ int main(int argc, char **argv) {
         check_flow(&s, only);
         check_gemm(&s, only);
         check_attention(&s, only);
+        for (int i = 0; i < n_parts; i++) parts[i](&s, only);
         printf("\n(correctness: %.0f s)\n", now() - t0);
     }
     if (perf) {
