@@ -9,7 +9,9 @@
  * float * signatures of k_ops do not fit. k_dev_ops has one entry per k_ops entry with the same meaning, shapes and
  * conventions (row-major [B, S, D]; heads [B, S, H, Dh]; LSE [B, H, S]; forwards overwrite; backwards ACCUMULATE
  * into every gradient; NULL / .p == NULL for gradients not wanted where kernels.h allows it), plus the flow and
- * optimizer entries model/flow and trainer/ will need on the GPU. Tensors whose dtype is the caller's choice are
+ * optimizer entries model/flow and trainer/ will need on the GPU, the device memory entries and the Wan DiT's glue
+ * (model/dit/wan_dev.h holds the whole device in one const k_dev_ops *, so the emulated device of
+ * kernels/cuda/emu/k_emu.h runs the same model code in `make test`). Tensors whose dtype is the caller's choice are
  * typed views (kb_in / kb_out of kernels/body/kb_base.h: fp32 or bf16 storage, fp32 arithmetic); the fp32-only ones
  * (statistics, LSE, RoPE tables, master weights, moments) are float *; attention operands are bf16 (cuDNN's fused
  * attention takes bf16). Every pointer is device memory. Every entry returns 0, or -1 with a message (core_error):

@@ -11,7 +11,8 @@
  * Files: wan_config.c (config.json, presets), wan_params.c (name/offset/shape table, named pointers, random init),
  * wan_io.c (load/save diffusers folders), wan_acts.c (activation memory), wan_forward.c, wan_backward.c,
  * wan_layers.c (small shared helpers), wan_internal.h (what forward and backward share); LoRA adapters on the
- * linears: wan_lora.h (wan_lora.c, wan_lora_io.c).
+ * linears: wan_lora.h (wan_lora.c, wan_lora_io.c); the same model in bf16 on a device op table (the CUDA backend,
+ * or the emulated device in tests), op by op: wan_dev.h (wan_dev*.c; check/check_dit.c: its GPU check rows).
  *
  * Forward, x [B, C, F, H, W] -> velocity [B, C_out, F, H, W] (S = F/pt * H/ph * W/pw video tokens, D = dim):
  *   tokens  = patchify(x) @ patch_embedding^T + b                                   [B, S, D]
