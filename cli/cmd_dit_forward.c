@@ -8,7 +8,10 @@
  * (float tensors may be F32, BF16 or F16; other tensors in the file are ignored). OUT gets `output`, and with
  * grad_output also grad_hidden_states, grad_encoder_hidden_states and grad.<parameter name> for every parameter
  * (the gradients of sum(output * grad_output)), all F32. --recompute recomputes elementwise activations in the
- * backward instead of storing them (same results, less memory). Exit status 0, 1 on failure, 2 on a usage error. */
+ * backward instead of storing them (same results, less memory). --device cuda runs the bf16 device model
+ * (model/dit/wan_dev.h: bf16 weights and activations, fp32 statistics, output and gradients) on the CUDA backend
+ * instead of the fp32 CPU model; a build or machine without a GPU refuses it with one line (k_cuda_device). Exit
+ * status 0, 1 on failure, 2 on a usage error. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,8 @@
 #include "cli/opts.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "kernels/kernels.h"
+#include "model/dit/wan_dev.h"
 #include "model/dit/wan_dit.h"
 
 /* Reads float tensor `name` (F32/BF16/F16; I64 too when allow_int) of the expected rank into a malloc'd buffer. */
@@ -55,12 +60,16 @@ static float *read_input(const st_file *f, const char *name, int rank, int64_t *
     return buf;
 }
 
-static int run(const char *model_dir, const char *in_path, const char *out_path, int recompute) {
+/* dev: NULL for the fp32 CPU model, else the device the bf16 model runs on. */
+static int run(const char *model_dir, const char *in_path, const char *out_path, int recompute, const k_dev_ops *dev) {
     int rc = -1;
     wan_model m;
     memset(&m, 0, sizeof m);
+    wan_dev_model d;
+    memset(&d, 0, sizeof d);
     st_file *in = NULL;
     wan_acts *A = NULL;
+    wan_dev_acts *DA = NULL;
     float *x = NULL, *t = NULL, *e = NULL, *go = NULL, *out = NULL, *dx = NULL, *de = NULL;
     st_writer *w = NULL;
     int64_t sx[8], stt[8], se[8], sg[8];
@@ -95,7 +104,9 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
                    (long long)se[1], (long long)se[2], (long long)sx[0], c->text_dim);
         goto done;
     }
-    if (!(A = wan_acts_new(c, &sh, go ? (recompute ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE) : WAN_ACTS_INFER)))
+    const wan_acts_mode mode = go ? (recompute ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE) : WAN_ACTS_INFER;
+    if (dev ? (wan_dev_model_init(&d, dev, &m) || !(DA = wan_dev_acts_new(dev, c, &sh, mode)))
+            : !(A = wan_acts_new(c, &sh, mode)))
         goto done;
     const int64_t S = wan_tokens(c, &sh);
     if (stt[0] != sh.B || (t_rank == 2 && stt[1] != S)) {
@@ -115,18 +126,31 @@ static int run(const char *model_dir, const char *in_path, const char *out_path,
         core_error("out of memory");
         goto done;
     }
-    if (wan_forward(&m, A, NULL, out, x, t, e)) goto done;
+    if (dev) { /* forward and backward at once (wan_dev_run_host), gradients downloaded into the host model's */
+        dx = go ? calloc((size_t)nx, sizeof(float)) : NULL;
+        de = go ? calloc((size_t)ne, sizeof(float)) : NULL;
+        if (go && (!dx || !de || wan_model_alloc_grads(&m))) {
+            core_error("out of memory for gradients");
+            goto done;
+        }
+        if (wan_dev_run_host(&d, DA, out, x, t, e, go, dx, de) || (go && wan_dev_grads_download(&d, m.grads)))
+            goto done;
+    } else if (wan_forward(&m, A, NULL, out, x, t, e)) {
+        goto done;
+    }
     if (!(w = st_writer_new())) goto done;
     int64_t so[5] = {sh.B, c->out_channels, sh.F, sh.H, sh.W};
     if (st_writer_add(w, "output", CORE_F32, 5, so, out)) goto done;
     if (go) {
-        dx = calloc((size_t)nx, sizeof(float));
-        de = calloc((size_t)ne, sizeof(float));
-        if (!dx || !de || wan_model_alloc_grads(&m)) {
-            core_error("out of memory for gradients");
-            goto done;
+        if (!dev) {
+            dx = calloc((size_t)nx, sizeof(float));
+            de = calloc((size_t)ne, sizeof(float));
+            if (!dx || !de || wan_model_alloc_grads(&m)) {
+                core_error("out of memory for gradients");
+                goto done;
+            }
+            if (wan_backward(&m, A, NULL, dx, de, go)) goto done;
         }
-        if (wan_backward(&m, A, NULL, dx, de, go)) goto done;
         if (st_writer_add(w, "grad_hidden_states", CORE_F32, 5, sx, dx)) goto done;
         if (st_writer_add(w, "grad_encoder_hidden_states", CORE_F32, 3, se, de)) goto done;
         for (int i = 0; i < m.layout.count; i++) {
@@ -142,13 +166,15 @@ done:
     st_writer_free(w);
     free(x), free(t), free(e), free(go), free(out), free(dx), free(de);
     wan_acts_free(A);
+    wan_dev_acts_free(DA);
+    wan_dev_model_free(&d);
     st_close(in);
     wan_model_free(&m);
     return rc;
 }
 
 int cmd_dit_forward(int argc, char **argv) {
-    const char *model = NULL, *inputs = NULL, *out = NULL, *sub = "transformer";
+    const char *model = NULL, *inputs = NULL, *out = NULL, *sub = "transformer", *device = "cpu";
     int recompute = 0;
     const opts_spec opts[] = {
         {.name = "model", .type = OPTS_STRING, .str = &model, .required = 1, .meta = "DIR",
@@ -162,17 +188,28 @@ int cmd_dit_forward(int argc, char **argv) {
                  "low-noise expert of a two-expert pipeline)"},
         {.name = "recompute", .type = OPTS_FLAG, .flag = &recompute,
          .help = "recompute elementwise activations in the backward"},
+        {.name = "device", .type = OPTS_STRING, .str = &device, .meta = "cpu|cuda",
+         .help = "cpu: the fp32 model (default); cuda: the bf16 model on the GPU (a `make cuda`\n"
+                 "build on a machine with an NVIDIA Hopper GPU)"},
         {0}};
     const opts_cmd cmd = {.name = "dit-forward", .opts = opts};
     int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (prc != OPTS_OK) return opts_exit_status(prc);
+    if (strcmp(device, "cpu") && strcmp(device, "cuda"))
+        return opts_exit_status(opts_fail(&cmd, stderr, "--device: expected cpu or cuda, got \"%s\"", device));
+    const k_dev_ops *dev = NULL;
+    char why[K_WHY_MAX];
+    if (!strcmp(device, "cuda") && !(dev = k_cuda_device(why))) {
+        fprintf(stderr, "vgrpo dit-forward: --device cuda: %s\n", why);
+        return 1;
+    }
     /* a pipeline folder: use its transformer component */
     char dir[4096], probe[4200];
     struct stat st;
     snprintf(probe, sizeof probe, "%s/model_index.json", model);
     if (stat(probe, &st) == 0) snprintf(dir, sizeof dir, "%s/%s", model, sub);
     else snprintf(dir, sizeof dir, "%s", model);
-    if (run(dir, inputs, out, recompute)) {
+    if (run(dir, inputs, out, recompute, dev)) {
         fprintf(stderr, "vgrpo dit-forward: %s\n", core_last_error());
         return 1;
     }

@@ -132,5 +132,10 @@ int k_wan_rope_table(float *cos, float *sin, int F, int Hp, int Wp, int Dh, doub
  * machine without a GPU answers 0 and names what is missing, and every CPU path still works. */
 #define K_WHY_MAX 512
 int k_cuda_available(char *why);
+/* The CUDA backend's device op table (kernels/cuda/k_cuda.h: k_cuda_ops) when k_cuda_available answers 1; else NULL
+ * with k_cuda_available's line in why. Lets code above kernels/ (vgrpo dit-forward --device cuda) reach the device
+ * without #ifdefs or a link-time reference to a table a plain build does not have. */
+struct k_dev_ops;
+const struct k_dev_ops *k_cuda_device(char *why);
 
 #endif

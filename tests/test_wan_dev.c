@@ -195,3 +195,23 @@ TEST(kbody_add_table) {
         free(table), free(src), free(o_c), free(o_b), free(dmod), free(dt_c), free(dt_b), free(ds_c), free(ds_b);
     }
 }
+
+/* vgrpo dit-forward --device: cpu is the default (same bytes); cuda is refused with one line where there is no GPU
+ * (this machine: a plain build says it was built without the backend, a `make cuda` build that there is no GPU;
+ * `make test` runs this against both binaries). */
+TEST(wan_dev_cli_device) {
+    const char *tmp = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[8192], a[700], b[700];
+    snprintf(a, sizeof a, "%s/default.safetensors", tmp);
+    snprintf(b, sizeof b, "%s/cpu.safetensors", tmp);
+    const char *io = "--model tests/fixtures/wan_multihead --inputs tests/fixtures/wan_multihead_io.safetensors";
+    REQUIRE(test_run(out, sizeof out, "%s dit-forward %s --out %s", bin, io, a) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s dit-forward %s --out %s --device cpu", bin, io, b) == 0);
+    CHECK(test_run(out, sizeof out, "cmp %s %s", a, b) == 0);
+    CHECK(test_run(out, sizeof out, "%s dit-forward %s --out %s/x.safetensors --device cuda", bin, io, tmp) == 1);
+    CHECK_MSG(strstr(out, "vgrpo dit-forward: --device cuda: ") && strchr(out, '\n') == out + strlen(out) - 1 &&
+                  (strstr(out, "built without the CUDA backend") || strstr(out, "GPU")),
+              "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s dit-forward %s --out %s/x.safetensors --device tpu", bin, io, tmp) == 2);
+    CHECK_MSG(strstr(out, "--device: expected cpu or cuda"), "got: %s", out);
+}

@@ -1,6 +1,6 @@
-/* kernels/cuda/absent.c — k_cuda_available for builds without the CUDA backend (plain `make`): the only file of
- * kernels/cuda/ such a build compiles, so callers can ask without #ifdefs. `make cuda` leaves it out and links
- * kernels/cuda/device.c's version instead. */
+/* kernels/cuda/absent.c — k_cuda_available and k_cuda_device for builds without the CUDA backend (plain `make`):
+ * the only file of kernels/cuda/ such a build compiles, so callers can ask without #ifdefs. `make cuda` leaves it out
+ * and links kernels/cuda/init.c's and ops.c's versions instead. */
 #include <stdio.h>
 
 #include "kernels/kernels.h"
@@ -8,4 +8,9 @@
 int k_cuda_available(char *why) {
     if (why) snprintf(why, K_WHY_MAX, "built without the CUDA backend (make cuda)");
     return 0;
+}
+
+const struct k_dev_ops *k_cuda_device(char *why) {
+    k_cuda_available(why);
+    return NULL;
 }

@@ -1,4 +1,4 @@
-/* kernels/cuda/ops.c — the CUDA backend's device op table (k_cuda.h). */
+/* kernels/cuda/ops.c — the CUDA backend's device op table (k_cuda.h) and k_cuda_device (kernels.h). */
 #include "kernels/cuda/internal.h"
 
 const k_dev_ops k_cuda_ops = {
@@ -46,3 +46,5 @@ const k_dev_ops k_cuda_ops = {
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
 };
+
+const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }
