@@ -64,7 +64,7 @@ int cmd_parity(int argc, char **argv) {
     if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
         budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
-    else if (colocated_run(path, sets.v, sets.n, &r, 0, checkpoint, tol_arg))
+    else if (colocated_run(path, sets.v, sets.n, &r, 0, checkpoint, tol_arg, COLOCATED_MAX_RESTARTS))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else status = 0;
     core_run_lock_release(&lk);

@@ -1,4 +1,5 @@
-/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--help-config]`.
+/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--max-restarts N]
+ * [--help-config]`.
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
  * that needs no weights: trainer_check_recipe, and local mode's own), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
@@ -39,7 +40,7 @@ static int run_local(const core_recipe *r, const trainer_run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL;
-    int dry = 0, help_config = 0, force = 0;
+    int dry = 0, help_config = 0, force = 0, max_restarts = COLOCATED_MAX_RESTARTS;
     trainer_run_opts o = {0};
     int steps = 0;
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
@@ -58,6 +59,10 @@ int cmd_run(int argc, char **argv) {
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
+        {.name = "max-restarts", .type = OPTS_INT, .i = &max_restarts, .min = 0, .max = 1000000, .meta = "N",
+         .help = "mode: colocated: restart a rollout worker or the reward server that dies, at most N times each\n"
+                 "(default 3; 0: never); a lost worker's chunk goes to the others, and the run stops only when no\n"
+                 "worker is left"},
         {.name = "help-config", .type = OPTS_FLAG, .flag = &help_config,
          .help = "list every recipe key with its type, default and range"},
         {0}};
@@ -108,7 +113,7 @@ int cmd_run(int argc, char **argv) {
         if (note[0]) core_log_warn("%s", note);
         /* colocated: the run's processes hold the folder's lock too, so it stays locked while any of them lives */
         const int rc = !strcmp(r.mode, "colocated")
-                           ? (core_run_lock_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL))
+                           ? (core_run_lock_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL, max_restarts))
                            : run_local(&r, &o);
         if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         else status = 0;

@@ -131,6 +131,9 @@ int cmd_trainer(int argc, char **argv) {
         } else {
             in_hello = 0;
             core_stop_restore();
+            /* a worker lost mid-run: its chunk goes to the others; with none left, wait for `vgrpo run` to restart one
+             * (as long as for the first hellos); `vgrpo run` stops the run itself (SIGUSR1) when it restarts no more */
+            ctl_set_rejoin_wait(ctl, TRAINER_HELLO_TIMEOUT_S);
             trainer_source *src = trainer_source_remote(ctl, r.batch_size, TRAINER_CTL_TIMEOUT_S, r.model_path);
             const int prc = !src ? -1
                             : parity ? trainer_parity_opts(&r, &o, src, world, strcmp(parity, "auto") ? atof(parity) : -1.0)

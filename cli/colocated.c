@@ -6,8 +6,17 @@
  * training alternate in on-policy GRPO), and then waits:
  *   - the trainer exits 0: the run is done; the workers were told to shut down by the trainer, the reward server is
  *     stopped; exit 0;
- *   - any process fails: the others are stopped (the trainer with SIGUSR1: stop waiting at once), and the error
- *     names the process and its log; checkpoints already written stay as they are (each is complete or absent);
+ *   - a rollout worker or the reward server dies: it is restarted (same command line, keys and endpoint; its log
+ *     appended to), at most max_restarts times each. Meanwhile the controller re-issues a lost worker's chunk to the
+ *     others and syncs a restarted worker's weights before it gets work again (trainer/controller.h); the workers'
+ *     reward clients re-send an unanswered request to the restarted reward server after reward.timeout_s (the
+ *     server's replies are pure functions of the videos, reward/PROTOCOL.md section 4), so the run's numbers are
+ *     those of an undisturbed run. A worker past its restarts is left dead while others remain; when no worker is
+ *     left, or the reward server is past its restarts, the run stops as below, the error naming them;
+ *   - the trainer fails (with mpirun: any rank; mpirun then ends every rank), or the run stops as above: the others
+ *     are stopped (the trainer with SIGUSR1: stop waiting at once), and the error names the process and its log;
+ *     checkpoints already written stay as they are (each is complete or absent), and --resume continues from the
+ *     last;
  *   - SIGINT/SIGTERM: forwarded to the trainer, which stops within its step (discarding it, or finishing it once its
  *     optimizer update began), saves a checkpoint and exits; then all stop.
  * The trainer's output (one line per step) goes to this terminal; every other process logs to
@@ -26,6 +35,7 @@
 #include "cli/colocated.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "model/dit/wan_dit.h"
 
 static volatile sig_atomic_t stop_signal = 0;
@@ -62,8 +72,21 @@ int colocated_check(const core_recipe *r) {
     return 0;
 }
 
+/* "rollout worker 0 was killed by signal 9 (...); rollout worker 1 ..." for the workers that are dead, into buf. */
+static void dead_workers(const job *J, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int w = 0; w < J->n_workers && k + 1 < cap; w++) {
+        if (J->procs.p[J->worker_first + w].pid) continue;
+        char why[4600];
+        sup_describe(&J->procs, J->worker_first + w, why, sizeof why);
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s (restarted %d time(s))", k ? "; " : "", why,
+                              J->procs.p[J->worker_first + w].restarts);
+    }
+}
+
 int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,
-                  const char *resume, const char *parity) {
+                  const char *resume, const char *parity, int max_restarts) {
     if (colocated_check(r)) return -1;
     char logs[4200];
     snprintf(logs, sizeof logs, "%s/logs", r->run_dir);
@@ -134,6 +157,7 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
     free(argv);
     if (trainer < 0) goto done;
     int forwarded = 0;
+    uint8_t gone[SUP_MAX_PROCS] = {0}; /* per rollout worker: dead and not restarted */
     for (;;) {
         if (stop_signal && !forwarded && J.procs.p[trainer].pid) {
             /* graceful: the trainer stops within its step and saves. mpirun would kill the job on SIGTERM (SIGTERM to
@@ -147,6 +171,10 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
             const int st = J.procs.p[trainer].status;
             sup_describe(&J.procs, trainer, why, sizeof why);
             if (WIFEXITED(st) && WEXITSTATUS(st) == 0) rc = 0;
+            else if (WIFSIGNALED(st) || (N > 1 && WIFEXITED(st) && WEXITSTATUS(st) > 1)) /* died, not an error it named */
+                core_error("%s: %s; `vgrpo run` with --resume %s continues from its last checkpoint", why,
+                           N > 1 ? "a lost trainer rank ends the whole MPI job (mpirun stops every rank)"
+                                 : "the trainer died", r->ckpt_dir ? r->ckpt_dir : r->run_dir);
             else core_error("%s", why);
             break;
         }
@@ -158,7 +186,34 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
         /* A worker that exits 0 was told to shut down by the trainer, which is about to exit too. */
         const int st = J.procs.p[dead].status;
         if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-        /* A worker or the reward server failed: the trainer stops waiting (SIGUSR1), then everything stops. */
+        /* A worker or the reward server failed: restart it while it has restarts left (not while stopping) */
+        const int wk = dead - J.worker_first, is_worker = wk >= 0 && wk < J.n_workers;
+        const int done_restarts = J.procs.p[dead].restarts;
+        if ((is_worker || dead == J.reward_proc) && !stop_signal && done_restarts < max_restarts) {
+            core_log_warn("vgrpo run: %s: restarting it (restart %d of %d)", why, done_restarts + 1, max_restarts);
+            if (!sup_restart(&J.procs, dead)) continue;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "; its restart failed: %s", core_last_error());
+        }
+        if (is_worker) {
+            gone[wk] = 1;
+            int left = 0; /* running, or dead (not yet seen here) with a restart left */
+            for (int w = 0; w < J.n_workers; w++)
+                left += !gone[w] && (J.procs.p[J.worker_first + w].pid || J.procs.p[J.worker_first + w].restarts < max_restarts);
+            if (left > 0 && !stop_signal) {
+                core_log_warn("vgrpo run: %s; not restarted (%d restart(s) done, --max-restarts %d): the run goes on "
+                              "with %d rollout worker(s)", why, done_restarts, max_restarts, left);
+                continue;
+            }
+            if (left == 0) {
+                char all[4000];
+                dead_workers(&J, all, sizeof all);
+                snprintf(why, sizeof why, "no rollout worker is left (--max-restarts %d): %s", max_restarts, all);
+            }
+        } else if (dead == J.reward_proc && done_restarts > 0) {
+            snprintf(why + strlen(why), sizeof why - strlen(why), " (restarted %d time(s), --max-restarts %d)",
+                     done_restarts, max_restarts);
+        }
+        /* The run stops: the trainer stops waiting (SIGUSR1), then everything stops. */
         core_error("%s", why);
         if (J.procs.p[trainer].pid) kill(J.procs.p[trainer].pid, SIGUSR1);
         for (int k = 0; k < 600 && J.procs.p[trainer].pid; k++) {

@@ -95,6 +95,7 @@ int job_start_workers_lora(job *j, const char *recipe_path, const char *const *s
     if (!exe) return -1;
     char **argv = calloc((size_t)(16 + 2 * n_sets), sizeof(char *));
     if (!argv) return core_error("out of memory");
+    j->worker_first = j->procs.n, j->n_workers = 0;
     for (int w = 0; w < n; w++) {
         char id[32], name[64], logp[4200];
         snprintf(id, sizeof id, "worker-%d", w);
@@ -115,6 +116,7 @@ int job_start_workers_lora(job *j, const char *recipe_path, const char *const *s
             free(argv);
             return -1;
         }
+        j->n_workers++;
     }
     free(argv);
     return 0;
@@ -133,6 +135,7 @@ int job_abort_check(void *ctx) {
 void job_stop(job *j, double timeout_s) {
     if (j->reward_proc >= 0 && j->procs.p[j->reward_proc].pid) kill(j->procs.p[j->reward_proc].pid, SIGTERM);
     if (j->procs.n) sup_stop_all(&j->procs, timeout_s);
+    sup_free(&j->procs);
     if (j->sockdir[0]) {
         char p[128];
         snprintf(p, sizeof p, "%s/ctl", j->sockdir);

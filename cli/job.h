@@ -24,6 +24,7 @@ typedef struct {
     char sockdir[64];              /* /tmp/vgrpo-XXXXXX */
     char ctl_ep[160], rew_ep[160]; /* controller ROUTER, reward server */
     int reward_proc;               /* index in procs, or -1 (external) */
+    int worker_first, n_workers;   /* the rollout workers: procs indices worker_first .. + n_workers (job_start_workers) */
     volatile sig_atomic_t *stop;   /* set by the caller's signal handler */
     core_curve_keys keys[CORE_CURVE_N_ROLES]; /* per role: the keys its process holds (core_curve_subset) */
     int keys_fd[CORE_CURVE_N_ROLES]; /* per role: a close-on-exec memfd of keys[role] for `--keys-fd`, or -1 */

@@ -26,9 +26,11 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
     return sup_spawn_fd(s, name, argv, threads, log_path, -1, 0);
 }
 
-int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path, int pass_fd,
-                 int as_stdin) {
-    if (s->n >= SUP_MAX_PROCS) return core_error("supervisor: more than %d processes", SUP_MAX_PROCS);
+/* Forks and execs process i of s (its argv, threads, descriptor, log: truncated, or appended to on a restart). */
+static int start(sup_procs *s, int i, int restart) {
+    const char *name = s->p[i].name, *log_path = s->p[i].log[0] ? s->p[i].log : NULL;
+    char *const *argv = s->p[i].argv;
+    const int threads = s->p[i].threads, pass_fd = s->p[i].pass_fd, as_stdin = s->p[i].as_stdin;
     const pid_t parent = getpid();
     fflush(stdout);
     fflush(stderr);
@@ -46,8 +48,13 @@ int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads,
         setenv("OMP_NUM_THREADS", t, 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
         if (log_path) {
-            int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            int fd = open(log_path, O_WRONLY | O_CREAT | (restart ? O_APPEND : O_TRUNC), 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+            if (fd >= 0 && restart) {
+                char note[80];
+                const int k = snprintf(note, sizeof note, "--- restarted by the supervisor (restart %d) ---\n", restart);
+                if (write(2, note, (size_t)k) < 0) { /* the log line is a courtesy */ }
+            }
         }
         /* the one descriptor this child inherits (the others stay close-on-exec). As stdin it is opened afresh
          * (/proc/self/fd/N: an offset of its own at 0, not the one the parent's memfd shares with other children) */
@@ -64,13 +71,53 @@ int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads,
         fprintf(stderr, "%s: cannot run %s: %s\n", name, argv[0], strerror(errno));
         _exit(127);
     }
-    int i = s->n++;
-    snprintf(s->p[i].name, sizeof s->p[i].name, "%s", name);
     s->p[i].pid = pid;
     s->p[i].status = 0;
     s->p[i].reported = 0;
+    return 0;
+}
+
+int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path, int pass_fd,
+                 int as_stdin) {
+    if (s->n >= SUP_MAX_PROCS) return core_error("supervisor: more than %d processes", SUP_MAX_PROCS);
+    const int i = s->n;
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char **copy = calloc((size_t)argc + 1, sizeof(char *));
+    for (int a = 0; copy && a < argc; a++)
+        if (!(copy[a] = strdup(argv[a]))) {
+            for (int b = 0; b < a; b++) free(copy[b]);
+            free(copy), copy = NULL;
+        }
+    if (!copy) return core_error("%s: out of memory", name);
+    memset(&s->p[i], 0, sizeof s->p[i]);
+    snprintf(s->p[i].name, sizeof s->p[i].name, "%s", name);
     snprintf(s->p[i].log, sizeof s->p[i].log, "%s", log_path ? log_path : "");
+    s->p[i].argv = copy;
+    s->p[i].threads = threads, s->p[i].pass_fd = pass_fd, s->p[i].as_stdin = as_stdin;
+    if (start(s, i, 0)) {
+        for (int a = 0; a < argc; a++) free(copy[a]);
+        free(copy);
+        s->p[i].argv = NULL;
+        return -1;
+    }
+    s->n++;
     return i;
+}
+
+int sup_restart(sup_procs *s, int i) {
+    if (i < 0 || i >= s->n || !s->p[i].argv) return core_error("supervisor: no process %d to restart", i);
+    if (s->p[i].pid) return core_error("supervisor: %s is still running", s->p[i].name);
+    s->p[i].restarts++;
+    return start(s, i, s->p[i].restarts);
+}
+
+void sup_free(sup_procs *s) {
+    for (int i = 0; i < s->n; i++) {
+        for (int a = 0; s->p[i].argv && s->p[i].argv[a]; a++) free(s->p[i].argv[a]);
+        free(s->p[i].argv);
+        s->p[i].argv = NULL;
+    }
 }
 
 int sup_poll(sup_procs *s) {

@@ -1,5 +1,6 @@
 /* cli/supervisor.h — the processes a job starts (DESIGN.md section 3): spawn `vgrpo <subcommand> ...` children
- * with their own OMP_NUM_THREADS, notice any that exits, stop them all. The supervisor is never an MPI process.
+ * with their own OMP_NUM_THREADS, notice any that exits, restart one (the same command line, descriptor and
+ * environment; its log appended to), stop them all. The supervisor is never an MPI process.
  * Children get PR_SET_PDEATHSIG = SIGTERM, so they do not outlive a supervisor that is killed. */
 #ifndef CLI_SUPERVISOR_H
 #define CLI_SUPERVISOR_H
@@ -16,6 +17,9 @@ typedef struct {
         int status;     /* wait status once reaped */
         int reported;   /* sup_poll returned it already */
         char log[4096]; /* its stderr+stdout file ("" = inherited) */
+        char **argv;    /* its command line (owned copy), for a restart */
+        int threads, pass_fd, as_stdin;
+        int restarts;   /* times sup_restart started it again */
     } p[SUP_MAX_PROCS];
 } sup_procs;
 
@@ -33,6 +37,14 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
  * other inherited descriptor). -1 as sup_spawn. */
 int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path, int pass_fd,
                  int as_stdin);
+
+/* Starts process i again after it exited (reaped): the same command line, threads and passed descriptor, in the same
+ * slot (name, index), its log opened for appending after a line "--- restarted by the supervisor (restart N) ---".
+ * Counts the restart. -1 with core_error (fork failed, i still running). */
+int sup_restart(sup_procs *s, int i);
+
+/* Frees the command-line copies (after sup_stop_all). */
+void sup_free(sup_procs *s);
 
 /* Reaps children that have exited; returns the index of one exited child not returned before (lowest index first),
  * or -1 when there is none. */

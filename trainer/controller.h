@@ -6,6 +6,21 @@
  * Every wait polls `abort_check` (when set) every 100 ms: a non-zero return stops the wait with an error (the
  * supervisor's "a child exited" or a signal), so a dead worker never hangs the controller.
  *
+ * Lost workers: a monitor on the ROUTER sees a worker's connection close (its process died; on tcp:// also ZMTP
+ * heartbeats timing out), matched to the worker by the descriptor its hello came on (ZMQ_SRCFD); a send that fails
+ * (ZMQ_ROUTER_MANDATORY: its routing id reaches no one) counts the same. A lost worker gets no more work: the chunk it
+ * held goes back to the queue and is re-issued to the next free worker (a sample's trajectory depends only on its
+ * uid, stream, eta and the weights of its version, so the results are those of an undisturbed run, bit for bit),
+ * and syncs and the shutdown stop waiting for it. When no worker is left, ctl_rollout fails at once naming them, or
+ * with ctl_set_rejoin_wait waits that long for one to come back. A lost worker comes back when its restarted process
+ * says hello under the same client id with its first process's hashes (trainer/ctl_msg.h); it gets the weights every
+ * worker holds (the last sync's experts, or ctl_set_weights's) and works again once its weights_ack carries the
+ * controller's hash. A worker that is alive but hangs is not noticed before the chunk time-out. Log lines (stderr):
+ *   controller: worker-1 lost (its connection closed) with chunk r3-1 (2 sample(s)) in flight: it is re-issued ...
+ *   controller: chunk r3-1 re-issued to worker-0
+ *   controller: worker-1 is back (restart 1): sent it the weights of policy version 3 (xxh64 ...); it gets work ...
+ *   controller: worker-1 is back at work: its weights of policy version 3 hash to ..., as the trainer's
+ *
  * Authentication (core/curve.h): with keys, the ROUTER is a CURVE server with the controller key pair and a ZAP
  * handler that accepts only the run's client key, on ipc:// and tcp:// alike; a process without the client secret
  * cannot complete the handshake, so none of its messages reach the controller (the ZAP refusal is logged). An
@@ -38,7 +53,7 @@ typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const
 ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx);
 void ctl_close(ctl_server *c);
 
-/* Waits up to timeout_s for n workers' hello {client, policy_version, model_xxh64, experts, adapter_xxh64?}. -1 with core_error
+/* Waits up to timeout_s for n workers' hello (and for a lost one's restart to take its place) {client, policy_version, model_xxh64, experts, adapter_xxh64?}. -1 with core_error
  * (time-out naming how many came, abort). A hello without client id or model hash, or naming a client already
  * registered, and any other message are refused (trainer/ctl_msg.h) and the wait goes on. */
 int ctl_wait_workers(ctl_server *c, int n, double timeout_s);
@@ -52,19 +67,36 @@ uint64_t ctl_worker_hello_hash(const ctl_server *c, int w);
 int ctl_worker_hello_adapter(const ctl_server *c, int w, uint64_t *hash);
 /* Messages refused so far: answered with an error (trainer/ctl_msg.h) plus handshakes the ZAP handler refused. */
 long ctl_refused(const ctl_server *c);
+/* 1 while worker w is lost (see above); the times it came back. */
+int ctl_worker_lost(const ctl_server *c, int w);
+int ctl_worker_rejoins(const ctl_server *c, int w);
+
+/* With no worker left, ctl_rollout waits up to `seconds` for a restarted one to come back (0, the default: it fails at
+ * once naming the lost workers). `vgrpo trainer` waits as long as for the first hellos: its supervisor restarts dead
+ * workers, and stops the run itself when it restarts no more. */
+void ctl_set_rejoin_wait(ctl_server *c, double seconds);
+
+/* Records that every worker holds the experts (send[e]: sent, or to be sent to a worker that comes back) as policy
+ * `version`, without sending anything: what a fresh run's workers loaded (trainer/source_remote.c's start). Each
+ * ctl_sync_weights records its weights the same way. The experts are kept by pointer and must stay valid and
+ * unchanged until the next record or sync; experts NULL forgets them. -1 with core_error (a hash failed). */
+int ctl_set_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                    int64_t version);
 
 /* Runs samples[0..n) through the workers: chunks of `chunk` samples, each a rollout_request built from tmpl
- * (policy_version, stream, eta, return flags; tmpl->samples and n ignored), handed to idle workers in order. Results
- * land in res[0..n) in sample order (core_traj_free each .traj); on_chunk (may be NULL) sees each chunk as it
- * arrives. Errors (-1): a worker's error reply to its chunk (named with its reason), a malformed trajectory for the
- * chunk in flight, a time-out of timeout_s for one chunk, an abort. Messages that answer nothing in flight are
- * refused and the rollout goes on (trainer/ctl_msg.h). On error res holds nothing to free. */
+ * (policy_version, stream, eta, return flags; tmpl->samples and n ignored), handed to idle workers in order (the
+ * lowest chunk nobody holds first: a lost worker's chunk is re-issued). Results land in res[0..n) in sample order
+ * (core_traj_free each .traj); on_chunk (may be NULL) sees each chunk as it arrives. Errors (-1): a worker's error
+ * reply to its chunk (named with its reason), a malformed trajectory for the chunk in flight, a time-out of timeout_s
+ * for one chunk, no worker left (see above), an abort. Messages that answer nothing in flight are refused and the
+ * rollout goes on (trainer/ctl_msg.h). On error res holds nothing to free. */
 int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_rollout_sample *samples, int n, int chunk,
                 double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx);
 
-/* Pushes the weights of the experts with send[e] != 0 to every worker as policy `version` (weights_begin,
+/* Pushes the weights of the experts with send[e] != 0 to every worker not lost as policy `version` (weights_begin,
  * weights_tensor per tensor with its xxh64, weights_end with the whole-model hash of all n_experts experts) and
- * waits for every weights_ack. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
+ * waits for every weights_ack (a worker lost meanwhile is not waited for; one back from a restart is admitted by
+ * it). It records the experts as ctl_set_weights does. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
  * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the
  * sync is of the adapters only (weights_begin "adapter": true; tensors "transformer/blocks.0.attn1.to_q.lora_A.weight",
  * ...; the hash is wan_models_adapters_hash over every expert's adapter): the workers' base weights are not touched.

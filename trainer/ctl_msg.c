@@ -39,6 +39,12 @@ void ctl_msg_refuse(ctl_state *s, const void *rid, size_t rid_len, const char *c
     refuse(s, reply, "", code, "a message from %s: %s", who(s, w), why);
 }
 
+int ctl_msg_live(const ctl_state *s) {
+    int n = 0;
+    for (int w = 0; w < s->n; w++) n += !s->w[w].lost;
+    return n;
+}
+
 static int valid_client_id(const char *cid) {
     if (!cid) return 0;
     const size_t L = strlen(cid);
@@ -46,6 +52,39 @@ static int valid_client_id(const char *cid) {
     for (size_t i = 0; i < L; i++)
         if ((unsigned char)cid[i] < 32 || (unsigned char)cid[i] > 126) return 0;
     return 1;
+}
+
+/* A hello naming lost worker k (see trainer/ctl_msg.h): the same model and adapter hashes as its first hello. */
+static void rejoin(ctl_state *s, int k, const void *rid, size_t rid_len, const core_wire_msg *m, ctl_event *ev,
+                   ctl_reply *r) {
+    ctl_worker *x = &s->w[k];
+    uint64_t h, adapter = 0;
+    const json_t *ah = json_object_get(m->header, "adapter_xxh64");
+    if (rid_len > sizeof x->rid || rid_len == 0) {
+        refuse(s, r, m->id, "bad_request", "hello from %s: a routing id of %zu bytes", x->id, rid_len);
+        return;
+    }
+    if (core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &h) ||
+        (ah && core_hash_parse(json_string_value(ah), &adapter))) {
+        refuse(s, r, m->id, "bad_request", "hello from %s: \"model_xxh64\" (and \"adapter_xxh64\" when present) must be "
+               "16 hex digits", x->id);
+        return;
+    }
+    if (h != x->hello_hash || (ah != NULL) != x->hello_has_adapter || adapter != x->hello_adapter_hash) {
+        refuse(s, r, m->id, "bad_request", "hello from %s, back after it was lost: it holds model hash %016" PRIx64
+               "%s, its first process held %016" PRIx64 "%s (both must load model.path and model.lora); not admitted",
+               x->id, h, ah ? " with adapters" : "", x->hello_hash, x->hello_has_adapter ? " with adapters" : "");
+        return;
+    }
+    memcpy(x->rid, rid, rid_len);
+    x->rid_len = rid_len;
+    x->lost = 0, x->fd = -1, x->busy = 0, x->rejoins++;
+    x->done = s->phase == CTL_SYNC; /* a sync in flight did not reach it: its admission sync follows */
+    x->admit = s->phase == CTL_HELLO ? CTL_ADMIT_READY : CTL_ADMIT_PENDING;
+    x->admit_id[0] = 0;
+    ev->worker = k;
+    ev->registered = ev->rejoined = 1;
+    ev->progress = s->phase == CTL_HELLO;
 }
 
 static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const core_wire_msg *m, ctl_event *ev,
@@ -61,6 +100,12 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
                cid ? cid : "?");
         return;
     }
+    /* a lost worker's restarted process: it takes its old place once its hello matches its first one's */
+    for (int k = 0; cid && k < s->n; k++)
+        if (s->w[k].lost && !strcmp(s->w[k].id, cid)) {
+            rejoin(s, k, rid, rid_len, m, ev, r);
+            return;
+        }
     if (s->phase != CTL_HELLO || s->n >= s->want) {
         refuse(s, r, m->id, "unexpected", "a hello from %.128s while the controller is not waiting for workers (%s)",
                valid_client_id(cid) ? cid : "?",
@@ -99,7 +144,9 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
     x->hello_hash = h;
     x->hello_adapter_hash = adapter;
     x->hello_has_adapter = ah != NULL;
+    x->fd = -1;
     ev->worker = s->n++;
+    ev->registered = 1;
     ev->progress = 1;
 }
 
@@ -119,8 +166,28 @@ static int on_trajectory(ctl_state *s, int w, const core_wire_msg *m, ctl_event 
     return 0;
 }
 
+/* The ack of worker w's admission sync: the hash and version it was sent. */
+static int on_admit_ack(ctl_state *s, int w, const core_wire_msg *m, ctl_event *ev) {
+    ctl_worker *x = &s->w[w];
+    uint64_t h = 0;
+    const json_t *pv = json_object_get(m->header, "policy_version");
+    if (!json_is_integer(pv) || json_integer_value(pv) != x->admit_version ||
+        core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &h))
+        return core_error("%s (back after it was lost): weights_ack without policy_version %" PRId64 " and model_xxh64",
+                          x->id, x->admit_version);
+    if (h != x->admit_hash)
+        return core_error("%s (back after it was lost): model hash after its sync is %016" PRIx64 ", the trainer's is "
+                          "%016" PRIx64, x->id, h, x->admit_hash);
+    x->admit = CTL_ADMIT_READY;
+    x->admit_id[0] = 0;
+    ev->admitted = 1;
+    return 0;
+}
+
 static int on_ack(ctl_state *s, int w, const core_wire_msg *m, ctl_event *ev, ctl_reply *r) {
-    if (w < 0 || s->phase != CTL_SYNC || s->w[w].done || strcmp(m->id, s->end_id)) {
+    if (w >= 0 && !s->w[w].lost && s->w[w].admit == CTL_ADMIT_SYNCING && !strcmp(m->id, s->w[w].admit_id))
+        return on_admit_ack(s, w, m, ev);
+    if (w < 0 || s->phase != CTL_SYNC || s->w[w].done || s->w[w].lost || strcmp(m->id, s->end_id)) {
         refuse(s, r, m->id, "unexpected", "a weights_ack %.128s from %s that answers no weight sync in flight", m->id, who(s, w));
         return 0;
     }
@@ -133,6 +200,10 @@ static int on_ack(ctl_state *s, int w, const core_wire_msg *m, ctl_event *ev, ct
         return core_error("%s: model hash after the sync is %016" PRIx64 ", the trainer's is %016" PRIx64, s->w[w].id,
                           h, s->model_hash);
     s->w[w].done = 1;
+    if (s->w[w].admit == CTL_ADMIT_PENDING) { /* back from a restart: this sync brought it the weights */
+        s->w[w].admit = CTL_ADMIT_READY;
+        ev->admitted = 1;
+    }
     ev->progress = 1;
     return 0;
 }
@@ -147,6 +218,9 @@ static int on_error(ctl_state *s, int w, const core_wire_msg *m) {
     if (w >= 0 && s->phase == CTL_SYNC && !s->w[w].done && !strcmp(m->id, s->end_id))
         return core_error("%s refused the weights of version %" PRId64 ": %s: %s", s->w[w].id, s->version,
                           code ? code : "?", why ? why : "?");
+    if (w >= 0 && s->w[w].admit == CTL_ADMIT_SYNCING && !strcmp(m->id, s->w[w].admit_id))
+        return core_error("%s (back after it was lost) refused the weights of version %" PRId64 ": %s: %s", s->w[w].id,
+                          s->w[w].admit_version, code ? code : "?", why ? why : "?");
     const long n = ++s->unexpected;
     if (n <= 20 || n % 1000 == 0)
         core_log_warn("controller: an error %.128s from %s that answers nothing, ignored (#%ld): %.32s: %.300s", m->id,
@@ -167,6 +241,11 @@ int ctl_msg_handle(ctl_state *s, const void *rid, size_t rid_len, const core_wir
     }
     if (w < 0) {
         refuse(s, reply, m->id, "unexpected", "a %s from a peer that never said hello", core_wire_type_name(m->type));
+        return 0;
+    }
+    if (s->w[w].lost) { /* it left before we read it (a reply to a chunk already re-issued, or to the shutdown) */
+        core_log_debug("controller: a %s %.128s from %s, which is lost: dropped", core_wire_type_name(m->type), m->id,
+                       s->w[w].id);
         return 0;
     }
     switch (m->type) {

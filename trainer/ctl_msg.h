@@ -16,7 +16,17 @@
  * What ends the operation (-1 with core_error, as before): an `error` a worker sends in answer to its own request
  * (a failed rollout chunk, refused weights), a malformed trajectory for the request in flight, a weights_ack with
  * another model hash or version. Those come from the run's own workers: with keys (core/curve.h) no other process
- * can reach the controller. */
+ * can reach the controller.
+ *
+ * A lost worker comes back (trainer/controller.h: a worker whose connection closed is `lost`): a hello naming a lost
+ * worker's client id, in any phase but the shutdown, is its restarted process. It must report its first process's
+ * model_xxh64 and adapter_xxh64 (both loaded model.path and model.lora), else it is refused (`bad_request`, naming the
+ * two hashes) and stays lost; then it takes its old place (index, name) with the new routing id: in the hello phase
+ * ready at once (the start-up checks and sync cover it), otherwise `pending` until its admission weight sync (the
+ * weights every worker holds, ids "j<n>-...") is acknowledged with the controller's hash and version (ready; a
+ * mismatch or its error ends the operation, as for any sync). A weight sync to every worker also admits a pending
+ * worker it reached. Any other message from a lost worker's routing id (sent before its connection closed, read
+ * after) is dropped without a reply: the peer is gone. */
 #ifndef TRAINER_CTL_MSG_H
 #define TRAINER_CTL_MSG_H
 
@@ -37,7 +47,17 @@ typedef struct {
     int hello_has_adapter;      /* the hello named adapter_xxh64 */
     int busy;           /* rollout: chunk index + 1, 0 when idle */
     int done;           /* sync: weights_ack counted; shutdown: reply counted */
+    int lost;           /* its connection closed (or a send to it failed): no work, not waited for, until it is back */
+    int fd;             /* its connection's descriptor here (ZMQ_SRCFD of its hello; <= 0: unknown), for the monitor */
+    int admit;          /* CTL_ADMIT_READY: gets work; PENDING / SYNCING: back from a restart, not yet synced */
+    char admit_id[48];  /* SYNCING: the id of its admission sync's weights_end */
+    int64_t admit_version;
+    uint64_t admit_hash;
+    int rejoins;        /* times it came back */
+    int back;           /* admitted after coming back and given no chunk yet (for one log line) */
 } ctl_worker;
+
+enum { CTL_ADMIT_READY = 0, CTL_ADMIT_PENDING, CTL_ADMIT_SYNCING };
 
 typedef enum { CTL_IDLE = 0, CTL_HELLO, CTL_ROLLOUT, CTL_SYNC, CTL_SHUTDOWN } ctl_phase;
 
@@ -75,6 +95,9 @@ typedef struct {
  * U8, valid while the message is. */
 typedef struct {
     int worker, progress, chunk;
+    int registered;  /* a hello (re-)registered the sender: its connection's fd is to be recorded */
+    int rejoined;    /* ... and it is a lost worker back (now pending, or ready in the hello phase) */
+    int admitted;    /* an admission sync was acknowledged: the worker is ready */
     const uint8_t *videos;
     int64_t vshape[4];
 } ctl_event;
@@ -87,6 +110,9 @@ int ctl_msg_handle(ctl_state *s, const void *rid, size_t rid_len, const core_wir
 /* A message from rid that could not be parsed (why: the parser's reason) or that came over a connection without
  * authentication while the controller has keys (code "unauthenticated"): fills the error reply and logs it. */
 void ctl_msg_refuse(ctl_state *s, const void *rid, size_t rid_len, const char *code, const char *why, ctl_reply *reply);
+
+/* Workers registered and not lost. */
+int ctl_msg_live(const ctl_state *s);
 
 /* The worker a routing id belongs to, or -1. */
 int ctl_msg_find(const ctl_state *s, const void *rid, size_t rid_len);

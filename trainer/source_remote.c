@@ -1,5 +1,7 @@
 /* trainer/source_remote.c — the rollout source of colocated runs and `vgrpo parity` (trainer/source.h): rollouts,
- * rewards and weight syncs through the controller and the rollout workers behind it (trainer/controller.h). */
+ * rewards and weight syncs through the controller and the rollout workers behind it (trainer/controller.h). A worker
+ * lost mid-run has its chunk re-issued by the controller, and one back from a restart is synced to the weights the
+ * others hold (the last push, or start's) before it gets work. */
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -63,7 +65,8 @@ static int remote_start(void *ctx, const wan_model *const *experts, int n_expert
         int match;
         return ctl_sync_weights(R->ctl, experts, n_experts, trained, version, R->timeout_s, &match, NULL);
     }
-    return 0;
+    /* what a worker that comes back after a restart is synced to until the first push (trainer/controller.h) */
+    return ctl_set_weights(R->ctl, experts, n_experts, trained, version);
 }
 
 trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s, const char *model_path) {
@@ -75,4 +78,9 @@ trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double 
     return &R->src;
 }
 
-void trainer_source_remote_free(trainer_source *s) { free(s ? s->ctx : NULL); }
+void trainer_source_remote_free(trainer_source *s) {
+    if (!s) return;
+    remote *R = s->ctx;
+    ctl_set_weights(R->ctl, NULL, 0, NULL, 0); /* the experts it pointed at belong to the loop that is ending */
+    free(R);
+}
