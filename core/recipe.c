@@ -25,6 +25,10 @@ const core_cfg_entry core_recipe_schema[] = {
      "VAE spatial factor: 8 (Wan 2.1 VAE: Wan 2.1, Wan 2.2 A14B, tiny) or 16 (Wan 2.2 VAE: TI2V-5B)"},
     {"model.boundary_ratio", CORE_CFG_DOUBLE, O(boundary_ratio), "0.875", CORE_CFG_MIN_OPEN | CORE_CFG_MAX_OPEN, 0, 1,
      NULL, "two experts: timestep >= this x 1000 uses transformer/, else transformer_2/"},
+    {"model.device", CORE_CFG_STRING, O(device), "cpu", 0, 0, 0, "cpu|cuda",
+     "where the transformer runs: cpu (fp32 reference) or cuda (bf16 on one GPU; refused where there is none)"},
+    {"model.dtype", CORE_CFG_STRING, O(dtype), NULL, 0, 0, 0, "fp32|bf16",
+     "the transformer's compute dtype (default: fp32 on cpu, bf16 on cuda)"},
     {"model.lora.rank", CORE_CFG_INT, O(lora_rank), "0", MINV | MAXV, 0, 65536, NULL,
      "LoRA rank r of the trained experts' adapters (0: no LoRA, every weight trained)"},
     {"model.lora.alpha", CORE_CFG_DOUBLE, O(lora_alpha), NULL, 0, 0, 0, NULL,
@@ -159,6 +163,14 @@ int core_recipe_check(core_recipe *r) {
         return core_error("rollout.width: must be a multiple of %d (model.vae_scale_factor_spatial %d x patch 2), got %d",
                           m, f, r->width);
     if ((r->frames - 1) % 4) return core_error("rollout.frames: must be 4k+1 (1, 5, 9, ...), got %d", r->frames);
+    if (!r->device) return core_error("model.device: must be cpu or cuda, got null");
+    const int cuda = !strcmp(r->device, "cuda");
+    if (!r->dtype && !(r->dtype = strdup(cuda ? "bf16" : "fp32"))) return core_error("out of memory");
+    if (!cuda && strcmp(r->dtype, "fp32"))
+        return core_error("model.dtype: %s needs model.device cuda (the CPU path computes in fp32)", r->dtype);
+    if (cuda && strcmp(r->dtype, "bf16"))
+        return core_error("model.dtype: %s on model.device cuda is not implemented (the device model computes in "
+                          "bf16 with fp32 statistics, master weights and optimizer state)", r->dtype);
     if (r->scorers.n < 1) return core_error("reward.scorers: at least one scorer is needed");
     for (int i = 0; i < r->scorers.n; i++) {
         if (!r->scorers.v[i] || !r->scorers.v[i][0]) return core_error("reward.scorers.%d: empty name", i);

@@ -13,6 +13,14 @@
  *   model.decoder                  vae | latent_rgb: final latents to pixels by the pipeline's VAE (vae/,
  *                                  vae_latents_to_u8: 1 + 4(T-1) frames at rollout.height x width) or by the tiny
  *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)
+ *   model.device                   cpu | cuda: where the transformer runs. cpu: the fp32 reference; cuda: the bf16
+ *                                  model on one GPU (model/dit/wan_dev.h; issue 15). `vgrpo run/eval/parity` refuse
+ *                                  cuda with one line on a build or machine without a GPU (kernels.h
+ *                                  k_cuda_available), and everywhere until the sampler and the training step run
+ *                                  on the device (issue 15 phase 3); --dry-run checks the recipe on any machine
+ *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
+ *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
+ *                                  weights, AdamW state and everything of DESIGN.md section 4 stay fp32 either way
  *   model.lora.rank, alpha, targets, init_seed   LoRA (issue 14): rank >= 1 trains an adapter per trained expert
  *                                  (model/dit/wan_lora.h: y += alpha/rank (x A^T) B^T after each targeted linear, A from
  *                                  Philox stream 6 with init_seed, B = 0) on a frozen base; rank 0 (the default): every
@@ -111,6 +119,7 @@
 typedef struct {
     char *mode;
     char *model_path, *text_encoder, *decoder, *init_preset;
+    char *device, *dtype;
     int lora_rank;
     double lora_alpha;
     core_cfg_strings lora_targets;

@@ -9,10 +9,13 @@
  *   - the memory figures (device activations about half the CPU's; the estimate equals the allocation);
  *   - refusals (a dim that is not a multiple of 8, backward without gradients or after an inference forward);
  *   - the glue bodies add_table forward/backward (kernels/body/kb_modulate.h) against model/dit/wan_layers.c, bit for
- *     bit in fp32.
+ *     bit in fp32;
+ *   - the user's side: vgrpo dit-forward --device, the recipe keys model.device / model.dtype and their refusals
+ *     (wan_dev_cli_*: also in make test's CUDA smoke subset, against the `make cuda` binary).
  * Nothing here runs on a GPU; the GPU check (scripts/gpu_check.sh) runs the same comparison there. WD_DUMP=1 prints
  * every parameter tensor's figure. */
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "kernels/body/kb_host.h"
 #include "kernels/cuda/emu/k_emu.h"
@@ -214,4 +217,38 @@ TEST(wan_dev_cli_device) {
               "got: %s", out);
     CHECK(test_run(out, sizeof out, "%s dit-forward %s --out %s/x.safetensors --device tpu", bin, io, tmp) == 2);
     CHECK_MSG(strstr(out, "--device: expected cpu or cuda"), "got: %s", out);
+}
+
+/* Recipe keys model.device and model.dtype (core/recipe.h): defaults and resolution, the refused combinations
+ * (naming the key), --dry-run passing anywhere, and the one-line run-time refusal of cuda where there is no GPU,
+ * before anything is written (cli/model_init.c). */
+TEST(wan_dev_cli_recipe_device) {
+    const char *tmp = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384];
+    const char *tiny = "recipes/tiny-cpu.yaml";
+    REQUIRE(test_run(out, sizeof out, "%s run %s --dry-run 2>/dev/null", bin, tiny) == 0);
+    CHECK_MSG(strstr(out, "\n  device: cpu\n  dtype: fp32\n"), "got: %s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run %s --dry-run --set model.device=cuda 2>/dev/null", bin, tiny) == 0);
+    CHECK_MSG(strstr(out, "\n  device: cuda\n  dtype: bf16\n"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run %s --dry-run --set model.dtype=bf16", bin, tiny) == 1);
+    CHECK_MSG(strstr(out, "model.dtype: bf16 needs model.device cuda"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run %s --dry-run --set model.device=cuda --set model.dtype=fp32", bin, tiny) ==
+          1);
+    CHECK_MSG(strstr(out, "model.dtype: fp32 on model.device cuda is not implemented"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run %s --dry-run --set model.device=tpu", bin, tiny) == 1);
+    CHECK_MSG(strstr(out, "model.device: must be one of cpu|cuda"), "got: %s", out);
+    /* the run itself: one line, and no run folder, no model written */
+    CHECK(test_run(out, sizeof out,
+                   "%s run %s --set model.device=cuda --set model.path=%s/model --set logging.run_dir=%s/run "
+                   "2>&1 >/dev/null",
+                   bin, tiny, tmp, tmp) == 1);
+    CHECK_MSG(strstr(out, "vgrpo run: model.device: cuda: ") &&
+                  (strstr(out, "built without the CUDA backend") || strstr(out, "GPU")),
+              "got: %s", out);
+    char path[700];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/run", tmp);
+    CHECK(stat(path, &sb) != 0);
+    snprintf(path, sizeof path, "%s/model", tmp);
+    CHECK(stat(path, &sb) != 0);
 }
