@@ -124,6 +124,8 @@ const core_cfg_entry core_recipe_schema[] = {
     {"parallel.sp", CORE_CFG_INT, O(sp), "1", MINV, 1, 0, NULL, "sequence-parallel degree"},
     {"parallel.ulysses_degree", CORE_CFG_INT, O(ulysses_degree), "1", MINV, 1, 0, NULL, "Ulysses degree"},
     {"parallel.rollout_workers", CORE_CFG_INT, O(rollout_workers), "1", MINV, 1, 0, NULL, "rollout processes"},
+    {"parallel.zero_stage", CORE_CFG_INT, O(zero_stage), "0", MINV | MAXV, 0, 2, NULL,
+     "ZeRO: 0 off, 1 AdamW state sharded over the trainer ranks, 2 gradients too (bit-identical to 0)"},
     {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "0", MINV, 0, 0, NULL,
      "save every N GRPO steps, at the end and on SIGINT/SIGTERM (0: off)"},
     {"checkpoint.dir", CORE_CFG_STRING, O(ckpt_dir), NULL, 0, 0, 0, NULL, "default: the run directory"},

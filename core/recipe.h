@@ -87,6 +87,9 @@
  *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode;
  *                                  otherwise sp divides trainer_ranks, ulysses_degree divides sp and sp divides the
  *                                  video's token count (DESIGN.md section 6)
+ *   parallel.zero_stage            0 | 1 | 2 (trainer/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
+ *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
+ *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint.h) every N GRPO steps, at the end of the run
  *                                  and on SIGINT/SIGTERM (0: no checkpoints); checkpoint.dir (default:
  *                                  logging.run_dir); checkpoint.total_limit (keep the newest K; 0: all)
@@ -150,6 +153,7 @@ typedef struct {
     char *schedule;
     int64_t warmup_steps, total_steps;
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
+    int zero_stage;
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

@@ -21,6 +21,7 @@
 #define SP_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum { SP_F32 = 0, SP_I64 = 1, SP_U8 = 2 } sp_dtype;
 
@@ -85,5 +86,27 @@ int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **o
 /* Frees c (NULL allowed). For MPI this is MPI_Comm_free, collective over the group (the world group too: it is a
  * duplicate of MPI_COMM_WORLD). */
 void sp_comm_destroy(sp_comm *c);
+
+/* ---- Ranges of one flat buffer (sp/comm_ranges.c; the trainer's ZeRO shards, trainer/zero.h) ----
+ * offs [size + 1]: rank r owns [offs[r], offs[r + 1]) of a buffer of offs[size] elements (offs[0] = 0, ascending;
+ * a range may be empty, and ranges need not be equal). Built on sendrecv alone (pairwise exchanges in rounds of at
+ * most SP_RANGE_PIECE elements per peer), so every implementation of the table has them with the same arithmetic.
+ * The sums are in RANK ORDER, whatever the MPI library: element i is ((x_0 + x_1) + x_2) + ... + x_{size-1} in
+ * fp32, x_r being rank r's value, so the result does not depend on which rank owns i nor on the group's algorithm
+ * choices (MPI_Allreduce's order depends on the group and message size: OpenMPI 4.1 adds 2 and 3 ranks in rank
+ * order but 4 as (x_0 + x_1) + (x_2 + x_3)). Collective over the group; -1 with core_error naming the operation. */
+#define SP_RANGE_PIECE ((int64_t)1 << 18)
+
+/* In place, F32: buf [offs[size]] on every rank; afterwards this rank's range holds the rank-order sum of every
+ * rank's values there; the rest of buf is unchanged. Scratch: size x SP_RANGE_PIECE floats. */
+int sp_comm_reduce_scatter_ranges(sp_comm *c, float *buf, const int64_t *offs);
+/* In place, any dtype: every rank's buf [offs[size]] gets rank r's range [offs[r], offs[r+1]) from rank r. */
+int sp_comm_all_gather_ranges(sp_comm *c, void *buf, const int64_t *offs, sp_dtype dtype);
+/* To one rank, any dtype: mine [offs[rank + 1] - offs[rank]] is this rank's range; on root, all [offs[size]] gets
+ * every rank's (root's own copied); all is not touched elsewhere (may be NULL there). */
+int sp_comm_gather_ranges(sp_comm *c, const void *mine, void *all, const int64_t *offs, sp_dtype dtype, int root);
+/* In place, F32: buf [n] = the rank-order sum over the group (sp_comm_reduce_scatter_ranges over an even split,
+ * then sp_comm_all_gather_ranges): the same bits as reduce-scattering with any other ranges. */
+int sp_comm_all_reduce_ordered(sp_comm *c, float *buf, int64_t n);
 
 #endif

@@ -18,6 +18,7 @@
 #include "model/flow/guidance.h"
 #include "trainer/grpo.h"
 #include "trainer/lora.h"
+#include "trainer/zero.h"
 
 #define F32 4.0
 
@@ -345,6 +346,7 @@ static void finish(budget_proc *p) {
 #define K_EVAL "data.eval_samples_per_prompt, data.eval_prompt_file, rollout.num_steps, " K_SIZE
 #define K_TRAIN "algorithm.micro_batch_size, algorithm.activations, " K_SIZE
 #define K_EMB "data.prompt_file, data.eval_prompt_file, rollout.text_len"
+#define K_ZERO "parallel.zero_stage, parallel.trainer_ranks"
 
 /* The per-job sizes the parts are made from. */
 typedef struct {
@@ -419,12 +421,23 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
     const budget_estimate *e = z->e;
     const double W = z->weights * e->n_experts;
     add(p, e->n_experts > 1 ? "weights (2 experts)" : "weights", "model.path", 0, W);
+    const int zero = e->zero_stage > 0 && e->zero_ranks > 1; /* trainer/zero.h: m, v of this rank's shard */
     if (z->lora.rank > 0) {
         add(p, "LoRA adapters", "model.lora.rank, model.lora.targets", 0, z->adapters);
-        add(p, "adapter gradients + AdamW m, v", "model.lora.rank, model.lora.targets", 0, 3 * z->adapters);
+        if (zero) {
+            add(p, "adapter gradients", "model.lora.rank, model.lora.targets", 0, z->adapters);
+            add(p, "adapter AdamW m, v (this rank's shard)", K_ZERO, 0, e->adam_shard);
+        } else {
+            add(p, "adapter gradients + AdamW m, v", "model.lora.rank, model.lora.targets", 0, 3 * z->adapters);
+        }
         if (ema && r->ema_decay > 0) add(p, "EMA of the adapters", "algorithm.ema_decay", 0, z->adapters);
     } else {
-        add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
+        if (zero) {
+            add(p, "gradients", "model.path", 0, W);
+            add(p, "AdamW m, v (this rank's shard)", "model.path, " K_ZERO, 0, e->adam_shard);
+        } else {
+            add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
+        }
         if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
         if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
     }
@@ -570,6 +583,21 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         e->lora_params = wan_lora_numel(c, &z.lora);
         e->n_adapters = n_ad;
         z.adapters = F32 * (double)e->lora_params * n_ad;
+    }
+    /* AdamW m and v of every buffer that has them (trainer/zero.h): whole, and the largest rank's shard */
+    e->zero_stage = r->zero_stage;
+    e->zero_ranks = !strcmp(r->mode, "local") ? 1 : r->trainer_ranks;
+    {
+        const int64_t nb = z.lora.rank > 0 ? e->lora_params : e->params;
+        const int nbuf = z.lora.rank > 0 ? e->n_adapters : e->n_experts;
+        int64_t most = 0;
+        for (int k = 0; k < e->zero_ranks; k++) {
+            int64_t lo, len;
+            dp_zero_shard(nb, k, e->zero_ranks, &lo, &len);
+            most = len > most ? len : most;
+        }
+        e->adam_whole = 2 * F32 * (double)nb * nbuf;
+        e->adam_shard = 2 * F32 * (double)(e->zero_stage > 0 ? most : nb) * nbuf;
     }
     z.video_frames = e->have_vae ? r->frames : e->F;
     z.video = (double)z.video_frames * r->height * r->width * 3;

@@ -21,7 +21,8 @@
  * phase (start-up, rollout, training, eval, weight sync); a process's peak is what it always holds plus its largest
  * phase, and the job needs the sum over its processes (they share this machine). fp32 throughout, as the CPU path:
  *   weights (params x 4 bytes per expert), gradients and AdamW m and v (every expert: the trainer allocates them for
- *   a frozen one too), the KL reference (algorithm.beta > 0), the EMA (algorithm.ema_decay > 0); prompt embeddings
+ *   a frozen one too; parallel.zero_stage 1 or 2 over R trainer ranks: m and v of the rank's shard, about 1/R, the
+ *   gradients still whole: trainer/zero.h), the KL reference (algorithm.beta > 0), the EMA (algorithm.ema_decay > 0); prompt embeddings
  *   (training + eval prompts + the negative, x text_len x text_dim); the trajectories of a step (B x G samples x
  *   ((N+1) latents [C, F, H, W] + sigmas, timesteps, log-probs)) and of a local in-run eval (every eval sample at
  *   once); DiT activations, replaying model/dit/wan_acts.c's layout (rollout: WAN_ACTS_INFER for min(batch_size, n)
@@ -122,6 +123,9 @@ typedef struct {
     int n_train_prompts, n_eval_prompts;
     int64_t transitions;      /* trained transitions of one step (all samples) */
     int cuda_only;            /* a full-size transformer in a colocated job: no machine check */
+    /* parallel.zero_stage (trainer/zero.h): AdamW m and v of the trained buffers, whole and per trainer rank */
+    int zero_stage, zero_ranks;
+    double adam_whole, adam_shard; /* bytes (the largest rank's shard; stage 0 or one rank: the whole) */
     /* memory */
     int n_procs;
     budget_proc proc[BUDGET_MAX_PROCS];

@@ -209,6 +209,13 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
         gib(a, sizeof a, p->peak);
         fprintf(f, "    %-38s %10s\n", "peak (always + largest phase)", a);
     }
+    if (e->zero_stage > 0 && e->zero_ranks > 1) { /* trainer/zero.h */
+        gib(a, sizeof a, e->adam_shard), gib(b, sizeof b, e->adam_whole);
+        fprintf(f, "  parallel.zero_stage %d: AdamW m, v %s per trainer rank (whole: %s) over %d ranks; gradients whole "
+                   "during the backward%s; rank 0 gathers m, v whole while it writes a checkpoint (+%s then, not in "
+                   "the total)\n",
+                e->zero_stage, a, b, e->zero_ranks, e->zero_stage == 2 ? ", reduce-scattered after it" : "", b);
+    }
     gib(a, sizeof a, e->total), gib(b, sizeof b, m->bytes);
     fprintf(f, "  job total %s; available %s (%s)%s\n", a, b, m->source,
             e->cuda_only ? "; not checked: a full-size transformer runs on the CUDA backend (later issue)" : "");

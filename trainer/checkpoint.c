@@ -362,7 +362,27 @@ static int check_experts(const ckpt_ex *ex, int n_ex) {
     return 0;
 }
 
+/* Reads moment tensor `name` of parameter t into dst, the m or v of state o: all of it, or (a ZeRO shard,
+ * trainer/zero.h) the part of t inside o's parameters [lo, lo + len) only, so a rank never holds the whole file's
+ * moments. The tensor's dtype and shape were checked (check_optimizer). */
+static int read_moment(const st_file *f, const char *name, const optim_adamw *o, float *dst, const wan_tensor *t) {
+    if (o->lo == 0 && o->len == o->n) return st_read_f32(f, name, dst + t->offset, t->numel);
+    const int64_t a = t->offset > o->lo ? t->offset : o->lo;
+    const int64_t b = t->offset + t->numel < o->lo + o->len ? t->offset + t->numel : o->lo + o->len;
+    if (a >= b) return 0;
+    core_tensor v;
+    if (st_get(f, name, &v)) return -1;
+    memcpy(dst + (a - o->lo), (const float *)v.data + (a - t->offset), sizeof(float) * (size_t)(b - a));
+    core_tensor_free(&v);
+    return 0;
+}
+
 static int write_optimizer(const char *path, const ckpt_ex *ex, int n_ex, const int64_t *steps) {
+    for (int e = 0; e < n_ex; e++) /* ZeRO shards are gathered by the caller first (trainer/zero.h) */
+        if (ex[e].opt->lo != 0 || ex[e].opt->len != ex[e].opt->n)
+            return core_error("checkpoint: expert %s: the AdamW state holds parameters %" PRId64 "..%" PRId64 " of %"
+                              PRId64 " only (gather the shards first)", ex[e].name, ex[e].opt->lo,
+                              ex[e].opt->lo + ex[e].opt->len, ex[e].opt->n);
     st_writer *w = st_writer_new();
     if (!w) return -1;
     int rc = st_writer_set_metadata(w, "format", OPTIM_FORMAT);
@@ -781,9 +801,9 @@ static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int
         for (int j = 0; j < L->count; j++) {
             const wan_tensor *t = &L->tensors[j];
             snprintf(name, sizeof name, "%s/exp_avg/%s", ex[e].name, t->name);
-            if (st_read_f32(f, name, ex[e].opt->m + t->offset, t->numel)) goto done;
+            if (read_moment(f, name, ex[e].opt, ex[e].opt->m, t)) goto done;
             snprintf(name, sizeof name, "%s/exp_avg_sq/%s", ex[e].name, t->name);
-            if (st_read_f32(f, name, ex[e].opt->v + t->offset, t->numel)) goto done;
+            if (read_moment(f, name, ex[e].opt, ex[e].opt->v, t)) goto done;
         }
         snprintf(name, sizeof name, "%s/step", ex[e].name);
         core_tensor s;

@@ -200,8 +200,10 @@ int trainer_ckpt_verify(const char *ckpt, trainer_ckpt_state *st);
 #define TRAINER_CKPT_DAMAGED (-2)
 
 /* Loads checkpoint folder ckpt into the experts ex[0..n_ex) (models initialised with their config; opt allocated
- * with n == layout.numel) and st. First trainer_ckpt_verify: on failure TRAINER_CKPT_DAMAGED with its error, nothing
- * overwritten. Then, each error (-1) naming the file (and tensor / key):
+ * with n == layout.numel, whole or a ZeRO shard: trainer/zero.h, which then reads only its range of the moments;
+ * trainer_ckpt_save takes whole states only, the shards gathered first) and st. First trainer_ckpt_verify: on
+ * failure TRAINER_CKPT_DAMAGED with its error, nothing overwritten. Then, each error (-1) naming the file (and
+ * tensor / key):
  *   every file present (trainer_state.json, optimizer.safetensors, <expert>/config.json, the weights): "missing
  *   file"; the checkpoint's experts are exactly ex's names in order; when config_text is not NULL, the config hash
  *   equals trainer_ckpt_config_hash(config_text), else the error lists the differing keys (trainer_ckpt_config_diff)

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "trainer/lora.h"
+#include "trainer/zero.h"
 
 /* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas [N+1], timesteps [N],
  * latents [M x nl], means [(M - 1) x nl] when stored, log_probs [N], has_log_prob [N], expert [N]] with M the stored
@@ -174,7 +175,15 @@ int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uin
     for (int e = 0; e < n_experts; e++) { /* with LoRA the adapter's gradients (trainer/lora.h); the base has none */
         if (trained && !trained[e]) continue;
         const trainer_trained_buf tb = trainer_trained_buffer(policy[e]);
-        if (sp_comm_all_reduce(c, tb.grads, tb.grads, (size_t)tb.n, SP_F32))
+        int bad;
+        if (rc->zero_stage == 2) { /* each rank keeps the sum of its shard only */
+            int64_t *offs = dp_zero_offsets(tb.n, c->size);
+            bad = !offs || sp_comm_reduce_scatter_ranges(c, tb.grads, offs);
+            free(offs);
+        } else {
+            bad = sp_comm_all_reduce_ordered(c, tb.grads, tb.n);
+        }
+        if (bad)
             return core_error_push("dp: gradients of %s%s: ", wan_expert_folder(e), tb.params == policy[e]->params ? "" : "'s LoRA adapter");
     }
     if (stats) {

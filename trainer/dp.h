@@ -18,6 +18,7 @@
 #define DP_CMD_STOP 0
 #define DP_CMD_TRAIN 1
 #define DP_CMD_PARITY 2
+#define DP_CMD_ZERO_GATHER 3 /* ZeRO: gather the AdamW shards to rank 0, which writes a checkpoint (trainer/zero.h) */
 
 /* A batch as the trainer ranks share it. */
 typedef struct {
@@ -44,11 +45,16 @@ void dp_share(int n, int rank, int size, int *lo, int *hi);
 typedef struct {
     sp_comm *grads;
     sp_comm *stats;
+    int zero_stage;  /* parallel.zero_stage (trainer/zero.h): 2 reduce-scatters the gradients instead */
 } dp_reduce_ctx;
 
 /* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = a dp_reduce_ctx): all-reduces
- * (sums) the gradients of the trained experts (with LoRA their adapters' gradients: trainer/lora.h) over ctx->grads, and sums the loss statistics over ctx->stats in rank
- * order (in double, so every rank gets the same numbers). */
+ * (sums) the gradients of the trained experts (with LoRA their adapters' gradients: trainer/lora.h) over ctx->grads,
+ * and sums the loss statistics over ctx->stats in rank order (in double, so every rank gets the same numbers).
+ * The gradient sum is in rank order, ((g_0 + g_1) + g_2) + ..., whatever the MPI library
+ * (sp_comm_all_reduce_ordered; OpenMPI 4.1's MPI_Allreduce, used before, gives the same bits at 2 and 3 ranks but
+ * not at 4 or more); with ctx->zero_stage 2 it is sp_comm_reduce_scatter_ranges over the ZeRO shards
+ * (dp_zero_offsets): the same sums, each rank keeping its shard only. */
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats);
 
 /* Sums a few doubles over the group in rank order (all-gather, then a fixed-order sum; same result on every rank). */

@@ -17,10 +17,12 @@
 #include "core/stop.h"
 #include "trainer/grpo.h"
 #include "trainer/run_internal.h"
+#include "trainer/zero.h"
 
 /* One optimizer update over the batch. Alone: trainer_update_experts. Over dp trainer ranks (every rank holds the
  * whole batch): this rank's contiguous share with the whole batch's transition count as the denominator, the
- * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes.
+ * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes (ZeRO stages 1
+ * and 2: each rank steps its shard, dp_zero_step).
  * stoppable: a signal (core_stop_interrupt) may end the update between micro-batches or before its optimizer step,
  * weights untouched; only alone: with dp the ranks would disagree inside the gradient all-reduce. */
 static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info,
@@ -38,6 +40,7 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
         sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
         tc.grad_reduce = dp_grad_reduce;
         tc.grad_reduce_ctx = &S->red;
+        if (S->red.zero_stage > 0) tc.opt_step = dp_zero_step, tc.opt_step_ctx = &S->red; /* trainer/zero.h */
     }
     return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
                                   st, info);
@@ -415,6 +418,11 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
         int64_t cmd = -1;
         if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) goto done;
         if (cmd == DP_CMD_STOP) break;
+        if (cmd == DP_CMD_ZERO_GATHER) { /* rank 0 writes a checkpoint: its Adam state from every shard */
+            optim_adamw none[2];
+            if (dp_zero_gather(S.red.grads, S.opt, 2, none)) goto done;
+            continue;
+        }
         if (cmd != DP_CMD_TRAIN && cmd != DP_CMD_PARITY) {
             core_error("trainer rank %d: unknown command %lld from rank 0", dp->rank, (long long)cmd);
             goto done;

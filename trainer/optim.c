@@ -81,6 +81,24 @@ double optim_sumsq(const float *x, int64_t n) {
     return total;
 }
 
+void optim_sumsq_chunks(const float *x, int64_t n, int64_t c_lo, int64_t c_hi, double *part) {
+    const int64_t nc = c_hi - c_lo;
+#pragma omp parallel for schedule(static) if (nc * OPTIM_CHUNK >= PAR_MIN)
+    for (int64_t c = 0; c < nc; c++) { /* the loop body of optim_sumsq */
+        const int64_t b = (c_lo + c) * OPTIM_CHUNK;
+        const int64_t e = b + OPTIM_CHUNK < n ? b + OPTIM_CHUNK : n;
+        double s = 0.0;
+        for (int64_t i = b; i < e; i++) s += (double)x[i] * (double)x[i];
+        part[c] = s;
+    }
+}
+
+double optim_sumsq_combine(const double *part, int64_t m) {
+    double total = 0.0;
+    for (int64_t c = 0; c < m; c++) total += part[c];
+    return total;
+}
+
 double optim_grad_norm(const float *g, int64_t n) { return sqrt(optim_sumsq(g, n)); }
 
 double optim_grad_norm_multi(const float *const *g, const int64_t *n, int k) {
@@ -133,24 +151,30 @@ void optim_adamw_update(float *params, const float *grads, float *m, float *v, i
     }
 }
 
-int optim_adamw_init(optim_adamw *o, int64_t n) {
+int optim_adamw_init_shard(optim_adamw *o, int64_t n, int64_t lo, int64_t len) {
     memset(o, 0, sizeof *o);
     if (n < 1) return core_error("optim: parameter count must be >= 1, got %lld", (long long)n);
-    o->m = calloc((size_t)n, sizeof(float));
-    o->v = calloc((size_t)n, sizeof(float));
+    if (lo < 0 || len < 0 || lo > n - len)
+        return core_error("optim: shard [%lld, %lld) outside %lld parameters", (long long)lo, (long long)(lo + len),
+                          (long long)n);
+    const size_t k = len > 0 ? (size_t)len : 1;
+    o->m = calloc(k, sizeof(float));
+    o->v = calloc(k, sizeof(float));
     if (!o->m || !o->v) {
         optim_adamw_free(o);
-        return core_error("optim: out of memory for AdamW moments of %lld parameters", (long long)n);
+        return core_error("optim: out of memory for AdamW moments of %lld parameters", (long long)len);
     }
-    o->n = n;
+    o->n = n, o->lo = lo, o->len = len;
     return 0;
 }
+
+int optim_adamw_init(optim_adamw *o, int64_t n) { return optim_adamw_init_shard(o, n, 0, n); }
 
 void optim_adamw_free(optim_adamw *o) {
     free(o->m);
     free(o->v);
     o->m = o->v = NULL;
-    o->n = 0;
+    o->n = o->lo = o->len = 0;
 }
 
 int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
@@ -162,10 +186,11 @@ int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params
     if (!(clip_coef > 0 && clip_coef <= 1))
         return core_error("optim: clip factor %g at optimizer step %lld must be in (0, 1]; parameters not updated",
                           clip_coef, (long long)o->step);
-    if (clip_coef < 1.0) optim_scale(grads, o->n, clip_coef);
+    const int64_t lo = o->lo; /* a shard's part of the buffers (the whole: 0, n) */
+    if (clip_coef < 1.0) optim_scale(grads + lo, o->len, clip_coef);
     const double lr = optim_lr_at(cfg, o->step);
-    optim_adamw_update(params, grads, o->m, o->v, o->n, wd_mask, lr, cfg->beta1, cfg->beta2, cfg->eps,
-                       cfg->weight_decay, o->step + 1);
+    optim_adamw_update(params + lo, grads + lo, o->m, o->v, o->len, wd_mask ? wd_mask + lo : NULL, lr, cfg->beta1,
+                       cfg->beta2, cfg->eps, cfg->weight_decay, o->step + 1);
     o->step++;
     if (info) {
         info->grad_norm = grad_norm;
@@ -178,6 +203,9 @@ int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params
 int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
                      optim_step_info *info) {
     if (optim_config_validate(cfg)) return -1;
+    if (o->lo != 0 || o->len != o->n)
+        return core_error("optim: a sharded AdamW state (parameters %lld..%lld of %lld) needs the norm of every shard "
+                          "(trainer/zero.h)", (long long)o->lo, (long long)(o->lo + o->len), (long long)o->n);
     const double norm = optim_grad_norm(grads, o->n);
     return optim_adamw_step_coef(o, cfg, params, grads, wd_mask, norm,
                                  isfinite(norm) ? optim_clip_coef(norm, cfg->max_grad_norm) : 1.0, info);

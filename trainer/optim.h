@@ -51,6 +51,14 @@ double optim_lr_at(const optim_config *c, int64_t step);
 #define OPTIM_CHUNK 8192
 double optim_sumsq(const float *x, int64_t n);
 
+/* optim_sumsq in two halves, so that a sum over a sharded buffer (ZeRO: trainer/zero.h) can be formed piece by piece
+ * and still equal it bit for bit: optim_sumsq_chunks writes the chunk sums of chunks [c_lo, c_hi) of x[0..n) into
+ * part[0 .. c_hi - c_lo) (each exactly as optim_sumsq forms it: its elements in order, in double; OpenMP over
+ * chunks), and optim_sumsq_combine adds m chunk sums sequentially in chunk order from 0.0, as optim_sumsq does:
+ *   optim_sumsq_combine(part of chunks [0, ceil(n / OPTIM_CHUNK)), ...) == optim_sumsq(x, n), bit for bit. */
+void optim_sumsq_chunks(const float *x, int64_t n, int64_t c_lo, int64_t c_hi, double *part);
+double optim_sumsq_combine(const double *part, int64_t m);
+
 /* sqrt(optim_sumsq(g, n)): the global L2 norm of a flat gradient (torch's clip_grad_norm_ total_norm with
  * norm_type 2; torch computes it as the norm of per-tensor norms in the gradients' dtype, so the values agree to
  * rounding, not bit for bit). */
@@ -83,11 +91,14 @@ void optim_scale(float *x, int64_t n, double s);
 void optim_adamw_update(float *params, const float *grads, float *m, float *v, int64_t n, const uint8_t *wd_mask,
                         double lr, double beta1, double beta2, double eps, double weight_decay, int64_t t);
 
-/* Optimizer state over one flat parameter buffer; saved and restored by checkpoints (m, v, step). */
+/* Optimizer state over one flat parameter buffer; saved and restored by checkpoints (m, v, step). It covers the
+ * whole buffer, or (ZeRO stages 1 and 2, trainer/zero.h) one contiguous shard of it: m and v then hold the moments
+ * of parameters [lo, lo + len) only, and a step updates only those. */
 typedef struct {
-    int64_t n;    /* parameter count */
-    float *m, *v; /* [n] f32, owned */
-    int64_t step; /* optimizer steps completed */
+    int64_t n;        /* parameter count of the whole buffer */
+    int64_t lo, len;  /* the parameters this state covers: [lo, lo + len) (whole: 0, n) */
+    float *m, *v;     /* [len] f32, owned (at least one element is allocated, so a state is never NULL) */
+    int64_t step;     /* optimizer steps completed */
 } optim_adamw;
 
 /* What one step did (for metrics.jsonl). */
@@ -99,6 +110,9 @@ typedef struct {
 
 /* Allocates m, v (zeroed) for n >= 1 parameters; step 0. Returns 0, or -1 (n < 1, out of memory). */
 int optim_adamw_init(optim_adamw *o, int64_t n);
+/* The state of the shard [lo, lo + len) of n parameters (0 <= lo, len >= 0, lo + len <= n; len 0: a rank without
+ * parameters of this buffer). Returns 0, or -1 (bad range, out of memory). */
+int optim_adamw_init_shard(optim_adamw *o, int64_t n, int64_t lo, int64_t len);
 /* Frees m, v (safe on a zeroed or freed state). */
 void optim_adamw_free(optim_adamw *o);
 
@@ -107,7 +121,7 @@ void optim_adamw_free(optim_adamw *o);
  * lr = optim_lr_at(cfg, o->step); optim_adamw_update(..., t = o->step + 1); o->step++.
  *   params, grads [o->n] f32; wd_mask [o->n] u8 or NULL; info may be NULL.
  * Errors (-1): invalid cfg (optim_config_validate), non-finite gradient norm ("gradient norm is nan/inf at optimizer
- * step N"). */
+ * step N"), a sharded state (its norm needs every shard: trainer/zero.h). */
 int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,
                      optim_step_info *info);
 
@@ -115,6 +129,9 @@ int optim_adamw_step(optim_adamw *o, const optim_config *cfg, float *params, flo
  * buffers clipped by their joint norm (optim_grad_norm_multi, optim_clip_coef): if clip_coef < 1, grads *= clip_coef
  * (in place); lr = optim_lr_at(cfg, o->step); optim_adamw_update(..., t = o->step + 1); o->step++. info (may be
  * NULL) records grad_norm, clip_coef and lr. Call it once per buffer with the same grad_norm and clip_coef.
+ * A sharded state reads and writes params, grads (and wd_mask) only in [o->lo, o->lo + o->len): each element is
+ * updated on its own, so a shard's parameters equal the whole state's bit for bit (params, grads are still the
+ * whole [o->n] buffers).
  * Errors (-1, nothing changed): invalid cfg, grad_norm not finite ("gradient norm is nan/inf at optimizer step N"),
  * clip_coef not in (0, 1]. */
 int optim_adamw_step_coef(optim_adamw *o, const optim_config *cfg, float *params, float *grads, const uint8_t *wd_mask,

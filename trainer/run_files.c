@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/run_internal.h"
+#include "trainer/zero.h"
 
 const char *const trainer_resume_free_keys[] = {
     "optim.total_steps",                /* a run may be extended (a linear/cosine lr then changes from there on) */
@@ -30,6 +31,9 @@ const char *const trainer_resume_free_keys[] = {
     "limits.memory_mb", "limits.max_step_minutes",        /* start-up checks (trainer/budget.h) */
     "guard.drift_warn_sd",              /* warning lines only */
     "guard.patience", "guard.patience_se", /* whether the run stops early: e.g. resume a stopped run with patience 0 */
+    "parallel.zero_stage",              /* bit-identical at every stage; checkpoints hold the whole Adam state */
+    "parallel.trainer_ranks",           /* nothing in a checkpoint depends on it; the run continues with the new
+                                           count's split of the batch (its summation order) */
     NULL,
 };
 
@@ -98,9 +102,18 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     const int n = ckpt_experts(S, ex, lx);
     char path[TRAINER_CKPT_PATH_MAX];
     const double t0 = trainer_now_s();
-    const int bad = trainer_ckpt_save_lora(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->lora_on ? lx : NULL, n,
-                                           r->ckpt_total_limit, path, sizeof path);
+    optim_adamw full[2] = {{0}}; /* ZeRO: the Adam state gathered from every rank's shard (trainer/zero.h) */
+    int bad = 0;
+    if (S->red.zero_stage > 0 && S->dp && S->dp->size > 1) {
+        int64_t cmd = DP_CMD_ZERO_GATHER;
+        bad = sp_comm_broadcast(S->dp, &cmd, 1, SP_I64, 0) || dp_zero_gather(S->red.grads, S->opt, 2, full);
+        for (int i = 0; i < n && !bad; i++) ex[i].opt = &full[ex[i].opt - S->opt];
+    }
+    if (!bad)
+        bad = trainer_ckpt_save_lora(r->ckpt_dir ? r->ckpt_dir : r->run_dir, &st, ex, S->lora_on ? lx : NULL, n,
+                                     r->ckpt_total_limit, path, sizeof path);
     free(st.guard);
+    for (int e = 0; e < 2; e++) optim_adamw_free(&full[e]);
     if (bad) return -1;
     printf("checkpoint %s (%.2fs)\n", path, trainer_now_s() - t0);
     fflush(stdout);

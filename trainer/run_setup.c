@@ -19,6 +19,7 @@
 #include "trainer/grpo.h"
 #include "trainer/lora.h"
 #include "trainer/run_internal.h"
+#include "trainer/zero.h"
 
 double trainer_now_s(void) {
     struct timespec t;
@@ -193,6 +194,7 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
     if (sp_validate(world, r->sp, r->ulysses_degree, &req)) return -1;
     S->red.grads = S->dp;
     S->red.stats = S->dp;
+    S->red.zero_stage = r->zero_stage;
     if (world == 1) return 0;
     int colour, key;
     if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
@@ -211,7 +213,8 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
 /* The experts of model.path: transformer/ and, when present, transformer_2/ (same config), with gradients, Adam
  * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). With model.lora (trainer/lora.h):
  * the base without gradients, and each trained expert's adapter (A from Philox with model.lora.init_seed and the
- * expert's index, B = 0: the policy equals the base bit for bit) with its gradients and Adam state. */
+ * expert's index, B = 0: the policy equals the base bit for bit) with its gradients and Adam state. With
+ * parallel.zero_stage 1 or 2 the Adam state is this rank's shard (trainer/zero.h). */
 static int load_experts(trainer_state *S, const core_recipe *r, const char *path0) {
     char path[4200];
     if (wan_model_load(&S->pol[0], path0)) return -1;
@@ -239,13 +242,16 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
         for (int e = 0; e < S->n_experts; e++) {
             if (!S->trained[e]) continue;
             if (wan_lora_init(&S->lora[e], &S->pol[e].cfg, &S->lc, e) || wan_lora_alloc_grads(&S->lora[e]) ||
-                wan_model_attach_lora(&S->pol[e], &S->lora[e]) || optim_adamw_init(&S->opt[e], S->lora[e].layout.numel))
+                wan_model_attach_lora(&S->pol[e], &S->lora[e]) ||
+                dp_zero_optim_init(&S->opt[e], S->lora[e].layout.numel, r->zero_stage, S->red.grads))
                 return -1;
         }
         return 0;
     }
     for (int e = 0; e < S->n_experts; e++) {
-        if (wan_model_alloc_grads(&S->pol[e]) || optim_adamw_init(&S->opt[e], S->pol[e].layout.numel)) return -1;
+        if (wan_model_alloc_grads(&S->pol[e]) ||
+            dp_zero_optim_init(&S->opt[e], S->pol[e].layout.numel, r->zero_stage, S->red.grads))
+            return -1;
         if (r->beta > 0) {
             if (wan_model_init(&S->ref[e], &S->pol[e].cfg)) return -1;
             memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);

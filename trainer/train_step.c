@@ -346,6 +346,7 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     if (sig) return core_error("training stopped by signal %d (before the optimizer step)", sig);
     if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
     if (stats) grpo_loss_stats_add(stats, &local);
+    if (tc->opt_step) return tc->opt_step(tc->opt_step_ctx, policy, n_experts, trained, opt, ocfg, info);
     /* One step over all trained experts: clip by the norm of all their gradients together. */
     const float *g[CORE_TRAJ_MAX_EXPERTS];
     int64_t n[CORE_TRAJ_MAX_EXPERTS];

@@ -58,6 +58,12 @@ typedef struct {
     int (*grad_reduce)(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                        grpo_loss_stats *stats);
     void *grad_reduce_ctx;
+    /* Optimizer-step hook (NULL: the step below on this rank's whole state; ZeRO stages 1 and 2: trainer/zero.h's
+     * dp_zero_step, ctx = the dp_reduce_ctx): called after the gradient hook in place of the norm, clipping and
+     * AdamW, with the same arguments; it must give the same norm, clip factor and update (info as they do). */
+    int (*opt_step)(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                    optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info);
+    void *opt_step_ctx;
     /* Probe (NULL: none; the parity check): called for every transition right after its forward, with the sample's
      * index in the batch, the step, the velocity the loss uses (guided: v_u + g (v_c - v_u) when the step's g != 1;
      * [C, F, H, W] fp32, valid during the call) and the recomputed log-prob of the recorded next latent. */

@@ -32,5 +32,6 @@ int mpi_case_usp(sp_comm *world, int argc, char **argv);
 int mpi_case_dit(sp_comm *world, int argc, char **argv);
 int mpi_case_dit_bench(sp_comm *world, int argc, char **argv);
 int mpi_case_dp(sp_comm *world, int argc, char **argv);
+int mpi_case_zero(sp_comm *world, int argc, char **argv);
 
 #endif

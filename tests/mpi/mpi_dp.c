@@ -131,7 +131,7 @@ int mpi_case_dp(sp_comm *world, int argc, char **argv) {
     grpo_loss_stats st = {0};
     MCHECK(!trainer_accumulate(&m, NULL, NULL, &tc, &sub, 1, &st), "share: %s", core_last_error());
     wan_model *pol[1] = {&m};
-    dp_reduce_ctx red = {world, world};
+    dp_reduce_ctx red = {.grads = world, .stats = world};
     MCHECK(!dp_grad_reduce(&red, pol, 1, NULL, &st), "reduce: %s", core_last_error());
     double num = 0, den = 0;
     for (int64_t k = 0; k < np; k++) {
