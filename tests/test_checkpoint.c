@@ -472,6 +472,16 @@ TEST(checkpoint_config_text_and_diff) {
                            "[1, 3]), b.e (checkpoint (absent), now null)"),
               "got: %s", out);
     CHECK(trainer_ckpt_config_diff("{a: \"1\"}", "{a: 1}", out, sizeof out) == 1); /* a string is not a number */
+    /* a checkpoint that predates keys: accepted when they are at their old-behaviour values or null (free) now */
+    CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}, parallel: {trainer_ranks: 2}}",
+                                       "{rollout: {eta: 1, sde_type: sde, sde_window: {size: 0, range: [0, 7]}}, "
+                                       "algorithm: {loss: grpo}, guard: {gold_scorers: [], video_stats: true}, "
+                                       "parallel: {trainer_ranks: null, zero_stage: null}}") == 1);
+    CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 1, sde_type: cps}}") == 0);
+    CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 1, sde_window: {size: 2}}}") == 0);
+    CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 0.5, sde_type: sde}}") == 0);
+    CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 1, unknown_new: 3}}") == 0);
+    CHECK(trainer_ckpt_config_predates("{guard: {x: 1}}", "{guard: {gold_scorers: [a]}}") == 0);
     /* the recipe's canonical text: free keys null, the others kept */
     typedef struct {
         double lr;

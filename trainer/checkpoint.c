@@ -425,7 +425,6 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
         json_object_set_new(o, "guard", g);
     }
     uint64_t self;
-
     if (!o || trainer_ckpt_sums_state_hash(o, &self)) return json_decref(o), core_error("trainer state: out of memory"), NULL;
     snprintf(hash, sizeof hash, "%016" PRIx64, self);
     json_object_set_new(o, "state_xxh64", json_string(hash));
@@ -764,7 +763,10 @@ static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int
     if (check_files(ckpt, ex, n_ex)) goto done;
     if (config_text) {
         const uint64_t h = trainer_ckpt_config_hash(config_text);
-        if (h != st->config_hash) {
+        if (h != st->config_hash && trainer_ckpt_config_predates(st->config, config_text)) {
+            core_log_info("%s: written before some of today's recipe keys; they are at values that compute as it did "
+                          "(config hash %016" PRIx64 " vs checkpoint %016" PRIx64 ")", ckpt, h, st->config_hash);
+        } else if (h != st->config_hash) {
             char diff[1024];
             int n = trainer_ckpt_config_diff(st->config, config_text, diff, sizeof diff);
             core_error("%s: the recipe differs from the checkpoint's (config hash %016" PRIx64 " vs checkpoint %016" PRIx64

@@ -122,6 +122,11 @@ uint64_t trainer_ckpt_config_hash(const char *text);
  * "optim.lr (checkpoint 0.0005, now 0.001), rollout.eta (...)". Returns the number of differing keys (0: the same
  * tree), or -1 when a text does not parse. */
 int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *out, size_t cap);
+/* 1 when the texts differ only where the checkpoint predates a recipe key that is now at a value computing what the
+ * older build computed (rollout.sde_type sde, rollout.sde_window.size 0, algorithm.loss grpo, ..., the list in
+ * trainer/checkpoint_config.c), or where a key is null now (made free on resume since); 0 otherwise or when a text
+ * does not parse. Resume accepts such a checkpoint although its config hash differs. */
+int trainer_ckpt_config_predates(const char *ckpt_text, const char *now_text);
 
 /* ---- save ---- */
 

@@ -124,3 +124,73 @@ int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *
     return count;
 }
 
+
+/* Keys added to the recipe after checkpoints were first written, with the values that compute what the older
+ * builds computed (NULL: any value, for keys that change no number or matter only beside another key listed here at
+ * its old value, e.g. the window's range with size 0). A checkpoint written before a key existed does not record it;
+ * it resumes when the key is at such a value now. */
+static const char *const added_keys[][2] = {
+    {"model.device", "cpu"},
+    {"model.dtype", NULL}, /* only fp32 runs on the CPU (core_recipe_check) */
+    {"rollout.sde_type", "sde"},
+    {"rollout.sde_window.size", "0"},
+    {"rollout.sde_window.range", NULL},
+    {"rollout.sde_window.schedule", NULL},
+    {"rollout.sde_window.shift", NULL},
+    {"rollout.sde_window.iters_per_window", NULL},
+    {"rollout.sde_window.at_end", NULL},
+    {"algorithm.loss", "grpo"},
+    {"algorithm.cps_logprob", "exact"},
+    {"guard.gold_scorers", "[]"},
+    {"guard.gold_weights", "[]"},
+    {"guard.video_stats", NULL},
+    {"guard.drift_warn_sd", NULL},
+    {NULL, NULL},
+};
+
+/* 1 when every leaf where the texts differ is a key the checkpoint predates at a value of added_keys, or a key that
+ * is null now (a key made free on resume after the checkpoint was written, or a new free key). */
+static int only_added(const char *path, const core_cfg_node *a, const core_cfg_node *b) {
+    if (b && b->kind == CORE_NODE_SCALAR && core_config_is_null(b)) return 1;
+    if (a && b && a->kind == CORE_NODE_MAP && b->kind == CORE_NODE_MAP) {
+        char sub[512];
+        for (int i = 0; i < a->n; i++) {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", a->keys[i]);
+            if (!only_added(sub, a->items[i], core_config_child(b, a->keys[i]))) return 0;
+        }
+        for (int i = 0; i < b->n; i++)
+            if (!core_config_child(a, b->keys[i])) {
+                snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", b->keys[i]);
+                if (!only_added(sub, NULL, b->items[i])) return 0;
+            }
+        return 1;
+    }
+    if (a && b) return nodes_equal(a, b);
+    if (a || !b) return 0; /* a key the recipe no longer has */
+    if (b->kind == CORE_NODE_MAP) { /* a whole section the checkpoint predates */
+        char sub[512];
+        for (int i = 0; i < b->n; i++) {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", b->keys[i]);
+            if (!only_added(sub, NULL, b->items[i])) return 0;
+        }
+        return 1;
+    }
+    for (int k = 0; added_keys[k][0]; k++)
+        if (!strcmp(path, added_keys[k][0])) {
+            if (!added_keys[k][1]) return 1;
+            char v[80];
+            node_str(b, v, sizeof v);
+            return !strcmp(v, added_keys[k][1]);
+        }
+    return 0;
+}
+
+int trainer_ckpt_config_predates(const char *ckpt_text, const char *now_text) {
+    core_cfg_node *a = NULL, *b = NULL;
+    if (core_config_load_string(ckpt_text, strlen(ckpt_text), "checkpoint config", &a)) return core_error_clear(), 0;
+    if (core_config_load_string(now_text, strlen(now_text), "config", &b)) return core_config_free(a), core_error_clear(), 0;
+    const int ok = only_added("", a, b);
+    core_config_free(a);
+    core_config_free(b);
+    return ok;
+}

@@ -245,9 +245,9 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (!rc && trainer_guard_active(&S->guard)) { /* rank 0's guard (other ranks keep none) */
         char label[TRAINER_CKPT_PATH_MAX + 32];
         snprintf(label, sizeof label, "%s/trainer_state.json", ck);
-        if (!st.guard)
-            rc = core_error("--resume: %s: no \"guard\" state (the checkpoint was written without guard.video_stats "
-                            "and guard.gold_scorers)", label);
+        if (!st.guard) /* written without the guard (video_stats off, no gold scorers) or before it existed */
+            core_log_info("--resume: %s holds no guard state: the guard starts afresh (its statistics' baseline is "
+                          "the first step from here, no gold eval seen yet)", label);
         else if (trainer_guard_state_load(&S->guard.st, st.guard, label))
             rc = core_error_push("--resume: ");
         if (!rc) trainer_guard_boundary(&S->guard);
