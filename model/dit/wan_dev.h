@@ -35,7 +35,13 @@
  *
  * Memory (device bytes): weights 2 x numel, gradients 4 x numel (wan_dev_alloc_grads), activations
  * wan_dev_acts_bytes — about half of the CPU's wan_acts_bytes for the same mode (bf16 instead of fp32, fp32 for
- * the statistics and the few tensors above). wan_dev_acts_estimate gives the figure before allocating.
+ * the statistics and the few tensors above). wan_dev_acts_estimate gives the figure before allocating (library
+ * workspaces and scratch not included). At 81 frames 480x832 (32,760 tokens), 512 text tokens, batch 1:
+ *   wan2.1-t2v-1.3b   weights 2.6 GiB, gradients 5.3 GiB; activations INFER 3.2, RECOMPUTE 48.4, STORE 88.8 GiB
+ *   wan2.2-t2v-a14b   weights 26.6 GiB, gradients 53.2 GiB; activations INFER 8.6, RECOMPUTE 168.7, STORE 311.5 GiB
+ * so the A14B's training forward does not fit one 141 GiB GPU with RECOMPUTE as it is (the GEMM and attention
+ * results of every block are kept): it needs whole-block checkpointing (keep each block's input, 0.3 GiB, and
+ * rerun the block in the backward), which the device model does not have yet.
  *
  * Exactness: every op of the table is deterministic (k_cuda.h), so a forward twice gives the same bits;
  * WAN_ACTS_RECOMPUTE gives the same gradients as WAN_ACTS_STORE bit for bit (the backward recomputes the
