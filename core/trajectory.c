@@ -14,14 +14,15 @@
 
 #define FORMAT_NAME "vgrpo.trajectory"
 #define FORMAT_VERSION "1"   /* a full trajectory without means: byte for byte the form before stored ranges */
-#define FORMAT_VERSION_2 "2" /* a stored range (latent_first, fewer latents) and/or the means tensor */
+#define FORMAT_VERSION_2 "2" /* a stored range (latent_first, fewer latents), the means and/or the condition */
 /* Upper bound on N accepted from outside (a guard against absurd headers, far above any schedule). */
 #define MAX_STEPS 100000
 
-/* The version 1 tensors in their stored order, then the optional `means` (version 2 only) last. */
-enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS, T_MEANS };
+/* The version 1 tensors in their stored order, then the optional `means` and `condition` (version 2 only). */
+enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS, T_MEANS, T_CONDITION };
 static const char *const tensor_names[CORE_TRAJ_N_TENSORS] = {"sigmas", "timesteps", "latents", "log_probs",
-                                                              "has_log_prob", "expert", "rewards", "means"};
+                                                              "has_log_prob", "expert", "rewards", "means",
+                                                              "condition"};
 
 /* ---- Allocation ---- */
 
@@ -75,6 +76,7 @@ void core_traj_free(core_traj *t)
     free(t->timesteps);
     free(t->latents);
     free(t->means);
+    free(t->condition);
     free(t->log_probs);
     free(t->has_log_prob);
     free(t->expert);
@@ -110,6 +112,28 @@ int core_traj_alloc_means(core_traj *t)
     if (!(t->means = calloc((size_t)numel * (size_t)(t->n_latents - 1), sizeof(float))))
         return core_error("trajectory: out of memory for %d means x %lld elements", t->n_latents - 1, (long long)numel);
     return 0;
+}
+
+int core_traj_alloc_condition(core_traj *t)
+{
+    if (t->condition) return 0;
+    if (t->shape[1] < 2)
+        return core_error("trajectory: a first-frame condition needs at least 2 latent frames (F = %lld)",
+                          (long long)t->shape[1]);
+    if (!(t->condition = calloc((size_t)(t->shape[0] * t->shape[2] * t->shape[3]), sizeof(float))))
+        return core_error("trajectory: out of memory for the condition");
+    return 0;
+}
+
+/* Index of the first element of latent x that differs from the condition in frame 0, or -1 when none does. */
+static int64_t first_frame_mismatch(const core_traj *t, const float *x)
+{
+    const int64_t hw = t->shape[2] * t->shape[3];
+    for (int64_t c = 0; c < t->shape[0]; c++)
+        for (int64_t j = 0; j < hw; j++)
+            if (memcmp(&x[c * t->shape[1] * hw + j], &t->condition[c * hw + j], sizeof(float)))
+                return c * t->shape[1] * hw + j;
+    return -1;
 }
 
 int core_traj_trim(core_traj *t, int first, int last)
@@ -236,6 +260,27 @@ int core_traj_validate(const core_traj *t, const char *label)
                 return core_error("%s: means[%d] (step %d) element %lld = %g is not finite", label, i - k, i, (long long)j,
                                   (double)l[j]);
     }
+    if (t->condition) {
+        if (t->shape[1] < 2)
+            return core_error("%s: a condition with a single latent frame (F = 1): nothing is generated", label);
+        const int64_t nc = t->shape[0] * t->shape[2] * t->shape[3];
+        for (int64_t j = 0; j < nc; j++)
+            if (!isfinite(t->condition[j]))
+                return core_error("%s: condition element %lld = %g is not finite", label, (long long)j,
+                                  (double)t->condition[j]);
+        for (int i = k; i < k + M; i++) {
+            const int64_t e = first_frame_mismatch(t, core_traj_latent(t, i));
+            if (e >= 0)
+                return core_error("%s: latents[%d] element %lld (frame 0) differs from the condition (frame 0 of every "
+                                  "latent is the image's)", label, i, (long long)e);
+        }
+        for (int i = k; t->means && i < k + M - 1; i++) {
+            const int64_t e = first_frame_mismatch(t, core_traj_mean(t, i));
+            if (e >= 0)
+                return core_error("%s: means[%d] (step %d) element %lld (frame 0) differs from the condition", label,
+                                  i - k, i, (long long)e);
+        }
+    }
     if (!isfinite(t->eta) || t->eta < 0.0f) return core_error("%s: eta = %g must be finite and >= 0", label, (double)t->eta);
     if (!isfinite(t->guidance_scale))
         return core_error("%s: guidance_scale = %g is not finite", label, (double)t->guidance_scale);
@@ -271,7 +316,7 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     if (core_traj_validate(t, label)) return -1;
     const int64_t N = t->n_steps, M = t->n_latents;
     /* Version 1 exactly as before stored ranges, so such files and wire messages keep every byte. */
-    const int v1 = t->latent_first == 0 && M == N + 1 && !t->means;
+    const int v1 = t->latent_first == 0 && M == N + 1 && !t->means && !t->condition;
     const int64_t s_n1[1] = {N + 1}, s_n[1] = {N}, s_r[1] = {t->n_rewards};
     const int64_t s_lat[5] = {M, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
     const int64_t s_mean[5] = {M - 1, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
@@ -282,9 +327,17 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     core_tensor_wrap(&f->tensors[T_HAS_LOG_PROB], t->has_log_prob, CORE_U8, 1, s_n);
     core_tensor_wrap(&f->tensors[T_EXPERT], t->expert, CORE_U8, 1, s_n);
     core_tensor_wrap(&f->tensors[T_REWARDS], (void *)t->rewards, CORE_F32, 1, s_r);
+    const int64_t s_cond[4] = {t->shape[0], 1, t->shape[2], t->shape[3]};
+    for (int k = 0; k <= T_REWARDS; k++) f->tensor_names[k] = tensor_names[k];
     f->n_tensors = T_REWARDS + 1;
-    if (t->means) core_tensor_wrap(&f->tensors[T_MEANS], t->means, CORE_F32, 5, s_mean), f->n_tensors++;
-    for (int k = 0; k < f->n_tensors; k++) f->tensor_names[k] = tensor_names[k];
+    if (t->means) {
+        core_tensor_wrap(&f->tensors[f->n_tensors], t->means, CORE_F32, 5, s_mean);
+        f->tensor_names[f->n_tensors++] = tensor_names[T_MEANS];
+    }
+    if (t->condition) {
+        core_tensor_wrap(&f->tensors[f->n_tensors], t->condition, CORE_F32, 4, s_cond);
+        f->tensor_names[f->n_tensors++] = tensor_names[T_CONDITION];
+    }
 
     char buf[48];
     json_t *names = json_array();
@@ -433,7 +486,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
         tv[k] = &tensors[i];
     }
     for (int k = 0; k < CORE_TRAJ_N_TENSORS; k++) {
-        if (k == T_MEANS && !tv[k]) continue; /* optional */
+        if ((k == T_MEANS || k == T_CONDITION) && !tv[k]) continue; /* optional */
         if (!tv[k]) return core_error("%s: tensor '%s' missing", label, tensor_names[k]);
         const core_dtype want = (k == T_HAS_LOG_PROB || k == T_EXPERT) ? CORE_U8 : CORE_F32;
         if (tv[k]->dtype != want)
@@ -473,6 +526,8 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     int64_t first = 0;
     if (v1 && lf) return core_error("%s: metadata 'latent_first' needs format_version '%s'", label, FORMAT_VERSION_2);
     if (v1 && tv[T_MEANS]) return core_error("%s: tensor 'means' needs format_version '%s'", label, FORMAT_VERSION_2);
+    if (v1 && tv[T_CONDITION])
+        return core_error("%s: tensor 'condition' needs format_version '%s'", label, FORMAT_VERSION_2);
     if (lf && (parse_i64(lf, &first) || first < 0 || first > N))
         return core_error("%s: metadata 'latent_first' = '%.40s' is not an integer in [0, %d] (N = %d)", label, lf, N, N);
     const core_tensor *la = tv[T_LATENTS];
@@ -498,6 +553,17 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
                               (long long)la->shape[3], (long long)la->shape[4], M);
         }
     }
+    const core_tensor *co = tv[T_CONDITION];
+    if (co) {
+        const int ok = co->ndim == 4 && co->shape[0] == la->shape[1] && co->shape[1] == 1 &&
+                       co->shape[2] == la->shape[3] && co->shape[3] == la->shape[4] && la->shape[2] >= 2;
+        if (!ok) {
+            shape_str(co, s, sizeof s);
+            return core_error("%s: tensor 'condition' has shape %s, expected [C = %lld, 1, H = %lld, W = %lld] with at "
+                              "least 2 latent frames (F = %lld)", label, s, (long long)la->shape[1],
+                              (long long)la->shape[3], (long long)la->shape[4], (long long)la->shape[2]);
+        }
+    }
 
     core_traj tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -512,7 +578,8 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     const int R = (int)rw->shape[0];
     if (read_reward_names(&tmp, meta_get(n_meta, keys, values, "reward_names"), R, label)) return -1;
 
-    if (alloc_range(t, N, &la->shape[1], (int)first, M) || (me && core_traj_alloc_means(t))) {
+    if (alloc_range(t, N, &la->shape[1], (int)first, M) || (me && core_traj_alloc_means(t)) ||
+        (co && core_traj_alloc_condition(t))) {
         core_traj_free(t);
         return core_error_push("%s: ", label);
     }
@@ -525,6 +592,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     tmp.timesteps = t->timesteps;
     tmp.latents = t->latents;
     tmp.means = t->means;
+    tmp.condition = t->condition;
     tmp.log_probs = t->log_probs;
     tmp.has_log_prob = t->has_log_prob;
     tmp.expert = t->expert;
@@ -534,6 +602,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     memcpy(t->timesteps, tv[T_TIMESTEPS]->data, core_tensor_nbytes(tv[T_TIMESTEPS]));
     memcpy(t->latents, la->data, core_tensor_nbytes(la));
     if (me) memcpy(t->means, me->data, core_tensor_nbytes(me));
+    if (co) memcpy(t->condition, co->data, core_tensor_nbytes(co));
     memcpy(t->log_probs, tv[T_LOG_PROBS]->data, core_tensor_nbytes(tv[T_LOG_PROBS]));
     memcpy(t->has_log_prob, tv[T_HAS_LOG_PROB]->data, (size_t)N);
     memcpy(t->expert, tv[T_EXPERT]->data, (size_t)N);

@@ -25,10 +25,15 @@
  *                 of steps k .. k + M - 2 (the mean the sampler added the noise to; GRPO-Guard's mean_old)
  *   rule          a step i with has_log_prob 1 has both its latents stored (k <= i and i + 1 <= k + M - 1), and its
  *                 mean when means is present. The final latent (N) is stored only when k + M == N + 1: decode first.
- * A full trajectory without means is written as format_version "1" without latent_first, byte for byte as before;
- * anything else as "2" with latent_first (the last metadata key). Readers accept both; a "1" that carries
- * latent_first or means, or whose latents are not the full [N+1, ...] table, is refused (a reader from before
- * version 2 would take it for a full table).
+ * Image conditioning (format_version "2"; Wan 2.2 TI2V, model/flow/first_frame.h):
+ *   condition     optional tensor F32 [C, 1, H, W], stored last (after `means` when both are there): the normalised
+ *                 VAE latent of the input image that latent frame 0 is held to. Present: F >= 2, frame 0 of every
+ *                 stored latent (and of every stored mean) equals it bit for bit, and the steps' log-probs are over
+ *                 frames 1 .. F-1 only (model/flow/first_frame.h states the definition).
+ * A full trajectory without means or condition is written as format_version "1" without latent_first, byte for byte
+ * as before; anything else as "2" with latent_first (the last metadata key). Readers accept both; a "1" that carries
+ * latent_first, means or condition, or whose latents are not the full [N+1, ...] table, is refused (a reader from
+ * before version 2 would take it for a full table).
  * Readers reject a tensor they do not know (naming it) and ignore metadata keys they do not know.
  * Every error names the source (file path or the label the caller passes) and the field. */
 #ifndef CORE_TRAJECTORY_H
@@ -41,7 +46,8 @@
 #define CORE_TRAJ_MAX_REWARDS 32
 #define CORE_TRAJ_NAME_MAX 64 /* bytes of a reward name, NUL included */
 #define CORE_TRAJ_MAX_EXPERTS 2
-#define CORE_TRAJ_N_TENSORS 8
+#define CORE_TRAJ_N_TENSORS 9  /* the 7 of version 1, then the optional means and condition */
+#define CORE_TRAJ_N_REQUIRED 7
 #define CORE_TRAJ_N_META 11
 
 typedef struct {
@@ -57,6 +63,7 @@ typedef struct {
     int n_latents;          /* M: stored latents (N + 1 for a full trajectory) */
     float *latents;         /* [M, C, F, H, W]: latents[k .. k + M - 1] */
     float *means;           /* NULL, or [M - 1, C, F, H, W]: the rollout's step means of steps k .. k + M - 2 */
+    float *condition;       /* NULL, or [C, 1, H, W]: the first-frame image condition (TI2V) */
     float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */
     uint8_t *has_log_prob;  /* [N] */
     uint8_t *expert;        /* [N] */
@@ -83,6 +90,9 @@ float *core_traj_mean(const core_traj *t, int i);
 /* Allocates the means table [n_latents - 1, C, F, H, W] (zeroed) of an allocated trajectory with n_latents >= 2 (the
  * engine fills it). -1 on out of memory or n_latents < 2; a second call is a no-op. */
 int core_traj_alloc_means(core_traj *t);
+/* Allocates the condition [C, 1, H, W] (zeroed) of an allocated trajectory with F >= 2 (the engine fills it, and
+ * frame 0 of every latent with it). -1 on out of memory or F < 2; a second call is a no-op. */
+int core_traj_alloc_condition(core_traj *t);
 /* Keeps latents[first .. last] (and the means of steps first .. last - 1 when present), freeing the rest: the
  * stored range after decoding. Requires the current range to hold [first, last] and every step with a log-prob to
  * lie in first .. last - 1 (else -1 naming the step; nothing changed). -1 on out of memory (nothing changed). */
@@ -97,8 +107,8 @@ int core_traj_set_rewards(core_traj *t, int n, const char *const *names, const f
 int core_traj_validate(const core_traj *t, const char *label);
 
 /* The stored form as named tensors + string metadata. Tensor views borrow t's arrays (t must outlive the fields and
- * not change); metadata values are allocated. Tensors in the order of the table above, `means` last when stored
- * (n_tensors 7 or 8); metadata as listed, then latent_first for format_version "2" (n_meta 10 or 11). */
+ * not change); metadata values are allocated. Tensors in the order of the table above, then `means` and `condition`
+ * when stored (n_tensors 7 to 9); metadata as listed, then latent_first for format_version "2" (n_meta 10 or 11). */
 typedef struct {
     int n_tensors;
     const char *tensor_names[CORE_TRAJ_N_TENSORS];

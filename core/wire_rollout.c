@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/philox.h"
 
-/* A stored trajectory's tensors without the optional `means` (core/trajectory.h). */
-#define TRAJ_TENSORS_MIN (CORE_TRAJ_N_TENSORS - 1)
+/* A stored trajectory's tensors without the optional `means` and `condition` (core/trajectory.h). */
+#define TRAJ_TENSORS_MIN CORE_TRAJ_N_REQUIRED
 
 void core_hash_hex(uint64_t h, char buf[17]) { snprintf(buf, 17, "%016" PRIx64, h); }
 
@@ -189,7 +189,7 @@ int core_trajectory_reply_build_v(const char *id, int64_t policy_version, int n,
     memset(out, 0, sizeof *out);
     if (n < 1 || n > CORE_WIRE_MAX_SAMPLES) return core_error("trajectory: %d samples", n);
     if (vel && !with_traj) return core_error("trajectory: velocities need the trajectories");
-    /* At most: a sample's trajectory has CORE_TRAJ_N_TENSORS tensors with means, one fewer without. */
+    /* At most: a sample's trajectory has CORE_TRAJ_N_TENSORS tensors with means and condition, fewer without. */
     const int per = with_traj ? CORE_TRAJ_N_TENSORS + (vel ? 1 : 0) : 0;
     core_wire_tensor *ts = calloc((size_t)(n * per + 1), sizeof *ts);
     char (*names)[48] = calloc((size_t)(n * per + 1), sizeof *names);
@@ -273,8 +273,9 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
     const json_t *arr = json_object_get(h, "samples");
     if (!json_is_array(arr) || (int)json_array_size(arr) != req->n)
         return core_error("trajectory: \"samples\" must be an array of %d objects (one per requested sample)", req->n);
-    /* Per sample with trajectories: its trajectory's tensors (TRAJ_TENSORS_MIN, or one more with the optional
-     * means), then its velocity when asked; the videos last. The samples' tensors are counted as they are read. */
+    /* Per sample with trajectories: its trajectory's tensors (TRAJ_TENSORS_MIN, or up to two more with the optional
+     * means and condition), then its velocity when asked; the videos last. The samples' tensors are counted as they
+     * are read. */
     const int nv = req->return_velocities ? 1 : 0, nvid = req->return_videos ? 1 : 0;
     const int per = req->return_trajectories ? CORE_TRAJ_N_TENSORS + nv : 0;
     const int per_min = req->return_trajectories ? TRAJ_TENSORS_MIN + nv : 0;

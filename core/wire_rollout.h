@@ -13,7 +13,7 @@
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
  *                   "rewards": {scorer: number}, "video_xxh64": "16 hex digits", "trajectory": {metadata}?}, ...]}
  *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h: 7,
- *                   or 8 with the optional "<j>/means" last) when return_trajectories, then "<j>/velocity" when
+ *                   then the optional "<j>/means" and "<j>/condition") when return_trajectories, then "<j>/velocity" when
  *                   return_velocities, and "videos" U8 [n, F, H, W, 3] when return_videos.
  * weights_begin    {"policy_version": int, "tensors_count": tensors that follow}
  * weights_tensor   {"name": full name "transformer/blocks.0...", "xxh64": "16 hex digits"} + one F32 tensor "value"

@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "model/dit/wan_dev_exec.h"
+#include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 
@@ -57,20 +59,29 @@ int rollout_trim_to_window(const rollout_config *rc, core_traj *t) {
 }
 
 /* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata.
- * Activations are allocated per row count (b, or 2b with CFG), since the experts' guidance may differ. */
+ * Activations are allocated per row count (b, or 2b with CFG), since the experts' guidance may differ. On the device
+ * (ex->dev: model/dit/wan_dev_exec.h) the DiT forward runs there and hands back the fp32 velocity; everything after it
+ * (CFG, the noise, the SDE step and its log-prob) is the same host code as on the CPU. */
 static int run_chunk(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int b,
                      const float *const *cond, core_traj *tr, float *const *vel) {
     const wan_model *m0 = E->expert[0];
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
     const int64_t ne = (int64_t)rc->text_len * m0->cfg.text_dim;
+    /* TI2V (first-frame conditioning): per-token timesteps [rows, S], S = F x tokens per frame (patch depth 1) */
+    const int i2v = tr[0].condition != NULL;
+    const int64_t tpf = (rc->shape[2] / m0->cfg.patch_size[1]) * (rc->shape[3] / m0->cfg.patch_size[2]);
+    const int64_t nts = i2v ? rc->shape[1] * tpf : 1;
     wan_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
+    wan_dev_exec *dx = ex ? ex->dev : NULL;
+    wan_dev_acts *dacts[2] = {NULL, NULL};
     float *x = malloc(sizeof(float) * (size_t)(2 * b * nl));
     float *vout = malloc(sizeof(float) * (size_t)(2 * b * nl));
     float *enc = calloc((size_t)(2 * b * ne), sizeof(float)); /* unconditional rows stay zero without rc->neg */
-    float *ts = malloc(sizeof(float) * (size_t)(2 * b));
+    float *ts = malloc(sizeof(float) * (size_t)(2 * b * nts));
     float *v = malloc(sizeof(float) * (size_t)nl), *eps = malloc(sizeof(float) * (size_t)nl);
+    float *work = i2v ? malloc(sizeof(float) * (size_t)(5 * nl)) : NULL;
     int rc_ = -1;
-    if (!x || !vout || !enc || !ts || !v || !eps) {
+    if (!x || !vout || !enc || !ts || !v || !eps || (i2v && !work)) {
         core_error("rollout: out of memory");
         goto done;
     }
@@ -88,16 +99,21 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
         const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
         const int cfg = flow_cfg_active(g);
         const int rows = b * (cfg ? 2 : 1);
-        if (!acts[cfg]) {
+        if (dx ? !dacts[cfg] : !acts[cfg]) {
             wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3],
-                            .L = rc->text_len};
-            if (!(acts[cfg] = wan_acts_new(&m0->cfg, &sh, WAN_ACTS_INFER))) goto done;
+                            .L = rc->text_len, .per_token_timestep = i2v};
+            if (dx ? !(dacts[cfg] = wan_dev_exec_acts(dx, &m0->cfg, &sh, WAN_ACTS_INFER))
+                   : !(acts[cfg] = wan_acts_new(&m0->cfg, &sh, WAN_ACTS_INFER)))
+                goto done;
         }
-        for (int r = 0; r < rows; r++) {
+        for (int r = 0; r < rows; r++) { /* a conditioned latent's frame 0 is its condition: it is the model input */
             memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
-            ts[r] = rc->timesteps[i];
+            if (i2v) flow_ff_timesteps(rc->shape[1], tpf, rc->timesteps[i], ts + r * nts);
+            else ts[r] = rc->timesteps[i];
         }
-        if (wan_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc)) goto done;
+        if (dx ? wan_dev_exec_forward(dx, E->expert[e], dacts[cfg], vout, x, ts, enc)
+               : wan_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc))
+            goto done;
         for (int j = 0; j < b; j++) {
             const float *vc = vout + j * nl;
             if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
@@ -106,10 +122,10 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
             /* an ODE step (eta 0) uses no noise: none drawn (the step is the mean either way) */
             if (eta_i > 0.0f) core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
             flow_step st;
-            if (flow_sde_step_kind(rc->kind, core_traj_latent(&tr[j], i), v, eta_i > 0.0f ? eps : NULL, NULL, nl,
-                                   rc->sigmas[i],
-                                   rc->sigmas[i + 1], rc->sigmas[1], eta_i, core_traj_mean(&tr[j], i),
-                                   core_traj_latent(&tr[j], i + 1), &st))
+            const flow_ff ff = flow_ff_make(rc->shape, tr[j].condition);
+            if (flow_ff_sde_step(rc->kind, &ff, core_traj_latent(&tr[j], i), v, eta_i > 0.0f ? eps : NULL, NULL,
+                                 rc->sigmas[i], rc->sigmas[i + 1], rc->sigmas[1], eta_i, core_traj_mean(&tr[j], i),
+                                 core_traj_latent(&tr[j], i + 1), &st, work))
                 goto done;
             tr[j].log_probs[i] = st.has_logp ? st.logp : 0.0f;
             tr[j].has_log_prob[i] = (uint8_t)st.has_logp;
@@ -120,7 +136,9 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
 done:
     wan_acts_free(acts[0]);
     wan_acts_free(acts[1]);
-    free(x), free(vout), free(enc), free(ts), free(v), free(eps);
+    wan_dev_acts_free(dacts[0]);
+    wan_dev_acts_free(dacts[1]);
+    free(x), free(vout), free(enc), free(ts), free(v), free(eps), free(work);
     return rc_;
 }
 
@@ -142,6 +160,17 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
     for (int j = 0; j < n; j++)
         if (uids[j] > 0xffffffffull) return core_error("rollout: uid %llu does not fit Philox's 32-bit counter word",
                                                       (unsigned long long)uids[j]);
+    if (rc->conditions) {
+        if (rc->shape[1] < 2)
+            return core_error("rollout: image conditioning needs at least 2 latent frames (rollout.frames >= 5); with "
+                              "one the first frame is the image and nothing is generated");
+        if (m->cfg.patch_size[0] != 1)
+            return core_error("rollout: image conditioning needs a patch one frame deep, the model's is %d",
+                              m->cfg.patch_size[0]);
+        for (int j = 0; j < n; j++)
+            if (!rc->conditions[j]) return core_error("rollout: sample %d has no image condition (every sample of a "
+                                                      "conditioned call needs one)", j);
+    }
     memset(out, 0, sizeof(core_traj) * (size_t)n);
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
     for (int j = 0; j < n; j++) {
@@ -156,7 +185,14 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         memcpy(t->sigmas, rc->sigmas, sizeof(float) * (size_t)(rc->n_steps + 1));
         memcpy(t->timesteps, rc->timesteps, sizeof(float) * (size_t)rc->n_steps);
         if (rc->record_means && core_traj_alloc_means(t)) goto fail;
-        core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
+        if (rc->noise0) memcpy(core_traj_latent(t, 0), rc->noise0[j], sizeof(float) * (size_t)nl);
+        else core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
+        if (rc->conditions) { /* frame 0 of the chain is the image's latent from the start */
+            if (core_traj_alloc_condition(t)) goto fail;
+            memcpy(t->condition, rc->conditions[j], sizeof(float) * (size_t)(nl / rc->shape[1]));
+            const flow_ff ff = flow_ff_make(rc->shape, t->condition);
+            flow_ff_apply(&ff, core_traj_latent(t, 0));
+        }
     }
     for (int s0 = 0; s0 < n; s0 += rc->batch_size) {
         int b = n - s0 < rc->batch_size ? n - s0 : rc->batch_size;

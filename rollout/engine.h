@@ -12,7 +12,11 @@
  * unconditional ones); a sample's trajectory is bitwise the same whatever its batch mates or batch size, because
  * the DiT forward, the noise and the step are per-sample computations (tested).
  * Stream: CORE_STREAM_ROLLOUT_NOISE (uid = round*B*G + prompt_slot*G + replica) for training rollouts,
- * CORE_STREAM_EVAL_NOISE (uid = prompt index * samples_per_prompt + sample) for the fixed eval set. */
+ * CORE_STREAM_EVAL_NOISE (uid = prompt index * samples_per_prompt + sample) for the fixed eval set.
+ * Image conditioning (Wan 2.2 TI2V; rc->conditions): sample j's first latent frame is held to its condition
+ * (model/flow/first_frame.h): latents[0] is the Philox noise with frame 0 replaced by the condition, every forward
+ * runs with per-token timesteps (0 on frame 0's tokens, t elsewhere), and every step (flow_ff_sde_step) samples and
+ * scores frames 1 .. F-1 only, frame 0 staying the condition; the trajectory carries the condition. */
 #ifndef ROLLOUT_ENGINE_H
 #define ROLLOUT_ENGINE_H
 
@@ -47,6 +51,12 @@ typedef struct {
     int window_lo, window_hi;               /* SDE window: steps [lo, hi) step with eta, the others with eta 0 (the
                                                ODE step, no log-prob); window_hi 0: every step with eta */
     int record_means;                       /* 1: each trajectory gets its step means (core_traj_mean; GRPO-Guard) */
+    const float *const *conditions;         /* NULL (text to video), or per sample j of a rollout_generate call its
+                                               first-frame condition [C, 1, H, W] (TI2V: every sample of the call has
+                                               one; the normalised VAE latent of its image) */
+    const float *const *noise0;             /* NULL (Philox slot 0), or per sample j of a call the initial noise
+                                               [C, F, H, W] to start from instead (tests against a reference
+                                               pipeline's noise) */
     int (*should_stop)(void);               /* NULL (never stops), or polled before every denoising step of every
                                                chunk: a non-zero return (the signal number, e.g. core/stop.h's
                                                core_stop_interrupt) ends rollout_generate with the error "rollout
@@ -81,7 +91,8 @@ typedef struct {
  *   NULL: the word-embedding preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
  *   (core_traj_free each). ex NULL = CPU defaults.
  * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size, experts.n not 1 or 2,
- * two experts of different configs, boundary_ratio outside (0, 1) with two experts), out of memory, a DiT or step
+ * two experts of different configs, boundary_ratio outside (0, 1) with two experts; with conditions: a NULL one, a
+ * single latent frame, a patch deeper than one frame), out of memory, a DiT or step
  * failure, a stop (rc->should_stop); on error no trajectory is left allocated. */
 int rollout_generate(const rollout_config *rc, const rollout_experts *experts, const wan_exec *ex, int n,
                      const float *const *cond, const uint64_t *uids, const int64_t *prompt_index, core_traj *out);

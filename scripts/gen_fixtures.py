@@ -8,6 +8,7 @@ Run from the repository root:
     .venv/bin/python scripts/gen_fixtures.py wan        # only the Wan transformer fixtures
     .venv/bin/python scripts/gen_fixtures.py flow optim safetensors   # the others (scripts/fixtures_<name>.py)
     .venv/bin/python scripts/gen_fixtures.py algo       # cps step and GRPO-Guard loss (numpy only)
+    .venv/bin/python scripts/gen_fixtures.py i2v        # a TI2V denoising loop (after wan and vae: their folders)
     VGRPO_BIN=build/vgrpo .venv/bin/python scripts/gen_fixtures.py lora   # LoRA (runs vgrpo init-model/export)
     .venv/bin/python scripts/gen_fixtures.py check-wan-load DIR [IN.safetensors [OUT.safetensors]]
         loads DIR (a transformer folder vgrpo wrote) with diffusers' WanTransformer3DModel.from_pretrained, and with
@@ -235,7 +236,8 @@ def gen_script(name):
 # Each generator writes its own fixtures; the ones in scripts/fixtures_<name>.py document their files there.
 GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": gen_script("flow"),
               "optim": gen_script("optim"), "vae": gen_script("vae"), "vae_enc": gen_script("vae_enc"),
-              "text": gen_script("text"), "lora": gen_script("lora"), "algo": gen_script("algo")}
+              "text": gen_script("text"), "lora": gen_script("lora"), "algo": gen_script("algo"),
+              "i2v": gen_script("i2v")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

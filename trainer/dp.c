@@ -9,13 +9,14 @@
 #include "trainer/zero.h"
 
 /* Packed batch: [int64 n][n x core_traj structs][adv f32 x n][mask u8 x n][per sample: sigmas [N+1], timesteps [N],
- * latents [M x nl], means [(M - 1) x nl] when stored, log_probs [N], has_log_prob [N], expert [N]] with M the stored
- * latents (n_latents, from latent_first) and nl the latent's elements. Every rank runs the same executable, so the
- * struct layout is shared; the array pointers inside the structs are ignored by the reader except `means`, whose
- * being non-NULL says the means follow. */
+ * latents [M x nl], means [(M - 1) x nl] when stored, condition [C x H x W] when stored, log_probs [N], has_log_prob
+ * [N], expert [N]] with M the stored latents (n_latents, from latent_first) and nl the latent's elements. Every rank
+ * runs the same executable, so the struct layout is shared; the array pointers inside the structs are ignored by the
+ * reader except `means` and `condition`, whose being non-NULL says they follow. */
 static size_t traj_arrays_bytes(const core_traj *t) {
     const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t), M = (size_t)t->n_latents;
-    return sizeof(float) * ((N + 1) + N + M * nl + (t->means ? (M - 1) * nl : 0) + N) + 2 * N;
+    const size_t nc = t->condition ? (size_t)(t->shape[0] * t->shape[2] * t->shape[3]) : 0;
+    return sizeof(float) * ((N + 1) + N + M * nl + (t->means ? (M - 1) * nl : 0) + nc + N) + 2 * N;
 }
 
 /* Allocates the arrays of a received sample as its header describes them (zeroed; core_traj_free frees them). The
@@ -27,11 +28,12 @@ static int alloc_like(core_traj *t, const core_traj *hdr) {
     t->timesteps = calloc(N, sizeof(float));
     t->latents = calloc(M * nl, sizeof(float));
     t->means = hdr->means ? calloc((M - 1) * nl, sizeof(float)) : NULL;
+    t->condition = hdr->condition ? calloc((size_t)(hdr->shape[0] * hdr->shape[2] * hdr->shape[3]), sizeof(float)) : NULL;
     t->log_probs = calloc(N, sizeof(float));
     t->has_log_prob = calloc(N, 1);
     t->expert = calloc(N, 1);
-    if (!t->sigmas || !t->timesteps || !t->latents || (hdr->means && !t->means) || !t->log_probs || !t->has_log_prob ||
-        !t->expert) {
+    if (!t->sigmas || !t->timesteps || !t->latents || (hdr->means && !t->means) || (hdr->condition && !t->condition) ||
+        !t->log_probs || !t->has_log_prob || !t->expert) {
         core_traj_free(t);
         return core_error("dp: out of memory for %zu steps, %zu latents x %zu elements", N, M, nl);
     }
@@ -79,6 +81,7 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
             PUT(t->timesteps, sizeof(float) * N);
             PUT(t->latents, sizeof(float) * M * nl);
             if (t->means) PUT(t->means, sizeof(float) * (M - 1) * nl);
+            if (t->condition) PUT(t->condition, sizeof(float) * (size_t)(t->shape[0] * t->shape[2] * t->shape[3]));
             PUT(t->log_probs, sizeof(float) * N);
             PUT(t->has_log_prob, N);
             PUT(t->expert, N);
@@ -125,6 +128,7 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
         GET(t->timesteps, sizeof(float) * N);
         GET(t->latents, sizeof(float) * M * nl);
         if (t->means) GET(t->means, sizeof(float) * (M - 1) * nl);
+        if (t->condition) GET(t->condition, sizeof(float) * (size_t)(t->shape[0] * t->shape[2] * t->shape[3]));
         GET(t->log_probs, sizeof(float) * N);
         GET(t->has_log_prob, N);
         GET(t->expert, N);

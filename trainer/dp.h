@@ -30,7 +30,7 @@ typedef struct {
 
 /* Broadcasts rank 0's batch to every rank of c (root 0): on ranks > 0, *b is filled with allocated copies (free
  * with dp_batch_free); rank 0's *b is read only. Trajectories arrive bit for bit (struct fields and arrays: the
- * stored range latent_first / n_latents with its M latents, and the means when rank 0's sample has them).
+ * stored range latent_first / n_latents with its M latents, the means and the condition when rank 0's sample has them).
  * -1 with core_error (a communication failure, out of memory, a corrupt buffer). */
 int dp_batch_broadcast(sp_comm *c, dp_batch *b);
 void dp_batch_free(dp_batch *b);

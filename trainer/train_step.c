@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/dit/wan_dev_exec.h"
+#include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "trainer/lora.h"
@@ -20,6 +22,7 @@ typedef struct {
     float *x, *ts, *enc, *vout, *vref, *dout; /* [rows, nl], [rows], [rows, ne], [rows, nl] x3 */
     float *mean, *mean_ref;                   /* [cap, nl] */
     float *v, *dv;                            /* [nl] */
+    float *gx, *gv, *gn;                      /* [nl]: a conditioned step's generated elements (first_frame.h) */
     float *logp_new, *logp_old, *adv, *kl, *dlogp, *dkl; /* [cap] */
     float *bias, *sstd, *dt, *dbias;          /* [cap]: GRPO-Guard's mean bias, step std, dt and d loss / d bias */
     uint8_t *mask;                            /* [cap] */
@@ -31,14 +34,19 @@ static void scratch_free(scratch *w) {
     free(w->x), free(w->ts), free(w->enc), free(w->vout), free(w->vref), free(w->dout), free(w->mean);
     free(w->mean_ref), free(w->v), free(w->dv), free(w->logp_new), free(w->logp_old), free(w->adv), free(w->kl);
     free(w->dlogp), free(w->dkl), free(w->mask), free(w->urow), free(w->st);
-    free(w->bias), free(w->sstd), free(w->dt), free(w->dbias);
+    free(w->bias), free(w->sstd), free(w->dt), free(w->dbias), free(w->gx), free(w->gv), free(w->gn);
     memset(w, 0, sizeof *w);
 }
 
-static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t ne) {
+/* nts: timesteps per row (1, or the tokens of a sample with per-token timesteps); i2v: the gathering buffers. */
+static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t ne, int64_t nts, int i2v) {
     memset(w, 0, sizeof *w);
     const size_t rows = 2 * (size_t)cap, f = sizeof(float);
-    w->x = malloc(f * rows * nl), w->ts = malloc(f * rows), w->enc = calloc(rows * ne, f);
+    w->x = malloc(f * rows * nl), w->ts = malloc(f * rows * nts), w->enc = calloc(rows * ne, f);
+    if (i2v && (!(w->gx = malloc(f * nl)) || !(w->gv = malloc(f * nl)) || !(w->gn = malloc(f * nl)))) {
+        scratch_free(w);
+        return core_error("trainer: out of memory for a micro-batch of %d transitions", cap);
+    }
     w->vout = malloc(f * rows * nl), w->vref = malloc(f * rows * nl), w->dout = malloc(f * rows * nl);
     w->mean = malloc(f * cap * nl), w->mean_ref = malloc(f * cap * nl), w->v = malloc(f * nl), w->dv = malloc(f * nl);
     w->logp_new = malloc(f * cap), w->logp_old = malloc(f * cap), w->adv = malloc(f * cap), w->kl = malloc(f * cap);
@@ -66,6 +74,11 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
                        grpo_loss_stats *stats) {
     const core_traj *T = b->traj;
     const int64_t nl = core_traj_latent_numel(&T[0]), ne = (int64_t)b->text_len * policy->cfg.text_dim;
+    /* TI2V: every trajectory carries its first-frame condition (check_batch); per-token timesteps, and the step, KL
+     * and bias over the generated elements (model/flow/first_frame.h), as the rollout did */
+    const int i2v = T[0].condition != NULL;
+    const int64_t tpf = (T[0].shape[2] / policy->cfg.patch_size[1]) * (T[0].shape[3] / policy->cfg.patch_size[2]);
+    const int64_t nts = i2v ? T[0].shape[1] * tpf : 1;
     int rows = cnt;
     for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(tr[t].g) ? rows++ : -1;
     for (int t = 0; t < cnt; t++) {
@@ -73,28 +86,41 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         const int i = tr[t].i;
         memcpy(w->x + (int64_t)t * nl, core_traj_latent(s, i), sizeof(float) * nl);
         memcpy(w->enc + (int64_t)t * ne, b->cond[tr[t].s], sizeof(float) * ne);
-        w->ts[t] = s->timesteps[i];
+        if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)t * nts);
+        else w->ts[t] = s->timesteps[i];
         if (w->urow[t] >= 0) {
             const int u = w->urow[t];
             memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
             if (b->neg) memcpy(w->enc + (int64_t)u * ne, b->neg, sizeof(float) * ne);
             else memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);
-            w->ts[u] = s->timesteps[i];
+            if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)u * nts);
+            else w->ts[u] = s->timesteps[i];
         }
     }
-    wan_shape sh = {.B = rows, .F = (int)T[0].shape[1], .H = (int)T[0].shape[2], .W = (int)T[0].shape[3], .L = b->text_len};
+    wan_shape sh = {.B = rows, .F = (int)T[0].shape[1], .H = (int)T[0].shape[2], .W = (int)T[0].shape[3], .L = b->text_len,
+                    .per_token_timestep = i2v};
     /* Sequence parallel (ex->sp of more than one rank): activations for this rank's token slice; the output is the
      * full gathered velocity on every SP rank. */
     const int spn = ex && ex->sp ? ex->sp->size : 1, spr = ex && ex->sp ? ex->sp->rank : 0;
-    wan_acts *acts = wan_acts_new_sp(&policy->cfg, &sh, backward ? tc->acts_mode : WAN_ACTS_INFER, spn, spr), *racts = NULL;
-    if (!acts) return -1;
+    /* On a device (ex->dev, model/dit/wan_dev_exec.h) the forward and backward run there; the velocity comes back in
+     * fp32 and everything between them (flow step, log-prob, KL, loss, dv) is the host code below, as on the CPU. */
+    wan_dev_exec *dx = ex ? ex->dev : NULL;
+    const wan_acts_mode mode = backward ? tc->acts_mode : WAN_ACTS_INFER;
+    wan_acts *acts = dx ? NULL : wan_acts_new_sp(&policy->cfg, &sh, mode, spn, spr), *racts = NULL;
+    wan_dev_acts *dacts = dx ? wan_dev_exec_acts(dx, &policy->cfg, &sh, mode) : NULL, *dracts = NULL;
+    if (!acts && !dacts) return -1;
     int rc = -1;
-    if (wan_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc)) goto done;
+    if (dx ? wan_dev_exec_forward(dx, policy, dacts, w->vout, w->x, w->ts, w->enc)
+           : wan_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc))
+        goto done;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
         const float *v = guided(w, w->vout, t, tr[t].g, nl);
-        if (flow_sde_step_kind(tc->kind, core_traj_latent(s, i), v, NULL, core_traj_latent(s, i + 1), nl, s->sigmas[i],
+        const flow_ff ff = flow_ff_make(s->shape, s->condition);
+        const int64_t ng = flow_ff_generated(&ff); /* w->mean[t] holds the generated elements (all without an image) */
+        if (flow_sde_step_kind(tc->kind, flow_ff_view(&ff, core_traj_latent(s, i), w->gx), flow_ff_view(&ff, v, w->gv),
+                               NULL, flow_ff_view(&ff, core_traj_latent(s, i + 1), w->gn), ng, s->sigmas[i],
                                s->sigmas[i + 1], s->sigmas[1], s->eta, w->mean + (int64_t)t * nl, NULL, &w->st[t]))
             goto done;
         if (!w->st[t].has_logp) {
@@ -113,7 +139,8 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
                            "did not record step means)", (unsigned long long)s->uid, i);
                 goto done;
             }
-            if (flow_kl(w->mean + (int64_t)t * nl, mo, nl, w->st[t].step_std, &w->bias[t])) goto done;
+            if (flow_kl(w->mean + (int64_t)t * nl, flow_ff_view(&ff, mo, w->gx), ng, w->st[t].step_std, &w->bias[t]))
+                goto done;
             w->sstd[t] = w->st[t].step_std, w->dt[t] = w->st[t].dt;
         }
     }
@@ -121,17 +148,24 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         /* the reference is the policy itself under LoRA: its base, the adapter switched off for this forward */
         wan_exec rex = ex ? *ex : (wan_exec){0};
         rex.lora_off = ref == policy;
-        if (!(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr))) goto done;
-        if (wan_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc)) goto done;
+        if (dx ? !(dracts = wan_dev_exec_acts(dx, &ref->cfg, &sh, WAN_ACTS_INFER))
+               : !(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr)))
+            goto done;
+        if (dx ? wan_dev_exec_forward(dx, ref, dracts, w->vref, w->x, w->ts, w->enc)
+               : wan_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc))
+            goto done;
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const int i = tr[t].i;
             const float *v = guided(w, w->vref, t, tr[t].g, nl);
+            const flow_ff ff = flow_ff_make(s->shape, s->condition);
+            const int64_t ng = flow_ff_generated(&ff);
             flow_step sr;
             float *mr = w->mean_ref + (int64_t)t * nl;
-            if (flow_sde_step_kind(tc->kind, core_traj_latent(s, i), v, NULL, NULL, nl, s->sigmas[i], s->sigmas[i + 1],
+            if (flow_sde_step_kind(tc->kind, flow_ff_view(&ff, core_traj_latent(s, i), w->gx),
+                                   flow_ff_view(&ff, v, w->gv), NULL, NULL, ng, s->sigmas[i], s->sigmas[i + 1],
                                    s->sigmas[1], s->eta, mr, NULL, &sr) ||
-                flow_kl(w->mean + (int64_t)t * nl, mr, nl, w->st[t].step_std, &w->kl[t]))
+                flow_kl(w->mean + (int64_t)t * nl, mr, ng, w->st[t].step_std, &w->kl[t]))
                 goto done;
         }
     }
@@ -145,22 +179,30 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const float gkl = tc->beta > 0 ? w->dkl[t] : 0.0f;
-            if (flow_sde_backward_v_guard(&w->st[t], w->mean + (int64_t)t * nl, core_traj_latent(s, tr[t].i + 1),
+            const flow_ff ff = flow_ff_make(s->shape, s->condition);
+            const float *mo = tc->guard ? core_traj_mean(s, tr[t].i) : NULL;
+            /* conditioned: dv of the generated elements into gv, then frame 0's velocity gets no gradient */
+            if (flow_sde_backward_v_guard(&w->st[t], w->mean + (int64_t)t * nl,
+                                          flow_ff_view(&ff, core_traj_latent(s, tr[t].i + 1), w->gn),
                                           tc->beta > 0 ? w->mean_ref + (int64_t)t * nl : NULL,
-                                          tc->guard ? core_traj_mean(s, tr[t].i) : NULL, nl, w->dlogp[t], gkl,
-                                          tc->guard ? w->dbias[t] : 0.0f, w->dv))
+                                          mo ? flow_ff_view(&ff, mo, w->gx) : NULL, flow_ff_generated(&ff), w->dlogp[t],
+                                          gkl, tc->guard ? w->dbias[t] : 0.0f, ff.cond ? w->gv : w->dv))
                 goto done;
+            if (ff.cond) flow_ff_scatter_grad(&ff, w->gv, w->dv);
             if (w->urow[t] >= 0)
                 flow_cfg_backward(w->dout + (int64_t)t * nl, w->dout + (int64_t)w->urow[t] * nl, w->dv, tr[t].g, nl);
             else
                 memcpy(w->dout + (int64_t)t * nl, w->dv, sizeof(float) * nl);
         }
-        if (wan_backward(policy, acts, ex, NULL, NULL, w->dout)) goto done;
+        if (dx ? wan_dev_exec_backward(dx, policy, dacts, w->dout) : wan_backward(policy, acts, ex, NULL, NULL, w->dout))
+            goto done;
     }
     rc = 0;
 done:
     wan_acts_free(acts);
     wan_acts_free(racts);
+    wan_dev_acts_free(dacts);
+    wan_dev_acts_free(dracts);
     return rc;
 }
 
@@ -168,7 +210,7 @@ done:
 static const wan_model *ref_of(const wan_model *const *ref, int e) { return ref ? ref[e] : NULL; }
 
 static int check_batch(wan_model *const *policy, const wan_model *const *ref, int n_experts, const uint8_t *trained,
-                       const trainer_config *tc, const trainer_batch *b, int backward) {
+                       const wan_exec *ex, const trainer_config *tc, const trainer_batch *b, int backward) {
     if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
         return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
     if (b->n < 1) return core_error("trainer: empty batch");
@@ -192,7 +234,10 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
         if (r && !wan_config_equal(&r->cfg, &policy[e]->cfg)) return core_error("trainer: reference model config differs%s", sfx);
         if (tc->beta > 0 && r == policy[e] && !policy[e]->lora)
             return core_error("trainer: the reference is the policy itself, which needs a LoRA adapter to switch off%s", sfx);
-        if (backward && !trainer_trained_buffer(policy[e]).grads) return core_error("trainer: gradients not allocated%s", sfx);
+        if (backward && !(ex && ex->dev) && !trainer_trained_buffer(policy[e]).grads) /* a device keeps its own */
+            return core_error("trainer: gradients not allocated%s", sfx);
+        if (ex && ex->dev && policy[e]->lora)
+            return core_error("model.lora: LoRA on model.device cuda is not implemented yet%s", sfx);
     }
     if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     const core_traj *T = b->traj;
@@ -204,6 +249,13 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
             return core_error("trainer: trajectory %d (uid %llu) differs in steps or shape from trajectory 0", s,
                               (unsigned long long)T[s].uid);
         if (T[s].uid > 0xffffffffull) return core_error("trainer: uid %llu over 32 bits", (unsigned long long)T[s].uid);
+        if (T[s].condition && policy[0]->cfg.patch_size[0] != 1)
+            return core_error("trainer: image conditioning needs a patch one frame deep, the model's is %d",
+                              policy[0]->cfg.patch_size[0]);
+        if (!T[s].condition != !T[0].condition)
+            return core_error("trainer: trajectory %d (uid %llu) %s an image condition and trajectory 0 %s (a batch is "
+                              "image-to-video or text-to-video throughout)", s, (unsigned long long)T[s].uid,
+                              T[s].condition ? "has" : "has no", T[0].condition ? "has" : "has none");
         for (int i = 0; i < T[s].n_steps; i++)
             if (T[s].expert[i] >= n_experts)
                 return core_error("trainer: uid %llu step %d uses expert %d but %d expert%s given (a two-expert "
@@ -216,7 +268,7 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
 int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
                                const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
                                const trainer_batch *b, int backward, grpo_loss_stats *stats) {
-    if (check_batch(policy, ref, n_experts, trained, tc, b, backward)) return -1;
+    if (check_batch(policy, ref, n_experts, trained, ex, tc, b, backward)) return -1;
     const int N = b->traj[0].n_steps;
     const size_t cap_tr = (size_t)b->n * (size_t)N;
     transition *all = malloc(sizeof(transition) * cap_tr), *tr = malloc(sizeof(transition) * cap_tr);
@@ -253,7 +305,12 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
         rc = 0;
         goto done;
     }
-    if (scratch_alloc(&w, cap, core_traj_latent_numel(&b->traj[0]), (int64_t)b->text_len * policy[0]->cfg.text_dim))
+    const core_traj *T0 = &b->traj[0];
+    const int64_t nts = T0->condition ? T0->shape[1] * (T0->shape[2] / policy[0]->cfg.patch_size[1]) *
+                                            (T0->shape[3] / policy[0]->cfg.patch_size[2])
+                                      : 1;
+    if (scratch_alloc(&w, cap, core_traj_latent_numel(T0), (int64_t)b->text_len * policy[0]->cfg.text_dim, nts,
+                      T0->condition != NULL))
         goto done;
     int n_mb = 0, mb = 0;
     for (int e = 0; e < n_experts; e++) n_mb += (per[e] + cap - 1) / cap;
@@ -322,7 +379,7 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";
         if (!policy[e]) return core_error("trainer: no policy model%s", sfx);
         const trainer_trained_buf tb = trainer_trained_buffer(policy[e]);
-        if (!tb.grads) return core_error("trainer: gradients not allocated%s", sfx);
+        if (!tb.grads && !(ex && ex->dev)) return core_error("trainer: gradients not allocated%s", sfx);
         if (!opt || !opt[e]) return core_error("trainer: no optimizer state%s", sfx);
         if (opt[e]->n != tb.n)
             return core_error("trainer: optimizer has %lld parameters, the %s %lld%s", (long long)opt[e]->n,
@@ -334,9 +391,14 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     }
     if (first < 0) return core_error("algorithm.train_experts: no expert is trained");
     if (optim_config_validate(ocfg)) return -1;
+    if (ex && ex->dev && !tc->opt_step) /* the gradients are on the device: so must the step be */
+        return core_error("trainer: the model is on a device, whose optimizer step is trainer/train_dev.h's "
+                          "(trainer_config.opt_step)");
     for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
         if (!trained || trained[e]) {
-            if (trainer_trained_buffer(policy[e]).params == policy[e]->params) wan_model_zero_grads(policy[e]);
+            if (ex && ex->dev) {
+                if (wan_dev_exec_zero_grads(ex->dev, policy[e])) return -1;
+            } else if (trainer_trained_buffer(policy[e]).params == policy[e]->params) wan_model_zero_grads(policy[e]);
             else wan_lora_zero_grads(policy[e]->lora);
         }
     grpo_loss_stats local = {0};

@@ -16,7 +16,11 @@
  * denom = the number of trained transitions of the whole batch (grpo_count_transitions), so gradients summed over
  * micro-batches do not depend on the split. Weights are fp32; the velocity of a sample does not depend on its batch
  * mates (the DiT's contract), so on the first update logp_new equals the rollout's log-prob bit for bit, whatever the
- * micro-batch size. */
+ * micro-batch size.
+ * Image to video (Wan 2.2 TI2V; trajectories with a `condition`, core/trajectory.h): the forwards take the stored
+ * latents as they are (frame 0 is the condition) with per-token timesteps, and the step, its log-prob, the KL and
+ * GRPO-Guard's bias run over the generated frames only (model/flow/first_frame.h), exactly as the rollout's did; the
+ * velocity of frame 0 gets no gradient. A batch is conditioned throughout or not at all. */
 #ifndef TRAINER_TRAIN_STEP_H
 #define TRAINER_TRAIN_STEP_H
 
