@@ -39,10 +39,12 @@ static void compare(const wan_config *c, wan_shape sh, const char *label, unsign
     double *rel = calloc((size_t)m.layout.count, sizeof(double));
     REQUIRE_OK(wan_dev_compare(emu(), &m, &sh, seed + 1, &r, rel));
     printf("  %s: out rel-L2 %.2e (max-rel %.2e, band %.0e); grads: all %.2e, worst %.2e (%s), worst key bias %.2e "
-           "(%s), dx %.2e, denc %.2e (band %.0e, key biases %.0e); recompute %s, repeat %s, batch mates %s\n",
+           "(%s), dx %.2e, denc %.2e (band %.0e, key biases %.0e); recompute %s, checkpoint %s, repeat %s, batch "
+           "mates %s\n",
            label, r.out_rel_l2, r.out_max_rel, WAN_DEV_BAND_OUT, r.grad_rel_l2, r.grad_worst_rel_l2, r.grad_worst,
            r.key_bias_rel_l2, r.key_bias_worst, r.dx_rel_l2, r.denc_rel_l2, WAN_DEV_BAND_GRAD, WAN_DEV_BAND_KEY_BIAS,
-           r.recompute_same ? "same bits" : "DIFFER", r.repeat_same ? "same bits" : "DIFFER",
+           r.recompute_same ? "same bits" : "DIFFER", r.checkpoint_same ? "same bits" : "DIFFER",
+           r.repeat_same ? "same bits" : "DIFFER",
            r.batch_same ? "same bits" : "DIFFER");
     CHECK(r.out_rel_l2 <= WAN_DEV_BAND_OUT);
     CHECK(r.out_rel_l2 > 1e-5); /* the bf16 rounding really happened */
@@ -57,6 +59,7 @@ static void compare(const wan_config *c, wan_shape sh, const char *label, unsign
     CHECK(r.dx_rel_l2 <= WAN_DEV_BAND_GRAD);
     CHECK(r.denc_rel_l2 <= WAN_DEV_BAND_GRAD);
     CHECK(r.recompute_same);
+    CHECK(r.checkpoint_same); /* whole-block checkpointing: STORE's gradients bit for bit */
     CHECK(r.repeat_same);
     CHECK(r.batch_same == 1);
     free(rel);

@@ -137,6 +137,7 @@ typedef struct {
     double key_bias_rel_l2;          /* the worst key bias (attn1/attn2.to_k.bias: see WAN_DEV_BAND_KEY_BIAS) */
     char key_bias_worst[WAN_NAME_MAX];
     int recompute_same;              /* 1: the device's RECOMPUTE gradients (and out, dx, denc) equal STORE's bits */
+    int checkpoint_same;             /* 1: the device's CHECKPOINT gradients (and out, dx, denc) equal STORE's bits */
     int repeat_same;                 /* 1: the device forward run twice gives the same bits */
     int batch_same;                  /* 1: sample 1's forward alone (B 1) equals its rows of the batch's, bit for bit;
                                         0: differs; -1: not measured (B < 2) */
@@ -155,7 +156,7 @@ typedef struct {
 /* 1 if tensor `name` is a key bias (its band is WAN_DEV_BAND_KEY_BIAS). */
 int wan_dev_is_key_bias(const char *name);
 
-/* Runs m's fp32 CPU forward+backward (k_cpu_ops, WAN_ACTS_STORE) and the device model's (STORE, then RECOMPUTE) on
+/* Runs m's fp32 CPU forward+backward (k_cpu_ops, WAN_ACTS_STORE) and the device model's (STORE, RECOMPUTE, CHECKPOINT) on
  * the same inputs: x, enc uniform in [-2, 2), timesteps uniform in [0, 1000) (per token when shape->
  * per_token_timestep), dout uniform in [-1, 1), all from seed; then the device forward once more (repeat) and, when
  * B >= 2, sample 1 alone (batch mates); fills rep. grad_rel (may be NULL): [layout.count], each parameter tensor's

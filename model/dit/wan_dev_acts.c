@@ -1,7 +1,9 @@
 /* model/dit/wan_dev_acts.c — device activation memory of the Wan transformer for one (config, shape, mode):
  * wan_acts.c's plan with dtypes (wan_dev_internal.h), one device allocation laid out by a planning pass that runs
  * twice (count, then assign). What each mode keeps is wan_dit.h's "Activation memory"; here every kept activation is
- * bf16 and the statistics, LSE, modulation rows and velocity fp32, so a mode needs about half the CPU's bytes. */
+ * bf16 and the statistics, LSE, modulation rows and velocity fp32, so a mode needs about half the CPU's bytes.
+ * WAN_ACTS_CHECKPOINT (device only): every block's input (the residual stream) plus ONE block's full set (what STORE
+ * keeps per block), shared by the forward and by each block's rerun in the backward. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,9 @@ static void plan(wan_dev_acts *A, arena *ar) {
     const int64_t BS = B * S, X = BS * D, T = B * L * D;
     const int nl = c->num_layers;
     const int train = A->mode != WAN_ACTS_INFER;
+    /* per block: STORE and RECOMPUTE keep every block's GEMM/attention results; INFER and CHECKPOINT one shared set
+     * (CHECKPOINT: the set a block's backward reruns its forward into, elementwise results included) */
+    const int per_block = A->mode == WAN_ACTS_STORE || A->mode == WAN_ACTS_RECOMPUTE;
     const int store = A->mode == WAN_ACTS_STORE;
 
     A->rope_cos = T32(ar, S * (A->Dh / 2));
@@ -52,14 +57,15 @@ static void plan(wan_dev_acts *A, arena *ar) {
         if (A->res) A->res[l] = r;
     }
 
-    /* shared sets: "e" = the elementwise results when not stored; "k" = everything when not training */
+    /* shared sets: "e" = the elementwise results when not stored per block; "k" = everything else when not kept
+     * per block */
     wan_dev_block_acts e = {0}, k = {0};
     if (!store) {
         e.xn1 = T16(ar, X), e.xm1 = T16(ar, X), e.q = T16(ar, X), e.k = T16(ar, X), e.x1 = T16(ar, X);
         e.xn2 = c->cross_attn_norm ? T16(ar, X) : NULL;
         e.q2 = T16(ar, X), e.k2 = T16(ar, T), e.xn3 = T16(ar, X), e.xm3 = T16(ar, X), e.ha = T16(ar, BS * Fd);
     }
-    if (!train) {
+    if (!per_block) {
         k.mean1 = T32(ar, BS), k.rstd1 = T32(ar, BS), k.q_pre = T16(ar, X), k.k_pre = T16(ar, X);
         k.v = T16(ar, X), k.rstd_q = T32(ar, BS), k.rstd_k = T32(ar, BS), k.o = T16(ar, X);
         k.lse = T32(ar, B * H * S), k.y1 = T16(ar, X), k.mean2 = T32(ar, BS), k.rstd2 = T32(ar, BS);
@@ -69,7 +75,7 @@ static void plan(wan_dev_acts *A, arena *ar) {
     }
     for (int l = 0; l < nl; l++) {
         wan_dev_block_acts b = {0};
-        if (train) {
+        if (per_block) {
             b.mean1 = T32(ar, BS), b.rstd1 = T32(ar, BS), b.q_pre = T16(ar, X), b.k_pre = T16(ar, X);
             b.v = T16(ar, X), b.rstd_q = T32(ar, BS), b.rstd_k = T32(ar, BS), b.o = T16(ar, X);
             b.lse = T32(ar, B * H * S), b.y1 = T16(ar, X);
@@ -124,7 +130,7 @@ static int setup(wan_dev_acts *A, const wan_config *cfg, const wan_shape *shape,
     if (Fp > cfg->rope_max_seq_len || Hp > cfg->rope_max_seq_len || Wp > cfg->rope_max_seq_len)
         return core_error("wan shape: patch grid %d x %d x %d exceeds rope_max_seq_len %d", Fp, Hp, Wp,
                           cfg->rope_max_seq_len);
-    if (mode != WAN_ACTS_INFER && mode != WAN_ACTS_STORE && mode != WAN_ACTS_RECOMPUTE)
+    if (mode != WAN_ACTS_INFER && mode != WAN_ACTS_STORE && mode != WAN_ACTS_RECOMPUTE && mode != WAN_ACTS_CHECKPOINT)
         return core_error("wan acts: unknown mode %d", (int)mode);
     A->cfg = *cfg;
     A->shape = *shape;

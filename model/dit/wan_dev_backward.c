@@ -4,7 +4,8 @@
  * on exit d(block input)); where a GEMM reads it (dY of attn2.to_out and of the patch embedding) it is first
  * rounded into A->dres16. Likewise the text context's and the time embedding's gradients accumulate in fp32 and are
  * rounded once for their GEMMs. Under WAN_ACTS_RECOMPUTE the block's elementwise results are first recomputed with
- * the forward's own functions (the same bits). */
+ * the forward's own functions (the same bits); under WAN_ACTS_CHECKPOINT the whole block's forward is rerun from its
+ * kept input (wan_dev_block_forward: the same bits), then its backward reads the shared set as STORE's would. */
 #include <string.h>
 
 #include "core/error.h"
@@ -28,12 +29,15 @@ static int recompute_block(const wan_dev_model *d, const wan_dev_acts *A, const 
 #define W(f) wd_w(d, w->f)
 
 static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_block_weights *w,
-                          wan_dev_block_acts *b) {
+                          wan_dev_block_acts *b, kb_bf16 *out) {
     const k_dev_ops *dev = A->dev;
     const int B = A->shape.B, S = A->S, D = A->D, L = A->L, Fd = A->Fd, BS = B * S, BL = B * L, H = A->H;
     const int pt = A->shape.per_token_timestep, st = 6 * D, Dh = A->Dh;
     const int64_t X = (int64_t)BS * D, T = (int64_t)BL * D;
     const float scale = wan_attn_scale(Dh);
+    /* whole-block checkpointing: the block's forward again from its kept input into the shared set (its output, the
+     * next block's input, is written again with the same bits) */
+    if (A->mode == WAN_ACTS_CHECKPOINT) WD_TRY(wan_dev_block_forward(d, A, w, b, out));
     WD_TRY(wan_dev_block_modulation(d, A, w));
     if (A->mode == WAN_ACTS_RECOMPUTE) WD_TRY(recompute_block(d, A, w, b));
     WD_TRY(wan_dev_zero32(dev, A->dmod, (int64_t)A->R * 6 * D));
@@ -160,7 +164,7 @@ int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, 
                                    1));
 
     for (int l = c->num_layers - 1; l >= 0; l--)
-        if (block_backward(d, A, &w->blocks[l], &A->blk[l])) return core_error_push("block %d: ", l);
+        if (block_backward(d, A, &w->blocks[l], &A->blk[l], A->res[l + 1])) return core_error_push("block %d: ", l);
 
     /* patch embedding */
     WD_TRY(wan_dev_to_bf16(dev, A->dres16, wd_in32(A->dres), X));

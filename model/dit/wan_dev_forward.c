@@ -84,8 +84,8 @@ int wan_dev_ew_gelu(const wan_dev_acts *A, wan_dev_block_acts *b) {
 
 /* ---- one block: WanTransformerBlock.forward ---- */
 
-static int block_forward(const wan_dev_model *d, const wan_dev_acts *A, const wan_block_weights *w,
-                         wan_dev_block_acts *b, kb_bf16 *out) {
+int wan_dev_block_forward(const wan_dev_model *d, const wan_dev_acts *A, const wan_block_weights *w,
+                          wan_dev_block_acts *b, kb_bf16 *out) {
     const k_dev_ops *dev = A->dev;
     const int B = A->shape.B, S = A->S, D = A->D, L = A->L, BS = B * S, pt = A->shape.per_token_timestep;
     const float scale = wan_attn_scale(A->Dh);
@@ -161,7 +161,8 @@ int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->ctx), A->e1a, wd_w(d, w->text2_w), wd_w(d, w->text2_b), B * L, D, D));
 
     for (int l = 0; l < c->num_layers; l++)
-        if (block_forward(d, A, &w->blocks[l], &A->blk[l], A->res[l + 1])) return core_error_push("block %d: ", l);
+        if (wan_dev_block_forward(d, A, &w->blocks[l], &A->blk[l], A->res[l + 1]))
+            return core_error_push("block %d: ", l);
 
     /* output norm, modulation by (scale_shift_table + temb), projection (fp32: the velocity), unpatchify */
     WD_TRY(dev->add_table_forward(wd_out32(A->modo), wd_in(wd_w(d, w->scale_shift_table)), wd_in(A->temb), R, 2, D,

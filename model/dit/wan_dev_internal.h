@@ -124,6 +124,10 @@ int wan_dev_ew_x1(const wan_dev_model *d, const wan_dev_acts *A, const wan_block
 int wan_dev_ew_qk2(const wan_dev_model *d, const wan_dev_acts *A, const wan_attn_weights *w, wan_dev_block_acts *b);
 int wan_dev_ew_norm3(const wan_dev_acts *A, wan_dev_block_acts *b);
 int wan_dev_ew_gelu(const wan_dev_acts *A, wan_dev_block_acts *b);
+/* One block (WanTransformerBlock.forward) from b->x into out, keeping what b holds; WAN_ACTS_CHECKPOINT's backward
+ * reruns it into the shared set (the same calls on the same inputs: the same bits). */
+int wan_dev_block_forward(const wan_dev_model *d, const wan_dev_acts *A, const wan_block_weights *w,
+                          wan_dev_block_acts *b, kb_bf16 *out);
 /* 0 when d and A belong together (config, device), else -1 naming who. */
 int wan_dev_check_pair(const wan_dev_model *d, const wan_dev_acts *A, const char *who);
 

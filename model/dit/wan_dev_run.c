@@ -128,7 +128,7 @@ int wan_dev_compare(const k_dev_ops *dev, const wan_model *m, const wan_shape *s
     if (!(ca = wan_acts_new(c, sh, WAN_ACTS_STORE))) goto out;
     if (wan_forward(&cpu, ca, NULL, o_c, x, t, e) || wan_backward(&cpu, ca, NULL, dx_c, de_c, go)) goto out;
 
-    /* the device: STORE, then RECOMPUTE (same bits expected), then the forward once more (repeat) */
+    /* the device: STORE, then RECOMPUTE and CHECKPOINT (same bits expected), then the forward once more (repeat) */
     if (wan_dev_model_init(&d, dev, m)) goto out;
     if (!(da = wan_dev_acts_new(dev, c, sh, WAN_ACTS_STORE))) goto out;
     if (wan_dev_run_host(&d, da, o_d, x, t, e, go, dx_d, de_d) || wan_dev_grads_download(&d, g_d)) goto out;
@@ -137,6 +137,11 @@ int wan_dev_compare(const k_dev_ops *dev, const wan_model *m, const wan_shape *s
     if (wan_dev_run_host(&d, da, o_2, x, t, e, go, dx_2, de_2) || wan_dev_grads_download(&d, g_2)) goto out;
     rep->recompute_same = !memcmp(o_d, o_2, no * 4) && !memcmp(dx_d, dx_2, nx * 4) && !memcmp(de_d, de_2, ne * 4) &&
                           !memcmp(g_d, g_2, np * 4);
+    wan_dev_acts_free(da); /* whole-block checkpointing: each block's forward rerun in the backward */
+    if (!(da = wan_dev_acts_new(dev, c, sh, WAN_ACTS_CHECKPOINT))) goto out;
+    if (wan_dev_run_host(&d, da, o_2, x, t, e, go, dx_2, de_2) || wan_dev_grads_download(&d, g_2)) goto out;
+    rep->checkpoint_same = !memcmp(o_d, o_2, no * 4) && !memcmp(dx_d, dx_2, nx * 4) && !memcmp(de_d, de_2, ne * 4) &&
+                           !memcmp(g_d, g_2, np * 4);
     if (wan_dev_run_host(&d, da, o_2, x, t, e, NULL, NULL, NULL)) goto out;
     rep->repeat_same = !memcmp(o_d, o_2, no * 4);
 

@@ -259,6 +259,9 @@ typedef struct {
     void *attn_ctx;
     sp_comm *sp;
     int lora_off;            /* 1: run without the model's LoRA adapter (the KL reference = the base model) */
+    struct wan_dev_exec *dev; /* not NULL: the model runs on a device (model/dit/wan_dev_exec.h, model.device cuda):
+                                the rollout engine and the training step call that executor instead of wan_forward /
+                                wan_backward (which ignore this field); NULL: the fp32 CPU model */
 } wan_exec;
 
 /* Problem size of one call. */
@@ -272,7 +275,9 @@ typedef struct {
 typedef enum {
     WAN_ACTS_INFER = 0,      /* forward only; nothing kept per block */
     WAN_ACTS_STORE = 1,      /* forward keeps everything backward needs */
-    WAN_ACTS_RECOMPUTE = 2   /* forward keeps the GEMM/attention results; backward recomputes norms, RoPE, ... */
+    WAN_ACTS_RECOMPUTE = 2,  /* forward keeps the GEMM/attention results; backward recomputes norms, RoPE, ... */
+    WAN_ACTS_CHECKPOINT = 3  /* the device model only (wan_dev.h; the CPU model refuses it): whole-block
+                                checkpointing, forward keeps each block's input, backward reruns the block */
 } wan_acts_mode;
 
 typedef struct wan_acts wan_acts; /* activations + scratch for one (config, shape, mode); model/dit/wan_internal.h */

@@ -1,0 +1,191 @@
+/* model/dit/wan_dev_exec.c — the DiT executor on a device (wan_dev_exec.h): the process's shared executor per
+ * device, the device copies of host models keyed by (address, weights version), and forward/backward with host
+ * fp32 tensors through one growing staging buffer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cuda/emu/k_emu.h"
+#include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_dev_internal.h"
+
+typedef struct {
+    const wan_model *host;
+    wan_dev_model d;
+    int64_t version;
+    int known; /* version is set */
+} slot;
+
+struct wan_dev_exec {
+    const k_dev_ops *dev;
+    int emulated, refs, shared; /* shared: the process's executor of its device (g_exec) */
+    slot **s;                   /* each slot its own allocation: wan_dev_exec_model's pointers stay valid */
+    int n, cap;
+    float *io; /* device staging: x | enc | out, or dout */
+    size_t io_floats;
+};
+
+/* The process's executors: [0] the GPU, [1] the emulated device. */
+static wan_dev_exec *g_exec[2];
+
+int wan_dev_exec_emulating(void) {
+    const char *e = getenv(WAN_DEV_EMULATE_ENV);
+    return e && !strcmp(e, "1");
+}
+
+int wan_dev_exec_open(const char *device, wan_dev_exec **out) {
+    *out = NULL;
+    if (!device || !strcmp(device, "cpu")) return 0;
+    if (strcmp(device, "cuda")) return core_error("model.device: must be cpu or cuda, got \"%s\"", device);
+    const int emu = wan_dev_exec_emulating();
+    wan_dev_exec *x = g_exec[emu];
+    if (!x) {
+        const k_dev_ops *dev = &k_emu_ops;
+        if (!emu) {
+            char why[K_WHY_MAX];
+            if (!(dev = k_cuda_device(why))) return core_error("model.device: cuda: %s", why);
+        }
+        if (!(x = wan_dev_exec_new(dev))) return -1;
+        x->emulated = emu, x->shared = 1, x->refs = 0;
+        g_exec[emu] = x;
+        if (emu)
+            core_log_warn("model.device cuda: the EMULATED device (%s=1: host memory, the kernel bodies and k_cpu_ops "
+                          "on the CPU, bf16 storage as on the GPU): a test of the device code path, not a GPU",
+                          WAN_DEV_EMULATE_ENV);
+    }
+    x->refs++;
+    *out = x;
+    return 0;
+}
+
+wan_dev_exec *wan_dev_exec_new(const k_dev_ops *dev) {
+    wan_dev_exec *x = calloc(1, sizeof *x);
+    if (!x) return core_error("out of memory"), NULL;
+    x->dev = dev, x->refs = 1;
+    return x;
+}
+
+void wan_dev_exec_close(wan_dev_exec *x) {
+    if (!x || --x->refs > 0) return;
+    for (int i = 0; i < x->n; i++) wan_dev_model_free(&x->s[i]->d), free(x->s[i]);
+    x->dev->mem_free(x->io);
+    free(x->s);
+    if (x->shared) g_exec[x->emulated] = NULL;
+    free(x);
+}
+
+const k_dev_ops *wan_dev_exec_ops(const wan_dev_exec *x) { return x->dev; }
+const char *wan_dev_exec_name(const wan_dev_exec *x) { return x->dev->name; }
+
+static slot *find(wan_dev_exec *x, const wan_model *m) {
+    for (int i = 0; i < x->n; i++)
+        if (x->s[i]->host == m) return x->s[i];
+    return NULL;
+}
+
+/* m's slot, made (and its weights uploaded) when missing. */
+static slot *get(wan_dev_exec *x, const wan_model *m) {
+    slot *s = find(x, m);
+    if (s) return s;
+    if (x->n == x->cap) {
+        const int cap = x->cap ? 2 * x->cap : 4;
+        slot **ns = realloc(x->s, sizeof *ns * (size_t)cap);
+        if (!ns) return core_error("out of memory"), NULL;
+        x->s = ns, x->cap = cap;
+    }
+    if (!(s = calloc(1, sizeof *s))) return core_error("out of memory"), NULL;
+    if (wan_dev_model_init(&s->d, x->dev, m)) return free(s), NULL;
+    s->host = m;
+    x->s[x->n++] = s;
+    return s;
+}
+
+wan_dev_model *wan_dev_exec_model(wan_dev_exec *x, const wan_model *m) {
+    slot *s = get(x, m);
+    return s ? &s->d : NULL;
+}
+
+int wan_dev_exec_sync(wan_dev_exec *x, const wan_model *m, int64_t version) {
+    slot *s = find(x, m);
+    if (s && s->known && s->version == version) return 0;
+    if (!s) { /* new: get() uploads */
+        if (!(s = get(x, m))) return -1;
+    } else if (wan_dev_model_upload(&s->d)) {
+        return -1;
+    }
+    s->version = version, s->known = 1;
+    return 0;
+}
+
+int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t version) {
+    slot *s = get(x, m);
+    if (!s) return -1;
+    s->version = version, s->known = 1;
+    return 0;
+}
+
+void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m) {
+    if (!x) return;
+    for (int i = 0; i < x->n; i++)
+        if (x->s[i]->host == m) {
+            wan_dev_model_free(&x->s[i]->d);
+            free(x->s[i]);
+            x->s[i] = x->s[--x->n];
+            return;
+        }
+}
+
+wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode) {
+    return wan_dev_acts_new(x->dev, cfg, shape, mode);
+}
+
+/* At least n floats of device staging. */
+static float *staging(wan_dev_exec *x, size_t n) {
+    if (n <= x->io_floats) return x->io;
+    x->dev->mem_free(x->io);
+    x->io_floats = 0;
+    if (!(x->io = x->dev->mem_alloc(n * sizeof(float))))
+        return core_error_push("wan_dev_exec: %.1f MiB of staging: ", n * 4.0 / 1048576.0), NULL;
+    x->io_floats = n;
+    return x->io;
+}
+
+int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
+                         const float *timestep, const float *enc) {
+    const k_dev_ops *dev = x->dev;
+    const wan_config *c = &m->cfg;
+    const wan_shape *sh = &a->shape;
+    const size_t vox = (size_t)sh->F * sh->H * sh->W;
+    const size_t nx = (size_t)sh->B * c->in_channels * vox, no = (size_t)sh->B * c->out_channels * vox;
+    const size_t ne = (size_t)sh->B * sh->L * c->text_dim;
+    slot *s = get(x, m);
+    float *io = s ? staging(x, nx + ne + no) : NULL;
+    if (!io) return core_error_push("wan_dev_exec_forward: ");
+    float *x_d = io, *e_d = io + nx, *o_d = io + nx + ne;
+    if (dev->mem_upload(x_d, xin, nx * 4) || dev->mem_upload(e_d, enc, ne * 4) ||
+        wan_dev_forward(&s->d, a, kb_out_f32(o_d), kb_in_f32(x_d), timestep, kb_in_f32(e_d)) ||
+        dev->mem_download(out, o_d, no * 4) || dev->mem_sync())
+        return core_error_push("wan_dev_exec_forward (%s): ", wan_dev_exec_name(x));
+    return 0;
+}
+
+int wan_dev_exec_zero_grads(wan_dev_exec *x, const wan_model *m) {
+    slot *s = get(x, m);
+    if (!s || wan_dev_alloc_grads(&s->d) || wan_dev_zero_grads(&s->d)) return core_error_push("wan_dev_exec: ");
+    return 0;
+}
+
+int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const float *dout) {
+    const k_dev_ops *dev = x->dev;
+    const wan_shape *sh = &a->shape;
+    const size_t no = (size_t)sh->B * m->cfg.out_channels * sh->F * sh->H * sh->W;
+    slot *s = get(x, m);
+    float *g_d = s ? staging(x, no) : NULL;
+    if (!g_d || wan_dev_alloc_grads(&s->d)) return core_error_push("wan_dev_exec_backward: ");
+    if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward(&s->d, a, WD_NO_OUT, WD_NO_OUT, kb_in_f32(g_d)) ||
+        dev->mem_sync())
+        return core_error_push("wan_dev_exec_backward (%s): ", wan_dev_exec_name(x));
+    return 0;
+}

@@ -1,0 +1,91 @@
+/* model/dit/wan_dev_exec.h — the DiT executor on a device (issue 15, phase 3): what the rollout engine
+ * (rollout/engine.c) and the training step (trainer/train_step.c) call instead of wan_forward / wan_backward when the
+ * recipe says model.device: cuda. It holds the device copies of the host models it is shown (wan_dev.h: bf16 weights
+ * at the host table's offsets, fp32 gradients), keyed by the host model's address and a weights version, and runs
+ * the device model with HOST fp32 tensors in and out: x, timestep and enc are uploaded, the velocity (proj_out's
+ * fp32 GEMM result) is downloaded as fp32, the output gradient dout uploaded.
+ *
+ * Why the flow arithmetic stays on the host: the velocity leaves the device in fp32, so the schedule, SDE step,
+ * log-prob, KL, CFG combination, loss and advantages run in the very functions of the CPU path (model/flow,
+ * trainer/grpo): DESIGN.md section 4's "one function computes mean, std and logp; rollout and trainer both call it"
+ * holds on the device path too, and exactly (nothing to match bit for bit between a kernel and model/flow). The
+ * price is one download of the velocity and one upload of dout per forward/backward: C*F*H*W floats per row
+ * (8.4 MB at Wan 2.1's 81 x 480 x 832), next to a forward that moves tens of GB through the GPU's memory. The
+ * k_dev_ops flow entries (sde_step, cfg_combine, ...) are there for when that transfer shows up in a profile.
+ *
+ * Where the device comes from (wan_dev_exec_open): model.device cuda is the GPU of the CUDA backend (k_cuda_device:
+ * a `make cuda` build on a machine with a GPU). For tests only, the environment variable VGRPO_EMULATE_DEVICE=1 puts
+ * the EMULATED device there instead (kernels/cuda/emu/k_emu.h: host memory, the kernel bodies on the CPU, k_cpu_ops
+ * for GEMM and attention on bf16 operands): the whole device code path (engine, trainer, optimizer, parity) runs in
+ * `make test` on a machine without a GPU. Every process that opens it says so on stderr ("EMULATED device ... not a
+ * GPU"); it is not a user feature and proves nothing about CUDA.
+ *
+ * One executor per device per process, shared (reference-counted) by whoever opens it: in local mode the trainer
+ * and the in-process rollout source see the same device copies, so the policy the trainer's device optimizer step
+ * just refreshed is what the next rollout samples with, without an upload. Not thread-safe (one host thread drives
+ * the device, as the CUDA backend's caches require).
+ *
+ * Weights versions: wan_dev_exec_sync(x, m, v) makes m's device copy hold version v of m's weights (uploaded when the
+ * copy is new or holds another version); a copy used before any sync is uploaded on first use. Whoever changes a
+ * host model's weights must sync it with a new version (the rollout worker after a weight update, the local source
+ * on push_weights) or, having changed the device copy itself (the trainer's device optimizer step), say so with
+ * wan_dev_exec_set_version. A host model that is freed must be forgotten first (wan_dev_exec_forget), since copies
+ * are keyed by address. */
+#ifndef MODEL_WAN_DEV_EXEC_H
+#define MODEL_WAN_DEV_EXEC_H
+
+#include <stdint.h>
+
+#include "model/dit/wan_dev.h"
+
+typedef struct wan_dev_exec wan_dev_exec;
+
+/* The environment variable that selects the emulated device for model.device cuda (tests only; see above). */
+#define WAN_DEV_EMULATE_ENV "VGRPO_EMULATE_DEVICE"
+
+/* The process's executor for model.device `device`: "cpu" gives *out = NULL (the fp32 CPU path) and 0; "cuda" the
+ * shared executor on the GPU, or on the emulated device when VGRPO_EMULATE_DEVICE=1. Every successful open with
+ * *out != NULL needs one wan_dev_exec_close. -1 with "model.device: cuda: <why>" (no CUDA backend in this build, no
+ * GPU: k_cuda_available's line), or naming a value other than cpu / cuda. */
+int wan_dev_exec_open(const char *device, wan_dev_exec **out);
+void wan_dev_exec_close(wan_dev_exec *x);
+/* An executor of its own on table dev (not the process's shared one; tests and the GPU check): close it once. */
+wan_dev_exec *wan_dev_exec_new(const k_dev_ops *dev);
+/* 1 when model.device cuda would run on the emulated device here (VGRPO_EMULATE_DEVICE=1). */
+int wan_dev_exec_emulating(void);
+
+const k_dev_ops *wan_dev_exec_ops(const wan_dev_exec *x);
+/* "emulated" or the GPU's table name ("cuda-bf16"). */
+const char *wan_dev_exec_name(const wan_dev_exec *x);
+
+/* ---- device copies of host models ---- */
+
+/* m's device copy at weights version `version` (uploaded when new or at another version). 0 or -1. */
+int wan_dev_exec_sync(wan_dev_exec *x, const wan_model *m, int64_t version);
+/* m's device copy was brought to `version` on the device (the trainer's optimizer step wrote its bf16 weights). */
+int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t version);
+/* m's device copy (made and uploaded on first use, version unknown); NULL with an error (out of device memory, a
+ * config the device refuses: wan_dev_config_check). The pointer stays valid until m is forgotten. The trainer's
+ * device optimizer (trainer/train_dev.h) writes its bf16 weights and reads its gradients through it. */
+wan_dev_model *wan_dev_exec_model(wan_dev_exec *x, const wan_model *m);
+/* Frees m's device copy (no-op when there is none). */
+void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m);
+
+/* ---- forward and backward with host tensors ---- */
+
+/* Device activations for m's config, the call's shape and mode (wan_dev_acts_new on the executor's device). */
+wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
+
+/* wan_forward's contract with the model on the device: x [B, C, F, H, W], timestep [B] (or [B, S]), enc
+ * [B, L, text_dim] host fp32 -> out [B, C_out, F, H, W] host fp32 (the device's fp32 velocity). The shape is a's.
+ * A sample's output does not depend on its batch mates where the device's GEMM and attention are batch-invariant
+ * (the emulated device: tested; the GPU: gpu_check's "batch mates" row). 0 or -1. */
+int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
+                         const float *timestep, const float *enc);
+/* wan_backward's contract: dout [B, C_out, F, H, W] host fp32; the parameter gradients ACCUMULATE (+=) into m's
+ * device gradients (allocated zeroed on first use; wan_dev_exec_zero_grads). No dx / d enc. 0 or -1. */
+int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const float *dout);
+/* Zeroes m's device gradients (allocating them). */
+int wan_dev_exec_zero_grads(wan_dev_exec *x, const wan_model *m);
+
+#endif
