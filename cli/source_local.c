@@ -6,7 +6,10 @@
  * Samples are those a rollout worker would make (the same engine, the conditioning bytes the trainer passes, the
  * same decoder and scorers): a local run equals a colocated one bit for bit. Weights are never copied: push_weights
  * and start point the engine at the trainer's experts (the policy, or the EMA for an eval). With LoRA those experts
- * carry their adapters (model/dit/wan_lora.h), which the engine's forward applies: nothing to sync. */
+ * carry their adapters (model/dit/wan_lora.h), which the engine's forward applies: nothing to sync.
+ * model.device cuda: the engine's DiT runs on the process's device executor (model/dit/wan_dev_exec.h), the one the
+ * trainer trains on, so push_weights only brings a device copy to the pushed version (wan_dev_exec_sync): a no-op
+ * for the policy the trainer's device optimizer step just wrote, an upload for the EMA of an eval. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +18,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/stop.h"
+#include "model/dit/wan_dev_exec.h"
 #include "reward/scorers.h"
 #include "rollout/engine.h"
 #include "rollout/pipeline.h"
@@ -30,6 +34,8 @@ typedef struct {
     double weight[CORE_TRAJ_MAX_REWARDS];
     const wan_model *experts[2];
     int n_experts;
+    wan_dev_exec *dx; /* model.device cuda: the device executor (NULL: the CPU) */
+    wan_exec exec;    /* .dev = dx */
 } local_src;
 
 int source_local_check(const core_recipe *r) {
@@ -88,7 +94,7 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
     }
     rc.velocities = vel;
     const rollout_experts ex = {L->n_experts, {L->experts[0], L->experts[1]}};
-    if (rollout_generate(&rc, &ex, NULL, n, cond, uids, pidx, tr)) goto done;
+    if (rollout_generate(&rc, &ex, L->dx ? &L->exec : NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int j = 0; j < n; j++) {
         uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
@@ -117,9 +123,11 @@ done:
 static int local_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,
                       int *hash_match, int64_t *bytes) {
     local_src *L = ctx;
-    (void)version;
     for (int e = 0; e < n_experts && e < 2; e++)
-        if (!send || send[e] || !L->experts[e]) L->experts[e] = experts[e];
+        if (!send || send[e] || !L->experts[e]) {
+            L->experts[e] = experts[e];
+            if (L->dx && wan_dev_exec_sync(L->dx, experts[e], version)) return -1;
+        }
     L->n_experts = n_experts;
     *hash_match = -1; /* nothing crossed a process */
     *bytes = 0;
@@ -170,6 +178,8 @@ trainer_source *source_local_open(const core_recipe *r) {
     L->rc.guidance_scale_2 = r->guidance_scale_2;
     L->rc.boundary_ratio = r->boundary_ratio;
     L->rc.should_stop = core_stop_interrupt; /* SIGINT/SIGTERM inside a step of trainer_run (core/stop.h) */
+    if (wan_dev_exec_open(r->device, &L->dx)) goto fail;
+    L->exec = (wan_exec){.dev = L->dx};
     L->src = (trainer_source){.mode = "local", .n_workers = 1, .ctx = L, .rollout = local_rollout,
                               .push_weights = local_push, .start = local_start};
     return &L->src;
@@ -183,5 +193,6 @@ void source_local_close(trainer_source *s) {
     if (!s) return;
     local_src *L = s->ctx;
     rollout_decoder_free(&L->dec);
+    wan_dev_exec_close(L->dx);
     free(L);
 }

@@ -109,8 +109,8 @@ const core_cfg_entry core_recipe_schema[] = {
      "two-expert pipelines: the experts trained (a frozen one is not trained or synced)"},
     {"algorithm.ema_decay", CORE_CFG_DOUBLE, O(ema_decay), "0", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL,
      "EMA of the weights for eval (0: off; e.g. 0.99)"},
-    {"algorithm.activations", CORE_CFG_STRING, O(activations), "store", 0, 0, 0, "store|recompute",
-     "activation memory mode"},
+    {"algorithm.activations", CORE_CFG_STRING, O(activations), "store", 0, 0, 0, "store|recompute|checkpoint",
+     "activation memory mode (checkpoint: model.device cuda only, each block rerun in the backward)"},
     {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},
     {"optim.beta1", CORE_CFG_DOUBLE, O(beta1), "0.9", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta1"},
     {"optim.beta2", CORE_CFG_DOUBLE, O(beta2), "0.999", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta2"},
@@ -173,6 +173,9 @@ int core_recipe_check(core_recipe *r) {
     if (cuda && strcmp(r->dtype, "bf16"))
         return core_error("model.dtype: %s on model.device cuda is not implemented (the device model computes in "
                           "bf16 with fp32 statistics, master weights and optimizer state)", r->dtype);
+    if (!cuda && r->activations && !strcmp(r->activations, "checkpoint"))
+        return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
+                          "(model.device cuda); the CPU model has store and recompute");
     if (r->scorers.n < 1) return core_error("reward.scorers: at least one scorer is needed");
     for (int i = 0; i < r->scorers.n; i++) {
         if (!r->scorers.v[i] || !r->scorers.v[i][0]) return core_error("reward.scorers.%d: empty name", i);

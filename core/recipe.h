@@ -14,10 +14,11 @@
  *                                  vae_latents_to_u8: 1 + 4(T-1) frames at rollout.height x width) or by the tiny
  *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)
  *   model.device                   cpu | cuda: where the transformer runs. cpu: the fp32 reference; cuda: the bf16
- *                                  model on one GPU (model/dit/wan_dev.h; issue 15). `vgrpo run/eval/parity` refuse
- *                                  cuda with one line on a build or machine without a GPU (kernels.h
- *                                  k_cuda_available), and everywhere until the sampler and the training step run
- *                                  on the device (issue 15 phase 3); --dry-run checks the recipe on any machine
+ *                                  model on one GPU (model/dit/wan_dev.h, the sampler's and the trainer's DiT
+ *                                  through model/dit/wan_dev_exec.h; issue 15). `vgrpo run/eval/parity` refuse cuda
+ *                                  with one line on a build or machine without a GPU (kernels.h k_cuda_available);
+ *                                  cuda trains on one device, every weight (parallel.trainer_ranks 1, sp 1, no
+ *                                  model.lora yet); --dry-run checks the recipe on any machine
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
  *                                  weights, AdamW state and everything of DESIGN.md section 4 stay fp32 either way
@@ -80,7 +81,8 @@
  *   algorithm.ema_decay            0 (off) or d in (0, 1): after every optimizer step ema = d ema + (1 - d) weights;
  *                                  eval and sample videos then use the EMA (metrics eval/ema = 1), checkpoints keep
  *                                  it under ema/
- *   algorithm.activations          store | recompute
+ *   algorithm.activations          store | recompute | checkpoint (model.device cuda only: whole-block
+ *                                  checkpointing, each block's input kept and the block rerun in the backward)
  *   optim.lr, beta1, beta2, eps, weight_decay, max_grad_norm (<= 0: no clipping), schedule (constant | linear |
  *   cosine), warmup_steps (optimizer steps), total_steps (GRPO steps of the run; the schedule spans total_steps x U
  *   optimizer steps)

@@ -151,6 +151,14 @@ int rollout_pipeline_load_lora(rollout_pipeline *p, const core_recipe *r, const 
         rollout_pipeline_free(p);
         return -1;
     }
+    /* model.device cuda: the experts run on the device executor; LoRA there is not implemented yet */
+    if (wan_dev_exec_open(r->device, &p->dx) ||
+        (p->dx && (p->lora[0].layout.count || p->lora[1].layout.count) &&
+         core_error("model.lora: LoRA adapters on model.device cuda are not implemented yet"))) {
+        rollout_pipeline_free(p);
+        return -1;
+    }
+    p->exec = (wan_exec){.dev = p->dx};
     return 0;
 }
 
@@ -176,6 +184,11 @@ int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *vi
 }
 
 void rollout_pipeline_free(rollout_pipeline *p) {
+    if (p->dx) {
+        wan_dev_exec_forget(p->dx, &p->model[0]);
+        wan_dev_exec_forget(p->dx, &p->model[1]);
+        wan_dev_exec_close(p->dx);
+    }
     wan_model_free(&p->model[0]);
     wan_model_free(&p->model[1]);
     wan_lora_free(&p->lora[0]);

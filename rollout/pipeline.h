@@ -18,6 +18,7 @@
 #include "core/trajectory.h"
 #include "model/vae/latent_rgb.h"
 #include "model/text/text_cond.h"
+#include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_dit.h"
 #include "model/dit/wan_lora.h"
 #include "model/vae/wan_vae.h"
@@ -52,7 +53,13 @@ typedef struct {
     text_cond *text;              /* model.text_encoder (umt5 or word_embed), cached per prompt */
     rollout_decoder dec;          /* model.decoder: dec.frames, dec.height, dec.width give the video size */
     rollout_config rc;            /* sampling: rollout.* of the recipe (stream: rollout noise) */
+    wan_dev_exec *dx;             /* model.device cuda: the experts' DiT on the device (model/dit/wan_dev_exec.h;
+                                     sync each expert with the weights version it holds before a rollout); NULL: CPU */
+    wan_exec exec;                /* rollout_generate's ex on the device (.dev = dx); pass rollout_pipeline_exec(p) */
 } rollout_pipeline;
+
+/* rollout_generate's ex for the pipeline: NULL on the CPU, &p->exec on the device. */
+static inline const wan_exec *rollout_pipeline_exec(const rollout_pipeline *p) { return p->dx ? &p->exec : NULL; }
 
 /* Loads the pipeline of recipe r (model.path, model.text_encoder, model.decoder, rollout.*, model.boundary_ratio).
  * transformer_dir: the high-noise (or only) expert's folder instead of model.path/transformer (a checkpoint's

@@ -84,7 +84,9 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
         for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;
         rc_.velocities = vel;
     }
-    if (rollout_generate(&rc_, &p->experts, NULL, n, cond, uids, pidx, tr)) goto done;
+    for (int e = 0; p->dx && e < p->experts.n; e++) /* the device copies hold the weights of this version */
+        if (wan_dev_exec_sync(p->dx, p->experts.expert[e], w->st.version)) goto done;
+    if (rollout_generate(&rc_, &p->experts, rollout_pipeline_exec(p), n, cond, uids, pidx, tr)) goto done;
     have = 1;
     for (int j = 0; j < n; j++) {
         if (rollout_pipeline_decode(p, &tr[j], videos + vb * j) || rollout_trim_to_window(&rc_, &tr[j])) goto done;

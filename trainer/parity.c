@@ -78,11 +78,12 @@ static void write_json(const trainer_state *S, const double *acc, const core_tra
                                                (double)tr0->timesteps[i], "transitions", (int)a[0], "mean_abs_dlogp",
                                                a[1] / a[0], "max_abs_dlogp", a[2], "max_abs_dv", a[3]));
     }
-    json_t *root = json_pack("{s:o, s:f, s:f, s:f, s:f, s:b, s:i, s:i, s:i, s:i, s:i, s:i}", "steps", steps,
+    json_t *root = json_pack("{s:o, s:f, s:f, s:f, s:f, s:b, s:i, s:i, s:i, s:i, s:i, s:i, s:s}", "steps", steps,
                              "max_abs_dlogp", worst_lp, "max_abs_dv", worst_v, "tolerance_dlogp", tol_lp,
                              "tolerance_dv", tol_v, "pass", pass, "samples", n, "workers", S->src->n_workers,
                              "trainer_ranks", S->dp ? S->dp->size : 1, "sp", S->topo.sp, "ulysses_degree",
-                             S->topo.ulysses, "micro_batch_size", r->micro_batch_size);
+                             S->topo.ulysses, "micro_batch_size", r->micro_batch_size, "device",
+                             trainer_device_label(S));
     char path[4200];
     snprintf(path, sizeof path, "%s/parity.json", r->run_dir);
     if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9))) core_log_warn("%s: cannot write", path);
@@ -121,8 +122,8 @@ static int report(trainer_state *S, const core_rollout_result *res, const float 
         worst_v = a[3] > worst_v ? a[3] : worst_v;
     }
     const int pass = worst_lp <= tol_lp && worst_v <= tol_v;
-    printf("parity: trainer layout dp %d x sp %d (ulysses %d, ring %d)\n", S->topo.dp, S->topo.sp, S->topo.ulysses,
-           S->topo.sp / S->topo.ulysses);
+    printf("parity: trainer layout dp %d x sp %d (ulysses %d, ring %d), model.device %s\n", S->topo.dp, S->topo.sp,
+           S->topo.ulysses, S->topo.sp / S->topo.ulysses, trainer_device_label(S));
     printf("parity: max |logp_trainer - logp_rollout| = %.6g (tolerance %.6g), max |v_trainer - v_rollout| = %.6g "
            "(tolerance %.6g): %s (rollout %.2fs, recompute %.2fs)\n", worst_lp, tol_lp, worst_v, tol_v,
            pass ? "PASS" : "FAIL", t_rollout, t_recompute);

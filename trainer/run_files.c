@@ -97,6 +97,8 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
      * before that step's eval, as a straight run's checkpoint-<step> does) */
     if (trainer_guard_active(&S->guard) && !(st.guard = trainer_guard_state_json(&S->guard.st0))) return -1;
+    optim_adamw *opts[2] = {&S->opt[0], &S->opt[1]};
+    if (S->dx && trainer_dev_sync_moments(&S->dev, opts)) return free(st.guard), -1; /* the device's Adam state */
     trainer_ckpt_expert ex[2];
     trainer_ckpt_lora lx[2];
     const int n = ckpt_experts(S, ex, lx);
@@ -252,6 +254,10 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
             rc = core_error_push("--resume: ");
         if (!rc) trainer_guard_boundary(&S->guard);
         if (!rc) rc = trainer_restore_best(S);
+    }
+    if (!rc && S->dx) { /* the checkpoint's weights and Adam state onto the device (trainer/train_dev.h) */
+        optim_adamw *opts[2] = {&S->opt[0], &S->opt[1]};
+        rc = trainer_dev_upload(&S->dev, opts);
     }
     if (!rc) {
         trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);

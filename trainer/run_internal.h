@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/metrics.h"
 #include "core/prompts.h"
@@ -23,6 +24,7 @@
 #include "trainer/sampler.h"
 #include "trainer/sde_window.h"
 #include "trainer/source.h"
+#include "trainer/train_dev.h"
 #include "trainer/train_step.h"
 
 typedef struct {
@@ -61,8 +63,14 @@ typedef struct {
     sp_rank_info me;
     sp_comm *dpg;              /* this rank's dp group (same sp_rank): loss statistics are summed over it */
     sp_usp usp;                /* SP > 1: the Ulysses x Ring self-attention context (its groups) */
-    wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group */
-    const wan_exec *ex;        /* &exec with SP > 1, else NULL (the default single-rank path) */
+    wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group; model.device cuda:
+                                  the device executor (exec.dev) */
+    const wan_exec *ex;        /* &exec with SP > 1 or on a device, else NULL (the default single-rank CPU path) */
+    /* model.device cuda (issue 15 phase 3): the DiT executor on the device (model/dit/wan_dev_exec.h, shared with an
+     * in-process rollout source) and the trained experts' master weights and moments there (trainer/train_dev.h;
+     * tc.opt_step is its step); NULL on the CPU */
+    wan_dev_exec *dx;
+    trainer_dev dev;
     dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
     trainer_guard guard;       /* rank 0 (trainer_run): the reward-hacking guard (trainer/guard.h); zero elsewhere */
 } trainer_state;
@@ -72,6 +80,12 @@ flow_kind trainer_flow_kind(const core_recipe *r);
 /* The recipe's sampling settings of rollout round `round` onto a training rollout request: step kind, SDE window,
  * step means for GRPO-Guard (with return_trajectories). */
 void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollout_request *req);
+
+/* model.device as the run's lines and parity.json say it: "cpu", "cuda", or "cuda (emulated)" on the tests' emulated
+ * device (model/dit/wan_dev_exec.h), which is never presented as a GPU. */
+static inline const char *trainer_device_label(const trainer_state *S) {
+    return !S->dx ? "cpu" : strcmp(wan_dev_exec_name(S->dx), "emulated") ? "cuda" : "cuda (emulated)";
+}
 
 /* The policy version: optimizer steps taken (every trained expert steps together). */
 #define TRAINER_VERSION(S) ((S)->opt[(S)->first].step)

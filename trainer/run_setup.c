@@ -126,12 +126,26 @@ static int check_lora(const core_recipe *r) {
     return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
 }
 
+/* model.device cuda (issue 15 phase 3): one device, every weight trained; what is not there yet is refused. */
+static int check_device(const core_recipe *r) {
+    if (!r->device || strcmp(r->device, "cuda")) return 0;
+    if (r->trainer_ranks != 1 || r->sp != 1)
+        return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
+                          "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
+                          r->trainer_ranks, r->sp);
+    if (r->lora_rank > 0)
+        return core_error("model.lora.rank: LoRA on model.device cuda is not implemented yet (rank %d; 0 trains every "
+                          "weight)", r->lora_rank);
+    return 0;
+}
+
 /* The checks of trainer_check_recipe that read no file. */
 static int check_settings(const core_recipe *r) {
     grpo_selection sel;
     if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
     sde_window win;
-    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r)) return -1;
+    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r) || check_device(r))
+        return -1;
     for (int i = 0; i < r->gold_scorers.n; i++)
         if (!reward_find(r->gold_scorers.v[i])) return core_error_push("guard.gold_scorers.%d: ", i);
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
@@ -249,7 +263,7 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
         return 0;
     }
     for (int e = 0; e < S->n_experts; e++) {
-        if (wan_model_alloc_grads(&S->pol[e]) ||
+        if ((!S->dx && wan_model_alloc_grads(&S->pol[e])) || /* on a device the gradients live there */
             dp_zero_optim_init(&S->opt[e], S->pol[e].layout.numel, r->zero_stage, S->red.grads))
             return -1;
         if (r->beta > 0) {
@@ -275,6 +289,22 @@ static int embed_all(trainer_state *S, const core_recipe *r) {
     return bad ? -1 : 0;
 }
 
+/* model.device cuda: the DiT runs through the device executor (the forwards and backwards of trainer/train_step.c),
+ * the trained experts' master weights and moments live on the device and the optimizer step runs there
+ * (trainer/train_dev.h, as tc.opt_step); the KL reference's bf16 copy is uploaded once. */
+static int setup_device(trainer_state *S) {
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
+    for (int e = 0; e < S->n_experts && S->have_ref; e++)
+        if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
+    S->exec = (wan_exec){.dev = S->dx};
+    S->ex = &S->exec;
+    S->tc.opt_step = trainer_dev_opt_step;
+    S->tc.opt_step_ctx = &S->dev;
+    return 0;
+}
+
 int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     char path[4200];
     S->r = r;
@@ -286,7 +316,8 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     struct stat sb;
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
-    if (setup_parallel(S, r, path) || load_experts(S, r, path) || trainer_optim_config(r, &S->oc) ||
+    if (setup_parallel(S, r, path) || wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
+        trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
     if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
@@ -300,9 +331,12 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->tc.clip_eps = r->clip_range;
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
-    S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
+    S->tc.acts_mode = !strcmp(r->activations, "recompute")    ? WAN_ACTS_RECOMPUTE
+                      : !strcmp(r->activations, "checkpoint") ? WAN_ACTS_CHECKPOINT
+                                                              : WAN_ACTS_STORE;
     S->tc.kind = trainer_flow_kind(r);
     S->tc.guard = !strcmp(r->loss, "grpo_guard");
+    if (S->dx && setup_device(S)) return -1;
     return sde_window_from_recipe(r, &S->win);
 }
 
@@ -321,6 +355,16 @@ void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollou
 }
 
 void trainer_teardown(trainer_state *S) {
+    if (S->dx) { /* the executor may outlive us (shared with the local source): our models' device copies go now */
+        trainer_dev_free(&S->dev);
+        for (int e = 0; e < 2; e++) {
+            wan_dev_exec_forget(S->dx, &S->pol[e]);
+            wan_dev_exec_forget(S->dx, &S->ref[e]);
+            wan_dev_exec_forget(S->dx, &S->ema[e]);
+        }
+        wan_dev_exec_close(S->dx);
+        S->dx = NULL;
+    }
     for (int e = 0; e < 2; e++) {
         wan_model_free(&S->pol[e]); /* leaves the attached adapter: the trainer's own (wan_lora.h) */
         wan_model_free(&S->ema[e]);

@@ -217,8 +217,9 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
     if (!(tc->clip_eps > 0)) return core_error("algorithm.clip_range: must be > 0, got %g", (double)tc->clip_eps);
     if (!(tc->beta >= 0) || !isfinite(tc->beta)) return core_error("algorithm.beta: must be >= 0, got %g", (double)tc->beta);
     if (tc->micro_batch_size < 1) return core_error("algorithm.micro_batch_size: must be >= 1, got %d", tc->micro_batch_size);
-    if (backward && tc->acts_mode != WAN_ACTS_STORE && tc->acts_mode != WAN_ACTS_RECOMPUTE)
-        return core_error("trainer: activation mode must be STORE or RECOMPUTE");
+    if (backward && tc->acts_mode != WAN_ACTS_STORE && tc->acts_mode != WAN_ACTS_RECOMPUTE &&
+        !(tc->acts_mode == WAN_ACTS_CHECKPOINT && ex && ex->dev))
+        return core_error("trainer: activation mode must be STORE or RECOMPUTE (or, on a device, CHECKPOINT)");
     int n_trained = 0;
     for (int e = 0; e < n_experts; e++) {
         const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";

@@ -1,0 +1,56 @@
+/* trainer/train_dev.h — the optimizer half of the training step on a device (issue 15 phase 3, model.device cuda):
+ * every trained expert's fp32 master weights and AdamW moments live on the device, and the optimizer step runs there
+ * (kernels/cuda/k_cuda.h: sumsq for the global gradient norm, scale for clipping, adamw_update writing the fp32
+ * master AND the bf16 copy the device model computes with), so no weight crosses to the device after a step.
+ *
+ * The arithmetic is trainer/optim.c's, bit for bit (kernels/body/kb_optim.h restates it; tests/test_kernel_bodies*.c
+ * and tests/test_train_dev.c check): norm = sqrt(sum over the trained experts, in order, of optim_sumsq of their
+ * gradients) (optim_grad_norm_multi), clip factor optim_clip_coef, gradients scaled by (float)factor when it is
+ * below 1, lr = optim_lr_at(step), AdamW at t = step + 1 (kb_adamw_prepare's fp32 scalars), no weight-decay mask
+ * (as the CPU trainer). So a device step on given gradients equals optim_adamw_step_coef on the same gradients.
+ *
+ * Host mirrors, which the rest of the trainer reads as on the CPU path: after every step the fp32 master is
+ * downloaded into the host model's params (EMA, checkpoints, weight hashes, pushes to remote workers read them), and
+ * proj_out.bias's fp32 device copy is refreshed from it. The moments are downloaded only when the host needs them
+ * (trainer_dev_sync_moments: before a checkpoint is written), since nothing else reads them; after a resume the host
+ * state is uploaded again (trainer_dev_upload). The host optim_adamw keeps the step count.
+ *
+ * Not here yet: LoRA (adapter master and moments on the device), several trainer ranks (gradients would be reduced
+ * over NCCL), ZeRO. trainer/run_setup.c refuses those recipes with model.device cuda. */
+#ifndef TRAINER_TRAIN_DEV_H
+#define TRAINER_TRAIN_DEV_H
+
+#include <stdint.h>
+
+#include "model/dit/wan_dev_exec.h"
+#include "trainer/optim.h"
+
+typedef struct {
+    wan_dev_exec *x;
+    int n_experts;
+    const wan_model *pol[2];        /* the policy's host models (the keys of their device copies) */
+    uint8_t trained[2];
+    float *master[2], *m[2], *v[2]; /* device [numel] fp32; NULL for a frozen expert */
+    int64_t numel[2];
+    int moments_on_host;            /* 1: the host optim_adamw m, v equal the device's */
+} trainer_dev;
+
+/* Allocates the device state of every trained expert of pol (trained NULL: all) and uploads it: the master from the
+ * host params, the moments from opt[e] (zero for a fresh run), the device model's bf16 weights (version
+ * opt[e]->step). 0, or -1 (out of device memory; everything freed). */
+int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
+                     optim_adamw *const *opt);
+/* The host state (params, opt m, v, step) uploaded again: after a resume replaced it. */
+int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
+/* The device moments into the host opt[e] m, v (no-op when they are current there). */
+int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
+void trainer_dev_free(trainer_dev *D);
+
+/* trainer_config.opt_step on the device (ctx: a trainer_dev): the step described above over the trained experts'
+ * device gradients (accumulated by trainer_accumulate_experts with ex->dev), then the host mirrors. Errors (-1, no
+ * weights changed): an invalid config, a non-finite norm ("optim: gradient norm is nan at optimizer step N;
+ * parameters not updated"), policy models other than D's, a device failure. */
+int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                         optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info);
+
+#endif
