@@ -3,7 +3,7 @@
  *
  *   DIR/model_index.json     {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
  *                             "transformer_2": [...] or [null, null], "boundary_ratio": 0.875 or null,
- *                             "expand_timesteps": true for wan2.2-ti2v-5b, ...}
+ *                             "expand_timesteps": true for wan2.2-ti2v-5b and tiny-ti2v, ...}
  *   DIR/transformer/         config.json (+ diffusion_pytorch_model.safetensors for `tiny`)
  *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only), or of `tiny --experts 2`
  *                            (random weights from seed + 1; a two-expert test model, boundary_ratio 0.875)
@@ -12,6 +12,11 @@
  *   DIR/text_encoder/, DIR/tokenizer/, DIR/vae/  `tiny` only: a random umT5 encoder (d_model = the DiT's
  *                            text_dim), a small Unigram tokenizer.json and a random Wan 2.1-style VAE decoder
  *                            (model/text/tiny_text.h, model/vae/tiny_vae.h), so `vgrpo generate` runs on the folder end to end
+ * `tiny-ti2v` is `tiny` as an image-to-video pipeline (Wan 2.2 TI2V's first-frame conditioning, diffusers'
+ * WanImageToVideoPipeline with expand_timesteps): model_index.json says "expand_timesteps": true and vae/ also has the
+ * encoder (random, vae_tiny_write_with_encoder), which encodes each prompt's image as the first latent frame. Its VAE
+ * is Wan 2.1-style (16 channels, 8x spatial: the CPU rollout decodes that family), where the real TI2V-5B has the
+ * Wan 2.2 VAE (48 channels, 16x).
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
@@ -42,6 +47,7 @@ static void preset_list(char *buf, size_t cap) {
     for (const char *const *p = wan_preset_names(); *p && n < cap; p++)
         n += (size_t)snprintf(buf + n, cap - n, "\n  %-16s %s", *p,
                               !strcmp(*p, "tiny") ? "random weights (seeded), for tests and the demo"
+                              : !strcmp(*p, "tiny-ti2v") ? "tiny as image to video (first-frame conditioning)"
                               : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
                                                    : "config only (no weights)");
 }
@@ -94,7 +100,8 @@ static int write_model_index(const char *dir, const char *preset, int two_expert
     json_object_set_new(root, "_class_name", json_string("WanPipeline"));
     json_object_set_new(root, "_diffusers_version", json_string("0.42.1"));
     json_object_set_new(root, "boundary_ratio", two_experts ? json_real(0.875) : json_null());
-    json_object_set_new(root, "expand_timesteps", json_boolean(!strcmp(preset, "wan2.2-ti2v-5b")));
+    json_object_set_new(root, "expand_timesteps",
+                        json_boolean(!strcmp(preset, "wan2.2-ti2v-5b") || !strcmp(preset, "tiny-ti2v")));
     static const struct {
         const char *name, *lib, *cls;
     } comps[] = {
@@ -157,7 +164,8 @@ int cmd_init_model(int argc, char **argv) {
         fprintf(stderr, "vgrpo init-model: %s already exists (use --force to overwrite)\n", path);
         return 1;
     }
-    const int a14b = strstr(preset, "a14b") != NULL, weights = !strcmp(preset, "tiny");
+    const int a14b = strstr(preset, "a14b") != NULL, ti2v = !strcmp(preset, "tiny-ti2v");
+    const int weights = !strcmp(preset, "tiny") || ti2v;
     if ((a14b && experts == 1) || (!a14b && !weights && experts == 2)) {
         return opts_exit_status(opts_fail(&cmd, stderr, "--experts %d: preset %s has %s (--experts 2 is for the tiny test "
                                                       "model)", experts, preset, a14b ? "two experts" : "one expert"));
@@ -193,7 +201,7 @@ int cmd_init_model(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/text_encoder", out);
         if (!rc) rc = t5_tiny_write(path, cfg.text_dim, (vocab + 63) / 64 * 64, seed);
         snprintf(path, sizeof path, "%s/vae", out);
-        if (!rc) rc = vae_tiny_write(path, cfg.in_channels, seed);
+        if (!rc) rc = ti2v ? vae_tiny_write_with_encoder(path, cfg.in_channels, seed) : vae_tiny_write(path, cfg.in_channels, seed);
     }
     if (!rc) rc = write_model_index(out, preset, two);
     if (rc) {

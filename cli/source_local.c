@@ -93,6 +93,14 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
         }
     }
     rc.velocities = vel;
+    const float **conds = malloc(sizeof(float *) * (size_t)n); /* image to video: the prompts' conditions */
+    const int img = conds ? trainer_source_conditions(&L->src.images, tmpl, samples, n, conds) : -1;
+    if (img < 0) {
+        if (!conds) core_error("out of memory");
+        free(conds);
+        goto done;
+    }
+    rc.conditions = img ? conds : (free(conds), NULL);
     const rollout_experts ex = {L->n_experts, {L->experts[0], L->experts[1]}};
     if (rollout_generate(&rc, &ex, L->dx ? &L->exec : NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
@@ -116,7 +124,7 @@ done:
         for (int j = 0; vel && j < n; j++) free(vel[j]);
         memset(res, 0, sizeof *res * (size_t)n);
     }
-    free(uids), free(pidx), free(tr), free(vel), free(videos);
+    free(uids), free(pidx), free(tr), free(vel), free(videos), free((void *)rc.conditions);
     return rc_;
 }
 

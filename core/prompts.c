@@ -1,4 +1,5 @@
-/* core/prompts.c — prompt files (text or VBench-style JSON) with file:line errors; see core/prompts.h. */
+/* core/prompts.c — prompt files (text, VBench-style JSON, JSON lines with images) with file:line errors; see
+ * core/prompts.h. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/prompts.h"
@@ -62,13 +64,14 @@ void core_prompts_free(core_prompts *p) {
     for (int i = 0; i < p->n; i++) {
         free(p->text[i]);
         if (p->meta) json_decref(p->meta[i]);
+        if (p->image) free(p->image[i]);
     }
-    free(p->text), free(p->line), free(p->meta);
+    free(p->text), free(p->line), free(p->meta), free(p->image);
     memset(p, 0, sizeof *p);
 }
 
-/* Appends one prompt (copied) with its line and metadata (reference taken). */
-static int add(core_prompts *p, int *cap, const char *s, int line, json_t *meta) {
+/* Appends one prompt (copied) with its line, metadata (reference taken) and image path (taken; may be NULL). */
+static int add_image(core_prompts *p, int *cap, const char *s, int line, json_t *meta, char *image) {
     if (p->n == *cap) {
         const int c = *cap ? 2 * *cap : 16;
         char **t = realloc(p->text, sizeof(char *) * (size_t)c);
@@ -77,14 +80,95 @@ static int add(core_prompts *p, int *cap, const char *s, int line, json_t *meta)
         if (l) p->line = l;
         json_t **m = realloc(p->meta, sizeof(json_t *) * (size_t)c);
         if (m) p->meta = m;
-        if (!t || !l || !m) return json_decref(meta), core_error("%s: out of memory reading prompts", p->path);
+        char **im = realloc(p->image, sizeof(char *) * (size_t)c);
+        if (im) p->image = im;
+        if (!t || !l || !m || !im)
+            return json_decref(meta), free(image), core_error("%s: out of memory reading prompts", p->path);
         *cap = c;
     }
-    if (!(p->text[p->n] = strdup(s))) return json_decref(meta), core_error("%s: out of memory reading prompts", p->path);
+    if (!(p->text[p->n] = strdup(s)))
+        return json_decref(meta), free(image), core_error("%s: out of memory reading prompts", p->path);
     p->line[p->n] = line;
     p->meta[p->n] = meta;
+    p->image[p->n] = image;
+    p->n_images += image != NULL;
     p->n++;
     return 0;
+}
+
+static int add(core_prompts *p, int *cap, const char *s, int line, json_t *meta) {
+    return add_image(p, cap, s, line, meta, NULL);
+}
+
+/* The path of an image named in the prompt file: as written when absolute, else relative to the file's folder. */
+static char *image_path(const core_prompts *p, const char *name) {
+    const char *slash = strrchr(p->path, '/');
+    const int dir = name[0] != '/' && slash ? (int)(slash - p->path + 1) : 0;
+    char *out = malloc((size_t)dir + strlen(name) + 1);
+    if (out) memcpy(out, p->path, (size_t)dir), strcpy(out + dir, name);
+    return out;
+}
+
+int core_prompts_check_image(const char *path, const char *where) {
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    unsigned char b[8];
+    struct stat st;
+    FILE *f = fopen(path, "rb");
+    if (!f) return core_error("%s: image %s: cannot open: %s", where, path, strerror(errno));
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return core_error("%s: image %s: not a regular file", where, path);
+    }
+    const size_t got = fread(b, 1, sizeof b, f);
+    const int err = ferror(f);
+    fclose(f);
+    if (err) return core_error("%s: image %s: cannot read", where, path);
+    if (got < sizeof b || memcmp(b, sig, sizeof sig))
+        return core_error("%s: image %s: not a PNG file (images are read as PNG only)", where, path);
+    return 0;
+}
+
+/* One JSON-lines entry (s: the trimmed line, valid UTF-8): {"prompt": "...", "image": "path.png", other strings ->
+ * metadata}. */
+static int jsonl_line(core_prompts *p, int *cap, const char *s, int lineno) {
+    json_error_t je;
+    json_t *o = json_loads(s, JSON_REJECT_DUPLICATES, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return core_error("%s:%d: not a JSON object (%s)", p->path, lineno, o ? "another JSON value" : je.text);
+    }
+    const char *pr = json_string_value(json_object_get(o, "prompt"));
+    const json_t *im = json_object_get(o, "image");
+    int rc = 0;
+    size_t bad;
+    if (!pr || !pr[0]) rc = core_error("%s:%d: needs a non-empty string \"prompt\"", p->path, lineno);
+    else if (core_utf8_check(pr, strlen(pr), &bad)) {
+        char q[200];
+        rc = core_error("%s:%d: \"prompt\" has a control character (byte %zu): \"%s\"", p->path, lineno, bad + 1,
+                        core_quote_bytes(pr, strlen(pr), q, sizeof q));
+    } else if (im && (!json_is_string(im) || !json_string_value(im)[0] ||
+                      strlen(json_string_value(im)) != json_string_length(im)))
+        rc = core_error("%s:%d: \"image\" must be a non-empty string (a PNG file's path)", p->path, lineno);
+    char *path = NULL;
+    if (!rc && im && !(path = image_path(p, json_string_value(im)))) rc = core_error("%s: out of memory", p->path);
+    char where[4200];
+    snprintf(where, sizeof where, "%s:%d", p->path, lineno);
+    if (!rc && path && core_prompts_check_image(path, where)) rc = -1;
+    if (rc) {
+        free(path);
+        json_decref(o);
+        return -1;
+    }
+    json_t *md = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (!json_is_string(v) || !strcmp(k, "prompt") || !strcmp(k, "image")) continue;
+        json_object_set(md, k, v);
+    }
+    rc = add_image(p, cap, pr, lineno, md, path);
+    json_decref(o);
+    return rc;
 }
 
 static int bad_text(const core_prompts *p, int line, const char *s, size_t n, size_t off) {
@@ -129,6 +213,7 @@ static int text_line(core_prompts *p, int *cap, char *line, size_t len, int line
     if (s == e || *s == '#') return 0;
     size_t bad;
     if (core_utf8_check(s, (size_t)(e - s), &bad)) return bad_text(p, lineno, s, (size_t)(e - s), bad);
+    if (p->jsonl) return jsonl_line(p, cap, s, lineno);
     return add(p, cap, s, lineno, json_object());
 }
 
@@ -264,7 +349,16 @@ int core_prompts_read_limited(core_prompts *p, const char *path, const core_prom
     if (strlen(path) >= sizeof p->path) return core_error("%s: prompt file path too long", path);
     snprintf(p->path, sizeof p->path, "%s", path);
     const size_t n = strlen(path);
+    p->jsonl = n >= 6 && !strcmp(path + n - 6, ".jsonl");
     int rc = n >= 5 && !strcmp(path + n - 5, ".json") ? read_json(p, &L) : read_text(p, &L);
+    if (!rc && p->n_images && p->n_images < p->n) {
+        for (int i = 0; i < p->n; i++)
+            if (!p->image[i]) {
+                rc = core_error("%s:%d: no \"image\", but other prompts of the file have one (an image-to-video "
+                                "prompt file gives every prompt its image)", path, p->line[i]);
+                break;
+            }
+    }
     if (!rc && p->n == 0) rc = core_error("%s has no prompts (it is empty, blank or only comments)", path);
     if (rc) core_prompts_free(p);
     return rc;

@@ -1,6 +1,10 @@
 /* core/prompts.h — prompt files, read the same way by every job (the run's training and eval prompts, `vgrpo eval`'s
- * --prompts): a text file (one prompt per line) or a VBench-style JSON list ([{"prompt_en": "...", "color_en":
- * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color").
+ * --prompts): a text file (one prompt per line), a VBench-style JSON list ([{"prompt_en": "...", "color_en":
+ * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color"), or JSON lines
+ * (a name ending in ".jsonl"): one object per non-blank line, {"prompt": "...", "image": "path.png", ...}, the other
+ * string attributes metadata. "image" (image to video) is a PNG file's path, relative to the prompt file's folder
+ * unless absolute; when one prompt of a file has an image, every prompt must. Each image is checked while reading
+ * (it opens, is a regular file, starts with the PNG signature): an error names file:line and the image.
  *
  * Text files: surrounding white space is trimmed; blank lines and lines starting with '#' are skipped; a prompt
  * keeps the 1-based line it came from, so later checks can name file:line. Every prompt must be valid UTF-8 (no NUL
@@ -37,7 +41,10 @@ typedef struct {
     char **text;   /* [n] prompts (UTF-8) */
     int *line;     /* [n] 1-based line in the file (text) or entry index + 1 (JSON) */
     json_t **meta; /* [n] objects of strings, possibly empty (never NULL once read) */
+    char **image;  /* [n] image paths as found (the prompt file's folder prepended), NULL where none */
+    int n_images;  /* prompts with an image: 0 or n */
     int json;      /* read from a JSON list */
+    int jsonl;     /* read as JSON lines (numbered by line, like a text file) */
     char path[4096];
 } core_prompts;
 
@@ -50,6 +57,10 @@ int core_prompts_read(core_prompts *p, const char *path);
  * lim->max_line_bytes ("path:LINE: a line of N bytes, over data.max_prompt_bytes M"). */
 int core_prompts_read_limited(core_prompts *p, const char *path, const core_prompts_limits *lim);
 void core_prompts_free(core_prompts *p);
+
+/* The start-up check of an image file: it opens, is a regular file and starts with the PNG signature. -1 with
+ * "<where>: image <path>: cannot open: ..." / "not a PNG file ..." (where: e.g. core_prompts_where's). */
+int core_prompts_check_image(const char *path, const char *where);
 
 /* Where prompt i came from, for messages: "path:line" (text files) or "path: prompt N" (JSON, N 1-based). Returns
  * buf. */

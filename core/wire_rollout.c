@@ -66,8 +66,26 @@ int core_rollout_request_build(const char *id, const core_rollout_request *req, 
         json_array_append_new(arr, o);
     }
     json_object_set_new(f, "samples", arr);
-    int rc = core_wire_build(CORE_WIRE_ROLLOUT_REQUEST, id, f, NULL, 0, out);
+    /* image conditions (TI2V): one "<j>/condition" F32 [C, 1, h, w] per sample, in sample order */
+    const int nc = req->cond_shape[0] > 0 ? req->n : 0;
+    core_wire_tensor *ts = nc ? calloc((size_t)nc, sizeof *ts) : NULL;
+    char (*names)[32] = nc ? calloc((size_t)nc, sizeof *names) : NULL;
+    int rc = nc && (!ts || !names) ? core_error("out of memory") : 0;
+    for (int j = 0; j < nc && !rc; j++) {
+        if (!req->samples[j].condition) {
+            rc = core_error("rollout_request: samples[%d] has no condition (a conditioned request gives every sample "
+                            "one)", j);
+            break;
+        }
+        snprintf(names[j], sizeof names[j], "%d/condition", j);
+        ts[j] = (core_wire_tensor){.name = names[j], .dtype = CORE_F32, .ndim = 4, .data = req->samples[j].condition};
+        memcpy(ts[j].shape, req->cond_shape, sizeof req->cond_shape);
+        ts[j].nbytes = sizeof(float) * (size_t)(req->cond_shape[0] * req->cond_shape[1] * req->cond_shape[2] *
+                                                req->cond_shape[3]);
+    }
+    if (!rc) rc = core_wire_build(CORE_WIRE_ROLLOUT_REQUEST, id, f, ts, nc, out);
     json_decref(f);
+    free(ts), free(names);
     return rc;
 }
 
@@ -75,7 +93,6 @@ int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req
     memset(req, 0, sizeof *req);
     const json_t *h = m->header;
     if (m->type != CORE_WIRE_ROLLOUT_REQUEST) return core_error("rollout_request: message type is not rollout_request");
-    if (m->n_tensors) return core_error("rollout_request: carries %d tensors (none expected)", m->n_tensors);
     if (get_int(h, "policy_version", "rollout_request", 0, INT64_MAX, &req->policy_version)) return -1;
     const char *st = json_string_value(json_object_get(h, "stream"));
     if (!st || (strcmp(st, "rollout") && strcmp(st, "eval")))
@@ -158,6 +175,37 @@ int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req
         core_error("%s: must be an object", where);
         goto fail;
     }
+    if (m->n_tensors && m->n_tensors != req->n) {
+        core_error("rollout_request: carries %d tensors (none, or one \"<j>/condition\" per sample: %d)", m->n_tensors,
+                   req->n);
+        goto fail;
+    }
+    for (int j = 0; j < m->n_tensors; j++) { /* copied: a frame's bytes need not be aligned for floats */
+        const core_wire_tensor *t = &m->tensors[j];
+        char want[32];
+        snprintf(want, sizeof want, "%d/condition", j);
+        const core_wire_tensor *t0 = &m->tensors[0];
+        if (strcmp(t->name, want) || t->dtype != CORE_F32 || t->ndim != 4 || t->shape[1] != 1 || t->shape[0] < 1 ||
+            t->shape[2] < 1 || t->shape[3] < 1 || memcmp(t->shape, t0->shape, sizeof(int64_t) * 4)) {
+            core_error("rollout_request: tensor %d must be \"%s\" F32 [C, 1, h, w] (the shape of tensor 0)", j, want);
+            goto fail;
+        }
+        if (j == 0) {
+            memcpy(req->cond_shape, t->shape, sizeof req->cond_shape);
+            if (!(req->cond_buf = malloc(t->nbytes * (size_t)req->n))) {
+                core_error("out of memory");
+                goto fail;
+            }
+        }
+        float *c = req->cond_buf + (size_t)j * (t->nbytes / sizeof(float));
+        memcpy(c, t->data, t->nbytes);
+        for (size_t k = 0; k < t->nbytes / sizeof(float); k++)
+            if (!isfinite(c[k])) {
+                core_error("rollout_request: \"%s\" element %zu is not finite", want, k);
+                goto fail;
+            }
+        req->samples[j].condition = c;
+    }
     return 0;
 fail:
     core_rollout_request_free(req);
@@ -166,6 +214,7 @@ fail:
 
 void core_rollout_request_free(core_rollout_request *req) {
     free(req->samples);
+    free(req->cond_buf);
     memset(req, 0, sizeof *req);
 }
 

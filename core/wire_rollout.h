@@ -10,6 +10,9 @@
  *                   latents lo..hi), "return_means": bool (optional, default false; needs return_trajectories),
  *                   "samples": [{"uid": int < 2^32, "prompt_index": int >= 0, "prompt": string,
  *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
+ *                  + image conditions (Wan 2.2 TI2V; model/flow/first_frame.h), optional: no tensors, or one
+ *                  tensor "<j>/condition" F32 [C, 1, h, w] per sample in sample order (all of one shape, finite):
+ *                  the normalised VAE latent of sample j's image
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
  *                   "rewards": {scorer: number}, "video_xxh64": "16 hex digits", "trajectory": {metadata}?}, ...]}
  *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h: 7,
@@ -37,6 +40,7 @@ typedef struct {
     int64_t prompt_index;
     const char *prompt;     /* borrowed from the message header */
     const json_t *metadata; /* object of strings, or NULL; borrowed */
+    const float *condition; /* image condition [C, 1, h, w] (the request's cond_shape), or NULL; borrowed */
 } core_rollout_sample;
 
 typedef struct {
@@ -50,8 +54,10 @@ typedef struct {
     int window_lo, window_hi; /* SDE window: steps [lo, hi) step with eta, the others with eta 0, and returned
                                 trajectories keep latents[lo .. hi] only; window_hi 0: no window (every step) */
     int return_means;        /* with return_trajectories: the trajectories carry the step means (GRPO-Guard) */
+    int64_t cond_shape[4];   /* [C, 1, h, w] when the samples carry image conditions, else zeros */
     int n;
     core_rollout_sample *samples; /* [n], owned (free with core_rollout_request_free) */
+    float *cond_buf;         /* parsed requests: the samples' conditions (aligned copies), owned; else NULL */
 } core_rollout_request;
 
 /* Builds a rollout_request with id (the request's fields as above). -1 naming the field on a bad value. */

@@ -62,6 +62,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     uint8_t *videos = malloc((size_t)(vb * n));
     const char **prompts = calloc((size_t)n, sizeof *prompts);
     const json_t **meta = calloc((size_t)n, sizeof *meta);
+    const float **conds = NULL;
     reward_result *res = calloc((size_t)n, sizeof *res);
     const int64_t nstep_el = (int64_t)p->rc.n_steps * p->rc.shape[0] * p->rc.shape[1] * p->rc.shape[2] * p->rc.shape[3];
     float **vel = req.return_velocities ? calloc((size_t)n, sizeof(float *)) : NULL;
@@ -80,6 +81,21 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     }
     rollout_config rc_ = p->rc;
     if (rollout_config_apply_request(&rc_, &req)) goto done;
+    if (req.cond_shape[0]) { /* image to video: each sample's first-frame condition came with the request */
+        const int64_t *s = rc_.shape, *c = req.cond_shape;
+        if (c[0] != s[0] || c[1] != 1 || c[2] != s[2] || c[3] != s[3]) {
+            core_error("image conditions [%lld, %lld, %lld, %lld], but this worker's latent is [%lld, %lld, %lld, "
+                       "%lld]", (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], (long long)s[0],
+                       (long long)s[1], (long long)s[2], (long long)s[3]);
+            goto done;
+        }
+        if (!(conds = malloc(sizeof(float *) * (size_t)n))) {
+            core_error("out of memory");
+            goto done;
+        }
+        for (int j = 0; j < n; j++) conds[j] = req.samples[j].condition;
+        rc_.conditions = conds;
+    }
     if (vel) {
         for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;
         rc_.velocities = vel;
@@ -119,7 +135,7 @@ done:
     if (have)
         for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
     free(tr), free(cond), free(uids), free(vh), free(pidx), free(videos), free(prompts), free(meta), free(res);
-    free(vel), free(vel_buf);
+    free(vel), free(vel_buf), free(conds);
     return rc;
 }
 

@@ -176,7 +176,7 @@ static const char *preset_by_name(const char *path) {
 static int preset_vae(vae_config *v, const char *preset, int z) {
     char buf[4096];
     size_t o;
-    if (!strcmp(preset, "tiny"))
+    if (!strcmp(preset, "tiny") || !strcmp(preset, "tiny-ti2v"))
         o = (size_t)snprintf(buf, sizeof buf, "{\"base_dim\": 4, \"dim_mult\": [1, 2, 2, 2], \"num_res_blocks\": 1, "
                                               "\"temperal_downsample\": [false, true, true], \"z_dim\": %d", z);
     else if (z == 48)
@@ -262,7 +262,7 @@ static int find_model(budget_estimate *e, const core_recipe *r) {
             e->have_t5 = 1;
         } else if (preset) {
             const int dm = e->dit.text_dim;
-            e->t5 = !strcmp(preset, "tiny") ? (t5_config){160, dm, 16, 2 * dm, 2, dm / 16 > 0 ? dm / 16 : 1, 32, 128, 1e-6f}
+            e->t5 = !strncmp(preset, "tiny", 4) ? (t5_config){160, dm, 16, 2 * dm, 2, dm / 16 > 0 ? dm / 16 : 1, 32, 128, 1e-6f}
                                             : t5_xxl;
             e->have_t5 = 1;
         }

@@ -52,6 +52,8 @@ typedef struct {
     core_prompts train, eval;
     trainer_sampler smp;
     float *emb_train, *emb_eval, *emb_neg; /* conditioning [P, L, td], [E, L, td], [L, td] (NULL: zeros) */
+    float *img_train, *img_eval; /* image to video (rank 0): each prompt's image condition [P | E, C, 1, h, w], on
+                                    the source as its trainer_image_conds; NULL for text prompts */
     int64_t shape[4];          /* latent [C, F, H, W] */
     int64_t nl, ne;            /* latent elements, conditioning elements per prompt (L x td) */
     /* outputs (rank 0) */

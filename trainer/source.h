@@ -44,6 +44,17 @@
 typedef int (*trainer_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
                                 const uint8_t *videos, const int64_t vshape[4]);
 
+/* Image conditions of the run's prompts (Wan 2.2 TI2V, model/flow/first_frame.h): set on the source by trainer_setup
+ * when the prompt files give images (zeroed otherwise). A request's sample without its own condition refers to them
+ * by its prompt index: the training prompts on the rollout noise stream, the eval prompts on the eval stream (what
+ * every request of the loop, parity, the eval and the sample videos asks). Each table is [n, C, 1, h, w] fp32. */
+typedef struct {
+    const float *train, *eval; /* [n_train | n_eval, numel] */
+    int n_train, n_eval;
+    int64_t shape[4];          /* [C, 1, h, w] */
+    int64_t numel;             /* C h w (0: no table) */
+} trainer_image_conds;
+
 typedef struct {
     const char *mode; /* "local" or "colocated": printed and written nowhere else */
     int n_workers;    /* rollout processes behind the source (1 in process) */
@@ -55,7 +66,14 @@ typedef struct {
                         int64_t version, int *hash_match, int64_t *bytes);
     int (*start)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained, int64_t version,
                  int resumed);
+    trainer_image_conds images; /* the prompts' image conditions (TI2V), or zeroed */
 } trainer_source;
+
+/* The image conditions of a request's samples, for the source implementations: out[j] = samples[j].condition when
+ * set, else the entry of images for (tmpl->stream, prompt_index). Returns 1 when every sample has one, 0 when none
+ * has (text to video; out all NULL), -1 (a prompt index outside its table, some samples with and some without). */
+int trainer_source_conditions(const trainer_image_conds *images, const core_rollout_request *tmpl,
+                              const core_rollout_sample *samples, int n, const float **out);
 
 /* The remote source over a connected controller whose workers said hello (trainer/controller.h: ctl_wait_workers
  * done). chunk: samples per request (rollout.batch_size); timeout_s: seconds one chunk or weight sync may take.

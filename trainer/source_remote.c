@@ -3,6 +3,7 @@
  * lost mid-run has its chunk re-issued by the controller, and one back from a restart is synced to the weights the
  * others hold (the last push, or start's) before it gets work. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "trainer/controller.h"
@@ -22,7 +23,38 @@ static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const cor
                           trainer_chunk_fn on_chunk, void *cctx) {
     (void)cond, (void)neg; /* the workers condition the prompt text themselves (the same bytes) */
     remote *R = ctx;
-    return ctl_rollout(R->ctl, tmpl, samples, n, R->chunk, R->timeout_s, res, on_chunk, cctx);
+    const float **cc = malloc(sizeof(float *) * (size_t)n);
+    if (!cc) return core_error("out of memory");
+    const int img = trainer_source_conditions(&R->src.images, tmpl, samples, n, cc);
+    if (img <= 0) {
+        free(cc);
+        return img < 0 ? -1 : ctl_rollout(R->ctl, tmpl, samples, n, R->chunk, R->timeout_s, res, on_chunk, cctx);
+    }
+    /* image to video: the conditions travel with the request (the workers have no images), and come back in the
+     * trajectories, checked bit for bit against what was sent */
+    core_rollout_request t2 = *tmpl;
+    memcpy(t2.cond_shape, R->src.images.shape, sizeof t2.cond_shape);
+    core_rollout_sample *s2 = malloc(sizeof *s2 * (size_t)n);
+    int rc = -1;
+    if (!s2) {
+        core_error("out of memory");
+        goto done;
+    }
+    for (int j = 0; j < n; j++) s2[j] = samples[j], s2[j].condition = cc[j];
+    if (ctl_rollout(R->ctl, &t2, s2, n, R->chunk, R->timeout_s, res, on_chunk, cctx)) goto done;
+    for (int j = 0; j < n && tmpl->return_trajectories; j++) {
+        const core_traj *t = &res[j].traj;
+        if (!t->condition || memcmp(t->condition, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
+            core_error("rollout: sample uid %llu came back with %s image condition than the request's",
+                       (unsigned long long)samples[j].uid, t->condition ? "another" : "no");
+            for (int k = 0; k < n; k++) core_rollout_result_free(&res[k]);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(cc), free(s2);
+    return rc;
 }
 
 static int remote_push(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send, int64_t version,

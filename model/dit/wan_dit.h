@@ -51,6 +51,8 @@
  *                    patch (1,2,2), eps 1e-6, cross_attn_norm, rope_max_seq_len 1024: 589,248 parameters
  *                    (2.36 MB fp32). Random weights from Philox (wan_params_init_random). 4 heads so Ulysses
  *                    degree 4 divides them; callers pick token counts divisible by 4.
+ *   tiny-ti2v        tiny's transformer config; `vgrpo init-model` writes it as an image-to-video pipeline
+ *                    (expand_timesteps, a VAE with an encoder: Wan 2.2 TI2V's first-frame conditioning)
  *   wan2.1-t2v-1.3b  12 x 128 = 1536, 30 layers, ffn 8960, in/out 16, text 4096: 1,418,996,800 parameters
  *   wan2.2-ti2v-5b   24 x 128 = 3072, 30 layers, ffn 14336, in/out 48, text 4096: 4,999,787,712 (per-token t)
  *   wan2.2-t2v-a14b  40 x 128 = 5120, 40 layers, ffn 13824, in/out 16, text 4096: 14,288,491,584 per expert,

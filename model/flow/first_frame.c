@@ -1,6 +1,9 @@
 /* model/flow/first_frame.c — first-frame image conditioning of Wan 2.2 TI2V (see model/flow/first_frame.h). */
 #include "model/flow/first_frame.h"
 
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -82,4 +85,21 @@ int flow_ff_sde_step(flow_kind k, const flow_ff *c, const float *x, const float 
     if (mean_out) flow_ff_scatter(c, gm, mean_out);
     if (want_next) flow_ff_scatter(c, gn, x_next_out);
     return 0;
+}
+
+int flow_ff_pipeline_conditions(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model_index.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 2 : core_error("%s: cannot read: %s", path, strerror(errno));
+    json_error_t je;
+    json_t *root = json_loadf(f, 0, &je);
+    fclose(f);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return core_error("%s: not a JSON object (%s)", path, je.text);
+    }
+    const int yes = json_is_true(json_object_get(root, "expand_timesteps"));
+    json_decref(root);
+    return yes;
 }

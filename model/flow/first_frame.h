@@ -72,4 +72,10 @@ int flow_ff_sde_step(flow_kind k, const flow_ff *c, const float *x, const float 
                      const float *x_next_given, float sigma, float sigma_next, float sigma1, float eta,
                      float *mean_out, float *x_next_out, flow_step *st, float *work);
 
+/* Whether the diffusers pipeline folder dir does first-frame conditioning: its model_index.json says
+ * "expand_timesteps": true (WanImageToVideoPipeline / Wan 2.2 TI2V; `vgrpo init-model` writes it for wan2.2-ti2v-5b
+ * and tiny-ti2v). Returns 1 (yes), 0 (the key false or absent: a text-to-video pipeline), 2 (no model_index.json:
+ * unknown, e.g. a dry run before the model exists), -1 with core_error (unreadable or not a JSON object). */
+int flow_ff_pipeline_conditions(const char *dir);
+
 #endif

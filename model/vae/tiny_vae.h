@@ -11,14 +11,21 @@
 #include <stdint.h>
 
 #define TINY_SLOT_VAE 200000u
+#define TINY_SLOT_VAE_ENC 210000u
 
 /* Writes dir/config.json (diffusers AutoencoderKLWan, Wan 2.1 style: z_dim, base_dim 4, dim_mult [1, 2, 2, 2],
  * one res block, temporal up-sampling in the last two up-samplers: 8x spatial, 4x temporal; latents_mean 0,
  * latents_std 1) and dir/diffusion_pytorch_model.safetensors with the decoder's tensors (F32; the encoder and
- * quant_conv are not written — vgrpo decodes only; diffusers loads the folder, warning that it initialised those).
+ * quant_conv are not written — the text-to-video preset only decodes; diffusers loads the folder, warning that it
+ * initialised those; vae_tiny_write_with_encoder below writes them).
  * Initialisation (see tiny_vae.c): near-linear skip paths, a per-frame tint from the mid-block attention and a
  * wide colour gain, so that different latents decode to clearly different colours, also on average over a frame.
  * Returns 0, or -1 naming the path. */
 int vae_tiny_write(const char *dir, int z_dim, uint64_t seed);
+
+/* vae_tiny_write plus the encoder's tensors (encoder.*, quant_conv.*: the `tiny-ti2v` preset, whose image is encoded
+ * as the first latent frame), initialised the same way (quant_conv the identity) on Philox slots TINY_SLOT_VAE_ENC +
+ * tensor index. The decoder's tensors are those vae_tiny_write writes, bit for bit. */
+int vae_tiny_write_with_encoder(const char *dir, int z_dim, uint64_t seed);
 
 #endif

@@ -116,6 +116,13 @@ static int build(vae_encoder *e) {
     return 0;
 }
 
+int vae_encoder_build_table(vae_model *m) {
+    vae_encoder e;
+    memset(&e, 0, sizeof e);
+    e.m = m;
+    return build(&e);
+}
+
 vae_encoder *vae_encoder_load(const char *dir_in) {
     char dir[4096];
     vae_encoder *e = calloc(1, sizeof *e);

@@ -112,6 +112,10 @@ int vae_make_conv(vae_model *m, vae_conv *c, const char *prefix, int ci, int co,
 void vae_make_norm(vae_model *m, vae_norm *n, const char *prefix, int c, int images);
 int vae_make_res(vae_model *m, vae_resblock *r, const char *prefix, int ci, int co, int scale);
 
+/* wan_vae_encode.c: appends the encoder's tensors (encoder.*, quant_conv.*) for m->cfg to m's table (a fresh model
+ * with only cfg set; the tiny preset writes them from it). Returns 0 / -1 (an unsupported config). */
+int vae_encoder_build_table(vae_model *m);
+
 enum { VAE_PART_DECODER = 0, VAE_PART_ENCODER = 1 };
 /* wan_vae_model.c: reads the tensors of m's table from the safetensors of `dir` (F32/BF16/F16 -> F32), checks their
  * shapes and reorders the conv weights. The other part's tensors (decoder: encoder.*, quant_conv.*; encoder:

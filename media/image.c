@@ -1,0 +1,34 @@
+/* media/image.c — input images of image to video: PNG in, stretched with swscale's Lanczos (see media/image.h). */
+#include "media/image.h"
+
+#include <libswscale/swscale.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "media/png.h"
+
+int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W) {
+    if (h < 1 || w < 1 || H < 1 || W < 1) return core_error("image resize: bad size %dx%d -> %dx%d", w, h, W, H);
+    if (h == H && w == W) {
+        memcpy(dst, src, (size_t)H * W * 3);
+        return 0;
+    }
+    struct SwsContext *s = sws_getContext(w, h, AV_PIX_FMT_RGB24, W, H, AV_PIX_FMT_RGB24,
+                                          SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
+    if (!s) return core_error("image resize: sws_getContext (RGB24 %dx%d -> %dx%d) failed", w, h, W, H);
+    const uint8_t *in[4] = {src, NULL, NULL, NULL};
+    uint8_t *out[4] = {dst, NULL, NULL, NULL};
+    const int in_stride[4] = {3 * w, 0, 0, 0}, out_stride[4] = {3 * W, 0, 0, 0};
+    const int got = sws_scale(s, in, in_stride, 0, h, out, out_stride);
+    sws_freeContext(s);
+    return got == H ? 0 : core_error("image resize: swscale wrote %d of %d rows", got, H);
+}
+
+int media_image_load(const char *path, int H, int W, uint8_t *out) {
+    core_tensor t;
+    if (media_png_read(path, &t)) return -1;
+    const int rc = media_rgb_resize(t.data, (int)t.shape[0], (int)t.shape[1], out, H, W);
+    core_tensor_free(&t);
+    return rc ? core_error_push("%s: ", path) : 0;
+}

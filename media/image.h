@@ -1,0 +1,21 @@
+/* media/image.h — the input images of image to video (Wan 2.2 TI2V): a PNG read through libpng (media/png.h) and
+ * stretched to the rollout's size with swscale.
+ *
+ * diffusers' VideoProcessor.preprocess resizes the image to (height, width) with PIL's Lanczos filter, without
+ * cropping (the aspect ratio is not kept). vgrpo does the same with swscale's Lanczos (SWS_LANCZOS, RGB24 in and out,
+ * accurate rounding): the same kind of filter, not PIL's bits, so a resized image differs from PIL's by a few levels.
+ * An image already at the size is copied unchanged, as PIL does: the parity fixtures use such images. */
+#ifndef MEDIA_IMAGE_H
+#define MEDIA_IMAGE_H
+
+#include <stdint.h>
+
+/* src U8 RGB [h, w, 3] -> dst U8 RGB [H, W, 3] (caller's buffer), stretched with swscale's Lanczos; a copy when the
+ * sizes are equal. -1 with core_error on bad sizes or a swscale failure. */
+int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W);
+
+/* Reads the PNG at path (any libpng colour type, as media_png_read converts it) and stretches it to [H, W, 3] into
+ * out (caller's buffer). Errors name the path (missing, not a PNG, a corrupt file). */
+int media_image_load(const char *path, int H, int W, uint8_t *out);
+
+#endif

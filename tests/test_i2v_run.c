@@ -1,0 +1,275 @@
+/* tests/test_i2v_run.c — image to video end to end on the `tiny-ti2v` preset (vgrpo init-model: tiny's DiT as a
+ * TI2V pipeline, a VAE with an encoder): prompt files of JSON lines with a PNG per prompt (core/prompts.h), the
+ * images stretched and encoded at start-up (trainer/run_setup.c), the conditions carried by the rollout requests and
+ * the trajectories.
+ * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank, and with two workers and two trainer ranks
+ * (the conditions in the dp broadcast); a local run equals a colocated one bit for bit and resumes exactly; the
+ * preset (encoder written, decoder as tiny's); JSON-lines prompt files; bad input refused at start-up naming
+ * file:line (a missing image, a file that is not a PNG, a folder, a corrupt PNG, a prompt without an image among
+ * prompts with one, an eval file without images), an image recipe on a text-to-video model, one latent frame. */
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/prompts.h"
+#include "core/safetensors.h"
+#include "media/image.h"
+#include "media/png.h"
+#include "tests/metrics_rows.h"
+#include "tests/test.h"
+
+/* dir/img/<name>.png (32 x 32: a colour with a square of its complement) and dir/p.jsonl naming them. */
+static void write_prompts(const char *dir) {
+    static const struct {
+        const char *name;
+        uint8_t c[3];
+    } cols[4] = {{"red", {220, 30, 30}}, {"green", {30, 200, 40}}, {"blue", {30, 40, 220}}, {"yellow", {230, 220, 30}}};
+    char path[4300];
+    snprintf(path, sizeof path, "%s/img", dir);
+    mkdir(path, 0777);
+    snprintf(path, sizeof path, "%s/p.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    uint8_t img[32 * 32 * 3];
+    for (int k = 0; k < 4; k++) {
+        for (int y = 0; y < 32; y++)
+            for (int x = 0; x < 32; x++)
+                for (int c = 0; c < 3; c++) {
+                    const int in = x >= 8 && x < 24 && y >= 8 && y < 24;
+                    img[(y * 32 + x) * 3 + c] = in ? (uint8_t)(255 - cols[k].c[c]) : cols[k].c[c];
+                }
+        snprintf(path, sizeof path, "%s/img/%s.png", dir, cols[k].name);
+        REQUIRE_OK(media_png_write(path, img, 32, 32));
+        fprintf(f, "{\"prompt\": \"a %s square\", \"image\": \"img/%s.png\", \"color\": \"%s\"}\n", cols[k].name,
+                cols[k].name, cols[k].name);
+    }
+    fclose(f);
+}
+
+static void make_model(const char *dir) {
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/model --seed 0", test_vgrpo_bin(),
+                     dir) == 0);
+    CHECK(strstr(out, "preset tiny-ti2v"));
+}
+
+#define I2V_SET                                                                                                     \
+    "--set model.path=%s/model --set model.init_preset= --set data.prompt_file=%s/p.jsonl "                        \
+    "--set data.eval_prompt_file=%s/p.jsonl --set rollout.num_steps=4 --set rollout.prompts_per_step=2 "           \
+    "--set rollout.samples_per_prompt=4 --set algorithm.timestep_selection=all"
+
+static void check_parity_zero(const char *path, int want_steps) {
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    REQUIRE(j);
+    CHECK(json_is_true(json_object_get(j, "pass")));
+    CHECK(json_real_value(json_object_get(j, "max_abs_dlogp")) == 0.0);
+    CHECK(json_real_value(json_object_get(j, "max_abs_dv")) == 0.0);
+    CHECK((int)json_array_size(json_object_get(j, "steps")) == want_steps);
+    json_decref(j);
+}
+
+TEST(i2v_parity_zero_tiny_ti2v) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    write_prompts(dir);
+    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                       " --set logging.run_dir=%s/a", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
+    CHECK(strstr(out, "PASS") != NULL);
+    snprintf(p, sizeof p, "%s/a/parity.json", dir);
+    check_parity_zero(p, 4);
+    /* two workers (3 samples per forward), two trainer ranks (the conditions travel in the dp broadcast) */
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                   " --set logging.run_dir=%s/b --set parallel.rollout_workers=2 --set rollout.batch_size=3 "
+                                   "--set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5",
+                  bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (2 workers, 2 ranks) failed: %s", out);
+    CHECK(strstr(out, "PASS") && strstr(out, "2 worker(s)") && strstr(out, "2 rank(s)"));
+    snprintf(p, sizeof p, "%s/b/parity.json", dir);
+    check_parity_zero(p, 4);
+}
+
+/* A local run equals a colocated one bit for bit (metrics and rewards), and 2 steps + resume + 1 equals 3 straight. */
+TEST(i2v_run_local_colocated_resume) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    write_prompts(dir);
+    const char *more = "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=2 "
+                       "--set algorithm.beta=0.05 --set optim.total_steps=3";
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/loc", bin,
+                      dir, dir, dir, more, dir);
+    if (st) test_fail(__FILE__, __LINE__, "local run failed: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                   " %s --set logging.run_dir=%s/col", bin, dir, dir, dir, more, dir);
+    if (st) test_fail(__FILE__, __LINE__, "colocated run failed: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/res --steps 2",
+                  bin, dir, dir, dir, more, dir);
+    if (st) test_fail(__FILE__, __LINE__, "2-step run failed: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/res "
+                                   "--resume %s/res/checkpoint-2", bin, dir, dir, dir, more, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "resumed run failed: %s", out);
+    json_t *a[8], *b[8], *c[8];
+    snprintf(p, sizeof p, "%s/loc/metrics.jsonl", dir);
+    const int na = read_rows(p, a, 8, 1);
+    snprintf(p, sizeof p, "%s/col/metrics.jsonl", dir);
+    const int nb = read_rows(p, b, 8, 1);
+    snprintf(p, sizeof p, "%s/res/metrics.jsonl", dir);
+    const int nc = read_rows(p, c, 8, 1);
+    REQUIRE(na == 4 && nb == 4);
+    for (int i = 0; i < na; i++) {
+        CHECK_MSG(json_equal(a[i], b[i]), "row %d: local and colocated differ", i);
+        if (i < 3) {
+            CHECK(json_number_value(json_object_get(a[i], "log_prob_mean_abs_diff")) == 0.0);
+            CHECK(json_number_value(json_object_get(a[i], "transitions")) == 32);
+        }
+    }
+    /* 2 steps, then resumed from checkpoint-2: the rows equal the straight run's */
+    CHECK_MSG(nc == na, "%d rows after the resume, %d in the straight run", nc, na);
+    for (int i = 0; i < nc && i < na; i++) CHECK_MSG(json_equal(c[i], a[i]), "resumed run: row %d differs", i);
+    for (int i = 0; i < na; i++) json_decref(a[i]);
+    for (int i = 0; i < nb; i++) json_decref(b[i]);
+    for (int i = 0; i < nc; i++) json_decref(c[i]);
+}
+
+TEST(i2v_preset_and_prompt_files) {
+    const char *dir = test_tmpdir();
+    char p[4300], q[4300];
+    make_model(dir);
+    /* the preset's VAE has the encoder; its decoder tensors are tiny's */
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/t2v --seed 0", test_vgrpo_bin(), dir) == 0);
+    snprintf(p, sizeof p, "%s/model/vae/diffusion_pytorch_model.safetensors", dir);
+    snprintf(q, sizeof q, "%s/t2v/vae/diffusion_pytorch_model.safetensors", dir);
+    st_file *a = st_open(p), *b = st_open(q);
+    REQUIRE(a && b);
+    CHECK(st_find(a, "encoder.conv_in.weight") >= 0 && st_find(a, "quant_conv.weight") >= 0);
+    CHECK(st_find(b, "encoder.conv_in.weight") < 0);
+    for (int i = 0; i < st_count(b); i++) {
+        const char *nm = st_name(b, i);
+        const st_info *ia = st_info_at(a, st_find(a, nm)), *ib = st_info_at(b, i);
+        int64_t n = 1;
+        for (int d = 0; d < ib->ndim; d++) n *= ib->shape[d];
+        float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+        REQUIRE(ia && x && y && !st_read_f32(a, nm, x, n) && !st_read_f32(b, nm, y, n));
+        CHECK_MSG(!memcmp(x, y, sizeof(float) * (size_t)n), "decoder tensor %s differs from tiny's", nm);
+        free(x), free(y);
+    }
+    st_close(a), st_close(b);
+    snprintf(p, sizeof p, "%s/model/model_index.json", dir);
+    CHECK(test_run(out, sizeof out, "grep -q '\"expand_timesteps\": true' %s", p) == 0);
+
+    /* JSON lines: the image relative to the file's folder, other strings as metadata, numbered by line */
+    write_prompts(dir);
+    snprintf(p, sizeof p, "%s/p.jsonl", dir);
+    core_prompts pr;
+    REQUIRE_OK(core_prompts_read(&pr, p));
+    CHECK(pr.n == 4 && pr.n_images == 4 && pr.jsonl && !pr.json);
+    snprintf(q, sizeof q, "%s/img/green.png", dir);
+    CHECK(!strcmp(pr.text[1], "a green square") && !strcmp(pr.image[1], q) && pr.line[1] == 2);
+    CHECK(!strcmp(json_string_value(json_object_get(pr.meta[1], "color")), "green") &&
+          !json_object_get(pr.meta[1], "image"));
+    char at[4400];
+    snprintf(q, sizeof q, "%s:3", p);
+    CHECK(!strcmp(core_prompts_where(&pr, 2, at, sizeof at), q));
+    core_prompts_free(&pr);
+    /* stretched to another size (swscale Lanczos); the same size is a copy */
+    uint8_t big[64 * 48 * 3], same[32 * 32 * 3];
+    core_tensor t;
+    snprintf(q, sizeof q, "%s/img/red.png", dir);
+    REQUIRE_OK(media_png_read(q, &t));
+    REQUIRE_OK(media_image_load(q, 32, 32, same));
+    CHECK(!memcmp(same, t.data, sizeof same));
+    REQUIRE_OK(media_image_load(q, 64, 48, big));
+    CHECK(big[0] == 220 && big[1] == 30 && big[(32 * 48 + 24) * 3] == 35); /* the border's colour, the square's */
+    core_tensor_free(&t);
+}
+
+/* `vgrpo run --dry-run` with a prompt file `lines` (written to dir/bad.jsonl) must fail with `want` in its output. */
+static void refused(const char *dir, const char *lines, const char *extra, const char *want, int line) {
+    char p[4300], out[16384];
+    snprintf(p, sizeof p, "%s/bad.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs(lines, f);
+    fclose(f);
+    const int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
+                                             "--set model.init_preset= --set data.prompt_file=%s "
+                                             "--set data.eval_prompt_file=%s/p.jsonl %s",
+                            test_vgrpo_bin(), dir, p, dir, extra);
+    if (st == 0 || !strstr(out, want)) test_fail(__FILE__, line, "exit %d, want \"%s\" in: %s", st, want, out);
+}
+
+TEST(i2v_bad_input_refused) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300], want[4600];
+    make_model(dir);
+    write_prompts(dir);
+    snprintf(p, sizeof p, "%s/notpng.png", dir);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs("GIF89a, not a png at all", f);
+    fclose(f);
+    const char *ok = "{\"prompt\": \"a red square\", \"image\": \"img/red.png\"}\n";
+    char lines[2048];
+    snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\", \"image\": \"img/none.png\"}\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:2: image %s/img/none.png: cannot open: No such file", dir, dir);
+    refused(dir, lines, "", want, __LINE__);
+    snprintf(lines, sizeof lines, "%s\n{\"prompt\": \"a cat\", \"image\": \"notpng.png\"}\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:3: image %s/notpng.png: not a PNG file", dir, dir);
+    refused(dir, lines, "", want, __LINE__);
+    snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\", \"image\": \"img\"}\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:2: image %s/img: not a regular file", dir, dir);
+    refused(dir, lines, "", want, __LINE__);
+    snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\"}\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:2: no \"image\", but other prompts of the file have one", dir);
+    refused(dir, lines, "", want, __LINE__);
+    snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\", \"image\": 3}\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:2: \"image\" must be a non-empty string", dir);
+    refused(dir, lines, "", want, __LINE__);
+    snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\", \"image\": \"img/red.png\"\n", ok);
+    snprintf(want, sizeof want, "%s/bad.jsonl:2: not a JSON object", dir);
+    refused(dir, lines, "", want, __LINE__);
+    /* one latent frame: nothing to generate after the image's */
+    snprintf(lines, sizeof lines, "%s%s", ok, ok);
+    refused(dir, lines, "--set rollout.frames=1", "rollout.frames: 1 frames are one latent frame", __LINE__);
+    /* the eval prompts without images while the training prompts have them */
+    snprintf(p, sizeof p, "%s/text.txt", dir);
+    f = fopen(p, "w");
+    REQUIRE(f);
+    fputs("a red square\na blue square\n", f);
+    fclose(f);
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
+                                       "--set model.init_preset= --set data.prompt_file=%s/p.jsonl "
+                                       "--set data.eval_prompt_file=%s", bin, dir, dir, p);
+    CHECK_MSG(st != 0 && strstr(out, "both prompt files give images or neither does"), "%s", out);
+    /* an image recipe on a text-to-video model */
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/t2v --seed 0", bin, dir) == 0);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/t2v "
+                                   "--set model.init_preset= --set data.prompt_file=%s/p.jsonl "
+                                   "--set data.eval_prompt_file=%s/p.jsonl", bin, dir, dir, dir);
+    CHECK_MSG(st != 0 && strstr(out, "is a text-to-video pipeline") && strstr(out, "I2V-A14B"), "%s", out);
+    /* a TI2V model runs text prompts (text to video) */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
+                                   "--set model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s",
+                  bin, dir, p, p);
+    CHECK_MSG(st == 0, "%s", out);
+    /* a corrupt PNG (the signature, then garbage) is refused when the run reads the images, naming file:line */
+    snprintf(p, sizeof p, "%s/img/corrupt.png", dir);
+    f = fopen(p, "wb");
+    REQUIRE(f);
+    fwrite("\x89PNG\r\n\x1a\n\0\0\0\rIHDRgarbage", 1, 23, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/c.jsonl", dir);
+    f = fopen(p, "w");
+    REQUIRE(f);
+    fprintf(f, "%s{\"prompt\": \"a red cat\", \"image\": \"img/corrupt.png\"}\n", ok);
+    fclose(f);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model --set model.init_preset= "
+                                   "--set data.prompt_file=%s --set data.eval_prompt_file=%s --steps 1 "
+                                   "--set logging.run_dir=%s/r", bin, dir, p, p, dir);
+    snprintf(want, sizeof want, "%s:2: image: png %s/img/corrupt.png: libpng read failed", p, dir);
+    CHECK_MSG(st != 0 && strstr(out, want), "want \"%s\" in: %s", want, out);
+}
