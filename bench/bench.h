@@ -8,6 +8,16 @@
 #ifndef BENCH_BENCH_H
 #define BENCH_BENCH_H
 
+#include "core/recipe.h"
+
+/* The fp32 FMA ceiling of this machine: a register-only loop per thread at every vector width it runs, the best
+ * team figure printed as the peak (bench/bench_peak.c). */
+int bench_peak(int threads, int quick);
+/* The same ceiling measured quietly (about 0.1 s, once per process, at the current OpenMP thread count), GFLOP/s;
+ * bench_pct_peak: 100 * gflops / that ceiling. */
+double bench_peak_gflops(void);
+double bench_pct_peak(double gflops);
+
 /* sgemm (k_cpu_gemm and cblas_sgemm) and CPU attention GFLOP/s, and attention over the best sgemm
  * (bench/bench_kernels.c). */
 int bench_kernels(int threads, int quick);
@@ -15,6 +25,9 @@ int bench_kernels(int threads, int quick);
 /* One Wan block at the Wan 2.1-1.3B shape and at tiny: forward and forward+backward ms and GFLOP/s
  * (bench/bench_dit.c). */
 int bench_dit(int threads, int quick);
+/* `vgrpo bench dit --profile`: the same blocks' forward and backward (stored activations) as a per-op time table:
+ * each GEMM with its shape and transposition, attention forward/backward, every elementwise pass; per iteration. */
+int bench_dit_profile(int threads, int quick);
 
 /* The Wan 2.1 VAE decoding one latent frame at 480 x 832, and a small umT5 on one 512-token prompt
  * (bench/bench_text_vae.c). */
@@ -34,6 +47,11 @@ typedef struct {
  * fresh folder under /tmp, scores o->videos videos batched and unbatched, one and o->inflight requests in flight,
  * and checks every reply against in-process scoring. */
 int bench_reward(const bench_reward_opts *o);
+
+/* One GRPO step of recipe r (read from recipe_path, its model folder present), profiled: 1 warm-up step, then
+ * `steps` timed ones (<= 64); the median step by phase (rollout, decode, reward, train) and op class, then the `top`
+ * largest op rows (bench/bench_step.c). */
+int bench_step(const char *recipe_path, const core_recipe *r, int steps, int top);
 
 /* The median of t[0..n) (sorted in place; n >= 1): the figure every benchmark reports. */
 double bench_median(double *t, int n);

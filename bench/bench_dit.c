@@ -22,6 +22,7 @@
 #include "bench/bench.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 #include "model/dit/wan_internal.h"
 #include "model/dit/wan_lora.h"
 
@@ -219,4 +220,108 @@ int bench_dit(int threads, int quick) {
 fail:
     fprintf(stderr, "vgrpo bench dit: %s\n", core_last_error());
     return 1;
+}
+
+/* ---- --profile: the per-op time table of one block's forward and backward ---- */
+
+static void prof_label(const k_prof_row *r, char *out, size_t cap) {
+    if (!strcmp(r->op, "gemm"))
+        snprintf(out, cap, "gemm %s M %d N %d K %d", r->ta ? (r->tb ? "A^T B^T" : "A^T B") : (r->tb ? "A B^T" : "A B"),
+                 r->M, r->N, r->K);
+    else
+        snprintf(out, cap, "%s (n %lld)", r->op, (long long)r->elems);
+}
+
+/* Times reps forward+backward iterations of block shape s with the op table on (phases "forward", "backward") and
+ * prints the rows, largest first, per iteration. */
+static int profile_block(const dit_shape *s, int reps, double peak) {
+    wan_config cfg = {{1, 2, 2}, s->heads, s->head_dim, 16, 16, 64, 256, s->ffn, 1, 1, 1e-6, 1024};
+    wan_shape shape = {1, s->F, s->H, s->W, s->L, 0};
+    wan_model m;
+    if (wan_model_init(&m, &cfg)) return -1;
+    if (wan_model_alloc_grads(&m)) {
+        wan_model_free(&m);
+        return -1;
+    }
+    wan_params_init_random(&m, 1);
+    const int64_t S = wan_tokens(&cfg, &shape), D = wan_dim(&cfg), L = s->L;
+    wan_exec ex;
+    wan_exec_resolve(&ex, NULL);
+    wan_acts *A = wan_acts_new(&cfg, &shape, WAN_ACTS_STORE);
+    k_prof_row *rows = malloc(sizeof *rows * K_PROF_MAX_ROWS);
+    int rc = A && rows ? 0 : -1;
+    double wall[2] = {0, 0};
+    if (!rc) {
+        float *in[3] = {A->res[0], A->tproj, A->ctx};
+        int64_t n[3] = {S * D, 6 * D, L * D};
+        for (int j = 0; j < 3; j++)
+            for (int64_t i = 0; i < n[j]; i++) in[j][i] = (float)(((i + 17 * j) * 2654435761u) % 2000) * 1e-3f - 1.0f;
+        for (int r = -1; r < reps && !rc; r++) {
+            if (r == 0) k_prof_enable(1);
+            double t0 = omp_get_wtime();
+            k_prof_set_phase("forward");
+            rc = wan_block_forward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
+            double t1 = omp_get_wtime();
+            for (int64_t i = 0; !rc && i < S * D; i++) A->dres[i] = 1e-3f * (float)((i % 7) - 3);
+            double t2 = omp_get_wtime();
+            k_prof_set_phase("backward");
+            if (!rc) rc = wan_block_backward(&ex, A, &m.w.blocks[0], &m.g.blocks[0], &A->blk[0]);
+            double t3 = omp_get_wtime();
+            if (r >= 0) wall[0] += t1 - t0, wall[1] += t3 - t2;
+        }
+    }
+    if (!rc) {
+        int n = k_prof_rows(rows, K_PROF_MAX_ROWS);
+        if (n > K_PROF_MAX_ROWS) n = K_PROF_MAX_ROWS;
+        const double total = wall[0] + wall[1];
+        double in_table[2] = {0, 0};
+        printf("\n%s: S %lld, L %lld, D %lld, FFN %d; forward %.3f ms + backward %.3f ms per iteration (%d "
+               "iterations)\n", s->name, (long long)S, (long long)L, (long long)D, s->ffn, 1e3 * wall[0] / reps,
+               1e3 * wall[1] / reps, reps);
+        printf("%-9s %-38s %6s %9s %7s %9s %6s\n", "phase", "op", "calls", "ms", "%f+b", "GFLOP/s", "%peak");
+        for (int i = 0; i < n; i++) {
+            const k_prof_row *r = &rows[i];
+            char lab[96];
+            prof_label(r, lab, sizeof lab);
+            in_table[strcmp(r->phase, "forward") ? 1 : 0] += r->seconds;
+            const double ms = 1e3 * r->seconds / reps, gfs = r->flops > 0 ? r->flops / r->seconds * 1e-9 : 0;
+            printf("%-9s %-38s %6.0f %9.3f %6.1f%%", r->phase, lab, (double)r->calls / reps, ms,
+                   100.0 * r->seconds / total);
+            if (gfs > 0) printf(" %9.1f %5.1f%%\n", gfs, 100.0 * gfs / peak);
+            else printf(" %9s %6s\n", "-", "-");
+        }
+        for (int p = 0; p < 2; p++)
+            printf("%-9s %-38s %6s %9.3f %6.1f%%\n", p ? "backward" : "forward", "(outside the op table)", "",
+                   1e3 * (wall[p] - in_table[p]) / reps, 100.0 * (wall[p] - in_table[p]) / total);
+    }
+    k_prof_enable(0);
+    free(rows);
+    wan_acts_free(A);
+    wan_model_free(&m);
+    return rc;
+}
+
+int bench_dit_profile(int threads, int quick) {
+    if (threads > 0) {
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    const int nt = omp_get_max_threads();
+    const double peak = bench_peak_gflops();
+    static const dit_shape shapes[] = {
+        {"wan2.1-1.3b block", 12, 128, 8960, 1, 60, 104, 512},
+        {"tiny block", 4, 32, 256, 3, 16, 16, 32},
+    };
+    printf("vgrpo bench dit --profile: %d thread%s, peak %.1f GFLOP/s (bench peak); per-op wall time per iteration of "
+           "one block's forward + backward (stored activations), largest first\n", nt, nt == 1 ? "" : "s", peak);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (quick && i == 0) continue;
+        if (profile_block(&shapes[i], quick ? 1 : (i == 0 ? 2 : 20), peak)) {
+            fprintf(stderr, "vgrpo bench dit: %s\n", core_last_error());
+            return 1;
+        }
+    }
+    printf("\nGEMM notation: C = op(A) op(B), op(A) [M, K], op(B) [K, N] (nn.Linear forward: A B^T; its backward: "
+           "dX = dY W (A B), dW = dY^T X (A^T B)).\n");
+    return 0;
 }

@@ -1,20 +1,27 @@
 /* cli/cmd_bench.c — `vgrpo bench <name> [options]`: the benchmarks of bench/ (bench/bench.h), each with its own
  * option table:
  *
+ *   vgrpo bench peak    [--threads N] [--quick]   the fp32 FMA ceiling per vector width (bench/bench_peak.c)
  *   vgrpo bench kernels [--threads N] [--quick]   sgemm and attention GFLOP/s (bench/bench_kernels.c)
  *   vgrpo bench dit     [--threads N] [--quick]   one Wan block, forward and forward+backward (bench/bench_dit.c)
  *   vgrpo bench vae     [--threads N] [--quick]   Wan 2.1 VAE decode of one latent frame (bench/bench_text_vae.c)
  *   vgrpo bench umt5    [--threads N] [--quick]   umT5 on one 512-token prompt (bench/bench_text_vae.c)
+ *   vgrpo bench dit --profile                      its per-op time table (bench/bench_dit.c)
+ *   vgrpo bench step    [--recipe FILE] [--set k=v]... [--steps N] [--top N] [--threads N]
+ *                                                 one GRPO step by phase and op class (bench/bench_step.c)
  *   vgrpo bench reward  [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]
  *                                                 reward-server videos/s (bench/bench_reward.c)
  *
  * A new benchmark is one entry in `benches` and, when its options differ, a parser like bench_reward_cmd.
  * Exit status: 0, 1 on failure, 2 on a usage error. */
+#include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench.h"
 #include "cli/commands.h"
+#include "cli/model_init.h"
 #include "cli/opts.h"
 #include "core/error.h"
 #include "reward/server.h"
@@ -22,19 +29,25 @@
 typedef struct {
     const char *name;
     int (*run)(int threads, int quick); /* NULL: the benchmark parses its own options (parse) */
+    int (*run_profile)(int threads, int quick); /* non-NULL: the benchmark takes --profile, which runs this instead */
     int (*parse)(int argc, char **argv);
     const char *help;
 } bench_entry;
 
 static int bench_reward_cmd(int argc, char **argv);
+static int bench_step_cmd(int argc, char **argv);
 
 static const bench_entry benches[] = {
-    {"kernels", bench_kernels, NULL, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm"},
-    {"dit", bench_dit, NULL, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
-    {"vae", bench_vae, NULL,
+    {"peak", bench_peak, NULL, NULL,
+     "fp32 FMA ceiling per vector width (register-only loop per thread): the 100% of % of peak"},
+    {"kernels", bench_kernels, NULL, NULL, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm"},
+    {"dit", bench_dit, bench_dit_profile, NULL, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
+    {"vae", bench_vae, NULL, NULL,
      "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory"},
-    {"umt5", bench_umt5, NULL, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms"},
-    {"reward", NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched"},
+    {"umt5", bench_umt5, NULL, NULL, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms"},
+    {"step", NULL, NULL, bench_step_cmd,
+     "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops"},
+    {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched"},
 };
 #define N_BENCHES (sizeof benches / sizeof benches[0])
 
@@ -44,21 +57,63 @@ static void usage(FILE *f) {
     fprintf(f, "\n`vgrpo bench NAME --help` lists a benchmark's options.\n");
 }
 
-/* kernels, dit, vae, umt5: --threads and --quick. argv[0] is the benchmark's name. */
+/* peak, kernels, dit, vae, umt5: --threads and --quick (dit also --profile). argv[0] is the benchmark's name. */
 static int bench_common_cmd(const bench_entry *b, int argc, char **argv) {
-    int threads = 0, quick = 0;
-    const opts_spec opts[] = {
+    int threads = 0, quick = 0, profile = 0;
+    opts_spec opts[] = {
         {.name = "threads", .type = OPTS_INT, .i = &threads, .min = 1, .max = 4096, .meta = "N",
          .help = "OpenMP (and OpenBLAS) threads (default: OMP_NUM_THREADS or all cores)"},
         {.name = "quick", .type = OPTS_FLAG, .flag = &quick,
          .help = "one timed run per figure and the slowest shapes left out (a smoke run)"},
+        {.name = "profile", .type = OPTS_FLAG, .flag = &profile,
+         .help = "instead of the table: the per-op time table (each GEMM with its shape and transposition, attention "
+                 "forward/backward, the elementwise passes)"},
         {0}};
+    if (!b->run_profile) opts[2] = (opts_spec){0};
     char name[64];
     snprintf(name, sizeof name, "bench %s", b->name);
     const opts_cmd cmd = {.name = name, .about = b->help, .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (rc != OPTS_OK) return opts_exit_status(rc);
-    return b->run(threads, quick);
+    return profile ? b->run_profile(threads, quick) : b->run(threads, quick);
+}
+
+static int bench_step_cmd(int argc, char **argv) {
+    const char *recipe = "recipes/tiny-cpu.yaml";
+    int steps = 3, top = 30, threads = 0;
+    opts_list sets = {.v = calloc((size_t)argc + 1, sizeof(char *)), .cap = argc};
+    if (!sets.v) return 1;
+    const opts_spec opts[] = {
+        {.name = "recipe", .type = OPTS_STRING, .str = &recipe, .meta = "FILE",
+         .help = "the recipe (default recipes/tiny-cpu.yaml, the demo's; its model folder is written from "
+                 "model.init_preset when missing, as vgrpo run does)"},
+        {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value", .help = "override a recipe key"},
+        {.name = "steps", .type = OPTS_INT, .i = &steps, .min = 1, .max = 64, .meta = "N",
+         .help = "timed steps after one warm-up step (default 3); the table shows the median step"},
+        {.name = "top", .type = OPTS_INT, .i = &top, .min = 0, .max = 1000, .meta = "N",
+         .help = "op rows listed (default 30)"},
+        {.name = "threads", .type = OPTS_INT, .i = &threads, .min = 1, .max = 4096, .meta = "N",
+         .help = "OpenMP threads (default: OMP_NUM_THREADS or all cores)"},
+        {0}};
+    const opts_cmd cmd = {.name = "bench step", .about = "one GRPO step of a recipe, profiled by phase and op class",
+                          .opts = opts};
+    int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (rc != OPTS_OK) {
+        free(sets.v);
+        return opts_exit_status(rc);
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    core_recipe r;
+    if (core_recipe_load(&r, recipe, sets.v, sets.n) || ensure_model(&r)) {
+        fprintf(stderr, "vgrpo bench step: %s\n", core_last_error());
+        core_recipe_release(&r);
+        free(sets.v);
+        return 1;
+    }
+    rc = bench_step(recipe, &r, steps, top);
+    core_recipe_release(&r);
+    free(sets.v);
+    return rc;
 }
 
 static int bench_reward_cmd(int argc, char **argv) {
@@ -76,7 +131,7 @@ static int bench_reward_cmd(int argc, char **argv) {
         {.name = "inflight", .type = OPTS_INT, .i = &o.inflight, .min = 1, .max = 1024, .meta = "K",
          .help = "requests in flight in the pipelined rows (default 2 x threads)"},
         {0}};
-    const opts_cmd cmd = {.name = "bench reward", .about = benches[N_BENCHES - 1].help, .opts = opts};
+    const opts_cmd cmd = {.name = "bench reward", .about = "reward-server throughput, videos/s, batched and unbatched", .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (rc != OPTS_OK) return opts_exit_status(rc);
     if (!o.inflight) o.inflight = 2 * o.threads;

@@ -15,6 +15,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* GCC will not if-convert the clamps in k_expf (so will not vectorise these loops) while it must preserve FP trap
  * behaviour; no code here relies on FP exceptions, and this option never changes a computed value. */
@@ -61,7 +62,7 @@ static inline float k_expf(float x) {
 
 /* out = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))), evaluated as x * s(2u) (see the top).
  * x, out [n]. Reference: torch gelu(approximate="tanh"). */
-void k_cpu_gelu_forward(float *out, const float *x, int64_t n) {
+static void gelu_forward_run(float *out, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
@@ -74,7 +75,7 @@ void k_cpu_gelu_forward(float *out, const float *x, int64_t n) {
 
 /* dx += dout * d/dx gelu_tanh(x). With s = s(2u) = 0.5 * (1 + tanh u) and 1 - tanh^2 u = 4 s (1 - s):
  * d/dx = s + 2 x s (1 - s) * sqrt(2/pi) * (1 + 3 * 0.044715 * x^2). dx, dout, x [n]. */
-void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n) {
+static void gelu_backward_run(float *dx, const float *dout, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
@@ -91,7 +92,7 @@ void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n
 }
 
 /* out = x * sigmoid(x), computed as x / (1 + exp(-x)) (torch's form). x, out [n]. torch.nn.functional.silu. */
-void k_cpu_silu_forward(float *out, const float *x, int64_t n) {
+static void silu_forward_run(float *out, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
@@ -100,7 +101,7 @@ void k_cpu_silu_forward(float *out, const float *x, int64_t n) {
 }
 
 /* dx += dout * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)). dx, dout, x [n]. */
-void k_cpu_silu_backward(float *dx, const float *dout, const float *x, int64_t n) {
+static void silu_backward_run(float *dx, const float *dout, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
@@ -108,4 +109,30 @@ void k_cpu_silu_backward(float *dx, const float *dout, const float *x, int64_t n
         float g = dout[i] * s * (1.0f + v * (1.0f - s));
         dx[i] += g;
     }
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_gelu_forward(float *out, const float *x, int64_t n) {
+    K_PROF_BEGIN();
+    gelu_forward_run(out, x, n);
+    K_PROF_END("gelu_forward", n, 0);
+}
+
+void k_cpu_gelu_backward(float *dx, const float *dout, const float *x, int64_t n) {
+    K_PROF_BEGIN();
+    gelu_backward_run(dx, dout, x, n);
+    K_PROF_END("gelu_backward", n, 0);
+}
+
+void k_cpu_silu_forward(float *out, const float *x, int64_t n) {
+    K_PROF_BEGIN();
+    silu_forward_run(out, x, n);
+    K_PROF_END("silu_forward", n, 0);
+}
+
+void k_cpu_silu_backward(float *dx, const float *dout, const float *x, int64_t n) {
+    K_PROF_BEGIN();
+    silu_backward_run(dx, dout, x, n);
+    K_PROF_END("silu_backward", n, 0);
 }

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* Block sizes: BQ query rows and BK keys per block. BQ must be a multiple of ATTN_MR; BK a multiple of both
  * ATTN_MR and ATTN_NR (key rows are micro-tile rows in dK/dV and columns in S). */
@@ -143,7 +144,7 @@ static void fwd_block(float *ws, float *o, float *lse, const float *q, const flo
 /* Forward: see kernels.h (attention_forward). q [B,Sq,H,Dh], k, v [B,Skv,H,Dh] -> o [B,Sq,H,Dh] (overwritten),
  * lse [B,H,Sq] natural-log fp32. Skv == 0 gives o = 0 and lse = -inf (an empty partial for lse_merge).
  * Reference: torch.nn.functional.scaled_dot_product_attention (no mask, no dropout); FlashAttention-2 Alg. 1. */
-void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v, int B, int Sq,
+static void attention_forward_run(float *o, float *lse, const float *q, const float *k, const float *v, int B, int Sq,
                              int Skv, int H, int Dh, float scale) {
     if (B <= 0 || Sq <= 0 || H <= 0 || Dh <= 0) return;
     const size_t n_o = (size_t)B * Sq * H * Dh, n_lse = (size_t)B * H * Sq;
@@ -311,7 +312,7 @@ static void bwd_q_block(float *ws, float *dq, const bwd_pack *p, const attn_shap
 
 /* Backward: see kernels.h (attention_backward). Given dout, q, k, v, and o, lse from the forward, ACCUMULATES
  * dq [B,Sq,H,Dh] +=, dk, dv [B,Skv,H,Dh] +=. Reference: FlashAttention-2 Algorithm 2 (two passes, no atomics). */
-void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+static void attention_backward_run(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                               const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H,
                               int Dh, float scale) {
     if (B <= 0 || Sq <= 0 || Skv <= 0 || H <= 0 || Dh <= 0) return;
@@ -364,4 +365,21 @@ done:
         fill_nan(dk, (size_t)B * Skv * H * Dh);
         fill_nan(dv, (size_t)B * Skv * H * Dh);
     }
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v, int B, int Sq,
+                             int Skv, int H, int Dh, float scale) {
+    K_PROF_BEGIN();
+    attention_forward_run(o, lse, q, k, v, B, Sq, Skv, H, Dh, scale);
+    K_PROF_END("attention_forward", (int64_t)B * H * Sq * Skv * Dh, 4.0 * B * H * Sq * Skv * Dh);
+}
+
+void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                              const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H, int Dh,
+                              float scale) {
+    K_PROF_BEGIN();
+    attention_backward_run(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh, scale);
+    K_PROF_END("attention_backward", (int64_t)B * H * Sq * Skv * Dh, 10.0 * B * H * Sq * Skv * Dh);
 }

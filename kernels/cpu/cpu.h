@@ -5,6 +5,15 @@
 
 #include "kernels/kernels.h"
 
+/* The vector path of the GEMM and attention micro-kernels (kernels/cpu/path.c). Every path gives the same values bit
+ * for bit; the default is the widest one compiled in (the build's -march) that this CPU runs, or the one the
+ * environment variable VGRPO_CPU_PATH names (c, avx2, avx512) when available. Set it only while no kernel runs. */
+typedef enum { K_CPU_PATH_C = 0, K_CPU_PATH_AVX2 = 1, K_CPU_PATH_AVX512 = 2 } k_cpu_path;
+int k_cpu_path_available(k_cpu_path p); /* 1: compiled into this binary and this CPU runs it */
+k_cpu_path k_cpu_get_path(void);
+int k_cpu_set_path(k_cpu_path p);       /* 0, or -1 when p is not available (the path is then unchanged) */
+const char *k_cpu_path_name(k_cpu_path p);
+
 void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
 void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N, int C, float eps);
 void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N, int C);

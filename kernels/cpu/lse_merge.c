@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* Merged lse and the two weights of one row; returns 0 when both partials are empty (L = -inf). */
 static int merge_weights(float l1, float l2, float *L, float *w1, float *w2) {
@@ -31,7 +32,7 @@ static int merge_weights(float l1, float l2, float *L, float *w1, float *w2) {
 /* Forward: see kernels.h (lse_merge_forward). o, o1, o2 [B,S,H,Dh]; lse, lse1, lse2 [B,H,S] natural log.
  * o may alias o1 (or o2) and lse may alias lse1 (or lse2). Reference: the log-sum-exp combine of
  * FlashAttention's split-KV kernel / ring attention (Liu et al., "Ring Attention", 2023). */
-void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
+static void lse_merge_forward_run(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
                              const float *lse2, int B, int S, int H, int Dh) {
     const long rows = (long)B * S * H;
 #pragma omp parallel for schedule(static) if ((size_t)rows * Dh >= K_PAR_MIN_ELEMS)
@@ -55,7 +56,7 @@ void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float 
 /* Backward: see kernels.h (lse_merge_backward). Given dout [B,S,H,Dh] and dlse [B,H,S] (NULL: zero), and the
  * forward's inputs, ACCUMULATES do1, do2 [B,S,H,Dh] += and dlse1, dlse2 [B,H,S] +=; any of the four outputs may be
  * NULL when not wanted. The merged o is recomputed exactly as the forward computes it. */
-void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout,
+static void lse_merge_backward_run(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout,
                               const float *dlse, const float *o1, const float *lse1, const float *o2,
                               const float *lse2, int B, int S, int H, int Dh) {
     const long rows = (long)B * S * H;
@@ -86,4 +87,21 @@ void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2
             if (dlse2) dlse2[li] += w2 * (g + dot2);
         }
     }
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2,
+                             const float *lse2, int B, int S, int H, int Dh) {
+    K_PROF_BEGIN();
+    lse_merge_forward_run(o, lse, o1, lse1, o2, lse2, B, S, H, Dh);
+    K_PROF_END("lse_merge_forward", (int64_t)B * S * H * Dh, 0);
+}
+
+void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout, const float *dlse,
+                              const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S,
+                              int H, int Dh) {
+    K_PROF_BEGIN();
+    lse_merge_backward_run(do1, dlse1, do2, dlse2, dout, dlse, o1, lse1, o2, lse2, B, S, H, Dh);
+    K_PROF_END("lse_merge_backward", (int64_t)B * S * H * Dh, 0);
 }

@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* Column sums (gradients of broadcast rows) run over the rows in order; threads split the columns into contiguous
  * ranges (one per thread) so that each reads long runs of every row, and a range is swept in sub-blocks of at most
@@ -29,7 +30,7 @@ static inline size_t mod_row(int b, int s, int S, int per_token, int mod_stride)
 
 /* out = x * (1 + scale) + shift. x, out [B, S, D]; shift, scale rows of D floats at stride mod_stride
  * ([B, .] or [B, S, .] with per_token). out may alias x. */
-void k_cpu_modulate_forward(float *out, const float *x, const float *shift, const float *scale, int B, int S, int D,
+static void modulate_forward_run(float *out, const float *x, const float *shift, const float *scale, int B, int S, int D,
                             int per_token, int mod_stride) {
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
     for (int b = 0; b < B; b++)
@@ -82,7 +83,7 @@ static int col_range_width(int B, int D, int par) {
 /* dx += dout * (1 + scale); dscale += dout * x; dshift += dout (the last two summed over s unless per_token).
  * dx, dout, x [B, S, D]; dshift, dscale, scale rows as in the forward. Any of dx, dshift, dscale may be NULL;
  * gradients must not overlap dout, x or scale. */
-void k_cpu_modulate_backward(float *dx, float *dshift, float *dscale, const float *dout, const float *x,
+static void modulate_backward_run(float *dx, float *dshift, float *dscale, const float *dout, const float *x,
                              const float *scale, int B, int S, int D, int per_token, int mod_stride) {
     if (dx) {
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
@@ -123,7 +124,7 @@ void k_cpu_modulate_backward(float *dx, float *dshift, float *dscale, const floa
 }
 
 /* out = x + y * gate. x, y, out [B, S, D]; gate rows as for modulate. out may alias x. */
-void k_cpu_gate_residual_forward(float *out, const float *x, const float *y, const float *gate, int B, int S, int D,
+static void gate_residual_forward_run(float *out, const float *x, const float *y, const float *gate, int B, int S, int D,
                                  int per_token, int mod_stride) {
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
     for (int b = 0; b < B; b++)
@@ -139,7 +140,7 @@ void k_cpu_gate_residual_forward(float *out, const float *x, const float *y, con
 
 /* dx += dout (skipped when dx is NULL); dy += dout * gate; dgate += dout * y (summed over s unless per_token).
  * dy, dgate may be NULL too; gradients must not overlap dout, y or gate. */
-void k_cpu_gate_residual_backward(float *dx, float *dy, float *dgate, const float *dout, const float *y,
+static void gate_residual_backward_run(float *dx, float *dy, float *dgate, const float *dout, const float *y,
                                   const float *gate, int B, int S, int D, int per_token, int mod_stride) {
     if (dx || dy || (per_token && dgate)) {
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
@@ -166,4 +167,34 @@ void k_cpu_gate_residual_backward(float *dx, float *dy, float *dgate, const floa
                 for (int j = 0; j < nd; j++) dgate[m + j] += (float)sg[j];
             }
         }
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_modulate_forward(float *out, const float *x, const float *shift, const float *scale, int B, int S, int D,
+                            int per_token, int mod_stride) {
+    K_PROF_BEGIN();
+    modulate_forward_run(out, x, shift, scale, B, S, D, per_token, mod_stride);
+    K_PROF_END("modulate_forward", (int64_t)B * S * D, 0);
+}
+
+void k_cpu_modulate_backward(float *dx, float *dshift, float *dscale, const float *dout, const float *x,
+                             const float *scale, int B, int S, int D, int per_token, int mod_stride) {
+    K_PROF_BEGIN();
+    modulate_backward_run(dx, dshift, dscale, dout, x, scale, B, S, D, per_token, mod_stride);
+    K_PROF_END("modulate_backward", (int64_t)B * S * D, 0);
+}
+
+void k_cpu_gate_residual_forward(float *out, const float *x, const float *y, const float *gate, int B, int S, int D,
+                                 int per_token, int mod_stride) {
+    K_PROF_BEGIN();
+    gate_residual_forward_run(out, x, y, gate, B, S, D, per_token, mod_stride);
+    K_PROF_END("gate_residual_forward", (int64_t)B * S * D, 0);
+}
+
+void k_cpu_gate_residual_backward(float *dx, float *dy, float *dgate, const float *dout, const float *y,
+                                  const float *gate, int B, int S, int D, int per_token, int mod_stride) {
+    K_PROF_BEGIN();
+    gate_residual_backward_run(dx, dy, dgate, dout, y, gate, B, S, D, per_token, mod_stride);
+    K_PROF_END("gate_residual_backward", (int64_t)B * S * D, 0);
 }

@@ -17,6 +17,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 enum { LANES = 16, COL_BLOCK = 2048 };
 
@@ -78,7 +79,7 @@ static void row_grad_sums(const float *x, const float *dout, const float *w, con
 /* out = (x - mean) * rstd * w + b per row. x, out [N, C] fp32; w, b [C] or both NULL (b alone may be NULL);
  * mean, rstd [N] (written).
  * rstd = 1/sqrt(var + eps), var biased. See kernels.h; reference torch.nn.LayerNorm. */
-void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+static void layernorm_forward_run(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
                              int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if (PAR(N, C))
     for (int n = 0; n < N; n++) {
@@ -144,7 +145,7 @@ static void norm_param_grads(float *dw, float *db, const float *dout, const floa
 /* LayerNorm backward: with g = dout * w (or dout) and x_hat from the saved mean/rstd,
  * dx += rstd * (g - mean(g) - x_hat * mean(g * x_hat)); dw += sum_n dout * x_hat; db += sum_n dout.
  * dx [N,C]; dw, db [C] (NULL when no affine, or not wanted). */
-void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+static void layernorm_backward_run(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
                               const float *mean, const float *rstd, int N, int C) {
     if (dx) {
 #pragma omp parallel for schedule(static) if (PAR(N, C))
@@ -167,7 +168,7 @@ void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout
 
 /* RMSNorm forward: out = (x * rstd) * w, rstd = 1/sqrt(mean(x^2) + eps). x, out [N,C]; w [C] or NULL; rstd [N]
  * (written). Reference torch.nn.RMSNorm / diffusers RMSNorm. */
-void k_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+static void rmsnorm_forward_run(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if (PAR(N, C))
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C;
@@ -184,7 +185,7 @@ void k_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float 
 
 /* RMSNorm backward: g = dout * w (or dout), x_hat = x * rstd; dx += rstd * (g - x_hat * mean(g * x_hat));
  * dw += sum_n dout * x_hat. dx [N,C] (NULL: skipped); dw [C] (NULL: skipped). */
-void k_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+static void rmsnorm_backward_run(float *dx, float *dw, const float *dout, const float *x, const float *w,
                             const float *rstd, int N, int C) {
     if (dx) {
 #pragma omp parallel for schedule(static) if (PAR(N, C))
@@ -203,4 +204,33 @@ void k_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float
         }
     }
     if (dw) norm_param_grads(dw, NULL, dout, x, NULL, rstd, N, C);
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                             int N, int C, float eps) {
+    K_PROF_BEGIN();
+    layernorm_forward_run(out, mean, rstd, x, w, b, N, C, eps);
+    K_PROF_END("layernorm_forward", (int64_t)N * C, 0);
+}
+
+void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    K_PROF_BEGIN();
+    layernorm_backward_run(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    K_PROF_END("layernorm_backward", (int64_t)N * C, 0);
+}
+
+void k_cpu_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
+    K_PROF_BEGIN();
+    rmsnorm_forward_run(out, rstd, x, w, N, C, eps);
+    K_PROF_END("rmsnorm_forward", (int64_t)N * C, 0);
+}
+
+void k_cpu_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, const float *rstd,
+                            int N, int C) {
+    K_PROF_BEGIN();
+    rmsnorm_backward_run(dx, dw, dout, x, w, rstd, N, C);
+    K_PROF_END("rmsnorm_backward", (int64_t)N * C, 0);
 }

@@ -13,13 +13,14 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* below this many elements a parallel region costs more than the copy */
 #define PAR(n) ((size_t)(n) >= K_PAR_MIN_ELEMS)
 
 /* out[b, (fp*Hp + hp)*Wp + wp, ((c*pt + kt)*ph + kh)*pw + kw] = x[b, c, fp*pt + kt, hp*ph + kh, wp*pw + kw].
  * x [B, C, F, H, W]; out [B, S, C*pt*ph*pw]. */
-void k_cpu_patchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {
+static void patchify_forward_run(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {
     int Fp = F / pt, Hp = H / ph, Wp = W / pw, P = C * pt * ph * pw;
 #pragma omp parallel for collapse(3) schedule(static) if (PAR((size_t)B * C * F * H * W))
     for (int b = 0; b < B; b++)
@@ -39,7 +40,7 @@ void k_cpu_patchify_forward(float *out, const float *x, int B, int C, int F, int
 }
 
 /* dx[b, c, f, h, w] += dout[b, s, p] for the same index map as the forward. dx [B, C, F, H, W]. */
-void k_cpu_patchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph,
+static void patchify_backward_run(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph,
                              int pw) {
     int Fp = F / pt, Hp = H / ph, Wp = W / pw, P = C * pt * ph * pw;
 #pragma omp parallel for collapse(3) schedule(static) if (PAR((size_t)B * C * F * H * W))
@@ -61,7 +62,7 @@ void k_cpu_patchify_backward(float *dx, const float *dout, int B, int C, int F, 
 
 /* out[b, c, fp*pt + kt, hp*ph + kh, wp*pw + kw] = x[b, (fp*Hp + hp)*Wp + wp, ((kt*ph + kh)*pw + kw)*C + c].
  * x [B, S, pt*ph*pw*C]; out [B, C, F, H, W] (remainder positions, if any, set to 0). */
-void k_cpu_unpatchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph,
+static void unpatchify_forward_run(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph,
                               int pw) {
     int Fp = F / pt, Hp = H / ph, Wp = W / pw, P = C * pt * ph * pw;
     if (F % pt || H % ph || W % pw) memset(out, 0, (size_t)B * C * F * H * W * sizeof(float));
@@ -83,7 +84,7 @@ void k_cpu_unpatchify_forward(float *out, const float *x, int B, int C, int F, i
 }
 
 /* dx[b, s, p] += dout[b, c, f, h, w] for the same index map as the forward. dx [B, S, pt*ph*pw*C]. */
-void k_cpu_unpatchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph,
+static void unpatchify_backward_run(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph,
                                int pw) {
     int Fp = F / pt, Hp = H / ph, Wp = W / pw, P = C * pt * ph * pw;
     /* parallel over token rows so that each thread writes its own rows of dx */
@@ -102,4 +103,31 @@ void k_cpu_unpatchify_backward(float *dx, const float *dout, int B, int C, int F
                                     d[((kt * ph + kh) * pw + kw) * C + c] += dout[src];
                                 }
                 }
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_patchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {
+    K_PROF_BEGIN();
+    patchify_forward_run(out, x, B, C, F, H, W, pt, ph, pw);
+    K_PROF_END("patchify_forward", (int64_t)B * C * F * H * W, 0);
+}
+
+void k_cpu_patchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph, int pw) {
+    K_PROF_BEGIN();
+    patchify_backward_run(dx, dout, B, C, F, H, W, pt, ph, pw);
+    K_PROF_END("patchify_backward", (int64_t)B * C * F * H * W, 0);
+}
+
+void k_cpu_unpatchify_forward(float *out, const float *x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {
+    K_PROF_BEGIN();
+    unpatchify_forward_run(out, x, B, C, F, H, W, pt, ph, pw);
+    K_PROF_END("unpatchify_forward", (int64_t)B * C * F * H * W, 0);
+}
+
+void k_cpu_unpatchify_backward(float *dx, const float *dout, int B, int C, int F, int H, int W, int pt, int ph,
+                               int pw) {
+    K_PROF_BEGIN();
+    unpatchify_backward_run(dx, dout, B, C, F, H, W, pt, ph, pw);
+    K_PROF_END("unpatchify_backward", (int64_t)B * C * F * H * W, 0);
 }

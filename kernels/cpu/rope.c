@@ -11,11 +11,12 @@
 #include "kernels/kernels.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/prof.h"
 
 /* out[b,s,h,2j]   = x[2j]*cos[s,j] - x[2j+1]*sin[s,j]
  * out[b,s,h,2j+1] = x[2j]*sin[s,j] + x[2j+1]*cos[s,j]
  * x, out [B, S, H, Dh] fp32 (out == x allowed); cos, sin [S, Dh/2]. Dh even. */
-void k_cpu_rope_forward(float *out, const float *x, const float *cos, const float *sin, int B, int S, int H,
+static void rope_forward_run(float *out, const float *x, const float *cos, const float *sin, int B, int S, int H,
                         int Dh) {
     int half = Dh / 2;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= K_PAR_MIN_ELEMS)
@@ -39,7 +40,7 @@ void k_cpu_rope_forward(float *out, const float *x, const float *cos, const floa
 /* The transpose of the rotation (rotation by -theta), accumulated:
  * dx[2j] += dout[2j]*cos + dout[2j+1]*sin;  dx[2j+1] += dout[2j+1]*cos - dout[2j]*sin.
  * dx, dout [B, S, H, Dh]; cos, sin [S, Dh/2]. */
-void k_cpu_rope_backward(float *dx, const float *dout, const float *cos, const float *sin, int B, int S, int H,
+static void rope_backward_run(float *dx, const float *dout, const float *cos, const float *sin, int B, int S, int H,
                          int Dh) {
     int half = Dh / 2;
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * S * H * Dh >= K_PAR_MIN_ELEMS)
@@ -114,4 +115,19 @@ int k_wan_rope_table(float *cos_out, float *sin_out, int F, int Hp, int Wp, int 
             }
     for (int p = 0; p < 3; p++) free(part[p][0]), free(part[p][1]);
     return rc;
+}
+
+/* ---- the op table entries: the bodies above, timed when kernels/cpu/prof.h is on ---- */
+
+void k_cpu_rope_forward(float *out, const float *x, const float *cos, const float *sin, int B, int S, int H, int Dh) {
+    K_PROF_BEGIN();
+    rope_forward_run(out, x, cos, sin, B, S, H, Dh);
+    K_PROF_END("rope_forward", (int64_t)B * S * H * Dh, 0);
+}
+
+void k_cpu_rope_backward(float *dx, const float *dout, const float *cos, const float *sin, int B, int S, int H,
+                         int Dh) {
+    K_PROF_BEGIN();
+    rope_backward_run(dx, dout, cos, sin, B, S, H, Dh);
+    K_PROF_END("rope_backward", (int64_t)B * S * H * Dh, 0);
 }

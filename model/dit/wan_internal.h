@@ -75,6 +75,7 @@ struct wan_acts {
     int64_t lora_cap;            /* floats in each of lora_h, lora_t */
     void *mem;
     size_t bytes;
+    size_t mem_cap;              /* bytes of the block at mem (>= bytes: a reused block may be larger) */
 };
 
 /* ---- wan_layers.c ---- */

@@ -11,6 +11,24 @@
 #include "kernels/kernels.h"
 #include "model/vae/wan_vae_internal.h"
 
+/* Small copies and zero fills of the im2col rows (a few channels per tap in the small VAEs, where calls to memcpy
+ * and memset cost more than the bytes): 8 floats at a time, fixed-size copies the compiler inlines (the pragma keeps
+ * it from turning these loops back into library calls). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+static inline void copy_floats(float *restrict d, const float *restrict s, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) memcpy(d + i, s + i, 8 * sizeof(float));
+    if (n - i >= 4) memcpy(d + i, s + i, 4 * sizeof(float)), i += 4;
+    for (; i < n; i++) d[i] = s[i];
+}
+static inline void zero_floats(float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) memset(d + i, 0, 8 * sizeof(float));
+    for (; i < n; i++) d[i] = 0.0f;
+}
+
 /* Source frame of padded tap position p (relative to the chunk: p < 0 reads the cache) or NULL for zeros. */
 static const float *tap_frame(const float *x, int p, const float *cache, int ncache, size_t fsz) {
     if (p >= 0) return x + (size_t)p * fsz;
@@ -52,16 +70,25 @@ int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, in
                 const int py = (int)((r0 + (size_t)r) / (size_t)Wo), px = (int)((r0 + (size_t)r) % (size_t)Wo);
                 float *dst = col + (size_t)r * Ku;
                 for (int t = t0; t < kt; t++)
-                    for (int dy = 0; dy < kh; dy++)
-                        for (int dx = 0; dx < kw; dx++, dst += ci) {
-                            const int yy = py + dy - ph, xx = px + dx - pw;
-                            if (!src[t] || yy < 0 || yy >= Ho || xx < 0 || xx >= Wo) {
-                                memset(dst, 0, (size_t)ci * sizeof(float));
-                                continue;
-                            }
-                            const int sy = up2x ? yy >> 1 : yy, sx = up2x ? xx >> 1 : xx;
-                            memcpy(dst, src[t] + ((size_t)sy * W + sx) * ci, (size_t)ci * sizeof(float));
+                    for (int dy = 0; dy < kh; dy++) {
+                        const int yy = py + dy - ph;
+                        if (!src[t] || yy < 0 || yy >= Ho) {
+                            zero_floats(dst, (size_t)kw * ci);
+                            dst += (size_t)kw * ci;
+                            continue;
                         }
+                        const float *row = src[t] + (size_t)(up2x ? yy >> 1 : yy) * W * ci;
+                        if (!up2x && px - pw >= 0 && px - pw + kw <= Wo) { /* the kw taps are one run */
+                            copy_floats(dst, row + (size_t)(px - pw) * ci, (size_t)kw * ci);
+                            dst += (size_t)kw * ci;
+                            continue;
+                        }
+                        for (int dx = 0; dx < kw; dx++, dst += ci) {
+                            const int xx = px + dx - pw;
+                            if (xx < 0 || xx >= Wo) zero_floats(dst, (size_t)ci);
+                            else copy_floats(dst, row + (size_t)(up2x ? xx >> 1 : xx) * ci, (size_t)ci);
+                        }
+                    }
             }
             k_cpu_ops.gemm(0, 1, (int)nr, co, Ku, 1.0f, col, Ku, wt + (size_t)t0 * KT, K, 0.0f,
                            out + ((size_t)f * npix + r0) * co, co, bias);
