@@ -182,6 +182,11 @@ endif
 GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_dev*.c) \
   $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c) \
   sp/shard.c sp/comm.c core/philox.c
+# The GRPO rows (cli/check/check_grpo.c, issue 15 phase 3): the rollout engine and the training step on the device
+# against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).
+GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/train_step.c trainer/train_dev.c trainer/grpo.c \
+  trainer/optim.c model/flow/flow.c model/flow/first_frame.c core/trajectory.c core/reduce.c
+GPU_CHECK_DIT_SRC += $(GPU_CHECK_GRPO_SRC)
 GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)
 GPU_CHECK_CFLAGS := -O3 -march=x86-64-v3 -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -ffunction-sections -fdata-sections -I. -I$(CUDA_HOME)/include -DVGRPO_CUDA=1

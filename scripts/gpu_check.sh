@@ -5,10 +5,14 @@
 #   2. the correctness table of build/gpu_check: every CUDA op against the fp32 CPU reference in the same binary, on
 #      fresh random inputs at Wan 2.1 14B shapes (rel-L2, band, worst, bitwise repeat, vs-CPU, ok/FAIL per row), then
 #      the 2-block Wan DiT forward+backward on the device against the fp32 CPU model at a small config (rows
-#      "wan dit ...": output, parameter gradients, dx, d enc, recompute = store, batch mates; model/dit/check/);
+#      "wan dit ...": output, parameter gradients, dx, d enc, recompute = store and checkpoint = store, batch mates;
+#      model/dit/check/), then GRPO on the device (rows "grpo ...", cli/check/check_grpo.c): a 10-step GRPO run of the
+#      tiny Wan preset (the rollout engine, the training step and its device AdamW) against the same run on the CPU,
+#      the final eval within 2 standard errors of their difference, and rollout/trainer parity exactly 0 (3 samples
+#      per rollout forward, 5 transitions per training forward, CFG);
 #   3. speed side by side: vgrpo's cuBLASLt bf16 GEMM at 8192^3 and cuDNN attention fwd / fwd+bwd at
 #      B1 H40 S32768 D128, against PyTorch's torch.mm and scaled_dot_product_attention (cuDNN backend) in python3;
-#   4. "not yet" lines for the checks of the next phase (DiT block MFU, GRPO step, parity on the GPU).
+#   4. "not yet" lines for the checks still to come (DiT block MFU, the GRPO step time at Wan 1.3B).
 #
 # The check binary: $GPU_CHECK_BIN, else build/gpu_check, else build-cuda/gpu_check (`make cuda` builds it here and
 # it travels as a file: it needs only libc/libm, the static CUDA runtime and the GPU driver). If none exists and nvcc
@@ -186,12 +190,11 @@ printf '%-46s %-28s %s\n' "attention fwd+bwd (3.5 x fwd FLOPs)" "$(val "$LOG" at
 say "(vgrpo: heads as [B, S, H, D], deterministic engines only; PyTorch: [B, H, S, D] contiguous, its default engine)"
 
 # ---- the next phase's checks ----
-# The 2-block DiT forward+backward vs the CPU is in the table above (rows "wan dit ..."). TODO(issue 15, phase 3):
-# replace each line below by the check once the sampler and the training step run on k_cuda_ops.
+# The 2-block DiT forward+backward vs the CPU is in the table above (rows "wan dit ..."), and so are the 10-step
+# tiny GRPO run on the GPU vs the CPU and the rollout/trainer parity on the GPU (rows "grpo ...", issue 15 phase 3).
 say ""
 say "not yet: one Wan-14B block forward+backward on the GPU, ms and MFU (the 2-block DiT rows above check correctness)"
-say "not yet: one GRPO step on the GPU (tiny and Wan 1.3B recipes), step time"
-say "not yet: rollout/trainer log-prob parity on the GPU (vgrpo parity, expected exactly 0)"
+say "not yet: one GRPO step at Wan 1.3B size on the GPU, step time (the grpo rows above run the tiny preset)"
 rm -f "$LOG" "$TLOG"
 say "gpu_check.sh: done in $(($(date +%s) - T0)) s, exit $RC"
 exit $RC

@@ -171,6 +171,25 @@ TEST(wan_dev_memory_and_refusals) {
     wan_model_free(&m);
 }
 
+/* Device memory at Wan shapes (the start-up estimate, nothing allocated): 81 frames 480 x 832 = 32,760 video tokens,
+ * 512 text tokens, batch 1, per mode; whole-block checkpointing keeps the block inputs and one block, so the A14B's
+ * training activations fit one 141 GiB GPU beside its bf16 weights (LoRA: a frozen base), RECOMPUTE's do not. */
+TEST(wan_dev_memory_wan_shapes) {
+    const char *presets[2] = {"wan2.1-t2v-1.3b", "wan2.2-t2v-a14b"};
+    const wan_shape sh = {1, 21, 60, 104, 512, 0};
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    for (int p = 0; p < 2; p++) {
+        wan_config c;
+        REQUIRE_OK(wan_config_preset(&c, presets[p]));
+        double by[4];
+        for (int mode = 0; mode < 4; mode++) by[mode] = (double)wan_dev_acts_estimate(&c, &sh, (wan_acts_mode)mode) / gib;
+        printf("  %s, 32760 tokens, 512 text, B 1: device activations INFER %.1f, STORE %.1f, RECOMPUTE %.1f, "
+               "CHECKPOINT %.1f GiB\n", presets[p], by[0], by[1], by[2], by[3]);
+        CHECK(by[3] > by[0] && by[3] < 0.25 * by[2]);
+        if (p == 1) CHECK(by[3] < 40.0 && by[2] > 141.0); /* A14B: checkpoint fits beside 26.6 GiB of bf16 weights */
+    }
+}
+
 /* The glue bodies against model/dit/wan_layers.c: fp32 bit for bit (both broadcast forms). */
 TEST(kbody_add_table) {
     const int R = 5, D = 24;

@@ -50,7 +50,7 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
         if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(bytes)) ||
             !(D->v[e] = dev->mem_alloc(bytes))) {
             core_error_push("trainer (model.device cuda): %.1f MiB of fp32 master weights and AdamW moments for %s: ",
-                            3.0 * (double)bytes / 1048576.0, wan_expert_folder(e));
+                            3.0 * (double)bytes / 1048576.0, e ? "transformer_2" : "transformer");
             trainer_dev_free(D);
             return -1;
         }
@@ -81,7 +81,8 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
     trainer_dev *D = ctx;
     const k_dev_ops *dev = wan_dev_exec_ops(D->x);
     if (optim_config_validate(ocfg)) return -1;
-    if (n_experts != D->n_experts) return core_error("trainer_dev_opt_step: %d experts, the device state has %d", n_experts, D->n_experts);
+    if (n_experts != D->n_experts)
+        return core_error("trainer_dev_opt_step: %d experts, the device state has %d", n_experts, D->n_experts);
     wan_dev_model *d[2] = {NULL, NULL};
     int first = -1;
     double ss = 0.0; /* optim_grad_norm_multi: each trained expert's optim_sumsq, added in expert order */

@@ -32,22 +32,30 @@
  * (cuDNN's SDPA backward). Every preset satisfies them (tiny included); tests' smallest configs may not.
  * Not supported yet: sequence parallelism (one device), LoRA adapters (the host path model/dit/wan_lora.h maps over:
  * two GEMMs per adapted linear; next), the self-attention hook (the device attention is cuDNN's).
+ * The rollout engine and the trainer reach this model through the executor of model/dit/wan_dev_exec.h (host fp32
+ * tensors in and out, device copies per host model and weights version).
  *
  * Memory (device bytes): weights 2 x numel, gradients 4 x numel (wan_dev_alloc_grads), activations
  * wan_dev_acts_bytes — about half of the CPU's wan_acts_bytes for the same mode (bf16 instead of fp32, fp32 for
  * the statistics and the few tensors above). wan_dev_acts_estimate gives the figure before allocating (library
  * workspaces and scratch not included). At 81 frames 480x832 (32,760 tokens), 512 text tokens, batch 1:
- *   wan2.1-t2v-1.3b   weights 2.6 GiB, gradients 5.3 GiB; activations INFER 3.2, RECOMPUTE 48.4, STORE 88.8 GiB
- *   wan2.2-t2v-a14b   weights 26.6 GiB, gradients 53.2 GiB; activations INFER 8.6, RECOMPUTE 168.7, STORE 311.5 GiB
- * so the A14B's training forward does not fit one 141 GiB GPU with RECOMPUTE as it is (the GEMM and attention
- * results of every block are kept): it needs whole-block checkpointing (keep each block's input, 0.3 GiB, and
- * rerun the block in the backward), which the device model does not have yet.
+ *   wan2.1-t2v-1.3b   weights 2.6 GiB, gradients 5.3 GiB; activations INFER 3.2, CHECKPOINT 7.9, RECOMPUTE 48.4,
+ *                     STORE 88.8 GiB
+ *   wan2.2-t2v-a14b   weights 26.6 GiB, gradients 53.2 GiB; activations INFER 8.6, CHECKPOINT 25.4, RECOMPUTE 168.7,
+ *                     STORE 311.5 GiB
+ * (tests/test_wan_dev.c wan_dev_memory_wan_shapes). The A14B's training forward does not fit one 141 GiB GPU with
+ * RECOMPUTE (the GEMM and attention results of every block are kept); WAN_ACTS_CHECKPOINT (whole-block
+ * checkpointing: each block's input kept, 0.31 GiB per block at A14B, plus one block's full set, and the block's
+ * forward rerun in its backward, about a third more GEMM work) does. Full fine-tuning adds the trainer's fp32 master
+ * weights and two AdamW moments on the device (trainer/train_dev.h): 18 bytes per parameter with the bf16 copy and
+ * the gradients, 23.8 GiB for the 1.3B, 240 GiB for one A14B expert (so the A14B trains with LoRA: a frozen bf16
+ * base, not on the device yet).
  *
  * Exactness: every op of the table is deterministic (k_cuda.h), so a forward twice gives the same bits;
- * WAN_ACTS_RECOMPUTE gives the same gradients as WAN_ACTS_STORE bit for bit (the backward recomputes the
- * elementwise steps with the forward's own functions); a sample's forward does not depend on its batch mates
- * where the table's GEMM and attention are batch-invariant (the emulated device: tested; the GPU: gpu_check reports
- * it).
+ * WAN_ACTS_RECOMPUTE and WAN_ACTS_CHECKPOINT give the same gradients as WAN_ACTS_STORE bit for bit (the backward
+ * recomputes the elementwise steps, or the whole block, with the forward's own functions); a sample's forward does
+ * not depend on its batch mates where the table's GEMM and attention are batch-invariant (the emulated device:
+ * tested; the GPU: gpu_check reports it).
  *
  * Errors: every int function returns 0, or -1 with core_error naming the op or the mismatch (a table entry's own
  * message for a failed launch or a shape it refuses). */
@@ -112,10 +120,10 @@ size_t wan_dev_acts_estimate(const wan_config *cfg, const wan_shape *shape, wan_
  * The shape is a's. Returns 0, or -1 (another config or device than a's, a failed op). */
 int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *a, kb_out out, kb_in x, const float *timestep, kb_in enc);
 
-/* Backward of the last wan_dev_forward on a (mode STORE or RECOMPUTE): given dout [B, C_out, F, H, W] (device view),
- * ACCUMULATES (+=) every parameter's gradient into d->grads (allocated), and into dx [B, C, F, H, W] and denc
- * [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong mode, no
- * forward, a failed op). */
+/* Backward of the last wan_dev_forward on a (mode STORE, RECOMPUTE or CHECKPOINT): given dout [B, C_out, F, H, W]
+ * (device view), ACCUMULATES (+=) every parameter's gradient into d->grads (allocated), and into dx [B, C, F, H, W]
+ * and denc [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong
+ * mode, no forward, a failed op). */
 int wan_dev_backward(wan_dev_model *d, wan_dev_acts *a, kb_out dx, kb_out denc, kb_in dout);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -123,7 +131,7 @@ int wan_dev_backward(wan_dev_model *d, wan_dev_acts *a, kb_out dx, kb_out denc, 
 
 /* wan_dev_forward (and, when dout is not NULL, wan_dev_backward into d->grads, which it allocates and ZEROES first)
  * with host fp32 tensors: x, timestep, enc and dout are uploaded, out (and dx, denc when not NULL, overwritten) are
- * downloaded. a: activations of the call's shape (mode STORE or RECOMPUTE when dout is given). */
+ * downloaded. a: activations of the call's shape (mode STORE, RECOMPUTE or CHECKPOINT when dout is given). */
 int wan_dev_run_host(wan_dev_model *d, wan_dev_acts *a, float *out, const float *x, const float *timestep,
                      const float *enc, const float *dout, float *dx, float *denc);
 
@@ -156,8 +164,8 @@ typedef struct {
 /* 1 if tensor `name` is a key bias (its band is WAN_DEV_BAND_KEY_BIAS). */
 int wan_dev_is_key_bias(const char *name);
 
-/* Runs m's fp32 CPU forward+backward (k_cpu_ops, WAN_ACTS_STORE) and the device model's (STORE, RECOMPUTE, CHECKPOINT) on
- * the same inputs: x, enc uniform in [-2, 2), timesteps uniform in [0, 1000) (per token when shape->
+/* Runs m's fp32 CPU forward+backward (k_cpu_ops, WAN_ACTS_STORE) and the device model's (STORE, RECOMPUTE,
+ * CHECKPOINT) on the same inputs: x, enc uniform in [-2, 2), timesteps uniform in [0, 1000) (per token when shape->
  * per_token_timestep), dout uniform in [-1, 1), all from seed; then the device forward once more (repeat) and, when
  * B >= 2, sample 1 alone (batch mates); fills rep. grad_rel (may be NULL): [layout.count], each parameter tensor's
  * relative L2. m needs no gradients of its own (the CPU side uses a copy). 0 or -1. */
