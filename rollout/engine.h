@@ -89,7 +89,8 @@ typedef struct {
 /* Generates n >= 1 samples with the experts (C == cfg.in_channels == out_channels).
  *   cond[j]: sample j's prompt embedding [text_len, text_dim] fp32 (the negative prompt is rc->neg, or all zeros when
  *   NULL: the word-embedding preset's empty prompt); uids[j] < 2^32; prompt_index[j] recorded; out[n] receives allocated trajectories
- *   (core_traj_free each). ex NULL = CPU defaults.
+ *   (core_traj_free each). ex NULL = CPU defaults; ex->dev: the DiT runs on that device (model/dit/wan_dev_exec.h,
+ *   model.device cuda: bf16, the velocity back in fp32), everything after the forward is the same host code.
  * Errors (-1): bad arguments (uid >= 2^32, shape not matching the model or its patch size, experts.n not 1 or 2,
  * two experts of different configs, boundary_ratio outside (0, 1) with two experts; with conditions: a NULL one, a
  * single latent frame, a patch deeper than one frame), out of memory, a DiT or step

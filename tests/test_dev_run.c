@@ -9,7 +9,8 @@
  *   - `vgrpo parity` on the device: the rollout workers' velocities and log-probs recomputed by the trainer exactly
  *     (0), with 3 samples per rollout forward, 5 transitions per training forward, CFG rows and a partial selection;
  *   - a local run with algorithm.activations checkpoint equals store (and recompute) bit for bit; a resumed run
- *     (2 + 2 steps) equals a straight one (4 steps), metrics and checkpoint files;
+ *     (2 + 2 steps) equals a straight one (4 steps), metrics and checkpoint files; a colocated run (weights synced to
+ *     a worker process over the wire, EMA eval pushes) equals a local one;
  *   - a 10-step tiny run on the device against the same seed's CPU run: the final eval within 2 standard errors of
  *     their difference (figures printed);
  *   - eval on the device, and the refusals (LoRA, several ranks, checkpoint activations on the CPU). */
@@ -239,7 +240,8 @@ TEST(dev_run_checkpoint_and_resume_exact) {
     json_t *x[6], *y[6];
     const int nx = rows_of(dir, "straight", x, 6), ny = rows_of(dir, "store", y, 6);
     CHECK(nx == 5 && ny == 5);
-    for (int i = 0; i < nx && i < ny; i++) CHECK_MSG(json_equal(x[i], y[i]), "row %d: resumed differs from straight", i);
+    for (int i = 0; i < nx && i < ny; i++)
+        CHECK_MSG(json_equal(x[i], y[i]), "row %d: resumed differs from straight", i);
     for (int i = 0; i < nx; i++) json_decref(x[i]);
     for (int i = 0; i < ny; i++) json_decref(y[i]);
     const char *files[] = {"transformer/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
@@ -250,6 +252,31 @@ TEST(dev_run_checkpoint_and_resume_exact) {
     }
 }
 
+/* mode: colocated (trainer, rollout worker and reward server as processes, weights synced over the wire each step)
+ * equals mode: local on the device bit for bit, with the EMA's eval weights pushed and pushed back. */
+TEST(dev_run_colocated_equals_local) {
+    const char *dir = test_tmpdir();
+    char out[16384];
+    make_model(dir);
+    const char *x = "--steps 2 --set checkpoint.every=0 --set algorithm.ema_decay=0.9";
+    char y[256];
+    snprintf(y, sizeof y, "%s --set mode=colocated", x);
+    int st = run_local(dir, "local", "cuda", x, out, sizeof out);
+    if (!st) st = run_local(dir, "coloc", "cuda", y, out, sizeof out);
+    if (st) test_fail(__FILE__, __LINE__, "device runs failed: %s", out);
+    REQUIRE(st == 0);
+    char path[700];
+    json_t *a[4], *b[4];
+    snprintf(path, sizeof path, "%s/local/metrics.jsonl", dir);
+    const int na = read_rows(path, a, 4, 1);
+    snprintf(path, sizeof path, "%s/coloc/metrics.jsonl", dir);
+    const int nb = read_rows(path, b, 4, 1);
+    CHECK(na == 3 && nb == 3);
+    for (int i = 0; i < na && i < nb; i++) CHECK_MSG(json_equal(a[i], b[i]), "row %d: colocated differs from local", i);
+    for (int i = 0; i < na; i++) json_decref(a[i]);
+    for (int i = 0; i < nb; i++) json_decref(b[i]);
+}
+
 /* The 10-step run of the GPU check's band, here on the emulated device: the final eval of the device run within 2
  * standard errors of the difference of the CPU run's (same seed, same initial weights; the bf16 rounding changes the
  * samples and so the updates, so the two runs are two draws of the same learning process, not one). */
@@ -258,8 +285,8 @@ TEST(dev_run_10_steps_vs_cpu) {
     char out[16384];
     make_model(dir);
     const char *ten = "--set optim.total_steps=10 --set rollout.samples_per_prompt=8 --set rollout.batch_size=16 "
-                      "--set algorithm.micro_batch_size=16 --set algorithm.beta=0 --set data.eval_samples_per_prompt=2 "
-                      "--set checkpoint.every=0";
+                      "--set algorithm.micro_batch_size=16 --set algorithm.beta=0 "
+                      "--set data.eval_samples_per_prompt=2 --set checkpoint.every=0";
     REQUIRE(run_local(dir, "cpu", "cpu", ten, out, sizeof out) == 0);
     int st = run_local(dir, "dev", "cuda", ten, out, sizeof out);
     if (st) test_fail(__FILE__, __LINE__, "device run failed: %s", out);
@@ -312,10 +339,12 @@ TEST(dev_eval_and_refusals) {
     const char *tiny = "recipes/tiny-cpu.yaml --dry-run --set model.device=cuda";
     CHECK(test_run(out, sizeof out, "%s run %s --set model.lora.rank=8 2>&1", bin, tiny) == 1);
     CHECK_MSG(strstr(out, "model.lora.rank: LoRA on model.device cuda is not implemented yet"), "got: %s", out);
-    CHECK(test_run(out, sizeof out, "%s run %s --set mode=colocated --set parallel.trainer_ranks=2 2>&1", bin, tiny) == 1);
+    CHECK(test_run(out, sizeof out, "%s run %s --set mode=colocated --set parallel.trainer_ranks=2 2>&1", bin, tiny) ==
+          1);
     CHECK_MSG(strstr(out, "parallel.trainer_ranks: model.device cuda trains on one device"), "got: %s", out);
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set algorithm.activations=checkpoint 2>&1",
-                   bin) == 1);
+    CHECK(test_run(out, sizeof out,
+                   "%s run recipes/tiny-cpu.yaml --dry-run --set algorithm.activations=checkpoint 2>&1", bin) == 1);
     CHECK_MSG(strstr(out, "algorithm.activations: checkpoint"), "got: %s", out);
-    CHECK(test_run(out, sizeof out, "%s run %s --set algorithm.activations=checkpoint >/dev/null 2>&1", bin, tiny) == 0);
+    CHECK(test_run(out, sizeof out, "%s run %s --set algorithm.activations=checkpoint >/dev/null 2>&1", bin, tiny) ==
+          0);
 }

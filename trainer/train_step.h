@@ -20,7 +20,11 @@
  * Image to video (Wan 2.2 TI2V; trajectories with a `condition`, core/trajectory.h): the forwards take the stored
  * latents as they are (frame 0 is the condition) with per-token timesteps, and the step, its log-prob, the KL and
  * GRPO-Guard's bias run over the generated frames only (model/flow/first_frame.h), exactly as the rollout's did; the
- * velocity of frame 0 gets no gradient. A batch is conditioned throughout or not at all. */
+ * velocity of frame 0 gets no gradient. A batch is conditioned throughout or not at all.
+ * On a device (ex->dev, model.device cuda; model/dit/wan_dev_exec.h): the forwards and the backward run there (bf16;
+ * acts_mode may also be WAN_ACTS_CHECKPOINT), the velocity comes back in fp32 and everything between them is the host
+ * code above; the gradients stay on the device, so the update needs trainer_config.opt_step = trainer/train_dev.h's
+ * step (the policy's host grads need not be allocated). */
 #ifndef TRAINER_TRAIN_STEP_H
 #define TRAINER_TRAIN_STEP_H
 
