@@ -10,7 +10,7 @@
  * The prompts of step k are prompts (k*B .. k*B+B-1) mod P of data.prompt_file, uids as a training round's; the
  * per-step work (shapes, op calls) is that of `vgrpo run`, which adds only bookkeeping (metrics rows, the guard's
  * video statistics, checkpoints, evals) outside these phases. One warm-up step, then the timed steps; the table gives
- * the median step's phases (ms per step) split into GEMM, attention, norms, other elementwise ops (the op table and the
+ * the median step's phases (ms per step) split into GEMM (with the small VAE's direct convolutions), attention, norms, other elementwise ops (the op table and the
  * DiT layers' own passes), and "other": the rest of the phase (sampler and loss arithmetic, the optimizer, the
  * VAE's im2col and norms, copies, allocation). Then the largest op rows of the timed steps.
  * Refused (one line): LoRA recipes, two experts and algorithm.beta > 0 (a frozen reference copy): the demo recipe
@@ -33,10 +33,10 @@
 
 static const char *const PHASES[] = {"rollout", "decode", "reward", "train"};
 enum { N_PHASES = 4, N_CLASSES = 5, MAX_STEPS = 64 };
-static const char *const CLASSES[N_CLASSES] = {"gemm", "attention", "norm", "elementwise", "other"};
+static const char *const CLASSES[N_CLASSES] = {"gemm/conv", "attention", "norm", "elementwise", "other"};
 
 static int op_class(const char *op) {
-    if (!strcmp(op, "gemm")) return 0;
+    if (!strcmp(op, "gemm") || !strcmp(op, "conv_small")) return 0;
     if (!strncmp(op, "attention", 9) || !strncmp(op, "lse_merge", 9)) return 1;
     if (strstr(op, "norm_")) return 2;
     return 3;

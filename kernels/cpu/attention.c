@@ -50,8 +50,23 @@ typedef struct {
     int B, Sq, Skv, H, Dh, Dp;
     ptrdiff_t rs; /* stride between consecutive tokens of one head: H*Dh */
     float scale;
-    int nqb, nkb, bq; /* query blocks (of bq rows), key blocks (of ATTN_BK) */
+    int nqb, nkb, bq, bk; /* query blocks (of bq rows), key blocks (of bk keys) */
+    int vec;              /* the AVX2 tiles and exp (kernels/cpu/path.c), else plain C: the same values */
 } attn_shape;
+
+/* Block sizes of a call. A short sequence gets blocks just large enough for it (one block), which changes no value:
+ * the forward's online softmax sees one key block either way (any bk >= Skv), every other sum runs over rows or
+ * keys in the same order whatever the blocks (the fma chains continue through the stored accumulators), and rows are
+ * independent. Longer sequences keep ATTN_BQ x ATTN_BK (a multiple of both tile sizes). */
+static void attn_blocks(attn_shape *a, int bq_max) {
+    /* multiples of 48 (of ATTN_MR and ATTN_NR), so that every packed region stays 64-byte aligned */
+    a->bq = a->Sq < bq_max ? attn_round_up(a->Sq, 48) : bq_max;
+    a->bk = a->Skv <= ATTN_BK ? attn_round_up(a->Skv, 48) : ATTN_BK;
+    if (a->bk > ATTN_BK) a->bk = ATTN_BK;
+    if (a->bq > bq_max) a->bq = bq_max;
+    a->nqb = (a->Sq + a->bq - 1) / a->bq, a->nkb = (a->Skv + a->bk - 1) / a->bk;
+    a->vec = k_cpu_get_path() != K_CPU_PATH_C;
+}
 
 static int imin(int a, int b) { return a < b ? a : b; }
 static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
@@ -86,51 +101,50 @@ static int group_size(int BH, size_t head_floats) {
 
 /* Packed K/V of one head: per key block j, Kt at kt + j*BK*Dh (transposed strips) and V at vp + j*BK*Dp. */
 static size_t fwd_head_floats(const attn_shape *a) {
-    return (size_t)a->nkb * ATTN_BK * ((size_t)a->Dh + a->Dp);
+    return (size_t)a->nkb * a->bk * ((size_t)a->Dh + a->Dp);
 }
 
 static void fwd_pack(float *pk, const float *k, const float *v, const attn_shape *a, int b, int h, int kb) {
-    const int k0 = kb * ATTN_BK, nk = imin(ATTN_BK, a->Skv - k0);
-    float *kt = pk + (size_t)kb * ATTN_BK * a->Dh, *vp = pk + (size_t)a->nkb * ATTN_BK * a->Dh;
-    vp += (size_t)kb * ATTN_BK * a->Dp;
+    const int k0 = kb * a->bk, nk = imin(a->bk, a->Skv - k0);
+    float *kt = pk + (size_t)kb * a->bk * a->Dh, *vp = pk + (size_t)a->nkb * a->bk * a->Dh;
+    vp += (size_t)kb * a->bk * a->Dp;
     attn_pack_t(kt, k + tok(a, b, a->Skv, k0, h), a->rs, nk, attn_round_up(nk, ATTN_NR), a->Dh);
     attn_pack_n(vp, v + tok(a, b, a->Skv, k0, h), a->rs, nk, a->Dh, 1.0f);
 }
 
 static size_t fwd_ws_floats(const attn_shape *a) {
-    return r16((size_t)ATTN_BQ * a->Dh) + r16((size_t)ATTN_BQ * ATTN_BK) + r16((size_t)ATTN_BQ * a->Dp) +
-           2 * r16(ATTN_BQ);
+    return r16((size_t)a->bq * a->Dh) + r16((size_t)a->bq * a->bk) + r16((size_t)a->bq * a->Dp) + 2 * r16(a->bq);
 }
 
 /* One forward task: query block qb of head h in batch b, against the head's packed K/V pk. */
 static void fwd_block(float *ws, float *o, float *lse, const float *q, const float *pk, const attn_shape *a, int b,
                       int h, int qb) {
-    const int Dh = a->Dh, Dp = a->Dp, q0 = qb * ATTN_BQ, mq = imin(ATTN_BQ, a->Sq - q0);
+    const int Dh = a->Dh, Dp = a->Dp, q0 = qb * a->bq, mq = imin(a->bq, a->Sq - q0);
     const int M = attn_round_up(mq, ATTN_MR);
-    float *Qs = ws, *S = Qs + r16((size_t)ATTN_BQ * Dh), *O = S + r16((size_t)ATTN_BQ * ATTN_BK);
-    float *m = O + r16((size_t)ATTN_BQ * Dp), *l = m + r16(ATTN_BQ);
-    const float *kt0 = pk, *vp0 = pk + (size_t)a->nkb * ATTN_BK * Dh;
+    float *Qs = ws, *S = Qs + r16((size_t)a->bq * Dh), *O = S + r16((size_t)a->bq * a->bk);
+    float *m = O + r16((size_t)a->bq * Dp), *l = m + r16(a->bq);
+    const float *kt0 = pk, *vp0 = pk + (size_t)a->nkb * a->bk * Dh;
 
     attn_gather(Qs, q + tok(a, b, a->Sq, q0, h), a->rs, mq, M, Dh, a->scale);
     memset(O, 0, sizeof(float) * (size_t)M * Dp);
     for (int i = 0; i < M; i++) m[i] = -INFINITY, l[i] = 0.0f;
 
     for (int kb = 0; kb < a->nkb; kb++) {
-        const int nk = imin(ATTN_BK, a->Skv - kb * ATTN_BK), N = attn_round_up(nk, ATTN_NR);
-        attn_mm_n(M, N, Dh, Qs, Dh, kt0 + (size_t)kb * ATTN_BK * Dh, S, ATTN_BK, 0);
+        const int nk = imin(a->bk, a->Skv - kb * a->bk), N = attn_round_up(nk, ATTN_NR);
+        attn_mm_n(a->vec, M, N, Dh, Qs, Dh, kt0 + (size_t)kb * a->bk * Dh, S, a->bk, 0);
         for (int i = 0; i < M; i++) {
-            float *si = S + (ptrdiff_t)i * ATTN_BK;
+            float *si = S + (ptrdiff_t)i * a->bk;
             for (int j = nk; j < N; j++) si[j] = -INFINITY;
-            float mx = attn_row_max(si, N), mnew = mx > m[i] ? mx : m[i];
+            float mx = attn_row_max(a->vec, si, N), mnew = mx > m[i] ? mx : m[i];
             float alpha = expf(m[i] - mnew); /* 0 on the first block (m = -inf) */
-            l[i] = l[i] * alpha + attn_exp_sub(si, si, mnew, N);
+            l[i] = l[i] * alpha + attn_exp_sub(a->vec, si, si, mnew, N);
             m[i] = mnew;
             if (alpha != 1.0f) {
                 float *oi = O + (ptrdiff_t)i * Dp;
                 for (int e = 0; e < Dp; e++) oi[e] *= alpha;
             }
         }
-        attn_mm_n(M, Dp, nk, S, ATTN_BK, vp0 + (size_t)kb * ATTN_BK * Dp, O, Dp, 1);
+        attn_mm_n(a->vec, M, Dp, nk, S, a->bk, vp0 + (size_t)kb * a->bk * Dp, O, Dp, 1);
     }
 
     for (int i = 0; i < mq; i++) {
@@ -153,16 +167,41 @@ static void attention_forward_run(float *o, float *lse, const float *q, const fl
         for (size_t i = 0; i < n_lse; i++) lse[i] = -INFINITY;
         return;
     }
-    attn_shape a = {B, Sq, Skv, H, Dh, attn_round_up(Dh, ATTN_NR), (ptrdiff_t)H * Dh, scale,
-                    (Sq + ATTN_BQ - 1) / ATTN_BQ, (Skv + ATTN_BK - 1) / ATTN_BK, ATTN_BQ};
+    attn_shape a = {.B = B, .Sq = Sq, .Skv = Skv, .H = H, .Dh = Dh, .Dp = attn_round_up(Dh, ATTN_NR),
+                    .rs = (ptrdiff_t)H * Dh, .scale = scale};
+    attn_blocks(&a, ATTN_BQ);
     const int BH = B * H;
     const size_t hf = fwd_head_floats(&a);
-    const int G = group_size(BH, hf);
-    float *pack = falloc((size_t)G * hf);
-    int failed = !pack;
+    const int par = (double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 4;
+    int failed = 0, G = 1;
+    float *pack = NULL;
+    if (a.nqb == 1) {
+        /* One query block per head (short sequences): each task packs its head's K/V into its own buffer and runs
+         * the block, so the team never waits at a barrier per group of heads. */
+#pragma omp parallel if (par)
+        {
+            float *ws = falloc(fwd_ws_floats(&a)), *pk = falloc(hf);
+            if (!ws || !pk) {
+#pragma omp atomic write
+                failed = 1;
+            }
+#pragma omp for schedule(static)
+            for (int bh = 0; bh < BH; bh++) {
+                if (!ws || !pk) continue;
+                for (int kb = 0; kb < a.nkb; kb++) fwd_pack(pk, k, v, &a, bh / H, bh % H, kb);
+                fwd_block(ws, o, lse, q, pk, &a, bh / H, bh % H, 0);
+            }
+            free(ws);
+            free(pk);
+        }
+        goto done;
+    }
+    G = group_size(BH, hf);
+    pack = falloc((size_t)G * hf);
+    failed = !pack;
     if (failed) goto done;
     /* Threads only when the work pays for waking them (results do not depend on the thread count). */
-#pragma omp parallel if ((double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 4)
+#pragma omp parallel if (par)
     {
         float *ws = falloc(fwd_ws_floats(&a));
         if (!ws) {
@@ -203,12 +242,12 @@ typedef struct {
 } bwd_pack;
 
 static size_t bwd_head_floats(const attn_shape *a) {
-    const size_t kf = (size_t)a->nkb * ATTN_BK, qf = (size_t)a->nqb * a->bq;
+    const size_t kf = (size_t)a->nkb * a->bk, qf = (size_t)a->nqb * a->bq;
     return kf * (2 * (size_t)a->Dh + a->Dp) + qf * (2 * (size_t)a->Dh + 2 * (size_t)a->Dp + 2);
 }
 
 static bwd_pack bwd_pack_at(float *base, const attn_shape *a) {
-    const size_t kf = (size_t)a->nkb * ATTN_BK, qf = (size_t)a->nqb * a->bq;
+    const size_t kf = (size_t)a->nkb * a->bk, qf = (size_t)a->nqb * a->bq;
     bwd_pack p;
     p.Kt = base, p.Vt = p.Kt + kf * a->Dh, p.Kp = p.Vt + kf * a->Dh;
     p.Qs = p.Kp + kf * a->Dp, p.dOs = p.Qs + qf * a->Dh, p.Qp = p.dOs + qf * a->Dh, p.dOp = p.Qp + qf * a->Dp;
@@ -217,9 +256,9 @@ static bwd_pack bwd_pack_at(float *base, const attn_shape *a) {
 }
 
 static void bwd_pack_k(const bwd_pack *p, const float *k, const float *v, const attn_shape *a, int b, int h, int kb) {
-    const int Dh = a->Dh, k0 = kb * ATTN_BK, nk = imin(ATTN_BK, a->Skv - k0), N = attn_round_up(nk, ATTN_NR);
+    const int Dh = a->Dh, k0 = kb * a->bk, nk = imin(a->bk, a->Skv - k0), N = attn_round_up(nk, ATTN_NR);
     const ptrdiff_t t0 = tok(a, b, a->Skv, k0, h);
-    const size_t off = (size_t)kb * ATTN_BK;
+    const size_t off = (size_t)kb * a->bk;
     attn_pack_t(p->Kt + off * Dh, k + t0, a->rs, nk, N, Dh);
     attn_pack_t(p->Vt + off * Dh, v + t0, a->rs, nk, N, Dh);
     attn_pack_n(p->Kp + off * a->Dp, k + t0, a->rs, nk, Dh, 1.0f);
@@ -248,20 +287,21 @@ static void bwd_pack_q(const bwd_pack *p, const float *dout, const float *q, con
 }
 
 static size_t bwd_ws_floats(const attn_shape *a) {
-    return 2 * r16((size_t)a->bq * ATTN_BK) + 2 * r16((size_t)ATTN_BK * a->Dp);
+    const size_t rows = (size_t)(a->bq > a->bk ? a->bq : a->bk); /* dK, dV: bk rows; dQ: bq rows */
+    return 2 * r16((size_t)a->bq * a->bk) + 2 * r16(rows * a->Dp);
 }
 
 /* The recomputation shared by both passes for query block qb and key block kb: S = Qs Kt, P = exp(S - lse) (keys
  * past nk masked to 0) into S; dP = dO Vt and dS = P * (dP - D) into dP. Rows 0..M-1. */
 static void bwd_pair(const bwd_pack *p, const attn_shape *a, int qb, int kb, int M, int nk, float *S, float *dP) {
     const int Dh = a->Dh, N = attn_round_up(nk, ATTN_NR);
-    const size_t qo = (size_t)qb * a->bq, ko = (size_t)kb * ATTN_BK * Dh;
-    attn_mm_n(M, N, Dh, p->Qs + qo * Dh, Dh, p->Kt + ko, S, ATTN_BK, 0);
-    attn_mm_n(M, N, Dh, p->dOs + qo * Dh, Dh, p->Vt + ko, dP, ATTN_BK, 0);
+    const size_t qo = (size_t)qb * a->bq, ko = (size_t)kb * a->bk * Dh;
+    attn_mm_n(a->vec, M, N, Dh, p->Qs + qo * Dh, Dh, p->Kt + ko, S, a->bk, 0);
+    attn_mm_n(a->vec, M, N, Dh, p->dOs + qo * Dh, Dh, p->Vt + ko, dP, a->bk, 0);
     for (int i = 0; i < M; i++) {
-        float *si = S + (ptrdiff_t)i * ATTN_BK, *di = dP + (ptrdiff_t)i * ATTN_BK;
+        float *si = S + (ptrdiff_t)i * a->bk, *di = dP + (ptrdiff_t)i * a->bk;
         for (int j = nk; j < N; j++) si[j] = -INFINITY;
-        attn_exp_sub(si, si, p->lse[qo + i], N);
+        attn_exp_sub(a->vec, si, si, p->lse[qo + i], N);
         const float Di = p->D[qo + i];
         for (int j = 0; j < N; j++) di[j] = si[j] * (di[j] - Di);
     }
@@ -270,10 +310,10 @@ static void bwd_pair(const bwd_pack *p, const attn_shape *a, int qb, int kb, int
 /* Pass 1 task: dK, dV of key block kb of (b, h). */
 static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, const attn_shape *a, int b, int h,
                          int kb) {
-    const int Dh = a->Dh, Dp = a->Dp, k0 = kb * ATTN_BK, nk = imin(ATTN_BK, a->Skv - k0);
+    const int Dh = a->Dh, Dp = a->Dp, k0 = kb * a->bk, nk = imin(a->bk, a->Skv - k0);
     const int MK = attn_round_up(nk, ATTN_MR);
-    float *S = ws, *dP = S + r16((size_t)a->bq * ATTN_BK), *dK = dP + r16((size_t)a->bq * ATTN_BK);
-    float *dV = dK + r16((size_t)ATTN_BK * Dp);
+    float *S = ws, *dP = S + r16((size_t)a->bq * a->bk), *dK = dP + r16((size_t)a->bq * a->bk);
+    float *dV = dK + r16((size_t)a->bk * Dp);
     memset(dK, 0, sizeof(float) * (size_t)MK * Dp);
     memset(dV, 0, sizeof(float) * (size_t)MK * Dp);
     for (int qb = 0; qb < a->nqb; qb++) {
@@ -281,8 +321,8 @@ static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, con
         const size_t qo = (size_t)qb * a->bq * Dp;
         bwd_pair(p, a, qb, kb, M, nk, S, dP);
         /* dV += P^T dO, dK += dS^T (scale Q): key rows are the tile rows, the mq query rows the reduction. */
-        attn_mm_t(MK, Dp, mq, S, ATTN_BK, p->dOp + qo, dV, Dp, 1);
-        attn_mm_t(MK, Dp, mq, dP, ATTN_BK, p->Qp + qo, dK, Dp, 1);
+        attn_mm_t(a->vec, MK, Dp, mq, S, a->bk, p->dOp + qo, dV, Dp, 1);
+        attn_mm_t(a->vec, MK, Dp, mq, dP, a->bk, p->Qp + qo, dK, Dp, 1);
     }
     const ptrdiff_t t0 = tok(a, b, a->Skv, k0, h);
     for (int j = 0; j < nk; j++) {
@@ -296,12 +336,12 @@ static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, con
 static void bwd_q_block(float *ws, float *dq, const bwd_pack *p, const attn_shape *a, int b, int h, int qb) {
     const int Dh = a->Dh, Dp = a->Dp, q0 = qb * a->bq, mq = imin(a->bq, a->Sq - q0);
     const int M = attn_round_up(mq, ATTN_MR);
-    float *S = ws, *dP = S + r16((size_t)a->bq * ATTN_BK), *dQ = dP + r16((size_t)a->bq * ATTN_BK);
+    float *S = ws, *dP = S + r16((size_t)a->bq * a->bk), *dQ = dP + r16((size_t)a->bq * a->bk);
     memset(dQ, 0, sizeof(float) * (size_t)M * Dp);
     for (int kb = 0; kb < a->nkb; kb++) {
-        const int nk = imin(ATTN_BK, a->Skv - kb * ATTN_BK);
+        const int nk = imin(a->bk, a->Skv - kb * a->bk);
         bwd_pair(p, a, qb, kb, M, nk, S, dP);
-        attn_mm_n(M, Dp, nk, dP, ATTN_BK, p->Kp + (size_t)kb * ATTN_BK * Dp, dQ, Dp, 1);
+        attn_mm_n(a->vec, M, Dp, nk, dP, a->bk, p->Kp + (size_t)kb * a->bk * Dp, dQ, Dp, 1);
     }
     for (int i = 0; i < mq; i++) {
         float *g = dq + tok(a, b, a->Sq, q0 + i, h);
@@ -316,15 +356,43 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
                               const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H,
                               int Dh, float scale) {
     if (B <= 0 || Sq <= 0 || Skv <= 0 || H <= 0 || Dh <= 0) return;
-    attn_shape a = {B, Sq, Skv, H, Dh, attn_round_up(Dh, ATTN_NR), (ptrdiff_t)H * Dh, scale,
-                    (Sq + ATTN_BQ_BWD - 1) / ATTN_BQ_BWD, (Skv + ATTN_BK - 1) / ATTN_BK, ATTN_BQ_BWD};
+    attn_shape a = {.B = B, .Sq = Sq, .Skv = Skv, .H = H, .Dh = Dh, .Dp = attn_round_up(Dh, ATTN_NR),
+                    .rs = (ptrdiff_t)H * Dh, .scale = scale};
+    attn_blocks(&a, ATTN_BQ_BWD);
     const int BH = B * H;
     const size_t hf = bwd_head_floats(&a);
-    const int G = group_size(BH, hf);
-    float *pack = falloc((size_t)G * hf);
-    int failed = !pack;
+    const int par = (double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 2;
+    int failed = 0, G = 1;
+    float *pack = NULL;
+    if (a.nqb == 1 && a.nkb == 1) {
+        /* One block each way (short sequences): each task packs its head and runs both passes (the same blocks in the
+         * same order), no barrier per group of heads. */
+#pragma omp parallel if (par)
+        {
+            float *ws = falloc(bwd_ws_floats(&a)), *pk = falloc(hf);
+            if (!ws || !pk) {
+#pragma omp atomic write
+                failed = 1;
+            }
+#pragma omp for schedule(static)
+            for (int bh = 0; bh < BH; bh++) {
+                if (!ws || !pk) continue;
+                bwd_pack p = bwd_pack_at(pk, &a);
+                bwd_pack_k(&p, k, v, &a, bh / H, bh % H, 0);
+                bwd_pack_q(&p, dout, q, o, lse, &a, bh / H, bh % H, 0);
+                bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, 0);
+                bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, 0);
+            }
+            free(ws);
+            free(pk);
+        }
+        goto done;
+    }
+    G = group_size(BH, hf);
+    pack = falloc((size_t)G * hf);
+    failed = !pack;
     if (failed) goto done;
-#pragma omp parallel if ((double)BH * Sq * Skv * Dh >= (double)K_PAR_MIN_ELEMS * 2)
+#pragma omp parallel if (par)
     {
         float *ws = falloc(bwd_ws_floats(&a));
         if (!ws) {

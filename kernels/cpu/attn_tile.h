@@ -9,8 +9,10 @@
  * multiplication", 2008), written here from that description.
  *
  * Everything here is deterministic: each output element is one fixed-order chain of fused multiply-adds, so
- * results never depend on thread count or on which block a thread takes. AVX2+FMA when the compiler targets it,
- * otherwise plain C (same algorithm, different rounding from the AVX2 path). */
+ * results never depend on thread count or on which block a thread takes. Two paths, chosen per call by `vec`
+ * (kernels/cpu/path.c): AVX2+FMA when the compiler targets it, and plain C that performs the same operations lane
+ * by lane (fmaf for every fused multiply-add, the exp polynomial and the 8-lane sums and maxima in the same order),
+ * so both give the same bits (tests/test_kernels_paths.c). */
 #ifndef KERNELS_CPU_ATTN_TILE_H
 #define KERNELS_CPU_ATTN_TILE_H
 
@@ -35,7 +37,7 @@ static inline int attn_round_up(int x, int m) { return (x + m - 1) / m * m; }
 /* One micro-tile: C[6 x 16] (= or +=) sum_k A(r, k) * Bs[k][0..15], A(r, k) at a[r*ars + k*aks], Bs one strip.
  * always_inline so that the two stride patterns used (row-major A: aks = 1; transposed A: ars = 1) are each
  * compiled with a constant stride. */
-static inline __attribute__((always_inline)) void attn_tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks,
+static inline __attribute__((always_inline)) void attn_tile_avx2(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks,
                                                             const float *bs, float *c, ptrdiff_t ldc, int acc) {
     __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
     if (acc) {
@@ -76,9 +78,11 @@ static inline __attribute__((always_inline)) void attn_tile(int kc, const float 
     _mm256_storeu_ps(c + 4 * ldc, c40), _mm256_storeu_ps(c + 4 * ldc + 8, c41);
     _mm256_storeu_ps(c + 5 * ldc, c50), _mm256_storeu_ps(c + 5 * ldc + 8, c51);
 }
-#else
-static inline void attn_tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks, const float *bs, float *c,
-                             ptrdiff_t ldc, int acc) {
+#endif
+
+/* The plain C tile: the same chain per element. */
+static inline void attn_tile_c(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks, const float *bs, float *c,
+                               ptrdiff_t ldc, int acc) {
     float t[ATTN_MR][ATTN_NR];
     for (int r = 0; r < ATTN_MR; r++)
         for (int j = 0; j < ATTN_NR; j++) t[r][j] = acc ? c[r * ldc + j] : 0.0f;
@@ -90,23 +94,30 @@ static inline void attn_tile(int kc, const float *a, ptrdiff_t ars, ptrdiff_t ak
     for (int r = 0; r < ATTN_MR; r++)
         for (int j = 0; j < ATTN_NR; j++) c[r * ldc + j] = t[r][j];
 }
+
+#if ATTN_AVX2
+#define ATTN_TILE(vec, ...) ((vec) ? attn_tile_avx2(__VA_ARGS__) : attn_tile_c(__VA_ARGS__))
+#else
+#define ATTN_TILE(vec, ...) attn_tile_c(__VA_ARGS__)
 #endif
 
 /* C[M, N] (= or +=) A[M, Kd] @ B[Kd, N] with A row-major (row stride lda) and B packed in strips.
- * M a multiple of 6, N a multiple of 16; C row stride ldc. */
-static inline void attn_mm_n(int M, int N, int Kd, const float *a, ptrdiff_t lda, const float *b, float *c,
+ * M a multiple of 6, N a multiple of 16; C row stride ldc. vec: the AVX2 tile (else plain C). */
+static inline void attn_mm_n(int vec, int M, int N, int Kd, const float *a, ptrdiff_t lda, const float *b, float *c,
                              ptrdiff_t ldc, int acc) {
+    (void)vec;
     for (int s = 0; s < N / ATTN_NR; s++)
         for (int r = 0; r < M; r += ATTN_MR)
-            attn_tile(Kd, a + r * lda, lda, 1, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
+            ATTN_TILE(vec, Kd, a + r * lda, lda, 1, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
 }
 
 /* As attn_mm_n with A given transposed: A(r, k) = at[k*lda + r] (at is [Kd, >= M] row-major). */
-static inline void attn_mm_t(int M, int N, int Kd, const float *at, ptrdiff_t lda, const float *b, float *c,
+static inline void attn_mm_t(int vec, int M, int N, int Kd, const float *at, ptrdiff_t lda, const float *b, float *c,
                              ptrdiff_t ldc, int acc) {
+    (void)vec;
     for (int s = 0; s < N / ATTN_NR; s++)
         for (int r = 0; r < M; r += ATTN_MR)
-            attn_tile(Kd, at + r, 1, lda, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
+            ATTN_TILE(vec, Kd, at + r, 1, lda, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
 }
 
 /* Packs n rows of a head (row i of Dh floats at src + i*rs) as the TRANSPOSED operand [Dh, nc] in strips:
@@ -174,40 +185,73 @@ static inline __m256 attn_exp8(__m256 x) {
 }
 #endif
 
-/* p[j] = exp(s[j] - m) for j < n (n a multiple of 16); returns the sum of p[0..n-1] in a fixed order. */
-static inline float attn_exp_sub(float *p, const float *s, float m, int n) {
-#if ATTN_AVX2
-    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
-    for (int j = 0; j < n; j += 8) {
-        __m256 e = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-        _mm256_storeu_ps(p + j, e);
-        acc = _mm256_add_ps(acc, e);
-    }
-    float t[8];
-    _mm256_storeu_ps(t, acc);
-    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-#else
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) sum += (p[j] = expf(s[j] - m));
-    return sum;
-#endif
+/* The plain C exp: attn_exp8's operations on one lane (fmaf for each fused multiply-add, rintf for the
+ * round-to-nearest-even, the exponent bits built as the integer n + 127 shifted). */
+static inline float attn_exp1(float x) {
+    const float lo = -87.3f, hi = 88.0f;
+    const int keep = x >= lo; /* ordered compare: NaN gives 0, as _CMP_GE_OQ */
+    x = x > lo ? x : lo;      /* _mm256_max_ps(x, lo): the second operand unless x > lo */
+    x = x < hi ? x : hi;      /* _mm256_min_ps(x, hi) */
+    const float n = rintf(x * 1.44269504088896341f);
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(-n, -2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r + 1.0f);
+    const uint32_t eb = (uint32_t)((int32_t)n + 127) << 23;
+    float e;
+    memcpy(&e, &eb, sizeof e);
+    const float y = p * e;
+    return keep ? y : 0.0f;
 }
 
-/* Maximum of s[0..n-1] (n a multiple of 16). */
-static inline float attn_row_max(const float *s, int n) {
+/* p[j] = exp(s[j] - m) for j < n (n a multiple of 16); returns the sum of p[0..n-1] in a fixed order: 8 lanes, lane
+ * l summing j = l, l + 8, ... in order, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). */
+static inline float attn_exp_sub(int vec, float *p, const float *s, float m, int n) {
+    (void)vec;
 #if ATTN_AVX2
-    __m256 v = _mm256_loadu_ps(s);
-    for (int j = 8; j < n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
+    if (vec) {
+        __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+        for (int j = 0; j < n; j += 8) {
+            __m256 e = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+            _mm256_storeu_ps(p + j, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        float t[8];
+        _mm256_storeu_ps(t, acc);
+        return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+    }
+#endif
+    float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < n; j += 8)
+        for (int l = 0; l < 8; l++) t[l] = t[l] + (p[j + l] = attn_exp1(s[j + l] - m));
+    return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+/* Maximum of s[0..n-1] (n a multiple of 16): 8 lanes (lane l over j = l, l + 8, ...: v = v > x ? v : x, as
+ * _mm256_max_ps), then m = t[0] and m = t[j] > m ? t[j] : m for j = 1..7. */
+static inline float attn_row_max(int vec, const float *s, int n) {
+    (void)vec;
     float t[8];
-    _mm256_storeu_ps(t, v);
+#if ATTN_AVX2
+    if (vec) {
+        __m256 v = _mm256_loadu_ps(s);
+        for (int j = 8; j < n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
+        _mm256_storeu_ps(t, v);
+    } else
+#endif
+    {
+        for (int l = 0; l < 8; l++) t[l] = s[l];
+        for (int j = 8; j < n; j += 8)
+            for (int l = 0; l < 8; l++) t[l] = t[l] > s[j + l] ? t[l] : s[j + l];
+    }
     float m = t[0];
     for (int j = 1; j < 8; j++) m = t[j] > m ? t[j] : m;
     return m;
-#else
-    float m = s[0];
-    for (int j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
-    return m;
-#endif
 }
 
 #endif

@@ -36,6 +36,15 @@ void k_cpu_unpatchify_backward(float *dx, const float *dout, int B, int C, int F
 void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *k, const float *v, int B, int Sq, int Skv, int H, int Dh, float scale);
 void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
 void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
+/* nf output frames of a small causal convolution (cout <= K_CONV_SMALL_MAX_CO), equal bit for bit to
+ * model/vae/wan_vae_layers.c's im2col + k_cpu_gemm (kernels/cpu/conv_small.c): out [nf, Ho, Wo, co] channel-last
+ * (Ho, Wo = H, W, or 2H, 2W with up2x: nearest 2x upsampling of the input first); src [nf * kt]: output frame f reads
+ * the input frames src[f*kt + t], t < kt, each [H, W, ci] (NULL: zeros; leading NULL taps are left out of the sum, as
+ * the GEMM path does); w [co] rows of ldw floats, tap order (t, dy, dx, c); zero padding kh/2, kw/2; bias [co] or
+ * NULL. 0, or -1 when kt > 3, nf * kt > 64 or its scratch cannot be allocated (nothing written). */
+#define K_CONV_SMALL_MAX_CO 16
+int k_cpu_conv_small(float *out, int nf, const float *const *src, int kt, int H, int W, int ci, int up2x,
+                     const float *w, int ldw, int kh, int kw, int co, const float *bias);
 void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout, const float *dlse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "kernels/cpu/cpu.h"
 #include "model/vae/wan_vae_internal.h"
 
 /* Small copies and zero fills of the im2col rows (a few channels per tap in the small VAEs, where calls to memcpy
@@ -54,7 +55,13 @@ int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, in
     if (rows < 1) return core_error("vae: im2col scratch too small for K = %d", K);
     if (rows > npix) rows = npix;
     const int ph = kh / 2, pw = kw / 2;
-    for (int f = 0; f < nf; f++) {
+    /* few output channels (the tiny VAE): the same chains without im2col rows (kernels/cpu/conv_small.c) */
+    const float *taps[64];
+    int small = co <= K_CONV_SMALL_MAX_CO && nf * kt <= 64;
+    for (int f = 0; small && f < nf; f++)
+        for (int t = 0; t < kt; t++) taps[f * kt + t] = tap_frame(x, f + t - (kt - 1), cache, ncache, fsz);
+    const int nf_gemm = small && !k_cpu_conv_small(out, nf, taps, kt, H, W, ci, up2x, wt, K, kh, kw, co, bias) ? 0 : nf;
+    for (int f = 0; f < nf_gemm; f++) {
         const float *src[3] = {NULL, NULL, NULL};
         for (int t = 0; t < kt; t++) src[t] = tap_frame(x, f + t - (kt - 1), cache, ncache, fsz);
         /* Taps reading the zero padding before the stream are the leading ones: leave them out of the GEMM
