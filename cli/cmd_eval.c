@@ -12,7 +12,9 @@
  * (default folder logging.run_dir/eval) and logs/ (one per process); it prints a table. Progress goes to stderr
  * (cli/progress.h: a bar on a terminal, plain lines otherwise). Any process that exits early stops the eval with an
  * error naming it, its exit status or signal and its log; that first failure is the error reported. --prompts takes a text file (one prompt per line) or a
- * VBench-style JSON list (core/prompts.h), read under data.max_prompt_file_mb / data.max_prompt_bytes. Before
+ * VBench-style JSON list, or JSON lines with an image per prompt (core/prompts.h), read under data.max_prompt_file_mb
+ * / data.max_prompt_bytes. With images (image to video, trainer/images.h) each prompt's condition is encoded here once
+ * and sent with the requests. Before
  * anything starts it prints the estimate of memory and work (trainer/budget.h: the workers, the reward server) and
  * refuses a job that does not fit this machine's memory (--force: runs anyway).
  * Exit status 0, 1 on failure, 2 on a usage error. */
@@ -38,6 +40,7 @@
 #include "rollout/text_to_video.h"
 #include "trainer/budget.h"
 #include "trainer/controller.h"
+#include "trainer/images.h"
 #include "trainer/run.h"
 
 #define EVAL_START_TIMEOUT_S 600.0
@@ -114,7 +117,12 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     const char *prompt_path = A->prompts ? A->prompts : r->eval_prompt_file;
     const int N = A->workers > 0 ? A->workers : r->rollout_workers, K = r->eval_samples_per_prompt;
     const core_prompts_limits lim = core_recipe_prompt_limits(r);
-    if (core_prompts_read_limited(&prompts, prompt_path, &lim) || trainer_check_prompts(r, &prompts)) goto done;
+    const core_prompts *lists[1] = {&prompts};
+    float *img = NULL; /* image to video: each prompt's condition [n, C, 1, h, w] */
+    int64_t cshape[4] = {0, 1, 0, 0};
+    if (core_prompts_read_limited(&prompts, prompt_path, &lim) || trainer_check_prompts(r, &prompts) ||
+        trainer_images_check(r, lists, 1, A->prompts ? "--prompts" : "data.eval_prompt_file"))
+        goto done;
     /* The scorers of a server we start must exist; an external server (reward.endpoint) serves its own. */
     for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) {
@@ -133,6 +141,15 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         core_error("--checkpoint %s holds LoRA adapters; their base, model.path %s, does not exist", A->checkpoint, tp);
         goto done;
     }
+    if (prompts.n_images) {
+        char cp[4300];
+        wan_config wc;
+        int F, h, w;
+        snprintf(cp, sizeof cp, "%s/config.json", transformer[0] && !lora ? transformer : tp);
+        core_recipe_latent_size(r, &F, &h, &w);
+        if (wan_config_load(&wc, cp) || trainer_images_encode(r, wc.in_channels, lists, 1, &img)) goto done;
+        cshape[0] = wc.in_channels, cshape[2] = h, cshape[3] = w;
+    }
     if (A->out) snprintf(out, sizeof out, "%s", A->out);
     else snprintf(out, sizeof out, "%s/eval", r->run_dir);
     snprintf(logs, sizeof logs, "%s/logs", out);
@@ -145,7 +162,8 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     for (int u = 0; u < total; u++) {
         const int i = u / K;
         samp[u] = (core_rollout_sample){.uid = (uint64_t)u, .prompt_index = i, .prompt = prompts.text[i],
-                                        .metadata = json_object_size(prompts.meta[i]) ? prompts.meta[i] : NULL};
+                                        .metadata = json_object_size(prompts.meta[i]) ? prompts.meta[i] : NULL,
+                                        .condition = img ? img + (int64_t)i * cshape[0] * cshape[2] * cshape[3] : NULL};
     }
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
     started = 1;
@@ -163,8 +181,9 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     eval_progress P = {.rep = rep, .total = total, .tty = isatty(2)};
-    const core_rollout_request tmpl = {.policy_version = 0, .stream = CORE_STREAM_EVAL_NOISE, .eta = r->eval_eta,
-                                       .return_trajectories = 0, .return_videos = 1};
+    core_rollout_request tmpl = {.policy_version = 0, .stream = CORE_STREAM_EVAL_NOISE, .eta = r->eval_eta,
+                                 .return_trajectories = 0, .return_videos = 1};
+    if (img) memcpy(tmpl.cond_shape, cshape, sizeof cshape);
     int failed = ctl_wait_workers(ctl, N, EVAL_START_TIMEOUT_S);
     P.t0 = cli_progress_now();
     if (!failed) failed = ctl_rollout(ctl, &tmpl, samp, total, r->batch_size, EVAL_CHUNK_TIMEOUT_S, res, on_chunk, &P);
@@ -179,7 +198,7 @@ done:
     if (rc && started) name_dead_process(&J);
     ctl_close(ctl);
     if (started) job_stop(&J, 5.0);
-    free(samp), free(res);
+    free(samp), free(res), free(img);
     eval_report_free(rep);
     core_prompts_free(&prompts);
     return rc;
@@ -194,7 +213,8 @@ int cmd_eval(int argc, char **argv) {
          .help = "weights: a checkpoint folder (its transformer/) or a transformer folder\n"
                  "(default: model.path/transformer); a LoRA checkpoint: its adapters on model.path"},
         {.name = "prompts", .type = OPTS_STRING, .str = &A.prompts, .meta = "FILE",
-         .help = "prompts: text (one per line) or VBench-style JSON [{\"prompt_en\", ...}]\n"
+         .help = "prompts: text (one per line), VBench-style JSON [{\"prompt_en\", ...}] or\n"
+                 "JSON lines {\"prompt\", \"image\": PNG} (image to video)\n"
                  "(default: data.eval_prompt_file)"},
         {.name = "out", .type = OPTS_STRING, .str = &A.out, .meta = "DIR",
          .help = "output folder (default: logging.run_dir/eval)"},

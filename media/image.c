@@ -2,6 +2,7 @@
 #include "media/image.h"
 
 #include <libswscale/swscale.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -31,4 +32,17 @@ int media_image_load(const char *path, int H, int W, uint8_t *out) {
     const int rc = media_rgb_resize(t.data, (int)t.shape[0], (int)t.shape[1], out, H, W);
     core_tensor_free(&t);
     return rc ? core_error_push("%s: ", path) : 0;
+}
+
+int media_image_encode(vae_encoder *enc, const char *path, int H, int W, float *cond) {
+    uint8_t *rgb = malloc((size_t)H * W * 3);
+    float *video = malloc(sizeof(float) * 3 * (size_t)H * W);
+    int rc = -1;
+    if (!rgb || !video) core_error("%s: out of memory for a %dx%d image", path, W, H);
+    else if (!media_image_load(path, H, W, rgb)) {
+        vae_video_from_u8(rgb, 1, 1, H, W, video);
+        rc = vae_encode(enc, video, 1, 3, 1, H, W, cond, 1) ? core_error_push("%s: ", path) : 0;
+    }
+    free(rgb), free(video);
+    return rc;
 }

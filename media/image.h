@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "model/vae/wan_vae_encode.h"
+
 /* src U8 RGB [h, w, 3] -> dst U8 RGB [H, W, 3] (caller's buffer), stretched with swscale's Lanczos; a copy when the
  * sizes are equal. -1 with core_error on bad sizes or a swscale failure. */
 int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W);
@@ -17,5 +19,11 @@ int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int 
 /* Reads the PNG at path (any libpng colour type, as media_png_read converts it) and stretches it to [H, W, 3] into
  * out (caller's buffer). Errors name the path (missing, not a PNG, a corrupt file). */
 int media_image_load(const char *path, int H, int W, uint8_t *out);
+
+/* The image condition of image to video (diffusers' WanImageToVideoPipeline.prepare_latents): the PNG at path
+ * stretched to H x W (media_image_load), mapped to [-1, 1] as VideoProcessor does (vae_video_from_u8), encoded alone
+ * as one frame and normalised (vae_encode with normalize): cond F32 [z_dim, 1, H / f, W / f] (f the encoder's
+ * spatial factor; H, W multiples of it). Errors name the path. */
+int media_image_encode(vae_encoder *enc, const char *path, int H, int W, float *cond);
 
 #endif

@@ -260,6 +260,26 @@ int reward_sharpness(const reward_video *video, const char *prompt, const reward
     return 0;
 }
 
+int reward_first_frame_consistency(const reward_video *video, const char *prompt, const reward_meta *meta, double *out)
+{
+    const int64_t n = check_video(video, "first_frame_consistency");
+    if (n < 0) return -1;
+    if (video->frames == 1) {
+        *out = 1.0;
+        return 0;
+    }
+    const int64_t fp3 = 3 * video->height * video->width, m = 3 * n - fp3; /* channel values of frames 1..F-1 */
+    uint64_t sum = 0;
+    const uint8_t *p = video->data;
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (m >= (1 << 16))
+    for (int64_t i = 0; i < m; i++) {
+        const int d = (int)p[fp3 + i] - (int)p[i % fp3];
+        sum += (uint64_t)(d < 0 ? -d : d);
+    }
+    *out = 1.0 - (double)sum / (255.0 * (double)m);
+    return 0;
+}
+
 /* ---- Registry ---- */
 
 static const reward_scorer registry[] = {
@@ -270,6 +290,8 @@ static const reward_scorer registry[] = {
     {"motion", reward_motion, 0.0, 1.0, "mean |luma difference| of consecutive frames / 255"},
     {"flicker", reward_flicker, 0.0, 1.0, "1 - 2 x mean |change of high-pass luma| / 255, clamped; 1 = steady"},
     {"sharpness", reward_sharpness, 0.0, 1.0, "variance of the luma Laplacian v, as v / (v + 100)"},
+    {"first_frame_consistency", reward_first_frame_consistency, 0.0, 1.0,
+     "1 - mean |frame t - frame 0| / 255 over t >= 1 (image to video: frame 0 is the input image)"},
 };
 #define N_SCORERS ((int)(sizeof registry / sizeof registry[0]))
 

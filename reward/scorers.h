@@ -34,6 +34,13 @@
  *                of Y (sum of the 4 neighbours - 4 Y, edges replicated), averaged over frames: the variance-of-
  *                Laplacian focus measure (Pech-Pacheco et al., ICPR 2000). c = 100 is the usual blur threshold for it,
  *                so a video at that threshold scores 0.5. A flat video scores 0.
+ *   first_frame_consistency
+ *                1 - D in [0, 1], D = mean |x_t - x_0| / 255 over every pixel and channel of frames t = 1 .. F-1 (x_0
+ *                the same pixel of frame 0); 1 for one frame or a video that never leaves its first frame. Made for
+ *                image to video (Wan 2.2 TI2V, model/flow/first_frame.h): there frame 0 is the decoded input image (the
+ *                decode of its latent), so the score is the generated frames' pixel agreement with the input image as
+ *                the decoder shows it, and needs nothing but the video (in-process scoring and reward servers alike).
+ *                On a text-to-video clip it measures how far the video drifts from its first frame.
  * These sums are exact integers except sharpness, which sums each frame in double in pixel order, frames in order;
  * all results are deterministic. */
 #ifndef REWARD_SCORERS_H
@@ -130,5 +137,6 @@ int reward_colorfulness(const reward_video *video, const char *prompt, const rew
 int reward_motion(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
 int reward_flicker(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
 int reward_sharpness(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
+int reward_first_frame_consistency(const reward_video *video, const char *prompt, const reward_meta *meta, double *out);
 
 #endif

@@ -14,6 +14,7 @@
 #include "core/fs.h"
 #include "core/reduce.h"
 #include "rollout/eval_report.h"
+#include "media/image.h"
 #include "media/png.h"
 #include "media/video.h"
 
@@ -91,7 +92,8 @@ eval_report *eval_report_open(const char *out, const core_prompts *p, int K) {
 int eval_report_done(const eval_report *E) { return E->n_done; }
 
 /* The prompt's contact sheet once its K samples are in: the prompt as its title, rows = samples (at most 64),
- * labelled S<k> <reward>. */
+ * labelled S<k> <reward>. Image to video: every row starts with the prompt's input image (stretched to the video's
+ * size, as the rollout conditioned on it), then the frames. */
 static int write_sheet(eval_report *E, int pi) {
     char labels[EVAL_SHEET_ROWS_MAX][32], path[4200];
     const char *lp[EVAL_SHEET_ROWS_MAX];
@@ -101,9 +103,23 @@ static int write_sheet(eval_report *E, int pi) {
         lp[j] = labels[j];
     }
     snprintf(path, sizeof path, "%s/sheets/p%04d.png", E->out, pi);
-    if (media_png_write_sheet_titled(path, E->pvideo[pi], rows, (int)E->vshape[0], (int)E->vshape[1],
-                                     (int)E->vshape[2], EVAL_SHEET_COLS, E->prompts->text[pi], lp))
-        return -1;
+    const char *img = E->prompts->image ? E->prompts->image[pi] : NULL;
+    const int F = (int)E->vshape[0], H = (int)E->vshape[1], W = (int)E->vshape[2];
+    const size_t fb = (size_t)H * W * 3;
+    uint8_t *v = img ? malloc(fb * (size_t)(F + 1) * (size_t)rows) : NULL;
+    if (img && (!v || media_image_load(img, H, W, v))) {
+        free(v);
+        return v ? core_error_push("eval sheet of prompt %d: ", pi) : core_error("out of memory");
+    }
+    for (int j = 0; v && j < rows; j++) { /* [rows, F + 1, H, W, 3]: the image, then sample j's frames */
+        uint8_t *row = v + (size_t)j * (F + 1) * fb;
+        if (j) memcpy(row, v, fb);
+        memcpy(row + fb, E->pvideo[pi] + (size_t)j * F * fb, fb * (size_t)F);
+    }
+    const int bad = media_png_write_sheet_titled(path, v ? v : E->pvideo[pi], rows, v ? F + 1 : F, H, W,
+                                                 EVAL_SHEET_COLS + (v != NULL), E->prompts->text[pi], lp);
+    free(v);
+    if (bad) return -1;
     free(E->pvideo[pi]);
     E->pvideo[pi] = NULL;
     return 0;

@@ -3,7 +3,8 @@
  * Into the output folder:
  *   videos/pNNNN_sK.mp4   every sample's video, written as it arrives;
  *   sheets/pNNNN.png      one contact sheet per prompt (the prompt as its title; rows = samples, labelled with the
- *                         reward), written when the prompt's K samples are in;
+ *                         reward; image to video: each row starts with the input image), written when the prompt's
+ *                         K samples are in;
  *   eval.json             per prompt and sample: uid, rewards per scorer, total, video file, xxh64 of the raw video;
  *                         per scorer (and the total): n, mean, std (population), min, max, standard error of the mean
  *                         (sample std / sqrt(n)); timing in "throughput" (samples/s, denoising steps/s); written

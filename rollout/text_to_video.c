@@ -13,6 +13,8 @@
 #include "core/philox.h"
 #include "model/dit/wan_dit.h"
 #include "model/dit/wan_lora.h"
+#include "media/image.h"
+#include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "model/text/t5_prompt.h"
@@ -132,8 +134,19 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     memset(lora, 0, sizeof lora);
     int n_dit = 0;
     wan_acts *acts[2] = {NULL, NULL};
-    float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL;
+    float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL, *cond = NULL, *work = NULL;
+    vae_encoder *venc = NULL;
     if (read_index(a->pipeline, &two, &boundary)) goto done;
+    if (a->image) { /* image to video: a pipeline that conditions on a first frame */
+        const int k = flow_ff_pipeline_conditions(a->pipeline);
+        if (k < 0) goto done;
+        if (k != 1) {
+            core_error("--image: %s is a text-to-video pipeline (its model_index.json has no \"expand_timesteps\": "
+                       "true); image to video needs a Wan 2.2 TI2V pipeline (init-model presets wan2.2-ti2v-5b, "
+                       "tiny-ti2v)", a->pipeline);
+            goto done;
+        }
+    }
     snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", a->pipeline);
     if (!is_file(path)) {
         core_error("tokenizer.json is missing: %s does not exist (the pipeline needs tokenizer/tokenizer.json)", path);
@@ -199,13 +212,21 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w;
     const int cfg_on = flow_cfg_active((float)a->guidance) || (two && flow_cfg_active((float)a->guidance2));
     const int rows = cfg_on ? 2 : 1;
+    /* image to video: per-token timesteps over S = T x tokens per frame, the step over frames 1 .. T-1 */
+    const int64_t tpf = (int64_t)(h / dc->patch_size[1]) * (w / dc->patch_size[2]), nts = a->image ? T * tpf : 1;
+    if (a->image && (T < 2 || dc->patch_size[0] != 1)) {
+        core_error("--image: %s", T < 2 ? "--frames must give at least 2 latent frames (5 or more): the first is the "
+                                         "image's" : "the transformer's patch must be one frame deep");
+        goto done;
+    }
     emb = malloc(sizeof(float) * (size_t)(2 * ne));
     x = malloc(sizeof(float) * (size_t)nl);
     xin = malloc(sizeof(float) * (size_t)(rows * nl));
     vout = malloc(sizeof(float) * (size_t)(rows * nl));
     v = malloc(sizeof(float) * (size_t)nl);
-    ts = malloc(sizeof(float) * (size_t)rows);
-    if (!emb || !x || !xin || !vout || !v || !ts) {
+    ts = malloc(sizeof(float) * (size_t)(rows * nts));
+    if (a->image) cond = malloc(sizeof(float) * (size_t)(nl / T)), work = malloc(sizeof(float) * (size_t)(5 * nl));
+    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && (!cond || !work))) {
         core_error("out of memory for a %d x %d x %d video", a->frames, a->height, a->width);
         goto done;
     }
@@ -213,6 +234,13 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     const char *texts[2] = {a->prompt, a->negative};
     int64_t lens[2];
     if (t5_encode_prompts(enc, tok, texts, 2, L, 2, emb, lens)) goto done;
+    if (a->image) { /* the image's latent: stretched, encoded alone, normalised (WanImageToVideoPipeline) */
+        snprintf(path, sizeof path, "%s/vae", a->pipeline);
+        if (!(venc = vae_encoder_load(path)) || media_image_encode(venc, a->image, a->height, a->width, cond)) {
+            core_error_push("--image: ");
+            goto done;
+        }
+    }
     t_enc = now_s() - t0;
 
     /* sampling */
@@ -221,22 +249,31 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         core_error_push("--shift / --steps: ");
         goto done;
     }
-    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L};
+    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L, .per_token_timestep = a->image != NULL};
+    const int64_t shape[4] = {C, T, h, w};
+    const flow_ff ff = flow_ff_make(shape, cond);
     for (int e = 0; e < n_dit; e++)
         if (!(acts[e] = wan_acts_new(&dit[e].cfg, &sh, WAN_ACTS_INFER))) goto done;
     core_philox_normal(x, nl, a->seed, 0, 0, CORE_STREAM_EVAL_NOISE);
+    flow_ff_apply(&ff, x); /* frame 0 is the image's latent (no-op without --image) */
     t0 = now_s();
     if (a->progress) a->progress(a->progress_ctx, 0, a->steps);
     for (int i = 0; i < a->steps; i++) {
         const int e = two ? flow_expert(timesteps[i], boundary) : 0;
         const float g = (float)(e ? a->guidance2 : a->guidance);
         const int r = flow_cfg_active(g) ? rows : 1;
-        for (int k = 0; k < rows; k++) memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl), ts[k] = timesteps[i];
+        for (int k = 0; k < rows; k++) {
+            memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl);
+            if (a->image) flow_ff_timesteps(T, tpf, timesteps[i], ts + k * nts);
+            else ts[k] = timesteps[i];
+        }
         if (wan_forward(&dit[e], acts[e], NULL, vout, xin, ts, emb)) goto done;
         if (r == 2) flow_cfg_combine(v, vout, vout + nl, g, nl);
         else memcpy(v, vout, sizeof(float) * (size_t)nl);
         flow_step st;
-        if (flow_sde_step(x, v, NULL, NULL, nl, sigmas[i], sigmas[i + 1], sigmas[1], 0.0f, NULL, x, &st)) goto done;
+        if (flow_ff_sde_step(flow_kind_default(), &ff, x, v, NULL, NULL, sigmas[i], sigmas[i + 1], sigmas[1], 0.0f, NULL,
+                             x, &st, work))
+            goto done;
         if (a->progress) a->progress(a->progress_ctx, i + 1, a->steps);
     }
     t_sample = now_s() - t0;
@@ -257,6 +294,7 @@ done:
     vae_free(vae);
     for (int e = 0; e < n_dit; e++) wan_acts_free(acts[e]), wan_model_free(&dit[e]);
     for (int e = 0; e < 2; e++) wan_lora_free(&lora[e]);
-    free(emb), free(x), free(xin), free(vout), free(v), free(ts);
+    free(emb), free(x), free(xin), free(vout), free(v), free(ts), free(cond), free(work);
+    vae_encoder_free(venc);
     return rc;
 }

@@ -15,8 +15,12 @@
  * Whether there are two experts is read from the pipeline's model_index.json (a non-null transformer_2 entry and
  * boundary_ratio in (0, 1)). With LoRA adapters (rollout_t2v_args.adapter) every forward adds the adapter
  * (model/dit/wan_lora.h: the rollout's and training's arithmetic).
+ * Image to video (rollout_t2v_args.image, a pipeline whose model_index.json says "expand_timesteps": true: Wan 2.2
+ * TI2V, diffusers' WanImageToVideoPipeline): the PNG is stretched to the size, encoded alone as the first latent frame
+ * and normalised (media/image.h), frame 0 of the latents is held to it, every forward takes per-token timesteps (0 on
+ * frame 0's tokens) and the Euler step runs over frames 1 .. T-1 (model/flow/first_frame.h).
  * Limits: with two experts and one guidance scale of 1, the unconditional row is still computed at that expert's
- * steps (and ignored); expand_timesteps (Wan 2.2 TI2V) is not read, which is exact for text-to-video (every token
+ * steps (and ignored); without an image expand_timesteps is not read, which is exact for text to video (every token
  * has the same timestep). */
 #ifndef ROLLOUT_TEXT_TO_VIDEO_H
 #define ROLLOUT_TEXT_TO_VIDEO_H
@@ -36,6 +40,7 @@ typedef struct {
                                 (a folder or file in diffusers' or peft's format), expert 1's at "<adapter>_2", each
                                 where present (rollout_checkpoint_weights turns a LoRA checkpoint into this) */
     const char *prompt, *negative; /* negative: "" for none (the pipeline's default) */
+    const char *image;             /* NULL: text to video; a PNG: image to video (first-frame conditioning) */
     int steps;                     /* sampling steps, 1..1000 */
     int frames, height, width;     /* video size in frames and pixels */
     double guidance, guidance2;    /* CFG scales of transformer and transformer_2 (1: no unconditional pass) */

@@ -6,7 +6,8 @@
  * (scripts/fixtures_i2v.py): the condition, every step's generated frames and the final latents within 1e-5 relative
  * (max|a-b| / max|b|), and the first decoded frame equal (bit for bit) to the decode of the condition alone, as in
  * diffusers; (3) the trainer recomputes a conditioned rollout's log-probs bit for bit, and the step's log-prob is the
- * Gaussian log-density over the generated frames only; (4) the trajectory's condition stored, sent and refused. */
+ * Gaussian log-density over the generated frames only; (4) the trajectory's condition stored, sent and refused;
+ * (5) the first_frame_consistency scorer on hand-computed values. */
 #include <string.h>
 
 #include "core/philox.h"
@@ -19,6 +20,7 @@
 #include "model/text/word_embed.h"
 #include "model/vae/wan_vae.h"
 #include "model/vae/wan_vae_encode.h"
+#include "reward/scorers.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
 #include "trainer/train_step.h"
@@ -408,4 +410,19 @@ TEST(i2v_trajectory_condition_stored) {
     core_wire_msg_free(&m);
     core_wire_built_free(&bw);
     xfix_free(&f);
+}
+
+TEST(i2v_first_frame_consistency_scorer) {
+    /* 2 x 1 x 2 pixels per frame, 3 frames: frame 1 differs from frame 0 by 30 + 0 + 30 and 0 + 0 + 0, frame 2 by
+     * 245 + 235 + 225 and 0: D = (60 + 705) / (255 x 3 channels x 2 pixels x 2 frames) */
+    const uint8_t v[3 * 2 * 3] = {10, 20, 30, 0, 0, 0, 40, 20, 0, 0, 0, 0, 255, 255, 255, 0, 0, 0};
+    reward_video vid = {v, 3, 1, 2};
+    double r;
+    REQUIRE_OK(reward_first_frame_consistency(&vid, "anything", NULL, &r));
+    CHECK(r == 1.0 - 765.0 / (255.0 * 12.0));
+    vid.frames = 1;
+    REQUIRE_OK(reward_first_frame_consistency(&vid, NULL, NULL, &r));
+    CHECK(r == 1.0);
+    const reward_scorer *s = reward_find("first_frame_consistency");
+    CHECK(s && s->fn == reward_first_frame_consistency && s->lo == 0.0 && s->hi == 1.0);
 }

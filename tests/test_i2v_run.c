@@ -2,8 +2,10 @@
  * TI2V pipeline, a VAE with an encoder): prompt files of JSON lines with a PNG per prompt (core/prompts.h), the
  * images stretched and encoded at start-up (trainer/run_setup.c), the conditions carried by the rollout requests and
  * the trajectories.
- * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank, and with two workers and two trainer ranks
- * (the conditions in the dp broadcast); a local run equals a colocated one bit for bit and resumes exactly; the
+ * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank, with two workers and two trainer ranks
+ * (the conditions in the dp broadcast) and with Ulysses sequence parallelism; a local run equals a colocated one bit
+ * for bit and resumes exactly; `generate --image` (the first frame is the image's, whatever the seed); `vgrpo eval`
+ * (the in-run eval's rewards, sheets led by the input image); the
  * preset (encoder written, decoder as tiny's); JSON-lines prompt files; bad input refused at start-up naming
  * file:line (a missing image, a file that is not a PNG, a folder, a corrupt PNG, a prompt without an image among
  * prompts with one, an eval file without images), an image recipe on a text-to-video model, one latent frame. */
@@ -88,6 +90,13 @@ TEST(i2v_parity_zero_tiny_ti2v) {
     if (st) test_fail(__FILE__, __LINE__, "parity (2 workers, 2 ranks) failed: %s", out);
     CHECK(strstr(out, "PASS") && strstr(out, "2 worker(s)") && strstr(out, "2 rank(s)"));
     snprintf(p, sizeof p, "%s/b/parity.json", dir);
+    check_parity_zero(p, 4);
+    /* sequence parallel (Ulysses 2: per-token timesteps sliced with the tokens) */
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                   " --set logging.run_dir=%s/c --set parallel.trainer_ranks=2 --set parallel.sp=2 "
+                                   "--set parallel.ulysses_degree=2", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (Ulysses 2) failed: %s", out);
+    snprintf(p, sizeof p, "%s/c/parity.json", dir);
     check_parity_zero(p, 4);
 }
 
@@ -244,7 +253,7 @@ TEST(i2v_bad_input_refused) {
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
                                        "--set model.init_preset= --set data.prompt_file=%s/p.jsonl "
                                        "--set data.eval_prompt_file=%s", bin, dir, dir, p);
-    CHECK_MSG(st != 0 && strstr(out, "both prompt files give images or neither does"), "%s", out);
+    CHECK_MSG(st != 0 && strstr(out, "the prompt files give images or none does"), "%s", out);
     /* an image recipe on a text-to-video model */
     REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/t2v --seed 0", bin, dir) == 0);
     st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/t2v "
@@ -272,4 +281,94 @@ TEST(i2v_bad_input_refused) {
                                    "--set logging.run_dir=%s/r", bin, dir, p, p, dir);
     snprintf(want, sizeof want, "%s:2: image: png %s/img/corrupt.png: libpng read failed", p, dir);
     CHECK_MSG(st != 0 && strstr(out, want), "want \"%s\" in: %s", want, out);
+}
+
+/* `vgrpo generate --image`: the first frame depends on the image alone (two seeds: the same first tile, other later
+ * tiles; the sheet's frame tiles below the label band), and a text-to-video pipeline is refused. `vgrpo eval` on
+ * image prompts: its rewards are the in-run eval's at step 0, and each sheet row starts with the input image. */
+TEST(i2v_generate_and_eval) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300], q[4300];
+    make_model(dir);
+    write_prompts(dir);
+    for (int s = 1; s <= 2; s++)
+        REQUIRE(test_run(out, sizeof out, "%s generate --pipeline %s/model --prompt 'a red square' --image %s/img/red.png "
+                                          "--out %s/g%d.mp4 --frames 5 --height 32 --width 32 --steps 4 --seed %d",
+                         bin, dir, dir, dir, s, s) == 0);
+    core_tensor a, b;
+    snprintf(p, sizeof p, "%s/g1.png", dir);
+    snprintf(q, sizeof q, "%s/g2.png", dir);
+    REQUIRE_OK(media_png_read(p, &a));
+    REQUIRE_OK(media_png_read(q, &b));
+    REQUIRE(a.shape[0] == b.shape[0] && a.shape[1] == 5 * 32 + 6 * 2);
+    const int64_t Wd = a.shape[1], y0 = a.shape[0] - 2 - 32; /* the tiles' row band: the last 32 rows above the gap */
+    int same0 = 1, same1 = 1;
+    for (int64_t y = y0; y < y0 + 32; y++) {
+        same0 &= !memcmp((uint8_t *)a.data + (y * Wd + 2) * 3, (uint8_t *)b.data + (y * Wd + 2) * 3, 32 * 3);
+        same1 &= !memcmp((uint8_t *)a.data + (y * Wd + 36) * 3, (uint8_t *)b.data + (y * Wd + 36) * 3, 32 * 3);
+    }
+    CHECK_MSG(same0 && !same1, "first frame equal across seeds: %d (want 1); second: %d (want 0)", same0, same1);
+    core_tensor_free(&a), core_tensor_free(&b);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/t2v --seed 0", bin, dir) == 0);
+    int st = test_run(out, sizeof out, "%s generate --pipeline %s/t2v --prompt 'a red square' --image %s/img/red.png "
+                                       "--out %s/gx.mp4 --frames 5 --height 32 --width 32 --steps 4", bin, dir, dir, dir);
+    CHECK_MSG(st != 0 && strstr(out, "--image: ") && strstr(out, "is a text-to-video pipeline"), "%s", out);
+
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
+                                   "--out %s/ev", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "eval failed: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
+                                   "--steps 1 --set logging.run_dir=%s/r", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
+    json_t *rows[4];
+    snprintf(p, sizeof p, "%s/r/metrics.jsonl", dir);
+    REQUIRE(read_rows(p, rows, 4, 0) >= 1);
+    snprintf(p, sizeof p, "%s/ev/eval.json", dir);
+    json_error_t e;
+    json_t *ev = json_load_file(p, 0, &e);
+    REQUIRE(ev);
+    const json_t *sc = json_object_get(json_object_get(ev, "stats"), "color_match");
+    /* the same samples and rewards; both files print 9 significant digits */
+    CHECK_MSG(fabs(json_number_value(json_object_get(sc, "mean")) -
+                   json_number_value(json_object_get(rows[0], "eval/color_match/mean"))) <=
+                  1e-8 * fabs(json_number_value(json_object_get(sc, "mean"))),
+              "vgrpo eval %.9g, the run's eval at step 0 %.9g", json_number_value(json_object_get(sc, "mean")),
+              json_number_value(json_object_get(rows[0], "eval/color_match/mean")));
+    json_decref(ev), json_decref(rows[0]);
+    snprintf(p, sizeof p, "%s/ev/sheets/p0001.png", dir);
+    snprintf(q, sizeof q, "%s/img/green.png", dir);
+    core_tensor sh, im;
+    REQUIRE_OK(media_png_read(p, &sh));
+    REQUIRE_OK(media_png_read(q, &im));
+    CHECK(sh.shape[1] == 6 * 32 + 7 * 2); /* the image and 5 frames per row */
+    const int64_t y1 = sh.shape[0] - 2 - 32; /* the last row's tiles */
+    int same = 1;
+    for (int64_t y = 0; y < 32; y++)
+        same &= !memcmp((uint8_t *)sh.data + ((y1 + y) * sh.shape[1] + 2) * 3, (uint8_t *)im.data + y * 32 * 3, 32 * 3);
+    CHECK_MSG(same, "the sheet's first column is not the input image");
+    core_tensor_free(&sh), core_tensor_free(&im);
+}
+
+/* make test-slow: recipes/tiny-cpu-i2v.yaml learns first_frame_consistency (eval at the end above the start by more
+ * than 3 standard errors of the difference). */
+TEST(i2v_tiny_recipe_learns_slow) {
+    TEST_SLOW();
+    const char *dir = test_tmpdir();
+    char out[65536], p[4300];
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --set model.path=%s/model "
+                                       "--set logging.run_dir=%s/run", test_vgrpo_bin(), dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
+    json_t *rows[256];
+    snprintf(p, sizeof p, "%s/run/metrics.jsonl", dir);
+    const int n = read_rows(p, rows, 256, 0);
+    REQUIRE(n >= 2);
+    json_t *first = rows[0], *last = rows[n - 1];
+    const double m0 = json_number_value(json_object_get(first, "eval/first_frame_consistency/mean"));
+    const double s0 = json_number_value(json_object_get(first, "eval/first_frame_consistency/se"));
+    const double m1 = json_number_value(json_object_get(last, "eval/first_frame_consistency/mean"));
+    const double s1 = json_number_value(json_object_get(last, "eval/first_frame_consistency/se"));
+    const double z = (m1 - m0) / sqrt(s0 * s0 + s1 * s1);
+    fprintf(stderr, "  eval first_frame_consistency %.4f +- %.4f -> %.4f +- %.4f (z %.1f)\n", m0, s0, m1, s1, z);
+    CHECK_MSG(z > 3.0, "the eval rose by %.2f standard errors (want > 3)", z);
+    for (int i = 0; i < n; i++) json_decref(rows[i]);
 }

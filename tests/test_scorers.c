@@ -155,7 +155,7 @@ TEST(reward_brightness_values) {
 }
 
 TEST(reward_registry_and_errors) {
-    CHECK(reward_scorer_count() == 6);
+    CHECK(reward_scorer_count() == 7);
     const reward_scorer *s = reward_find("color_match");
     REQUIRE(s);
     CHECK(s->fn == reward_color_match && s->lo == 0.0 && s->hi == 1.0);
@@ -164,8 +164,8 @@ TEST(reward_registry_and_errors) {
     CHECK(s->fn == reward_brightness);
     CHECK(reward_find("aesthetic") == NULL);
     CHECK(strstr(core_last_error(), "unknown reward scorer 'aesthetic' (known: color_match, brightness, "
-                                    "colorfulness, motion, flicker, sharpness)") != NULL);
-    CHECK(reward_scorer_at(0) != NULL && reward_scorer_at(6) == NULL && reward_scorer_at(-1) == NULL);
+                                    "colorfulness, motion, flicker, sharpness, first_frame_consistency)") != NULL);
+    CHECK(reward_scorer_at(0) != NULL && reward_scorer_at(7) == NULL && reward_scorer_at(-1) == NULL);
 
     /* Every scorer stays in its range on a random video (large enough for the threaded path). */
     const int64_t F = 3, H = 80, W = 300;

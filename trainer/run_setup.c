@@ -11,16 +11,13 @@
 
 #include "core/error.h"
 #include "core/fs.h"
-#include "media/image.h"
-#include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
-#include "model/flow/guidance.h"
 #include "model/text/text_cond.h"
 #include "model/text/word_embed.h"
-#include "model/vae/wan_vae_encode.h"
 #include "reward/scorers.h"
 #include "trainer/budget.h"
 #include "trainer/grpo.h"
+#include "trainer/images.h"
 #include "trainer/lora.h"
 #include "trainer/run_internal.h"
 #include "trainer/zero.h"
@@ -159,32 +156,6 @@ static int check_settings(const core_recipe *r) {
     return trainer_optim_config(r, &oc);
 }
 
-/* Image to video (prompt files with images; core/prompts.h): both files give images or neither does, the latent has a
- * frame to generate after the image's, and model.path is a pipeline that conditions on a first frame (model_index.json
- * "expand_timesteps": true, Wan 2.2 TI2V; checked when the folder exists, so a dry run needs no model). A TI2V model
- * runs text-only prompt files too (text to video), as diffusers' WanPipeline runs it. */
-static int check_images(const core_recipe *r, const core_prompts *train, const core_prompts *eval) {
-    if (!train->n_images != !eval->n_images)
-        return core_error("%s: %s images (image to video), but %s %s: both prompt files give images or neither does",
-                          train->n_images ? r->eval_prompt_file : r->prompt_file, train->n_images ? "has no" : "gives",
-                          train->n_images ? r->prompt_file : r->eval_prompt_file, train->n_images ? "does" : "does not");
-    if (!train->n_images) return 0;
-    int F, H, W;
-    core_recipe_latent_size(r, &F, &H, &W);
-    if (F < 2)
-        return core_error("rollout.frames: %d frames are one latent frame, the image's: image to video needs at least 5 "
-                          "(2 latent frames)", r->frames);
-    const int k = flow_ff_pipeline_conditions(r->model_path);
-    if (k < 0) return -1;
-    if (k == 0)
-        return core_error("data.prompt_file: %s gives images (image to video), but model.path %s is a text-to-video "
-                          "pipeline (its model_index.json has no \"expand_timesteps\": true). vgrpo conditions Wan 2.2 "
-                          "TI2V pipelines on a first frame (init-model presets wan2.2-ti2v-5b, tiny-ti2v); Wan 2.2 "
-                          "I2V-A14B (36 input channels) and Wan 2.1 I2V (CLIP image embeddings) are not supported",
-                          r->prompt_file, r->model_path);
-    return 0;
-}
-
 /* Reads both prompt files (the recipe's limits) and checks them; on error nothing is left to free. */
 static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts *eval) {
     const core_prompts_limits lim = core_recipe_prompt_limits(r);
@@ -195,7 +166,8 @@ static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts 
         bad = core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
                          r->prompt_file, train->n);
     if (!bad) bad = core_prompts_read_limited(eval, r->eval_prompt_file, &lim) || trainer_check_prompts(r, eval);
-    if (!bad) bad = check_images(r, train, eval);
+    const core_prompts *lists[2] = {train, eval};
+    if (!bad) bad = trainer_images_check(r, lists, 2, "data.prompt_file");
     if (bad) core_prompts_free(train), core_prompts_free(eval);
     return bad ? -1 : 0;
 }
@@ -320,93 +292,26 @@ static int embed_all(trainer_state *S, const core_recipe *r) {
     return bad ? -1 : 0;
 }
 
-/* The image condition of every prompt with an image (image to video; model/flow/first_frame.h): the PNG stretched to
- * rollout.height x width (media/image.h), encoded alone as one frame by model.path's VAE encoder and normalised, as
- * WanImageToVideoPipeline conditions. Each distinct image file is encoded once; p_prev's table (the training
- * prompts, when encoding the eval ones) is searched too. out [p->n, C h w]. Errors name file:line and the image. */
-static int encode_images(vae_encoder *enc, const core_recipe *r, const core_prompts *p, const core_prompts *p_prev,
-                         const float *prev, int64_t nc, float **out) {
-    const int H = r->height, Wd = r->width;
-    uint8_t *rgb = malloc((size_t)H * Wd * 3);
-    float *video = malloc(sizeof(float) * 3 * (size_t)H * Wd);
-    float *tab = malloc(sizeof(float) * (size_t)nc * (size_t)p->n);
-    int rc = -1;
-    if (!rgb || !video || !tab) {
-        core_error("out of memory for the image conditions");
-        goto done;
-    }
-    for (int i = 0; i < p->n; i++) {
-        const float *same = NULL; /* an image encoded already */
-        for (int j = 0; j < i && !same; j++)
-            if (!strcmp(p->image[j], p->image[i])) same = tab + (int64_t)j * nc;
-        for (int j = 0; p_prev && j < p_prev->n && !same; j++)
-            if (!strcmp(p_prev->image[j], p->image[i])) same = prev + (int64_t)j * nc;
-        if (same) {
-            memcpy(tab + (int64_t)i * nc, same, sizeof(float) * (size_t)nc);
-            continue;
-        }
-        char at[4200];
-        if (media_image_load(p->image[i], H, Wd, rgb)) {
-            core_error_push("%s: image: ", core_prompts_where(p, i, at, sizeof at));
-            goto done;
-        }
-        vae_video_from_u8(rgb, 1, 1, H, Wd, video);
-        if (vae_encode(enc, video, 1, 3, 1, H, Wd, tab + (int64_t)i * nc, 1)) {
-            core_error_push("%s: image %s: ", core_prompts_where(p, i, at, sizeof at), p->image[i]);
-            goto done;
-        }
-    }
-    *out = tab, tab = NULL, rc = 0;
-done:
-    free(rgb), free(video), free(tab);
-    return rc;
-}
-
-/* The prompts' image conditions (rank 0, which rolls out), set on the rollout source (trainer/source.h). */
+/* Image to video: the prompts' image conditions (rank 0, which rolls out; trainer/images.h), set on the rollout source
+ * (trainer/source.h). */
 static int setup_images(trainer_state *S, const core_recipe *r) {
     if (!S->train.n_images || !S->src) return 0;
-    vae_encoder *enc = vae_encoder_load(r->model_path);
-    if (!enc) return core_error_push("data.prompt_file (images): model.path's VAE encoder: ");
-    const vae_config *vc = vae_encoder_get_config(enc);
-    const int64_t nc = S->shape[0] * S->shape[2] * S->shape[3];
-    int rc = -1;
-    if (vc->z_dim != S->shape[0] || vae_encoder_spatial_factor(enc) * S->shape[2] != r->height) {
-        core_error("data.prompt_file (images): model.path %s/vae encodes %d channels at factor %d, the transformer takes "
-                   "%lld channels and the recipe's latent is %lld pixels high for rollout.height %d", r->model_path,
-                   vc->z_dim, vae_encoder_spatial_factor(enc), (long long)S->shape[0], (long long)S->shape[2], r->height);
-        goto done;
-    }
-    if (encode_images(enc, r, &S->train, NULL, NULL, nc, &S->img_train) ||
-        encode_images(enc, r, &S->eval, &S->train, S->img_train, nc, &S->img_eval))
-        goto done;
+    const core_prompts *lists[2] = {&S->train, &S->eval};
+    float *tab[2];
+    if (trainer_images_encode(r, S->shape[0], lists, 2, tab)) return -1;
+    S->img_train = tab[0], S->img_eval = tab[1];
     S->src->images = (trainer_image_conds){.train = S->img_train, .eval = S->img_eval, .n_train = S->train.n,
                                            .n_eval = S->eval.n, .shape = {S->shape[0], 1, S->shape[2], S->shape[3]},
-                                           .numel = nc};
-    rc = 0;
-done:
-    vae_encoder_free(enc);
-    return rc;
+                                           .numel = S->shape[0] * S->shape[2] * S->shape[3]};
+    return 0;
 }
 
 /* model.device cuda: the DiT runs through the device executor (the forwards and backwards of trainer/train_step.c),
  * the trained experts' master weights and moments live on the device and the optimizer step runs there
  * (trainer/train_dev.h, as tc.opt_step); the KL reference's bf16 copy is uploaded once. */
 static int setup_device(trainer_state *S) {
-    const core_recipe *r = S->r;
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
-    /* the estimate first (nothing allocated on the device yet): the largest forwards, CFG rows counted */
-    const int cfg = flow_cfg_active(r->guidance_scale) || (S->n_experts == 2 && flow_cfg_active(r->guidance_scale_2));
-    const int local = !strcmp(r->mode, "local");
-    const wan_shape tr = {.B = r->micro_batch_size * (cfg ? 2 : 1), .F = (int)S->shape[1], .H = (int)S->shape[2],
-                          .W = (int)S->shape[3], .L = r->text_len};
-    wan_shape ro = tr;
-    ro.B = r->batch_size * (cfg ? 2 : 1);
-    trainer_dev_budget bud;
-    if (trainer_dev_estimate(&S->pol[0].cfg, S->n_experts, S->trained, S->have_ref + (local && r->ema_decay > 0), &tr,
-                             S->tc.acts_mode, local ? &ro : NULL, &bud) ||
-        trainer_dev_check_memory(S->dx, &bud, r->activations))
-        return -1;
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     for (int e = 0; e < S->n_experts && S->have_ref; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;

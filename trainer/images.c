@@ -1,0 +1,77 @@
+/* trainer/images.c — start-up checks and conditions of image-to-video prompt files (see trainer/images.h). */
+#include "trainer/images.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "media/image.h"
+#include "model/flow/first_frame.h"
+#include "model/vae/wan_vae_encode.h"
+
+int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {
+    for (int k = 1; k < n_lists; k++)
+        if (!lists[k]->n_images != !lists[0]->n_images)
+            return core_error("%s: %s images (image to video), but %s %s: the prompt files give images or none does",
+                              lists[k]->path, lists[k]->n_images ? "gives" : "has no", lists[0]->path,
+                              lists[0]->n_images ? "does" : "does not");
+    if (!lists[0]->n_images) return 0;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    if (F < 2)
+        return core_error("rollout.frames: %d frames are one latent frame, the image's: image to video needs at least 5 "
+                          "(2 latent frames)", r->frames);
+    const int yes = flow_ff_pipeline_conditions(r->model_path);
+    if (yes < 0) return -1;
+    if (yes == 0)
+        return core_error("%s: %s gives images (image to video), but model.path %s is a text-to-video pipeline (its "
+                          "model_index.json has no \"expand_timesteps\": true). vgrpo conditions Wan 2.2 TI2V pipelines "
+                          "on a first frame (init-model presets wan2.2-ti2v-5b, tiny-ti2v); Wan 2.2 I2V-A14B (36 input "
+                          "channels) and Wan 2.1 I2V (CLIP image embeddings) are not supported", key, lists[0]->path,
+                          r->model_path);
+    return 0;
+}
+
+int trainer_images_encode(const core_recipe *r, int64_t C, const core_prompts *const *lists, int n_lists, float **out) {
+    int F, h, w;
+    core_recipe_latent_size(r, &F, &h, &w);
+    const int64_t nc = C * h * w;
+    for (int k = 0; k < n_lists; k++) out[k] = NULL;
+    vae_encoder *enc = vae_encoder_load(r->model_path);
+    if (!enc) return core_error_push("image conditions: model.path's VAE encoder: ");
+    const vae_config *vc = vae_encoder_get_config(enc);
+    int rc = -1;
+    if (vc->z_dim != C || vae_encoder_spatial_factor(enc) * h != r->height) {
+        core_error("image conditions: model.path %s's VAE encodes %d channels at spatial factor %d, but the transformer "
+                   "takes %lld channels and rollout.height %d is %d latent rows (model.vae_scale_factor_spatial %d)",
+                   r->model_path, vc->z_dim, vae_encoder_spatial_factor(enc), (long long)C, r->height, h,
+                   r->vae_scale_factor_spatial);
+        goto done;
+    }
+    for (int k = 0; k < n_lists; k++) {
+        const core_prompts *p = lists[k];
+        if (!(out[k] = malloc(sizeof(float) * (size_t)nc * (size_t)p->n))) {
+            core_error("out of memory for the image conditions");
+            goto done;
+        }
+        for (int i = 0; i < p->n; i++) {
+            const float *same = NULL; /* this image file, encoded already */
+            for (int q = 0; q <= k && !same; q++)
+                for (int j = 0; j < (q < k ? lists[q]->n : i) && !same; j++)
+                    if (!strcmp(lists[q]->image[j], p->image[i])) same = out[q] + (int64_t)j * nc;
+            float *dst = out[k] + (int64_t)i * nc;
+            char at[4200];
+            if (same) memcpy(dst, same, sizeof(float) * (size_t)nc);
+            else if (media_image_encode(enc, p->image[i], r->height, r->width, dst)) {
+                core_error_push("%s: image: ", core_prompts_where(p, i, at, sizeof at));
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    if (rc)
+        for (int k = 0; k < n_lists; k++) free(out[k]), out[k] = NULL;
+    vae_encoder_free(enc);
+    return rc;
+}
