@@ -13,6 +13,7 @@
  *     a worker process over the wire, EMA eval pushes) equals a local one;
  *   - a 10-step tiny run on the device against the same seed's CPU run: the final eval within 2 standard errors of
  *     their difference (figures printed);
+ *   - the start-up estimate of device memory at the Wan 1.3B recipe's sizes, per activation mode, and its refusal;
  *   - eval on the device, and the refusals (LoRA, several ranks, checkpoint activations on the CPU). */
 #include <jansson.h>
 #include <math.h>
@@ -144,6 +145,30 @@ TEST(dev_opt_step_equals_host) {
     wan_dev_exec_forget(x, &dm);
     wan_dev_exec_close(x);
     wan_model_free(&dm), wan_model_free(&hm);
+}
+
+/* The start-up estimate of device memory (trainer/train_dev.h) at the Wan 2.1 1.3B recipe's sizes (33 frames 480 x
+ * 832: 14,040 tokens, 512 text tokens; micro-batch 2 and rollout batch 4, CFG doubling both; a KL reference; local
+ * mode), per activation mode (measured: STORE 195.5 GiB does not fit one 141 GiB GPU, RECOMPUTE 126.2 barely,
+ * CHECKPOINT 56.6 easily). */
+TEST(dev_memory_estimate_wan_recipe) {
+    wan_config c;
+    REQUIRE_OK(wan_config_preset(&c, "wan2.1-t2v-1.3b"));
+    const wan_shape tr = {4, 9, 60, 104, 512, 0}, ro = {8, 9, 60, 104, 512, 0};
+    const char *names[3] = {"store", "recompute", "checkpoint"};
+    const wan_acts_mode modes[3] = {WAN_ACTS_STORE, WAN_ACTS_RECOMPUTE, WAN_ACTS_CHECKPOINT};
+    double tot[3];
+    for (int i = 0; i < 3; i++) {
+        trainer_dev_budget b;
+        REQUIRE_OK(trainer_dev_estimate(&c, 1, NULL, 1, &tr, modes[i], &ro, &b));
+        const double g = 1024.0 * 1024.0 * 1024.0;
+        printf("  wan2.1-t2v-1.3b recipe, activations %s: device memory %.1f GiB (weights and optimizer state %.1f, "
+               "training activations %.1f, rollout activations %.1f)\n", names[i], b.total / g, b.weights / g,
+               b.train_acts / g, b.roll_acts / g);
+        tot[i] = b.total / g;
+        CHECK(fabs(b.weights / g - 1418996800.0 * 20.0 / g) < 1e-6); /* 18 bytes per parameter + the reference's 2 */
+    }
+    CHECK(tot[2] < tot[1] && tot[1] < tot[0] && tot[2] < 60.0 && tot[0] > 141.0);
 }
 
 /* ---- the vgrpo processes on the emulated device ---- */
@@ -347,4 +372,12 @@ TEST(dev_eval_and_refusals) {
     CHECK_MSG(strstr(out, "algorithm.activations: checkpoint"), "got: %s", out);
     CHECK(test_run(out, sizeof out, "%s run %s --set algorithm.activations=checkpoint >/dev/null 2>&1", bin, tiny) ==
           0);
+    /* a device smaller than the estimate: refused before anything is allocated there, naming the keys */
+    CHECK(test_run(out, sizeof out,
+                   EMU "VGRPO_EMULATE_DEVICE_MIB=8 %s run recipes/tiny-cpu.yaml --set model.device=cuda "
+                       "--set model.path=%s/model --set logging.run_dir=%s/small 2>&1",
+                   bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "exceeds the 8.0 MiB free on the device") && strstr(out, "algorithm.micro_batch_size") &&
+                  strstr(out, "algorithm.activations checkpoint"),
+              "got: %s", out);
 }

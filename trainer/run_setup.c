@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "model/flow/flow.h"
+#include "model/flow/guidance.h"
 #include "model/text/text_cond.h"
 #include "model/text/word_embed.h"
 #include "reward/scorers.h"
@@ -310,8 +311,21 @@ static int setup_images(trainer_state *S, const core_recipe *r) {
  * the trained experts' master weights and moments live on the device and the optimizer step runs there
  * (trainer/train_dev.h, as tc.opt_step); the KL reference's bf16 copy is uploaded once. */
 static int setup_device(trainer_state *S) {
+    const core_recipe *r = S->r;
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    /* the estimate first (nothing allocated on the device yet): the largest forwards, CFG rows counted */
+    const int cfg = flow_cfg_active(r->guidance_scale) || (S->n_experts == 2 && flow_cfg_active(r->guidance_scale_2));
+    const int local = !strcmp(r->mode, "local");
+    const wan_shape tr = {.B = r->micro_batch_size * (cfg ? 2 : 1), .F = (int)S->shape[1], .H = (int)S->shape[2],
+                          .W = (int)S->shape[3], .L = r->text_len};
+    wan_shape ro = tr;
+    ro.B = r->batch_size * (cfg ? 2 : 1);
+    trainer_dev_budget bud;
+    if (trainer_dev_estimate(&S->pol[0].cfg, S->n_experts, S->trained, S->have_ref + (local && r->ema_decay > 0), &tr,
+                             S->tc.acts_mode, local ? &ro : NULL, &bud) ||
+        trainer_dev_check_memory(S->dx, &bud, r->activations))
+        return -1;
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     for (int e = 0; e < S->n_experts && S->have_ref; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;

@@ -46,6 +46,28 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
 int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
 void trainer_dev_free(trainer_dev *D);
 
+/* The start-up estimate of the device memory a trainer process needs (nothing allocated), and the refusal.
+ *   c: the transformer config; n_experts, trained (NULL: all); copies: bf16 copies per trained expert besides the
+ *   policy's (a KL reference, an EMA evaluated in this process);
+ *   train: the shape of the largest training forward (B = micro-batch rows, CFG rows included) and its mode;
+ *   rollout: the shape of the largest rollout forward in this process (local mode), or NULL.
+ * Counts: per trained expert its bf16 weights, fp32 gradients, master and two moments (18 bytes per parameter); a
+ * frozen expert's bf16 weights and the copies (2 each); the training activations (wan_dev_acts_estimate), the
+ * reference's (with copies) and the rollout's inference activations, the executor's staging. Library workspaces (cuBLASLt, cuDNN)
+ * and the allocator's slack are not in it. */
+typedef struct {
+    double weights;    /* every device copy of weights, gradients, master weights and moments */
+    double train_acts; /* the training forward's (and the reference's) activations */
+    double roll_acts;  /* the rollout forward's activations (local mode) */
+    double staging;    /* host <-> device tensors of the largest forward */
+    double total;
+} trainer_dev_budget;
+int trainer_dev_estimate(const wan_config *c, int n_experts, const uint8_t *trained, int copies,
+                         const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout, trainer_dev_budget *b);
+/* Prints the estimate (one line, stdout) and refuses it, naming the keys to change, when the device reports less
+ * free memory than it (mem_info; the emulated device reports none unless VGRPO_EMULATE_DEVICE_MIB is set). -1 then. */
+int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const char *acts_key_value);
+
 /* trainer_config.opt_step on the device (ctx: a trainer_dev): the step described above over the trained experts'
  * device gradients (accumulated by trainer_accumulate_experts with ex->dev), then the host mirrors. Errors (-1, no
  * weights changed): an invalid config, a non-finite norm ("optim: gradient norm is nan at optimizer step N;

@@ -106,3 +106,7 @@ int k_dev_zero(void *p, size_t bytes) {
 }
 
 int k_dev_sync(void) { return kc_check(cudaStreamSynchronize(kc_stream), "stream sync"); }
+
+int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    return kc_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}

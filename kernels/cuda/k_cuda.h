@@ -82,6 +82,8 @@ int k_dev_download_bf16(float *dst_host, const kb_bf16 *src_dev, size_t n);
 int k_dev_zero(void *p, size_t bytes);
 /* Waits for all work on the stream; reports an asynchronous error of an earlier launch. */
 int k_dev_sync(void);
+/* Free and total bytes of the device's memory now (cudaMemGetInfo). 0, or -1 with core_error. */
+int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* ---- GEMM ---- */
 
@@ -227,6 +229,9 @@ typedef struct k_dev_ops {
     int (*mem_download_bf16)(float *dst_host, const kb_bf16 *src_dev, size_t n);
     int (*mem_zero)(void *p, size_t bytes);
     int (*mem_sync)(void);
+    /* Free and total device memory (the start-up estimate's bound); -1 when the device has none to say (the emulated
+     * device: host memory, unless its tests set VGRPO_EMULATE_DEVICE_MIB). */
+    int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- the glue of the Wan DiT (model/dit/wan_layers.c's helpers on the device; kernels/body/kb_modulate.h) ----
      * y += x, n elements (wan_axpy1; into a zeroed y: a dtype conversion). */

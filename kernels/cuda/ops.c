@@ -42,6 +42,7 @@ const k_dev_ops k_cuda_ops = {
     .mem_download_bf16 = k_dev_download_bf16,
     .mem_zero = k_dev_zero,
     .mem_sync = k_dev_sync,
+    .mem_info = k_dev_mem_info,
     .add = kc_add,
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,

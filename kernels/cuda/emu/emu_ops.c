@@ -34,6 +34,14 @@ static int e_download_bf16(float *d, const kb_bf16 *s, size_t n) {
 }
 static int e_zero(void *p, size_t b) { return memset(p, 0, b), 0; }
 static int e_sync(void) { return 0; }
+/* No bound of its own (host memory); tests of the device-memory refusal give it one: VGRPO_EMULATE_DEVICE_MIB. */
+static int e_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    const char *e = getenv("VGRPO_EMULATE_DEVICE_MIB");
+    const long long mib = e ? atoll(e) : 0;
+    if (mib <= 0) return core_error("the emulated device has no memory bound of its own (host memory)");
+    *free_bytes = *total_bytes = (size_t)mib << 20;
+    return 0;
+}
 
 static float *widen(kb_in x, size_t n) {
     float *f = malloc((n ? n : 1) * sizeof(float));
@@ -251,6 +259,7 @@ const k_dev_ops k_emu_ops = {
     .mem_download_bf16 = e_download_bf16,
     .mem_zero = e_zero,
     .mem_sync = e_sync,
+    .mem_info = e_mem_info,
     .add = e_add,
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,

@@ -35,6 +35,7 @@ int k_dev_upload_bf16(kb_bf16 *d, const float *s, size_t n) { return k_cuda_ops.
 int k_dev_download_bf16(float *d, const kb_bf16 *s, size_t n) { return k_cuda_ops.mem_download_bf16(d, s, n); }
 int k_dev_zero(void *p, size_t b) { return k_cuda_ops.mem_zero(p, b); }
 int k_dev_sync(void) { return k_cuda_ops.mem_sync(); }
+int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes) { return k_cuda_ops.mem_info(free_bytes, total_bytes); }
 
 int k_gemm_algo_of(const k_gemm_args *g, k_gemm_algo_info *out) {
     (void)g;
