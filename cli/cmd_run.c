@@ -1,5 +1,5 @@
 /* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--max-restarts N]
- * [--help-config]`.
+ * [--launcher supervisor|mpirun [--hostfile FILE] [--np-trainer N] [--np-workers M] [--bind-host ADDR]] [--help-config]`.
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
  * that needs no weights: trainer_check_recipe, and local mode's own), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
@@ -7,7 +7,10 @@
  *   mode: local    the GRPO loop (trainer/run.h) in this process with the in-process rollout source
  *                  (cli/source_local.h: rollout engine, decoder and scorers here);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
- *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe).
+ *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe);
+ *   --launcher mpirun: the same processes as ONE MPI job (cli/launch_mpi.c): this process becomes `mpirun`
+ *                  (exec) after the checks and the lock; --np-trainer / --np-workers set parallel.trainer_ranks /
+ *                  parallel.rollout_workers (as --set would).
  * Every run first prints the estimate of memory and work (trainer/budget.h) and refuses, before writing or
  * allocating anything, a recipe past the model's limits or (unless --force) past this machine's memory or
  * limits.max_step_minutes. One run per run folder: the folder is locked (core/run_lock.h) for the whole run; a second run into it is refused
@@ -19,6 +22,7 @@
 
 #include "cli/colocated.h"
 #include "cli/commands.h"
+#include "cli/launch_mpi.h"
 #include "cli/model_init.h"
 #include "cli/opts.h"
 #include "cli/source_local.h"
@@ -40,10 +44,11 @@ static int run_local(const core_recipe *r, const trainer_run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL;
-    int dry = 0, help_config = 0, force = 0, max_restarts = COLOCATED_MAX_RESTARTS;
+    int dry = 0, help_config = 0, force = 0, max_restarts = COLOCATED_MAX_RESTARTS, restarts_seen = 0;
     trainer_run_opts o = {0};
-    int steps = 0;
-    opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
+    int steps = 0, np_trainer = 0, np_workers = 0;
+    const char *launcher = "supervisor", *hostfile = NULL, *bind_host = NULL;
+    opts_list sets = {.v = calloc((size_t)argc + 2, sizeof(char *)), .cap = argc};
     if (!sets.v) return 1;
     const opts_spec opts[] = {
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
@@ -59,10 +64,23 @@ int cmd_run(int argc, char **argv) {
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
-        {.name = "max-restarts", .type = OPTS_INT, .i = &max_restarts, .min = 0, .max = 1000000, .meta = "N",
+        {.name = "max-restarts", .type = OPTS_INT, .i = &max_restarts, .min = 0, .max = 1000000, .meta = "N", .seen = &restarts_seen,
          .help = "mode: colocated: restart a rollout worker or the reward server that dies, at most N times each\n"
                  "(default 3; 0: never); a lost worker's chunk goes to the others, and the run stops only when no\n"
                  "worker is left"},
+        {.name = "launcher", .type = OPTS_STRING, .str = &launcher, .meta = "supervisor|mpirun",
+         .help = "mode: colocated: `supervisor` (default) starts the processes on this machine over ipc:// and watches\n"
+                 "them; `mpirun` runs them as one MPI job (vgrpo mpi-rank ranks over authenticated tcp://, keys sent\n"
+                 "over MPI; a process that dies ends the job; README: the hostfile and srun forms)"},
+        {.name = "hostfile", .type = OPTS_STRING, .str = &hostfile, .meta = "FILE",
+         .help = "--launcher mpirun: mpirun's hostfile (default: this machine only)"},
+        {.name = "np-trainer", .type = OPTS_INT, .i = &np_trainer, .min = 1, .max = 100000, .meta = "N",
+         .help = "--launcher mpirun: trainer ranks (sets parallel.trainer_ranks)"},
+        {.name = "np-workers", .type = OPTS_INT, .i = &np_workers, .min = 1, .max = 100000, .meta = "M",
+         .help = "--launcher mpirun: rollout workers (sets parallel.rollout_workers)"},
+        {.name = "bind-host", .type = OPTS_STRING, .str = &bind_host, .meta = "ADDR|IFACE",
+         .help = "--launcher mpirun: the address (or interface name) the controller and the reward server bind\n"
+                 "(default: 127.0.0.1 on one host, else the address that routes to the other hosts)"},
         {.name = "help-config", .type = OPTS_FLAG, .flag = &help_config,
          .help = "list every recipe key with its type, default and range"},
         {0}};
@@ -72,7 +90,8 @@ int cmd_run(int argc, char **argv) {
         .name = "run", .opts = opts, .pos = pos,
         .about = "Runs a GRPO recipe. mode: local rolls out, scores and trains in one process; mode: colocated starts\n"
                  "the reward server, parallel.rollout_workers rollout workers and parallel.trainer_ranks trainer ranks\n"
-                 "(mpirun) and logs each under logging.run_dir/logs/. Both write logging.run_dir/{config.resolved.yaml,\n"
+                 "(mpirun) and logs each under logging.run_dir/logs/ (--launcher mpirun: the same processes as one MPI\n"
+                 "job, on this machine or a hostfile's hosts). Both write logging.run_dir/{config.resolved.yaml,\n"
                  "metrics.jsonl,rewards.jsonl}, checkpoint-N/ (checkpoint.every) and videos/ (logging.video_every)."};
     int status = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (status != OPTS_OK) {
@@ -84,18 +103,29 @@ int cmd_run(int argc, char **argv) {
         free(sets.v);
         return 0;
     }
-    if (!path) {
-        status = opts_fail(&cmd, stderr, "RECIPE is required");
+    const int mpi = !strcmp(launcher, "mpirun");
+    if (!path || (!mpi && strcmp(launcher, "supervisor")) || (!mpi && (hostfile || np_trainer || np_workers || bind_host)) ||
+        (mpi && restarts_seen)) {
+        status = !path ? opts_fail(&cmd, stderr, "RECIPE is required")
+                 : !mpi && strcmp(launcher, "supervisor")
+                     ? opts_fail(&cmd, stderr, "--launcher: expected supervisor or mpirun, got \"%s\"", launcher)
+                 : mpi ? opts_fail(&cmd, stderr, "--max-restarts: restarts are the supervisor's; under --launcher mpirun "
+                                                 "a process that dies ends the job (continue with --resume)")
+                       : opts_fail(&cmd, stderr, "--hostfile, --np-trainer, --np-workers and --bind-host go with "
+                                                 "--launcher mpirun");
         free(sets.v);
         return opts_exit_status(status);
     }
+    char np_sets[2][64];
+    if (np_trainer) snprintf(np_sets[0], sizeof np_sets[0], "parallel.trainer_ranks=%d", np_trainer), sets.v[sets.n++] = np_sets[0];
+    if (np_workers) snprintf(np_sets[1], sizeof np_sets[1], "parallel.rollout_workers=%d", np_workers), sets.v[sets.n++] = np_sets[1];
     o.steps = steps;
     core_recipe r;
     core_run_lock lk = {.fd = -1};
     char note[512] = "";
     const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
-    if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
+    if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) || trainer_check_recipe(&r) ||
         (!strcmp(r.mode, "local") && source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
@@ -112,7 +142,9 @@ int cmd_run(int argc, char **argv) {
     } else {
         if (note[0]) core_log_warn("%s", note);
         /* colocated: the run's processes hold the folder's lock too, so it stays locked while any of them lives */
-        const int rc = !strcmp(r.mode, "colocated")
+        const int rc = mpi ? (core_run_lock_share(&lk) ||
+                              launch_mpi_exec(path, sets.v, sets.n, &r, o.steps, o.resume, hostfile, bind_host)) /* returns on failure only */
+                       : !strcmp(r.mode, "colocated")
                            ? (core_run_lock_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL, max_restarts))
                            : run_local(&r, &o);
         if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());

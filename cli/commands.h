@@ -15,6 +15,7 @@ int cmd_reward_server(int argc, char **argv);
 int cmd_rollout_worker(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_trainer(int argc, char **argv);
+int cmd_mpi_rank(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 

@@ -24,6 +24,7 @@ static const command commands[] = {
     {"eval", cmd_eval, "rollout-only eval: reward server + rollout workers on a prompt set -> eval.json, mp4s, sheets"},
     {"parity", cmd_parity, "train/rollout parity: one rollout batch, every trainable transition recomputed by the trainer"},
     {"trainer", cmd_trainer, "the trainer rank(s) of a colocated run (started by run; rank 0 is the controller)"},
+    {"mpi-rank", cmd_mpi_rank, "one rank of a run launched as one MPI job (run --launcher mpirun, or srun)"},
     {"rollout-worker", cmd_rollout_worker, "a rollout worker process (started by eval/run; serves a controller)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},
 };

@@ -30,6 +30,9 @@
  *      machine, a Python peer): option `--keys-file PATH`, the same text in a regular file owned by the user with
  *      mode 0600 or 0400 (core_curve_load_file refuses a file that others can read or write, or a symlink).
  *      core_curve_write_file writes one (mode 0600 whatever the umask).
+ *   2b. a rank of a run launched as one MPI job (cli/launch_mpi.c: `vgrpo run --launcher mpirun`, srun): rank 0
+ *      generates the keys after MPI_Init and sends each rank its role's subset as key text over MPI, point to point
+ *      (core_curve_format / core_curve_parse); no file, environment or command line holds them.
  *   3. neither option: no keys, plain ZeroMQ as before (tests, `vgrpo rollout-worker` or `vgrpo reward-server` run
  *      by hand for debugging; the process says so in its log). `vgrpo run` in local mode opens no channel.
  * core_curve_options() does 1-3 for a command's `--keys-fd` / `--keys-file` pair.

@@ -285,6 +285,18 @@ int reward_server_run(const reward_server_config *cfg, volatile sig_atomic_t *st
         rc = core_error_push("reward server: ");
         goto out;
     }
+    if (cfg->on_bound) {
+        char bound[512] = "";
+        size_t bl = sizeof bound;
+        if (zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, bound, &bl) != 0) {
+            rc = core_error("reward server: cannot read its bound endpoint: %s", zmq_strerror(zmq_errno()));
+            goto out;
+        }
+        if (cfg->on_bound(cfg->on_bound_ctx, bound) != 0) {
+            rc = -1;
+            goto out;
+        }
+    }
     for (; n_th < cfg->threads; n_th++)
         if (pthread_create(&th[n_th], NULL, worker_main, s) != 0) {
             rc = core_error("reward server: cannot start scoring thread %d", n_th);

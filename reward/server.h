@@ -36,6 +36,12 @@ typedef struct {
     const core_curve_keys *keys; /* the server's keys (core_curve_subset CORE_CURVE_REWARD: the reward pair and the
                                   * client public key): a CURVE server that admits only the run's client key. NULL:
                                   * plain ZeroMQ, any peer that can reach the endpoint (borrowed) */
+    /* Called once on the thread of reward_server_run right after the ROUTER is bound, before any message is read,
+     * with the endpoint as bound (ZMQ_LAST_ENDPOINT: a tcp://HOST:* bind names the port the system chose); a
+     * non-zero return stops the server (reward_server_run returns -1 with the callback's core_error). NULL: none.
+     * An MPI launch (cli/launch_mpi.c) hands the endpoint to the other ranks here. */
+    int (*on_bound)(void *ctx, const char *endpoint);
+    void *on_bound_ctx;
 } reward_server_config;
 
 /* Reply text the cache keeps at most, all entries together (the oldest go first). */

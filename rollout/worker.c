@@ -47,8 +47,10 @@ static int io_fields(void *ctx, core_wire_type type, const char *id, const json_
 
 /* ---- rollout ---- */
 
+static int worker_should_stop(void);
+
 /* rollout_worker_io.rollout: generates, decodes and scores the request's samples and sends the trajectory reply
- * (or an error `rollout_failed`). */
+ * (or an error `rollout_failed`; none when the process's stop flag cut it short). */
 static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_request *reqp) {
     worker *w = ctx;
     rollout_pipeline *p = w->p;
@@ -125,7 +127,11 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     failed = 0;
     rc = core_zmq_send(w->sock, NULL, 0, &b);
 done:
-    if (failed) {
+    if (failed && worker_should_stop()) {
+        /* stopped by a signal: the worker leaves, and its connection closing tells the controller, which re-issues
+         * the chunk (trainer/controller.h); an error reply would end the whole rollout instead */
+        core_log_warn("%s: request %s abandoned: %s", w->cfg->id, m->id, core_last_error());
+    } else if (failed) {
         char why[1024];
         snprintf(why, sizeof why, "%s", core_last_error());
         core_log_warn("%s: request %s failed: %s", w->cfg->id, m->id, why);

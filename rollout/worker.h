@@ -14,7 +14,9 @@
  *   shutdown        -> replies shutdown and returns 0.
  * Other types get an `unsupported` error; an `error` from the controller is logged, not answered. A failure inside a
  * request (reward server unreachable after its attempts, a prompt that cannot be encoded) is answered with an error
- * reply (code `rollout_failed`, the reason), and the worker keeps serving. The rules for each message are
+ * reply (code `rollout_failed`, the reason), and the worker keeps serving. A request cut short by *stop (SIGTERM:
+ * the engine stops within a denoising step) gets no reply: the worker leaves, and the controller, seeing its
+ * connection close, re-issues the chunk to another worker. The rules for each message are
  * rollout/worker_msg.h (no sockets there: the fuzz target calls it).
  *
  * Authentication: with cfg.keys (core/curve.h: the client pair and the controller's public key) the DEALER is a

@@ -105,6 +105,13 @@ void ctl_close(ctl_server *c) {
     free(c);
 }
 
+int ctl_endpoint(const ctl_server *c, char *buf, size_t cap) {
+    size_t len = cap;
+    if (!cap || zmq_getsockopt(c->router, ZMQ_LAST_ENDPOINT, buf, &len))
+        return core_error("controller: cannot read its bound endpoint: %s", zmq_strerror(errno));
+    return 0;
+}
+
 int ctl_n_workers(const ctl_server *c) { return c->st.n; }
 const char *ctl_worker_id(const ctl_server *c, int w) { return c->st.w[w].id; }
 uint64_t ctl_worker_hello_hash(const ctl_server *c, int w) { return c->st.w[w].hello_hash; }

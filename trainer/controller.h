@@ -53,6 +53,11 @@ typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const
 ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx);
 void ctl_close(ctl_server *c);
 
+/* The endpoint the ROUTER is bound to, as libzmq reports it (ZMQ_LAST_ENDPOINT: a tcp://HOST:* bind names the port
+ * the system chose), into buf (cap bytes). -1 with core_error. An MPI launch (cli/launch_mpi.c) hands it to the
+ * workers. */
+int ctl_endpoint(const ctl_server *c, char *buf, size_t cap);
+
 /* Waits up to timeout_s for n workers' hello (and for a lost one's restart to take its place) {client, policy_version, model_xxh64, experts, adapter_xxh64?}. -1 with core_error
  * (time-out naming how many came, abort). A hello without client id or model hash, or naming a client already
  * registered, and any other message are refused (trainer/ctl_msg.h) and the wait goes on. */
