@@ -151,10 +151,8 @@ int rollout_pipeline_load_lora(rollout_pipeline *p, const core_recipe *r, const 
         rollout_pipeline_free(p);
         return -1;
     }
-    /* model.device cuda: the experts run on the device executor; LoRA there is not implemented yet */
-    if (wan_dev_exec_open(r->device, &p->dx) ||
-        (p->dx && (p->lora[0].layout.count || p->lora[1].layout.count) &&
-         core_error("model.lora: LoRA adapters on model.device cuda are not implemented yet"))) {
+    /* model.device cuda: the experts (with their adapters) run on the device executor */
+    if (wan_dev_exec_open(r->device, &p->dx)) {
         rollout_pipeline_free(p);
         return -1;
     }

@@ -14,7 +14,9 @@
  *   - a 10-step tiny run on the device against the same seed's CPU run: the final eval within 2 standard errors of
  *     their difference (figures printed);
  *   - the start-up estimate of device memory at the Wan 1.3B recipe's sizes, per activation mode, and its refusal;
- *   - eval on the device, and the refusals (LoRA, several ranks, checkpoint activations on the CPU). */
+ *   - LoRA on the device: resume exact, parity 0 at trained adapters, the base unchanged;
+ *   - eval on the device, and the refusals (a LoRA rank not a multiple of 8, an EMA of adapters, several ranks,
+ *     checkpoint activations on the CPU). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -160,7 +162,7 @@ TEST(dev_memory_estimate_wan_recipe) {
     double tot[3];
     for (int i = 0; i < 3; i++) {
         trainer_dev_budget b;
-        REQUIRE_OK(trainer_dev_estimate(&c, 1, NULL, 1, &tr, modes[i], &ro, &b));
+        REQUIRE_OK(trainer_dev_estimate(&c, 0, 1, NULL, 1, 1, &tr, modes[i], &ro, &b));
         const double g = 1024.0 * 1024.0 * 1024.0;
         printf("  wan2.1-t2v-1.3b recipe, activations %s: device memory %.1f GiB (weights and optimizer state %.1f, "
                "training activations %.1f, rollout activations %.1f)\n", names[i], b.total / g, b.weights / g,
@@ -302,6 +304,49 @@ TEST(dev_run_colocated_equals_local) {
     for (int i = 0; i < nb; i++) json_decref(b[i]);
 }
 
+/* LoRA on the device (model.lora.rank 8, every linear): the adapter trains on the device (its fp32 master and moments
+ * there, the base a frozen bf16 copy, the KL reference the same model with the adapter off); on-policy |dlogp| 0; a
+ * resumed run (2 + 2 steps) equals a straight one (metrics, the adapter and optimizer files); vgrpo parity exactly 0
+ * with the adapters synced to a worker process; the base unchanged at the end. */
+TEST(dev_run_lora) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], a[700], b[700];
+    make_model(dir);
+    const char *lora = "--set model.lora.rank=8";
+    snprintf(a, sizeof a, "%s --steps 2", lora);
+    int st = run_local(dir, "l2", "cuda", a, out, sizeof out);
+    if (st) test_fail(__FILE__, __LINE__, "LoRA device run failed: %s", out);
+    REQUIRE(st == 0);
+    REQUIRE(run_local(dir, "l4", "cuda", lora, out, sizeof out) == 0);
+    CHECK_MSG(strstr(out, "LoRA: base weights unchanged after 4 steps"), "got: %s", out);
+    snprintf(a, sizeof a, "%s --resume %s/l2/checkpoint-2", lora, dir);
+    st = run_local(dir, "l2", "cuda", a, out, sizeof out);
+    if (st) test_fail(__FILE__, __LINE__, "LoRA resume failed: %s", out);
+    json_t *x[6], *y[6];
+    const int nx = rows_of(dir, "l4", x, 6), ny = rows_of(dir, "l2", y, 6);
+    CHECK(nx == 5 && ny == 5);
+    for (int i = 0; i < nx && i < ny; i++) {
+        CHECK_MSG(json_equal(x[i], y[i]), "LoRA row %d: resumed differs from straight", i);
+        if (i < 4) CHECK(num(x[i], "log_prob_mean_abs_diff") == 0.0);
+        if (i > 0 && i < 4) CHECK(num(x[i], "kl") > 0); /* the reference: the adapter switched off */
+    }
+    for (int i = 0; i < nx; i++) json_decref(x[i]);
+    for (int i = 0; i < ny; i++) json_decref(y[i]);
+    const char *files[] = {"transformer/pytorch_lora_weights.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        snprintf(a, sizeof a, "%s/l4/checkpoint-4/%s", dir, files[f]);
+        snprintf(b, sizeof b, "%s/l2/checkpoint-4/%s", dir, files[f]);
+        CHECK_MSG(same_file(a, b), "%s differs between the straight and the resumed LoRA run", files[f]);
+    }
+    /* parity at the trained adapters, synced to the worker */
+    st = test_run(out, sizeof out,
+                  EMU "%s parity recipes/tiny-cpu.yaml --set model.device=cuda --set model.path=%s/model "
+                      "--set logging.run_dir=%s/l4 " SMALL " %s --checkpoint %s/l4/checkpoint-4 2>&1",
+                  bin, dir, dir, lora, dir);
+    if (st) test_fail(__FILE__, __LINE__, "LoRA parity on the emulated device failed: %s", out);
+    CHECK_MSG(strstr(out, "PASS") && strstr(out, "(LoRA adapters)"), "got: %s", out);
+}
+
 /* The 10-step run of the GPU check's band, here on the emulated device: the final eval of the device run within 2
  * standard errors of the difference of the CPU run's (same seed, same initial weights; the bf16 rounding changes the
  * samples and so the updates, so the two runs are two draws of the same learning process, not one). */
@@ -362,8 +407,11 @@ TEST(dev_eval_and_refusals) {
     CHECK(s1 && json_equal(s1, json_object_get(json_object_get(ev[1], "stats"), "color_match")));
     json_decref(ev[0]), json_decref(ev[1]);
     const char *tiny = "recipes/tiny-cpu.yaml --dry-run --set model.device=cuda";
-    CHECK(test_run(out, sizeof out, "%s run %s --set model.lora.rank=8 2>&1", bin, tiny) == 1);
-    CHECK_MSG(strstr(out, "model.lora.rank: LoRA on model.device cuda is not implemented yet"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run %s --set model.lora.rank=12 2>&1", bin, tiny) == 1);
+    CHECK_MSG(strstr(out, "model.lora.rank: 12 is not a multiple of 8"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run %s --set model.lora.rank=8 --set algorithm.ema_decay=0.9 2>&1", bin, tiny) ==
+          1);
+    CHECK_MSG(strstr(out, "algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda"), "got: %s", out);
     CHECK(test_run(out, sizeof out, "%s run %s --set mode=colocated --set parallel.trainer_ranks=2 2>&1", bin, tiny) ==
           1);
     CHECK_MSG(strstr(out, "parallel.trainer_ranks: model.device cuda trains on one device"), "got: %s", out);

@@ -21,6 +21,7 @@
 #include "kernels/cuda/emu/k_emu.h"
 #include "model/dit/wan_dev.h"
 #include "model/dit/wan_internal.h"
+#include "model/dit/wan_lora.h"
 #include "tests/test.h"
 #include "tests/wan_test_util.h"
 
@@ -169,6 +170,97 @@ TEST(wan_dev_memory_and_refusals) {
     wan_dev_acts_free(A);
     wan_dev_model_free(&d);
     wan_model_free(&m);
+}
+
+/* LoRA on the device (wan_dev.h): a rank-8 adapter on every linear of the tiny preset, B random, the base frozen:
+ * the device forward and the adapter's gradients against the fp32 CPU model with the same adapter (wan_lora.h),
+ * within the bf16 bands; RECOMPUTE and CHECKPOINT = STORE bit for bit; the adapter switched off = the base; a fresh
+ * adapter (B = 0) = the base, value for value (+0 for -0, as on the CPU). */
+TEST(wan_dev_lora_vs_cpu) {
+    wan_config c;
+    REQUIRE_OK(wan_config_preset(&c, "tiny"));
+    wan_model m;
+    REQUIRE_OK(wan_model_init(&m, &c));
+    wt_random_params(&m, 71);
+    wan_lora l;
+    const wan_lora_config lc = {8, 16.0, WAN_LORA_ALL, 5};
+    REQUIRE_OK(wan_lora_init(&l, &c, &lc, 0));
+    REQUIRE_OK(wan_lora_alloc_grads(&l));
+    for (int i = 1; i < l.layout.count; i += 2) { /* every B random, so A gets gradients too */
+        const wan_tensor *t = &l.layout.tensors[i];
+        test_fill_uniform(l.params + t->offset, (size_t)t->numel, 80 + (unsigned long long)i, -0.05f, 0.05f);
+    }
+    REQUIRE_OK(wan_model_attach_lora(&m, &l));
+    const wan_shape sh = {2, 2, 8, 8, 16, 0};
+    const int64_t nx = 2 * 16 * 2 * 8 * 8, ne = 2 * 16 * c.text_dim, nl = l.layout.numel;
+    float *x = malloc(nx * 4), *t = malloc(2 * 4), *e = malloc(ne * 4), *go = malloc(nx * 4);
+    float *oc = malloc(nx * 4), *od = malloc(nx * 4), *o2 = malloc(nx * 4), *gd = malloc(nl * 4), *g2 = malloc(nl * 4);
+    test_fill_uniform(x, nx, 1, -2, 2);
+    test_fill_uniform(t, 2, 2, 0, 1000);
+    test_fill_uniform(e, ne, 3, -2, 2);
+    test_fill_uniform(go, nx, 4, -1, 1);
+    /* the CPU: frozen base (no m.grads), the adapter's gradients */
+    wan_acts *ca = wan_acts_new(&c, &sh, WAN_ACTS_STORE);
+    REQUIRE(ca);
+    REQUIRE_OK(wan_forward(&m, ca, NULL, oc, x, t, e));
+    REQUIRE_OK(wan_backward(&m, ca, NULL, NULL, NULL, go));
+    /* the device */
+    wan_dev_model d;
+    REQUIRE_OK(wan_dev_model_init(&d, emu(), &m));
+    CHECK(d.lora == &l && d.lora_w != NULL);
+    const wan_acts_mode modes[3] = {WAN_ACTS_STORE, WAN_ACTS_RECOMPUTE, WAN_ACTS_CHECKPOINT};
+    for (int k = 0; k < 3; k++) {
+        wan_dev_acts *A = wan_dev_acts_new(emu(), &c, &sh, modes[k]);
+        REQUIRE(A);
+        REQUIRE_OK(wan_dev_run_host(&d, A, k ? o2 : od, x, t, e, go, NULL, NULL));
+        REQUIRE_OK(wan_dev_grads_download(&d, k ? g2 : gd));
+        if (k) CHECK_MSG(!memcmp(od, o2, nx * 4) && !memcmp(gd, g2, nl * 4), "LoRA: mode %d differs from STORE", k);
+        wan_dev_acts_free(A);
+    }
+    CHECK(d.grads == NULL); /* the base stays frozen: no base gradients on the device */
+    double worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < l.layout.count; i++) {
+        const wan_tensor *tt = &l.layout.tensors[i];
+        const double r = wt_l2_rel(gd + tt->offset, l.grads + tt->offset, tt->numel);
+        if (r > worst) worst = r, wn = tt->name;
+    }
+    const double out_rel = wt_l2_rel(od, oc, nx), all = wt_l2_rel(gd, l.grads, nl);
+    printf("  LoRA rank 8, every linear, tiny B 2: out rel-L2 %.2e; adapter gradients all %.2e, worst %.2e (%s)\n",
+           out_rel, all, worst, wn);
+    CHECK(out_rel <= WAN_DEV_BAND_OUT && out_rel > 1e-5);
+    CHECK(all <= WAN_DEV_BAND_GRAD && worst <= WAN_DEV_BAND_KEY_BIAS);
+    /* switched off: the base model's forward, bit for bit */
+    wan_dev_acts *A = wan_dev_acts_new(emu(), &c, &sh, WAN_ACTS_INFER);
+    REQUIRE(A);
+    float *xd = emu()->mem_alloc(nx * 4), *ed = emu()->mem_alloc(ne * 4), *yd = emu()->mem_alloc(nx * 4);
+    REQUIRE_OK(emu()->mem_upload(xd, x, nx * 4));
+    REQUIRE_OK(emu()->mem_upload(ed, e, ne * 4));
+    REQUIRE_OK(wan_dev_forward_lora(&d, A, kb_out_f32(yd), kb_in_f32(xd), t, kb_in_f32(ed), 0));
+    REQUIRE_OK(emu()->mem_download(o2, yd, nx * 4));
+    wan_model_attach_lora(&m, NULL);
+    wan_dev_model base;
+    REQUIRE_OK(wan_dev_model_init(&base, emu(), &m));
+    REQUIRE_OK(wan_dev_forward(&base, A, kb_out_f32(yd), kb_in_f32(xd), t, kb_in_f32(ed)));
+    REQUIRE_OK(emu()->mem_download(od, yd, nx * 4));
+    CHECK(!memcmp(od, o2, nx * 4));
+    /* a fresh adapter (B = 0): the base's values */
+    wan_lora_reset(&l);
+    REQUIRE_OK(wan_model_attach_lora(&m, &l));
+    REQUIRE_OK(wan_dev_model_upload_lora(&d));
+    REQUIRE_OK(wan_dev_forward(&d, A, kb_out_f32(yd), kb_in_f32(xd), t, kb_in_f32(ed)));
+    REQUIRE_OK(emu()->mem_download(o2, yd, nx * 4));
+    int same = 1;
+    for (int64_t i = 0; i < nx; i++) same &= od[i] == o2[i];
+    CHECK(same);
+    emu()->mem_free(xd), emu()->mem_free(ed), emu()->mem_free(yd);
+    wan_dev_acts_free(A);
+    wan_acts_free(ca);
+    wan_dev_model_free(&base);
+    wan_dev_model_free(&d);
+    free(x), free(t), free(e), free(go), free(oc), free(od), free(o2), free(gd), free(g2);
+    wan_model_free(&m);
+    wan_lora_free(&l);
 }
 
 /* Device memory at Wan shapes (the start-up estimate, nothing allocated): 81 frames 480 x 832 = 32,760 video tokens,

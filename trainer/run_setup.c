@@ -135,9 +135,12 @@ static int check_device(const core_recipe *r) {
         return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
                           "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
                           r->trainer_ranks, r->sp);
-    if (r->lora_rank > 0)
-        return core_error("model.lora.rank: LoRA on model.device cuda is not implemented yet (rank %d; 0 trains every "
-                          "weight)", r->lora_rank);
+    if (r->lora_rank % 8)
+        return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
+                          "dimensions)", r->lora_rank);
+    if (r->lora_rank > 0 && r->ema_decay > 0)
+        return core_error("algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda is not implemented yet "
+                          "(0 with model.lora.rank %d)", r->lora_rank);
     return 0;
 }
 
@@ -322,12 +325,14 @@ static int setup_device(trainer_state *S) {
     wan_shape ro = tr;
     ro.B = r->batch_size * (cfg ? 2 : 1);
     trainer_dev_budget bud;
-    if (trainer_dev_estimate(&S->pol[0].cfg, S->n_experts, S->trained, S->have_ref + (local && r->ema_decay > 0), &tr,
+    const int64_t lora_n = S->lora_on ? S->lora[S->first].layout.numel : 0; /* LoRA: the reference is the policy */
+    if (trainer_dev_estimate(&S->pol[0].cfg, lora_n, S->n_experts, S->trained,
+                             (S->have_ref && !S->lora_on) + (local && r->ema_decay > 0), S->have_ref, &tr,
                              S->tc.acts_mode, local ? &ro : NULL, &bud) ||
         trainer_dev_check_memory(S->dx, &bud, r->activations))
         return -1;
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
-    for (int e = 0; e < S->n_experts && S->have_ref; e++)
+    for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
     S->ex = &S->exec;

@@ -7,9 +7,17 @@
 
 #include "core/error.h"
 #include "kernels/body/kb_optim.h"
+#include "trainer/lora.h"
 
-int trainer_dev_estimate(const wan_config *c, int n_experts, const uint8_t *trained, int copies,
-                         const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout, trainer_dev_budget *b) {
+/* What a step trains on the host (trainer/lora.h: the adapter under LoRA, else the model) and on the device: the
+ * trained buffer's bf16 compute copy and its fp32 gradients. */
+static trainer_trained_buf host_buf(const wan_model *m) { return trainer_trained_buffer((wan_model *)m); }
+static kb_bf16 *dev_w16(const wan_dev_model *d) { return d->lora ? d->lora_w : d->w; }
+static float *dev_grads(const wan_dev_model *d) { return d->lora ? d->lora_grads : d->grads; }
+
+int trainer_dev_estimate(const wan_config *c, int64_t lora_numel, int n_experts, const uint8_t *trained, int copies,
+                         int ref_forward, const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout,
+                         trainer_dev_budget *b) {
     memset(b, 0, sizeof *b);
     wan_layout lay; /* the parameter count, without allocating weights */
     if (wan_layout_init(&lay, c)) return -1;
@@ -17,12 +25,14 @@ int trainer_dev_estimate(const wan_config *c, int n_experts, const uint8_t *trai
     wan_layout_free(&lay);
     for (int e = 0; e < n_experts; e++) {
         const int tr = !trained || trained[e];
-        b->weights += numel * (tr ? 2.0 + 4.0 + 12.0 + 2.0 * copies : 2.0);
+        const double t = lora_numel > 0 ? (double)lora_numel : numel; /* what trains: the adapter, or the model */
+        b->weights += lora_numel > 0 ? 2.0 * numel : 0.0; /* LoRA: the frozen base's bf16 copy */
+        b->weights += tr ? t * (2.0 + 4.0 + 12.0 + 2.0 * copies) : (lora_numel > 0 ? 0.0 : 2.0 * numel);
     }
     const size_t ta = wan_dev_acts_estimate(c, train, mode);
-    const size_t ra = copies ? wan_dev_acts_estimate(c, train, WAN_ACTS_INFER) : 0;
+    const size_t ra = ref_forward ? wan_dev_acts_estimate(c, train, WAN_ACTS_INFER) : 0;
     const size_t ro = rollout ? wan_dev_acts_estimate(c, rollout, WAN_ACTS_INFER) : 0;
-    if (!ta || (copies && !ra) || (rollout && !ro)) return -1;
+    if (!ta || (ref_forward && !ra) || (rollout && !ro)) return -1;
     b->train_acts = (double)ta + (double)ra;
     b->roll_acts = (double)ro;
     const wan_shape *big = rollout && rollout->B > train->B ? rollout : train;
@@ -77,10 +87,11 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
         if (opt[e]->lo != 0 || opt[e]->len != D->numel[e])
             return core_error("trainer (model.device cuda): a sharded AdamW state (parallel.zero_stage) is not "
                               "supported on the device");
-        if (dev->mem_upload(D->master[e], m->params, bytes) || dev->mem_upload(D->m[e], opt[e]->m, bytes) ||
+        if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || dev->mem_upload(D->m[e], opt[e]->m, bytes) ||
             dev->mem_upload(D->v[e], opt[e]->v, bytes) || dev->mem_sync())
             return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
-        /* the bf16 compute copy and proj_out's fp32 bias, from the same host weights */
+        /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
+         * weights */
         wan_dev_model *d = wan_dev_exec_model(D->x, m);
         if (!d || wan_dev_model_upload(d) || wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
     }
@@ -98,7 +109,7 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
         D->pol[e] = pol[e];
         D->trained[e] = !trained || trained[e];
         if (!D->trained[e]) continue;
-        D->numel[e] = pol[e]->layout.numel;
+        D->numel[e] = host_buf(pol[e]).n; /* the adapter's under LoRA (a frozen base) */
         const size_t bytes = (size_t)D->numel[e] * sizeof(float);
         if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(bytes)) ||
             !(D->v[e] = dev->mem_alloc(bytes))) {
@@ -143,10 +154,10 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         if (trained && !trained[e]) continue;
         if (policy[e] != D->pol[e] || !D->trained[e])
             return core_error("trainer_dev_opt_step: expert %d is not the one whose state is on the device", e);
-        if (!(d[e] = wan_dev_exec_model(D->x, policy[e])) || !d[e]->grads)
+        if (!(d[e] = wan_dev_exec_model(D->x, policy[e])) || !dev_grads(d[e]))
             return core_error("trainer_dev_opt_step: expert %d has no device gradients", e);
         double s;
-        if (dev->sumsq(kb_in_f32(d[e]->grads), D->numel[e], &s)) return -1;
+        if (dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s)) return -1;
         ss += s;
         if (first < 0) first = e;
     }
@@ -159,18 +170,19 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
     for (int e = 0; e < n_experts; e++) { /* optim_adamw_step_coef, on the device */
         if (!d[e]) continue;
         const int64_t n = D->numel[e];
-        if (coef < 1.0 && dev->scale(kb_out_f32(d[e]->grads), (float)coef, n)) return -1;
+        float *g = dev_grads(d[e]);
+        if (coef < 1.0 && dev->scale(kb_out_f32(g), (float)coef, n)) return -1;
         const double lr = optim_lr_at(ocfg, opt[e]->step);
         const kb_adamw_scalars s =
             kb_adamw_prepare(lr, ocfg->beta1, ocfg->beta2, ocfg->eps, ocfg->weight_decay, opt[e]->step + 1);
-        if (dev->adamw_update(D->master[e], D->m[e], D->v[e], kb_in_f32(d[e]->grads), NULL, s, d[e]->w, n))
+        if (dev->adamw_update(D->master[e], D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]), n))
             return core_error_push("trainer (model.device cuda): AdamW: ");
         D->moments_on_host = 0;
-        /* the host mirror of the master, and proj_out.bias's fp32 device copy from it */
+        /* the host mirror of the master, and (not under LoRA) proj_out.bias's fp32 device copy from it */
         wan_model *m = policy[e];
         const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
-        if (dev->mem_download(m->params, D->master[e], (size_t)n * sizeof(float)) || dev->mem_sync() ||
-            dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float)))
+        if (dev->mem_download(host_buf(m).params, D->master[e], (size_t)n * sizeof(float)) || dev->mem_sync() ||
+            (!d[e]->lora && dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float))))
             return core_error_push("trainer (model.device cuda): the master weights' host copy: ");
         opt[e]->step++;
         if (wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;

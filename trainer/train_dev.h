@@ -15,8 +15,11 @@
  * (trainer_dev_sync_moments: before a checkpoint is written), since nothing else reads them; after a resume the host
  * state is uploaded again (trainer_dev_upload). The host optim_adamw keeps the step count.
  *
- * Not here yet: LoRA (adapter master and moments on the device), several trainer ranks (gradients would be reduced
- * over NCCL), ZeRO. trainer/run_setup.c refuses those recipes with model.device cuda. */
+ * LoRA (model.lora): the trained buffer is each trained expert's adapter (trainer/lora.h's trainer_trained_buffer):
+ * its fp32 master and moments live on the device, the step writes the adapter's bf16 copy, and the base stays a
+ * frozen bf16 copy (no master, no gradients); the KL reference is the same device model with the adapter off.
+ * Not here yet: several trainer ranks (gradients would be reduced over NCCL), ZeRO, an EMA of the adapters evaluated
+ * in process. trainer/run_setup.c refuses those recipes with model.device cuda. */
 #ifndef TRAINER_TRAIN_DEV_H
 #define TRAINER_TRAIN_DEV_H
 
@@ -47,13 +50,15 @@ int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
 void trainer_dev_free(trainer_dev *D);
 
 /* The start-up estimate of the device memory a trainer process needs (nothing allocated), and the refusal.
- *   c: the transformer config; n_experts, trained (NULL: all); copies: bf16 copies per trained expert besides the
- *   policy's (a KL reference, an EMA evaluated in this process);
+ *   c: the transformer config; lora_numel: the parameters of each trained expert's adapter (LoRA: those train,
+ *   the base is a frozen bf16 copy) or 0; n_experts, trained (NULL: all); copies: bf16 copies of what trains besides
+ *   the policy's (a KL reference copy, an EMA evaluated in this process); ref_forward: a KL reference forward;
  *   train: the shape of the largest training forward (B = micro-batch rows, CFG rows included) and its mode;
  *   rollout: the shape of the largest rollout forward in this process (local mode), or NULL.
- * Counts: per trained expert its bf16 weights, fp32 gradients, master and two moments (18 bytes per parameter); a
- * frozen expert's bf16 weights and the copies (2 each); the training activations (wan_dev_acts_estimate), the
- * reference's (with copies) and the rollout's inference activations, the executor's staging. Library workspaces (cuBLASLt, cuDNN)
+ * Counts: per trained expert its trained parameters' bf16 copy, fp32 gradients, master and two moments (18 bytes per
+ * parameter), the frozen base under LoRA (2), a frozen expert's bf16 weights and the copies (2 each); the training
+ * activations (wan_dev_acts_estimate), the reference's and the rollout's inference activations, the staging. (The
+ * LoRA scratch, 2 x rows x rank bf16, is left out: small.) Library workspaces (cuBLASLt, cuDNN)
  * and the allocator's slack are not in it. */
 typedef struct {
     double weights;    /* every device copy of weights, gradients, master weights and moments */
@@ -62,8 +67,9 @@ typedef struct {
     double staging;    /* host <-> device tensors of the largest forward */
     double total;
 } trainer_dev_budget;
-int trainer_dev_estimate(const wan_config *c, int n_experts, const uint8_t *trained, int copies,
-                         const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout, trainer_dev_budget *b);
+int trainer_dev_estimate(const wan_config *c, int64_t lora_numel, int n_experts, const uint8_t *trained, int copies,
+                         int ref_forward, const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout,
+                         trainer_dev_budget *b);
 /* Prints the estimate (one line, stdout) and refuses it, naming the keys to change, when the device reports less
  * free memory than it (mem_info; the emulated device reports none unless VGRPO_EMULATE_DEVICE_MIB is set). -1 then. */
 int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const char *acts_key_value);

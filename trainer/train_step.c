@@ -151,7 +151,7 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         if (dx ? !(dracts = wan_dev_exec_acts(dx, &ref->cfg, &sh, WAN_ACTS_INFER))
                : !(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr)))
             goto done;
-        if (dx ? wan_dev_exec_forward(dx, ref, dracts, w->vref, w->x, w->ts, w->enc)
+        if (dx ? wan_dev_exec_forward_lora(dx, ref, dracts, w->vref, w->x, w->ts, w->enc, ref != policy)
                : wan_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc))
             goto done;
         for (int t = 0; t < cnt; t++) {
@@ -237,8 +237,6 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
             return core_error("trainer: the reference is the policy itself, which needs a LoRA adapter to switch off%s", sfx);
         if (backward && !(ex && ex->dev) && !trainer_trained_buffer(policy[e]).grads) /* a device keeps its own */
             return core_error("trainer: gradients not allocated%s", sfx);
-        if (ex && ex->dev && policy[e]->lora)
-            return core_error("model.lora: LoRA on model.device cuda is not implemented yet%s", sfx);
     }
     if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     const core_traj *T = b->traj;

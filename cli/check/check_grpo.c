@@ -24,6 +24,8 @@
  *                          recomputed by the trainer path with 5 transitions per forward: max |dlogp| (the row's
  *                          figure) and max |dv| (worst) must be exactly 0 (band 0): vgrpo parity on the GPU. It holds
  *                          when the device's GEMM and attention are batch-invariant (the "batch mates" DiT row).
+ *   grpo lora parity       the same with a rank-8 LoRA adapter on every linear (B random) on those weights: the
+ *                          adapter's GEMMs in the rollout and in the trainer's recomputation.
  * On the emulated device (make gpu-check-emu) every row is computed the same way. */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +37,7 @@
 #include "kernels/cuda/check/check.h"
 #include "kernels/cuda/check/check_util.h"
 #include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_lora.h"
 #include "rollout/engine.h"
 #include "trainer/grpo.h"
 #include "trainer/train_dev.h"
@@ -221,6 +224,27 @@ out:
             ck_row_figures("grpo parity", "16 samples, fwd 3 / 5", "bf16", q.dlogp, 0.0, q.dv, -1,
                            "rollout on the device", q.dv == 0.0, "max |dlogp| (worst: max |dv|), must be 0");
         }
+        /* the same with a LoRA adapter (rank 8 on every linear, B random) on the trained weights: the adapter GEMMs */
+        wan_lora l;
+        const wan_lora_config lc = {8, 16.0, WAN_LORA_ALL, 7};
+        parity ql = {0};
+        int bad = wan_lora_init(&l, &c, &lc, 0);
+        if (!bad) {
+            for (int i = 1; i < l.layout.count; i += 2) {
+                const wan_tensor *tt = &l.layout.tensors[i];
+                ck_fill(l.params + tt->offset, (size_t)tt->numel, 900 + (uint64_t)i, -0.05f, 0.05f, 0);
+            }
+            bad = wan_model_attach_lora(&dev.m, &l) || wan_dev_exec_sync(x, &dev.m, 1000) ||
+                  parity_check(&dev, emb, td, &ql);
+            wan_model_attach_lora(&dev.m, NULL);
+            wan_dev_exec_forget(x, &dev.m);
+            wan_lora_free(&l);
+        }
+        if (bad)
+            ck_row_error("grpo lora parity", "rank 8, fwd 3 / 5", core_last_error());
+        else
+            ck_row_figures("grpo lora parity", "rank 8, fwd 3 / 5", "bf16", ql.dlogp, 0.0, ql.dv, -1,
+                           "rollout on the device", ql.dv == 0.0, "LoRA on every linear; must be 0");
     }
     trainer_dev_free(&D);
     if (x) wan_dev_exec_forget(x, &dev.m), wan_dev_exec_close(x);

@@ -32,14 +32,36 @@ int wan_dev_config_check(const wan_config *c, const char *label) {
     return 0;
 }
 
+static void lora_free(wan_dev_model *d) {
+    d->dev->mem_free(d->lora_w);
+    d->dev->mem_free(d->lora_grads);
+    d->lora = NULL, d->lora_w = NULL, d->lora_grads = NULL;
+}
+
 void wan_dev_model_free(wan_dev_model *d) {
     if (!d) return;
     if (d->dev) {
         d->dev->mem_free(d->w);
         d->dev->mem_free(d->proj_out_b);
         d->dev->mem_free(d->grads);
+        lora_free(d);
     }
     memset(d, 0, sizeof *d);
+}
+
+int wan_dev_model_upload_lora(wan_dev_model *d) {
+    const wan_lora *l = d->host->lora;
+    if (d->lora != l) lora_free(d); /* another adapter (or none) since the last upload */
+    if (!l) return 0;
+    if (l->cfg.rank % 8)
+        return core_error("model.lora.rank: %d is not a multiple of 8 (cuBLASLt's leading dimensions on the device)",
+                          l->cfg.rank);
+    const size_t n = (size_t)l->layout.numel;
+    if (!d->lora_w && !(d->lora_w = d->dev->mem_alloc(n * sizeof(kb_bf16))))
+        return core_error_push("wan_dev: %.1f MiB of bf16 LoRA weights: ", n * 2.0 / 1048576.0);
+    d->lora = l;
+    if (d->dev->mem_upload_bf16(d->lora_w, l->params, n)) return core_error_push("wan_dev: uploading the adapter: ");
+    return 0;
 }
 
 int wan_dev_model_upload(wan_dev_model *d) {
@@ -48,7 +70,7 @@ int wan_dev_model_upload(wan_dev_model *d) {
     if (d->dev->mem_upload_bf16(d->w, m->params, (size_t)m->layout.numel) ||
         d->dev->mem_upload(d->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float)))
         return core_error_push("wan_dev: uploading the weights: ");
-    return 0;
+    return wan_dev_model_upload_lora(d);
 }
 
 int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host) {
@@ -77,20 +99,24 @@ int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *
 }
 
 int wan_dev_alloc_grads(wan_dev_model *d) {
-    if (d->grads) return 0;
-    const size_t bytes = (size_t)d->host->layout.numel * sizeof(float);
-    if (!(d->grads = d->dev->mem_alloc(bytes)))
+    float **g = d->lora ? &d->lora_grads : &d->grads; /* LoRA: the adapter's only (a frozen base) */
+    if (*g) return 0;
+    const size_t bytes = (size_t)(d->lora ? d->lora->layout.numel : d->host->layout.numel) * sizeof(float);
+    if (!(*g = d->dev->mem_alloc(bytes)))
         return core_error_push("wan_dev: %.1f MiB of fp32 gradients: ", bytes / 1048576.0);
     return wan_dev_zero_grads(d);
 }
 
 int wan_dev_zero_grads(wan_dev_model *d) {
+    if (d->lora_grads && d->dev->mem_zero(d->lora_grads, (size_t)d->lora->layout.numel * sizeof(float))) return -1;
     return d->grads ? d->dev->mem_zero(d->grads, (size_t)d->host->layout.numel * sizeof(float)) : 0;
 }
 
 int wan_dev_grads_download(const wan_dev_model *d, float *host) {
-    if (!d->grads) return core_error("wan_dev_grads_download: gradients are not allocated (wan_dev_alloc_grads)");
-    if (d->dev->mem_download(host, d->grads, (size_t)d->host->layout.numel * sizeof(float)) || d->dev->mem_sync())
+    const float *g = d->lora ? d->lora_grads : d->grads;
+    const int64_t n = d->lora ? d->lora->layout.numel : d->host->layout.numel;
+    if (!g) return core_error("wan_dev_grads_download: gradients are not allocated (wan_dev_alloc_grads)");
+    if (d->dev->mem_download(host, g, (size_t)n * sizeof(float)) || d->dev->mem_sync())
         return core_error_push("wan_dev: downloading the gradients: ");
     return 0;
 }

@@ -30,8 +30,10 @@
  * Device constraints (wan_dev_config_check; cuBLASLt's leading dimensions and cuDNN's head dim): dim, head dim,
  * ffn_dim, text_dim, freq_dim and the patch vectors C*pt*ph*pw, C_out*pt*ph*pw multiples of 8; head dim <= 128
  * (cuDNN's SDPA backward). Every preset satisfies them (tiny included); tests' smallest configs may not.
- * Not supported yet: sequence parallelism (one device), LoRA adapters (the host path model/dit/wan_lora.h maps over:
- * two GEMMs per adapted linear; next), the self-attention hook (the device attention is cuDNN's).
+ * LoRA (model/dit/wan_lora.h): an adapter attached to the host model is copied too (bf16 A and B, fp32 gradients),
+ * applied after every adapted linear unless the forward says not (wan_dev_forward_lora); its rank must be a multiple
+ * of 8. Not supported yet: sequence parallelism (one device), the self-attention hook (the device attention is
+ * cuDNN's).
  * The rollout engine and the trainer reach this model through the executor of model/dit/wan_dev_exec.h (host fp32
  * tensors in and out, device copies per host model and weights version).
  *
@@ -81,17 +83,28 @@ typedef struct {
     kb_bf16 *w;              /* device [layout.numel] bf16 weights at the table's offsets */
     float *proj_out_b;       /* device [C_out*pt*ph*pw] fp32 proj_out.bias */
     float *grads;            /* device [layout.numel] fp32 gradients, NULL until wan_dev_alloc_grads */
+    /* LoRA (model/dit/wan_lora.h): the adapter attached to host when the device copy was made or last uploaded,
+     * its bf16 copy at the adapter table's offsets and its fp32 gradients; the base then has no gradients (frozen) */
+    const wan_lora *lora;    /* borrowed (host->lora); NULL: none */
+    kb_bf16 *lora_w;         /* device [lora->layout.numel] bf16 */
+    float *lora_grads;       /* device [lora->layout.numel] fp32, NULL until wan_dev_alloc_grads */
 } wan_dev_model;
 
 /* Checks the config (wan_dev_config_check), allocates the device copy of host's weights and uploads them
  * (wan_dev_model_upload). host must outlive d. 0 or -1 (on failure d is left freed). */
 int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host);
-/* Rounds host->params to bf16 (round to nearest even) into the device copy again: after the master changed. */
+/* Rounds host->params to bf16 (round to nearest even) into the device copy again: after the master changed. With
+ * an adapter attached to host (LoRA), the adapter's bf16 copy too (made, or made again when host->lora changed). */
 int wan_dev_model_upload(wan_dev_model *d);
-/* Allocates zeroed fp32 device gradients (no-op if present) / zeroes them. */
+/* The adapter alone (host->lora's params rounded to bf16): a LoRA update leaves the frozen base as it is. Refused
+ * with a rank that is not a multiple of 8 (cuBLASLt's leading dimensions): "model.lora.rank: ...". */
+int wan_dev_model_upload_lora(wan_dev_model *d);
+/* Allocates zeroed fp32 device gradients (no-op if present) / zeroes them: the base's, or with an adapter attached
+ * (LoRA: a frozen base) the adapter's only. */
 int wan_dev_alloc_grads(wan_dev_model *d);
 int wan_dev_zero_grads(wan_dev_model *d);
-/* Copies the device gradients into host [layout.numel] (the table's order and offsets: wan_model.grads' layout). */
+/* Copies the device gradients into host [layout.numel] (the table's order and offsets: wan_model.grads' layout); with
+ * an adapter, its gradients [lora->layout.numel] (wan_lora.grads' layout). */
 int wan_dev_grads_download(const wan_dev_model *d, float *host);
 void wan_dev_model_free(wan_dev_model *d);
 
@@ -119,10 +132,18 @@ size_t wan_dev_acts_estimate(const wan_config *cfg, const wan_shape *shape, wan_
  * [B, L, text_dim] (device view) -> out [B, C_out, F, H, W] (device view; fp32 keeps the GEMM's fp32 result).
  * The shape is a's. Returns 0, or -1 (another config or device than a's, a failed op). */
 int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *a, kb_out out, kb_in x, const float *timestep, kb_in enc);
+/* wan_dev_forward with the adapter applied (use_lora 1, when d has one) or not (0: the base model, the KL reference
+ * under LoRA, as wan_exec.lora_off); the backward follows the forward's choice. LoRA on the device, per adapted
+ * linear (wan_lora.h's formula with bf16 operands): h = x A^T (bf16, a GEMM with fp32 accumulation), y += scale h B^T
+ * (beta 1 into the base linear's output); backward h again, dB += scale dy^T h, t = dy B (bf16), dA += scale t^T x,
+ * dx += scale t A, in wan_lora_bwd's order, the adapter's gradients fp32. */
+int wan_dev_forward_lora(const wan_dev_model *d, wan_dev_acts *a, kb_out out, kb_in x, const float *timestep,
+                         kb_in enc, int use_lora);
 
 /* Backward of the last wan_dev_forward on a (mode STORE, RECOMPUTE or CHECKPOINT): given dout [B, C_out, F, H, W]
- * (device view), ACCUMULATES (+=) every parameter's gradient into d->grads (allocated), and into dx [B, C, F, H, W]
- * and denc [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong
+ * (device view), ACCUMULATES (+=) every parameter's gradient into d->grads (allocated; with the adapter applied in
+ * that forward: into d->lora_grads, and into d->grads only when allocated), and into dx [B, C, F, H, W] and denc
+ * [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong
  * mode, no forward, a failed op). */
 int wan_dev_backward(wan_dev_model *d, wan_dev_acts *a, kb_out dx, kb_out denc, kb_in dout);
 

@@ -210,6 +210,7 @@ wan_dev_acts *wan_dev_acts_new(const k_dev_ops *dev, const wan_config *cfg, cons
 void wan_dev_acts_free(wan_dev_acts *a) {
     if (!a) return;
     if (a->mem) a->dev->mem_free(a->mem);
+    if (a->lora_h) a->dev->mem_free(a->lora_h);
     free(a->res);
     free(a->blk);
     free(a->tsin_host);

@@ -35,6 +35,7 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
     const int pt = A->shape.per_token_timestep, st = 6 * D, Dh = A->Dh;
     const int64_t X = (int64_t)BS * D, T = (int64_t)BL * D;
     const float scale = wan_attn_scale(Dh);
+    const int l = b->layer;
     /* whole-block checkpointing: the block's forward again from its kept input into the shared set (its output, the
      * next block's input, is written again with the same bits) */
     if (A->mode == WAN_ACTS_CHECKPOINT) WD_TRY(wan_dev_block_forward(d, A, w, b, out));
@@ -48,10 +49,12 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
                                        wd_in32(MOD(A, 5)), B, S, D, pt, st));
     WD_TRY(wan_dev_zero16(dev, A->dha, (int64_t)BS * Fd));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->dha), G(ffn2_w), G(ffn2_b), A->da, b->ha, W(ffn2_w), BS, D, Fd));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_FFN_OUT, wd_out(A->dha), A->da, b->ha, BS));
     WD_TRY(wan_dev_zero16(dev, A->dh, (int64_t)BS * Fd));
     WD_TRY(dev->gelu_backward(wd_out(A->dh), wd_in(A->dha), wd_in(b->h), (int64_t)BS * Fd));
     WD_TRY(wan_dev_zero16(dev, A->db, X));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->db), G(ffn1_w), G(ffn1_b), A->dh, b->xm3, W(ffn1_w), BS, Fd, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_FFN_IN, wd_out(A->db), A->dh, b->xm3, BS));
     WD_TRY(wan_dev_zero16(dev, A->da, X));
     WD_TRY(dev->modulate_backward(wd_out(A->da), DMOD(A, 3), DMOD(A, 4), wd_in(A->db), wd_in(b->xn3),
                                   wd_in32(MOD(A, 4)), B, S, D, pt, st));
@@ -63,6 +66,7 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
     WD_TRY(wan_dev_zero16(dev, A->dob, X));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->dob), G(attn2.to_out_w), G(attn2.to_out_b), A->dres16, b->o2,
                               W(attn2.to_out_w), BS, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN2_TO_OUT, wd_out(A->dob), A->dres16, b->o2, BS));
     WD_TRY(wan_dev_zero16(dev, A->dq, X));
     WD_TRY(wan_dev_zero16(dev, A->dk2, T));
     WD_TRY(wan_dev_zero16(dev, A->dv2, T));
@@ -74,8 +78,10 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
                                  wd_in(W(attn2.norm_k)), b->rstd_k2, BL, D));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out32(A->dctx), G(attn2.to_k_w), G(attn2.to_k_b), A->dk2p, A->ctx,
                               W(attn2.to_k_w), BL, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN2_TO_K, wd_out32(A->dctx), A->dk2p, A->ctx, BL));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out32(A->dctx), G(attn2.to_v_w), G(attn2.to_v_b), A->dv2, A->ctx,
                               W(attn2.to_v_w), BL, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN2_TO_V, wd_out32(A->dctx), A->dv2, A->ctx, BL));
     WD_TRY(wan_dev_zero16(dev, A->dk, X));
     WD_TRY(dev->rmsnorm_backward(wd_out(A->dk), wd_out32(G(attn2.norm_q)), wd_in(A->dq), wd_in(b->q2_pre),
                                  wd_in(W(attn2.norm_q)), b->rstd_q2, BS, D));
@@ -83,11 +89,13 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
         WD_TRY(wan_dev_zero16(dev, A->da, X));
         WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->da), G(attn2.to_q_w), G(attn2.to_q_b), A->dk, b->xn2,
                                   W(attn2.to_q_w), BS, D, D));
+        WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN2_TO_Q, wd_out(A->da), A->dk, b->xn2, BS));
         WD_TRY(dev->layernorm_backward(wd_out32(A->dres), wd_out32(G(norm2_w)), wd_out32(G(norm2_b)), wd_in(A->da),
                                        wd_in(b->x1), wd_in(W(norm2_w)), b->mean2, b->rstd2, BS, D));
     } else {
         WD_TRY(wan_dev_linear_bwd(dev, wd_out32(A->dres), G(attn2.to_q_w), G(attn2.to_q_b), A->dk, b->xn2,
                                   W(attn2.to_q_w), BS, D, D));
+        WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN2_TO_Q, wd_out32(A->dres), A->dk, b->xn2, BS));
     }
 
     /* 1. self-attention: x1 = x + to_out(attn(rope(norm_q(q)), rope(norm_k(k)), v)) * gate, q/k/v from xm1 */
@@ -97,6 +105,7 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
     WD_TRY(wan_dev_zero16(dev, A->dob, X));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->dob), G(attn1.to_out_w), G(attn1.to_out_b), A->da, b->o,
                               W(attn1.to_out_w), BS, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN1_TO_OUT, wd_out(A->dob), A->da, b->o, BS));
     WD_TRY(wan_dev_zero16(dev, A->dq, X));
     WD_TRY(wan_dev_zero16(dev, A->dk, X));
     WD_TRY(wan_dev_zero16(dev, A->dv, X));
@@ -115,10 +124,13 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
     WD_TRY(wan_dev_zero16(dev, A->da, X)); /* da = d xm1 */
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->da), G(attn1.to_q_w), G(attn1.to_q_b), A->db, b->xm1, W(attn1.to_q_w),
                               BS, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN1_TO_Q, wd_out(A->da), A->db, b->xm1, BS));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->da), G(attn1.to_k_w), G(attn1.to_k_b), A->dq, b->xm1, W(attn1.to_k_w),
                               BS, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN1_TO_K, wd_out(A->da), A->dq, b->xm1, BS));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->da), G(attn1.to_v_w), G(attn1.to_v_b), A->dv, b->xm1, W(attn1.to_v_w),
                               BS, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, l, WAN_LORA_ATTN1_TO_V, wd_out(A->da), A->dv, b->xm1, BS));
     WD_TRY(wan_dev_zero16(dev, A->db, X));
     WD_TRY(dev->modulate_backward(wd_out(A->db), DMOD(A, 0), DMOD(A, 1), wd_in(A->da), wd_in(b->xn1),
                                   wd_in32(MOD(A, 1)), B, S, D, pt, st));
@@ -131,7 +143,8 @@ static int block_backward(const wan_dev_model *d, wan_dev_acts *A, const wan_blo
 }
 
 int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, kb_in dout) {
-    if (!d->grads) return core_error("wan_dev_backward: gradients are not allocated (wan_dev_alloc_grads)");
+    if (!d->grads && !(A->lora && d->lora_grads)) /* LoRA: the adapter's, the base frozen */
+        return core_error("wan_dev_backward: gradients are not allocated (wan_dev_alloc_grads)");
     if (A->mode == WAN_ACTS_INFER) return core_error("wan_dev_backward: activations were allocated for inference only");
     if (!A->have_forward) return core_error("wan_dev_backward: no forward has run on these activations");
     if (wan_dev_check_pair(d, A, "wan_dev_backward")) return -1;
@@ -153,6 +166,7 @@ int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, 
     WD_TRY(wan_dev_zero16(dev, A->da, X));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->da), G(proj_out_w), G(proj_out_b), A->dpo, A->xmo, W(proj_out_w), BS,
                               A->Pout, D));
+    WD_TRY(wan_dev_lora_bwd(A, -1, WAN_LORA_PROJ_OUT, wd_out(A->da), A->dpo, A->xmo, BS));
     WD_TRY(wan_dev_zero16(dev, A->db, X));
     WD_TRY(wan_dev_zero32(dev, A->dmodo, (int64_t)R * 2 * D));
     WD_TRY(dev->modulate_backward(wd_out(A->db), wd_out32(A->dmodo), wd_out32(A->dmodo + D), wd_in(A->da),
@@ -179,21 +193,26 @@ int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, 
     WD_TRY(wan_dev_to_bf16(dev, A->dctx16, wd_in32(A->dctx), (int64_t)BL * D));
     WD_TRY(wan_dev_zero16(dev, A->de1a, (int64_t)BL * D));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->de1a), G(text2_w), G(text2_b), A->dctx16, A->e1a, W(text2_w), BL, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, -1, WAN_LORA_TEXT_2, wd_out(A->de1a), A->dctx16, A->e1a, BL));
     WD_TRY(wan_dev_zero16(dev, A->de1, (int64_t)BL * D));
     WD_TRY(dev->gelu_backward(wd_out(A->de1), wd_in(A->de1a), wd_in(A->e1), (int64_t)BL * D));
     WD_TRY(wan_dev_linear_bwd(dev, denc, G(text1_w), G(text1_b), A->de1, A->enc, W(text1_w), BL, D, c->text_dim));
+    WD_TRY(wan_dev_lora_bwd(A, -1, WAN_LORA_TEXT_1, denc, A->de1, A->enc, BL));
 
     /* time: tproj = time_proj(silu(temb)), temb = linear_2(silu(linear_1(sinusoid(t)))); no timestep gradient */
     WD_TRY(wan_dev_to_bf16(dev, A->dtproj16, wd_in32(A->dtproj), (int64_t)R * 6 * D));
     WD_TRY(wan_dev_zero16(dev, A->dtemb_act, (int64_t)R * D));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->dtemb_act), G(tproj_w), G(tproj_b), A->dtproj16, A->temb_act, W(tproj_w),
                               R, 6 * D, D));
+    WD_TRY(wan_dev_lora_bwd(A, -1, WAN_LORA_TIME_PROJ, wd_out(A->dtemb_act), A->dtproj16, A->temb_act, R));
     WD_TRY(dev->silu_backward(wd_out32(A->dtemb), wd_in(A->dtemb_act), wd_in(A->temb), (int64_t)R * D));
     WD_TRY(wan_dev_to_bf16(dev, A->dtemb16, wd_in32(A->dtemb), (int64_t)R * D));
     WD_TRY(wan_dev_zero16(dev, A->dt1a, (int64_t)R * D));
     WD_TRY(wan_dev_linear_bwd(dev, wd_out(A->dt1a), G(time2_w), G(time2_b), A->dtemb16, A->t1a, W(time2_w), R, D, D));
+    WD_TRY(wan_dev_lora_bwd(A, -1, WAN_LORA_TIME_2, wd_out(A->dt1a), A->dtemb16, A->t1a, R));
     WD_TRY(wan_dev_zero16(dev, A->dt1, (int64_t)R * D));
     WD_TRY(dev->silu_backward(wd_out(A->dt1), wd_in(A->dt1a), wd_in(A->t1), (int64_t)R * D));
-    return wan_dev_linear_bwd(dev, WD_NO_OUT, G(time1_w), G(time1_b), A->dt1, A->tsin, W(time1_w), R, D,
-                              c->freq_dim);
+    WD_TRY(wan_dev_linear_bwd(dev, WD_NO_OUT, G(time1_w), G(time1_b), A->dt1, A->tsin, W(time1_w), R, D,
+                              c->freq_dim));
+    return wan_dev_lora_bwd(A, -1, WAN_LORA_TIME_1, WD_NO_OUT, A->dt1, A->tsin, R);
 }

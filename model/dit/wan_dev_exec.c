@@ -109,10 +109,11 @@ wan_dev_model *wan_dev_exec_model(wan_dev_exec *x, const wan_model *m) {
 
 int wan_dev_exec_sync(wan_dev_exec *x, const wan_model *m, int64_t version) {
     slot *s = find(x, m);
-    if (s && s->known && s->version == version) return 0;
+    if (s && s->known && s->version == version && s->d.lora == m->lora) return 0;
     if (!s) { /* new: get() uploads */
         if (!(s = get(x, m))) return -1;
-    } else if (wan_dev_model_upload(&s->d)) {
+    } else if (m->lora && s->d.lora == m->lora ? wan_dev_model_upload_lora(&s->d) /* LoRA: the base is frozen */
+                                               : wan_dev_model_upload(&s->d)) {
         return -1;
     }
     s->version = version, s->known = 1;
@@ -154,6 +155,11 @@ static float *staging(wan_dev_exec *x, size_t n) {
 
 int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
                          const float *timestep, const float *enc) {
+    return wan_dev_exec_forward_lora(x, m, a, out, xin, timestep, enc, 1);
+}
+
+int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
+                              const float *timestep, const float *enc, int use_lora) {
     const k_dev_ops *dev = x->dev;
     const wan_config *c = &m->cfg;
     const wan_shape *sh = &a->shape;
@@ -165,7 +171,7 @@ int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, f
     if (!io) return core_error_push("wan_dev_exec_forward: ");
     float *x_d = io, *e_d = io + nx, *o_d = io + nx + ne;
     if (dev->mem_upload(x_d, xin, nx * 4) || dev->mem_upload(e_d, enc, ne * 4) ||
-        wan_dev_forward(&s->d, a, kb_out_f32(o_d), kb_in_f32(x_d), timestep, kb_in_f32(e_d)) ||
+        wan_dev_forward_lora(&s->d, a, kb_out_f32(o_d), kb_in_f32(x_d), timestep, kb_in_f32(e_d), use_lora) ||
         dev->mem_download(out, o_d, no * 4) || dev->mem_sync())
         return core_error_push("wan_dev_exec_forward (%s): ", wan_dev_exec_name(x));
     return 0;

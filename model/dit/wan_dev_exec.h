@@ -26,7 +26,7 @@
  * the device, as the CUDA backend's caches require).
  *
  * Weights versions: wan_dev_exec_sync(x, m, v) makes m's device copy hold version v of m's weights (uploaded when the
- * copy is new or holds another version); a copy used before any sync is uploaded on first use. Whoever changes a
+ * copy is new or holds another version; with a LoRA adapter attached to m, the adapter alone, the base being frozen); a copy used before any sync is uploaded on first use. Whoever changes a
  * host model's weights must sync it with a new version (the rollout worker after a weight update, the local source
  * on push_weights) or, having changed the device copy itself (the trainer's device optimizer step), say so with
  * wan_dev_exec_set_version. A host model that is freed must be forgotten first (wan_dev_exec_forget), since copies
@@ -82,8 +82,12 @@ wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wa
  * (the emulated device: tested; the GPU: gpu_check's "batch mates" row). 0 or -1. */
 int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
                          const float *timestep, const float *enc);
+/* With m's LoRA adapter applied (use_lora 1, as wan_dev_exec_forward) or not (0: the base, wan_exec.lora_off). */
+int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
+                              const float *timestep, const float *enc, int use_lora);
 /* wan_backward's contract: dout [B, C_out, F, H, W] host fp32; the parameter gradients ACCUMULATE (+=) into m's
- * device gradients (allocated zeroed on first use; wan_dev_exec_zero_grads). No dx / d enc. 0 or -1. */
+ * device gradients (allocated zeroed on first use; wan_dev_exec_zero_grads): with a LoRA adapter on m, the
+ * adapter's (wan_dev_model.lora_grads; the base is frozen). No dx / d enc. 0 or -1. */
 int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const float *dout);
 /* Zeroes m's device gradients (allocating them). */
 int wan_dev_exec_zero_grads(wan_dev_exec *x, const wan_model *m);

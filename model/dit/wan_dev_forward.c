@@ -88,40 +88,51 @@ int wan_dev_block_forward(const wan_dev_model *d, const wan_dev_acts *A, const w
                           wan_dev_block_acts *b, kb_bf16 *out) {
     const k_dev_ops *dev = A->dev;
     const int B = A->shape.B, S = A->S, D = A->D, L = A->L, BS = B * S, pt = A->shape.per_token_timestep;
+    const int l = b->layer;
     const float scale = wan_attn_scale(A->Dh);
     WD_TRY(wan_dev_block_modulation(d, A, w));
     /* 1. self-attention */
     WD_TRY(wan_dev_ew_norm1(A, b));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->q_pre), b->xm1, wd_w(d, w->attn1.to_q_w), wd_w(d, w->attn1.to_q_b), BS,
                               D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN1_TO_Q, wd_out(b->q_pre), b->xm1, BS));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->k_pre), b->xm1, wd_w(d, w->attn1.to_k_w), wd_w(d, w->attn1.to_k_b), BS,
                               D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN1_TO_K, wd_out(b->k_pre), b->xm1, BS));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->v), b->xm1, wd_w(d, w->attn1.to_v_w), wd_w(d, w->attn1.to_v_b), BS, D,
                               D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN1_TO_V, wd_out(b->v), b->xm1, BS));
     WD_TRY(wan_dev_ew_qk(d, A, &w->attn1, b));
     if (dev->attention_forward(b->o, b->lse, b->q, b->k, b->v, B, S, S, A->H, A->Dh, scale))
         return core_error_push("self-attention: ");
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->y1), b->o, wd_w(d, w->attn1.to_out_w), wd_w(d, w->attn1.to_out_b), BS,
                               D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN1_TO_OUT, wd_out(b->y1), b->o, BS));
     WD_TRY(wan_dev_ew_x1(d, A, w, b));
     /* 2. cross-attention (text K/V; no RoPE, no gate) */
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->q2_pre), b->xn2, wd_w(d, w->attn2.to_q_w), wd_w(d, w->attn2.to_q_b), BS,
                               D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN2_TO_Q, wd_out(b->q2_pre), b->xn2, BS));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->k2_pre), A->ctx, wd_w(d, w->attn2.to_k_w), wd_w(d, w->attn2.to_k_b),
                               B * L, D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN2_TO_K, wd_out(b->k2_pre), A->ctx, B * L));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->v2), A->ctx, wd_w(d, w->attn2.to_v_w), wd_w(d, w->attn2.to_v_b), B * L,
                               D, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN2_TO_V, wd_out(b->v2), A->ctx, B * L));
     WD_TRY(wan_dev_ew_qk2(d, A, &w->attn2, b));
     if (dev->attention_forward(b->o2, b->lse2, b->q2, b->k2, b->v2, B, S, L, A->H, A->Dh, scale))
         return core_error_push("cross-attention: ");
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->x2), b->o2, wd_w(d, w->attn2.to_out_w), wd_w(d, w->attn2.to_out_b), BS,
                               D, D));                                           /* y2 ... */
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_ATTN2_TO_OUT, wd_out(b->x2), b->o2, BS));
     WD_TRY(dev->add(wd_out(b->x2), wd_in(b->x1), (int64_t)BS * D));            /* ... + x1 */
     /* 3. feed-forward */
     WD_TRY(wan_dev_ew_norm3(A, b));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->h), b->xm3, wd_w(d, w->ffn1_w), wd_w(d, w->ffn1_b), BS, A->Fd, D));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_FFN_IN, wd_out(b->h), b->xm3, BS));
     WD_TRY(wan_dev_ew_gelu(A, b));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(b->y3), b->ha, wd_w(d, w->ffn2_w), wd_w(d, w->ffn2_b), BS, D, A->Fd));
+    WD_TRY(wan_dev_lora_fwd(A, l, WAN_LORA_FFN_OUT, wd_out(b->y3), b->ha, BS));
     return dev->gate_residual_forward(wd_out(out), wd_in(b->x2), wd_in(b->y3), wd_in32(MOD(A, 5)), B, S, D, pt,
                                       6 * D);
 }
@@ -129,6 +140,11 @@ int wan_dev_block_forward(const wan_dev_model *d, const wan_dev_acts *A, const w
 /* ---- the model: WanTransformer3DModel.forward ---- */
 
 int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x, const float *timestep, kb_in enc) {
+    return wan_dev_forward_lora(d, A, out, x, timestep, enc, 1);
+}
+
+int wan_dev_forward_lora(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x, const float *timestep,
+                         kb_in enc, int use_lora) {
     if (wan_dev_check_pair(d, A, "wan_dev_forward")) return -1;
     const k_dev_ops *dev = A->dev;
     const wan_config *c = &d->host->cfg;
@@ -137,6 +153,8 @@ int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x
     const int B = sh->B, S = A->S, D = A->D, L = A->L, R = A->R, BS = B * S;
     const int *p = c->patch_size;
     A->have_forward = 0;
+    /* the adapter, unless switched off for this call (the KL reference under LoRA); the backward follows it */
+    if (wan_dev_lora_prepare(A, d, use_lora)) return core_error_push("wan_dev_forward: ");
 
     /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order */
     WD_TRY(dev->patchify_forward(wd_out(A->xp), x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
@@ -149,16 +167,21 @@ int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x
         return core_error_push("wan_dev_forward: timestep features: ");
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->t1), A->tsin, wd_w(d, w->time1_w), wd_w(d, w->time1_b), R, D,
                               c->freq_dim));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_TIME_1, wd_out(A->t1), A->tsin, R));
     WD_TRY(dev->silu_forward(wd_out(A->t1a), wd_in(A->t1), (int64_t)R * D));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->temb), A->t1a, wd_w(d, w->time2_w), wd_w(d, w->time2_b), R, D, D));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_TIME_2, wd_out(A->temb), A->t1a, R));
     WD_TRY(dev->silu_forward(wd_out(A->temb_act), wd_in(A->temb), (int64_t)R * D));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->tproj), A->temb_act, wd_w(d, w->tproj_w), wd_w(d, w->tproj_b), R, 6 * D,
                               D));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_TIME_PROJ, wd_out(A->tproj), A->temb_act, R));
     WD_TRY(wan_dev_to_bf16(dev, A->enc, enc, (int64_t)B * L * c->text_dim)); /* the CPU's copy of enc */
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->e1), A->enc, wd_w(d, w->text1_w), wd_w(d, w->text1_b), B * L, D,
                               c->text_dim));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_TEXT_1, wd_out(A->e1), A->enc, B * L));
     WD_TRY(dev->gelu_forward(wd_out(A->e1a), wd_in(A->e1), (int64_t)B * L * D));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out(A->ctx), A->e1a, wd_w(d, w->text2_w), wd_w(d, w->text2_b), B * L, D, D));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_TEXT_2, wd_out(A->ctx), A->e1a, B * L));
 
     for (int l = 0; l < c->num_layers; l++)
         if (wan_dev_block_forward(d, A, &w->blocks[l], &A->blk[l], A->res[l + 1]))
@@ -172,6 +195,7 @@ int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x
     WD_TRY(dev->modulate_forward(wd_out(A->xmo), wd_in(A->xno), wd_in32(A->modo), wd_in32(A->modo + D), B, S, D,
                                  sh->per_token_timestep, 2 * D));
     WD_TRY(wan_dev_linear_fwd(dev, wd_out32(A->po), A->xmo, wd_w(d, w->proj_out_w), d->proj_out_b, BS, A->Pout, D));
+    WD_TRY(wan_dev_lora_fwd(A, -1, WAN_LORA_PROJ_OUT, wd_out32(A->po), A->xmo, BS));
     WD_TRY(dev->unpatchify_forward(out, wd_in32(A->po), B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
     A->have_forward = 1;
     return 0;

@@ -6,6 +6,7 @@
 
 #include "model/dit/wan_dev.h"
 #include "model/dit/wan_internal.h"
+#include "model/dit/wan_lora.h"
 
 /* One block's device activations: wan_block_acts field for field ((e): the elementwise results, per block under
  * WAN_ACTS_STORE, one shared set otherwise). bf16 unless the type says fp32. */
@@ -72,6 +73,11 @@ struct wan_dev_acts {
     int have_forward;
     void *mem;                        /* the device allocation */
     size_t bytes;
+    /* LoRA: the adapter the last forward applied (NULL: none, or switched off) and its [M, r] bf16 scratch h and t
+     * (made on the first forward with an adapter; not in the estimate: 2 maxM r bf16, small) */
+    const wan_dev_model *lora;
+    kb_bf16 *lora_h, *lora_t;
+    int64_t lora_cap;
 };
 
 /* Early return on a failed device op (its message names the op). */
@@ -107,6 +113,15 @@ int wan_dev_linear_fwd(const k_dev_ops *dev, kb_out y, const kb_bf16 *x, const k
  * so db needs dw). */
 int wan_dev_linear_bwd(const k_dev_ops *dev, kb_out dx, float *dw, float *db, const kb_bf16 *dy, const kb_bf16 *x,
                        const kb_bf16 *w, int M, int N, int K);
+/* LoRA after the base linear of target t (block `layer`, -1: model level) when the forward applies an adapter that
+ * targets it (wan_lora.h; no-op otherwise): y[M, out] += scale (x A^T) B^T. y: bf16, or fp32 (proj_out). */
+int wan_dev_lora_fwd(const wan_dev_acts *A, int layer, int t, kb_out y, const kb_bf16 *x, int M);
+/* Its backward, after the base linear's (wan_lora_bwd's order): dB, dA += (fp32, d->lora_grads), dx += scale t A
+ * (skipped when dx.p is NULL). dy, x: bf16. */
+int wan_dev_lora_bwd(const wan_dev_acts *A, int layer, int t, kb_out dx, const kb_bf16 *dy, const kb_bf16 *x, int M);
+/* The forward's adapter choice and its scratch (max rows x rank); 0 or -1. */
+int wan_dev_lora_prepare(wan_dev_acts *A, const wan_dev_model *d, int use_lora);
+
 /* y = x rounded to bf16 (n elements): zero, then the table's add. */
 int wan_dev_to_bf16(const k_dev_ops *dev, kb_bf16 *y, kb_in x, int64_t n);
 /* Zeroes n elements of 2 (bf16) or 4 (fp32) bytes. */
