@@ -1,8 +1,8 @@
 /* core/prompts.h — prompt files, read the same way by every job (the run's training and eval prompts, `vgrpo eval`'s
  * --prompts): a text file (one prompt per line), a VBench-style JSON list ([{"prompt_en": "...", "color_en":
  * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color"), or JSON lines
- * (a name ending in ".jsonl"): one object per non-blank line, {"prompt": "...", "image": "path.png", ...}, the other
- * string attributes metadata. "image" (image to video) is a PNG file's path, relative to the prompt file's folder
+ * (a name ending in ".jsonl"): one object per line, {"prompt": "...", "image": "path.png", ...}, the other string
+ * attributes metadata (blank lines and lines starting with '#' are skipped, numbered as in a text file). "image" (image to video) is a PNG file's path, relative to the prompt file's folder
  * unless absolute; when one prompt of a file has an image, every prompt must. Each image is checked while reading
  * (it opens, is a regular file, starts with the PNG signature): an error names file:line and the image.
  *

@@ -322,7 +322,8 @@ TEST(i2v_generate_and_eval) {
     if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
     json_t *rows[4];
     snprintf(p, sizeof p, "%s/r/metrics.jsonl", dir);
-    REQUIRE(read_rows(p, rows, 4, 0) >= 1);
+    const int nrows = read_rows(p, rows, 4, 0);
+    REQUIRE(nrows >= 1);
     snprintf(p, sizeof p, "%s/ev/eval.json", dir);
     json_error_t e;
     json_t *ev = json_load_file(p, 0, &e);
@@ -334,7 +335,8 @@ TEST(i2v_generate_and_eval) {
                   1e-8 * fabs(json_number_value(json_object_get(sc, "mean"))),
               "vgrpo eval %.9g, the run's eval at step 0 %.9g", json_number_value(json_object_get(sc, "mean")),
               json_number_value(json_object_get(rows[0], "eval/color_match/mean")));
-    json_decref(ev), json_decref(rows[0]);
+    json_decref(ev);
+    for (int i = 0; i < nrows; i++) json_decref(rows[i]);
     snprintf(p, sizeof p, "%s/ev/sheets/p0001.png", dir);
     snprintf(q, sizeof q, "%s/img/green.png", dir);
     core_tensor sh, im;
