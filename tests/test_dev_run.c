@@ -27,6 +27,7 @@
 #include "kernels/body/kb_base.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_lora.h"
 #include "rollout/engine.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
@@ -152,7 +153,7 @@ TEST(dev_opt_step_equals_host) {
 /* The start-up estimate of device memory (trainer/train_dev.h) at the Wan 2.1 1.3B recipe's sizes (33 frames 480 x
  * 832: 14,040 tokens, 512 text tokens; micro-batch 2 and rollout batch 4, CFG doubling both; a KL reference; local
  * mode), per activation mode (measured: STORE 195.5 GiB does not fit one 141 GiB GPU, RECOMPUTE 126.2 barely,
- * CHECKPOINT 56.6 easily). */
+ * CHECKPOINT 56.6 easily); and the Wan 2.2 A14B LoRA recipe's (RECOMPUTE 223.6 GiB, CHECKPOINT 100.2 GiB). */
 TEST(dev_memory_estimate_wan_recipe) {
     wan_config c;
     REQUIRE_OK(wan_config_preset(&c, "wan2.1-t2v-1.3b"));
@@ -171,6 +172,24 @@ TEST(dev_memory_estimate_wan_recipe) {
         CHECK(fabs(b.weights / g - 1418996800.0 * 20.0 / g) < 1e-6); /* 18 bytes per parameter + the reference's 2 */
     }
     CHECK(tot[2] < tot[1] && tot[1] < tot[0] && tot[2] < 60.0 && tot[0] > 141.0);
+    /* Wan 2.2 A14B with its LoRA recipe's adapter (rank 64 on the ten block linears) on one device: both experts'
+     * frozen bf16 bases, each adapter trained; micro-batch 1 and rollout batch 2 (CFG doubled), no reference */
+    wan_config a;
+    REQUIRE_OK(wan_config_preset(&a, "wan2.2-t2v-a14b"));
+    const wan_lora_config lc = {64, 128.0, WAN_LORA_ALL_BLOCK, 0};
+    const int64_t ln = wan_lora_numel(&a, &lc);
+    REQUIRE(ln > 0);
+    const wan_shape tr2 = {2, 9, 60, 104, 512, 0}, ro2 = {4, 9, 60, 104, 512, 0};
+    for (int i = 1; i < 3; i++) {
+        trainer_dev_budget b;
+        REQUIRE_OK(trainer_dev_estimate(&a, ln, 2, NULL, 0, 0, &tr2, modes[i], &ro2, &b));
+        const double g = 1024.0 * 1024.0 * 1024.0;
+        printf("  wan2.2-t2v-a14b LoRA recipe (rank 64, %lld adapter parameters per expert), activations %s: device "
+               "memory %.1f GiB (bases, adapters and their optimizer state %.1f, training activations %.1f, rollout "
+               "activations %.1f)\n", (long long)ln, names[i], b.total / g, b.weights / g, b.train_acts / g,
+               b.roll_acts / g);
+        if (i == 2) CHECK(b.total / g < 141.0);
+    }
 }
 
 /* ---- the vgrpo processes on the emulated device ---- */
