@@ -18,10 +18,15 @@
 
 /* CPU kernels and layers run their loops in parallel only from this much work (elements, or multiply-adds for
  * attention) on: below it, waking the OpenMP threads (they sleep between regions: OMP_WAIT_POLICY=passive, so
- * processes sharing the cores do not starve each other) costs more than the work. Measured on the tiny preset (2
- * cores): a GRPO step took 1.27 s with 2 threads and 0.65 s with 1 at a threshold of 1 << 14. Results never depend
- * on it (every kernel is thread-count invariant). */
-#define K_PAR_MIN_ELEMS ((size_t)1 << 17)
+ * processes sharing the cores do not starve each other) costs more than the work, and the region's closing barrier
+ * waits for a thread that its core's other jobs have not let run yet. Measured on the tiny preset (2 cores): a GRPO
+ * step took 1.27 s with 2 threads and 0.65 s with 1 at a threshold of 1 << 14; at 1 << 17, with other jobs on the
+ * machine, the demo recipe's step (vgrpo bench step) took 2.2x as long with 2 threads as with 1, most of it in
+ * regions of 128 K to 256 K elements; at 1 << 20 the small model's elementwise passes (a few hundred microseconds at
+ * most) run alone and the large ones (the 1.3B block's, millions of elements) still in parallel. The GEMMs and the
+ * short-sequence attention use the task pool (kernels/cpu/pool.h), which never waits for a late thread, with their own
+ * thresholds. Results never depend on it (every kernel is thread-count invariant). */
+#define K_PAR_MIN_ELEMS ((size_t)1 << 20)
 
 #include <stdint.h>
 

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attn_tile.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/prof.h"
 
 /* Block sizes: BQ query rows and BK keys per block. BQ must be a multiple of ATTN_MR; BK a multiple of both
@@ -155,6 +156,53 @@ static void fwd_block(float *ws, float *o, float *lse, const float *q, const flo
     }
 }
 
+/* ---- short sequences: one block each way, a task per few heads on the task pool ---- */
+
+typedef struct {
+    const attn_shape *a;
+    float *o, *lse, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout, *o_in, *lse_in;
+    size_t hf;  /* packed floats of one head */
+    int per;    /* heads per task */
+    int failed; /* set (never cleared) by a task without memory */
+} small_job;
+
+/* Heads per task: all of them when the call is too small for threads, else about eight tasks per thread. */
+static int heads_per_task(int BH, int par) {
+    if (!par) return BH;
+    int per = BH / (8 * k_pool_threads());
+    return per < 1 ? 1 : per;
+}
+
+/* This thread's workspace and packing buffer for the small path (kept between calls, grown when needed, zeroed
+ * when new: the tiles read finite values past a short block's rows). */
+static __thread float *tls_small;
+static __thread size_t tls_small_cap;
+static float *small_buffer(size_t floats) {
+    if (floats <= tls_small_cap) return tls_small;
+    float *p = falloc(floats);
+    if (!p) return NULL;
+    free(tls_small);
+    tls_small = p, tls_small_cap = r16(floats);
+    return p;
+}
+
+static void fwd_small_task(void *ctx, int t) {
+    small_job *j = ctx;
+    const attn_shape *a = j->a;
+    const size_t wsf = r16(fwd_ws_floats(a));
+    float *ws = small_buffer(wsf + j->hf), *pk = ws ? ws + wsf : NULL;
+    if (!ws) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const int BH = a->B * a->H, b1 = (t + 1) * j->per < BH ? (t + 1) * j->per : BH;
+    for (int bh = t * j->per; bh < b1; bh++) {
+        for (int kb = 0; kb < a->nkb; kb++) fwd_pack(pk, j->k, j->v, a, bh / a->H, bh % a->H, kb);
+        fwd_block(ws, j->o, j->lse, j->q, pk, a, bh / a->H, bh % a->H, 0);
+    }
+}
+
 /* Forward: see kernels.h (attention_forward). q [B,Sq,H,Dh], k, v [B,Skv,H,Dh] -> o [B,Sq,H,Dh] (overwritten),
  * lse [B,H,Sq] natural-log fp32. Skv == 0 gives o = 0 and lse = -inf (an empty partial for lse_merge).
  * Reference: torch.nn.functional.scaled_dot_product_attention (no mask, no dropout); FlashAttention-2 Alg. 1. */
@@ -176,24 +224,12 @@ static void attention_forward_run(float *o, float *lse, const float *q, const fl
     int failed = 0, G = 1;
     float *pack = NULL;
     if (a.nqb == 1) {
-        /* One query block per head (short sequences): each task packs its head's K/V into its own buffer and runs
-         * the block, so the team never waits at a barrier per group of heads. */
-#pragma omp parallel if (par)
-        {
-            float *ws = falloc(fwd_ws_floats(&a)), *pk = falloc(hf);
-            if (!ws || !pk) {
-#pragma omp atomic write
-                failed = 1;
-            }
-#pragma omp for schedule(static)
-            for (int bh = 0; bh < BH; bh++) {
-                if (!ws || !pk) continue;
-                for (int kb = 0; kb < a.nkb; kb++) fwd_pack(pk, k, v, &a, bh / H, bh % H, kb);
-                fwd_block(ws, o, lse, q, pk, &a, bh / H, bh % H, 0);
-            }
-            free(ws);
-            free(pk);
-        }
+        /* One query block per head (short sequences): each task packs a few heads' K/V into its thread's buffer and
+         * runs their blocks, on the task pool (kernels/cpu/pool.h: no barrier, no waiting for a late thread). */
+        small_job j = {.a = &a, .o = o, .lse = lse, .q = q, .k = k, .v = v, .hf = hf};
+        j.per = heads_per_task(BH, par);
+        k_pool_run((BH + j.per - 1) / j.per, fwd_small_task, &j);
+        failed = j.failed;
         goto done;
     }
     G = group_size(BH, hf);
@@ -350,6 +386,26 @@ static void bwd_q_block(float *ws, float *dq, const bwd_pack *p, const attn_shap
     }
 }
 
+static void bwd_small_task(void *ctx, int t) {
+    small_job *j = ctx;
+    const attn_shape *a = j->a;
+    const size_t wsf = r16(bwd_ws_floats(a));
+    float *ws = small_buffer(wsf + j->hf), *pk = ws ? ws + wsf : NULL;
+    if (!ws) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    const int BH = a->B * a->H, b1 = (t + 1) * j->per < BH ? (t + 1) * j->per : BH;
+    for (int bh = t * j->per; bh < b1; bh++) {
+        const int b = bh / a->H, h = bh % a->H;
+        bwd_pack p = bwd_pack_at(pk, a);
+        bwd_pack_k(&p, j->k, j->v, a, b, h, 0);
+        bwd_pack_q(&p, j->dout, j->q, j->o_in, j->lse_in, a, b, h, 0);
+        bwd_kv_block(ws, j->dk, j->dv, &p, a, b, h, 0);
+        bwd_q_block(ws, j->dq, &p, a, b, h, 0);
+    }
+}
+
 /* Backward: see kernels.h (attention_backward). Given dout, q, k, v, and o, lse from the forward, ACCUMULATES
  * dq [B,Sq,H,Dh] +=, dk, dv [B,Skv,H,Dh] +=. Reference: FlashAttention-2 Algorithm 2 (two passes, no atomics). */
 static void attention_backward_run(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
@@ -365,27 +421,13 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
     int failed = 0, G = 1;
     float *pack = NULL;
     if (a.nqb == 1 && a.nkb == 1) {
-        /* One block each way (short sequences): each task packs its head and runs both passes (the same blocks in the
-         * same order), no barrier per group of heads. */
-#pragma omp parallel if (par)
-        {
-            float *ws = falloc(bwd_ws_floats(&a)), *pk = falloc(hf);
-            if (!ws || !pk) {
-#pragma omp atomic write
-                failed = 1;
-            }
-#pragma omp for schedule(static)
-            for (int bh = 0; bh < BH; bh++) {
-                if (!ws || !pk) continue;
-                bwd_pack p = bwd_pack_at(pk, &a);
-                bwd_pack_k(&p, k, v, &a, bh / H, bh % H, 0);
-                bwd_pack_q(&p, dout, q, o, lse, &a, bh / H, bh % H, 0);
-                bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, 0);
-                bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, 0);
-            }
-            free(ws);
-            free(pk);
-        }
+        /* One block each way (short sequences): each task packs a few heads and runs both passes (the same blocks in
+         * the same order), on the task pool. */
+        small_job j = {.a = &a, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .q = q, .k = k, .v = v, .o_in = o,
+                       .lse_in = lse, .hf = hf};
+        j.per = heads_per_task(BH, par);
+        k_pool_run((BH + j.per - 1) / j.per, bwd_small_task, &j);
+        failed = j.failed;
         goto done;
     }
     G = group_size(BH, hf);

@@ -52,6 +52,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/pool.h"
 #include "kernels/cpu/prof.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -71,8 +72,10 @@
 #ifndef GEMM_NC
 #define GEMM_NC 1024
 #endif
-/* MR_MAX x NR_MAX bounds every path's tile; NOPACK_N: see the top. */
-enum { KC = GEMM_KC, MC = GEMM_MC, NC = GEMM_NC, MR_MAX = 12, NR_MAX = 32, NOPACK_N = 256, SWAP_N = 16, BETA_ROWS = 256, BETA_SCRATCH = 1 << 24 };
+/* MR_MAX x NR_MAX bounds every path's tile; NOPACK_N, SWAP_N: see the top; POOL_B_FLOATS: the largest packed B of
+ * the task-pool path. */
+enum { KC = GEMM_KC, MC = GEMM_MC, NC = GEMM_NC, MR_MAX = 12, NR_MAX = 32, NOPACK_N = 256, SWAP_N = 16,
+       POOL_B_FLOATS = 1 << 20, BETA_ROWS = 256, BETA_SCRATCH = 1 << 24 };
 
 /* op(A)[m,k] and op(B)[k,n] of the BLAS convention (row-major storage). */
 static inline float a_at(const float *A, int lda, int transA, int m, int k) {
@@ -526,14 +529,109 @@ static void choose_grid(int nt, int MR, int NR, int M, int N, int K, int *tr_out
     }
 }
 
-/* C[M,N] = epilogue(op(A) @ op(B)) (beta != 0 only with K <= KC), threaded over rectangles of C. Requires M,
- * N, K >= 1. */
+/* ---- the task-pool path (kernels/cpu/pool.h): B packed once, row blocks as tasks ---- */
+
+typedef struct {
+    const uk_path *up;
+    int transA, transB, M, N, K, lda, ldb, ldc, rows, npan;
+    float alpha, beta;
+    const float *A, *B, *bias, *bp; /* bp: every K block's B panels, one block after the other */
+    float *C;
+} gemm_job;
+
+/* Task t: rows [t*rows, (t+1)*rows) of C, every column, every K block (the chains of gemm_rect). */
+static void gemm_task(void *ctx, int t) {
+    const gemm_job *j = ctx;
+    const int MR = j->up->mr, NR = j->up->nr, m0 = t * j->rows, m1 = m0 + j->rows < j->M ? m0 + j->rows : j->M;
+    const int packA = j->N > NOPACK_N, kc_max = j->K < KC ? j->K : KC;
+    float *ap = thread_buffer((size_t)(packA ? (m1 - m0 + MR - 1) / MR * MR : MR) * kc_max);
+    if (!ap) { /* no memory for packing: these rows by the naive chain (same values) */
+        const float *At = j->transA ? j->A + m0 : j->A + (size_t)m0 * j->lda;
+        gemm_naive(j->transA, j->transB, m1 - m0, j->N, j->K, j->alpha, At, j->lda, j->B, j->ldb, j->beta,
+                   j->C + (size_t)m0 * j->ldc, j->ldc, j->bias);
+        return;
+    }
+    const float *bpk = j->bp;
+    for (int pc = 0; pc < j->K; pc += KC) {
+        const int kc = j->K - pc < KC ? j->K - pc : KC, first = pc == 0, last = pc + kc >= j->K;
+        if (packA) pack_a(ap, MR, j->A, j->lda, j->transA, m0, m1 - m0, pc, kc);
+        uk_args u = {.kc = kc, .ldc = j->ldc, .load = !first, .last = last, .use_beta = j->beta != 0.0f,
+                     .alpha = j->alpha, .beta = j->beta};
+        for (int ir = m0; ir < m1; ir += MR) {
+            const int mr = m1 - ir < MR ? m1 - ir : MR;
+            if (packA) {
+                u.a = ap + (size_t)(ir - m0) * kc, u.ars = 1, u.aks = MR;
+            } else if (mr < MR) {
+                pack_a(ap, MR, j->A, j->lda, j->transA, ir, mr, pc, kc);
+                u.a = ap, u.ars = 1, u.aks = MR;
+            } else if (j->transA) {
+                u.a = j->A + (size_t)pc * j->lda + ir, u.ars = 1, u.aks = j->lda;
+            } else {
+                u.a = j->A + (size_t)ir * j->lda + pc, u.ars = j->lda, u.aks = 1;
+            }
+            u.mr = mr;
+            for (int p = 0; p < j->npan; p++) {
+                u.nr = j->N - p * NR < NR ? j->N - p * NR : NR;
+                u.b = bpk + (size_t)p * NR * kc;
+                u.c = j->C + (size_t)ir * j->ldc + p * NR;
+                u.bias = last && j->bias ? j->bias + p * NR : NULL;
+                u.c_next = p + 1 < j->npan ? u.c + NR : u.c;
+                j->up->fn(&u);
+            }
+        }
+        bpk += (size_t)j->npan * NR * kc;
+    }
+}
+
+/* The shared packed B of the pool path, on the calling thread (apart from thread_buffer, which its tasks use). */
+static __thread float *tls_bshared;
+static __thread size_t tls_bshared_cap;
+
+/* The pool path for B up to POOL_B_FLOATS packed floats and N <= NC: 0, or -1 (not taken: too large, or no
+ * memory) with nothing written. */
+static int gemm_pooled(const uk_path *up, int nt, int transA, int transB, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                       const float *bias) {
+    const int NR = up->nr, npan = (N + NR - 1) / NR;
+    const size_t bfl = (size_t)npan * NR * K;
+    if (N > NC || bfl > POOL_B_FLOATS) return -1;
+    if (bfl > tls_bshared_cap) {
+        float *p = NULL;
+        if (posix_memalign((void **)&p, 64, bfl * sizeof(float))) return -1;
+        free(tls_bshared);
+        tls_bshared = p, tls_bshared_cap = bfl;
+    }
+    float *bp = tls_bshared;
+    for (int pc = 0, off = 0; pc < K; pc += KC) {
+        const int kc = K - pc < KC ? K - pc : KC;
+        for (int p = 0; p < npan; p++) {
+            const int nr = N - p * NR < NR ? N - p * NR : NR;
+            pack_b_panel(bp + (size_t)off + (size_t)p * NR * kc, NR, B, ldb, transB, pc, kc, p * NR, nr);
+        }
+        off += npan * NR * kc;
+    }
+    /* about four tasks per thread, whole MR tiles, at least two tiles each */
+    int rows = (M + 4 * nt - 1) / (4 * nt);
+    rows = (rows + up->mr - 1) / up->mr * up->mr;
+    if (rows < 2 * up->mr) rows = 2 * up->mr;
+    gemm_job j = {.up = up, .transA = transA, .transB = transB, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb,
+                  .ldc = ldc, .rows = rows, .npan = npan, .alpha = alpha, .beta = beta, .A = A, .B = B, .bias = bias,
+                  .bp = bp, .C = C};
+    k_pool_run((M + rows - 1) / rows, gemm_task, &j);
+    return 0;
+}
+
+/* C[M,N] = epilogue(op(A) @ op(B)) (beta != 0 only with K <= KC), threaded over row blocks (the task pool, when B is
+ * small enough to pack once for all threads) or rectangles of C (an OpenMP region). Requires M, N, K >= 1. */
 static void gemm_blocked(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
                          const float *B, int ldb, float beta, float *C, int ldc, const float *bias) {
     const uk_path up = path_of(k_cpu_get_path());
     double flops = 2.0 * M * N * K;
     int nt = omp_get_max_threads();
     if (flops < (double)nt * (1 << 22)) nt = (int)(flops / (1 << 22)) > 1 ? (int)(flops / (1 << 22)) : 1;
+    if (nt > 1 && !omp_in_parallel() &&
+        !gemm_pooled(&up, nt, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias))
+        return;
     if (nt == 1) { /* no parallel region: one rectangle on this thread */
         if (gemm_rect(&up, transA, transB, 0, M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias))
             gemm_naive(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
@@ -632,7 +730,7 @@ static void gemm_run(int transA, int transB, int M, int N, int K, float alpha, c
             continue;
         }
         gemm_blocked(transA, transB, mb, N, K, 1.0f, Ab, lda, B, ldb, 0.0f, t, N, NULL);
-#pragma omp parallel for schedule(static) if ((double)mb * N * (K + 1) >= (double)K_PAR_MIN_ELEMS)
+#pragma omp parallel for schedule(static) if ((double)mb * N >= (double)K_PAR_MIN_ELEMS)
         for (int m = 0; m < mb; m++) {
             float *crow = Cb + (size_t)m * ldc;
             for (int n = 0; n < N; n++) crow[n] = finish(t[(size_t)m * N + n], alpha, 1, beta, crow[n], bias, n);
