@@ -118,8 +118,25 @@ demo: deps
 	@python3 scripts/compare_eval.py $(DEMO_RUN)/eval-initial/eval.json $(DEMO_RUN)/eval-final/eval.json --scorer color_match
 
 bench: all
+	$(BUILD)/vgrpo bench peak
 	$(BUILD)/vgrpo bench kernels
 	$(BUILD)/vgrpo bench dit
+
+# vgrpo beside PyTorch eager in one window: scripts/bench_torch.py (the project's .venv: torch, diffusers,
+# transformers; BENCH_PY to use another Python) times the same shapes at the same thread count into
+# $(BUILD)/bench-torch.json, then vgrpo's tables print both (`--torch FILE`). BENCH_THREADS: threads of both (default:
+# all cores).
+BENCH_PY ?= .venv/bin/python
+BENCH_THREADS ?= $(shell nproc)
+.PHONY: bench-compare
+bench-compare: all
+	@rm -f $(BUILD)/bench-torch.json
+	$(BENCH_PY) scripts/bench_torch.py --threads $(BENCH_THREADS) --json $(BUILD)/bench-torch.json
+	$(BENCH_PY) scripts/bench_torch.py --umt5 --threads $(BENCH_THREADS) --json $(BUILD)/bench-torch.json
+	$(BUILD)/vgrpo bench peak --threads $(BENCH_THREADS)
+	$(BUILD)/vgrpo bench dit --threads $(BENCH_THREADS) --torch $(BUILD)/bench-torch.json
+	$(BUILD)/vgrpo bench umt5 --threads $(BENCH_THREADS) --torch $(BUILD)/bench-torch.json
+	$(BUILD)/vgrpo bench kernels --threads $(BENCH_THREADS)
 
 # The layering check (scripts/check_layout.py): which folder may include which, no file-level cycles inside a
 # folder (from the objects in $(BUILD); build first), and a warning list of long cli/ files.

@@ -53,6 +53,14 @@ int bench_reward(const bench_reward_opts *o);
  * largest op rows (bench/bench_step.c). */
 int bench_step(const char *recipe_path, const core_recipe *r, int steps, int top);
 
+/* PyTorch's figures of the same benchmarks (bench/bench_torch_ref.c): bench_torch_load reads the JSON file of
+ * `scripts/bench_torch.py --json FILE` (0, or -1 with a line on stderr); bench_torch_figure(section, key, field) is a
+ * figure from it ("dit", "tiny block", "fb_ms"; "umt5", "encode", "ms"; "vae", "decode", "s_per_frame"), or -1 when
+ * absent or nothing was loaded; bench_torch_describe prints the torch version and threads when a file was loaded. */
+int bench_torch_load(const char *path);
+double bench_torch_figure(const char *section, const char *key, const char *field);
+void bench_torch_describe(void);
+
 /* The median of t[0..n) (sorted in place; n >= 1): the figure every benchmark reports. */
 double bench_median(double *t, int n);
 

@@ -180,9 +180,12 @@ int bench_dit(int threads, int quick) {
     double blas = 0, ours = 0, full_tr[2] = {0, 0};
     if (sgemm_gflops(1560, 1536, 1536, reps, &blas, &ours)) goto fail;
     printf("vgrpo bench dit: %d thread%s\n", nt, nt == 1 ? "" : "s");
-    printf("sgemm 1560x1536x1536: OpenBLAS %.1f GFLOP/s (ceiling), k_cpu_gemm %.1f GFLOP/s\n\n", blas, ours);
-    printf("%-18s %6s %5s %5s %6s | %9s %8s | %9s %8s %8s | %9s %8s\n", "shape", "S", "L", "D", "FFN", "fwd ms",
-           "GFLOP/s", "f+b ms", "GFLOP/s", "%sgemm", "f+b rc ms", "GFLOP/s");
+    bench_torch_describe();
+    const double peak = bench_peak_gflops();
+    printf("sgemm 1560x1536x1536: OpenBLAS %.1f GFLOP/s, k_cpu_gemm %.1f GFLOP/s; FMA peak %.1f GFLOP/s (vgrpo bench "
+           "peak)\n\n", blas, ours, peak);
+    printf("%-18s %6s %5s %5s %6s | %9s %8s %6s | %9s %8s %6s %8s | %9s %8s\n", "shape", "S", "L", "D", "FFN",
+           "fwd ms", "GFLOP/s", "%peak", "f+b ms", "GFLOP/s", "%peak", "%sgemm", "f+b rc ms", "GFLOP/s");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const dit_shape *s = &shapes[i];
         if (quick && i == 0) continue; /* the 1.3B block takes seconds: not in a smoke run */
@@ -191,8 +194,15 @@ int bench_dit(int threads, int quick) {
         full_tr[i] = tr;
         const int S = (s->F / 1) * (s->H / 2) * (s->W / 2), D = s->heads * s->head_dim;
         const double gf = flop / (f * 1e-3) * 1e-9, gt = 3 * flop / (tr * 1e-3) * 1e-9;
-        printf("%-18s %6d %5d %5d %6d | %9.2f %8.1f | %9.2f %8.1f %7.0f%% | %9.2f %8.1f\n", s->name, S, s->L, D, s->ffn,
-               f, gf, tr, gt, 100.0 * gt / blas, rc, 3 * flop / (rc * 1e-3) * 1e-9);
+        printf("%-18s %6d %5d %5d %6d | %9.2f %8.1f %5.0f%% | %9.2f %8.1f %5.0f%% %7.0f%% | %9.2f %8.1f\n", s->name, S,
+               s->L, D, s->ffn, f, gf, 100.0 * gf / peak, tr, gt, 100.0 * gt / peak, 100.0 * gt / blas, rc,
+               3 * flop / (rc * 1e-3) * 1e-9);
+        const double pf = bench_torch_figure("dit", s->name, "fwd_ms"), pb = bench_torch_figure("dit", s->name, "fb_ms");
+        if (pf > 0 && pb > 0)
+            printf("%-18s %6s %5s %5s %6s | %9.2f %8.1f %5.0f%% | %9.2f %8.1f %5.0f%% %8s | vgrpo %.2fx / %.2fx "
+                   "PyTorch's speed\n", "  PyTorch eager", "", "", "", "", pf, flop / (pf * 1e-3) * 1e-9,
+                   100.0 * flop / (pf * 1e-3) * 1e-9 / peak, pb, 3 * flop / (pb * 1e-3) * 1e-9,
+                   100.0 * 3 * flop / (pb * 1e-3) * 1e-9 / peak, "", pf / f, pb / tr);
     }
     printf("\nLoRA on the 10 linears of one block (frozen base, stored activations), against full fine-tuning above:\n");
     printf("%-18s %5s | %9s %8s | %14s | %12s %12s\n", "shape", "rank", "f+b ms", "vs full", "adapter params",
@@ -213,8 +223,9 @@ int bench_dit(int threads, int quick) {
     }
     printf("(MB: weights + gradients + AdamW moments per block, fp32: full 16 B per parameter; LoRA the frozen base "
            "4 B per parameter + 16 B per adapter parameter)\n");
-    printf("\nFLOPs per block forward 12SD^2 + 4S^2D + 4SLD + 4LD^2 + 4SDF, training 3x; %%sgemm = fwd+bwd GFLOP/s "
-           "over OpenBLAS sgemm; rc = recompute mode.\nPyTorch eager on the same shapes: "
+    printf("\nFLOPs per block forward 12SD^2 + 4S^2D + 4SLD + 4LD^2 + 4SDF, training 3x; %%peak = GFLOP/s over the "
+           "FMA peak; %%sgemm = fwd+bwd GFLOP/s over OpenBLAS sgemm; rc = recompute mode.\nPyTorch eager on the same "
+           "shapes: "
            "python scripts/bench_torch.py --threads %d\n", nt);
     return 0;
 fail:

@@ -148,14 +148,16 @@ int bench_kernels(int threads, int quick) {
     const int nt = omp_get_max_threads();
     printf("vgrpo bench kernels: %d thread%s, %s (%d logical CPUs online), %s\n", nt, nt == 1 ? "" : "s", cpu,
            omp_get_num_procs(), openblas_get_config());
-    printf("each figure: median of %s after one warm-up run; GFLOP/s = counted FLOPs / seconds\n\n",
-           quick ? "1 run" : "3-5 runs");
+    const double peak = bench_peak_gflops();
+    printf("each figure: median of %s after one warm-up run; GFLOP/s = counted FLOPs / seconds; %% of peak against "
+           "%.1f GFLOP/s (vgrpo bench peak, %d thread%s)\n\n", quick ? "1 run" : "3-5 runs", peak, nt,
+           nt == 1 ? "" : "s");
 
     /* sgemm: the machine's ceiling. */
     const int ng = quick ? 2 : 4;
     double best = 0.0;
     int best_shape = 0, best_blas = 1;
-    printf("sgemm C[M,N] = A[M,K] B[K,N], fp32    k_cpu_gemm   cblas_sgemm (GFLOP/s)\n");
+    printf("sgemm C[M,N] = A[M,K] B[K,N], fp32    k_cpu_gemm  %%peak   cblas_sgemm  %%peak (GFLOP/s)\n");
     for (int i = 0; i < ng; i++) {
         gemm_case g;
         double r[2];
@@ -171,11 +173,13 @@ int bench_kernels(int threads, int quick) {
         }
         char label[64];
         snprintf(label, sizeof label, "M %d N %d K %d%s", g.M, g.N, g.K, i == 3 ? " (Wan-1.3B FFN)" : "");
-        printf("  %-36s %10.1f %13.1f\n", label, r[0], r[1]);
+        printf("  %-36s %10.1f %5.0f%% %13.1f %5.0f%%\n", label, r[0], bench_pct_peak(r[0]), r[1],
+               bench_pct_peak(r[1]));
     }
 
     /* Attention. */
-    printf("\nattention fp32, B 1, H 4 (FLOPs: fwd 4*B*H*S^2*Dh, bwd 2.5x fwd)   fwd   fwd+bwd (GFLOP/s)\n");
+    printf("\nattention fp32, B 1, H 4 (FLOPs: fwd 4*B*H*S^2*Dh, bwd 2.5x fwd)   fwd  %%peak  fwd+bwd  %%peak  "
+           "f+b/fwd (GFLOP/s)\n");
     const int Ss[] = {1024, 4096}, Ds[] = {64, 128};
     for (int si = 0; si < 2; si++)
         for (int di = 0; di < 2; di++) {
@@ -191,13 +195,13 @@ int bench_kernels(int threads, int quick) {
                 fb = 3.5 * gflop / time_median(run_attn, &a, reps_for(3.5 * gflop, quick));
             }
             attn_free(&a);
-            char label[64], fbs[32];
+            char label[64], fbs[64];
             snprintf(label, sizeof label, "S %d Dh %d", a.S, a.D);
             if (fb < 0)
-                snprintf(fbs, sizeof fbs, "%9s", "-");
+                snprintf(fbs, sizeof fbs, "%8s %6s %8s", "-", "", "-");
             else
-                snprintf(fbs, sizeof fbs, "%9.1f", fb);
-            printf("  %-61s %7.1f %s\n", label, fwd, fbs);
+                snprintf(fbs, sizeof fbs, "%8.1f %5.0f%% %8.2f", fb, bench_pct_peak(fb), fb / fwd);
+            printf("  %-61s %6.1f %5.0f%% %s\n", label, fwd, bench_pct_peak(fwd), fbs);
         }
 
     /* The headline ratio, timed interleaved (sgemm, attention, sgemm, attention, ...) so that both figures see

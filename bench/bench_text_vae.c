@@ -140,7 +140,13 @@ int bench_vae(int threads, int quick) {
            m->nfloats * 4.0 / 1048576.0, vae_state_bytes(m) / 1048576.0, peak_rss_mib());
     printf("(state = feature cache %.1f MiB + scratch; video mean %.4f, a checksum)\n",
            vae_cache_bytes(m) / 1048576.0, sum / ((double)C * F * h * s * w * s));
-    printf("PyTorch on the same shape: python scripts/bench_torch.py --vae --threads %d\n", nt);
+    const double tv = bench_torch_figure("vae", "decode", "s_per_frame");
+    if (tv > 0) {
+        bench_torch_describe();
+        printf("%-34s %12.2f   (vgrpo %.2fx PyTorch's speed)\n", "torch AutoencoderKLWan.decode", tv, tv / (sec / F));
+    } else {
+        printf("PyTorch on the same shape: python scripts/bench_torch.py --vae --threads %d\n", nt);
+    }
     free(lat), free(vid);
     vae_free(m);
     return 0;
@@ -278,7 +284,13 @@ int bench_umt5(int threads, int quick) {
     printf("\n%-34s %10s %12s\n", "", "ms", "peak RSS MiB");
     printf("%-34s %10.1f %12.1f\n", "vgrpo t5_forward (512 tokens)", bench_median(t, reps) * 1e3, peak_rss_mib());
     printf("(output mean square %.4f, a checksum)\n", sum / ((double)S * U_D));
-    printf("PyTorch on the same config: python scripts/bench_torch.py --umt5 --threads %d\n", nt);
+    const double tu = bench_torch_figure("umt5", "encode", "ms"), mu = bench_median(t, reps) * 1e3;
+    if (tu > 0) {
+        bench_torch_describe();
+        printf("%-34s %10.1f   (vgrpo %.2fx PyTorch's speed)\n", "torch UMT5EncoderModel (512 tok)", tu, tu / mu);
+    } else {
+        printf("PyTorch on the same config: python scripts/bench_torch.py --umt5 --threads %d\n", nt);
+    }
     t5_free(e);
     free(ids), free(out);
     return 0;

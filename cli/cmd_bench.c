@@ -7,6 +7,7 @@
  *   vgrpo bench vae     [--threads N] [--quick]   Wan 2.1 VAE decode of one latent frame (bench/bench_text_vae.c)
  *   vgrpo bench umt5    [--threads N] [--quick]   umT5 on one 512-token prompt (bench/bench_text_vae.c)
  *   vgrpo bench dit --profile                      its per-op time table (bench/bench_dit.c)
+ *   vgrpo bench dit|umt5|vae --torch FILE          PyTorch's figures (scripts/bench_torch.py --json FILE) beside
  *   vgrpo bench step    [--recipe FILE] [--set k=v]... [--steps N] [--top N] [--threads N]
  *                                                 one GRPO step by phase and op class (bench/bench_step.c)
  *   vgrpo bench reward  [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]
@@ -57,24 +58,31 @@ static void usage(FILE *f) {
     fprintf(f, "\n`vgrpo bench NAME --help` lists a benchmark's options.\n");
 }
 
-/* peak, kernels, dit, vae, umt5: --threads and --quick (dit also --profile). argv[0] is the benchmark's name. */
+/* peak, kernels, dit, vae, umt5: --threads and --quick (dit, umt5, vae also --torch; dit also --profile). argv[0] is
+ * the benchmark's name. */
 static int bench_common_cmd(const bench_entry *b, int argc, char **argv) {
     int threads = 0, quick = 0, profile = 0;
+    const char *torch = NULL;
     opts_spec opts[] = {
         {.name = "threads", .type = OPTS_INT, .i = &threads, .min = 1, .max = 4096, .meta = "N",
          .help = "OpenMP (and OpenBLAS) threads (default: OMP_NUM_THREADS or all cores)"},
         {.name = "quick", .type = OPTS_FLAG, .flag = &quick,
          .help = "one timed run per figure and the slowest shapes left out (a smoke run)"},
+        {.name = "torch", .type = OPTS_STRING, .str = &torch, .meta = "FILE",
+         .help = "PyTorch's figures from scripts/bench_torch.py --json FILE, printed beside vgrpo's (dit, umt5, vae)"},
         {.name = "profile", .type = OPTS_FLAG, .flag = &profile,
          .help = "instead of the table: the per-op time table (each GEMM with its shape and transposition, attention "
                  "forward/backward, the elementwise passes)"},
         {0}};
-    if (!b->run_profile) opts[2] = (opts_spec){0};
+    const int takes_torch = b->run == bench_dit || b->run == bench_umt5 || b->run == bench_vae;
+    if (!b->run_profile) opts[3] = (opts_spec){0};
+    if (!takes_torch) opts[2] = opts[3], opts[3] = (opts_spec){0};
     char name[64];
     snprintf(name, sizeof name, "bench %s", b->name);
     const opts_cmd cmd = {.name = name, .about = b->help, .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (rc != OPTS_OK) return opts_exit_status(rc);
+    if (torch && bench_torch_load(torch)) return 1;
     return profile ? b->run_profile(threads, quick) : b->run(threads, quick);
 }
 

@@ -6,6 +6,9 @@
     .venv/bin/python scripts/bench_torch.py --vae [--threads N] [--quick]     # vgrpo bench vae
     .venv/bin/python scripts/bench_torch.py --umt5 [--threads N] [--quick]    # vgrpo bench umt5
 
+--json FILE also records the figures in FILE (merged into what it holds), which `vgrpo bench dit|umt5|vae --torch
+FILE` prints beside its own (`make bench-compare` runs both in one window).
+
 --vae: diffusers AutoencoderKLWan (its default config = the Wan 2.1 VAE, random init), `decode(latents).sample`
 of latents [1, 16, 1, 60, 104] -> [1, 3, 1, 480, 832] under torch.no_grad(); seconds per frame and the process's
 peak RSS (with the RSS before building the model, PyTorch's own baseline). The encoder is dropped after
@@ -20,6 +23,8 @@ forward = 12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F FLOPs, forward+backwa
 torch.no_grad(); forward+backward computes the gradients of every parameter and of the block input, in fp32.
 """
 import argparse
+import json
+import os
 import resource
 import statistics
 import time
@@ -30,6 +35,25 @@ SHAPES = [  # name, heads, head_dim, ffn, latent F, H, W, text tokens
     ("wan2.1-1.3b block", 12, 128, 8960, 1, 60, 104, 512),
     ("tiny block", 4, 32, 256, 3, 16, 16, 32),
 ]
+
+
+JSON_OUT = None  # --json FILE
+
+
+def record(section, key, **figures):
+    """Merges figures into JSON_OUT[section][key] (no-op without --json)."""
+    if not JSON_OUT:
+        return
+    data = {}
+    if os.path.exists(JSON_OUT):
+        with open(JSON_OUT) as f:
+            data = json.load(f)
+    data.setdefault(section, {}).setdefault(key, {}).update(figures)
+    data["torch"] = torch.__version__
+    data["threads"] = torch.get_num_threads()
+    with open(JSON_OUT + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(JSON_OUT + ".tmp", JSON_OUT)
 
 
 def timed(fn, reps):
@@ -79,6 +103,7 @@ def bench_vae(quick):
     print(f"{'':34s} {'s / frame':>12s} {'weights MiB':>12s} {'base RSS MiB':>12s} {'peak RSS MiB':>12s}")
     print(f"{'torch AutoencoderKLWan.decode':34s} {statistics.median(t) / F:12.2f} {nparams * 4 / 2**20:12.1f} "
           f"{base:12.1f} {rss_mib():12.1f}")
+    record("vae", "decode", s_per_frame=statistics.median(t) / F)
 
 
 def bench_umt5(quick):
@@ -104,6 +129,7 @@ def bench_umt5(quick):
           f"{'one timed run after one warm-up run' if quick else 'median of 5 runs after one warm-up run'}\n")
     print(f"{'':34s} {'ms':>10s} {'peak RSS MiB':>12s}")
     print(f"{'torch UMT5EncoderModel (512 tok)':34s} {t * 1e3:10.1f} {rss_mib():12.1f}")
+    record("umt5", "encode", ms=t * 1e3)
 
 
 def main():
@@ -112,7 +138,10 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--vae", action="store_true", help="time AutoencoderKLWan.decode (vgrpo bench vae)")
     ap.add_argument("--umt5", action="store_true", help="time UMT5EncoderModel (vgrpo bench umt5)")
+    ap.add_argument("--json", metavar="FILE", help="also record the figures in FILE (vgrpo bench ... --torch FILE)")
     args = ap.parse_args()
+    global JSON_OUT
+    JSON_OUT = args.json
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.vae:
@@ -155,6 +184,7 @@ def main():
         tf, tt = timed(fwd, reps), timed(train, reps)
         print(f"{name:18s} {S:6d} {L:5d} {D:5d} {ffn:6d} | {tf * 1e3:9.2f} {flop / tf * 1e-9:8.1f} | "
               f"{tt * 1e3:9.2f} {3 * flop / tt * 1e-9:8.1f}")
+        record("dit", name, fwd_ms=tf * 1e3, fb_ms=tt * 1e3)
 
 
 if __name__ == "__main__":
