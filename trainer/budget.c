@@ -608,7 +608,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const double fwd = budget_dit_flop(c, e->tokens, r->text_len);
     const double train_pass = rows * n_step * fwd * (3.0 + (r->beta > 0 ? 1.0 : 0.0));
     const int local = job == BUDGET_JOB_RUN && !strcmp(r->mode, "local");
-    e->cuda_only = !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
+    e->cuda_only = r->device && !strcmp(r->device, "cuda") ? 2 : !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
     if (job == BUDGET_JOB_EVAL) {
         const int M = q->workers > 0 ? q->workers : r->rollout_workers;
         e->flop_rollout = cfg_steps * n_eval * fwd;

@@ -122,7 +122,8 @@ typedef struct {
     int64_t tokens;           /* video tokens per sample */
     int n_train_prompts, n_eval_prompts;
     int64_t transitions;      /* trained transitions of one step (all samples) */
-    int cuda_only;            /* a full-size transformer in a colocated job: no machine check */
+    int cuda_only;            /* no machine check: 1 a full-size transformer in a colocated job, 2 model.device cuda
+                                 (the trainer checks the device's own estimate: trainer/train_dev.h) */
     /* parallel.zero_stage (trainer/zero.h): AdamW m and v of the trained buffers, whole and per trainer rank */
     int zero_stage, zero_ranks;
     double adam_whole, adam_shard; /* bytes (the largest rank's shard; stage 0 or one rank: the whole) */

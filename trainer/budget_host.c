@@ -218,7 +218,10 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
     }
     gib(a, sizeof a, e->total), gib(b, sizeof b, m->bytes);
     fprintf(f, "  job total %s; available %s (%s)%s\n", a, b, m->source,
-            e->cuda_only ? "; not checked: a full-size transformer runs on the CUDA backend (later issue)" : "");
+            e->cuda_only == 2 ? "; not checked: model.device cuda (the transformer's memory is the device's: the trainer "
+                                "prints and checks its estimate at start-up, trainer/train_dev.h)"
+            : e->cuda_only    ? "; not checked: a full-size transformer runs on the CUDA backend (later issue)"
+                              : "");
     const double step = e->flop_rollout + e->flop_train;
     char t[32] = "?", fs[32], fr[32], ft[32];
     if (gflops > 0) duration(t, sizeof t, step / (gflops * 1e9));
