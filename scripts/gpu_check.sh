@@ -6,10 +6,10 @@
 #      fresh random inputs at Wan 2.1 14B shapes (rel-L2, band, worst, bitwise repeat, vs-CPU, ok/FAIL per row), then
 #      the 2-block Wan DiT forward+backward on the device against the fp32 CPU model at a small config (rows
 #      "wan dit ...": output, parameter gradients, dx, d enc, recompute = store and checkpoint = store, batch mates;
-#      model/dit/check/), then GRPO on the device (rows "grpo ...", cli/check/check_grpo.c): a 10-step GRPO run of the
+#      a rank-16 LoRA adapter's output and gradients; model/dit/check/), then GRPO on the device (rows "grpo ...", cli/check/check_grpo.c): a 10-step GRPO run of the
 #      tiny Wan preset (the rollout engine, the training step and its device AdamW) against the same run on the CPU,
 #      the final eval within 2 standard errors of their difference, and rollout/trainer parity exactly 0 (3 samples
-#      per rollout forward, 5 transitions per training forward, CFG);
+#      per rollout forward, 5 transitions per training forward, CFG; without and with a LoRA adapter);
 #   3. speed side by side: vgrpo's cuBLASLt bf16 GEMM at 8192^3 and cuDNN attention fwd / fwd+bwd at
 #      B1 H40 S32768 D128, against PyTorch's torch.mm and scaled_dot_product_attention (cuDNN backend) in python3;
 #   4. "not yet" lines for the checks still to come (DiT block MFU, the GRPO step time at Wan 1.3B).

@@ -16,8 +16,11 @@
  *   wan dit bwd dx / denc   the input gradients
  *   wan dit batch mates     info: sample 1 alone vs in the batch of 2, bit for bit (GEMM/attention batch invariance,
  *                           which vgrpo parity on the GPU needs; not yet guaranteed by the GEMM: kernels/cuda/README.md)
+ *   wan dit lora ...        a rank-16 LoRA adapter on every linear of the Wan 2.1 case (frozen base): the output and
+ *                           the adapter's gradients (worst tensor named) vs the fp32 CPU model with the same adapter
  * Registered from a constructor (check.h: kernels/ may not call into model/); linked into gpu_check and
  * gpu_check_emu only. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,7 @@
 #include "kernels/cuda/check/check_util.h"
 #include "model/dit/wan_dev.h"
 #include "model/dit/wan_internal.h"
+#include "model/dit/wan_lora.h"
 
 static uint64_t mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -179,10 +183,81 @@ static void check_glue(const ck_shapes *s, const char *only) {
     }
 }
 
+static double rel_l2(const float *a, const float *b, int64_t n) {
+    double nd = 0, nb = 0;
+    for (int64_t i = 0; i < n; i++) nd += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), nb += (double)b[i] * b[i];
+    return nd != nd ? 1e30 : nb > 0 ? sqrt(nd / nb) : sqrt(nd);
+}
+
+/* LoRA on the device (issue 15 phase 3): a rank-16 adapter on every linear of the Wan 2.1 case's model (B uniform in
+ * [-0.05, 0.05)), the base frozen: the device forward and the adapter's gradients against the fp32 CPU model with the
+ * same adapter (wan_lora.h), bands WAN_DEV_BAND_OUT / WAN_DEV_BAND_GRAD (whole gradient; worst tensor named, within
+ * the key-bias band: the to_k adapters share the key bias's cancellation). */
+static void lora_case(const ck_shapes *s, const char *only) {
+    const char *tag = "wan dit lora";
+    if (!ck_selected(tag, only)) return;
+    wan_config c = {{1, 2, 2}, 2, 128, 16, 16, 256, 256, 768, 2, 1, 1e-6, 1024};
+    wan_shape sh = {2, 3, 16, 16, 32, 0};
+    const char *shape = "2blk d256 r16 S192 B2";
+    wan_model m;
+    wan_lora l;
+    wan_dev_model d;
+    wan_acts *ca = NULL;
+    wan_dev_acts *da = NULL;
+    memset(&m, 0, sizeof m), memset(&l, 0, sizeof l), memset(&d, 0, sizeof d);
+    const wan_lora_config lc = {16, 32.0, WAN_LORA_ALL, 3};
+    const int64_t vox = (int64_t)sh.F * sh.H * sh.W, nx = sh.B * 16 * vox, ne = (int64_t)sh.B * sh.L * c.text_dim;
+    float *x = ck_floats(nx), *t = ck_floats(2), *e = ck_floats(ne), *go = ck_floats(nx);
+    float *oc = ck_floats(nx), *od = ck_floats(nx), *gd = NULL;
+    int ok = 0;
+    if (wan_model_init(&m, &c) || wan_lora_init(&l, &c, &lc, 0) || wan_lora_alloc_grads(&l)) goto out;
+    wan_params_init_random(&m, s->seed + 750);
+    perturb(&m, s->seed + 751);
+    for (int i = 1; i < l.layout.count; i += 2) {
+        const wan_tensor *tt = &l.layout.tensors[i];
+        ck_fill(l.params + tt->offset, (size_t)tt->numel, s->seed + 760 + (uint64_t)i, -0.05f, 0.05f, 0);
+    }
+    ck_fill(x, nx, s->seed + 770, -2, 2, 0), ck_fill(t, 2, s->seed + 771, 0, 1000, 0);
+    ck_fill(e, ne, s->seed + 772, -2, 2, 0), ck_fill(go, nx, s->seed + 773, -1, 1, 0);
+    if (wan_model_attach_lora(&m, &l) || !(ca = wan_acts_new(&c, &sh, WAN_ACTS_STORE)) ||
+        wan_forward(&m, ca, NULL, oc, x, t, e) || wan_backward(&m, ca, NULL, NULL, NULL, go))
+        goto out;
+    gd = ck_floats((size_t)l.layout.numel);
+    if (wan_dev_model_init(&d, &k_cuda_ops, &m) || !(da = wan_dev_acts_new(&k_cuda_ops, &c, &sh, WAN_ACTS_STORE)) ||
+        wan_dev_run_host(&d, da, od, x, t, e, go, NULL, NULL) || wan_dev_grads_download(&d, gd))
+        goto out;
+    ok = 1;
+out:
+    if (!ok) {
+        ck_row_error(tag, shape, core_last_error());
+    } else {
+        double worst = 0;
+        const char *wn = "";
+        for (int i = 0; i < l.layout.count; i++) {
+            const wan_tensor *tt = &l.layout.tensors[i];
+            const double r = rel_l2(gd + tt->offset, l.grads + tt->offset, tt->numel);
+            if (r > worst) worst = r, wn = tt->name;
+        }
+        char note[160];
+        ck_row_figures("wan dit lora fwd out", shape, "bf16", rel_l2(od, oc, nx), WAN_DEV_BAND_OUT, rel_l2(od, oc, nx),
+                       -1, "fp32 CPU model", 1, "rank 16 on every linear, base frozen");
+        snprintf(note, sizeof note, "adapter gradients; worst tensor %s (band %.0e)", wn, WAN_DEV_BAND_KEY_BIAS);
+        ck_row_figures("wan dit lora bwd grads", shape, "bf16", rel_l2(gd, l.grads, l.layout.numel), WAN_DEV_BAND_GRAD,
+                       worst, -1, "fp32 CPU model", worst <= WAN_DEV_BAND_KEY_BIAS, note);
+    }
+    wan_dev_acts_free(da);
+    wan_acts_free(ca);
+    wan_dev_model_free(&d);
+    wan_model_free(&m);
+    wan_lora_free(&l);
+    free(x), free(t), free(e), free(go), free(oc), free(od), free(gd);
+}
+
 static void check_dit(const ck_shapes *s, const char *only) {
     check_glue(s, only);
     one_case(s, 0, only);
     one_case(s, 1, only);
+    lora_case(s, only);
 }
 
 __attribute__((constructor)) static void register_check_dit(void) { ck_register_part(check_dit); }
