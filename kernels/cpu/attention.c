@@ -52,7 +52,7 @@ typedef struct {
     ptrdiff_t rs; /* stride between consecutive tokens of one head: H*Dh */
     float scale;
     int nqb, nkb, bq, bk; /* query blocks (of bq rows), key blocks (of bk keys) */
-    int vec;              /* the AVX2 tiles and exp (kernels/cpu/path.c), else plain C: the same values */
+    int vec;              /* 2: AVX-512 tiles, 1: AVX2 (and the AVX2 exp for both), 0: plain C; the same values */
 } attn_shape;
 
 /* Block sizes of a call. A short sequence gets blocks just large enough for it (one block), which changes no value:
@@ -66,7 +66,7 @@ static void attn_blocks(attn_shape *a, int bq_max) {
     if (a->bk > ATTN_BK) a->bk = ATTN_BK;
     if (a->bq > bq_max) a->bq = bq_max;
     a->nqb = (a->Sq + a->bq - 1) / a->bq, a->nkb = (a->Skv + a->bk - 1) / a->bk;
-    a->vec = k_cpu_get_path() != K_CPU_PATH_C;
+    a->vec = k_cpu_get_path() == K_CPU_PATH_AVX512 ? 2 : k_cpu_get_path() == K_CPU_PATH_AVX2 ? 1 : 0;
 }
 
 static int imin(int a, int b) { return a < b ? a : b; }

@@ -10,8 +10,8 @@
  *
  * Everything here is deterministic: each output element is one fixed-order chain of fused multiply-adds, so
  * results never depend on thread count or on which block a thread takes. Two paths, chosen per call by `vec`
- * (kernels/cpu/path.c): AVX2+FMA when the compiler targets it, and plain C that performs the same operations lane
- * by lane (fmaf for every fused multiply-add, the exp polynomial and the 8-lane sums and maxima in the same order),
+ * (kernels/cpu/path.c): AVX-512 tiles (vec 2), AVX2+FMA (vec 1) when the compiler targets them, and plain C that
+ * performs the same operations lane by lane (fmaf for every fused multiply-add, the exp polynomial and the 8-lane sums and maxima in the same order),
  * so both give the same bits (tests/test_kernels_paths.c). */
 #ifndef KERNELS_CPU_ATTN_TILE_H
 #define KERNELS_CPU_ATTN_TILE_H
@@ -80,6 +80,37 @@ static inline __attribute__((always_inline)) void attn_tile_avx2(int kc, const f
 }
 #endif
 
+#if ATTN_AVX2 && defined(__AVX512F__)
+#define ATTN_AVX512 1
+/* The AVX-512 tile: one 16-wide row of C per zmm register (6 accumulators), one strip load and six broadcasts per k:
+ * the same chain per element as the AVX2 and C tiles, at twice the width. */
+static inline __attribute__((always_inline)) void attn_tile_avx512(int kc, const float *a, ptrdiff_t ars,
+                                                                   ptrdiff_t aks, const float *bs, float *c,
+                                                                   ptrdiff_t ldc, int acc) {
+    __m512 c0, c1, c2, c3, c4, c5;
+    if (acc) {
+        c0 = _mm512_loadu_ps(c + 0 * ldc), c1 = _mm512_loadu_ps(c + 1 * ldc), c2 = _mm512_loadu_ps(c + 2 * ldc);
+        c3 = _mm512_loadu_ps(c + 3 * ldc), c4 = _mm512_loadu_ps(c + 4 * ldc), c5 = _mm512_loadu_ps(c + 5 * ldc);
+    } else {
+        c0 = c1 = c2 = c3 = c4 = c5 = _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        const float *ak = a + (ptrdiff_t)k * aks;
+        const __m512 b = _mm512_load_ps(bs + k * 16);
+        c0 = _mm512_fmadd_ps(_mm512_set1_ps(ak[0]), b, c0);
+        c1 = _mm512_fmadd_ps(_mm512_set1_ps(ak[ars]), b, c1);
+        c2 = _mm512_fmadd_ps(_mm512_set1_ps(ak[2 * ars]), b, c2);
+        c3 = _mm512_fmadd_ps(_mm512_set1_ps(ak[3 * ars]), b, c3);
+        c4 = _mm512_fmadd_ps(_mm512_set1_ps(ak[4 * ars]), b, c4);
+        c5 = _mm512_fmadd_ps(_mm512_set1_ps(ak[5 * ars]), b, c5);
+    }
+    _mm512_storeu_ps(c + 0 * ldc, c0), _mm512_storeu_ps(c + 1 * ldc, c1), _mm512_storeu_ps(c + 2 * ldc, c2);
+    _mm512_storeu_ps(c + 3 * ldc, c3), _mm512_storeu_ps(c + 4 * ldc, c4), _mm512_storeu_ps(c + 5 * ldc, c5);
+}
+#else
+#define ATTN_AVX512 0
+#endif
+
 /* The plain C tile: the same chain per element. */
 static inline void attn_tile_c(int kc, const float *a, ptrdiff_t ars, ptrdiff_t aks, const float *bs, float *c,
                                ptrdiff_t ldc, int acc) {
@@ -95,14 +126,17 @@ static inline void attn_tile_c(int kc, const float *a, ptrdiff_t ars, ptrdiff_t 
         for (int j = 0; j < ATTN_NR; j++) c[r * ldc + j] = t[r][j];
 }
 
-#if ATTN_AVX2
+#if ATTN_AVX512
+#define ATTN_TILE(vec, ...)                                                                                       \
+    ((vec) == 2 ? attn_tile_avx512(__VA_ARGS__) : (vec) ? attn_tile_avx2(__VA_ARGS__) : attn_tile_c(__VA_ARGS__))
+#elif ATTN_AVX2
 #define ATTN_TILE(vec, ...) ((vec) ? attn_tile_avx2(__VA_ARGS__) : attn_tile_c(__VA_ARGS__))
 #else
 #define ATTN_TILE(vec, ...) attn_tile_c(__VA_ARGS__)
 #endif
 
 /* C[M, N] (= or +=) A[M, Kd] @ B[Kd, N] with A row-major (row stride lda) and B packed in strips.
- * M a multiple of 6, N a multiple of 16; C row stride ldc. vec: the AVX2 tile (else plain C). */
+ * M a multiple of 6, N a multiple of 16; C row stride ldc. vec: 2 the AVX-512 tile, 1 the AVX2 one, 0 plain C. */
 static inline void attn_mm_n(int vec, int M, int N, int Kd, const float *a, ptrdiff_t lda, const float *b, float *c,
                              ptrdiff_t ldc, int acc) {
     (void)vec;
