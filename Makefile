@@ -83,7 +83,7 @@ test: deps
 # `make cuda` into build-cuda/ and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli
+CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device
 .PHONY: test-cuda-build
 test-cuda-build:
 	@if [ -x "$(NVCC)" ]; then \

@@ -29,6 +29,15 @@ int bench_dit(int threads, int quick);
  * each GEMM with its shape and transposition, attention forward/backward, every elementwise pass; per iteration. */
 int bench_dit_profile(int threads, int quick);
 
+/* `vgrpo bench gemm|attention|dit --device cuda` (bench/bench_device.c): cuBLASLt bf16 GEMM TFLOP/s (the 8192^3
+ * row is the measured bf16 peak MFU figures are taken against), the cuDNN SDPA forward and forward+backward TFLOP/s, and
+ * the device Wan DiT's forward and forward+backward with MFU against that peak. Each gets its device from
+ * k_cuda_device and refuses (exit status 1, one line on stderr) without one; VGRPO_EMULATE_DEVICE=1 (tests only) runs
+ * the emulated device at tiny shapes, every row labelled emulated. */
+int bench_device_gemm(int quick);
+int bench_device_attention(int quick);
+int bench_device_dit(int quick);
+
 /* The Wan 2.1 VAE decoding one latent frame at 480 x 832, and a small umT5 on one 512-token prompt
  * (bench/bench_text_vae.c). */
 int bench_vae(int threads, int quick);

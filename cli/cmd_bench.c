@@ -7,6 +7,11 @@
  *   vgrpo bench vae     [--threads N] [--quick]   Wan 2.1 VAE decode of one latent frame (bench/bench_text_vae.c)
  *   vgrpo bench umt5    [--threads N] [--quick]   umT5 on one 512-token prompt (bench/bench_text_vae.c)
  *   vgrpo bench dit --profile                      its per-op time table (bench/bench_dit.c)
+ *   vgrpo bench gemm|attention|dit --device cuda [--quick]
+ *                                                 the GPU: cuBLASLt bf16 GEMM TFLOP/s (the measured peak of every
+ *                                                 MFU figure), cuDNN SDPA, the device Wan DiT with MFU
+ *                                                 (bench/bench_device.c); gemm and attention with --device cpu (the
+ *                                                 default) run bench kernels
  *   vgrpo bench dit|umt5|vae --torch FILE          PyTorch's figures (scripts/bench_torch.py --json FILE) beside
  *   vgrpo bench step    [--recipe FILE] [--set k=v]... [--steps N] [--top N] [--threads N]
  *                                                 one GRPO step by phase and op class (bench/bench_step.c)
@@ -33,6 +38,7 @@ typedef struct {
     int (*run_profile)(int threads, int quick); /* non-NULL: the benchmark takes --profile, which runs this instead */
     int (*parse)(int argc, char **argv);
     const char *help;
+    int (*run_device)(int quick); /* non-NULL: the benchmark takes --device cpu|cuda, and cuda runs this */
 } bench_entry;
 
 static int bench_reward_cmd(int argc, char **argv);
@@ -40,15 +46,25 @@ static int bench_step_cmd(int argc, char **argv);
 
 static const bench_entry benches[] = {
     {"peak", bench_peak, NULL, NULL,
-     "fp32 FMA ceiling per vector width (register-only loop per thread): the 100% of % of peak"},
-    {"kernels", bench_kernels, NULL, NULL, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm"},
-    {"dit", bench_dit, bench_dit_profile, NULL, "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm"},
+     "fp32 FMA ceiling per vector width (register-only loop per thread): the 100% of % of peak", NULL},
+    {"kernels", bench_kernels, NULL, NULL, "sgemm and CPU attention GFLOP/s (forward, forward+backward) against sgemm", NULL},
+    {"dit", bench_dit, bench_dit_profile, NULL,
+     "one Wan block (1.3B shape and tiny): forward, forward+backward GFLOP/s against sgemm; --device cuda: the "
+     "device model's TFLOP/s and MFU against the measured bf16 GEMM peak",
+     bench_device_dit},
+    {"gemm", bench_kernels, NULL, NULL,
+     "--device cuda: cuBLASLt bf16 GEMM TFLOP/s (8192^3 and Wan shapes), the measured peak of every MFU figure; "
+     "cpu: as kernels",
+     bench_device_gemm},
+    {"attention", bench_kernels, NULL, NULL,
+     "--device cuda: cuDNN SDPA forward and forward+backward TFLOP/s at Wan shapes; cpu: as kernels",
+     bench_device_attention},
     {"vae", bench_vae, NULL, NULL,
-     "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory"},
-    {"umt5", bench_umt5, NULL, NULL, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms"},
+     "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory", NULL},
+    {"umt5", bench_umt5, NULL, NULL, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms", NULL},
     {"step", NULL, NULL, bench_step_cmd,
-     "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops"},
-    {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched"},
+     "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops", NULL},
+    {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched", NULL},
 };
 #define N_BENCHES (sizeof benches / sizeof benches[0])
 
@@ -62,7 +78,7 @@ static void usage(FILE *f) {
  * the benchmark's name. */
 static int bench_common_cmd(const bench_entry *b, int argc, char **argv) {
     int threads = 0, quick = 0, profile = 0;
-    const char *torch = NULL;
+    const char *torch = NULL, *device = "cpu";
     opts_spec opts[] = {
         {.name = "threads", .type = OPTS_INT, .i = &threads, .min = 1, .max = 4096, .meta = "N",
          .help = "OpenMP (and OpenBLAS) threads (default: OMP_NUM_THREADS or all cores)"},
@@ -73,15 +89,30 @@ static int bench_common_cmd(const bench_entry *b, int argc, char **argv) {
         {.name = "profile", .type = OPTS_FLAG, .flag = &profile,
          .help = "instead of the table: the per-op time table (each GEMM with its shape and transposition, attention "
                  "forward/backward, the elementwise passes)"},
+        {.name = "device", .type = OPTS_STRING, .str = &device, .meta = "cpu|cuda",
+         .help = "cpu (default): the CPU's figures; cuda: the GPU's through the device op table (refused with one "
+                 "line in a build or on a machine without one)"},
         {0}};
     const int takes_torch = b->run == bench_dit || b->run == bench_umt5 || b->run == bench_vae;
-    if (!b->run_profile) opts[3] = (opts_spec){0};
-    if (!takes_torch) opts[2] = opts[3], opts[3] = (opts_spec){0};
+    /* drop the options this benchmark does not take, keeping the table's order */
+    const int keep[5] = {1, 1, takes_torch, b->run_profile != NULL, b->run_device != NULL};
+    int n = 0;
+    for (int i = 0; i < 5; i++)
+        if (keep[i]) opts[n++] = opts[i];
+    opts[n] = (opts_spec){0};
     char name[64];
     snprintf(name, sizeof name, "bench %s", b->name);
     const opts_cmd cmd = {.name = name, .about = b->help, .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (rc != OPTS_OK) return opts_exit_status(rc);
+    if (strcmp(device, "cpu") && strcmp(device, "cuda"))
+        return opts_exit_status(opts_fail(&cmd, stderr, "--device: expected cpu or cuda, got \"%s\"", device));
+    if (!strcmp(device, "cuda")) {
+        if (torch || profile)
+            return opts_exit_status(opts_fail(&cmd, stderr, "--device cuda: --%s is for the CPU's figures only",
+                                              torch ? "torch" : "profile"));
+        return b->run_device(quick);
+    }
     if (torch && bench_torch_load(torch)) return 1;
     return profile ? b->run_profile(threads, quick) : b->run(threads, quick);
 }
