@@ -3,7 +3,9 @@
  *
  *   DIR/model_index.json     {"_class_name": "WanPipeline", "transformer": ["diffusers", "WanTransformer3DModel"],
  *                             "transformer_2": [...] or [null, null], "boundary_ratio": 0.875 or null,
- *                             "expand_timesteps": true for wan2.2-ti2v-5b and tiny-ti2v, ...}
+ *                             "expand_timesteps": true for wan2.2-ti2v-5b and tiny-ti2v, ...; wan2.2-i2v-a14b:
+ *                             "_class_name": "WanImageToVideoPipeline", "boundary_ratio": 0.9, "image_encoder" and
+ *                             "image_processor" [null, null], as Wan-AI/Wan2.2-I2V-A14B-Diffusers)
  *   DIR/transformer/         config.json (+ diffusion_pytorch_model.safetensors for `tiny`)
  *   DIR/transformer_2/       the low-noise expert of wan2.2-t2v-a14b (config only), or of `tiny --experts 2`
  *                            (random weights from seed + 1; a two-expert test model, boundary_ratio 0.875)
@@ -97,9 +99,18 @@ static void remove_previous(const char *dir) {
 /* model_index.json: every component folder present in dir, plus the pipeline's config values. */
 static int write_model_index(const char *dir, const char *preset, int two_experts) {
     json_t *root = json_object();
-    json_object_set_new(root, "_class_name", json_string("WanPipeline"));
+    const int i2v = !strcmp(preset, "wan2.2-i2v-a14b"); /* Wan-AI/Wan2.2-I2V-A14B-Diffusers' model_index.json */
+    json_object_set_new(root, "_class_name", json_string(i2v ? "WanImageToVideoPipeline" : "WanPipeline"));
     json_object_set_new(root, "_diffusers_version", json_string("0.42.1"));
-    json_object_set_new(root, "boundary_ratio", two_experts ? json_real(0.875) : json_null());
+    json_object_set_new(root, "boundary_ratio", i2v ? json_real(0.9) : two_experts ? json_real(0.875) : json_null());
+    if (i2v) { /* no CLIP image encoder (Wan 2.1 I2V's) */
+        for (int k = 0; k < 2; k++) {
+            json_t *none = json_array();
+            json_array_append_new(none, json_null());
+            json_array_append_new(none, json_null());
+            json_object_set_new(root, k ? "image_processor" : "image_encoder", none);
+        }
+    }
     json_object_set_new(root, "expand_timesteps",
                         json_boolean(!strcmp(preset, "wan2.2-ti2v-5b") || !strcmp(preset, "tiny-ti2v")));
     static const struct {

@@ -154,6 +154,11 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         if (!(rc->boundary_ratio > 0 && rc->boundary_ratio < 1))
             return core_error("model.boundary_ratio: must be in (0, 1) for two experts, got %g", rc->boundary_ratio);
     }
+    if (m->cfg.in_channels == 2 * m->cfg.out_channels + 4)
+        return core_error("rollout: the transformer takes %d channels for %d out: a Wan 2.2 I2V-A14B model (latents, "
+                          "a 4-channel mask and the condition video's latents concatenated), which vgrpo does not "
+                          "sample yet (its TI2V first-frame conditioning is supported)", m->cfg.in_channels,
+                          m->cfg.out_channels);
     if (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels)
         return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],
                           m->cfg.in_channels, m->cfg.out_channels);

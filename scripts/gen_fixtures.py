@@ -81,6 +81,10 @@ WAN_PRESETS = {
     "wan2.2-t2v-a14b": dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=16,
                             out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40,
                             cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024),
+    # Wan-AI/Wan2.2-I2V-A14B-Diffusers: latents 16 + mask 4 + condition latents 16 in, 16 out; image_dim None
+    "wan2.2-i2v-a14b": dict(patch_size=(1, 2, 2), num_attention_heads=40, attention_head_dim=128, in_channels=36,
+                            out_channels=16, text_dim=4096, freq_dim=256, ffn_dim=13824, num_layers=40,
+                            cross_attn_norm=True, qk_norm="rms_norm_across_heads", eps=1e-6, rope_max_seq_len=1024),
 }
 
 

@@ -273,7 +273,7 @@ static int find_model(budget_estimate *e, const core_recipe *r) {
             if (read_vae_config(&e->vae, path)) return -1;
             e->have_vae = 1;
         } else if (preset) {
-            if (preset_vae(&e->vae, preset, e->dit.in_channels)) return -1;
+            if (preset_vae(&e->vae, preset, e->dit.out_channels)) return -1;
             e->have_vae = 1;
         }
     }
@@ -298,9 +298,12 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
     if (Wp > rope)
         return core_error("rollout.width: %d pixels are %d patches, past the transformer's rope_max_seq_len %d (%s): at "
                           "most %d", r->width, Wp, rope, e->source, rope * p[2] * fac);
-    if (c->out_channels != c->in_channels)
+    /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in (36), the latents out (16);
+     * the estimate takes it (the sampler refuses it: rollout/engine.c) */
+    const int i2v_concat = c->in_channels == 2 * c->out_channels + 4;
+    if (c->out_channels != c->in_channels && !i2v_concat)
         return core_error("model.path: the transformer has %d input and %d output channels (%s); sampling needs them "
-                          "equal", c->in_channels, c->out_channels, e->source);
+                          "equal (or 2 x out + 4: Wan 2.2 I2V-A14B)", c->in_channels, c->out_channels, e->source);
     if (e->have_vae) {
         const vae_config *v = &e->vae;
         if (v->scale_factor_spatial != fac)
@@ -309,9 +312,9 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
         if (v->scale_factor_temporal != 4)
             return core_error("rollout.frames: the VAE's temporal factor is %d (%s); vgrpo decodes Wan's 4 (frames 4k+1)",
                               v->scale_factor_temporal, r->model_path);
-        if (v->z_dim != c->in_channels)
-            return core_error("model.decoder: the VAE's z_dim is %d, the transformer's in_channels %d (%s)", v->z_dim,
-                              c->in_channels, r->model_path);
+        if (v->z_dim != c->out_channels)
+            return core_error("model.decoder: the VAE's z_dim is %d, the transformer's out_channels %d (%s)", v->z_dim,
+                              c->out_channels, r->model_path);
     }
     if (e->have_t5 && e->t5.d_model != c->text_dim)
         return core_error("model.text_encoder: the text encoder's d_model is %d, the transformer's text_dim %d (%s)",

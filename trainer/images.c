@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "media/image.h"
+#include "model/dit/wan_dit.h"
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_encode.h"
 
@@ -23,6 +24,19 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
                           "(2 latent frames)", r->frames);
     const int yes = flow_ff_pipeline_conditions(r->model_path);
     if (yes < 0) return -1;
+    if (yes == 0) {
+        char cfg_path[4200];
+        wan_config wc;
+        snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", r->model_path);
+        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + 4)
+            return core_error("%s: %s gives images, and model.path %s is a Wan 2.2 I2V-A14B pipeline (its transformer "
+                              "takes %d channels for %d out: latents, a 4-channel mask and the condition video's "
+                              "latents); vgrpo does not train or sample that yet (only --dry-run without its weights "
+                              "checks such a recipe); Wan 2.2 TI2V pipelines are supported (init-model presets "
+                              "wan2.2-ti2v-5b, tiny-ti2v)", key, lists[0]->path, r->model_path, wc.in_channels,
+                              wc.out_channels);
+        core_error_clear();
+    }
     if (yes == 0)
         return core_error("%s: %s gives images (image to video), but model.path %s is a text-to-video pipeline (its "
                           "model_index.json has no \"expand_timesteps\": true). vgrpo conditions Wan 2.2 TI2V pipelines "

@@ -356,6 +356,11 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
+    if (S->pol[0].cfg.in_channels != S->pol[0].cfg.out_channels)
+        return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
+                          "the condition video's latents); vgrpo does not train that yet (its TI2V first-frame "
+                          "conditioning is supported; --dry-run checks such a recipe)", path, S->pol[0].cfg.in_channels,
+                          S->pol[0].cfg.out_channels);
     if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);

@@ -84,8 +84,11 @@ int wan_config_parse(wan_config *c, const char *json_text, const char *label) {
             if (!json_is_string(v) || strcmp(json_string_value(v), "rms_norm_across_heads") != 0)
                 rc = core_error("%s: qk_norm: only \"rms_norm_across_heads\" is supported (diffusers 0.42 always "
                                 "applies RMSNorm across heads to q and k)", label);
-        } else if (!strcmp(key, "image_dim") || !strcmp(key, "added_kv_proj_dim") ||
-                   !strcmp(key, "pos_embed_seq_len")) {
+        } else if (!strcmp(key, "image_dim")) {
+            if (!json_is_null(v))
+                rc = core_error("%s: image_dim: must be null: Wan 2.1 I2V's CLIP image embeddings are not supported "
+                                "(Wan 2.2 I2V-A14B and TI2V-5B have no image encoder)", label);
+        } else if (!strcmp(key, "added_kv_proj_dim") || !strcmp(key, "pos_embed_seq_len")) {
             if (!json_is_null(v))
                 rc = core_error("%s: %s: must be null: image conditioning (I2V/FLF2V) is not supported yet", label,
                                 key);
@@ -216,6 +219,9 @@ typedef struct {
 
 #define WAN_REAL(H, FFN, LAYERS, CH) \
     {{1, 2, 2}, (H), 128, (CH), (CH), 4096, 256, (FFN), (LAYERS), 1, 1e-6, 1024}
+/* Wan 2.2 I2V-A14B: the A14B experts with 36 input channels (latents 16, mask 4, condition latents 16), 16 out */
+#define WAN_I2V(H, FFN, LAYERS, IN, OUT) \
+    {{1, 2, 2}, (H), 128, (IN), (OUT), 4096, 256, (FFN), (LAYERS), 1, 1e-6, 1024}
 
 static const wan_preset presets[] = {
     {"tiny", {{1, 2, 2}, 4, 32, 16, 16, 64, 256, 256, 2, 1, 1e-6, 1024}},
@@ -223,10 +229,11 @@ static const wan_preset presets[] = {
     {"wan2.1-t2v-1.3b", WAN_REAL(12, 8960, 30, 16)},
     {"wan2.2-ti2v-5b", WAN_REAL(24, 14336, 30, 48)},
     {"wan2.2-t2v-a14b", WAN_REAL(40, 13824, 40, 16)},
+    {"wan2.2-i2v-a14b", WAN_I2V(40, 13824, 40, 36, 16)},
 };
 
 static const char *const preset_names[] = {"tiny", "tiny-ti2v", "wan2.1-t2v-1.3b", "wan2.2-ti2v-5b", "wan2.2-t2v-a14b",
-                                           NULL};
+                                           "wan2.2-i2v-a14b", NULL};
 
 const char *const *wan_preset_names(void) { return preset_names; }
 
@@ -237,5 +244,5 @@ int wan_config_preset(wan_config *c, const char *name) {
             return 0;
         }
     return core_error("unknown preset \"%s\" (presets: tiny, tiny-ti2v, wan2.1-t2v-1.3b, wan2.2-ti2v-5b, "
-                      "wan2.2-t2v-a14b)", name);
+                      "wan2.2-t2v-a14b, wan2.2-i2v-a14b)", name);
 }
