@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/flow/first_frame.h"
+#include "model/flow/i2v_concat.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 
@@ -63,9 +64,12 @@ int rollout_trim_to_window(const rollout_config *rc, core_traj *t) {
  * (ex->dev: model/dit/wan_dev_exec.h) the DiT forward runs there and hands back the fp32 velocity; everything after it
  * (CFG, the noise, the SDE step and its log-prob) is the same host code as on the CPU. */
 static int run_chunk(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int b,
-                     const float *const *cond, core_traj *tr, float *const *vel) {
+                     const float *const *cond, const float *const *ccond, core_traj *tr, float *const *vel) {
     const wan_model *m0 = E->expert[0];
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
+    /* I2V-A14B (ccond): each row's input is cat(latent, its condition), in_channels per voxel; else the latent */
+    const int64_t nvox = rc->shape[1] * rc->shape[2] * rc->shape[3];
+    const int64_t nin = ccond ? (int64_t)m0->cfg.in_channels * nvox : nl;
     const int64_t ne = (int64_t)rc->text_len * m0->cfg.text_dim;
     /* TI2V (first-frame conditioning): per-token timesteps [rows, S], S = F x tokens per frame (patch depth 1) */
     const int i2v = tr[0].condition != NULL;
@@ -74,7 +78,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
     wan_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
     wan_dev_exec *dx = ex ? ex->dev : NULL;
     wan_dev_acts *dacts[2] = {NULL, NULL};
-    float *x = malloc(sizeof(float) * (size_t)(2 * b * nl));
+    float *x = malloc(sizeof(float) * (size_t)(2 * b * nin));
     float *vout = malloc(sizeof(float) * (size_t)(2 * b * nl));
     float *enc = calloc((size_t)(2 * b * ne), sizeof(float)); /* unconditional rows stay zero without rc->neg */
     float *ts = malloc(sizeof(float) * (size_t)(2 * b * nts));
@@ -107,7 +111,10 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
                 goto done;
         }
         for (int r = 0; r < rows; r++) { /* a conditioned latent's frame 0 is its condition: it is the model input */
-            memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
+            if (ccond)
+                flow_i2v_input(rc->shape[0], m0->cfg.in_channels - rc->shape[0], nvox, core_traj_latent(&tr[r % b], i),
+                               ccond[r % b], x + r * nin);
+            else memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
             if (i2v) flow_ff_timesteps(rc->shape[1], tpf, rc->timesteps[i], ts + r * nts);
             else ts[r] = rc->timesteps[i];
         }
@@ -154,12 +161,23 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         if (!(rc->boundary_ratio > 0 && rc->boundary_ratio < 1))
             return core_error("model.boundary_ratio: must be in (0, 1) for two experts, got %g", rc->boundary_ratio);
     }
-    if (m->cfg.in_channels == 2 * m->cfg.out_channels + 4)
+    if (rc->concat_conditions) {
+        if (rc->conditions)
+            return core_error("rollout: a call gives first-frame (TI2V) and concatenated (I2V-A14B) conditions");
+        if (rc->shape[0] != m->cfg.out_channels || m->cfg.in_channels <= m->cfg.out_channels)
+            return core_error("rollout: concatenated image conditions need a model with more input than output "
+                              "channels and a latent of its output channels: latent %lld, model %d in / %d out",
+                              (long long)rc->shape[0], m->cfg.in_channels, m->cfg.out_channels);
+        for (int j = 0; j < n; j++)
+            if (!rc->concat_conditions[j])
+                return core_error("rollout: sample %d has no image condition (every sample of a conditioned call "
+                                  "needs one)", j);
+    } else if (m->cfg.in_channels == 2 * m->cfg.out_channels + 4)
         return core_error("rollout: the transformer takes %d channels for %d out: a Wan 2.2 I2V-A14B model (latents, "
                           "a 4-channel mask and the condition video's latents concatenated), which vgrpo does not "
                           "sample yet (its TI2V first-frame conditioning is supported)", m->cfg.in_channels,
                           m->cfg.out_channels);
-    if (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels)
+    if (!rc->concat_conditions && (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels))
         return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],
                           m->cfg.in_channels, m->cfg.out_channels);
     for (int j = 0; j < n; j++)
@@ -201,7 +219,9 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
     }
     for (int s0 = 0; s0 < n; s0 += rc->batch_size) {
         int b = n - s0 < rc->batch_size ? n - s0 : rc->batch_size;
-        if (run_chunk(rc, E, ex, b, cond + s0, out + s0, rc->velocities ? rc->velocities + s0 : NULL)) goto fail;
+        if (run_chunk(rc, E, ex, b, cond + s0, rc->concat_conditions ? rc->concat_conditions + s0 : NULL, out + s0,
+                      rc->velocities ? rc->velocities + s0 : NULL))
+            goto fail;
     }
     return 0;
 fail:

@@ -1,14 +1,22 @@
 /* tests/test_i2v_a14b.c — Wan 2.2 I2V-A14B (diffusers' WanImageToVideoPipeline without expand_timesteps), what exists
- * of it so far: the wan2.2-i2v-a14b preset (36 input, 16 output channels; its names and shapes are checked against
- * diffusers by wan_params_match_diffusers_names), init-model's pipeline folder (model_index.json as
+ * of it so far: the condition and the 36-channel input (model/flow/i2v_concat.h) and the rollout engine's sampling
+ * with them, one whole two-expert CFG loop against diffusers' pipeline on the same image, embeddings and noise
+ * (scripts/fixtures_i2v.py a14b: the condition, every step's latents and the final latents within 1e-5 relative,
+ * max|a-b| / max|b|; the mask exactly); an SDE rollout samples every step, batch-invariant; the wan2.2-i2v-a14b
+ * preset (36 input, 16 output channels; its names and shapes are checked against diffusers by
+ * wan_params_match_diffusers_names), init-model's pipeline folder (model_index.json as
  * Wan-AI/Wan2.2-I2V-A14B-Diffusers: WanImageToVideoPipeline, boundary_ratio 0.9, no image encoder), the recipe's
- * dry run, the refusals: a transformer config with image_dim (Wan 2.1 I2V's CLIP embeddings) and sampling the
- * 36-channel input, which vgrpo does not do yet (the rollout engine names the model). */
+ * dry run, the refusals: a transformer config with image_dim (Wan 2.1 I2V's CLIP embeddings), image prompts on an
+ * I2V-A14B pipeline (not run or trained yet), sampling the 36-channel model without conditions. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "model/dit/wan_dit.h"
+#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_encode.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
 
@@ -88,4 +96,177 @@ TEST(i2v_a14b_sampling_refused) {
     CHECK_MSG(strstr(core_last_error(), "I2V-A14B") && strstr(core_last_error(), "36"), "got: %s", core_last_error());
     free(e);
     wan_model_free(&m);
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+    double e = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= e)) e = d;
+        if (fabs(b[i]) > mx) mx = fabs(b[i]);
+    }
+    return mx > 0 ? e / mx : e;
+}
+
+static float *read_f32(st_file *f, const char *name, int64_t *n) {
+    const int i = st_find(f, name);
+    if (i < 0) return NULL;
+    const st_info *t = st_info_at(f, i);
+    int64_t k = 1;
+    for (int d = 0; d < t->ndim; d++) k *= t->shape[d];
+    float *b = malloc(sizeof(float) * (size_t)k);
+    if (b && st_read_f32(f, name, b, k)) {
+        free(b);
+        return NULL;
+    }
+    if (n) *n = k;
+    return b;
+}
+
+TEST(i2v_a14b_mask_layout) {
+    /* 9 frames -> 3 latent frames: ones on latent frame 0 in all 4 channels */
+    float m[4 * 3 * 2];
+    REQUIRE_OK(flow_i2v_mask(9, 3, 1, 2, m));
+    for (int c = 0; c < 4; c++)
+        for (int t = 0; t < 3; t++)
+            for (int j = 0; j < 2; j++) CHECK(m[(c * 3 + t) * 2 + j] == (t == 0 ? 1.0f : 0.0f));
+    REQUIRE_OK(flow_i2v_mask(1, 1, 1, 1, m));
+    CHECK(m[0] == 1 && m[1] == 1 && m[2] == 1 && m[3] == 1);
+    CHECK(flow_i2v_mask(8, 2, 1, 1, m) == -1 && strstr(core_last_error(), "4k+1"));
+    CHECK(flow_i2v_mask(9, 2, 1, 1, m) == -1);
+    const float x[2 * 3] = {1, 2, 3, 4, 5, 6}, cc[1 * 3] = {7, 8, 9};
+    float in[9];
+    flow_i2v_input(2, 1, 3, x, cc, in);
+    for (int i = 0; i < 9; i++) CHECK(in[i] == (float)(i + 1));
+}
+
+typedef struct {
+    st_file *io;
+    wan_model hi, lo;
+    vae_encoder *enc;
+    int N, Fv, H, W, T, h, w, L;
+    double shift, boundary;
+    float g, g2;
+    float *pe, *ne, *noise, *cref, *steps, *lref, *cond;
+} a14b_fix;
+
+static void a14b_load(a14b_fix *f) {
+    memset(f, 0, sizeof *f);
+    f->io = st_open("tests/fixtures/i2v_a14b36_io.safetensors");
+    REQUIRE(f->io);
+    f->N = atoi(st_metadata(f->io, "steps")), f->Fv = atoi(st_metadata(f->io, "frames"));
+    f->H = atoi(st_metadata(f->io, "height")), f->W = atoi(st_metadata(f->io, "width"));
+    f->shift = atof(st_metadata(f->io, "shift")), f->boundary = atof(st_metadata(f->io, "boundary_ratio"));
+    f->g = (float)atof(st_metadata(f->io, "guidance_scale")), f->g2 = (float)atof(st_metadata(f->io, "guidance_scale_2"));
+    REQUIRE_OK(wan_model_load(&f->hi, "tests/fixtures/i2v_a14b36/transformer"));
+    REQUIRE_OK(wan_model_load(&f->lo, "tests/fixtures/i2v_a14b36/transformer_2"));
+    REQUIRE(f->hi.cfg.in_channels == 36 && f->hi.cfg.out_channels == 16);
+    f->enc = vae_encoder_load("tests/fixtures/vae_wan21");
+    REQUIRE(f->enc);
+    f->T = vae_encoder_frames_out(f->enc, f->Fv), f->h = f->H / 8, f->w = f->W / 8;
+    int64_t n_pe = 0;
+    f->pe = read_f32(f->io, "prompt_embeds", &n_pe), f->ne = read_f32(f->io, "negative_embeds", NULL);
+    f->noise = read_f32(f->io, "noise", NULL), f->cref = read_f32(f->io, "condition", NULL);
+    f->steps = read_f32(f->io, "step_latents", NULL), f->lref = read_f32(f->io, "latents", NULL);
+    REQUIRE(f->pe && f->ne && f->noise && f->cref && f->steps && f->lref);
+    f->L = (int)(n_pe / f->hi.cfg.text_dim);
+    core_tensor img;
+    REQUIRE_OK(st_get(f->io, "image", &img));
+    REQUIRE(img.dtype == CORE_U8 && img.shape[0] == f->H && img.shape[1] == f->W);
+    float *image = malloc(sizeof(float) * 3 * (size_t)(f->H * f->W));
+    f->cond = malloc(sizeof(float) * 20 * (size_t)(f->T * f->h * f->w));
+    REQUIRE(image && f->cond);
+    vae_video_from_u8(img.data, 1, 1, f->H, f->W, image);
+    REQUIRE_OK(flow_i2v_condition(f->enc, image, f->Fv, f->H, f->W, f->cond));
+    free(image);
+    core_tensor_free(&img);
+}
+
+static void a14b_free(a14b_fix *f) {
+    free(f->pe), free(f->ne), free(f->noise), free(f->cref), free(f->steps), free(f->lref), free(f->cond);
+    vae_encoder_free(f->enc);
+    wan_model_free(&f->hi), wan_model_free(&f->lo);
+    st_close(f->io);
+}
+
+TEST(i2v_a14b_pipeline_vs_diffusers) {
+    a14b_fix f;
+    a14b_load(&f);
+    const int64_t thw = (int64_t)f.T * f.h * f.w, nl = 16 * thw;
+    /* the condition: the mask exactly, the encoded condition video within the tolerance */
+    CHECK(!memcmp(f.cond, f.cref, sizeof(float) * 4 * (size_t)thw));
+    const double e_cond = rel_err(f.cond + 4 * thw, f.cref + 4 * thw, (size_t)(16 * thw));
+    /* the loop: ODE, CFG with the negative embeddings, two experts by the boundary, the fixture's noise */
+    const int64_t shape[4] = {16, f.T, f.h, f.w};
+    rollout_config rc;
+    REQUIRE_OK(rollout_config_init(&rc, f.N, f.shift, 0.0f, f.g, shape, f.L, 1, 1));
+    rc.guidance_scale_2 = f.g2, rc.boundary_ratio = f.boundary, rc.neg = f.ne;
+    const float *cc[1] = {f.cond}, *n0[1] = {f.noise}, *pc[1] = {f.pe};
+    rc.concat_conditions = cc, rc.noise0 = n0;
+    rollout_experts E = {2, {&f.hi, &f.lo}};
+    core_traj t;
+    const uint64_t uid = 0;
+    REQUIRE_OK(rollout_generate(&rc, &E, NULL, 1, pc, &uid, NULL, &t));
+    double e_step = 0;
+    int hi_steps = 0;
+    for (int i = 0; i < f.N; i++) {
+        const double e = rel_err(core_traj_latent(&t, i + 1), f.steps + (int64_t)i * nl, (size_t)nl);
+        if (e > e_step) e_step = e;
+        if (getenv("VGRPO_VERBOSE")) fprintf(stderr, "  step %d (expert %d): %.3g\n", i, t.expert[i], e);
+        hi_steps += t.expert[i] == 0;
+    }
+    const double e_final = rel_err(core_traj_latent(&t, f.N), f.lref, (size_t)nl);
+    CHECK_MSG(hi_steps > 0 && hi_steps < f.N, "%d of %d steps on the high-noise expert: both should run", hi_steps, f.N);
+    if (getenv("VGRPO_VERBOSE"))
+        fprintf(stderr, "  condition latents %.3g, steps %.3g, final latents %.3g (high-noise steps %d of %d)\n", e_cond,
+                e_step, e_final, hi_steps, f.N);
+    CHECK_MSG(e_cond <= 1e-5, "condition: rel err %.3g", e_cond);
+    CHECK_MSG(e_step <= 1e-5, "step latents: rel err %.3g", e_step);
+    CHECK_MSG(e_final <= 1e-5, "final latents: rel err %.3g", e_final);
+    core_traj_free(&t);
+    a14b_free(&f);
+}
+
+TEST(i2v_a14b_sde_every_step_batch_invariant) {
+    a14b_fix f;
+    a14b_load(&f);
+    const int64_t shape[4] = {16, f.T, f.h, f.w};
+    const int64_t nl = 16 * (int64_t)f.T * f.h * f.w, ncc = 20 * (int64_t)f.T * f.h * f.w;
+    float *cond2 = malloc(sizeof(float) * (size_t)ncc);
+    REQUIRE(cond2);
+    for (int64_t i = 0; i < ncc; i++) cond2[i] = i < 4 * (ncc / 20) ? f.cond[i] : -f.cond[i];
+    const float *cc[2] = {f.cond, cond2}, *pc[2] = {f.pe, f.ne};
+    const uint64_t uids[2] = {5, 6};
+    rollout_config r1, r2;
+    REQUIRE_OK(rollout_config_init(&r1, f.N, f.shift, 0.7f, f.g, shape, f.L, 3, 1));
+    REQUIRE_OK(rollout_config_init(&r2, f.N, f.shift, 0.7f, f.g, shape, f.L, 3, 2));
+    r1.guidance_scale_2 = r2.guidance_scale_2 = f.g2;
+    r1.boundary_ratio = r2.boundary_ratio = f.boundary;
+    r1.concat_conditions = r2.concat_conditions = cc;
+    rollout_experts E = {2, {&f.hi, &f.lo}};
+    core_traj a[2], b[2];
+    REQUIRE_OK(rollout_generate(&r2, &E, NULL, 2, pc, uids, NULL, b));
+    for (int j = 0; j < 2; j++) {
+        r1.concat_conditions = cc + j;
+        REQUIRE_OK(rollout_generate(&r1, &E, NULL, 1, pc + j, uids + j, NULL, &a[j]));
+        CHECK(!a[j].condition); /* not carried in the trajectory yet */
+        for (int i = 0; i <= f.N; i++)
+            CHECK(!memcmp(core_traj_latent(&a[j], i), core_traj_latent(&b[j], i), sizeof(float) * (size_t)nl));
+        for (int i = 0; i < f.N; i++) {
+            CHECK(a[j].has_log_prob[i] == 1 && isfinite(a[j].log_probs[i])); /* every step is sampled */
+            CHECK(!memcmp(&a[j].log_probs[i], &b[j].log_probs[i], sizeof(float)));
+        }
+    }
+    /* the two conditions give different videos */
+    CHECK(memcmp(core_traj_latent(&b[0], f.N), core_traj_latent(&b[1], f.N), sizeof(float) * (size_t)nl) != 0);
+    /* refusals: no condition for a sample, concatenated and first-frame conditions together, a plain model */
+    const float *none[2] = {f.cond, NULL};
+    r2.concat_conditions = none;
+    CHECK(rollout_generate(&r2, &E, NULL, 2, pc, uids, NULL, a) == -1 && strstr(core_last_error(), "sample 1"));
+    r2.concat_conditions = cc;
+    r2.conditions = cc;
+    CHECK(rollout_generate(&r2, &E, NULL, 2, pc, uids, NULL, a) == -1 && strstr(core_last_error(), "TI2V"));
+    for (int j = 0; j < 2; j++) core_traj_free(&a[j]), core_traj_free(&b[j]);
+    free(cond2);
+    a14b_free(&f);
 }
