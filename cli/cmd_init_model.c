@@ -18,7 +18,9 @@
  * WanImageToVideoPipeline with expand_timesteps): model_index.json says "expand_timesteps": true and vae/ also has the
  * encoder (random, vae_tiny_write_with_encoder), which encodes each prompt's image as the first latent frame. Its VAE
  * is Wan 2.1-style (16 channels, 8x spatial: the CPU rollout decodes that family), where the real TI2V-5B has the
- * Wan 2.2 VAE (48 channels, 16x).
+ * Wan 2.2 VAE (48 channels, 16x). `tiny-i2v` is the same for Wan 2.2 I2V-A14B: two tiny experts (seed, seed + 1) of 36
+ * input and 16 output channels, the VAE with its encoder, model_index.json as WanImageToVideoPipeline with
+ * boundary_ratio 0.875 (vgrpo's rollout engine samples it given conditions; run and generate do not yet).
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
@@ -50,6 +52,7 @@ static void preset_list(char *buf, size_t cap) {
         n += (size_t)snprintf(buf + n, cap - n, "\n  %-16s %s", *p,
                               !strcmp(*p, "tiny") ? "random weights (seeded), for tests and the demo"
                               : !strcmp(*p, "tiny-ti2v") ? "tiny as image to video (first-frame conditioning)"
+                              : !strcmp(*p, "tiny-i2v")  ? "two tiny experts as Wan 2.2 I2V-A14B (36 in, 16 out)"
                               : strstr(*p, "a14b") ? "two experts, configs only (no weights)"
                                                    : "config only (no weights)");
 }
@@ -99,10 +102,13 @@ static void remove_previous(const char *dir) {
 /* model_index.json: every component folder present in dir, plus the pipeline's config values. */
 static int write_model_index(const char *dir, const char *preset, int two_experts) {
     json_t *root = json_object();
-    const int i2v = !strcmp(preset, "wan2.2-i2v-a14b"); /* Wan-AI/Wan2.2-I2V-A14B-Diffusers' model_index.json */
+    /* Wan-AI/Wan2.2-I2V-A14B-Diffusers' model_index.json; tiny-i2v as it with boundary_ratio 0.875 */
+    const int i2v = !strcmp(preset, "wan2.2-i2v-a14b") || !strcmp(preset, "tiny-i2v");
     json_object_set_new(root, "_class_name", json_string(i2v ? "WanImageToVideoPipeline" : "WanPipeline"));
     json_object_set_new(root, "_diffusers_version", json_string("0.42.1"));
-    json_object_set_new(root, "boundary_ratio", i2v ? json_real(0.9) : two_experts ? json_real(0.875) : json_null());
+    json_object_set_new(root, "boundary_ratio", !strcmp(preset, "wan2.2-i2v-a14b") ? json_real(0.9)
+                                                : two_experts                      ? json_real(0.875)
+                                                                                   : json_null());
     if (i2v) { /* no CLIP image encoder (Wan 2.1 I2V's) */
         for (int k = 0; k < 2; k++) {
             json_t *none = json_array();
@@ -175,7 +181,9 @@ int cmd_init_model(int argc, char **argv) {
         fprintf(stderr, "vgrpo init-model: %s already exists (use --force to overwrite)\n", path);
         return 1;
     }
-    const int a14b = strstr(preset, "a14b") != NULL, ti2v = !strcmp(preset, "tiny-ti2v");
+    /* tiny-i2v: two tiny experts as the I2V-A14B (36 in, 16 out) and a VAE with its encoder */
+    const int a14b = strstr(preset, "a14b") != NULL || !strcmp(preset, "tiny-i2v"), tiny_i2v = !strcmp(preset, "tiny-i2v");
+    const int ti2v = !strcmp(preset, "tiny-ti2v") || tiny_i2v;
     const int weights = !strcmp(preset, "tiny") || ti2v;
     if ((a14b && experts == 1) || (!a14b && !weights && experts == 2)) {
         return opts_exit_status(opts_fail(&cmd, stderr, "--experts %d: preset %s has %s (--experts 2 is for the tiny test "
@@ -204,7 +212,7 @@ int cmd_init_model(int argc, char **argv) {
     if (!rc && weights) {
         wan_latent_rgb map;
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", out);
-        rc = wan_latent_rgb_default(&map, cfg.in_channels);
+        rc = wan_latent_rgb_default(&map, cfg.out_channels);
         if (!rc) rc = wan_latent_rgb_save(&map, path);
         int vocab = 0;
         snprintf(path, sizeof path, "%s/tokenizer", out);
@@ -212,7 +220,8 @@ int cmd_init_model(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/text_encoder", out);
         if (!rc) rc = t5_tiny_write(path, cfg.text_dim, (vocab + 63) / 64 * 64, seed);
         snprintf(path, sizeof path, "%s/vae", out);
-        if (!rc) rc = ti2v ? vae_tiny_write_with_encoder(path, cfg.in_channels, seed) : vae_tiny_write(path, cfg.in_channels, seed);
+        if (!rc)
+            rc = ti2v ? vae_tiny_write_with_encoder(path, cfg.out_channels, seed) : vae_tiny_write(path, cfg.out_channels, seed);
     }
     if (!rc) rc = write_model_index(out, preset, two);
     if (rc) {

@@ -26,9 +26,9 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
         if (!(d->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
         const vae_config *vc = vae_get_config(d->vae);
         int bad = 0;
-        if (vc->z_dim != wc->in_channels)
-            bad = core_error("model.decoder (vae): %s has z_dim %d but the transformer's in_channels is %d", path,
-                             vc->z_dim, wc->in_channels);
+        if (vc->z_dim != wc->out_channels) /* the latent's channels (I2V-A14B: 16 of its 36 inputs) */
+            bad = core_error("model.decoder (vae): %s has z_dim %d but the transformer's out_channels is %d", path,
+                             vc->z_dim, wc->out_channels);
         else if (vae_spatial_factor(d->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(d->vae, 2) != 5 ||
                  vae_video_channels(d->vae) != 3)
             bad = core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, "
@@ -40,7 +40,7 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
         }
         d->frames = vae_frames_out(d->vae, F);
     }
-    d->latent[0] = wc->in_channels, d->latent[1] = F, d->latent[2] = H, d->latent[3] = W;
+    d->latent[0] = wc->out_channels, d->latent[1] = F, d->latent[2] = H, d->latent[3] = W;
     d->height = H * WAN_LATENT_RGB_FACTOR;
     d->width = W * WAN_LATENT_RGB_FACTOR;
     return 0;

@@ -7,7 +7,8 @@
  * wan_params_match_diffusers_names), init-model's pipeline folder (model_index.json as
  * Wan-AI/Wan2.2-I2V-A14B-Diffusers: WanImageToVideoPipeline, boundary_ratio 0.9, no image encoder), the recipe's
  * dry run, the refusals: a transformer config with image_dim (Wan 2.1 I2V's CLIP embeddings), image prompts on an
- * I2V-A14B pipeline (not run or trained yet), sampling the 36-channel model without conditions. */
+ * I2V-A14B pipeline (not run or trained yet), sampling the 36-channel model without conditions; the tiny-i2v preset
+ * (two tiny 36-in / 16-out experts and a VAE with its encoder) sampled from a PNG's condition, refused by `vgrpo run`. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "core/safetensors.h"
 #include "model/dit/wan_dit.h"
 #include "model/flow/i2v_concat.h"
+#include "media/image.h"
 #include "model/vae/wan_vae_encode.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
@@ -269,4 +271,75 @@ TEST(i2v_a14b_sde_every_step_batch_invariant) {
     for (int j = 0; j < 2; j++) core_traj_free(&a[j]), core_traj_free(&b[j]);
     free(cond2);
     a14b_free(&f);
+}
+
+/* The tiny I2V pipeline (init-model --preset tiny-i2v): two tiny 36-in / 16-out experts, the tiny VAE with its
+ * encoder; a PNG of the tiny I2V recipe as the condition, one SDE rollout through the engine with both experts;
+ * what is refused at start-up on it. */
+TEST(i2v_a14b_tiny_preset) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    static char out[65536];
+    char path[700];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/t --seed 4", bin, dir) == 0);
+    snprintf(path, sizeof path, "%s/t/model_index.json", dir);
+    static char mi[8192];
+    REQUIRE(test_slurp(path, mi, sizeof mi) > 0);
+    CHECK_MSG(strstr(mi, "\"_class_name\": \"WanImageToVideoPipeline\"") && strstr(mi, "\"boundary_ratio\": 0.875") &&
+                  strstr(mi, "\"expand_timesteps\": false"),
+              "got: %s", mi);
+    wan_model hi, lo;
+    snprintf(path, sizeof path, "%s/t/transformer", dir);
+    REQUIRE_OK(wan_model_load(&hi, path));
+    snprintf(path, sizeof path, "%s/t/transformer_2", dir);
+    REQUIRE_OK(wan_model_load(&lo, path));
+    CHECK(hi.cfg.in_channels == 36 && hi.cfg.out_channels == 16 && wan_config_equal(&hi.cfg, &lo.cfg));
+    CHECK(memcmp(hi.params, lo.params, sizeof(float) * 64) != 0); /* seed and seed + 1 */
+    snprintf(path, sizeof path, "%s/t", dir);
+    vae_encoder *enc = vae_encoder_load(path);
+    REQUIRE(enc);
+    const int Fv = 9, H = 32, Wd = 32, T = vae_encoder_frames_out(enc, Fv), s = vae_encoder_spatial_factor(enc);
+    const int h = H / s, w = Wd / s;
+    uint8_t px[32 * 32 * 3];
+    REQUIRE_OK(media_image_load("recipes/prompts/images/white_on_red.png", H, Wd, px));
+    float img[3 * 32 * 32];
+    vae_video_from_u8(px, 1, 1, H, Wd, img);
+    float *cond = malloc(sizeof(float) * 20 * (size_t)(T * h * w));
+    REQUIRE(cond);
+    REQUIRE_OK(flow_i2v_condition(enc, img, Fv, H, Wd, cond));
+    const int64_t shape[4] = {16, T, h, w};
+    rollout_config rc;
+    REQUIRE_OK(rollout_config_init(&rc, 6, 3.0, 0.8f, 4.0f, shape, 4, 7, 2));
+    rc.guidance_scale_2 = 3.0f;
+    const float *cc[2] = {cond, cond};
+    rc.concat_conditions = cc;
+    float *emb = calloc((size_t)(4 * hi.cfg.text_dim), sizeof(float));
+    REQUIRE(emb);
+    for (int i = 0; i < 4 * hi.cfg.text_dim; i++) emb[i] = (float)((i % 7) - 3) * 0.1f;
+    const float *pc[2] = {emb, emb};
+    const uint64_t uids[2] = {1, 2};
+    rollout_experts E = {2, {&hi, &lo}};
+    core_traj t[2];
+    REQUIRE_OK(rollout_generate(&rc, &E, NULL, 2, pc, uids, NULL, t));
+    int used[2] = {0, 0};
+    for (int i = 0; i < 6; i++) {
+        used[t[0].expert[i]] = 1;
+        CHECK(t[0].has_log_prob[i] && isfinite(t[0].log_probs[i]));
+    }
+    CHECK(used[0] && used[1]);
+    const int64_t nl = 16 * (int64_t)T * h * w;
+    int finite = 1;
+    for (int64_t i = 0; i < nl; i++) finite &= isfinite(core_traj_latent(&t[0], 6)[i]) != 0;
+    CHECK(finite);
+    CHECK(memcmp(core_traj_latent(&t[0], 6), core_traj_latent(&t[1], 6), sizeof(float) * (size_t)nl) != 0);
+    for (int j = 0; j < 2; j++) core_traj_free(&t[j]);
+    /* an image recipe on it is refused (not run yet), naming the model as I2V-A14B; a text recipe too (the trainer) */
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --steps 1 --set model.path=%s/t --set "
+                   "model.init_preset= --set logging.run_dir=%s/r1", bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "I2V-A14B pipeline"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --steps 1 --set model.path=%s/t --set "
+                   "model.init_preset= --set logging.run_dir=%s/r2", bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "36 channels for 16 out") && strstr(out, "does not train"), "got: %s", out);
+    free(emb), free(cond);
+    vae_encoder_free(enc);
+    wan_model_free(&hi), wan_model_free(&lo);
 }

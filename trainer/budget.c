@@ -176,7 +176,7 @@ static const char *preset_by_name(const char *path) {
 static int preset_vae(vae_config *v, const char *preset, int z) {
     char buf[4096];
     size_t o;
-    if (!strcmp(preset, "tiny") || !strcmp(preset, "tiny-ti2v"))
+    if (!strcmp(preset, "tiny") || !strcmp(preset, "tiny-ti2v") || !strcmp(preset, "tiny-i2v"))
         o = (size_t)snprintf(buf, sizeof buf, "{\"base_dim\": 4, \"dim_mult\": [1, 2, 2, 2], \"num_res_blocks\": 1, "
                                               "\"temperal_downsample\": [false, true, true], \"z_dim\": %d", z);
     else if (z == 48)
@@ -228,7 +228,7 @@ static int find_dit(const core_recipe *r, wan_config *c, int *n_experts, char *s
         return 1;
     }
     if (wan_config_preset(c, p)) return core_error_push("model.init_preset: ");
-    *n_experts = strstr(p, "a14b") ? 2 : 1;
+    *n_experts = strstr(p, "a14b") || !strcmp(p, "tiny-i2v") ? 2 : 1;
     snprintf(source, cap, "preset %s (%s; %s has no transformer yet)", p, init ? "model.init_preset" : "model.path's folder name",
              r->model_path);
     *preset = p;

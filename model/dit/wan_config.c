@@ -226,14 +226,15 @@ typedef struct {
 static const wan_preset presets[] = {
     {"tiny", {{1, 2, 2}, 4, 32, 16, 16, 64, 256, 256, 2, 1, 1e-6, 1024}},
     {"tiny-ti2v", {{1, 2, 2}, 4, 32, 16, 16, 64, 256, 256, 2, 1, 1e-6, 1024}}, /* tiny's DiT; the pipeline differs */
+    {"tiny-i2v", {{1, 2, 2}, 4, 32, 36, 16, 64, 256, 256, 2, 1, 1e-6, 1024}},  /* tiny with I2V-A14B's 36 in, 16 out */
     {"wan2.1-t2v-1.3b", WAN_REAL(12, 8960, 30, 16)},
     {"wan2.2-ti2v-5b", WAN_REAL(24, 14336, 30, 48)},
     {"wan2.2-t2v-a14b", WAN_REAL(40, 13824, 40, 16)},
     {"wan2.2-i2v-a14b", WAN_I2V(40, 13824, 40, 36, 16)},
 };
 
-static const char *const preset_names[] = {"tiny", "tiny-ti2v", "wan2.1-t2v-1.3b", "wan2.2-ti2v-5b", "wan2.2-t2v-a14b",
-                                           "wan2.2-i2v-a14b", NULL};
+static const char *const preset_names[] = {"tiny",           "tiny-ti2v",       "tiny-i2v",        "wan2.1-t2v-1.3b",
+                                           "wan2.2-ti2v-5b", "wan2.2-t2v-a14b", "wan2.2-i2v-a14b", NULL};
 
 const char *const *wan_preset_names(void) { return preset_names; }
 
@@ -243,6 +244,6 @@ int wan_config_preset(wan_config *c, const char *name) {
             *c = presets[i].cfg;
             return 0;
         }
-    return core_error("unknown preset \"%s\" (presets: tiny, tiny-ti2v, wan2.1-t2v-1.3b, wan2.2-ti2v-5b, "
+    return core_error("unknown preset \"%s\" (presets: tiny, tiny-ti2v, tiny-i2v, wan2.1-t2v-1.3b, wan2.2-ti2v-5b, "
                       "wan2.2-t2v-a14b, wan2.2-i2v-a14b)", name);
 }
