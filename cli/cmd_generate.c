@@ -117,7 +117,8 @@ int cmd_generate(int argc, char **argv) {
                  "tokenizer and VAE still come from --pipeline"},
         {.name = "image", .type = OPTS_STRING, .str = &a.g.image, .meta = "PNG",
          .help = "image to video: the first frame (stretched to the size), for a TI2V pipeline\n"
-                 "(model_index.json \"expand_timesteps\": true, e.g. init-model --preset tiny-ti2v)"},
+                 "(model_index.json \"expand_timesteps\": true, e.g. init-model --preset tiny-ti2v) or\n"
+                 "an I2V-A14B one (36 input channels, e.g. --preset tiny-i2v; required there)"},
         {.name = "negative-prompt", .type = OPTS_STRING, .str = &a.g.negative, .meta = "TEXT",
          .help = "negative prompt for classifier-free guidance (default: empty)"},
         {.name = "steps", .type = OPTS_INT, .i = &a.g.steps, .min = 1, .max = 1000, .meta = "N",

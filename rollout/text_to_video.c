@@ -14,6 +14,7 @@
 #include "model/dit/wan_dit.h"
 #include "model/dit/wan_lora.h"
 #include "media/image.h"
+#include "model/flow/i2v_concat.h"
 #include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
@@ -137,16 +138,8 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL, *cond = NULL, *work = NULL;
     vae_encoder *venc = NULL;
     if (read_index(a->pipeline, &two, &boundary)) goto done;
-    if (a->image) { /* image to video: a pipeline that conditions on a first frame */
-        const int k = flow_ff_pipeline_conditions(a->pipeline);
-        if (k < 0) goto done;
-        if (k != 1) {
-            core_error("--image: %s is a text-to-video pipeline (its model_index.json has no \"expand_timesteps\": "
-                       "true); image to video needs a Wan 2.2 TI2V pipeline (init-model presets wan2.2-ti2v-5b, "
-                       "tiny-ti2v)", a->pipeline);
-            goto done;
-        }
-    }
+    const int ff_pipe = a->image ? flow_ff_pipeline_conditions(a->pipeline) : 0; /* 1: TI2V first-frame */
+    if (ff_pipe < 0) goto done;
     snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", a->pipeline);
     if (!is_file(path)) {
         core_error("tokenizer.json is missing: %s does not exist (the pipeline needs tokenizer/tokenizer.json)", path);
@@ -176,13 +169,27 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         core_error("%s and %s have different configs (two experts must match)", path, p2);
         goto done;
     }
+    /* Wan 2.2 I2V-A14B (model/flow/i2v_concat.h): latents, a 4-channel mask and the condition video's latents in */
+    const int cat = dc->in_channels == 2 * dc->out_channels + FLOW_I2V_MASK_CHANNELS;
+    if (a->image && ff_pipe != 1 && !cat) {
+        core_error("--image: %s is a text-to-video pipeline (its model_index.json has no \"expand_timesteps\": "
+                   "true and its transformer takes as many channels as it gives); image to video needs a Wan 2.2 TI2V "
+                   "pipeline (init-model presets wan2.2-ti2v-5b, tiny-ti2v) or a Wan 2.2 I2V-A14B one (wan2.2-i2v-a14b, "
+                   "tiny-i2v)", a->pipeline);
+        goto done;
+    }
+    if (cat && !a->image) {
+        core_error("%s is an image-to-video pipeline (Wan 2.2 I2V-A14B: its transformer takes %d channels for %d out): "
+                   "give the first frame with --image PNG", a->pipeline, dc->in_channels, dc->out_channels);
+        goto done;
+    }
     snprintf(path, sizeof path, "%s/vae", a->pipeline);
     if (!(vae = vae_load(path))) goto done;
     const vae_config *vc = vae_get_config(vae);
-    if (vc->z_dim != dc->in_channels || dc->out_channels != dc->in_channels) {
-        core_error("%s: the VAE's z_dim is %d but the transformer's in_channels is %d (out_channels %d): the VAE does "
+    if (vc->z_dim != dc->out_channels || (dc->out_channels != dc->in_channels && !cat)) {
+        core_error("%s: the VAE's z_dim is %d but the transformer's out_channels is %d (in_channels %d): the VAE does "
                    "not belong to this transformer",
-                   path, vc->z_dim, dc->in_channels, dc->out_channels);
+                   path, vc->z_dim, dc->out_channels, dc->in_channels);
         goto done;
     }
     const int ft = vae_frames_out(vae, 2) - 1, sf = vae_spatial_factor(vae);
@@ -207,26 +214,28 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     }
 
     /* text */
-    const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->in_channels;
+    const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->out_channels, cc = dc->in_channels - C;
     const int T = (a->frames - 1) / ft + 1, h = a->height / sf, w = a->width / sf;
-    const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w;
+    const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w, nin = (int64_t)dc->in_channels * T * h * w;
+    const int ti2v = a->image && !cat; /* first-frame conditioning; else cat: the condition concatenated */
     const int cfg_on = flow_cfg_active((float)a->guidance) || (two && flow_cfg_active((float)a->guidance2));
     const int rows = cfg_on ? 2 : 1;
     /* image to video: per-token timesteps over S = T x tokens per frame, the step over frames 1 .. T-1 */
-    const int64_t tpf = (int64_t)(h / dc->patch_size[1]) * (w / dc->patch_size[2]), nts = a->image ? T * tpf : 1;
-    if (a->image && (T < 2 || dc->patch_size[0] != 1)) {
+    const int64_t tpf = (int64_t)(h / dc->patch_size[1]) * (w / dc->patch_size[2]), nts = ti2v ? T * tpf : 1;
+    if (ti2v && (T < 2 || dc->patch_size[0] != 1)) {
         core_error("--image: %s", T < 2 ? "--frames must give at least 2 latent frames (5 or more): the first is the "
                                          "image's" : "the transformer's patch must be one frame deep");
         goto done;
     }
     emb = malloc(sizeof(float) * (size_t)(2 * ne));
     x = malloc(sizeof(float) * (size_t)nl);
-    xin = malloc(sizeof(float) * (size_t)(rows * nl));
+    xin = malloc(sizeof(float) * (size_t)(rows * nin));
     vout = malloc(sizeof(float) * (size_t)(rows * nl));
     v = malloc(sizeof(float) * (size_t)nl);
     ts = malloc(sizeof(float) * (size_t)(rows * nts));
-    if (a->image) cond = malloc(sizeof(float) * (size_t)(nl / T)), work = malloc(sizeof(float) * (size_t)(5 * nl));
-    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && (!cond || !work))) {
+    if (ti2v) cond = malloc(sizeof(float) * (size_t)(nl / T)), work = malloc(sizeof(float) * (size_t)(5 * nl));
+    if (cat) cond = malloc(sizeof(float) * (size_t)cc * T * h * w);
+    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && !cond) || (ti2v && !work)) {
         core_error("out of memory for a %d x %d x %d video", a->frames, a->height, a->width);
         goto done;
     }
@@ -236,7 +245,23 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     if (t5_encode_prompts(enc, tok, texts, 2, L, 2, emb, lens)) goto done;
     if (a->image) { /* the image's latent: stretched, encoded alone, normalised (WanImageToVideoPipeline) */
         snprintf(path, sizeof path, "%s/vae", a->pipeline);
-        if (!(venc = vae_encoder_load(path)) || media_image_encode(venc, a->image, a->height, a->width, cond)) {
+        if (!(venc = vae_encoder_load(path))) {
+            core_error_push("--image: ");
+            goto done;
+        }
+        if (cat) { /* I2V-A14B: [image, zeros] encoded as one video, after the mask (model/flow/i2v_concat.h) */
+            uint8_t *px = malloc((size_t)3 * a->height * a->width);
+            float *img = malloc(sizeof(float) * (size_t)3 * a->height * a->width);
+            int bad = !px || !img ? core_error("out of memory for the image") : 0;
+            if (!bad) bad = media_image_load(a->image, a->height, a->width, px);
+            if (!bad) vae_video_from_u8(px, 1, 1, a->height, a->width, img);
+            if (!bad) bad = flow_i2v_condition(venc, img, a->frames, a->height, a->width, cond);
+            free(px), free(img);
+            if (bad) {
+                core_error_push("--image: ");
+                goto done;
+            }
+        } else if (media_image_encode(venc, a->image, a->height, a->width, cond)) {
             core_error_push("--image: ");
             goto done;
         }
@@ -249,9 +274,9 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         core_error_push("--shift / --steps: ");
         goto done;
     }
-    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L, .per_token_timestep = a->image != NULL};
+    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L, .per_token_timestep = ti2v};
     const int64_t shape[4] = {C, T, h, w};
-    const flow_ff ff = flow_ff_make(shape, cond);
+    const flow_ff ff = flow_ff_make(shape, ti2v ? cond : NULL);
     for (int e = 0; e < n_dit; e++)
         if (!(acts[e] = wan_acts_new(&dit[e].cfg, &sh, WAN_ACTS_INFER))) goto done;
     core_philox_normal(x, nl, a->seed, 0, 0, CORE_STREAM_EVAL_NOISE);
@@ -263,8 +288,9 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         const float g = (float)(e ? a->guidance2 : a->guidance);
         const int r = flow_cfg_active(g) ? rows : 1;
         for (int k = 0; k < rows; k++) {
-            memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl);
-            if (a->image) flow_ff_timesteps(T, tpf, timesteps[i], ts + k * nts);
+            if (cat) flow_i2v_input(C, cc, (int64_t)T * h * w, x, cond, xin + k * nin);
+            else memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl);
+            if (ti2v) flow_ff_timesteps(T, tpf, timesteps[i], ts + k * nts);
             else ts[k] = timesteps[i];
         }
         if (wan_forward(&dit[e], acts[e], NULL, vout, xin, ts, emb)) goto done;

@@ -18,7 +18,10 @@
  * Image to video (rollout_t2v_args.image, a pipeline whose model_index.json says "expand_timesteps": true: Wan 2.2
  * TI2V, diffusers' WanImageToVideoPipeline): the PNG is stretched to the size, encoded alone as the first latent frame
  * and normalised (media/image.h), frame 0 of the latents is held to it, every forward takes per-token timesteps (0 on
- * frame 0's tokens) and the Euler step runs over frames 1 .. T-1 (model/flow/first_frame.h).
+ * frame 0's tokens) and the Euler step runs over frames 1 .. T-1 (model/flow/first_frame.h). On a Wan 2.2
+ * I2V-A14B pipeline (a transformer of in = 2 out + 4 channels; WanImageToVideoPipeline without expand_timesteps) the
+ * image is required: the PNG stretched to the size, [image, zeros] encoded as one video, and cat(latents, mask,
+ * condition) is every forward's input, every frame stepped (model/flow/i2v_concat.h).
  * Limits: with two experts and one guidance scale of 1, the unconditional row is still computed at that expert's
  * steps (and ignored); without an image expand_timesteps is not read, which is exact for text to video (every token
  * has the same timestep). */

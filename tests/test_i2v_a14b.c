@@ -339,6 +339,16 @@ TEST(i2v_a14b_tiny_preset) {
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --steps 1 --set model.path=%s/t --set "
                    "model.init_preset= --set logging.run_dir=%s/r2", bin, dir, dir) == 1);
     CHECK_MSG(strstr(out, "36 channels for 16 out") && strstr(out, "does not train"), "got: %s", out);
+    /* vgrpo generate --image on it (the condition concatenated at every step); without --image it is refused */
+    CHECK_MSG(test_run(out, sizeof out, "%s generate --pipeline %s/t --prompt \"a red square\" --image "
+                       "recipes/prompts/images/white_on_red.png --out %s/g.mp4 --steps 4 --frames 9 --height 32 --width 32",
+                       bin, dir, dir) == 0,
+              "got: %s", out);
+    snprintf(path, sizeof path, "%s/g.mp4", dir);
+    CHECK(test_slurp(path, mi, sizeof mi) > 0);
+    CHECK(test_run(out, sizeof out, "%s generate --pipeline %s/t --prompt x --out %s/h.mp4 --steps 2 --frames 5 "
+                   "--height 32 --width 32", bin, dir, dir) == 1);
+    CHECK_MSG(strstr(out, "give the first frame with --image"), "got: %s", out);
     free(emb), free(cond);
     vae_encoder_free(enc);
     wan_model_free(&hi), wan_model_free(&lo);
