@@ -77,6 +77,7 @@ void core_traj_free(core_traj *t)
     free(t->latents);
     free(t->means);
     free(t->condition);
+    free(t->concat);
     free(t->log_probs);
     free(t->has_log_prob);
     free(t->expert);
@@ -313,6 +314,8 @@ static int add_meta_f32(core_traj_fields *f, const char *key, float x)
 static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
 {
     memset(f, 0, sizeof *f);
+    if (t->concat)
+        return core_error("%s: Wan 2.2 I2V-A14B's concatenated condition (concat) is not stored or sent yet", label);
     if (core_traj_validate(t, label)) return -1;
     const int64_t N = t->n_steps, M = t->n_latents;
     /* Version 1 exactly as before stored ranges, so such files and wire messages keep every byte. */

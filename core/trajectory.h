@@ -64,6 +64,11 @@ typedef struct {
     float *latents;         /* [M, C, F, H, W]: latents[k .. k + M - 1] */
     float *means;           /* NULL, or [M - 1, C, F, H, W]: the rollout's step means of steps k .. k + M - 2 */
     float *condition;       /* NULL, or [C, 1, H, W]: the first-frame image condition (TI2V) */
+    float *concat;          /* NULL, or [concat_channels, F, H, W]: Wan 2.2 I2V-A14B's condition (mask and condition
+                               video latents, model/flow/i2v_concat.h) concatenated after every latent as the model
+                               input; in memory only for now: not stored, sent or broadcast (a trajectory with it is
+                               refused there) */
+    int64_t concat_channels;
     float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */
     uint8_t *has_log_prob;  /* [N] */
     uint8_t *expert;        /* [N] */

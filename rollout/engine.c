@@ -210,6 +210,15 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         if (rc->record_means && core_traj_alloc_means(t)) goto fail;
         if (rc->noise0) memcpy(core_traj_latent(t, 0), rc->noise0[j], sizeof(float) * (size_t)nl);
         else core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
+        if (rc->concat_conditions) { /* I2V-A14B: the trajectory keeps the condition its inputs were built from */
+            const int64_t cc = m->cfg.in_channels - rc->shape[0], ncc = cc * (nl / rc->shape[0]);
+            if (!(t->concat = malloc(sizeof(float) * (size_t)ncc))) {
+                core_error("rollout: out of memory for the image condition");
+                goto fail;
+            }
+            memcpy(t->concat, rc->concat_conditions[j], sizeof(float) * (size_t)ncc);
+            t->concat_channels = cc;
+        }
         if (rc->conditions) { /* frame 0 of the chain is the image's latent from the start */
             if (core_traj_alloc_condition(t)) goto fail;
             memcpy(t->condition, rc->conditions[j], sizeof(float) * (size_t)(nl / rc->shape[1]));

@@ -19,8 +19,11 @@
 #include "model/flow/i2v_concat.h"
 #include "media/image.h"
 #include "model/vae/wan_vae_encode.h"
+#include "core/trajectory.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
+#include "trainer/grpo.h"
+#include "trainer/train_step.h"
 
 TEST(i2v_a14b_preset_config) {
     wan_config c, t;
@@ -352,4 +355,72 @@ TEST(i2v_a14b_tiny_preset) {
     free(emb), free(cond);
     vae_encoder_free(enc);
     wan_model_free(&hi), wan_model_free(&lo);
+}
+
+/* The trainer recomputes an I2V-A14B rollout's log-probs bit for bit: the trajectory keeps the condition, and the
+ * training step builds the same 36-channel input (micro-batches mixing samples and steps, both experts, with and
+ * without GRPO-Guard); the gradient reaches both experts. A trajectory with the condition is not stored yet (refused),
+ * and a batch mixing it with trajectories without one is refused. */
+TEST(i2v_a14b_trainer_recomputes_rollout) {
+    a14b_fix f;
+    a14b_load(&f);
+    const int64_t shape[4] = {16, f.T, f.h, f.w}, ncc = 20 * (int64_t)f.T * f.h * f.w;
+    float *cond2 = malloc(sizeof(float) * (size_t)ncc);
+    REQUIRE(cond2);
+    for (int64_t i = 0; i < ncc; i++) cond2[i] = i < 4 * (ncc / 20) ? f.cond[i] : 0.5f * f.cond[i];
+    enum { NS = 4 };
+    const float *cc[NS] = {f.cond, f.cond, cond2, cond2}, *pc[NS] = {f.pe, f.pe, f.ne, f.ne};
+    const uint64_t uids[NS] = {10, 11, 12, 13};
+    const int64_t pidx[NS] = {0, 0, 1, 1};
+    rollout_config rc;
+    REQUIRE_OK(rollout_config_init(&rc, f.N, f.shift, 0.8f, f.g, shape, f.L, 9, 3));
+    rc.guidance_scale_2 = f.g2, rc.boundary_ratio = f.boundary, rc.concat_conditions = cc, rc.record_means = 1;
+    rollout_experts E = {2, {&f.hi, &f.lo}};
+    core_traj t[NS];
+    REQUIRE_OK(rollout_generate(&rc, &E, NULL, NS, pc, uids, pidx, t));
+    for (int s = 0; s < NS; s++) {
+        REQUIRE(t[s].concat && t[s].concat_channels == 20);
+        CHECK(!memcmp(t[s].concat, cc[s], sizeof(float) * (size_t)ncc));
+        for (int i = 0; i < f.N; i++) CHECK(t[s].has_log_prob[i] == 1);
+    }
+    const float r[NS] = {0.1f, 0.9f, 0.3f, 0.6f};
+    float adv[NS];
+    uint8_t mask[NS];
+    REQUIRE_OK(grpo_advantages(r, 2, 2, GRPO_STD_GROUP, 5.0f, adv, mask, NULL));
+    REQUIRE_OK(wan_model_alloc_grads(&f.hi));
+    REQUIRE_OK(wan_model_alloc_grads(&f.lo));
+    wan_model *pol[2] = {&f.hi, &f.lo};
+    const uint8_t trained[2] = {1, 1};
+    const int mbs[2] = {1, 3};
+    for (int k = 0; k < 2; k++)
+        for (int guard = 0; guard < 2; guard++) {
+            trainer_config tc = {.seed = 5, .clip_eps = 0.2f, .micro_batch_size = mbs[k], .acts_mode = WAN_ACTS_STORE,
+                                 .guard = guard};
+            REQUIRE_OK(grpo_selection_parse("all", &tc.sel));
+            trainer_batch b = {.n = NS, .traj = t, .cond = pc, .text_len = f.L, .adv = adv, .mask = mask, .neg = NULL};
+            grpo_loss_stats st = {0};
+            wan_model_zero_grads(&f.hi), wan_model_zero_grads(&f.lo);
+            REQUIRE_OK(trainer_accumulate_experts(pol, NULL, 2, trained, NULL, &tc, &b, 1, &st));
+            CHECK(st.n_transitions == NS * f.N);
+            CHECK_MSG(st.abs_logp_diff_sum == 0.0, "micro %d guard %d: |dlogp| %g", mbs[k], guard, st.abs_logp_diff_sum);
+            double g0 = 0, g1 = 0;
+            for (int64_t q = 0; q < f.hi.layout.numel; q++) g0 += (double)f.hi.grads[q] * f.hi.grads[q];
+            for (int64_t q = 0; q < f.lo.layout.numel; q++) g1 += (double)f.lo.grads[q] * f.lo.grads[q];
+            CHECK(g0 > 0 && g1 > 0 && isfinite(g0) && isfinite(g1));
+        }
+    /* not stored yet; a batch mixing conditioned and unconditioned trajectories is refused */
+    core_traj_fields fl;
+    CHECK(core_traj_to_fields(&t[0], &fl) == -1 && strstr(core_last_error(), "not stored"));
+    float *keep = t[1].concat;
+    t[1].concat = NULL;
+    trainer_config tc = {.seed = 5, .clip_eps = 0.2f, .micro_batch_size = 2, .acts_mode = WAN_ACTS_STORE};
+    REQUIRE_OK(grpo_selection_parse("all", &tc.sel));
+    trainer_batch b = {.n = NS, .traj = t, .cond = pc, .text_len = f.L, .adv = adv, .mask = mask};
+    grpo_loss_stats st = {0};
+    CHECK(trainer_accumulate_experts(pol, NULL, 2, trained, NULL, &tc, &b, 0, &st) == -1 &&
+          strstr(core_last_error(), "concatenated image condition"));
+    t[1].concat = keep;
+    for (int s = 0; s < NS; s++) core_traj_free(&t[s]);
+    free(cond2);
+    a14b_free(&f);
 }

@@ -12,11 +12,16 @@
  * latents [M x nl], means [(M - 1) x nl] when stored, condition [C x H x W] when stored, log_probs [N], has_log_prob
  * [N], expert [N]] with M the stored latents (n_latents, from latent_first) and nl the latent's elements. Every rank
  * runs the same executable, so the struct layout is shared; the array pointers inside the structs are ignored by the
- * reader except `means` and `condition`, whose being non-NULL says they follow. */
+ * reader except `means`, `condition` and `concat` (I2V-A14B: [concat_channels, F, H, W] after the condition),
+ * whose being non-NULL says they follow. */
+static size_t concat_numel(const core_traj *t) {
+    return t->concat ? (size_t)(t->concat_channels * t->shape[1] * t->shape[2] * t->shape[3]) : 0;
+}
+
 static size_t traj_arrays_bytes(const core_traj *t) {
     const size_t N = (size_t)t->n_steps, nl = (size_t)core_traj_latent_numel(t), M = (size_t)t->n_latents;
     const size_t nc = t->condition ? (size_t)(t->shape[0] * t->shape[2] * t->shape[3]) : 0;
-    return sizeof(float) * ((N + 1) + N + M * nl + (t->means ? (M - 1) * nl : 0) + nc + N) + 2 * N;
+    return sizeof(float) * ((N + 1) + N + M * nl + (t->means ? (M - 1) * nl : 0) + nc + concat_numel(t) + N) + 2 * N;
 }
 
 /* Allocates the arrays of a received sample as its header describes them (zeroed; core_traj_free frees them). The
@@ -29,10 +34,12 @@ static int alloc_like(core_traj *t, const core_traj *hdr) {
     t->latents = calloc(M * nl, sizeof(float));
     t->means = hdr->means ? calloc((M - 1) * nl, sizeof(float)) : NULL;
     t->condition = hdr->condition ? calloc((size_t)(hdr->shape[0] * hdr->shape[2] * hdr->shape[3]), sizeof(float)) : NULL;
+    t->concat = hdr->concat ? calloc(concat_numel(hdr), sizeof(float)) : NULL;
     t->log_probs = calloc(N, sizeof(float));
     t->has_log_prob = calloc(N, 1);
     t->expert = calloc(N, 1);
     if (!t->sigmas || !t->timesteps || !t->latents || (hdr->means && !t->means) || (hdr->condition && !t->condition) ||
+        (hdr->concat && !t->concat) ||
         !t->log_probs || !t->has_log_prob || !t->expert) {
         core_traj_free(t);
         return core_error("dp: out of memory for %zu steps, %zu latents x %zu elements", N, M, nl);
@@ -44,7 +51,8 @@ static int alloc_like(core_traj *t, const core_traj *hdr) {
  * (so traj_arrays_bytes cannot overflow). */
 static int header_fits(const core_traj *h, int64_t size) {
     if (h->n_steps < 1 || h->n_steps > size || h->latent_first < 0 || h->n_latents < (h->means ? 2 : 1) ||
-        h->latent_first + (int64_t)h->n_latents > (int64_t)h->n_steps + 1)
+        h->latent_first + (int64_t)h->n_latents > (int64_t)h->n_steps + 1 ||
+        (h->concat && (h->concat_channels < 1 || h->concat_channels > 4096)))
         return 0;
     int64_t nl = 1;
     for (int d = 0; d < 4; d++) {
@@ -82,6 +90,7 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
             PUT(t->latents, sizeof(float) * M * nl);
             if (t->means) PUT(t->means, sizeof(float) * (M - 1) * nl);
             if (t->condition) PUT(t->condition, sizeof(float) * (size_t)(t->shape[0] * t->shape[2] * t->shape[3]));
+            if (t->concat) PUT(t->concat, sizeof(float) * concat_numel(t));
             PUT(t->log_probs, sizeof(float) * N);
             PUT(t->has_log_prob, N);
             PUT(t->expert, N);
@@ -129,6 +138,7 @@ int dp_batch_broadcast(sp_comm *c, dp_batch *b) {
         GET(t->latents, sizeof(float) * M * nl);
         if (t->means) GET(t->means, sizeof(float) * (M - 1) * nl);
         if (t->condition) GET(t->condition, sizeof(float) * (size_t)(t->shape[0] * t->shape[2] * t->shape[3]));
+        if (t->concat) GET(t->concat, sizeof(float) * concat_numel(t));
         GET(t->log_probs, sizeof(float) * N);
         GET(t->has_log_prob, N);
         GET(t->expert, N);

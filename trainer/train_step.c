@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/flow/first_frame.h"
+#include "model/flow/i2v_concat.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "trainer/lora.h"
@@ -19,7 +20,7 @@ typedef struct {
 
 /* Scratch of one micro-batch of up to cap transitions (rows <= 2 cap). */
 typedef struct {
-    float *x, *ts, *enc, *vout, *vref, *dout; /* [rows, nl], [rows], [rows, ne], [rows, nl] x3 */
+    float *x, *ts, *enc, *vout, *vref, *dout; /* [rows, nin], [rows], [rows, ne], [rows, nl] x3 */
     float *mean, *mean_ref;                   /* [cap, nl] */
     float *v, *dv;                            /* [nl] */
     float *gx, *gv, *gn;                      /* [nl]: a conditioned step's generated elements (first_frame.h) */
@@ -38,11 +39,12 @@ static void scratch_free(scratch *w) {
     memset(w, 0, sizeof *w);
 }
 
-/* nts: timesteps per row (1, or the tokens of a sample with per-token timesteps); i2v: the gathering buffers. */
-static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t ne, int64_t nts, int i2v) {
+/* nts: timesteps per row (1, or the tokens of a sample with per-token timesteps); i2v: the gathering buffers; nin:
+ * a row's model input (nl, or I2V-A14B's latent and concatenated condition). */
+static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t nin, int64_t ne, int64_t nts, int i2v) {
     memset(w, 0, sizeof *w);
     const size_t rows = 2 * (size_t)cap, f = sizeof(float);
-    w->x = malloc(f * rows * nl), w->ts = malloc(f * rows * nts), w->enc = calloc(rows * ne, f);
+    w->x = malloc(f * rows * nin), w->ts = malloc(f * rows * nts), w->enc = calloc(rows * ne, f);
     if (i2v && (!(w->gx = malloc(f * nl)) || !(w->gv = malloc(f * nl)) || !(w->gn = malloc(f * nl)))) {
         scratch_free(w);
         return core_error("trainer: out of memory for a micro-batch of %d transitions", cap);
@@ -79,18 +81,22 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
     const int i2v = T[0].condition != NULL;
     const int64_t tpf = (T[0].shape[2] / policy->cfg.patch_size[1]) * (T[0].shape[3] / policy->cfg.patch_size[2]);
     const int64_t nts = i2v ? T[0].shape[1] * tpf : 1;
+    /* I2V-A14B: a row's input is cat(latent, the trajectory's condition) (model/flow/i2v_concat.h), as the rollout's */
+    const int64_t cc = T[0].concat ? T[0].concat_channels : 0, vox = nl / T[0].shape[0], nin = nl + cc * vox;
     int rows = cnt;
     for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(tr[t].g) ? rows++ : -1;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
-        memcpy(w->x + (int64_t)t * nl, core_traj_latent(s, i), sizeof(float) * nl);
+        if (cc) flow_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)t * nin);
+        else memcpy(w->x + (int64_t)t * nl, core_traj_latent(s, i), sizeof(float) * nl);
         memcpy(w->enc + (int64_t)t * ne, b->cond[tr[t].s], sizeof(float) * ne);
         if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)t * nts);
         else w->ts[t] = s->timesteps[i];
         if (w->urow[t] >= 0) {
             const int u = w->urow[t];
-            memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
+            if (cc) flow_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)u * nin);
+            else memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
             if (b->neg) memcpy(w->enc + (int64_t)u * ne, b->neg, sizeof(float) * ne);
             else memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);
             if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)u * nts);
@@ -240,9 +246,11 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
     }
     if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     const core_traj *T = b->traj;
-    if (T[0].shape[0] != policy[0]->cfg.in_channels)
-        return core_error("trainer: trajectories have %lld channels, the model %d", (long long)T[0].shape[0],
-                          policy[0]->cfg.in_channels);
+    const int64_t cc0 = T[0].concat ? T[0].concat_channels : 0;
+    if (T[0].shape[0] + cc0 != policy[0]->cfg.in_channels || T[0].shape[0] != policy[0]->cfg.out_channels)
+        return core_error("trainer: trajectories have %lld channels%s, the model takes %d and gives %d",
+                          (long long)T[0].shape[0], cc0 ? " and a concatenated image condition" : "",
+                          policy[0]->cfg.in_channels, policy[0]->cfg.out_channels);
     for (int s = 0; s < b->n; s++) {
         if (T[s].n_steps != T[0].n_steps || memcmp(T[s].shape, T[0].shape, sizeof T[0].shape))
             return core_error("trainer: trajectory %d (uid %llu) differs in steps or shape from trajectory 0", s,
@@ -251,6 +259,10 @@ static int check_batch(wan_model *const *policy, const wan_model *const *ref, in
         if (T[s].condition && policy[0]->cfg.patch_size[0] != 1)
             return core_error("trainer: image conditioning needs a patch one frame deep, the model's is %d",
                               policy[0]->cfg.patch_size[0]);
+        if (!T[s].concat != !T[0].concat || (T[s].concat && T[s].concat_channels != cc0))
+            return core_error("trainer: trajectory %d (uid %llu) %s a concatenated image condition (I2V-A14B) of "
+                              "trajectory 0's channels (a batch is image-to-video or text-to-video throughout)", s,
+                              (unsigned long long)T[s].uid, T[s].concat ? "has not" : "lacks");
         if (!T[s].condition != !T[0].condition)
             return core_error("trainer: trajectory %d (uid %llu) %s an image condition and trajectory 0 %s (a batch is "
                               "image-to-video or text-to-video throughout)", s, (unsigned long long)T[s].uid,
@@ -308,8 +320,9 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
     const int64_t nts = T0->condition ? T0->shape[1] * (T0->shape[2] / policy[0]->cfg.patch_size[1]) *
                                             (T0->shape[3] / policy[0]->cfg.patch_size[2])
                                       : 1;
-    if (scratch_alloc(&w, cap, core_traj_latent_numel(T0), (int64_t)b->text_len * policy[0]->cfg.text_dim, nts,
-                      T0->condition != NULL))
+    const int64_t nl0 = core_traj_latent_numel(T0);
+    const int64_t nin0 = nl0 + (T0->concat ? T0->concat_channels * (nl0 / T0->shape[0]) : 0);
+    if (scratch_alloc(&w, cap, nl0, nin0, (int64_t)b->text_len * policy[0]->cfg.text_dim, nts, T0->condition != NULL))
         goto done;
     int n_mb = 0, mb = 0;
     for (int e = 0; e < n_experts; e++) n_mb += (per[e] + cap - 1) / cap;
