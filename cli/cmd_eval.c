@@ -147,8 +147,10 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         int F, h, w;
         snprintf(cp, sizeof cp, "%s/config.json", transformer[0] && !lora ? transformer : tp);
         core_recipe_latent_size(r, &F, &h, &w);
-        if (wan_config_load(&wc, cp) || trainer_images_encode(r, wc.in_channels, lists, 1, &img)) goto done;
-        cshape[0] = wc.in_channels, cshape[2] = h, cshape[3] = w;
+        if (wan_config_load(&wc, cp)) goto done;
+        const int64_t K = wc.in_channels - wc.out_channels; /* Wan 2.2 I2V-A14B: [K, F, h, w] concatenated */
+        if (trainer_images_encode(r, wc.out_channels, K, lists, 1, &img)) goto done;
+        cshape[0] = K ? K : wc.out_channels, cshape[1] = K ? F : 1, cshape[2] = h, cshape[3] = w;
     }
     if (A->out) snprintf(out, sizeof out, "%s", A->out);
     else snprintf(out, sizeof out, "%s/eval", r->run_dir);
@@ -163,7 +165,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         const int i = u / K;
         samp[u] = (core_rollout_sample){.uid = (uint64_t)u, .prompt_index = i, .prompt = prompts.text[i],
                                         .metadata = json_object_size(prompts.meta[i]) ? prompts.meta[i] : NULL,
-                                        .condition = img ? img + (int64_t)i * cshape[0] * cshape[2] * cshape[3] : NULL};
+                                        .condition = img ? img + (int64_t)i * cshape[0] * cshape[1] * cshape[2] * cshape[3] : NULL};
     }
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
     started = 1;

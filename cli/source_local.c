@@ -100,7 +100,10 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
         free(conds);
         goto done;
     }
-    rc.conditions = img ? conds : (free(conds), NULL);
+    /* Wan 2.2 I2V-A14B (more input than output channels): the conditions are concatenated to every input */
+    const int cat = L->experts[0]->cfg.in_channels != L->experts[0]->cfg.out_channels;
+    if (img && cat) rc.concat_conditions = conds;
+    else rc.conditions = img ? conds : (free(conds), NULL);
     const rollout_experts ex = {L->n_experts, {L->experts[0], L->experts[1]}};
     if (rollout_generate(&rc, &ex, L->dx ? &L->exec : NULL, n, cond, uids, pidx, tr)) goto done;
     have = 1;
@@ -124,7 +127,7 @@ done:
         for (int j = 0; vel && j < n; j++) free(vel[j]);
         memset(res, 0, sizeof *res * (size_t)n);
     }
-    free(uids), free(pidx), free(tr), free(vel), free(videos), free((void *)rc.conditions);
+    free(uids), free(pidx), free(tr), free(vel), free(videos), free((void *)rc.conditions), free((void *)rc.concat_conditions);
     return rc_;
 }
 
@@ -178,7 +181,7 @@ trainer_source *source_local_open(const core_recipe *r) {
     L->n_scorers = r->scorers.n;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    const int64_t shape[4] = {cfg.in_channels, F, H, W};
+    const int64_t shape[4] = {cfg.out_channels, F, H, W}; /* the latent (I2V-A14B takes a condition besides) */
     if (rollout_config_init(&L->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
                             (uint64_t)r->seed, r->batch_size) ||
         rollout_decoder_load(&L->dec, r, &cfg))

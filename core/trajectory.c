@@ -19,10 +19,12 @@
 #define MAX_STEPS 100000
 
 /* The version 1 tensors in their stored order, then the optional `means` and `condition` (version 2 only). */
-enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS, T_MEANS, T_CONDITION };
+enum { T_SIGMAS, T_TIMESTEPS, T_LATENTS, T_LOG_PROBS, T_HAS_LOG_PROB, T_EXPERT, T_REWARDS, T_MEANS, T_CONDITION,
+       T_CONCAT };
 static const char *const tensor_names[CORE_TRAJ_N_TENSORS] = {"sigmas", "timesteps", "latents", "log_probs",
                                                               "has_log_prob", "expert", "rewards", "means",
-                                                              "condition"};
+                                                              "condition", "concat"};
+#define MAX_CONCAT_CHANNELS 4096
 
 /* ---- Allocation ---- */
 
@@ -282,6 +284,16 @@ int core_traj_validate(const core_traj *t, const char *label)
                                   i - k, i, (long long)e);
         }
     }
+    if (t->concat) {
+        if (t->concat_channels < 1 || t->concat_channels > MAX_CONCAT_CHANNELS)
+            return core_error("%s: concat has %lld channels (1 .. %d)", label, (long long)t->concat_channels,
+                              MAX_CONCAT_CHANNELS);
+        if (t->condition) return core_error("%s: both a first-frame condition and a concat condition", label);
+        const int64_t nc = t->concat_channels * t->shape[1] * t->shape[2] * t->shape[3];
+        for (int64_t j = 0; j < nc; j++)
+            if (!isfinite(t->concat[j]))
+                return core_error("%s: concat element %lld = %g is not finite", label, (long long)j, (double)t->concat[j]);
+    }
     if (!isfinite(t->eta) || t->eta < 0.0f) return core_error("%s: eta = %g must be finite and >= 0", label, (double)t->eta);
     if (!isfinite(t->guidance_scale))
         return core_error("%s: guidance_scale = %g is not finite", label, (double)t->guidance_scale);
@@ -314,12 +326,10 @@ static int add_meta_f32(core_traj_fields *f, const char *key, float x)
 static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
 {
     memset(f, 0, sizeof *f);
-    if (t->concat)
-        return core_error("%s: Wan 2.2 I2V-A14B's concatenated condition (concat) is not stored or sent yet", label);
     if (core_traj_validate(t, label)) return -1;
     const int64_t N = t->n_steps, M = t->n_latents;
     /* Version 1 exactly as before stored ranges, so such files and wire messages keep every byte. */
-    const int v1 = t->latent_first == 0 && M == N + 1 && !t->means && !t->condition;
+    const int v1 = t->latent_first == 0 && M == N + 1 && !t->means && !t->condition && !t->concat;
     const int64_t s_n1[1] = {N + 1}, s_n[1] = {N}, s_r[1] = {t->n_rewards};
     const int64_t s_lat[5] = {M, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
     const int64_t s_mean[5] = {M - 1, t->shape[0], t->shape[1], t->shape[2], t->shape[3]};
@@ -340,6 +350,11 @@ static int to_fields(const core_traj *t, core_traj_fields *f, const char *label)
     if (t->condition) {
         core_tensor_wrap(&f->tensors[f->n_tensors], t->condition, CORE_F32, 4, s_cond);
         f->tensor_names[f->n_tensors++] = tensor_names[T_CONDITION];
+    }
+    const int64_t s_cat[4] = {t->concat_channels, t->shape[1], t->shape[2], t->shape[3]};
+    if (t->concat) {
+        core_tensor_wrap(&f->tensors[f->n_tensors], t->concat, CORE_F32, 4, s_cat);
+        f->tensor_names[f->n_tensors++] = tensor_names[T_CONCAT];
     }
 
     char buf[48];
@@ -489,7 +504,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
         tv[k] = &tensors[i];
     }
     for (int k = 0; k < CORE_TRAJ_N_TENSORS; k++) {
-        if ((k == T_MEANS || k == T_CONDITION) && !tv[k]) continue; /* optional */
+        if ((k == T_MEANS || k == T_CONDITION || k == T_CONCAT) && !tv[k]) continue; /* optional */
         if (!tv[k]) return core_error("%s: tensor '%s' missing", label, tensor_names[k]);
         const core_dtype want = (k == T_HAS_LOG_PROB || k == T_EXPERT) ? CORE_U8 : CORE_F32;
         if (tv[k]->dtype != want)
@@ -531,6 +546,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     if (v1 && tv[T_MEANS]) return core_error("%s: tensor 'means' needs format_version '%s'", label, FORMAT_VERSION_2);
     if (v1 && tv[T_CONDITION])
         return core_error("%s: tensor 'condition' needs format_version '%s'", label, FORMAT_VERSION_2);
+    if (v1 && tv[T_CONCAT]) return core_error("%s: tensor 'concat' needs format_version '%s'", label, FORMAT_VERSION_2);
     if (lf && (parse_i64(lf, &first) || first < 0 || first > N))
         return core_error("%s: metadata 'latent_first' = '%.40s' is not an integer in [0, %d] (N = %d)", label, lf, N, N);
     const core_tensor *la = tv[T_LATENTS];
@@ -567,6 +583,17 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
                               (long long)la->shape[3], (long long)la->shape[4], (long long)la->shape[2]);
         }
     }
+    const core_tensor *ca = tv[T_CONCAT];
+    if (ca) {
+        const int ok = ca->ndim == 4 && ca->shape[0] >= 1 && ca->shape[0] <= MAX_CONCAT_CHANNELS &&
+                       ca->shape[1] == la->shape[2] && ca->shape[2] == la->shape[3] && ca->shape[3] == la->shape[4];
+        if (!ok) {
+            shape_str(ca, s, sizeof s);
+            return core_error("%s: tensor 'concat' has shape %s, expected [K, F = %lld, H = %lld, W = %lld] with 1 <= K "
+                              "<= %d", label, s, (long long)la->shape[2], (long long)la->shape[3],
+                              (long long)la->shape[4], MAX_CONCAT_CHANNELS);
+        }
+    }
 
     core_traj tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -586,6 +613,10 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
         core_traj_free(t);
         return core_error_push("%s: ", label);
     }
+    if (ca && !(t->concat = malloc(core_tensor_nbytes(ca)))) {
+        core_traj_free(t);
+        return core_error("%s: out of memory for the concat condition", label);
+    }
     /* Keep the arrays alloc_range made; take everything else from tmp. */
     tmp.n_steps = t->n_steps;
     memcpy(tmp.shape, t->shape, sizeof tmp.shape);
@@ -596,6 +627,8 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     tmp.latents = t->latents;
     tmp.means = t->means;
     tmp.condition = t->condition;
+    tmp.concat = t->concat;
+    tmp.concat_channels = ca ? ca->shape[0] : 0;
     tmp.log_probs = t->log_probs;
     tmp.has_log_prob = t->has_log_prob;
     tmp.expert = t->expert;
@@ -606,6 +639,7 @@ static int from_fields(core_traj *t, int n_tensors, const char *const *names, co
     memcpy(t->latents, la->data, core_tensor_nbytes(la));
     if (me) memcpy(t->means, me->data, core_tensor_nbytes(me));
     if (co) memcpy(t->condition, co->data, core_tensor_nbytes(co));
+    if (ca) memcpy(t->concat, ca->data, core_tensor_nbytes(ca));
     memcpy(t->log_probs, tv[T_LOG_PROBS]->data, core_tensor_nbytes(tv[T_LOG_PROBS]));
     memcpy(t->has_log_prob, tv[T_HAS_LOG_PROB]->data, (size_t)N);
     memcpy(t->expert, tv[T_EXPERT]->data, (size_t)N);

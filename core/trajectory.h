@@ -30,7 +30,11 @@
  *                 VAE latent of the input image that latent frame 0 is held to. Present: F >= 2, frame 0 of every
  *                 stored latent (and of every stored mean) equals it bit for bit, and the steps' log-probs are over
  *                 frames 1 .. F-1 only (model/flow/first_frame.h states the definition).
- * A full trajectory without means or condition is written as format_version "1" without latent_first, byte for byte
+ * Concatenated image conditioning (format_version "2"; Wan 2.2 I2V-A14B, model/flow/i2v_concat.h):
+ *   concat        optional tensor F32 [K, F, H, W] (K >= 1), stored after `condition`: the mask and condition video
+ *                 latents every step's model input concatenated after the latent (in_channels = C + K); every step
+ *                 is sampled over the whole latent.
+ * A full trajectory without means, condition or concat is written as format_version "1" without latent_first, byte for byte
  * as before; anything else as "2" with latent_first (the last metadata key). Readers accept both; a "1" that carries
  * latent_first, means or condition, or whose latents are not the full [N+1, ...] table, is refused (a reader from
  * before version 2 would take it for a full table).
@@ -46,7 +50,7 @@
 #define CORE_TRAJ_MAX_REWARDS 32
 #define CORE_TRAJ_NAME_MAX 64 /* bytes of a reward name, NUL included */
 #define CORE_TRAJ_MAX_EXPERTS 2
-#define CORE_TRAJ_N_TENSORS 9  /* the 7 of version 1, then the optional means and condition */
+#define CORE_TRAJ_N_TENSORS 10 /* the 7 of version 1, then the optional means, condition and concat */
 #define CORE_TRAJ_N_REQUIRED 7
 #define CORE_TRAJ_N_META 11
 
@@ -66,8 +70,7 @@ typedef struct {
     float *condition;       /* NULL, or [C, 1, H, W]: the first-frame image condition (TI2V) */
     float *concat;          /* NULL, or [concat_channels, F, H, W]: Wan 2.2 I2V-A14B's condition (mask and condition
                                video latents, model/flow/i2v_concat.h) concatenated after every latent as the model
-                               input; in memory only for now: not stored, sent or broadcast (a trajectory with it is
-                               refused there) */
+                               input */
     int64_t concat_channels;
     float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */
     uint8_t *has_log_prob;  /* [N] */

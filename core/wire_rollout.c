@@ -185,9 +185,11 @@ int core_rollout_request_parse(const core_wire_msg *m, core_rollout_request *req
         char want[32];
         snprintf(want, sizeof want, "%d/condition", j);
         const core_wire_tensor *t0 = &m->tensors[0];
-        if (strcmp(t->name, want) || t->dtype != CORE_F32 || t->ndim != 4 || t->shape[1] != 1 || t->shape[0] < 1 ||
-            t->shape[2] < 1 || t->shape[3] < 1 || memcmp(t->shape, t0->shape, sizeof(int64_t) * 4)) {
-            core_error("rollout_request: tensor %d must be \"%s\" F32 [C, 1, h, w] (the shape of tensor 0)", j, want);
+        if (strcmp(t->name, want) || t->dtype != CORE_F32 || t->ndim != 4 || t->shape[1] < 1 || t->shape[0] < 1 ||
+            t->shape[2] < 1 || t->shape[3] < 1 || t->shape[0] > 4096 || t->shape[1] > 4096 ||
+            memcmp(t->shape, t0->shape, sizeof(int64_t) * 4)) {
+            core_error("rollout_request: tensor %d must be \"%s\" F32 [C, 1, h, w] or [K, F, h, w] (the shape of "
+                       "tensor 0)", j, want);
             goto fail;
         }
         if (j == 0) {

@@ -131,7 +131,7 @@ static int pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *
         goto fail;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    const int64_t shape[4] = {wc->in_channels, F, H, W};
+    const int64_t shape[4] = {wc->out_channels, F, H, W}; /* the latent (I2V-A14B takes a condition besides) */
     if (rollout_config_init(&p->rc, r->num_steps, r->shift, r->eta, r->guidance_scale, shape, r->text_len,
                             (uint64_t)r->seed, r->batch_size))
         goto fail;

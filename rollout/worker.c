@@ -85,7 +85,11 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     if (rollout_config_apply_request(&rc_, &req)) goto done;
     if (req.cond_shape[0]) { /* image to video: each sample's first-frame condition came with the request */
         const int64_t *s = rc_.shape, *c = req.cond_shape;
-        if (c[0] != s[0] || c[1] != 1 || c[2] != s[2] || c[3] != s[3]) {
+        /* Wan 2.2 I2V-A14B (in = out + K): [K, F, h, w] concatenated to every input; else TI2V's [C, 1, h, w] */
+        const wan_config *mc = &p->experts.expert[0]->cfg;
+        const int cat = mc->in_channels != mc->out_channels;
+        if (cat ? c[0] != mc->in_channels - s[0] || c[1] != s[1] || c[2] != s[2] || c[3] != s[3]
+                : c[0] != s[0] || c[1] != 1 || c[2] != s[2] || c[3] != s[3]) {
             core_error("image conditions [%lld, %lld, %lld, %lld], but this worker's latent is [%lld, %lld, %lld, "
                        "%lld]", (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], (long long)s[0],
                        (long long)s[1], (long long)s[2], (long long)s[3]);
@@ -96,7 +100,8 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
             goto done;
         }
         for (int j = 0; j < n; j++) conds[j] = req.samples[j].condition;
-        rc_.conditions = conds;
+        if (cat) rc_.concat_conditions = conds;
+        else rc_.conditions = conds;
     }
     if (vel) {
         for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;

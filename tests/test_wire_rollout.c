@@ -265,8 +265,8 @@ TEST(wire_trajectory_reply_stored_ranges) {
     CHECK(!strcmp(ts[0].name, "1/sigmas") && core_trajectory_reply_parse(&mm, &req, res, &vg, vs) == -1 &&
           strstr(core_last_error(), "samples[0]: tensor 0 is \"1/sigmas\", expected a \"0/...\" tensor"));
     core_rollout_request other = req;
-    other.return_velocities = 0; /* velocities not asked for: within the count (a sample may carry 9 tensors with
-                                    means and condition), so sample 0's velocity is read as an unknown field */
+    other.return_velocities = 0; /* velocities not asked for: within the count (a sample may carry 10 tensors with
+                                    means, condition and concat), so sample 0's velocity is read as an unknown field */
     CHECK(core_trajectory_reply_parse(&m, &other, res, &vg, vs) == -1 &&
           strstr(core_last_error(), "samples[0]: unknown tensor 'velocity'"));
     mm.n_tensors = 0; /* 21 tensors: one fewer than 3 samples need */
@@ -276,7 +276,7 @@ TEST(wire_trajectory_reply_stored_ranges) {
             strcmp(m.tensors[i].name, "2/rewards"))
             ts[mm.n_tensors++] = m.tensors[i];
     CHECK_MSG(core_trajectory_reply_parse(&mm, &other, res, &vg, vs) == -1 &&
-              strstr(core_last_error(), "21 tensors, expected 22 .. 28"), "%s", core_last_error());
+              strstr(core_last_error(), "21 tensors, expected 22 .. 31"), "%s", core_last_error());
     other = req;
     other.return_trajectories = 0, other.return_velocities = 0;
     CHECK(core_trajectory_reply_parse(&m, &other, res, &vg, vs) == -1 && strstr(core_last_error(), "26 tensors, expected 1"));

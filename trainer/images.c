@@ -8,6 +8,7 @@
 #include "media/image.h"
 #include "model/dit/wan_dit.h"
 #include "model/flow/first_frame.h"
+#include "model/flow/i2v_concat.h"
 #include "model/vae/wan_vae_encode.h"
 
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {
@@ -28,13 +29,9 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
         char cfg_path[4200];
         wan_config wc;
         snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", r->model_path);
-        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + 4)
-            return core_error("%s: %s gives images, and model.path %s is a Wan 2.2 I2V-A14B pipeline (its transformer "
-                              "takes %d channels for %d out: latents, a 4-channel mask and the condition video's "
-                              "latents); vgrpo does not train or sample that yet (only --dry-run without its weights "
-                              "checks such a recipe); Wan 2.2 TI2V pipelines are supported (init-model presets "
-                              "wan2.2-ti2v-5b, tiny-ti2v)", key, lists[0]->path, r->model_path, wc.in_channels,
-                              wc.out_channels);
+        /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in */
+        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + FLOW_I2V_MASK_CHANNELS)
+            return 0;
         core_error_clear();
     }
     if (yes == 0)
@@ -46,10 +43,29 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
     return 0;
 }
 
-int trainer_images_encode(const core_recipe *r, int64_t C, const core_prompts *const *lists, int n_lists, float **out) {
+/* I2V-A14B: the PNG stretched to the recipe's size, then its condition [K, F, h, w] (model/flow/i2v_concat.h). */
+static int i2v_encode(vae_encoder *enc, const core_recipe *r, int64_t K, const char *png, float *dst) {
+    if (K != FLOW_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim)
+        return core_error("the transformer takes %lld condition channels, the mask's %d and the VAE's %d latents are %d",
+                          (long long)K, FLOW_I2V_MASK_CHANNELS, vae_encoder_get_config(enc)->z_dim,
+                          FLOW_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim);
+    const size_t npx = (size_t)r->height * (size_t)r->width;
+    uint8_t *px = malloc(3 * npx);
+    float *img = malloc(sizeof(float) * 3 * npx);
+    int rc = !px || !img ? core_error("out of memory for the image") : media_image_load(png, r->height, r->width, px);
+    if (!rc) {
+        vae_video_from_u8(px, 1, 1, r->height, r->width, img);
+        rc = flow_i2v_condition(enc, img, r->frames, r->height, r->width, dst);
+    }
+    free(px), free(img);
+    return rc;
+}
+
+int trainer_images_encode(const core_recipe *r, int64_t C, int64_t K, const core_prompts *const *lists, int n_lists,
+                          float **out) {
     int F, h, w;
     core_recipe_latent_size(r, &F, &h, &w);
-    const int64_t nc = C * h * w;
+    const int64_t nc = K ? K * F * h * w : C * h * w;
     for (int k = 0; k < n_lists; k++) out[k] = NULL;
     vae_encoder *enc = vae_encoder_load(r->model_path);
     if (!enc) return core_error_push("image conditions: model.path's VAE encoder: ");
@@ -76,7 +92,7 @@ int trainer_images_encode(const core_recipe *r, int64_t C, const core_prompts *c
             float *dst = out[k] + (int64_t)i * nc;
             char at[4200];
             if (same) memcpy(dst, same, sizeof(float) * (size_t)nc);
-            else if (media_image_encode(enc, p->image[i], r->height, r->width, dst)) {
+            else if (K ? i2v_encode(enc, r, K, p->image[i], dst) : media_image_encode(enc, p->image[i], r->height, r->width, dst)) {
                 core_error_push("%s: image: ", core_prompts_where(p, i, at, sizeof at));
                 goto done;
             }

@@ -14,14 +14,18 @@
 /* The checks that need no weights, for prompt lists `lists` (n_lists >= 1; the first names the recipe key `key`):
  * every list gives images or none does; with images, the latent has a frame to generate after the image's
  * (rollout.frames >= 5) and model.path is a pipeline that conditions on a first frame (model_index.json
- * "expand_timesteps": true, Wan 2.2 TI2V; checked when the folder exists, so a dry run needs no model). A TI2V
+ * "expand_timesteps": true, Wan 2.2 TI2V; or a Wan 2.2 I2V-A14B transformer, in = 2 out + 4 channels; checked when
+ * the folder exists, so a dry run needs no model). A TI2V
  * model also runs text-only prompt files (text to video), as diffusers' WanPipeline runs it. -1 naming the key. */
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key);
 
 /* Every prompt's condition for lists with images: out[k] [lists[k]->n, C, 1, h, w] (malloc'd) with (h, w) the
- * recipe's latent size and C the transformer's channels: media_image_encode with model.path's VAE encoder (checked:
- * z_dim == C and its spatial factor the recipe's). Each distinct image file is encoded once over all the lists.
- * Errors name file:line and the image; nothing is left allocated on error. */
-int trainer_images_encode(const core_recipe *r, int64_t C, const core_prompts *const *lists, int n_lists, float **out);
+ * recipe's latent size and C the transformer's latent (output) channels: media_image_encode with model.path's VAE
+ * encoder (checked: z_dim == C and its spatial factor the recipe's). K > 0 (Wan 2.2 I2V-A14B: the transformer takes
+ * C + K channels): out[k] [n, K, F, h, w], flow_i2v_condition of the image stretched to the size (the mask and the
+ * condition video [image, zeros] encoded; model/flow/i2v_concat.h). Each distinct image file is encoded once over
+ * all the lists. Errors name file:line and the image; nothing is left allocated on error. */
+int trainer_images_encode(const core_recipe *r, int64_t C, int64_t K, const core_prompts *const *lists, int n_lists,
+                          float **out);
 
 #endif

@@ -302,11 +302,17 @@ static int setup_images(trainer_state *S, const core_recipe *r) {
     if (!S->train.n_images || !S->src) return 0;
     const core_prompts *lists[2] = {&S->train, &S->eval};
     float *tab[2];
-    if (trainer_images_encode(r, S->shape[0], lists, 2, tab)) return -1;
+    const int64_t K = S->pol[0].cfg.in_channels - S->pol[0].cfg.out_channels; /* I2V-A14B: concatenated channels */
+    if (trainer_images_encode(r, S->shape[0], K, lists, 2, tab)) return -1;
     S->img_train = tab[0], S->img_eval = tab[1];
     S->src->images = (trainer_image_conds){.train = S->img_train, .eval = S->img_eval, .n_train = S->train.n,
                                            .n_eval = S->eval.n, .shape = {S->shape[0], 1, S->shape[2], S->shape[3]},
                                            .numel = S->shape[0] * S->shape[2] * S->shape[3]};
+    if (K) {
+        const int64_t s[4] = {K, S->shape[1], S->shape[2], S->shape[3]};
+        memcpy(S->src->images.shape, s, sizeof s);
+        S->src->images.numel = K * S->shape[1] * S->shape[2] * S->shape[3];
+    }
     return 0;
 }
 
@@ -356,15 +362,14 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
-    if (S->pol[0].cfg.in_channels != S->pol[0].cfg.out_channels)
+    if (S->pol[0].cfg.in_channels != S->pol[0].cfg.out_channels && !S->train.n_images)
         return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
-                          "the condition video's latents); vgrpo does not train that yet (its TI2V first-frame "
-                          "conditioning is supported; --dry-run checks such a recipe)", path, S->pol[0].cfg.in_channels,
-                          S->pol[0].cfg.out_channels);
+                          "the condition video's latents): it needs prompt files with an image per prompt (JSON lines)",
+                          path, S->pol[0].cfg.in_channels, S->pol[0].cfg.out_channels);
     if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    S->shape[0] = S->pol[0].cfg.in_channels, S->shape[1] = F, S->shape[2] = H, S->shape[3] = W;
+    S->shape[0] = S->pol[0].cfg.out_channels, S->shape[1] = F, S->shape[2] = H, S->shape[3] = W;
     S->nl = S->shape[0] * F * H * W;
     if (setup_images(S, r)) return -1;
     memset(&S->tc, 0, sizeof S->tc);

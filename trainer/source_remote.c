@@ -44,9 +44,10 @@ static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const cor
     if (ctl_rollout(R->ctl, &t2, s2, n, R->chunk, R->timeout_s, res, on_chunk, cctx)) goto done;
     for (int j = 0; j < n && tmpl->return_trajectories; j++) {
         const core_traj *t = &res[j].traj;
-        if (!t->condition || memcmp(t->condition, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
+        const float *back = R->src.images.shape[1] > 1 ? t->concat : t->condition; /* I2V-A14B: [K, F, h, w] */
+        if (!back || memcmp(back, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
             core_error("rollout: sample uid %llu came back with %s image condition than the request's",
-                       (unsigned long long)samples[j].uid, t->condition ? "another" : "no");
+                       (unsigned long long)samples[j].uid, back ? "another" : "no");
             for (int k = 0; k < n; k++) core_rollout_result_free(&res[k]);
             goto done;
         }
