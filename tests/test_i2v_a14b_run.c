@@ -7,6 +7,7 @@
  * (the conditions in the dp broadcast); `vgrpo eval`; a local run equals a colocated one bit for bit and resumes
  * exactly. */
 #include <jansson.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -136,4 +137,28 @@ TEST(i2v_a14b_run_local_colocated_resume) {
     for (int i = 0; i < na; i++) json_decref(a[i]);
     for (int i = 0; i < nb; i++) json_decref(b[i]);
     for (int i = 0; i < nc; i++) json_decref(c[i]);
+}
+
+/* recipes/tiny-cpu-i2v-a14b.yaml learns (make test-slow): the eval's first_frame_consistency rises by more than 3
+ * standard errors in its 50 steps (our run: 0.825 +- 0.005 -> 0.962 +- 0.0003, about 16 s on 2 cores). */
+TEST(i2v_a14b_tiny_recipe_learns_slow) {
+    TEST_SLOW();
+    const char *dir = test_tmpdir();
+    char out[65536], p[4300];
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --set model.path=%s/model "
+                                       "--set logging.run_dir=%s/run", test_vgrpo_bin(), dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
+    json_t *rows[256];
+    snprintf(p, sizeof p, "%s/run/metrics.jsonl", dir);
+    const int n = read_rows(p, rows, 256, 0);
+    REQUIRE(n >= 2);
+    json_t *first = rows[0], *last = rows[n - 1];
+    const double m0 = json_number_value(json_object_get(first, "eval/first_frame_consistency/mean"));
+    const double s0 = json_number_value(json_object_get(first, "eval/first_frame_consistency/se"));
+    const double m1 = json_number_value(json_object_get(last, "eval/first_frame_consistency/mean"));
+    const double s1 = json_number_value(json_object_get(last, "eval/first_frame_consistency/se"));
+    const double z = (m1 - m0) / sqrt(s0 * s0 + s1 * s1);
+    fprintf(stderr, "  eval first_frame_consistency %.4f +- %.4f -> %.4f +- %.4f (z %.1f)\n", m0, s0, m1, s1, z);
+    CHECK_MSG(z > 3.0, "the eval rose by %.2f standard errors (want > 3)", z);
+    for (int i = 0; i < n; i++) json_decref(rows[i]);
 }
