@@ -4,7 +4,7 @@
  * by the rollout requests ("<j>/condition" [20, F, h, w]) and the trajectories (`concat`), concatenated to every
  * forward's input by the workers and the trainer.
  * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank and with two workers and two trainer ranks
- * (the conditions in the dp broadcast); `vgrpo eval`; a local run equals a colocated one bit for bit and resumes
+ * (the conditions in the dp broadcast) and on the emulated device (model.device cuda); `vgrpo eval`; a local run equals a colocated one bit for bit and resumes
  * exactly. */
 #include <jansson.h>
 #include <math.h>
@@ -95,6 +95,22 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
     snprintf(p, sizeof p, "%s/ev/eval.json", dir);
     struct stat sb;
     CHECK(stat(p, &sb) == 0);
+}
+
+/* model.device cuda on the EMULATED device (kernels/cuda/emu; VGRPO_EMULATE_DEVICE=1): the 36-channel input goes
+ * through the device forward and backward; parity exactly 0 (the sampler and the trainer on the same device math). */
+TEST(i2v_a14b_parity_zero_emulated_device) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    write_prompts(dir);
+    int st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s parity recipes/tiny-cpu.yaml --set mode=colocated "
+                                       "--set model.device=cuda " I2V_SET " --set logging.run_dir=%s/d 2>&1",
+                      bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity on the emulated device failed: %s", out);
+    CHECK_MSG(strstr(out, "PASS") && strstr(out, "model.device cuda (emulated)"), "got: %s", out);
+    snprintf(p, sizeof p, "%s/d/parity.json", dir);
+    check_parity_zero(p, 4);
 }
 
 /* A local run equals a colocated one bit for bit (metrics and rewards), and 2 steps + resume + 1 equals 3 straight. */
