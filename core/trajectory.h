@@ -30,7 +30,7 @@
  *                 VAE latent of the input image that latent frame 0 is held to. Present: F >= 2, frame 0 of every
  *                 stored latent (and of every stored mean) equals it bit for bit, and the steps' log-probs are over
  *                 frames 1 .. F-1 only (model/flow/first_frame.h states the definition).
- * Concatenated image conditioning (format_version "2"; Wan 2.2 I2V-A14B, model/flow/i2v_concat.h):
+ * Concatenated image conditioning (format_version "2"; Wan 2.2 I2V-A14B, model/vae/wan_vae_i2v.h):
  *   concat        optional tensor F32 [K, F, H, W] (K >= 1), stored after `condition`: the mask and condition video
  *                 latents every step's model input concatenated after the latent (in_channels = C + K); every step
  *                 is sampled over the whole latent.
@@ -69,7 +69,7 @@ typedef struct {
     float *means;           /* NULL, or [M - 1, C, F, H, W]: the rollout's step means of steps k .. k + M - 2 */
     float *condition;       /* NULL, or [C, 1, H, W]: the first-frame image condition (TI2V) */
     float *concat;          /* NULL, or [concat_channels, F, H, W]: Wan 2.2 I2V-A14B's condition (mask and condition
-                               video latents, model/flow/i2v_concat.h) concatenated after every latent as the model
+                               video latents, model/vae/wan_vae_i2v.h) concatenated after every latent as the model
                                input */
     int64_t concat_channels;
     float *log_probs;       /* [N], 0 where has_log_prob[i] == 0 */

@@ -12,7 +12,7 @@
  *                                "metadata": {string: string}?}, ...]}            (1..CORE_WIRE_MAX_SAMPLES samples)
  *                  + image conditions (Wan 2.2 TI2V; model/flow/first_frame.h), optional: no tensors, or one
  *                  tensor "<j>/condition" F32 [C, 1, h, w] per sample in sample order (all of one shape, finite):
- *                  the normalised VAE latent of sample j's image; for Wan 2.2 I2V-A14B (model/flow/i2v_concat.h)
+ *                  the normalised VAE latent of sample j's image; for Wan 2.2 I2V-A14B (model/vae/wan_vae_i2v.h)
  *                  F32 [K, F, h, w]: the mask and condition video latents concatenated to every step's input
  * trajectory       reply (same id): {"policy_version": int, "samples": [{"uid", "prompt_index", "reward_total",
  *                   "rewards": {scorer: number}, "video_xxh64": "16 hex digits", "trajectory": {metadata}?}, ...]}

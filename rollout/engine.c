@@ -9,7 +9,7 @@
 #include "core/philox.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/flow/first_frame.h"
-#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 
@@ -112,7 +112,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
         }
         for (int r = 0; r < rows; r++) { /* a conditioned latent's frame 0 is its condition: it is the model input */
             if (ccond)
-                flow_i2v_input(rc->shape[0], m0->cfg.in_channels - rc->shape[0], nvox, core_traj_latent(&tr[r % b], i),
+                vae_i2v_input(rc->shape[0], m0->cfg.in_channels - rc->shape[0], nvox, core_traj_latent(&tr[r % b], i),
                                ccond[r % b], x + r * nin);
             else memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
             if (i2v) flow_ff_timesteps(rc->shape[1], tpf, rc->timesteps[i], ts + r * nts);

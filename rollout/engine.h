@@ -54,7 +54,7 @@ typedef struct {
     const float *const *conditions;         /* NULL (text to video), or per sample j of a rollout_generate call its
                                                first-frame condition [C, 1, H, W] (TI2V: every sample of the call has
                                                one; the normalised VAE latent of its image) */
-    const float *const *concat_conditions;  /* NULL, or (Wan 2.2 I2V-A14B, model/flow/i2v_concat.h) per sample j of a
+    const float *const *concat_conditions;  /* NULL, or (Wan 2.2 I2V-A14B, model/vae/wan_vae_i2v.h) per sample j of a
                                                call its condition [in - C, F, H, W] (the 4-channel mask, then the
                                                normalised latents of the condition video), concatenated after the
                                                latent [C, F, H, W] as every forward's input: the model takes

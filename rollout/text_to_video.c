@@ -14,7 +14,7 @@
 #include "model/dit/wan_dit.h"
 #include "model/dit/wan_lora.h"
 #include "media/image.h"
-#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_i2v.h"
 #include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
@@ -169,8 +169,8 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         core_error("%s and %s have different configs (two experts must match)", path, p2);
         goto done;
     }
-    /* Wan 2.2 I2V-A14B (model/flow/i2v_concat.h): latents, a 4-channel mask and the condition video's latents in */
-    const int cat = dc->in_channels == 2 * dc->out_channels + FLOW_I2V_MASK_CHANNELS;
+    /* Wan 2.2 I2V-A14B (model/vae/wan_vae_i2v.h): latents, a 4-channel mask and the condition video's latents in */
+    const int cat = dc->in_channels == 2 * dc->out_channels + VAE_I2V_MASK_CHANNELS;
     if (a->image && ff_pipe != 1 && !cat) {
         core_error("--image: %s is a text-to-video pipeline (its model_index.json has no \"expand_timesteps\": "
                    "true and its transformer takes as many channels as it gives); image to video needs a Wan 2.2 TI2V "
@@ -249,13 +249,13 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
             core_error_push("--image: ");
             goto done;
         }
-        if (cat) { /* I2V-A14B: [image, zeros] encoded as one video, after the mask (model/flow/i2v_concat.h) */
+        if (cat) { /* I2V-A14B: [image, zeros] encoded as one video, after the mask (model/vae/wan_vae_i2v.h) */
             uint8_t *px = malloc((size_t)3 * a->height * a->width);
             float *img = malloc(sizeof(float) * (size_t)3 * a->height * a->width);
             int bad = !px || !img ? core_error("out of memory for the image") : 0;
             if (!bad) bad = media_image_load(a->image, a->height, a->width, px);
             if (!bad) vae_video_from_u8(px, 1, 1, a->height, a->width, img);
-            if (!bad) bad = flow_i2v_condition(venc, img, a->frames, a->height, a->width, cond);
+            if (!bad) bad = vae_i2v_condition(venc, img, a->frames, a->height, a->width, cond);
             free(px), free(img);
             if (bad) {
                 core_error_push("--image: ");
@@ -288,7 +288,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         const float g = (float)(e ? a->guidance2 : a->guidance);
         const int r = flow_cfg_active(g) ? rows : 1;
         for (int k = 0; k < rows; k++) {
-            if (cat) flow_i2v_input(C, cc, (int64_t)T * h * w, x, cond, xin + k * nin);
+            if (cat) vae_i2v_input(C, cc, (int64_t)T * h * w, x, cond, xin + k * nin);
             else memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl);
             if (ti2v) flow_ff_timesteps(T, tpf, timesteps[i], ts + k * nts);
             else ts[k] = timesteps[i];

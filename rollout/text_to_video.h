@@ -21,7 +21,7 @@
  * frame 0's tokens) and the Euler step runs over frames 1 .. T-1 (model/flow/first_frame.h). On a Wan 2.2
  * I2V-A14B pipeline (a transformer of in = 2 out + 4 channels; WanImageToVideoPipeline without expand_timesteps) the
  * image is required: the PNG stretched to the size, [image, zeros] encoded as one video, and cat(latents, mask,
- * condition) is every forward's input, every frame stepped (model/flow/i2v_concat.h).
+ * condition) is every forward's input, every frame stepped (model/vae/wan_vae_i2v.h).
  * Limits: with two experts and one guidance scale of 1, the unconditional row is still computed at that expert's
  * steps (and ignored); without an image expand_timesteps is not read, which is exact for text to video (every token
  * has the same timestep). */

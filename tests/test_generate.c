@@ -203,11 +203,11 @@ TEST(gen_errors_name_the_problem) {
     CHECK_MSG(rc == 1 && strstr(out, "multiples of 16"), "width 24: rc %d, %s", rc, out);
     rc = gen(out, sizeof out, pipe, mp4, "--height 32 --width 32 --frames 5 --steps 0");
     CHECK_MSG(rc == 2 && strstr(out, "--steps"), "steps 0: rc %d, %s", rc, out);
-    /* a VAE whose z_dim differs from the transformer's in_channels (16) */
+    /* a VAE whose z_dim differs from the transformer's out_channels (16; in_channels too, a text-to-video model) */
     snprintf(path, sizeof path, "%s/vae", pipe);
     REQUIRE_OK(vae_tiny_write(path, 8, 0));
     rc = gen(out, sizeof out, pipe, mp4, "");
-    CHECK_MSG(rc == 1 && strstr(out, "z_dim is 8") && strstr(out, "in_channels is 16"), "z_dim: rc %d, %s", rc, out);
+    CHECK_MSG(rc == 1 && strstr(out, "z_dim is 8") && strstr(out, "out_channels is 16"), "z_dim: rc %d, %s", rc, out);
     /* no tokenizer.json */
     snprintf(path, sizeof path, "%s/tokenizer/tokenizer.json", pipe);
     REQUIRE(unlink(path) == 0);

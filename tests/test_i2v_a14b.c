@@ -1,5 +1,5 @@
 /* tests/test_i2v_a14b.c — Wan 2.2 I2V-A14B (diffusers' WanImageToVideoPipeline without expand_timesteps), what exists
- * of it so far: the condition and the 36-channel input (model/flow/i2v_concat.h) and the rollout engine's sampling
+ * of it so far: the condition and the 36-channel input (model/vae/wan_vae_i2v.h) and the rollout engine's sampling
  * with them, one whole two-expert CFG loop against diffusers' pipeline on the same image, embeddings and noise
  * (scripts/fixtures_i2v.py a14b: the condition, every step's latents and the final latents within 1e-5 relative,
  * max|a-b| / max|b|; the mask exactly); an SDE rollout samples every step, batch-invariant; the wan2.2-i2v-a14b
@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "model/dit/wan_dit.h"
-#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_i2v.h"
 #include "media/image.h"
 #include "model/vae/wan_vae_encode.h"
 #include "core/trajectory.h"
@@ -130,17 +130,17 @@ static float *read_f32(st_file *f, const char *name, int64_t *n) {
 TEST(i2v_a14b_mask_layout) {
     /* 9 frames -> 3 latent frames: ones on latent frame 0 in all 4 channels */
     float m[4 * 3 * 2];
-    REQUIRE_OK(flow_i2v_mask(9, 3, 1, 2, m));
+    REQUIRE_OK(vae_i2v_mask(9, 3, 1, 2, m));
     for (int c = 0; c < 4; c++)
         for (int t = 0; t < 3; t++)
             for (int j = 0; j < 2; j++) CHECK(m[(c * 3 + t) * 2 + j] == (t == 0 ? 1.0f : 0.0f));
-    REQUIRE_OK(flow_i2v_mask(1, 1, 1, 1, m));
+    REQUIRE_OK(vae_i2v_mask(1, 1, 1, 1, m));
     CHECK(m[0] == 1 && m[1] == 1 && m[2] == 1 && m[3] == 1);
-    CHECK(flow_i2v_mask(8, 2, 1, 1, m) == -1 && strstr(core_last_error(), "4k+1"));
-    CHECK(flow_i2v_mask(9, 2, 1, 1, m) == -1);
+    CHECK(vae_i2v_mask(8, 2, 1, 1, m) == -1 && strstr(core_last_error(), "4k+1"));
+    CHECK(vae_i2v_mask(9, 2, 1, 1, m) == -1);
     const float x[2 * 3] = {1, 2, 3, 4, 5, 6}, cc[1 * 3] = {7, 8, 9};
     float in[9];
-    flow_i2v_input(2, 1, 3, x, cc, in);
+    vae_i2v_input(2, 1, 3, x, cc, in);
     for (int i = 0; i < 9; i++) CHECK(in[i] == (float)(i + 1));
 }
 
@@ -181,7 +181,7 @@ static void a14b_load(a14b_fix *f) {
     f->cond = malloc(sizeof(float) * 20 * (size_t)(f->T * f->h * f->w));
     REQUIRE(image && f->cond);
     vae_video_from_u8(img.data, 1, 1, f->H, f->W, image);
-    REQUIRE_OK(flow_i2v_condition(f->enc, image, f->Fv, f->H, f->W, f->cond));
+    REQUIRE_OK(vae_i2v_condition(f->enc, image, f->Fv, f->H, f->W, f->cond));
     free(image);
     core_tensor_free(&img);
 }
@@ -307,7 +307,7 @@ TEST(i2v_a14b_tiny_preset) {
     vae_video_from_u8(px, 1, 1, H, Wd, img);
     float *cond = malloc(sizeof(float) * 20 * (size_t)(T * h * w));
     REQUIRE(cond);
-    REQUIRE_OK(flow_i2v_condition(enc, img, Fv, H, Wd, cond));
+    REQUIRE_OK(vae_i2v_condition(enc, img, Fv, H, Wd, cond));
     const int64_t shape[4] = {16, T, h, w};
     rollout_config rc;
     REQUIRE_OK(rollout_config_init(&rc, 6, 3.0, 0.8f, 4.0f, shape, 4, 7, 2));

@@ -1,6 +1,6 @@
 /* tests/test_i2v_a14b_run.c — Wan 2.2 I2V-A14B end to end on the `tiny-i2v` preset (vgrpo init-model: two tiny
  * experts of 36 in / 16 out channels, a VAE with an encoder): prompt files of JSON lines with a PNG per prompt, each
- * image's condition (the mask and the condition video's latents, model/flow/i2v_concat.h) made at start-up, carried
+ * image's condition (the mask and the condition video's latents, model/vae/wan_vae_i2v.h) made at start-up, carried
  * by the rollout requests ("<j>/condition" [20, F, h, w]) and the trajectories (`concat`), concatenated to every
  * forward's input by the workers and the trainer.
  * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank and with two workers and two trainer ranks

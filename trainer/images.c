@@ -8,7 +8,7 @@
 #include "media/image.h"
 #include "model/dit/wan_dit.h"
 #include "model/flow/first_frame.h"
-#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_i2v.h"
 #include "model/vae/wan_vae_encode.h"
 
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {
@@ -30,7 +30,7 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
         wan_config wc;
         snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", r->model_path);
         /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in */
-        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + FLOW_I2V_MASK_CHANNELS)
+        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + VAE_I2V_MASK_CHANNELS)
             return 0;
         core_error_clear();
     }
@@ -43,19 +43,19 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
     return 0;
 }
 
-/* I2V-A14B: the PNG stretched to the recipe's size, then its condition [K, F, h, w] (model/flow/i2v_concat.h). */
+/* I2V-A14B: the PNG stretched to the recipe's size, then its condition [K, F, h, w] (model/vae/wan_vae_i2v.h). */
 static int i2v_encode(vae_encoder *enc, const core_recipe *r, int64_t K, const char *png, float *dst) {
-    if (K != FLOW_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim)
+    if (K != VAE_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim)
         return core_error("the transformer takes %lld condition channels, the mask's %d and the VAE's %d latents are %d",
-                          (long long)K, FLOW_I2V_MASK_CHANNELS, vae_encoder_get_config(enc)->z_dim,
-                          FLOW_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim);
+                          (long long)K, VAE_I2V_MASK_CHANNELS, vae_encoder_get_config(enc)->z_dim,
+                          VAE_I2V_MASK_CHANNELS + vae_encoder_get_config(enc)->z_dim);
     const size_t npx = (size_t)r->height * (size_t)r->width;
     uint8_t *px = malloc(3 * npx);
     float *img = malloc(sizeof(float) * 3 * npx);
     int rc = !px || !img ? core_error("out of memory for the image") : media_image_load(png, r->height, r->width, px);
     if (!rc) {
         vae_video_from_u8(px, 1, 1, r->height, r->width, img);
-        rc = flow_i2v_condition(enc, img, r->frames, r->height, r->width, dst);
+        rc = vae_i2v_condition(enc, img, r->frames, r->height, r->width, dst);
     }
     free(px), free(img);
     return rc;

@@ -22,8 +22,8 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
 /* Every prompt's condition for lists with images: out[k] [lists[k]->n, C, 1, h, w] (malloc'd) with (h, w) the
  * recipe's latent size and C the transformer's latent (output) channels: media_image_encode with model.path's VAE
  * encoder (checked: z_dim == C and its spatial factor the recipe's). K > 0 (Wan 2.2 I2V-A14B: the transformer takes
- * C + K channels): out[k] [n, K, F, h, w], flow_i2v_condition of the image stretched to the size (the mask and the
- * condition video [image, zeros] encoded; model/flow/i2v_concat.h). Each distinct image file is encoded once over
+ * C + K channels): out[k] [n, K, F, h, w], vae_i2v_condition of the image stretched to the size (the mask and the
+ * condition video [image, zeros] encoded; model/vae/wan_vae_i2v.h). Each distinct image file is encoded once over
  * all the lists. Errors name file:line and the image; nothing is left allocated on error. */
 int trainer_images_encode(const core_recipe *r, int64_t C, int64_t K, const core_prompts *const *lists, int n_lists,
                           float **out);

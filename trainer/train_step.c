@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/flow/first_frame.h"
-#include "model/flow/i2v_concat.h"
+#include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "trainer/lora.h"
@@ -81,21 +81,21 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
     const int i2v = T[0].condition != NULL;
     const int64_t tpf = (T[0].shape[2] / policy->cfg.patch_size[1]) * (T[0].shape[3] / policy->cfg.patch_size[2]);
     const int64_t nts = i2v ? T[0].shape[1] * tpf : 1;
-    /* I2V-A14B: a row's input is cat(latent, the trajectory's condition) (model/flow/i2v_concat.h), as the rollout's */
+    /* I2V-A14B: a row's input is cat(latent, the trajectory's condition) (model/vae/wan_vae_i2v.h), as the rollout's */
     const int64_t cc = T[0].concat ? T[0].concat_channels : 0, vox = nl / T[0].shape[0], nin = nl + cc * vox;
     int rows = cnt;
     for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(tr[t].g) ? rows++ : -1;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
-        if (cc) flow_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)t * nin);
+        if (cc) vae_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)t * nin);
         else memcpy(w->x + (int64_t)t * nl, core_traj_latent(s, i), sizeof(float) * nl);
         memcpy(w->enc + (int64_t)t * ne, b->cond[tr[t].s], sizeof(float) * ne);
         if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)t * nts);
         else w->ts[t] = s->timesteps[i];
         if (w->urow[t] >= 0) {
             const int u = w->urow[t];
-            if (cc) flow_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)u * nin);
+            if (cc) vae_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)u * nin);
             else memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
             if (b->neg) memcpy(w->enc + (int64_t)u * ne, b->neg, sizeof(float) * ne);
             else memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);

@@ -1,13 +1,13 @@
-/* model/flow/i2v_concat.c — Wan 2.2 I2V-A14B's condition and model input (see model/flow/i2v_concat.h). */
-#include "model/flow/i2v_concat.h"
+/* model/vae/wan_vae_i2v.c — Wan 2.2 I2V-A14B's condition and model input (see model/vae/wan_vae_i2v.h). */
+#include "model/vae/wan_vae_i2v.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 
-int flow_i2v_mask(int frames, int T, int h, int w, float *mask) {
-    const int k = FLOW_I2V_MASK_CHANNELS;
+int vae_i2v_mask(int frames, int T, int h, int w, float *mask) {
+    const int k = VAE_I2V_MASK_CHANNELS;
     if (frames < 1 || (frames - 1) % k || T != (frames - 1) / k + 1)
         return core_error("i2v mask: %d frames and %d latent frames (frames must be %dk+1, latent frames (frames - 1) "
                           "/ %d + 1)", frames, T, k, k);
@@ -28,7 +28,7 @@ int flow_i2v_mask(int frames, int T, int h, int w, float *mask) {
     return 0;
 }
 
-int flow_i2v_condition(vae_encoder *enc, const float *image, int frames, int H, int W, float *cond) {
+int vae_i2v_condition(vae_encoder *enc, const float *image, int frames, int H, int W, float *cond) {
     const int C = vae_encoder_video_channels(enc), T = vae_encoder_frames_out(enc, frames);
     const int s = vae_encoder_spatial_factor(enc), h = H / s, w = W / s;
     if (C != 3) return core_error("i2v condition: the VAE encodes %d video channels, an image has 3", C);
@@ -36,13 +36,13 @@ int flow_i2v_condition(vae_encoder *enc, const float *image, int frames, int H, 
     float *video = calloc((size_t)(3 * fhw), sizeof(float)); /* frames 1 .. frames-1 stay zero */
     if (!video) return core_error("i2v condition: out of memory for the condition video");
     for (int c = 0; c < 3; c++) memcpy(video + c * fhw, image + c * hw, sizeof(float) * (size_t)hw);
-    int rc = flow_i2v_mask(frames, T, h, w, cond);
-    if (!rc) rc = vae_encode(enc, video, 1, 3, frames, H, W, cond + (int64_t)FLOW_I2V_MASK_CHANNELS * T * h * w, 1);
+    int rc = vae_i2v_mask(frames, T, h, w, cond);
+    if (!rc) rc = vae_encode(enc, video, 1, 3, frames, H, W, cond + (int64_t)VAE_I2V_MASK_CHANNELS * T * h * w, 1);
     free(video);
     return rc;
 }
 
-void flow_i2v_input(int64_t C, int64_t cc, int64_t n, const float *x, const float *cond, float *in) {
+void vae_i2v_input(int64_t C, int64_t cc, int64_t n, const float *x, const float *cond, float *in) {
     memcpy(in, x, sizeof(float) * (size_t)(C * n));
     memcpy(in + C * n, cond, sizeof(float) * (size_t)(cc * n));
 }
