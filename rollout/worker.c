@@ -209,7 +209,7 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     char mon_ep[64];
     snprintf(mon_ep, sizeof mon_ep, "inproc://worker-monitor-%p", (void *)&w);
     if (zmq_socket_monitor(w.sock, mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) ||
+                                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ||
         !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_setsockopt(mon, ZMQ_LINGER, &linger, sizeof linger) ||
         zmq_connect(mon, mon_ep)) {
         core_error("zmq: cannot monitor the controller socket: %s", zmq_strerror(errno));
@@ -229,16 +229,22 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     if (send_hello(&w)) goto done;
     core_log_info("%s: connected to %s%s, reward server %s%s, %d expert(s)", cfg->id, cfg->controller,
                   cfg->keys ? " (CURVE)" : "", cfg->reward, reward_keyed ? " (CURVE)" : "", p->experts.n);
-    double last = now_s(), reconnect_at = 0;
+    double last = now_s(), reconnect_at = 0, connect_at = now_s();
     int heard = 0, failures = 0; /* heard: a message from the controller came */
+    int shook = 0;               /* a handshake on the current connection succeeded (the run's controller, or plain) */
     for (;;) {
         if (stop && *stop) {
             rc = 0;
             break;
         }
+        /* Until the controller is heard from, a connection whose handshake neither succeeded nor failed within 2 s
+         * is made afresh too: under load a failed handshake's monitor event can be missed (or a connect after a
+         * disconnect of the same endpoint not attempted), and libzmq never retries after a protocol error. */
+        if (!heard && !shook && reconnect_at == 0 && now_s() - connect_at > 2.0) reconnect_at = now_s();
         if (reconnect_at > 0 && now_s() >= reconnect_at) {
             /* a fresh connection (the old one's queue, with our hello, is gone) and a fresh hello */
             reconnect_at = 0;
+            connect_at = now_s(), shook = 0;
             zmq_disconnect(w.sock, cfg->controller);
             if (zmq_connect(w.sock, cfg->controller)) {
                 core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
@@ -259,10 +265,14 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
                 zmq_msg_size(&ev) >= 2) {
                 uint16_t code;
                 memcpy(&code, zmq_msg_data(&ev), 2);
-                if (++failures <= 10 || failures % 1000 == 0)
-                    core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's controller?"
-                                  " connecting again", cfg->id, cfg->controller, (unsigned)code, failures);
-                if (reconnect_at == 0) reconnect_at = now_s() + 0.2;
+                if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+                    shook = 1, reconnect_at = 0; /* a failure queued before it was an earlier connection's */
+                } else if (!shook) { /* after a success on this connection a failure event is an earlier one's */
+                    if (++failures <= 10 || failures % 1000 == 0)
+                        core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's "
+                                      "controller? connecting again", cfg->id, cfg->controller, (unsigned)code, failures);
+                    if (reconnect_at == 0) reconnect_at = now_s() + 0.2;
+                }
             }
             zmq_msg_close(&ev), zmq_msg_close(&addr);
             if (!(it[0].revents & ZMQ_POLLIN)) continue;
