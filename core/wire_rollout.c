@@ -409,6 +409,11 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
                 goto fail;
             }
             if (core_traj_from_fields(&res->traj, q, tn, tt, nm, keys, values, where)) goto fail;
+            if (req->return_means && !res->traj.means) { /* GRPO-Guard reads them: asked, so they must be there */
+                core_error("%s: the request asked for the step means (return_means) but the trajectory has no \"means\"",
+                           where);
+                goto fail;
+            }
             if (nv) {
                 if (pos >= end) {
                     core_error("%s: tensor \"%svelocity\" missing", where, prefix);

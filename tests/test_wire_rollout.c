@@ -238,6 +238,11 @@ TEST(wire_trajectory_reply_stored_ranges) {
     }
     CHECK(t[0].latent_first == 1 && t[2].n_latents == 4);
     CHECK(strstr(b.header_text, "\"latent_first\":\"1\"") && strstr(b.header_text, "\"format_version\":\"2\""));
+    /* asked for the step means (GRPO-Guard), a reply whose sample 1 carries none is refused, naming it */
+    req.return_means = 1;
+    CHECK(core_trajectory_reply_parse(&m, &req, res, &vg, vs) == -1 && strstr(core_last_error(), "samples[1]") &&
+          strstr(core_last_error(), "return_means"));
+    req.return_means = 0;
 
     /* The same frames with tensors taken out or added (a shallow copy of the message with another tensor list). */
     core_wire_tensor ts[32];
