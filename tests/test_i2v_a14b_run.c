@@ -4,7 +4,8 @@
  * by the rollout requests ("<j>/condition" [20, F, h, w]) and the trajectories (`concat`), concatenated to every
  * forward's input by the workers and the trainer.
  * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank and with two workers and two trainer ranks
- * (the conditions in the dp broadcast) and on the emulated device (model.device cuda); `vgrpo eval`; a local run equals a colocated one bit for bit and resumes
+ * (the conditions in the dp broadcast), with Ulysses sequence parallelism (sp 2, also beside dp 2) and on the
+ * emulated device (model.device cuda); `vgrpo eval`; a local run equals a colocated one bit for bit and resumes
  * exactly. */
 #include <jansson.h>
 #include <math.h>
@@ -95,6 +96,31 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
     snprintf(p, sizeof p, "%s/ev/eval.json", dir);
     struct stat sb;
     CHECK(stat(p, &sb) == 0);
+}
+
+/* Sequence parallelism on I2V-A14B: Ulysses degree 2 over two trainer ranks (one dp group of sp 2): each rank's
+ * token slice of the 36-channel input (latents, mask and condition concatenated before the patch embedding), both
+ * experts; then dp 2 x sp 2 over four ranks with two workers. parity exactly 0 both times. */
+TEST(i2v_a14b_parity_zero_ulysses) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    write_prompts(dir);
+    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                       " --set logging.run_dir=%s/u --set parallel.trainer_ranks=2 --set parallel.sp=2 "
+                                       "--set parallel.ulysses_degree=2", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (Ulysses 2) failed: %s", out);
+    CHECK_MSG(strstr(out, "PASS") && strstr(out, "dp 1 x sp 2 (ulysses 2, ring 1)"), "got: %s", out);
+    snprintf(p, sizeof p, "%s/u/parity.json", dir);
+    check_parity_zero(p, 4);
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                   " --set logging.run_dir=%s/v --set parallel.trainer_ranks=4 --set parallel.sp=2 "
+                                   "--set parallel.ulysses_degree=2 --set parallel.rollout_workers=2 "
+                                   "--set rollout.batch_size=3", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (dp 2 x Ulysses 2) failed: %s", out);
+    CHECK_MSG(strstr(out, "PASS") && strstr(out, "dp 2 x sp 2 (ulysses 2, ring 1)"), "got: %s", out);
+    snprintf(p, sizeof p, "%s/v/parity.json", dir);
+    check_parity_zero(p, 4);
 }
 
 /* model.device cuda on the EMULATED device (kernels/cuda/emu; VGRPO_EMULATE_DEVICE=1): the 36-channel input goes
