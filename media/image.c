@@ -46,3 +46,26 @@ int media_image_encode(vae_encoder *enc, const char *path, int H, int W, float *
     free(rgb), free(video);
     return rc;
 }
+
+int media_image_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
+                            const char *title, const char *const *labels, const char *const *images) {
+    if (!images) return media_png_write_sheet_titled(path, videos, n, frames, h, w, max_cols, title, labels);
+    if (n < 1 || frames < 1 || h < 1 || w < 1)
+        return core_error("contact sheet: bad video shape [%d, %d, %d, %d, 3]", n, frames, h, w);
+    const size_t fb = (size_t)h * w * 3;
+    uint8_t *v = malloc(fb * (size_t)(frames + 1) * (size_t)n); /* [n, frames + 1, h, w, 3] */
+    if (!v) return core_error("contact sheet: out of memory");
+    for (int j = 0; j < n; j++) { /* row j: its image, then video j's frames */
+        uint8_t *row = v + (size_t)j * (frames + 1) * fb;
+        if (j && !strcmp(images[j], images[j - 1])) memcpy(row, row - (size_t)(frames + 1) * fb, fb);
+        else if (media_image_load(images[j], h, w, row)) {
+            free(v);
+            return core_error_push("contact sheet row %d: ", j);
+        }
+        memcpy(row + fb, videos + (size_t)j * frames * fb, fb * (size_t)frames);
+    }
+    const int rc = media_png_write_sheet_titled(path, v, n, frames + 1, h, w, max_cols > 0 ? max_cols + 1 : 0, title,
+                                                labels);
+    free(v);
+    return rc;
+}

@@ -96,30 +96,17 @@ int eval_report_done(const eval_report *E) { return E->n_done; }
  * size, as the rollout conditioned on it), then the frames. */
 static int write_sheet(eval_report *E, int pi) {
     char labels[EVAL_SHEET_ROWS_MAX][32], path[4200];
-    const char *lp[EVAL_SHEET_ROWS_MAX];
+    const char *lp[EVAL_SHEET_ROWS_MAX], *img[EVAL_SHEET_ROWS_MAX];
     const int rows = E->K < EVAL_SHEET_ROWS_MAX ? E->K : EVAL_SHEET_ROWS_MAX;
     for (int j = 0; j < rows; j++) {
         snprintf(labels[j], sizeof labels[j], "S%d %.3f", j, (double)E->reward_total[pi * E->K + j]);
         lp[j] = labels[j];
+        img[j] = E->prompts->image ? E->prompts->image[pi] : NULL;
     }
     snprintf(path, sizeof path, "%s/sheets/p%04d.png", E->out, pi);
-    const char *img = E->prompts->image ? E->prompts->image[pi] : NULL;
-    const int F = (int)E->vshape[0], H = (int)E->vshape[1], W = (int)E->vshape[2];
-    const size_t fb = (size_t)H * W * 3;
-    uint8_t *v = img ? malloc(fb * (size_t)(F + 1) * (size_t)rows) : NULL;
-    if (img && (!v || media_image_load(img, H, W, v))) {
-        free(v);
-        return v ? core_error_push("eval sheet of prompt %d: ", pi) : core_error("out of memory");
-    }
-    for (int j = 0; v && j < rows; j++) { /* [rows, F + 1, H, W, 3]: the image, then sample j's frames */
-        uint8_t *row = v + (size_t)j * (F + 1) * fb;
-        if (j) memcpy(row, v, fb);
-        memcpy(row + fb, E->pvideo[pi] + (size_t)j * F * fb, fb * (size_t)F);
-    }
-    const int bad = media_png_write_sheet_titled(path, v ? v : E->pvideo[pi], rows, v ? F + 1 : F, H, W,
-                                                 EVAL_SHEET_COLS + (v != NULL), E->prompts->text[pi], lp);
-    free(v);
-    if (bad) return -1;
+    if (media_image_write_sheet(path, E->pvideo[pi], rows, (int)E->vshape[0], (int)E->vshape[1], (int)E->vshape[2],
+                                EVAL_SHEET_COLS, E->prompts->text[pi], lp, img[0] ? img : NULL))
+        return core_error_push("eval sheet of prompt %d: ", pi);
     free(E->pvideo[pi]);
     E->pvideo[pi] = NULL;
     return 0;

@@ -5,7 +5,7 @@
  * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank, with two workers and two trainer ranks
  * (the conditions in the dp broadcast) and with Ulysses sequence parallelism; a local run equals a colocated one bit
  * for bit and resumes exactly; `generate --image` (the first frame is the image's, whatever the seed); `vgrpo eval`
- * (the in-run eval's rewards, sheets led by the input image); the
+ * (the in-run eval's rewards, sheets led by the input image); the run's sample-video sheets led by it too; the
  * preset (encoder written, decoder as tiny's); JSON-lines prompt files; bad input refused at start-up naming
  * file:line (a missing image, a file that is not a PNG, a folder, a corrupt PNG, a prompt without an image among
  * prompts with one, an eval file without images), an image recipe on a text-to-video model, one latent frame. */
@@ -349,6 +349,56 @@ TEST(i2v_generate_and_eval) {
         same &= !memcmp((uint8_t *)sh.data + ((y1 + y) * sh.shape[1] + 2) * 3, (uint8_t *)im.data + y * 32 * 3, 32 * 3);
     CHECK_MSG(same, "the sheet's first column is not the input image");
     core_tensor_free(&sh), core_tensor_free(&im);
+}
+
+/* logging.video_every on image prompts: each row of videos/step-N/sheet.png starts with the prompt's input image (as
+ * `vgrpo eval`'s sheets, media_image_write_sheet), then the frames. Step 0's sheet row j shows sample 0 of eval
+ * prompt j at the initial weights with the eval noise (uid j x K), which is `vgrpo eval`'s sample 0 of prompt j: the
+ * two sheets' tiles are equal pixel for pixel. */
+TEST(i2v_run_sample_video_sheets) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    write_prompts(dir);
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
+                                       "--set logging.video_every=1 --set checkpoint.every=0 --steps 1 "
+                                       "--set logging.run_dir=%s/r", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
+                                   "--out %s/ev", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "eval failed: %s", out);
+    static const char *const names[4] = {"red", "green", "blue", "yellow"};
+    const int H = 32, W = 32, g = 2, L = 7, T = media_png_title_band(H); /* label scale 1 at 32 pixels */
+    core_tensor sh, ev, im;
+    for (int s = 0; s <= 1; s++) {
+        snprintf(p, sizeof p, "%s/r/videos/step-%d/sheet.png", dir, s);
+        REQUIRE_OK(media_png_read(p, &sh));
+        const int64_t sw = sh.shape[1];
+        CHECK_MSG(sw == 6 * W + 7 * g && sh.shape[0] == T + 4 * (L + H) + 5 * g, "step %d: sheet %lld x %lld, want rows "
+                  "of the image and 5 frames", s, (long long)sh.shape[0], (long long)sw);
+        for (int j = 0; j < 4 && sw == 6 * W + 7 * g; j++) {
+            snprintf(p, sizeof p, "%s/img/%s.png", dir, names[j]);
+            REQUIRE_OK(media_png_read(p, &im));
+            const int64_t y0 = T + g + (int64_t)j * (L + H + g) + L; /* row j's tiles */
+            int same = 1;
+            for (int y = 0; y < H; y++)
+                same &= !memcmp((uint8_t *)sh.data + ((y0 + y) * sw + g) * 3, (uint8_t *)im.data + y * W * 3, W * 3);
+            CHECK_MSG(same, "step %d: row %d does not start with %s.png", s, j, names[j]);
+            core_tensor_free(&im);
+            if (s) continue;
+            /* step 0: the row's tiles are vgrpo eval's sample 0 of prompt j (its sheet's first row) */
+            snprintf(p, sizeof p, "%s/ev/sheets/p%04d.png", dir, j);
+            REQUIRE_OK(media_png_read(p, &ev));
+            const int64_t ew = ev.shape[1], e0 = T + g + L;
+            REQUIRE(ew == sw);
+            same = 1;
+            for (int y = 0; y < H; y++)
+                same &= !memcmp((uint8_t *)sh.data + (y0 + y) * sw * 3, (uint8_t *)ev.data + (e0 + y) * ew * 3, sw * 3);
+            CHECK_MSG(same, "step 0, row %d: the tiles differ from vgrpo eval's sheet p%04d.png", j, j);
+            core_tensor_free(&ev);
+        }
+        core_tensor_free(&sh);
+    }
 }
 
 /* make test-slow: recipes/tiny-cpu-i2v.yaml learns first_frame_consistency (eval at the end above the start by more

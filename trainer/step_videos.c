@@ -2,7 +2,7 @@
  * eval prompts at the eval weights, with the eval's noise (stream 3, uid = prompt x eval_samples_per_prompt) and
  * eta, through the rollout source with videos returned, written to run_dir/videos/step-<step>/: pNNNN.mp4,
  * sheet.png (titled with the step; rows = prompts, labelled with the prompt index, reward and text, cut to the sheet's
- * width) and index.json (prompt, reward, xxh64 of the
+ * width; image to video: each row led by the prompt's input image, media_image_write_sheet) and index.json (prompt, reward, xxh64 of the
  * raw frames, which do not depend on the encoder). Identical in local and colocated runs. */
 #include <inttypes.h>
 #include <jansson.h>
@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/philox.h"
+#include "media/image.h"
 #include "media/png.h"
 #include "media/video.h"
 #include "trainer/run_internal.h"
@@ -102,7 +103,9 @@ int trainer_step_videos(trainer_state *S, int64_t step) {
     }
     snprintf(path, sizeof path, "%s/sheet.png", dir);
     snprintf(title, sizeof title, "step %" PRId64, step);
-    if (media_png_write_sheet_titled(path, C.videos, n, F, H, W, 8, title, lp) || write_index(S, dir, &C, res)) goto done;
+    /* image to video: each row starts with its prompt's input image, as vgrpo eval's sheets do */
+    const char *const *img = S->eval.n_images ? (const char *const *)S->eval.image : NULL;
+    if (media_image_write_sheet(path, C.videos, n, F, H, W, 8, title, lp, img) || write_index(S, dir, &C, res)) goto done;
     rc = 0;
 done:
     if (have)
