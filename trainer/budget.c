@@ -267,16 +267,16 @@ static int find_model(budget_estimate *e, const core_recipe *r) {
             e->have_t5 = 1;
         }
     }
-    if (!strcmp(r->decoder, "vae")) {
-        snprintf(path, sizeof path, "%s/vae/config.json", r->model_path);
-        if (!access(path, R_OK)) {
-            if (read_vae_config(&e->vae, path)) return -1;
-            e->have_vae = 1;
-        } else if (preset) {
-            if (preset_vae(&e->vae, preset, e->dit.out_channels)) return -1;
-            e->have_vae = 1;
-        }
+    /* the VAE's config: the decoder's (model.decoder vae) and the image encoder's (prompt files with images) */
+    snprintf(path, sizeof path, "%s/vae/config.json", r->model_path);
+    if (!access(path, R_OK)) {
+        if (read_vae_config(&e->vae, path)) return -1;
+        e->have_vae_config = 1;
+    } else if (preset) {
+        if (preset_vae(&e->vae, preset, e->dit.out_channels)) return -1;
+        e->have_vae_config = 1;
     }
+    e->have_vae = e->have_vae_config && !strcmp(r->decoder, "vae");
     return 0;
 }
 
@@ -304,11 +304,12 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
     if (c->out_channels != c->in_channels && !i2v_concat)
         return core_error("model.path: the transformer has %d input and %d output channels (%s); sampling needs them "
                           "equal (or 2 x out + 4: Wan 2.2 I2V-A14B)", c->in_channels, c->out_channels, e->source);
-    if (e->have_vae) {
+    if (e->have_vae || e->have_enc) { /* the decoder's, or the image encoder's (the same config) */
         const vae_config *v = &e->vae;
         if (v->scale_factor_spatial != fac)
-            return core_error("model.vae_scale_factor_spatial: %d, but the VAE has spatial factor %d (%s)", fac,
-                              v->scale_factor_spatial, r->model_path);
+            return core_error("model.vae_scale_factor_spatial: %d, but the VAE in %s/vae has spatial factor %d (Wan "
+                              "2.1's VAE 8, Wan 2.2's 16): set model.vae_scale_factor_spatial: %d", fac, r->model_path,
+                              v->scale_factor_spatial, v->scale_factor_spatial);
         if (v->scale_factor_temporal != 4)
             return core_error("rollout.frames: the VAE's temporal factor is %d (%s); vgrpo decodes Wan's 4 (frames 4k+1)",
                               v->scale_factor_temporal, r->model_path);
@@ -394,6 +395,18 @@ static void decoder_parts(budget_proc *p, const sizes *z, unsigned phases) {
             F32 * params + state);
         add(p, "decoded video (fp32, one sample)", K_SIZE, phases, F32 * z->video);
     }
+}
+
+/* Image to video: the conditions of n prompts, held the whole job, and while the images are encoded at start-up the
+ * VAE encoder (weights, encode state) and one image's buffers (trainer/images.c: the trainer's rank 0 or the eval
+ * process encodes; counted on every trainer rank, which the conditions reach in the trajectories). */
+static void image_parts(budget_proc *p, const sizes *z, int n) {
+    const budget_estimate *e = z->e;
+    if (!e->have_enc) return;
+    add(p, "image conditions", "data.prompt_file, data.eval_prompt_file, " K_SIZE, 0,
+        F32 * (double)e->cond_floats * n);
+    add(p, "image encoder (VAE encoder, one image)", "data.prompt_file, rollout.height, rollout.width", BUDGET_START,
+        F32 * e->enc_params + e->enc_state + e->enc_pixels);
 }
 
 /* The trainer's parts for a micro-batch of the training pass (forward only for parity). */
@@ -546,12 +559,43 @@ done:
     return rc;
 }
 
-static int count_prompts(const core_recipe *r, const char *path, int *n) {
-    core_prompts p;
+static int read_prompts(const core_recipe *r, const char *path, core_prompts *p) {
     const core_prompts_limits lim = core_recipe_prompt_limits(r);
-    if (core_prompts_read_limited(&p, path, &lim)) return -1;
-    *n = p.n;
-    core_prompts_free(&p);
+    return core_prompts_read_limited(p, path, &lim);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Distinct image files over the n lists (each encoded once: trainer/images.c). -1 out of memory. */
+static int distinct_images(const core_prompts *const *lists, int n) {
+    int total = 0, k = 0;
+    for (int i = 0; i < n; i++) total += lists[i]->n_images ? lists[i]->n : 0;
+    const char **v = malloc(sizeof(char *) * (size_t)(total > 0 ? total : 1));
+    if (!v) return core_error("out of memory");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; lists[i]->n_images && j < lists[i]->n; j++) v[k++] = lists[i]->image[j];
+    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    int d = 0;
+    for (int j = 0; j < k; j++) d += !j || strcmp(v[j], v[j - 1]);
+    free(v);
+    return d;
+}
+
+/* Image to video: the encoder's sizes and work (e->n_images distinct images, conditions per prompt) from the VAE
+ * config (vae_encoder_estimate); TI2V encodes the image alone, I2V-A14B [image, zeros] as a rollout.frames video. */
+static int image_encoder(budget_estimate *e, const core_recipe *r) {
+    const wan_config *c = &e->dit;
+    const int cat = c->in_channels != c->out_channels; /* I2V-A14B: K = in - out channels concatenated */
+    const int frames = cat ? r->frames : 1;
+    double flop;
+    if (vae_encoder_estimate(&e->vae, frames, r->height, r->width, &e->enc_params, &e->enc_state, &flop))
+        return core_error_push("image conditions: %s/vae: ", r->model_path);
+    e->flop_images = flop * e->n_images;
+    const double px = (double)r->height * r->width;
+    /* the PNG stretched (U8), as floats in [-1, 1]; I2V-A14B also the condition video [3, frames, H, W] */
+    e->enc_pixels = 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0);
+    e->cond_floats = cat ? (int64_t)(c->in_channels - c->out_channels) * e->F * e->H * e->W
+                         : (int64_t)c->out_channels * e->H * e->W;
     return 0;
 }
 
@@ -560,15 +604,23 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const int found = find_model(e, r);
     if (found) return found;
     core_recipe_latent_size(r, &e->F, &e->H, &e->W);
-    if (check_limits(e, r)) return -1;
-    const wan_config *c = &e->dit;
-    e->tokens = (int64_t)(e->F / c->patch_size[0]) * (e->H / c->patch_size[1]) * (e->W / c->patch_size[2]);
     const budget_job job = q ? q->job : BUDGET_JOB_RUN;
     e->job = job;
-    if (job != BUDGET_JOB_EVAL && count_prompts(r, r->prompt_file, &e->n_train_prompts)) return -1;
-    if (count_prompts(r, job == BUDGET_JOB_EVAL && q->eval_prompts ? q->eval_prompts : r->eval_prompt_file,
-                      &e->n_eval_prompts))
+    core_prompts pt = {0}, pe = {0};
+    if ((job != BUDGET_JOB_EVAL && read_prompts(r, r->prompt_file, &pt)) ||
+        read_prompts(r, job == BUDGET_JOB_EVAL && q->eval_prompts ? q->eval_prompts : r->eval_prompt_file, &pe)) {
+        core_prompts_free(&pt);
         return -1;
+    }
+    e->n_train_prompts = job != BUDGET_JOB_EVAL ? pt.n : 0, e->n_eval_prompts = pe.n;
+    const core_prompts *lists[2] = {&pe, &pt};
+    e->n_images = pe.n_images ? distinct_images(lists, job != BUDGET_JOB_EVAL ? 2 : 1) : 0;
+    core_prompts_free(&pt), core_prompts_free(&pe);
+    if (e->n_images < 0) return -1;
+    e->have_enc = e->n_images > 0 && e->have_vae_config;
+    if (check_limits(e, r) || (e->have_enc && image_encoder(e, r))) return -1;
+    const wan_config *c = &e->dit;
+    e->tokens = (int64_t)(e->F / c->patch_size[0]) * (e->H / c->patch_size[1]) * (e->W / c->patch_size[2]);
     sizes z = {.r = r, .e = e};
     z.nl = (int64_t)c->in_channels * e->F * e->H * e->W;
     z.ne = (int64_t)r->text_len * c->text_dim;
@@ -617,7 +669,9 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         e->flop_rollout = cfg_steps * n_eval * fwd;
         worker_proc(proc(e, "rollout worker", M), &z, 1, 1, 0);
         if (!r->reward_endpoint) reward_proc(proc(e, "reward server", 1), &z);
-        add(proc(e, "eval process", 1), "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+        budget_proc *p = proc(e, "eval process", 1);
+        add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
+        image_parts(p, &z, e->n_eval_prompts);
     } else if (local) {
         e->flop_rollout = cfg_steps * n_step * fwd;
         e->flop_train = train_pass * r->optimizer_steps_per_rollout;
@@ -626,6 +680,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
         trainer_common(p, &z, 1);
         text_encoder_part(p, &z, BUDGET_START);
+        image_parts(p, &z, e->n_train_prompts + e->n_eval_prompts);
         decoder_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL);
         add(p, "trajectories of a step", K_TRAJ, BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj_kept);
         add(p, "rollout activations + scratch", K_ROLL, BUDGET_ROLLOUT, rollout_bytes(&z, n_step));
@@ -644,6 +699,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
         trainer_common(p, &z, 1);
         text_encoder_part(p, &z, BUDGET_START);
+        image_parts(p, &z, e->n_train_prompts + e->n_eval_prompts);
         const double vel = parity ? 2 * F32 * (double)N * z.nl * n_step : 0; /* the rollout's and the recomputed */
         add(p, parity ? "trajectories + velocities of the batch" : "trajectories of a step", K_TRAJ,
             BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj_kept + vel);

@@ -12,8 +12,9 @@
  * Model limits (refused, --force or not: the run would fail at start-up): the latent patch grid, per axis
  * (F/pt, H/ph, W/pw with latent F = (frames - 1)/4 + 1, H = height / factor, W = width / factor), within the
  * transformer's rope_max_seq_len and the latent sizes divisible by the patch (what wan_acts_new requires); a VAE
- * whose spatial factor is not model.vae_scale_factor_spatial, or whose temporal factor is not 4 (rollout.frames 4k+1),
- * or whose z_dim is not the transformer's in_channels (what rollout_decoder_load requires); a text encoder whose
+ * (the decoder's, or with image prompts the encoder's) whose spatial factor is not model.vae_scale_factor_spatial
+ * (named with both values and the VAE folder), or whose temporal factor is not 4 (rollout.frames 4k+1), or whose
+ * z_dim is not the transformer's out_channels (what rollout_decoder_load requires); a text encoder whose
  * d_model is not the transformer's text_dim (what text_cond_load requires).
  *
  * Memory, per process kind (a local process; colocated: trainer rank, rollout worker, reward server, supervisor; eval:
@@ -31,7 +32,11 @@
  *   trainer's scratch buffers; the text encoder (umT5 weights except the token embedding, which stays in the mapped
  *   file; the trainer frees it after encoding, a worker keeps it) and its tokenizer; the VAE decoder (weights, its
  *   decode state replaying model/vae/wan_vae_decode.c's, the fp32 video of one sample) and the U8 videos; a worker's
- *   second copy of the weights while a sync is staged, and its reply message; a fixed runtime of
+ *   second copy of the weights while a sync is staged, and its reply message; image to video (prompt files with
+ *   images, trainer/images.h): every prompt's condition (TI2V [C, 1, h, w], I2V-A14B [K, F, h, w]) held the whole
+ *   job by the trainer (counted on every rank; rank 0 encodes) or the eval process, and at start-up the VAE
+ *   encoder's weights, its encode state (model/vae/wan_vae_encode.h vae_encoder_estimate: what it allocates) and
+ *   one image's buffers; a fixed runtime of
  *   BUDGET_RUNTIME_MIB per process (code, shared libraries, OpenBLAS / OpenMP buffers: 33 MiB measured for a bare
  *   `vgrpo run --dry-run`). With LoRA (model.lora.rank > 0): the base weights without gradients, moments or a
  *   reference copy (the KL reference is the same weights with the adapters off), the trained experts' adapters with
@@ -40,9 +45,9 @@
  * Not counted: file pages of mapped safetensors while a model loads (reclaimable page cache), allocator
  * fragmentation, ZeroMQ queues beyond one message, the reward scorers' own buffers. How close it is: the parts
  * replayed from the code (activations, VAE state) equal what the code allocates (tests/test_budget.c compares them
- * with wan_acts_bytes and vae_state_bytes); the whole is checked against the peak RSS of real tiny runs
- * (getrusage of a child `vgrpo run`): within a factor BUDGET_TOLERANCE (1.25) either way; measured on 2 cores,
- * estimate / peak RSS = 1.02 (recipes/tiny-cpu.yaml, 96.5 vs 94.6 MiB), 1.03 (96 x 96, 9 frames: 525 vs 509 MiB), 1.06
+ * with wan_acts_bytes and vae_state_bytes, tests/test_budget_images.c the encoder's with vae_encoder_state_bytes);
+ * the whole is checked against the peak RSS of real tiny runs (getrusage of a child `vgrpo run`): within a factor
+ * BUDGET_TOLERANCE (1.25) either way; measured on 2 cores, estimate / peak RSS = 1.02 (recipes/tiny-cpu.yaml, 96.5 vs 94.6 MiB), 1.03 (96 x 96, 9 frames: 525 vs 509 MiB), 1.06
  * (64 x 64, recompute, beta 0.01: 246 vs 232 MiB), 1.08 (128 x 128, word_embed, latent_rgb: 125 vs 115 MiB); the
  * margin above that is for thread-count-dependent buffers (OpenBLAS, OpenMP) and the allocator. For full-size models the unmodelled terms are small beside the modelled ones; the estimate
  * is meant to say "38 GiB, not 3", not to size a cgroup to the megabyte.
@@ -58,7 +63,8 @@
  * (beta > 0); the VAE decode and the scorers are not counted. The time is FLOPs / this process's sgemm rate measured
  * at start-up (k_cpu_ops.gemm, 256 x 512 x 512, best of 3: a few ms): the DiT runs slower than sgemm (the tiny
  * model's small GEMMs at about a tenth of it: 15 GFLOP a step in 1 s against ~130 GFLOP/s), so the time is a lower
- * bound, good to an order of magnitude. limits.max_step_minutes bounds it (run, parity): a sanity bound against a
+ * bound, good to an order of magnitude. Image prompts add the VAE encoder's FLOPs (its convolutions and mid-block
+ * attention) for each distinct image once, at start-up: printed on a line of their own, not part of a step. limits.max_step_minutes bounds it (run, parity): a sanity bound against a
  * recipe that would take days a step (8192 x 8192: months), not a schedule.
  *
  * A recipe this build runs only on the CUDA backend (mode colocated, or parity, with a full-size transformer: the
@@ -73,10 +79,11 @@
 #include "model/dit/wan_dit.h"
 #include "model/text/umt5.h"
 #include "model/vae/wan_vae.h"
+#include "model/vae/wan_vae_encode.h"
 
 #define BUDGET_RUNTIME_MIB 40  /* per process: code, libraries, thread buffers (33 MiB measured for a dry run) */
 #define BUDGET_TOLERANCE 1.25  /* estimate / measured peak RSS within [1/1.25, 1.25] (tiny runs: 1.03-1.08 measured) */
-#define BUDGET_MAX_PARTS 20
+#define BUDGET_MAX_PARTS 24
 #define BUDGET_MAX_PROCS 4
 
 /* Phases a part is held in (bit set); 0: the whole job. */
@@ -114,9 +121,18 @@ typedef struct {
     int64_t lora_params;      /* model.lora: floats of one expert's adapter (0: no LoRA) */
     int n_adapters;           /* model.lora: adapters trained (one per trained expert) */
     char source[700];         /* where the config came from */
-    int have_t5, have_vae;
+    int have_t5, have_vae;    /* have_vae: the VAE decoder is counted (model.decoder vae) */
+    int have_vae_config;      /* vae holds the pipeline's VAE config (its folder's, or the preset's) */
     t5_config t5;
     vae_config vae;
+    /* image to video (prompt files with images): the VAE encoder at start-up and the conditions it makes */
+    int n_images;             /* distinct image files of the job's prompt files (0: text prompts) */
+    int have_enc;             /* n_images > 0 and a VAE config to size the encoder from */
+    double enc_params;        /* the encoder's floats (vae_encoder_estimate) */
+    double enc_state;         /* bytes of its encode state at rollout.height x rollout.width */
+    double enc_pixels;        /* bytes of one image's input buffers (U8, fp32; I2V-A14B: the condition video) */
+    int64_t cond_floats;      /* one prompt's condition: TI2V [C, 1, h, w], I2V-A14B [K, F, h, w] */
+    double flop_images;       /* FLOPs of encoding the n_images once, at start-up */
     /* sizes */
     int F, H, W;              /* latent frames, height, width */
     int64_t tokens;           /* video tokens per sample */

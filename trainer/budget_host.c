@@ -238,6 +238,12 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
         flops(fs, sizeof fs, e->flop_eval);
         fprintf(f, "  in-run eval %s, ~%s\n", fs, t);
     }
+    if (e->flop_images > 0) { /* image to video: once, before the first step */
+        if (gflops > 0) duration(t, sizeof t, e->flop_images / (gflops * 1e9));
+        flops(fs, sizeof fs, e->flop_images);
+        fprintf(f, "  image encoding at start-up: %d image%s through the VAE encoder, %s, ~%s\n", e->n_images,
+                e->n_images > 1 ? "s" : "", fs, t);
+    }
 }
 
 int budget_check(const budget_estimate *e, const core_recipe *r, const budget_memory *m, double gflops, int force,

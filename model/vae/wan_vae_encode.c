@@ -171,16 +171,20 @@ size_t vae_encoder_cache_bytes(const vae_encoder *e) { return e->m->st.cache_byt
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Allocates the encode state for a patchified input of Hp x Wp (kept while the size stays the same): 4 activation
- * buffers (5 with the AvgDown3D shortcut's copy) sized for the largest chunk tensor, im2col scratch, the attention
- * scratch of the mid-block, the feature cache. */
-static int state_begin(vae_encoder *e, int Hp, int Wp) {
-    vae_model *m = e->m;
-    vae_state *st = &m->st;
-    if (st->buf[0] && st->h == Hp && st->w == Wp) return 0;
-    vae_state_free(st);
-    tcache_free(e);
-    st->h = Hp, st->w = Wp;
+/* The encode state's sizes for a patchified input of Hp x Wp: 4 activation buffers (5 with the AvgDown3D shortcut's
+ * copy) sized for the largest chunk tensor, im2col scratch, the attention scratch of the mid-block, the feature cache
+ * (2 frames per cached convolution, 1 per temporal down-sampler). state_begin allocates exactly these; the start-up
+ * estimate (vae_encoder_estimate) reports them. */
+typedef struct {
+    size_t buf_floats, col_floats, attn_floats;
+    size_t cache_bytes;  /* the cached convolutions' frames */
+    size_t tcache_bytes; /* the temporal down-samplers' last frames */
+    int nbuf;
+    size_t bytes;        /* everything: what vae_encoder_state_bytes reports */
+} enc_plan;
+
+static void plan_state(const vae_encoder *e, int Hp, int Wp, enc_plan *pl) {
+    const vae_model *m = e->m;
     const vae_config *c = &m->cfg;
     size_t hw = (size_t)Hp * Wp, nf = 4;
     size_t act = nf * hw * zmax((size_t)c->in_channels, (size_t)e->dims[0]);
@@ -201,33 +205,57 @@ static int state_begin(vae_encoder *e, int Hp, int Wp) {
     act = zmax(act, nf * hw * zmax(d, z2));
     col = zmax(col, hw * 27 * d);
     kmax = zmax(kmax, 27 * d);
-    st->buf_floats = act;
-    st->col_floats = col < zmax((size_t)1 << 22, kmax) ? col : zmax((size_t)1 << 22, kmax);
-    st->attn_floats = 8 * hw * d + hw;
+    pl->buf_floats = act;
+    pl->col_floats = col < zmax((size_t)1 << 22, kmax) ? col : zmax((size_t)1 << 22, kmax);
+    pl->attn_floats = 8 * hw * d + hw;
+    pl->cache_bytes = pl->tcache_bytes = 0;
+    for (int i = 0; i < m->nslots; i++) {
+        const size_t s = (size_t)m->slots[i].scale;
+        pl->cache_bytes += VAE_CACHE_T * (Hp / s) * (Wp / s) * (size_t)m->slots[i].c * sizeof(float);
+    }
+    for (int i = 0; i < e->nlev; i++)
+        if (e->lev[i].down == 3)
+            pl->tcache_bytes += (Hp >> (i + 1)) * (size_t)(Wp >> (i + 1)) * (size_t)e->lev[i].out_dim * sizeof(float);
+    pl->nbuf = c->is_residual ? 5 : 4; /* buf[4] keeps a residual down-block's input (AvgDown3D) */
+    pl->bytes = pl->cache_bytes + pl->tcache_bytes +
+                ((size_t)pl->nbuf * pl->buf_floats + pl->col_floats + pl->attn_floats) * sizeof(float);
+}
+
+/* Allocates the encode state of plan_state for a patchified input of Hp x Wp (kept while the size stays the same). */
+static int state_begin(vae_encoder *e, int Hp, int Wp) {
+    vae_model *m = e->m;
+    vae_state *st = &m->st;
+    if (st->buf[0] && st->h == Hp && st->w == Wp) return 0;
+    vae_state_free(st);
+    tcache_free(e);
+    st->h = Hp, st->w = Wp;
+    const vae_config *c = &m->cfg;
+    enc_plan pl;
+    plan_state(e, Hp, Wp, &pl);
+    st->buf_floats = pl.buf_floats;
+    st->col_floats = pl.col_floats;
+    st->attn_floats = pl.attn_floats;
     st->cache = calloc((size_t)m->nslots + 1, sizeof *st->cache);
     st->cache_n = calloc((size_t)m->nslots + 1, sizeof *st->cache_n);
     if (!st->cache || !st->cache_n) goto oom;
-    st->cache_bytes = 0;
     for (int i = 0; i < m->nslots; i++) {
         const size_t s = (size_t)m->slots[i].scale;
         const size_t n = VAE_CACHE_T * (Hp / s) * (Wp / s) * (size_t)m->slots[i].c;
         if (!(st->cache[i] = malloc(n * sizeof(float)))) goto oom;
-        st->cache_bytes += n * sizeof(float);
     }
     for (int i = 0; i < e->nlev; i++) {
         const enc_level *lv = &e->lev[i];
         if (lv->down != 3) continue;
         const size_t n = (Hp >> (i + 1)) * (size_t)(Wp >> (i + 1)) * (size_t)lv->out_dim;
         if (!(e->tcache[i] = malloc(n * sizeof(float)))) goto oom;
-        e->tcache_bytes += n * sizeof(float);
     }
-    st->cache_bytes += e->tcache_bytes;
-    const int nbuf = c->is_residual ? 5 : 4; /* buf[4] keeps a residual down-block's input (AvgDown3D) */
-    for (int i = 0; i < nbuf; i++)
+    e->tcache_bytes = pl.tcache_bytes;
+    st->cache_bytes = pl.cache_bytes + pl.tcache_bytes;
+    for (int i = 0; i < pl.nbuf; i++)
         if (!(st->buf[i] = malloc(st->buf_floats * sizeof(float)))) goto oom;
     if (!(st->col = malloc(st->col_floats * sizeof(float))) || !(st->attn = malloc(st->attn_floats * sizeof(float))))
         goto oom;
-    st->bytes = st->cache_bytes + ((size_t)nbuf * st->buf_floats + st->col_floats + st->attn_floats) * sizeof(float);
+    st->bytes = pl.bytes;
     return 0;
 oom:
     vae_state_free(st);
@@ -377,4 +405,60 @@ void vae_video_from_u8(const uint8_t *u8, int B, int F, int H, int W, float *vid
                 const float v = (float)u8[((size_t)b * plane + i) * 3 + ch] / 255.0f; /* pil_to_numpy */
                 video[((size_t)b * 3 + ch) * plane + i] = 2.0f * v - 1.0f;          /* normalize */
             }
+}
+
+/* ---- the start-up estimate ---- */
+
+static double conv_flop(const vae_conv *c, double positions) {
+    return 2.0 * c->cin * c->cout * c->kt * c->kh * c->kw * positions;
+}
+
+static double res_flop(const vae_resblock *r, double positions) {
+    return conv_flop(&r->c1, positions) + conv_flop(&r->c2, positions) + (r->has_sc ? conv_flop(&r->sc, positions) : 0);
+}
+
+/* FLOPs of encode_chunk for nf frames of Hp x Wp (first: the first chunk, which skips time_conv), the frames and
+ * sizes walked as encode_chunk walks them. */
+static double chunk_flop(const vae_encoder *e, int nf, int Hp, int Wp, int first) {
+    double H = Hp, W = Wp, f = 0;
+    f += conv_flop(&e->conv_in, nf * H * W);
+    for (int i = 0; i < e->nlev; i++) {
+        const enc_level *lv = &e->lev[i];
+        for (int j = 0; j < lv->nres; j++) f += res_flop(&lv->res[j], nf * H * W);
+        if (!lv->down) continue;
+        H = (int)(H - 2) / 2 + 1, W = (int)(W - 2) / 2 + 1;
+        f += 2.0 * lv->resample.cin * lv->resample.cout * 9 * nf * H * W; /* 3 x 3, stride 2 */
+        if (lv->down == 3 && !first) {
+            nf = (nf - 2) / 2 + 1;
+            f += conv_flop(&lv->time_conv, nf * H * W);
+        }
+    }
+    const double hw = H * W, d = e->mid_attn.c;
+    f += res_flop(&e->mid_res[0], nf * hw) + res_flop(&e->mid_res[1], nf * hw);
+    f += conv_flop(&e->mid_attn.qkv, nf * hw) + conv_flop(&e->mid_attn.proj, nf * hw) + nf * 4.0 * hw * hw * d;
+    f += conv_flop(&e->conv_out, nf * hw) + conv_flop(&e->quant, nf * hw);
+    return f;
+}
+
+int vae_encoder_estimate(const vae_config *c, int F, int H, int W, double *params, double *state_bytes, double *flop) {
+    vae_encoder e;
+    memset(&e, 0, sizeof e);
+    if (!(e.m = calloc(1, sizeof *e.m))) return core_error("out of memory");
+    e.m->cfg = *c;
+    int rc = build(&e);
+    const int fac = rc ? 0 : (1 << e.n_sdown) * c->patch_size;
+    if (!rc && (F < 1 || (F - 1) % 4))
+        rc = core_error("vae: %d frames: the encoder takes 1 + 4k frames", F);
+    if (!rc && (H < fac || W < fac || H % fac || W % fac))
+        rc = core_error("vae: a %d x %d video: height and width must be positive multiples of %d", H, W, fac);
+    if (!rc) {
+        const int Hp = H / c->patch_size, Wp = W / c->patch_size;
+        enc_plan pl;
+        plan_state(&e, Hp, Wp, &pl);
+        *params = (double)e.m->nfloats;
+        *state_bytes = (double)pl.bytes;
+        *flop = chunk_flop(&e, 1, Hp, Wp, 1) + (F - 1) / 4 * chunk_flop(&e, 4, Hp, Wp, 0);
+    }
+    vae_free(e.m);
+    return rc;
 }
