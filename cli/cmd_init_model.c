@@ -17,9 +17,9 @@
  * `tiny-ti2v` is `tiny` as an image-to-video pipeline (Wan 2.2 TI2V's first-frame conditioning, diffusers'
  * WanImageToVideoPipeline with expand_timesteps): model_index.json says "expand_timesteps": true and vae/ also has the
  * encoder (random, vae_tiny_write_with_encoder), which encodes each prompt's image as the first latent frame. Its VAE
- * is Wan 2.1-style (16 channels, 8x spatial: the CPU rollout decodes that family), where the real TI2V-5B has the
- * Wan 2.2 VAE (48 channels, 16x). `tiny-i2v` is the same for Wan 2.2 I2V-A14B: two tiny experts (seed, seed + 1) of 36
- * input and 16 output channels, the VAE with its encoder, model_index.json as WanImageToVideoPipeline with
+ * is Wan 2.1-style (16 channels, 8x spatial, as the tiny DiT's 16 channels), where the real TI2V-5B has the
+ * Wan 2.2 VAE (48 channels, 16x; the rollout decodes both). `tiny-i2v` is the same for Wan 2.2 I2V-A14B: two tiny
+ * experts (seed, seed + 1) of 36 input and 16 output channels, the VAE with its encoder, model_index.json as WanImageToVideoPipeline with
  * boundary_ratio 0.875 (the rollout engine and `vgrpo generate --image` sample it; run and eval do not yet).
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in

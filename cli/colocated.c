@@ -37,6 +37,7 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "model/dit/wan_dit.h"
+#include "rollout/pipeline.h"
 
 static volatile sig_atomic_t stop_signal = 0;
 static void on_signal(int sig) { stop_signal = sig; }
@@ -53,6 +54,7 @@ int colocated_check(const core_recipe *r) {
         return core_error("a %dx%d, %d-frame run is the size of the full Wan models' recipes: it needs the CUDA backend "
                           "(a later issue), and this build trains on the CPU (this machine has no GPU). `vgrpo run "
                           "--dry-run` checks the recipe; recipes/tiny-cpu.yaml runs here", r->height, r->width, r->frames);
+    if (rollout_decoder_check(r)) return -1; /* else each worker would refuse it as it starts */
     snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
     if (access(path, R_OK))
         return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "

@@ -7,7 +7,8 @@
 #include "core/recipe.h"
 
 /* The refusals of a colocated job that need no process: a full-size Wan transformer or video (the CUDA backend's),
- * more trainer ranks than samples per step, a missing model.path. -1 naming the key. */
+ * more trainer ranks than samples per step, a missing model.path, model.decoder latent_rgb with a factor other than 8
+ * (rollout_decoder_check; a VAE's factor is the start-up estimate's check). -1 naming the key. */
 int colocated_check(const core_recipe *r);
 
 /* Restarts of each rollout worker and of the reward server a colocated job makes by default (`--max-restarts`). */

@@ -44,10 +44,9 @@ int source_local_check(const core_recipe *r) {
     if (r->reward_endpoint)
         return core_error("reward.endpoint: local mode scores in its own process; use mode: colocated to score on an "
                           "external reward server");
-    if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
-        return core_error("model.vae_scale_factor_spatial: local mode decodes with a Wan 2.1-style VAE or latent_rgb "
-                          "(factor %d), got %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
-    return 0;
+    /* the VAE's own factor is checked against the recipe's where its config is read (trainer/budget.c at start-up,
+     * rollout_decoder_load when the source opens) */
+    return rollout_decoder_check(r);
 }
 
 /* Decodes sample t's final latent into video and scores it: rewards per scorer and the total (sum of weight x

@@ -6,7 +6,8 @@
 #include "trainer/source.h"
 
 /* The recipe checks of local mode that need no weights (also at --dry-run): parallel.rollout_workers 1, no
- * reward.endpoint, model.vae_scale_factor_spatial 8. -1 naming the key. */
+ * reward.endpoint, model.vae_scale_factor_spatial 8 with model.decoder latent_rgb (a VAE's factor is checked against
+ * the key by the start-up estimate and the decoder's loading). -1 naming the key. */
 int source_local_check(const core_recipe *r);
 
 /* Loads the decoder (model.decoder) and looks up the scorers for recipe r (kept by reference). The experts come

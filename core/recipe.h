@@ -39,8 +39,9 @@
  *                                  naming file:line, never read whole or tokenized
  *   model.vae_scale_factor_spatial the VAE's spatial factor (diffusers' vae_scale_factor_spatial): 8 for the Wan 2.1
  *                                  VAE (Wan 2.1, Wan 2.2 A14B, the tiny preset), 16 for the Wan 2.2 VAE (TI2V-5B).
- *                                  In the recipe so --dry-run checks sizes without the VAE's config.json; local mode
- *                                  decodes with factor 8 only
+ *                                  In the recipe so --dry-run checks sizes without the VAE's config.json; it must
+ *                                  equal the VAE's (checked at start-up and when the decoder loads); 8 with
+ *                                  model.decoder latent_rgb
  *   rollout.height, rollout.width  video size in pixels, multiples of factor x 2 (the DiT's patch is 2 x 2 in every
  *                                  Wan model): 16 for factor 8, 32 for factor 16; latent = / factor
  *   rollout.frames                 video frames, 4k+1 (Wan's VAE); latent frames = (frames - 1) / 4 + 1. The

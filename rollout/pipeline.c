@@ -9,31 +9,42 @@
 #include "core/error.h"
 #include "core/fs.h"
 
+int rollout_decoder_check(const core_recipe *r) {
+    if (!strcmp(r->decoder, "latent_rgb") && r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
+        return core_error("model.vae_scale_factor_spatial: %d, but model.decoder latent_rgb paints %d x %d pixels per "
+                          "latent pixel (set %d, or model.decoder: vae)", r->vae_scale_factor_spatial,
+                          WAN_LATENT_RGB_FACTOR, WAN_LATENT_RGB_FACTOR, WAN_LATENT_RGB_FACTOR);
+    return 0;
+}
+
 int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_config *wc) {
     memset(d, 0, sizeof *d);
     char path[4200];
-    int F, H, W;
+    int F, H, W, fac;
     core_recipe_latent_size(r, &F, &H, &W);
-    if (r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
-        return core_error("model.vae_scale_factor_spatial: the CPU rollout decodes with spatial factor %d (Wan 2.1-style "
-                          "VAE or latent_rgb), the recipe says %d", WAN_LATENT_RGB_FACTOR, r->vae_scale_factor_spatial);
+    if (rollout_decoder_check(r)) return -1;
     if (!strcmp(r->decoder, "latent_rgb")) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
         if (wan_latent_rgb_load(&d->map, path, wc->out_channels)) return core_error_push("model.decoder (latent_rgb): ");
         d->frames = F;
+        fac = WAN_LATENT_RGB_FACTOR;
     } else {
         snprintf(path, sizeof path, "%s/vae", r->model_path);
         if (!(d->vae = vae_load(path))) return core_error_push("model.decoder (vae): ");
         const vae_config *vc = vae_get_config(d->vae);
+        fac = vae_spatial_factor(d->vae);
         int bad = 0;
         if (vc->z_dim != wc->out_channels) /* the latent's channels (I2V-A14B: 16 of its 36 inputs) */
             bad = core_error("model.decoder (vae): %s has z_dim %d but the transformer's out_channels is %d", path,
                              vc->z_dim, wc->out_channels);
-        else if (vae_spatial_factor(d->vae) != WAN_LATENT_RGB_FACTOR || vae_frames_out(d->vae, 2) != 5 ||
-                 vae_video_channels(d->vae) != 3)
-            bad = core_error("model.decoder (vae): %s is not a Wan 2.1-style VAE (spatial factor %d, temporal 4, "
-                             "RGB); the CPU rollout needs factor %d", path, vae_spatial_factor(d->vae),
-                             WAN_LATENT_RGB_FACTOR);
+        else if (vae_frames_out(d->vae, 2) != 5 || vae_video_channels(d->vae) != 3)
+            bad = core_error("model.decoder (vae): %s decodes 2 latent frames to %d frames of %d channels; vgrpo "
+                             "decodes Wan VAEs (temporal factor 4, RGB: 5 frames of 3)", path, vae_frames_out(d->vae, 2),
+                             vae_video_channels(d->vae));
+        else if (fac != r->vae_scale_factor_spatial)
+            bad = core_error("model.vae_scale_factor_spatial: %d, but the VAE in %s has spatial factor %d (Wan 2.1's "
+                             "VAE 8, Wan 2.2's 16): set model.vae_scale_factor_spatial: %d", r->vae_scale_factor_spatial,
+                             path, fac, fac);
         if (bad) {
             rollout_decoder_free(d);
             return -1;
@@ -41,8 +52,8 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
         d->frames = vae_frames_out(d->vae, F);
     }
     d->latent[0] = wc->out_channels, d->latent[1] = F, d->latent[2] = H, d->latent[3] = W;
-    d->height = H * WAN_LATENT_RGB_FACTOR;
-    d->width = W * WAN_LATENT_RGB_FACTOR;
+    d->height = H * fac; /* the recipe's rollout.height: it is a multiple of the factor (core/recipe.c) */
+    d->width = W * fac;
     return 0;
 }
 

@@ -25,9 +25,10 @@
 #include "rollout/engine.h"
 
 
-/* The path from final latents [C, F, h, w] to U8 video (model.decoder): the pipeline's Wan 2.1-style VAE
- * (vae_latents_to_u8: 1 + 4(F - 1) frames) or the tiny preset's latent_rgb map (one frame per latent frame); spatial
- * factor 8 either way. Used by rollout workers (inside rollout_pipeline) and by local-mode runs. */
+/* The path from final latents [C, F, h, w] to U8 video (model.decoder): the pipeline's Wan VAE (vae_latents_to_u8:
+ * 1 + 4(F - 1) frames; Wan 2.1's, spatial factor 8, or Wan 2.2's, 16 with 48 channels, patchified) or the tiny
+ * preset's latent_rgb map (one frame per latent frame, factor 8). The video is h x factor by w x factor: the recipe's
+ * rollout.height x rollout.width. Used by rollout workers (inside rollout_pipeline) and by local-mode runs. */
 typedef struct {
     wan_latent_rgb map;           /* latent_rgb */
     vae_model *vae;               /* vae (NULL: latent_rgb) */
@@ -35,9 +36,13 @@ typedef struct {
     int frames, height, width;    /* the decoded video's size */
 } rollout_decoder;
 
+/* The decoder's check that needs no file: model.decoder latent_rgb paints WAN_LATENT_RGB_FACTOR (8) pixels per latent
+ * pixel, so model.vae_scale_factor_spatial must be 8 with it. -1 naming the key and its value. */
+int rollout_decoder_check(const core_recipe *r);
 /* Loads model.decoder for recipe r and a transformer of config wc. Errors (-1) name model.decoder /
- * model.vae_scale_factor_spatial and the path: a missing file, z_dim != in_channels, a VAE that is not Wan 2.1-style
- * (spatial factor 8, temporal 4, RGB). */
+ * model.vae_scale_factor_spatial and the path: a missing file, the VAE's z_dim != the transformer's out_channels, a
+ * VAE that is not temporal factor 4 and RGB, a VAE whose spatial factor (vae_spatial_factor) is not the recipe's
+ * model.vae_scale_factor_spatial (naming both values and the VAE folder), latent_rgb with a factor other than 8. */
 int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_config *wc);
 /* Decodes z [C, F, h, w] (the recipe's latent shape) into video [frames, height, width, 3] U8 (caller's buffer).
  * -1 naming model.decoder on failure. */
@@ -65,8 +70,8 @@ static inline const wan_exec *rollout_pipeline_exec(const rollout_pipeline *p) {
  * transformer_dir: the high-noise (or only) expert's folder instead of model.path/transformer (a checkpoint's
  * transformer/; its transformer_2/ sibling, when present, replaces model.path/transformer_2). Two experts when
  * model.path/transformer_2 (or the sibling) exists; they must share one config. Errors (-1) name the key and the
- * path: a missing folder, a config mismatch between transformer, text encoder and VAE, a VAE that is not Wan
- * 2.1-style (spatial factor 8, temporal 4, RGB). On error everything loaded so far is freed. */
+ * path: a missing folder, a config mismatch between transformer, text encoder and VAE, a VAE rollout_decoder_load
+ * refuses. On error everything loaded so far is freed. */
 int rollout_pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *transformer_dir);
 
 /* rollout_pipeline_load, then the LoRA adapters (model/dit/wan_lora.h), attached to the experts:
