@@ -30,8 +30,8 @@ int media_image_encode(vae_encoder *enc, const char *path, int H, int W, float *
  * sheet of media/png.h whose row j starts with images[j], the PNG stretched to h x w as the rollout conditioned on it
  * (media_image_load; a path equal to the row above's is read once), then video j's frames: videos U8 [n, frames, h,
  * w, 3] are shown as [n, frames + 1, h, w, 3] with max_cols + 1 columns (max_cols <= 0: all), so the image is the
- * first column and the last frame the last. images NULL: media_png_write_sheet_titled's sheet of the videos alone,
- * byte for byte. Returns 0, or -1 naming the image (and its row) or path. */
+ * first column and the last frame the last. images: n paths (none NULL), or NULL for media_png_write_sheet_titled's
+ * sheet of the videos alone, byte for byte. Returns 0, or -1 naming the image (and its row) or path. */
 int media_image_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                             const char *title, const char *const *labels, const char *const *images);
 
