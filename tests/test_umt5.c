@@ -246,3 +246,65 @@ TEST(t5_bf16_checkpoint_loads_exactly) {
     st_writer_free(w32), st_writer_free(w16);
     st_close(src);
 }
+
+/* t5_attention equals the chains its contract writes out (umt5.h), computed here one element at a time, bit for bit:
+ * sequence lengths off the 4-row and 16-key blocks, head sizes through the 32- and 8-column passes and the scalar
+ * tail, with and without a mask (one row with no kept key: zeros), 2 batch elements. */
+static void attention_by_chains(float *o, const float *q, const float *k, const float *v, const float *rel_bias,
+                                const int *bucket_of, const int32_t *mask, int B, int S, int H, int Dk) {
+    const int I = H * Dk;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < S; i++) {
+                float sc[64], mx = -INFINITY;
+                for (int j = 0; j < S; j++) {
+                    float s = 0;
+                    for (int d = 0; d < Dk; d++) {
+                        const float p = q[((size_t)b * S + i) * I + h * Dk + d] * k[((size_t)b * S + j) * I + h * Dk + d];
+                        s = s + p;
+                    }
+                    sc[j] = s + rel_bias[(size_t)bucket_of[j - i + S - 1] * H + h];
+                    if ((!mask || mask[b * S + j]) && sc[j] > mx) mx = sc[j];
+                }
+                double sum = 0, col[40] = {0};
+                for (int j = 0; j < S; j++) {
+                    if (mask && !mask[b * S + j]) continue;
+                    const double p = exp((double)sc[j] - mx);
+                    sum += p;
+                    for (int d = 0; d < Dk; d++) {
+                        const double t = p * (double)v[((size_t)b * S + j) * I + h * Dk + d];
+                        col[d] = col[d] + t;
+                    }
+                }
+                for (int d = 0; d < Dk; d++)
+                    o[((size_t)b * S + i) * I + h * Dk + d] = sum > 0 ? (float)(col[d] / sum) : 0.0f;
+            }
+}
+
+TEST(t5_attention_chains_bitwise) {
+    const int shapes[][3] = {{37, 2, 40}, {64, 3, 16}, {5, 2, 20}, {18, 1, 8}}; /* S, H, Dk */
+    for (int c = 0; c < 4; c++) {
+        const int S = shapes[c][0], H = shapes[c][1], Dk = shapes[c][2], B = 2, nb = 32;
+        const size_t n = (size_t)B * S * H * Dk;
+        float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+        float *oa = malloc(n * sizeof *oa), *ob = malloc(n * sizeof *ob), rel[32 * 3];
+        int bucket_of[2 * 64], mask[2 * 64];
+        uint32_t x = 12345u + (uint32_t)c;
+#define RND() ((x = x * 1664525u + 1013904223u), (float)((x >> 8) & 0xFFFF) / 65536.0f - 0.5f)
+        for (size_t i = 0; i < n; i++) q[i] = 2 * RND(), k[i] = 2 * RND(), v[i] = RND();
+        for (int i = 0; i < nb * H; i++) rel[i] = RND();
+#undef RND
+        for (int r = -(S - 1); r <= S - 1; r++) bucket_of[r + S - 1] = t5_relative_bucket(r, nb, 128);
+        for (int i = 0; i < B * S; i++) mask[i] = i < S ? 1 : (i % 3 != 0);
+        for (int m = 0; m < 2; m++) {
+            int32_t *mk = m ? (int32_t *)mask : NULL;
+            if (m && c == 3)
+                for (int i = S; i < 2 * S; i++) mask[i] = 0; /* the second batch element: no kept key */
+            REQUIRE_OK(t5_attention(oa, q, k, v, rel, bucket_of, mk, B, S, H, Dk));
+            attention_by_chains(ob, q, k, v, rel, bucket_of, mk, B, S, H, Dk);
+            CHECK(memcmp(oa, ob, n * sizeof *oa) == 0);
+            if (m && c == 3) CHECK(oa[n - 1] == 0.0f && oa[n / 2] == 0.0f);
+        }
+        free(q), free(k), free(v), free(oa), free(ob);
+    }
+}
