@@ -107,6 +107,48 @@ static inline __attribute__((always_inline)) void attn_tile_avx512(int kc, const
     _mm512_storeu_ps(c + 0 * ldc, c0), _mm512_storeu_ps(c + 1 * ldc, c1), _mm512_storeu_ps(c + 2 * ldc, c2);
     _mm512_storeu_ps(c + 3 * ldc, c3), _mm512_storeu_ps(c + 4 * ldc, c4), _mm512_storeu_ps(c + 5 * ldc, c5);
 }
+
+/* Two strips at once on AVX-512: rows r < MRW (6 or 12) of C[., 32] (= or +=) A times the strips b0 (columns 0..15)
+ * and b1 (16..31); the same chain per element as attn_tile_avx512, but 2*MRW accumulators, so that the two strip
+ * loads and MRW broadcasts per k feed 2*MRW fused multiply-adds (the 6 x 16 tile spends seven loads on six: bound
+ * by loads and by the latency of six chains, about 30% of the FMA peak in `vgrpo bench dit --profile`). */
+static inline __attribute__((always_inline)) void attn_tile2_avx512(int kc, const float *a, ptrdiff_t ars,
+                                                                    ptrdiff_t aks, const float *b0, const float *b1,
+                                                                    float *c, ptrdiff_t ldc, int acc, const int MRW) {
+    __m512 x0[12], x1[12];
+    for (int r = 0; r < MRW; r++) {
+        x0[r] = acc ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+        x1[r] = acc ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int k = 0; k < kc; k++) {
+        const float *ak = a + (ptrdiff_t)k * aks;
+        const __m512 v0 = _mm512_load_ps(b0 + k * 16), v1 = _mm512_load_ps(b1 + k * 16);
+        for (int r = 0; r < MRW; r++) {
+            const __m512 x = _mm512_set1_ps(ak[r * ars]);
+            x0[r] = _mm512_fmadd_ps(x, v0, x0[r]), x1[r] = _mm512_fmadd_ps(x, v1, x1[r]);
+        }
+    }
+    for (int r = 0; r < MRW; r++) _mm512_storeu_ps(c + r * ldc, x0[r]), _mm512_storeu_ps(c + r * ldc + 16, x1[r]);
+}
+
+/* C[M, N] over the strips of b (each Kd x 16), A(r, k) = a[r*ars + k*aks]: pairs of strips by the two-strip tile (12
+ * rows, then 6), an odd last strip by the 6 x 16 tile. */
+static inline __attribute__((always_inline)) void attn_mm_avx512(int M, int N, int Kd, const float *a, ptrdiff_t ars,
+                                                                 ptrdiff_t aks, const float *b, float *c,
+                                                                 ptrdiff_t ldc, int acc) {
+    const int ns = N / ATTN_NR;
+    int s = 0;
+    for (; s + 1 < ns; s += 2) {
+        const float *b0 = b + (ptrdiff_t)s * Kd * ATTN_NR, *b1 = b0 + (ptrdiff_t)Kd * ATTN_NR;
+        int r = 0;
+        for (; r + 12 <= M; r += 12) attn_tile2_avx512(Kd, a + r * ars, ars, aks, b0, b1, c + r * ldc + s * 16, ldc, acc, 12);
+        for (; r < M; r += 6) attn_tile2_avx512(Kd, a + r * ars, ars, aks, b0, b1, c + r * ldc + s * 16, ldc, acc, 6);
+    }
+    for (; s < ns; s++)
+        for (int r = 0; r < M; r += ATTN_MR)
+            attn_tile_avx512(Kd, a + r * ars, ars, aks, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc,
+                             acc);
+}
 #else
 #define ATTN_AVX512 0
 #endif
@@ -140,6 +182,12 @@ static inline void attn_tile_c(int kc, const float *a, ptrdiff_t ars, ptrdiff_t 
 static inline void attn_mm_n(int vec, int M, int N, int Kd, const float *a, ptrdiff_t lda, const float *b, float *c,
                              ptrdiff_t ldc, int acc) {
     (void)vec;
+#if ATTN_AVX512
+    if (vec == 2) {
+        attn_mm_avx512(M, N, Kd, a, lda, 1, b, c, ldc, acc);
+        return;
+    }
+#endif
     for (int s = 0; s < N / ATTN_NR; s++)
         for (int r = 0; r < M; r += ATTN_MR)
             ATTN_TILE(vec, Kd, a + r * lda, lda, 1, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
@@ -149,6 +197,12 @@ static inline void attn_mm_n(int vec, int M, int N, int Kd, const float *a, ptrd
 static inline void attn_mm_t(int vec, int M, int N, int Kd, const float *at, ptrdiff_t lda, const float *b, float *c,
                              ptrdiff_t ldc, int acc) {
     (void)vec;
+#if ATTN_AVX512
+    if (vec == 2) {
+        attn_mm_avx512(M, N, Kd, at, 1, lda, b, c, ldc, acc);
+        return;
+    }
+#endif
     for (int s = 0; s < N / ATTN_NR; s++)
         for (int r = 0; r < M; r += ATTN_MR)
             ATTN_TILE(vec, Kd, at + r, 1, lda, b + (ptrdiff_t)s * Kd * ATTN_NR, c + r * ldc + s * ATTN_NR, ldc, acc);
@@ -219,6 +273,29 @@ static inline __m256 attn_exp8(__m256 x) {
 }
 #endif
 
+#if ATTN_AVX512
+/* attn_exp8's operations on 16 lanes (each lane's value is attn_exp8's: the same roundings, the same polynomial;
+ * the zero mask applied by a zeroing multiply, as the and of attn_exp8 gives +0 too). */
+static inline __m512 attn_exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.0f);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
+}
+#endif
+
 /* The plain C exp: attn_exp8's operations on one lane (fmaf for each fused multiply-add, rintf for the
  * round-to-nearest-even, the exponent bits built as the integer n + 127 shifted). */
 static inline float attn_exp1(float x) {
@@ -247,6 +324,21 @@ static inline float attn_exp1(float x) {
  * l summing j = l, l + 8, ... in order, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). */
 static inline float attn_exp_sub(int vec, float *p, const float *s, float m, int n) {
     (void)vec;
+#if ATTN_AVX512
+    if (vec == 2) { /* 16 lanes of exp, the sum still 8 lanes wide in the order below */
+        const __m512 vm = _mm512_set1_ps(m);
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < n; j += 16) {
+            const __m512 e = attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm));
+            _mm512_storeu_ps(p + j, e);
+            acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+            acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
+        }
+        float t[8];
+        _mm256_storeu_ps(t, acc);
+        return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+    }
+#endif
 #if ATTN_AVX2
     if (vec) {
         __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
