@@ -8,7 +8,9 @@
  * row per vector width the binary was compiled for and the CPU runs (512-bit AVX-512F, 256-bit AVX2+FMA, 128-bit
  * FMA, scalar fmaf): GFLOP/s = 2 flops x lanes x NACC x iterations / seconds, per thread (over the thread's own
  * CPU time, so a machine shared with other processes still shows its ceiling) and for the team (the sum over its
- * threads), and the team's wall-time figure of this window beside it. The peak is the best team figure.
+ * threads), and the team's wall-time figure of this window beside it. The peak is the best team figure. A last row
+ * runs k_cpu_gemm's micro-kernel on packed panels that stay in L1 (its loads and broadcasts beside the fused
+ * multiply-adds, nothing else): the ceiling of every GEMM figure, as a share of the peak (not itself a peak).
  *
  * bench_peak_gflops: the same measurement, quiet and short (about 0.1 s), for the other benchmarks' % of peak. */
 #include <math.h>
@@ -17,6 +19,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
+#include "kernels/cpu/cpu.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -119,6 +122,12 @@ static int has256(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu
 static int has128(void) { return __builtin_cpu_supports("fma"); }
 #endif
 
+/* k_cpu_gemm's micro-kernel on L1-resident panels (kernels/cpu/cpu.h). */
+static double loop_gemm_uk(long iters) {
+    int mr, nr;
+    return k_cpu_gemm_ukernel_loop(iters, &mr, &nr);
+}
+
 static const peak_width widths[] = {
 #if defined(__AVX512F__)
     {"AVX-512F vfmadd ps zmm", 512, loop512, has512},
@@ -211,6 +220,17 @@ int bench_peak(int threads, int quick) {
         printf("%-24s %6d %6d | %14.1f %14.1f | %14.1f\n", w->name, w->bits, w->bits / 32, pt, team, wall);
         if (team > best) best = team, best_name = w->name;
     }
+    /* The GEMM's own ceiling: its micro-kernel with both packed panels in L1 (loads and broadcasts beside the fused
+     * multiply-adds, nothing else): what no GEMM figure of vgrpo can exceed. */
+    int mr = 0, nr = 0;
+    k_cpu_gemm_ukernel_loop(1, &mr, &nr);
+    char name[64];
+    snprintf(name, sizeof name, "gemm tile %dx%d in L1", mr, nr);
+    const peak_width uk = {name, 0, loop_gemm_uk, always};
+    double team, pt, wall;
+    measure(&uk, nt, secs, &team, &pt, &wall);
+    printf("%-24s %6s %6s | %14.1f %14.1f | %14.1f   %.0f%% of the peak below (path %s)\n", name, "-", "-", pt, team,
+           wall, best > 0 ? 100.0 * team / best : 0.0, k_cpu_path_name(k_cpu_get_path()));
     printf("\npeak: %.1f GFLOP/s (%s, %d thread%s): the 100%% of every \"%% of peak\" in vgrpo bench\n"
            "(GFLOP/s per thread from its own CPU time, so processes sharing the cores do not lower it; \"team, wall\": "
            "what the team delivered in this window of wall time)\n", best, best_name, nt, nt == 1 ? "" : "s");

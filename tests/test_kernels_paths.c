@@ -197,3 +197,19 @@ TEST(kern_paths_conv_small_bitwise) {
     }
     k_cpu_set_path(was);
 }
+
+/* The GEMM ceiling loop of `vgrpo bench peak` runs each path's own micro-kernel: its tile (12 x 32 on AVX-512, 6 x 16
+ * on AVX2 and plain C) and 2 MR NR KC flops per run, KC = 256. */
+TEST(kern_paths_gemm_ukernel_loop) {
+    k_cpu_path paths[3];
+    const int np = n_paths(paths);
+    const k_cpu_path was = k_cpu_get_path();
+    for (int i = 0; i < np; i++) {
+        REQUIRE_OK(k_cpu_set_path(paths[i]));
+        int mr = 0, nr = 0;
+        const double flops = k_cpu_gemm_ukernel_loop(3, &mr, &nr);
+        CHECK(paths[i] == K_CPU_PATH_AVX512 ? mr == 12 && nr == 32 : mr == 6 && nr == 16);
+        CHECK(flops == 2.0 * mr * nr * 256 * 3);
+    }
+    REQUIRE_OK(k_cpu_set_path(was));
+}

@@ -738,6 +738,21 @@ static void gemm_run(int transA, int transB, int M, int N, int K, float alpha, c
     }
 }
 
+double k_cpu_gemm_ukernel_loop(long iters, int *mr, int *nr) {
+    const uk_path up = path_of(k_cpu_get_path());
+    static __thread float a[MR_MAX * KC] __attribute__((aligned(64))), b[KC * NR_MAX] __attribute__((aligned(64)));
+    float c[MR_MAX * NR_MAX] __attribute__((aligned(64))) = {0};
+    for (int i = 0; i < MR_MAX * KC; i++) a[i] = 0x1p-12f;
+    for (int i = 0; i < KC * NR_MAX; i++) b[i] = 0x1p-12f;
+    uk_args u = {.kc = KC, .a = a, .ars = 1, .aks = up.mr, .b = b, .c = c, .ldc = up.nr, .mr = up.mr, .nr = up.nr,
+                 .load = 1, .last = 0, .alpha = 1.0f, .c_next = c};
+    for (long i = 0; i < iters; i++) up.fn(&u);
+    volatile float sink = c[0];
+    (void)sink;
+    *mr = up.mr, *nr = up.nr;
+    return 2.0 * up.mr * up.nr * KC * (double)iters;
+}
+
 void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                 int ldb, float beta, float *C, int ldc, const float *bias) {
     K_PROF_BEGIN();
