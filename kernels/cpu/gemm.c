@@ -358,11 +358,77 @@ static uk_path path_of(k_cpu_path p) {
 
 /* ---- packing ---- */
 
+#ifdef GEMM_AVX512
+/* One full 12-row panel of a row-major A (rows r[i] = A + i*lda, k from 0 to kc): p[k*12 + i] = r[i][k], 16 values of
+ * k at a time through a 16 x 16 in-register transpose (rows 12..15 zero, never stored); the rest one by one. Only
+ * moves values. */
+static void pack_a12_rows(float *p, const float *a, size_t lda, int kc) {
+    int k = 0;
+    const __m512i lo64 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi64 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const __m512i lo128 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), hi128 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15);
+    for (; k + 16 <= kc; k += 16) {
+        __m512 r[16], t[16];
+        for (int i = 0; i < 12; i++) r[i] = _mm512_loadu_ps(a + i * lda + k);
+        for (int i = 12; i < 16; i++) r[i] = _mm512_setzero_ps();
+        /* 4 x 4 blocks of 4 x 4: within each 128-bit lane, then across lanes */
+        for (int i = 0; i < 16; i += 4) {
+            const __m512 u0 = _mm512_unpacklo_ps(r[i], r[i + 1]), u1 = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            const __m512 u2 = _mm512_unpacklo_ps(r[i + 2], r[i + 3]), u3 = _mm512_unpackhi_ps(r[i + 2], r[i + 3]);
+            t[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u2)));
+            t[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u2)));
+            t[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u1), _mm512_castps_pd(u3)));
+            t[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u1), _mm512_castps_pd(u3)));
+        }
+        /* t[i + c] (i = 4 g) holds, in 128-bit lane L, rows 4g..4g+3 at k = 4L + c. Gather lane L of the four groups. */
+        for (int c = 0; c < 4; c++) {
+            const __m512i a01 = _mm512_castps_si512(t[c]), a23 = _mm512_castps_si512(t[4 + c]);
+            const __m512i b01 = _mm512_castps_si512(t[8 + c]), b23 = _mm512_castps_si512(t[12 + c]);
+            /* x: lanes (g0 L0, g1 L0, g0 L1, g1 L1), y: (g0 L2, g1 L2, g0 L3, g1 L3); likewise for groups 2, 3 */
+            const __m512i x0 = _mm512_permutex2var_epi64(a01, lo64, a23), y0 = _mm512_permutex2var_epi64(a01, hi64, a23);
+            const __m512i x1 = _mm512_permutex2var_epi64(b01, lo64, b23), y1 = _mm512_permutex2var_epi64(b01, hi64, b23);
+            const __m512 k0 = _mm512_castsi512_ps(_mm512_permutex2var_epi64(x0, lo128, x1));
+            const __m512 k1 = _mm512_castsi512_ps(_mm512_permutex2var_epi64(x0, hi128, x1));
+            const __m512 k2 = _mm512_castsi512_ps(_mm512_permutex2var_epi64(y0, lo128, y1));
+            const __m512 k3 = _mm512_castsi512_ps(_mm512_permutex2var_epi64(y0, hi128, y1));
+            _mm512_mask_storeu_ps(p + (size_t)(k + c) * 12, 0x0FFF, k0);
+            _mm512_mask_storeu_ps(p + (size_t)(k + 4 + c) * 12, 0x0FFF, k1);
+            _mm512_mask_storeu_ps(p + (size_t)(k + 8 + c) * 12, 0x0FFF, k2);
+            _mm512_mask_storeu_ps(p + (size_t)(k + 12 + c) * 12, 0x0FFF, k3);
+        }
+    }
+    for (; k < kc; k++)
+        for (int i = 0; i < 12; i++) p[(size_t)k * 12 + i] = a[i * lda + k];
+}
+#endif
+
 /* Packs op(A)[m0 .. m0+mc, k0 .. k0+kc] as ceil(mc/MR) panels, each kc x MR (ap[k*MR + i]); rows past mc are 0. */
 static void pack_a(float *ap, int MR, const float *A, int lda, int transA, int m0, int mc, int k0, int kc) {
+#ifdef GEMM_AVX512
+    if (MR == 12 && transA && mc >= 12) { /* the full panels row by row of the stored A: mc consecutive values each */
+        const int full = mc / 12 * 12;
+        for (int k = 0; k < kc; k++) {
+            const float *src = A + (size_t)(k0 + k) * lda + m0;
+            for (int ir = 0; ir < full; ir += 12)
+                _mm512_mask_storeu_ps(ap + (size_t)ir * kc + (size_t)k * 12, 0x0FFF, _mm512_maskz_loadu_ps(0x0FFF, src + ir));
+        }
+        if (full == mc) return;
+        ap += (size_t)full * kc, m0 += full, mc -= full; /* the edge panel below */
+    }
+#endif
     for (int ir = 0; ir < mc; ir += MR) {
         int mr = mc - ir < MR ? mc - ir : MR;
         float *p = ap + (size_t)ir * kc;
+#ifdef GEMM_AVX512
+        if (MR == 12 && mr == 12) {
+            if (transA) /* row k of the panel: 12 consecutive values of row k0 + k of the stored A */
+                for (int k = 0; k < kc; k++)
+                    _mm512_mask_storeu_ps(p + (size_t)k * 12, 0x0FFF,
+                                          _mm512_maskz_loadu_ps(0x0FFF, A + (size_t)(k0 + k) * lda + m0 + ir));
+            else
+                pack_a12_rows(p, A + (size_t)(m0 + ir) * lda + k0, (size_t)lda, kc);
+            continue;
+        }
+#endif
         if (transA) {
             for (int k = 0; k < kc; k++) {
                 const float *src = A + (size_t)(k0 + k) * lda + m0 + ir;
