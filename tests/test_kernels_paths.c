@@ -1,6 +1,7 @@
 /* tests/test_kernels_paths.c — every vector path of the CPU kernels that this machine runs (kernels/cpu/path.c:
  * AVX-512, AVX2, plain C) gives the same bits: the GEMM against the documented fma chain (so every path equals every
- * other), the blocked attention forward and backward of each path against the plain C path, and the small direct
+ * other), the blocked attention forward and backward of each path against the plain C path (the backward's dS kept
+ * for its second pass and recomputed), and the small direct
  * convolution of the VAE (kernels/cpu/conv_small.c) against the im2col + GEMM it replaces, on fresh random inputs
  * with signed zeros, edge tiles, several K blocks, narrow outputs (the transposed GEMM) and 1 and 2 threads.
  * The elementwise kernels have one source each, compiled without contraction or reassociation (-ffp-contract=off,
@@ -104,13 +105,17 @@ TEST(kern_paths_attention_bitwise) {
         float *dout = rand_z(nq, 53 + s), *g0 = rand_z(nq + 2 * nk, 54 + s);
         float *ref = NULL, *got = malloc(sizeof(float) * (2 * nq + nl + nq + 2 * nk));
         for (int p = 0; p < np; p++)
-            for (int th = 1; th <= 2; th++) {
+            for (int th = 1; th <= 2; th++)
+                for (int keep = 1; keep >= 0; keep--) { /* the backward's dS kept for pass 2, then recomputed */
                 REQUIRE(k_cpu_set_path(paths[p]) == 0);
                 omp_set_num_threads(th);
+                const size_t budget = k_cpu_attn_ds_budget;
+                if (!keep) k_cpu_attn_ds_budget = 0;
                 float *o = got, *lse = o + nq, *dq = lse + nl, *dk = dq + nq, *dv = dk + nk;
                 memcpy(dq, g0, sizeof(float) * (nq + 2 * nk)); /* the backward accumulates */
                 k_cpu_attention_forward(o, lse, q, k, v, B, Sq, Skv, H, Dh, scale);
                 k_cpu_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh, scale);
+                k_cpu_attn_ds_budget = budget;
                 const size_t n = nq + nl + nq + 2 * nk;
                 if (!ref) {
                     ref = malloc(sizeof(float) * n);
@@ -118,9 +123,10 @@ TEST(kern_paths_attention_bitwise) {
                     continue;
                 }
                 size_t d = kt_bits_differ(got, ref, n);
-                CHECK_MSG(d == 0, "attention B %d Sq %d Skv %d H %d Dh %d: path %s, %d threads differs from plain C, 1 "
-                          "thread in %zu of %zu values", B, Sq, Skv, H, Dh, k_cpu_path_name(paths[p]), th, d, n);
-            }
+                CHECK_MSG(d == 0, "attention B %d Sq %d Skv %d H %d Dh %d: path %s, %d threads, dS %s differs from plain "
+                          "C, 1 thread in %zu of %zu values", B, Sq, Skv, H, Dh, k_cpu_path_name(paths[p]), th,
+                          keep ? "kept" : "recomputed", d, n);
+                }
         free(q), free(k), free(v), free(dout), free(g0), free(ref), free(got);
     }
     k_cpu_set_path(was);

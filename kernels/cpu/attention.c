@@ -7,7 +7,9 @@
  *   pass 1, one task per (b, h, key block j): for every query block i recompute P = exp(S - lse) and accumulate
  *           dV_j += P^T dO_i and dK_j += scale * dS^T Q_i with dS = P * (dP - D_i), dP = dO_i V_j^T,
  *           D_i = rowsum(dO_i * O_i);
- *   pass 2, one task per (b, h, query block i): the same recomputation over every key block j, dQ_i += scale*dS K_j.
+ *   pass 2, one task per (b, h, query block i): dQ_i += scale*dS K_j over every key block j, dS as pass 1 stored it
+ *           when the head group's Sq x Skv floats fit k_cpu_attn_ds_budget (then a barrier between the passes), else the
+ *           same recomputation (the same values either way).
  *
  * Heads are processed in groups of G (at most the thread count): the group's K/V (and, in the backward, Q, dO,
  * lse, D) are first gathered from their strided [B, S, H, Dh] rows into packed block buffers, in parallel, then
@@ -46,6 +48,11 @@
 #endif
 /* Upper bound on the packed operands of one head group, in bytes (a group has at least one head). */
 #define ATTN_PACK_BUDGET ((size_t)256 << 20)
+/* Upper bound on the backward's stored dS of one head group (Sq x Skv floats a head, rounded to blocks), in bytes:
+ * k_cpu_attn_ds_budget (kernels/cpu/cpu.h; tests set 0 to take the recomputing path). 64 MiB: a group of two heads
+ * up to about 2,900 tokens (the Wan-1.3B bench block's 1,560 use 21 MB); like the packed operands, kernel scratch
+ * that the start-up estimate (trainer/budget.c) leaves to its tolerance. */
+size_t k_cpu_attn_ds_budget = (size_t)64 << 20;
 
 typedef struct {
     int B, Sq, Skv, H, Dh, Dp;
@@ -343,9 +350,15 @@ static void bwd_pair(const bwd_pack *p, const attn_shape *a, int qb, int kb, int
     }
 }
 
-/* Pass 1 task: dK, dV of key block kb of (b, h). */
+/* The stored dS of one head (ds_store below): block (qb, kb) of bq x bk floats, rows of bk. */
+static float *ds_block(float *ds, const attn_shape *a, int qb, int kb) {
+    return ds ? ds + ((size_t)qb * a->nkb + kb) * a->bq * a->bk : NULL;
+}
+
+/* Pass 1 task: dK, dV of key block kb of (b, h); with ds (not NULL) every dS block it computes is kept there for
+ * pass 2. */
 static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, const attn_shape *a, int b, int h,
-                         int kb) {
+                         int kb, float *ds) {
     const int Dh = a->Dh, Dp = a->Dp, k0 = kb * a->bk, nk = imin(a->bk, a->Skv - k0);
     const int MK = attn_round_up(nk, ATTN_MR);
     float *S = ws, *dP = S + r16((size_t)a->bq * a->bk), *dK = dP + r16((size_t)a->bq * a->bk);
@@ -356,6 +369,7 @@ static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, con
         const int mq = imin(a->bq, a->Sq - qb * a->bq), M = attn_round_up(mq, ATTN_MR);
         const size_t qo = (size_t)qb * a->bq * Dp;
         bwd_pair(p, a, qb, kb, M, nk, S, dP);
+        if (ds) memcpy(ds_block(ds, a, qb, kb), dP, sizeof(float) * (size_t)M * a->bk);
         /* dV += P^T dO, dK += dS^T (scale Q): key rows are the tile rows, the mq query rows the reduction. */
         attn_mm_t(a->vec, MK, Dp, mq, S, a->bk, p->dOp + qo, dV, Dp, 1);
         attn_mm_t(a->vec, MK, Dp, mq, dP, a->bk, p->Qp + qo, dK, Dp, 1);
@@ -368,16 +382,18 @@ static void bwd_kv_block(float *ws, float *dk, float *dv, const bwd_pack *p, con
     }
 }
 
-/* Pass 2 task: dQ of query block qb of (b, h). */
-static void bwd_q_block(float *ws, float *dq, const bwd_pack *p, const attn_shape *a, int b, int h, int qb) {
+/* Pass 2 task: dQ of query block qb of (b, h); dS recomputed, or read from ds (pass 1's, the same values). */
+static void bwd_q_block(float *ws, float *dq, const bwd_pack *p, const attn_shape *a, int b, int h, int qb,
+                        float *ds) {
     const int Dh = a->Dh, Dp = a->Dp, q0 = qb * a->bq, mq = imin(a->bq, a->Sq - q0);
     const int M = attn_round_up(mq, ATTN_MR);
     float *S = ws, *dP = S + r16((size_t)a->bq * a->bk), *dQ = dP + r16((size_t)a->bq * a->bk);
     memset(dQ, 0, sizeof(float) * (size_t)M * Dp);
     for (int kb = 0; kb < a->nkb; kb++) {
         const int nk = imin(a->bk, a->Skv - kb * a->bk);
-        bwd_pair(p, a, qb, kb, M, nk, S, dP);
-        attn_mm_n(a->vec, M, Dp, nk, dP, a->bk, p->Kp + (size_t)kb * a->bk * Dp, dQ, Dp, 1);
+        const float *dS = ds ? ds_block(ds, a, qb, kb) : dP;
+        if (!ds) bwd_pair(p, a, qb, kb, M, nk, S, dP);
+        attn_mm_n(a->vec, M, Dp, nk, dS, a->bk, p->Kp + (size_t)kb * a->bk * Dp, dQ, Dp, 1);
     }
     for (int i = 0; i < mq; i++) {
         float *g = dq + tok(a, b, a->Sq, q0 + i, h);
@@ -401,8 +417,8 @@ static void bwd_small_task(void *ctx, int t) {
         bwd_pack p = bwd_pack_at(pk, a);
         bwd_pack_k(&p, j->k, j->v, a, b, h, 0);
         bwd_pack_q(&p, j->dout, j->q, j->o_in, j->lse_in, a, b, h, 0);
-        bwd_kv_block(ws, j->dk, j->dv, &p, a, b, h, 0);
-        bwd_q_block(ws, j->dq, &p, a, b, h, 0);
+        bwd_kv_block(ws, j->dk, j->dv, &p, a, b, h, 0, NULL);
+        bwd_q_block(ws, j->dq, &p, a, b, h, 0, NULL);
     }
 }
 
@@ -434,6 +450,10 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
     pack = falloc((size_t)G * hf);
     failed = !pack;
     if (failed) goto done;
+    /* Pass 1's dS kept for pass 2 when the group's fits k_cpu_attn_ds_budget (pass 2 then skips recomputing S, P, dP and
+     * dS: two of its three products), else recomputed; either way the same values. */
+    const size_t ds_head = (size_t)a.nqb * a.bq * a.nkb * a.bk;
+    float *ds = ds_head * G * sizeof(float) <= k_cpu_attn_ds_budget ? malloc(ds_head * G * sizeof(float)) : NULL;
 #pragma omp parallel if (par)
     {
         float *ws = falloc(bwd_ws_floats(&a));
@@ -456,17 +476,21 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
             for (long t = 0; t < (long)gn * a.nkb; t++) {
                 int bh = g0 + (int)(t / a.nkb);
                 bwd_pack p = bwd_pack_at(pack + (size_t)(bh - g0) * hf, &a);
-                if (ws) bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, (int)(t % a.nkb));
+                if (ws) bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, (int)(t % a.nkb), ds ? ds + (size_t)(bh - g0) * ds_head : NULL);
+            }
+            if (ds) { /* pass 2 reads what pass 1 wrote */
+#pragma omp barrier
             }
 #pragma omp for schedule(dynamic, 1)
             for (long t = 0; t < (long)gn * a.nqb; t++) {
                 int bh = g0 + (int)(t / a.nqb);
                 bwd_pack p = bwd_pack_at(pack + (size_t)(bh - g0) * hf, &a);
-                if (ws) bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, (int)(t % a.nqb));
+                if (ws) bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, (int)(t % a.nqb), ds ? ds + (size_t)(bh - g0) * ds_head : NULL);
             }
         }
         free(ws);
     }
+    free(ds);
 done:
     free(pack);
     if (failed) {

@@ -3,6 +3,8 @@
 #ifndef KERNELS_CPU_H
 #define KERNELS_CPU_H
 
+#include <stddef.h>
+
 #include "kernels/kernels.h"
 
 /* The vector path of the GEMM and attention micro-kernels (kernels/cpu/path.c). Every path gives the same values bit
@@ -13,6 +15,11 @@ int k_cpu_path_available(k_cpu_path p); /* 1: compiled into this binary and this
 k_cpu_path k_cpu_get_path(void);
 int k_cpu_set_path(k_cpu_path p);       /* 0, or -1 when p is not available (the path is then unchanged) */
 const char *k_cpu_path_name(k_cpu_path p);
+
+/* The attention backward keeps pass 1's dS for pass 2 when a head group's Sq x Skv floats fit this many bytes
+ * (default 64 MiB), else pass 2 recomputes it: the same values either way (tests/test_kernels_paths.c). Set it only
+ * while no kernel runs. */
+extern size_t k_cpu_attn_ds_budget;
 
 void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
 /* The ceiling of k_cpu_gemm's inner loop (`vgrpo bench peak`): the current path's micro-kernel run `iters` times
