@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -271,7 +272,10 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
                     if (++failures <= 10 || failures % 1000 == 0)
                         core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's "
                                       "controller? connecting again", cfg->id, cfg->controller, (unsigned)code, failures);
-                    if (reconnect_at == 0) reconnect_at = now_s() + 0.2;
+                    /* Each connection gets at least 1 s: tearing one down makes its own failure event, which
+                     * arrives after the next connection has started, so reconnecting on every event could abort
+                     * the run's controller's handshake again and again (seen under load: 30 s without a hello). */
+                    if (reconnect_at == 0) reconnect_at = fmax(now_s() + 0.2, connect_at + 1.0);
                 }
             }
             zmq_msg_close(&ev), zmq_msg_close(&addr);
