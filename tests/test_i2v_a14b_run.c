@@ -14,35 +14,8 @@
 
 #include "media/png.h"
 #include "tests/metrics_rows.h"
+#include "tests/i2v_prompts.h"
 #include "tests/test.h"
-
-/* dir/img/<name>.png (32 x 32: a colour with a square of its complement) and dir/p.jsonl naming them. */
-static void write_prompts(const char *dir) {
-    static const struct {
-        const char *name;
-        uint8_t c[3];
-    } cols[4] = {{"red", {220, 30, 30}}, {"green", {30, 200, 40}}, {"blue", {30, 40, 220}}, {"yellow", {230, 220, 30}}};
-    char path[4300];
-    snprintf(path, sizeof path, "%s/img", dir);
-    mkdir(path, 0777);
-    snprintf(path, sizeof path, "%s/p.jsonl", dir);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    uint8_t img[32 * 32 * 3];
-    for (int k = 0; k < 4; k++) {
-        for (int y = 0; y < 32; y++)
-            for (int x = 0; x < 32; x++)
-                for (int c = 0; c < 3; c++) {
-                    const int in = x >= 8 && x < 24 && y >= 8 && y < 24;
-                    img[(y * 32 + x) * 3 + c] = in ? (uint8_t)(255 - cols[k].c[c]) : cols[k].c[c];
-                }
-        snprintf(path, sizeof path, "%s/img/%s.png", dir, cols[k].name);
-        REQUIRE_OK(media_png_write(path, img, 32, 32));
-        fprintf(f, "{\"prompt\": \"a %s square\", \"image\": \"img/%s.png\", \"color\": \"%s\"}\n", cols[k].name,
-                cols[k].name, cols[k].name);
-    }
-    fclose(f);
-}
 
 static void make_model(const char *dir) {
     char out[4096];
@@ -71,7 +44,7 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
                                        " --set logging.run_dir=%s/a", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
@@ -105,7 +78,7 @@ TEST(i2v_a14b_parity_zero_ulysses) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
                                        " --set logging.run_dir=%s/u --set parallel.trainer_ranks=2 --set parallel.sp=2 "
                                        "--set parallel.ulysses_degree=2", bin, dir, dir, dir, dir);
@@ -129,7 +102,7 @@ TEST(i2v_a14b_parity_zero_emulated_device) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s parity recipes/tiny-cpu.yaml --set mode=colocated "
                                        "--set model.device=cuda " I2V_SET " --set logging.run_dir=%s/d 2>&1",
                       bin, dir, dir, dir, dir);
@@ -144,7 +117,7 @@ TEST(i2v_a14b_run_local_colocated_resume) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     const char *more = "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=2 "
                        "--set optim.total_steps=3";
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/loc", bin,

@@ -18,35 +18,8 @@
 #include "media/image.h"
 #include "media/png.h"
 #include "tests/metrics_rows.h"
+#include "tests/i2v_prompts.h"
 #include "tests/test.h"
-
-/* dir/img/<name>.png (32 x 32: a colour with a square of its complement) and dir/p.jsonl naming them. */
-static void write_prompts(const char *dir) {
-    static const struct {
-        const char *name;
-        uint8_t c[3];
-    } cols[4] = {{"red", {220, 30, 30}}, {"green", {30, 200, 40}}, {"blue", {30, 40, 220}}, {"yellow", {230, 220, 30}}};
-    char path[4300];
-    snprintf(path, sizeof path, "%s/img", dir);
-    mkdir(path, 0777);
-    snprintf(path, sizeof path, "%s/p.jsonl", dir);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    uint8_t img[32 * 32 * 3];
-    for (int k = 0; k < 4; k++) {
-        for (int y = 0; y < 32; y++)
-            for (int x = 0; x < 32; x++)
-                for (int c = 0; c < 3; c++) {
-                    const int in = x >= 8 && x < 24 && y >= 8 && y < 24;
-                    img[(y * 32 + x) * 3 + c] = in ? (uint8_t)(255 - cols[k].c[c]) : cols[k].c[c];
-                }
-        snprintf(path, sizeof path, "%s/img/%s.png", dir, cols[k].name);
-        REQUIRE_OK(media_png_write(path, img, 32, 32));
-        fprintf(f, "{\"prompt\": \"a %s square\", \"image\": \"img/%s.png\", \"color\": \"%s\"}\n", cols[k].name,
-                cols[k].name, cols[k].name);
-    }
-    fclose(f);
-}
 
 static void make_model(const char *dir) {
     char out[4096];
@@ -75,7 +48,7 @@ TEST(i2v_parity_zero_tiny_ti2v) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
                                        " --set logging.run_dir=%s/a", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
@@ -105,7 +78,7 @@ TEST(i2v_run_local_colocated_resume) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     const char *more = "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=2 "
                        "--set algorithm.beta=0.05 --set optim.total_steps=3";
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/loc", bin,
@@ -171,7 +144,7 @@ TEST(i2v_preset_and_prompt_files) {
     CHECK(test_run(out, sizeof out, "grep -q '\"expand_timesteps\": true' %s", p) == 0);
 
     /* JSON lines: the image relative to the file's folder, other strings as metadata, numbered by line */
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     snprintf(p, sizeof p, "%s/p.jsonl", dir);
     core_prompts pr;
     REQUIRE_OK(core_prompts_read(&pr, p));
@@ -215,7 +188,7 @@ TEST(i2v_bad_input_refused) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300], want[4600];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     snprintf(p, sizeof p, "%s/notpng.png", dir);
     FILE *f = fopen(p, "w");
     REQUIRE(f);
@@ -290,7 +263,7 @@ TEST(i2v_generate_and_eval) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300], q[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     for (int s = 1; s <= 2; s++)
         REQUIRE(test_run(out, sizeof out, "%s generate --pipeline %s/model --prompt 'a red square' --image %s/img/red.png "
                                           "--out %s/g%d.mp4 --frames 5 --height 32 --width 32 --steps 4 --seed %d",
@@ -359,7 +332,7 @@ TEST(i2v_run_sample_video_sheets) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
                                        "--set logging.video_every=1 --set checkpoint.every=0 --steps 1 "
                                        "--set logging.run_dir=%s/r", bin, dir, dir, dir, dir);

@@ -21,35 +21,8 @@
 #include "model/vae/wan_vae_encode.h"
 #include "rollout/pipeline.h"
 #include "tests/metrics_rows.h"
+#include "tests/i2v_prompts.h"
 #include "tests/test.h"
-
-/* dir/img/<name>.png (32 x 32: a colour with a square of its complement; stretched to 64 x 64 by the run) and
- * dir/p.jsonl naming them. */
-static void write_prompts(const char *dir) {
-    static const struct {
-        const char *name;
-        uint8_t c[3];
-    } cols[4] = {{"red", {220, 30, 30}}, {"green", {30, 200, 40}}, {"blue", {30, 40, 220}}, {"yellow", {230, 220, 30}}};
-    char path[4300];
-    snprintf(path, sizeof path, "%s/img", dir);
-    mkdir(path, 0777);
-    snprintf(path, sizeof path, "%s/p.jsonl", dir);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    uint8_t img[32 * 32 * 3];
-    for (int k = 0; k < 4; k++) {
-        for (int y = 0; y < 32; y++)
-            for (int x = 0; x < 32; x++)
-                for (int c = 0; c < 3; c++) {
-                    const int in = x >= 8 && x < 24 && y >= 8 && y < 24;
-                    img[(y * 32 + x) * 3 + c] = in ? (uint8_t)(255 - cols[k].c[c]) : cols[k].c[c];
-                }
-        snprintf(path, sizeof path, "%s/img/%s.png", dir, cols[k].name);
-        REQUIRE_OK(media_png_write(path, img, 32, 32));
-        fprintf(f, "{\"prompt\": \"a %s square\", \"image\": \"img/%s.png\"}\n", cols[k].name, cols[k].name);
-    }
-    fclose(f);
-}
 
 /* dir/model: tiny-ti2v with a 48-channel DiT (tiny's otherwise, seed 0) and the Wan 2.2 VAE fixture. */
 static void make_model(const char *dir) {
@@ -93,7 +66,7 @@ TEST(i2v_vae22_rollout_decodes_final_latents) {
     const char *dir = test_tmpdir();
     char sets[8][4400], p[4300];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 0);
     core_recipe r;
     load_recipe(&r, dir, 16, "vae", sets);
     rollout_pipeline pl;
@@ -187,7 +160,7 @@ TEST(i2v_vae22_parity_and_runs) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300], q[4300], want[4600];
     make_model(dir);
-    write_prompts(dir);
+    i2v_write_square_prompts(dir, 0);
     int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " V22_SET
                                        " --set logging.run_dir=%s/par", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "parity failed: %s", out);
