@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/trajectory.h"
 #include "core/recipe.h"
 #include "core/safetensors.h"
 #include "media/png.h"
@@ -185,4 +186,28 @@ TEST(budget_counts_image_encoding) {
                      "2>&1 >/dev/null", bin, dir, dir, dir) == 0);
     CHECK_MSG(strstr(out, "image conditions") && strstr(out, "image encoder (VAE encoder, one image)") &&
                   strstr(out, "image encoding at start-up: 3 images through the VAE encoder"), "got: %s", out);
+}
+
+/* I2V-A14B's trajectories keep the 16-channel latents (every step's) and the concatenated condition once
+ * ([4 + 16, F, h, w], core_traj.concat), not 36-channel latents: against tiny-ti2v (16 in, 16 out, no concat) on the
+ * same recipe (8 steps, latent [16, 2, 4, 4], 2 prompts x 16 samples a step) a step's trajectories differ by exactly
+ * the conditions, and the TI2V figure is the documented layout. */
+TEST(budget_i2v_a14b_trajectories) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", bin, dir) == 0);
+    write_prompts(dir);
+    budget_estimate *ti = malloc(sizeof *ti), *ia = malloc(sizeof *ia);
+    REQUIRE(ti && ia);
+    estimate(ti, dir, "ti2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
+    estimate(ia, dir, "i2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
+    const double nl = 16 * 2 * 4 * 4, N = 8, b = 2 * 16;
+    const double one = 4 * ((N + 1) * nl + 3 * N + 1) + 2 * N + sizeof(core_traj);
+    const double t_ti = part(ti, "local process", "trajectories of a step");
+    const double t_ia = part(ia, "local process", "trajectories of a step");
+    CHECK_MSG(t_ti == b * one, "TI2V: %.0f bytes of trajectories, want %.0f", t_ti, b * one);
+    CHECK_MSG(t_ia - t_ti == b * 4 * 20 * 2 * 4 * 4, "I2V-A14B: %.0f bytes of trajectories, TI2V %.0f: want + %.0f",
+              t_ia, t_ti, b * 4 * 20 * 2 * 4 * 4);
+    free(ti), free(ia);
 }

@@ -357,6 +357,7 @@ typedef struct {
     const core_recipe *r;
     const budget_estimate *e;
     int64_t nl, ne;        /* latent floats per sample, conditioning floats per prompt */
+    int64_t nin;           /* the model's input floats per sample: nl, or I2V-A14B's latent + concatenated condition */
     double traj;           /* bytes of one trajectory as the rollout makes it (every latent; step means for GRPO-Guard) */
     double traj_kept;      /* bytes of one as the trainer keeps it (an SDE window's latents only) */
     double weights;        /* bytes of one expert's weights */
@@ -382,7 +383,7 @@ static double rollout_bytes(const sizes *z, int n) {
     double a = 0;
     if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
     if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
-    return a + F32 * (4.0 * b * z->nl + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
+    return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
 }
 
 /* The decoder: its weights and decode state (held once decoded) and, while decoding, the fp32 video. */
@@ -426,7 +427,7 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
             budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, WAN_ACTS_INFER, sp));
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
-        F32 * (2.0 * cap * (4.0 * z->nl + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
+        F32 * (2.0 * cap * (3.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
 }
 
 /* Weights, gradients, AdamW, reference and EMA of the trainer; prompt embeddings; the text encoder at start-up.
@@ -622,12 +623,17 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const wan_config *c = &e->dit;
     e->tokens = (int64_t)(e->F / c->patch_size[0]) * (e->H / c->patch_size[1]) * (e->W / c->patch_size[2]);
     sizes z = {.r = r, .e = e};
-    z.nl = (int64_t)c->in_channels * e->F * e->H * e->W;
+    /* the latent has out_channels (I2V-A14B: 16 of its 36 inputs; the trajectory keeps the concatenated condition
+     * once, core_traj.concat) */
+    z.nl = (int64_t)c->out_channels * e->F * e->H * e->W;
+    z.nin = (int64_t)c->in_channels * e->F * e->H * e->W;
     z.ne = (int64_t)r->text_len * c->text_dim;
     const int N = r->num_steps;
     const int guard = !strcmp(r->loss, "grpo_guard"), W = r->sde_window_size;
-    z.traj = F32 * ((double)(N + 1 + (guard ? N : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj);
-    z.traj_kept = W > 0 ? F32 * ((double)(W + 1 + (guard ? W : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj)
+    const double concat = F32 * (double)(z.nin - z.nl);
+    z.traj = F32 * ((double)(N + 1 + (guard ? N : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj) + concat;
+    z.traj_kept = W > 0 ? F32 * ((double)(W + 1 + (guard ? W : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N +
+                              sizeof(core_traj) + concat
                         : z.traj;
     z.weights = F32 * (double)e->params;
     if (trainer_lora_config(r, c, &z.lora) < 0) return -1;
