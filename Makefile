@@ -76,32 +76,33 @@ $(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
 # The suite: unit, fixture-parity and end-to-end tests in one runner; prints `N passed, N failed`.
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
-	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests
+	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp $(BUILD)/vgrpo_tests
 	@$(MAKE) --no-print-directory test-cuda-build
 
 # The CUDA build cannot break unnoticed (issue 15): where nvcc is installed, `make test` also compiles and links
-# `make cuda` into build-cuda/ and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
+# `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
 CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device
 .PHONY: test-cuda-build
 test-cuda-build:
 	@if [ -x "$(NVCC)" ]; then \
-	  $(MAKE) --no-print-directory cuda BUILD=build-cuda && \
-	  VGRPO_BIN=build-cuda/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests $(BUILD)/vgrpo_tests $(CUDA_SMOKE); \
+	  $(MAKE) --no-print-directory cuda BUILD=$(BUILD)-cuda && \
+	  VGRPO_BIN=$(BUILD)-cuda/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp \
+	    $(BUILD)/vgrpo_tests $(CUDA_SMOKE); \
 	else echo "test-cuda-build: skipped ($(NVCC) not found)"; fi
 
 # Slow suites (learning runs, long multi-rank runs, the reward-hacking guard tripping on recipes/tiny-cpu-hack.yaml
 # and not on the demo recipe: tests/test_guard.c guard_hack_recipe_trips_slow); CI does not run these.
 test-slow: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
-	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_SLOW=1 $(BUILD)/vgrpo_tests
+	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp VGRPO_SLOW=1 $(BUILD)/vgrpo_tests
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer, in its own build folder.
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -march=native -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  EXTRA_LDFLAGS="-fsanitize=address,undefined" build-asan/vgrpo build-asan/vgrpo_tests build-asan/vgrpo_mpi_tests
-	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_MPI_TESTS=build-asan/vgrpo_mpi_tests VGRPO_ASAN=1 build-asan/vgrpo_tests
+	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_MPI_TESTS=build-asan/vgrpo_mpi_tests VGRPO_TEST_TMP=build-asan/test-tmp VGRPO_ASAN=1 build-asan/vgrpo_tests
 
 # The demo: a tiny random Wan pipeline (made once); `vgrpo eval` of its initial weights; GRPO on it in one process
 # (recipes/tiny-cpu.yaml, which saves checkpoint-<total_steps> at the end); `vgrpo eval` of that checkpoint; and

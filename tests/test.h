@@ -20,7 +20,8 @@ extern jmp_buf test_abort_jmp;
 
 /* Path of the vgrpo binary under test (env VGRPO_BIN, default build/vgrpo). */
 const char *test_vgrpo_bin(void);
-/* A fresh empty directory for this test under build/test-tmp/<test name>/; returned path is static per call. */
+/* A fresh empty directory for this test under $VGRPO_TEST_TMP/<test name>/ (the Makefile sets $(BUILD)/test-tmp;
+ * default build/test-tmp); returned path is static per call. */
 const char *test_tmpdir(void);
 /* Runs a shell command, returns its exit status (or -1), capturing stdout+stderr into out (may be NULL). */
 int test_run(char *out, size_t outcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -56,7 +56,8 @@ const char *test_vgrpo_bin(void) {
 const char *test_tmpdir(void) {
     static char path[512];
     char cmd[700];
-    snprintf(path, sizeof path, "build/test-tmp/%s", cur_name);
+    const char *root = getenv("VGRPO_TEST_TMP"); /* the Makefile's $(BUILD)/test-tmp */
+    snprintf(path, sizeof path, "%s/%s", root && *root ? root : "build/test-tmp", cur_name);
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", path, path);
     if (system(cmd) != 0) test_fail(__FILE__, __LINE__, "cannot create %s", path);
     return path;
