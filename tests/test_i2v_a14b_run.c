@@ -15,6 +15,7 @@
 #include "media/png.h"
 #include "tests/metrics_rows.h"
 #include "tests/i2v_prompts.h"
+#include "tests/parity_json.h"
 #include "tests/test.h"
 
 static void make_model(const char *dir) {
@@ -28,17 +29,6 @@ static void make_model(const char *dir) {
     "--set model.path=%s/model --set model.init_preset= --set data.prompt_file=%s/p.jsonl "                        \
     "--set data.eval_prompt_file=%s/p.jsonl --set rollout.num_steps=4 --set rollout.prompts_per_step=2 "           \
     "--set rollout.samples_per_prompt=4 --set algorithm.timestep_selection=all"
-
-static void check_parity_zero(const char *path, int want_steps) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    REQUIRE(j);
-    CHECK(json_is_true(json_object_get(j, "pass")));
-    CHECK(json_real_value(json_object_get(j, "max_abs_dlogp")) == 0.0);
-    CHECK(json_real_value(json_object_get(j, "max_abs_dv")) == 0.0);
-    CHECK((int)json_array_size(json_object_get(j, "steps")) == want_steps);
-    json_decref(j);
-}
 
 TEST(i2v_a14b_parity_zero_tiny_i2v) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();

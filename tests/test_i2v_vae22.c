@@ -22,6 +22,7 @@
 #include "rollout/pipeline.h"
 #include "tests/metrics_rows.h"
 #include "tests/i2v_prompts.h"
+#include "tests/parity_json.h"
 #include "tests/test.h"
 
 /* dir/model: tiny-ti2v with a 48-channel DiT (tiny's otherwise, seed 0) and the Wan 2.2 VAE fixture. */
@@ -141,17 +142,6 @@ TEST(i2v_vae22_rollout_decodes_final_latents) {
     CHECK_MSG(strstr(core_last_error(), "model.vae_scale_factor_spatial: 16, but model.decoder latent_rgb paints 8 x 8"),
               "got: %s", core_last_error());
     core_recipe_release(&r);
-}
-
-static void check_parity_zero(const char *path, int want_steps) {
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    REQUIRE(j);
-    CHECK(json_is_true(json_object_get(j, "pass")));
-    CHECK(json_real_value(json_object_get(j, "max_abs_dlogp")) == 0.0);
-    CHECK(json_real_value(json_object_get(j, "max_abs_dv")) == 0.0);
-    CHECK((int)json_array_size(json_object_get(j, "steps")) == want_steps);
-    json_decref(j);
 }
 
 /* `vgrpo parity` exactly 0; a local run (its decoder: cli/source_local.c) equals a colocated one (the workers':
