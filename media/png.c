@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -20,6 +21,23 @@ static void on_png_error(png_structp png, png_const_charp msg) {
     png_err_ctx *ctx = png_get_error_ptr(png);
     if (ctx) snprintf(ctx->msg, sizeof ctx->msg, "%s", msg ? msg : "unknown libpng error");
     png_longjmp(png, 1);
+}
+
+/* The reader's input: a short read is reported as the file ending early (libpng's own read says "Read Error"). */
+typedef struct {
+    FILE *fp;
+    unsigned long long offset; /* bytes read so far */
+} png_reader;
+
+static void on_png_read(png_structp png, png_bytep data, size_t n) {
+    png_reader *r = png_get_io_ptr(png);
+    const size_t got = fread(data, 1, n, r->fp);
+    r->offset += got;
+    if (got == n) return;
+    char m[200];
+    if (ferror(r->fp)) snprintf(m, sizeof m, "reading failed at byte %llu: %s", r->offset, strerror(errno));
+    else snprintf(m, sizeof m, "the file ends after %llu bytes, before the image does (truncated)", r->offset);
+    png_error(png, m);
 }
 
 static void on_png_warning(png_structp png, png_const_charp msg) {
@@ -79,10 +97,22 @@ int media_png_read(const char *path, core_tensor *out) {
     if (!path || !path[0]) return core_error("png: input path is empty");
     FILE *fp = fopen(path, "rb");
     if (!fp) return core_error("png %s: cannot open: %s", path, strerror(errno));
-    unsigned char sig[8];
-    if (fread(sig, 1, 8, fp) != 8 || png_sig_cmp(sig, 0, 8) != 0) {
+    struct stat st;
+    if (!fstat(fileno(fp), &st) && S_ISDIR(st.st_mode)) {
         fclose(fp);
-        return core_error("png %s: not a PNG file (bad signature)", path);
+        return core_error("png %s: is a folder, not a PNG file", path);
+    }
+    unsigned char sig[8];
+    const size_t got = fread(sig, 1, 8, fp);
+    if (got != 8 || png_sig_cmp(sig, 0, 8) != 0) {
+        const int err = ferror(fp) ? errno : 0;
+        fclose(fp);
+        if (err) return core_error("png %s: cannot read: %s", path, strerror(err));
+        if (got >= 3 && sig[0] == 0xff && sig[1] == 0xd8 && sig[2] == 0xff)
+            return core_error("png %s: not a PNG file (a JPEG file: images are read as PNG only)", path);
+        return core_error("png %s: not a PNG file (%s)", path, got == 0 ? "the file is empty"
+                                                              : got < 8 ? "shorter than the PNG signature"
+                                                                        : "bad signature");
     }
     png_err_ctx ctx = {{0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, on_png_error, on_png_warning);
@@ -101,15 +131,24 @@ int media_png_read(const char *path, core_tensor *out) {
         free(rows);
         return core_error("png %s: libpng read failed: %s", path, ctx.msg);
     }
-    png_init_io(png, fp);
+    png_reader rd = {fp, 8};
+    png_set_read_fn(png, &rd, on_png_read);
     png_set_sig_bytes(png, 8);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    if (w > 65535 || h > 65535 || (uint64_t)w * h > MEDIA_PNG_MAX_PIXELS) { /* before any pixel is allocated */
+        png_destroy_read_struct(&png, &info, NULL);
+        fclose(fp);
+        return core_error("png %s: %u x %u pixels, over the reader's limit (65535 a side and %lld pixels, e.g. 16384 x "
+                          "8192): shrink the image", path, (unsigned)w, (unsigned)h, (long long)MEDIA_PNG_MAX_PIXELS);
+    }
     int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
     if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
     if (depth == 16) png_set_strip_16(png);
-    if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+    /* a palette's tRNS chunk becomes an alpha channel when the palette is expanded: dropped as an RGBA image's */
+    if ((color & PNG_COLOR_MASK_ALPHA) || (color == PNG_COLOR_TYPE_PALETTE && png_get_valid(png, info, PNG_INFO_tRNS)))
+        png_set_strip_alpha(png);
     if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
     png_set_interlace_handling(png);
     png_read_update_info(png, info);

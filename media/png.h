@@ -34,8 +34,16 @@
  * included); no file is left at `path` on failure. */
 int media_png_write(const char *path, const uint8_t *rgb, int height, int width);
 
+/* The largest image media_png_read decodes: 2^27 pixels (e.g. 16384 x 8192; 384 MiB as RGB), each side at most
+ * 65535. A PNG's header states its size, so a small file can claim a huge image (a decompression bomb): larger ones are
+ * refused from the header, before anything is allocated. */
+#define MEDIA_PNG_MAX_PIXELS ((int64_t)1 << 27)
+
 /* Reads a PNG into `out`: a new owned tensor U8 [H, W, 3]. Palette, grey, 16-bit and alpha images are converted
- * to 8-bit RGB (alpha dropped, 16-bit truncated to the high byte). Returns 0, or -1 naming `path`. */
+ * to 8-bit RGB (alpha dropped, a palette's transparency (tRNS) too, as PIL's convert("RGB"); 16-bit truncated to
+ * the high byte). Returns 0, or -1 naming `path` and what is wrong: a folder, an empty or short file, not a PNG (a
+ * JPEG named as such), an image over MEDIA_PNG_MAX_PIXELS, a file that ends before the image does (truncated), or
+ * libpng's message for a corrupt one. */
 int media_png_read(const char *path, core_tensor *out);
 
 /* Contact-sheet size for n samples of h x w frames with `frames` frames each, max_cols as above and labels
