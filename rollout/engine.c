@@ -174,8 +174,8 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
                                   "needs one)", j);
     } else if (m->cfg.in_channels == 2 * m->cfg.out_channels + 4)
         return core_error("rollout: the transformer takes %d channels for %d out: a Wan 2.2 I2V-A14B model (latents, "
-                          "a 4-channel mask and the condition video's latents concatenated), which vgrpo does not "
-                          "sample yet (its TI2V first-frame conditioning is supported)", m->cfg.in_channels,
+                          "a 4-channel mask and the condition video's latents concatenated), which samples only with an "
+                          "image condition per sample (prompt files with an image per prompt)", m->cfg.in_channels,
                           m->cfg.out_channels);
     if (!rc->concat_conditions && (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels))
         return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],

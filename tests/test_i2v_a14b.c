@@ -72,11 +72,13 @@ TEST(i2v_a14b_init_model_and_recipe) {
     CHECK_MSG(test_run(out, sizeof out, "%s run recipes/wan2.2-i2v-a14b.yaml --dry-run --set model.path=%s/m", bin,
                        dir) == 0,
               "got: %s", out);
-    /* text prompts on it: the dry run passes; a run is refused by the trainer (i2v_a14b_tiny_preset) and the rollout
-     * engine (i2v_a14b_sampling_refused) */
+    /* text prompts on it: the dry run refuses them from the transformer's config (so do a run's trainer,
+     * i2v_a14b_tiny_preset, and the rollout engine, i2v_a14b_sampling_refused) */
     CHECK_MSG(test_run(out, sizeof out, "%s run recipes/wan2.2-i2v-a14b.yaml --dry-run --set model.path=%s/m --set "
                        "data.prompt_file=recipes/prompts/scenes.txt --set data.eval_prompt_file=recipes/prompts/scenes_eval.txt",
-                       bin, dir) == 0,
+                       bin, dir) == 1 &&
+                  strstr(out, "data.prompt_file: recipes/prompts/scenes.txt has no images") &&
+                  strstr(out, "36 channels for 16 out"),
               "got: %s", out);
 }
 

@@ -2,7 +2,8 @@
  * which `generate --image`, `vgrpo run`/`eval`'s image conditions and the sheets read them with): valid but unusual
  * PNGs are converted to 8-bit RGB (a palette with transparency as an RGBA image: alpha dropped), and bad files are
  * refused with one line that names the file and what is wrong (a folder, an empty file, a JPEG named .png, a file cut
- * short, a header claiming more pixels than the reader takes, refused before anything is allocated). */
+ * short, a header claiming more pixels than the reader takes, refused before anything is allocated); prompt files
+ * that do not fit the model (text prompts on an I2V-A14B model, images on a text-to-video one) refused up front. */
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -198,4 +199,51 @@ TEST(i2v_image_bad_files_named) {
     REQUIRE_OK(media_png_read(q, &t));
     CHECK(!memcmp(t.data, img, sizeof img));
     core_tensor_free(&t);
+}
+
+/* Text-only prompt files on a Wan 2.2 I2V-A14B model (it samples only with an image) are refused by the checks that
+ * read the transformer's config: `run --dry-run`, `vgrpo eval` and `vgrpo parity` name the key, the file and the
+ * model, and create nothing (the dry run had passed; eval had started its workers, made --out and failed in a worker
+ * with "which vgrpo does not sample yet"; parity had started its processes and its trainer failed). An image recipe on a text-to-video model names both image-to-video
+ * pipelines vgrpo runs (the message had called I2V-A14B "not supported"). */
+TEST(i2v_text_prompts_on_i2v_a14b_refused) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300], want[4600];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", bin, dir) == 0);
+    snprintf(p, sizeof p, "%s/text.txt", dir);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    fputs("a red square\na blue square\n", f);
+    fclose(f);
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --dry-run --set model.path=%s/i2v "
+                                       "--set model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s "
+                                       "--set rollout.prompts_per_step=1", bin, dir, p, p);
+    snprintf(want, sizeof want, "data.prompt_file: %s has no images, but model.path %s/i2v/transformer takes 36 channels "
+                                "for 16 out", p, dir);
+    CHECK_MSG(st == 1 && strstr(out, want) && strstr(out, "needs prompt files with an image"), "exit %d: %s", st, out);
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu-i2v-a14b.yaml --set model.path=%s/i2v "
+                                   "--set model.init_preset= --prompts %s --out %s/ev", bin, dir, p, dir);
+    snprintf(want, sizeof want, "--prompts: %s has no images, but model.path %s/i2v/transformer takes 36 channels", p,
+             dir);
+    CHECK_MSG(st == 1 && strstr(out, want), "exit %d: %s", st, out);
+    snprintf(p, sizeof p, "%s/ev", dir);
+    CHECK_MSG(access(p, F_OK) != 0, "eval made %s", p);
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu-i2v-a14b.yaml --set model.path=%s/i2v "
+                                   "--set model.init_preset= --set data.prompt_file=%s/text.txt "
+                                   "--set data.eval_prompt_file=%s/text.txt --set logging.run_dir=%s/par",
+                  bin, dir, dir, dir, dir);
+    CHECK_MSG(st == 1 && strstr(out, "has no images, but model.path"), "exit %d: %s", st, out);
+    snprintf(p, sizeof p, "%s/par", dir);
+    CHECK_MSG(access(p, F_OK) != 0, "parity made %s", p);
+    /* its image recipe passes the same checks */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --dry-run --set model.path=%s/i2v "
+                                   "--set model.init_preset=", bin, dir);
+    CHECK_MSG(st == 0, "exit %d: %s", st, out);
+    /* an image recipe on a text-to-video model */
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/t2v --seed 0", bin, dir) == 0);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --dry-run --set model.path=%s/t2v "
+                                   "--set model.init_preset=", bin, dir);
+    CHECK_MSG(st == 1 && strstr(out, "is a text-to-video pipeline") && strstr(out, "tiny-ti2v") &&
+                  strstr(out, "tiny-i2v") && !strstr(out, "I2V-A14B (36 input channels) and"),
+              "exit %d: %s", st, out);
 }

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "media/image.h"
@@ -11,13 +12,33 @@
 #include "model/vae/wan_vae_i2v.h"
 #include "model/vae/wan_vae_encode.h"
 
+/* 1 when model.path's transformer is a Wan 2.2 I2V-A14B one (latents, a 4-channel mask and the condition video's
+ * latents in: in = 2 out + 4; *wc its config), else 0 (also when there is no readable config, as in a dry run
+ * without the model). */
+static int is_i2v_a14b(const char *model_path, wan_config *wc) {
+    char cfg_path[4200];
+    snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", model_path);
+    if (access(cfg_path, F_OK)) return 0;
+    if (!wan_config_load(wc, cfg_path) && wc->in_channels == 2 * wc->out_channels + VAE_I2V_MASK_CHANNELS) return 1;
+    core_error_clear();
+    return 0;
+}
+
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {
     for (int k = 1; k < n_lists; k++)
         if (!lists[k]->n_images != !lists[0]->n_images)
             return core_error("%s: %s images (image to video), but %s %s: the prompt files give images or none does",
                               lists[k]->path, lists[k]->n_images ? "gives" : "has no", lists[0]->path,
                               lists[0]->n_images ? "does" : "does not");
-    if (!lists[0]->n_images) return 0;
+    wan_config wc;
+    if (!lists[0]->n_images) {
+        if (is_i2v_a14b(r->model_path, &wc))
+            return core_error("%s: %s has no images, but model.path %s/transformer takes %d channels for %d out (Wan "
+                              "2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents): it needs "
+                              "prompt files with an image per prompt (JSON lines)", key, lists[0]->path, r->model_path,
+                              wc.in_channels, wc.out_channels);
+        return 0;
+    }
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
     if (F < 2)
@@ -25,21 +46,12 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
                           "(2 latent frames)", r->frames);
     const int yes = flow_ff_pipeline_conditions(r->model_path);
     if (yes < 0) return -1;
-    if (yes == 0) {
-        char cfg_path[4200];
-        wan_config wc;
-        snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", r->model_path);
-        /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in */
-        if (!wan_config_load(&wc, cfg_path) && wc.in_channels == 2 * wc.out_channels + VAE_I2V_MASK_CHANNELS)
-            return 0;
-        core_error_clear();
-    }
-    if (yes == 0)
+    if (yes == 0 && !is_i2v_a14b(r->model_path, &wc))
         return core_error("%s: %s gives images (image to video), but model.path %s is a text-to-video pipeline (its "
-                          "model_index.json has no \"expand_timesteps\": true). vgrpo conditions Wan 2.2 TI2V pipelines "
-                          "on a first frame (init-model presets wan2.2-ti2v-5b, tiny-ti2v); Wan 2.2 I2V-A14B (36 input "
-                          "channels) and Wan 2.1 I2V (CLIP image embeddings) are not supported", key, lists[0]->path,
-                          r->model_path);
+                          "model_index.json has no \"expand_timesteps\": true and its transformer takes as many channels "
+                          "as it gives); image to video needs a Wan 2.2 TI2V pipeline (init-model presets "
+                          "wan2.2-ti2v-5b, tiny-ti2v) or a Wan 2.2 I2V-A14B one (wan2.2-i2v-a14b, tiny-i2v); Wan 2.1 "
+                          "I2V (CLIP image embeddings) is not supported", key, lists[0]->path, r->model_path);
     return 0;
 }
 
