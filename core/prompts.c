@@ -149,6 +149,11 @@ static int jsonl_line(core_prompts *p, int *cap, const char *s, int lineno) {
     } else if (im && (!json_is_string(im) || !json_string_value(im)[0] ||
                       strlen(json_string_value(im)) != json_string_length(im)))
         rc = core_error("%s:%d: \"image\" must be a non-empty string (a PNG file's path)", p->path, lineno);
+    else if (im && core_utf8_check(json_string_value(im), json_string_length(im), &bad)) {
+        char q[200]; /* a newline in the path would also split the messages that name it */
+        rc = core_error("%s:%d: \"image\" has a control character (byte %zu): \"%s\"", p->path, lineno, bad + 1,
+                        core_quote_bytes(json_string_value(im), json_string_length(im), q, sizeof q));
+    }
     char *path = NULL;
     if (!rc && im && !(path = image_path(p, json_string_value(im)))) rc = core_error("%s: out of memory", p->path);
     char where[4200];

@@ -3,7 +3,7 @@
  * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color"), or JSON lines
  * (a name ending in ".jsonl"): one object per line, {"prompt": "...", "image": "path.png", ...}, the other string
  * attributes metadata (blank lines and lines starting with '#' are skipped, numbered as in a text file). "image" (image to video) is a PNG file's path, relative to the prompt file's folder
- * unless absolute; when one prompt of a file has an image, every prompt must. Each image is checked while reading
+ * unless absolute, without control characters; when one prompt of a file has an image, every prompt must. Each image is checked while reading
  * (it opens, is a regular file, starts with the PNG signature): an error names file:line and the image.
  *
  * Text files: surrounding white space is trimmed; blank lines and lines starting with '#' are skipped; a prompt

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/prompts.h"
 #include "core/tensor.h"
 #include "media/png.h"
 #include "tests/test.h"
@@ -246,4 +247,26 @@ TEST(i2v_text_prompts_on_i2v_a14b_refused) {
     CHECK_MSG(st == 1 && strstr(out, "is a text-to-video pipeline") && strstr(out, "tiny-ti2v") &&
                   strstr(out, "tiny-i2v") && !strstr(out, "I2V-A14B (36 input channels) and"),
               "exit %d: %s", st, out);
+}
+
+/* An image path with a control character (JSON "\n", "\u001b") is refused where the prompt file is read, at file:line,
+ * quoted with the byte escaped: the error stays one line (a newline in the path had split "cannot open" in two). */
+TEST(i2v_image_path_control_character) {
+    const char *dir = test_tmpdir();
+    static const char *const bad[2] = {"img\\nx.png", "img\\u001b[31m.png"};
+    static const char *const want[2] = {"\"image\" has a control character (byte 4): \"img\\x0ax.png\"",
+                                        "\"image\" has a control character (byte 4): \"img\\x1b[31m.png\""};
+    char p[4300], w[4600];
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/c%d.jsonl", dir, i);
+        FILE *f = fopen(p, "w");
+        REQUIRE(f);
+        fprintf(f, "# a comment\n{\"prompt\": \"a red square\", \"image\": \"%s\"}\n", bad[i]);
+        fclose(f);
+        core_prompts pr;
+        REQUIRE(core_prompts_read(&pr, p) != 0);
+        snprintf(w, sizeof w, "%s:2: %s", p, want[i]);
+        CHECK_MSG(strstr(core_last_error(), w) && !strchr(core_last_error(), '\n'), "want \"%s\" on one line, got: %s",
+                  w, core_last_error());
+    }
 }
