@@ -120,8 +120,9 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     const core_prompts *lists[1] = {&prompts};
     float *img = NULL; /* image to video: each prompt's condition [n, C, 1, h, w] */
     int64_t cshape[4] = {0, 1, 0, 0};
+    /* the prompts first: an image recipe refused on model.init_preset's pipeline is refused before it is written */
     if (core_prompts_read_limited(&prompts, prompt_path, &lim) || trainer_check_prompts(r, &prompts) ||
-        trainer_images_check(r, lists, 1, A->prompts ? "--prompts" : "data.eval_prompt_file"))
+        trainer_images_check(r, lists, 1, A->prompts ? "--prompts" : "data.eval_prompt_file") || ensure_model(r))
         goto done;
     /* The scorers of a server we start must exist; an external server (reward.endpoint) serves its own. */
     for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
@@ -242,7 +243,7 @@ int cmd_eval(int argc, char **argv) {
     const budget_request q = {.job = BUDGET_JOB_EVAL, .workers = A.workers, .eval_prompts = A.prompts};
     status = 1;
     if (core_recipe_load(&r, A.recipe, sets.v, sets.n) || budget_preflight(&r, &q, A.force, stdout) ||
-        ensure_model(&r) || run_eval_job(&A, &r))
+        run_eval_job(&A, &r))
         fprintf(stderr, "vgrpo eval: %s\n", core_last_error());
     else
         status = 0;

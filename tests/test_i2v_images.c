@@ -205,8 +205,9 @@ TEST(i2v_image_bad_files_named) {
 /* Text-only prompt files on a Wan 2.2 I2V-A14B model (it samples only with an image) are refused by the checks that
  * read the transformer's config: `run --dry-run`, `vgrpo eval` and `vgrpo parity` name the key, the file and the
  * model, and create nothing (the dry run had passed; eval had started its workers, made --out and failed in a worker
- * with "which vgrpo does not sample yet"; parity had started its processes and its trainer failed). An image recipe on a text-to-video model names both image-to-video
- * pipelines vgrpo runs (the message had called I2V-A14B "not supported"). */
+ * with "which vgrpo does not sample yet"; parity had started its processes and its trainer failed). An image recipe
+ * on a text-to-video model names both image-to-video pipelines vgrpo runs (the message had called I2V-A14B "not
+ * supported"). */
 TEST(i2v_text_prompts_on_i2v_a14b_refused) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300], want[4600];
@@ -219,12 +220,12 @@ TEST(i2v_text_prompts_on_i2v_a14b_refused) {
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --dry-run --set model.path=%s/i2v "
                                        "--set model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s "
                                        "--set rollout.prompts_per_step=1", bin, dir, p, p);
-    snprintf(want, sizeof want, "data.prompt_file: %s has no images, but model.path %s/i2v/transformer takes 36 channels "
-                                "for 16 out", p, dir);
+    snprintf(want, sizeof want, "data.prompt_file: %s has no images, but model.path %s/i2v is a Wan 2.2 I2V-A14B model "
+                                "(its transformer takes 36 channels for 16 out", p, dir);
     CHECK_MSG(st == 1 && strstr(out, want) && strstr(out, "needs prompt files with an image"), "exit %d: %s", st, out);
     st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu-i2v-a14b.yaml --set model.path=%s/i2v "
                                    "--set model.init_preset= --prompts %s --out %s/ev", bin, dir, p, dir);
-    snprintf(want, sizeof want, "--prompts: %s has no images, but model.path %s/i2v/transformer takes 36 channels", p,
+    snprintf(want, sizeof want, "--prompts: %s has no images, but model.path %s/i2v is a Wan 2.2 I2V-A14B model", p,
              dir);
     CHECK_MSG(st == 1 && strstr(out, want), "exit %d: %s", st, out);
     snprintf(p, sizeof p, "%s/ev", dir);
@@ -269,4 +270,48 @@ TEST(i2v_image_path_control_character) {
         CHECK_MSG(strstr(core_last_error(), w) && !strchr(core_last_error(), '\n'), "want \"%s\" on one line, got: %s",
                   w, core_last_error());
     }
+}
+
+/* The same checks where model.path has no pipeline yet: on the preset the job would write there (model.init_preset)
+ * or its folder's name names, as the estimate takes it. `run --dry-run` refuses; `run` and `eval` refuse before
+ * writing the preset or making a folder (they had written the tiny pipeline, then refused; the dry runs had passed). */
+TEST(i2v_prompts_checked_on_init_preset) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300], want[4600];
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --dry-run --set model.path=%s/m "
+                                       "--set model.init_preset=tiny", bin, dir);
+    snprintf(want, sizeof want, "data.prompt_file: recipes/prompts/i2v_squares.jsonl gives images (image to video), but "
+                                "model.init_preset tiny (%s/m has no pipeline yet) is a text-to-video pipeline", dir);
+    CHECK_MSG(st == 1 && strstr(out, want), "exit %d: %s", st, out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --steps 1 --set model.path=%s/m "
+                                   "--set model.init_preset=tiny --set logging.run_dir=%s/r", bin, dir, dir);
+    CHECK_MSG(st == 1 && strstr(out, want), "exit %d: %s", st, out);
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu-i2v.yaml --set model.path=%s/m --set model.init_preset=tiny "
+                                   "--out %s/ev", bin, dir, dir);
+    CHECK_MSG(st == 1 && strstr(out, "data.eval_prompt_file: recipes/prompts/i2v_squares.jsonl gives images") &&
+                  strstr(out, "model.init_preset tiny ("),
+              "exit %d: %s", st, out);
+    const char *made[3] = {"m", "r", "ev"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, made[i]);
+        CHECK_MSG(access(p, F_OK) != 0, "%s was made", p);
+    }
+    /* text prompts on the tiny-i2v preset, and on the I2V-A14B recipe's model folder named by its name */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/m "
+                                   "--set model.init_preset=tiny-i2v", bin, dir);
+    CHECK_MSG(st == 1 && strstr(out, "has no images, but model.init_preset tiny-i2v (") &&
+                  strstr(out, "is a Wan 2.2 I2V-A14B model"),
+              "exit %d: %s", st, out);
+    st = test_run(out, sizeof out, "%s run recipes/wan2.2-i2v-a14b.yaml --dry-run "
+                                   "--set model.path=%s/Wan2.2-I2V-A14B-Diffusers "
+                                   "--set data.prompt_file=recipes/prompts/scenes.txt "
+                                   "--set data.eval_prompt_file=recipes/prompts/scenes_eval.txt", bin, dir);
+    CHECK_MSG(st == 1 && strstr(out, "has no images, but the preset wan2.2-i2v-a14b ("), "exit %d: %s", st, out);
+    /* what fits passes: images on tiny-ti2v and tiny-i2v, text on tiny-ti2v */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --dry-run --set model.path=%s/m "
+                                   "--set model.init_preset=tiny-ti2v && %s run recipes/tiny-cpu-i2v.yaml --dry-run "
+                                   "--set model.path=%s/m --set model.init_preset=tiny-i2v && %s run recipes/tiny-cpu.yaml "
+                                   "--dry-run --set model.path=%s/m --set model.init_preset=tiny-ti2v",
+                  bin, dir, bin, dir, bin, dir);
+    CHECK_MSG(st == 0, "exit %d: %s", st, out);
 }

@@ -235,6 +235,10 @@ static int find_dit(const core_recipe *r, wan_config *c, int *n_experts, char *s
     return 0;
 }
 
+const char *budget_model_preset(const core_recipe *r) {
+    return r->init_preset && r->init_preset[0] ? r->init_preset : preset_by_name(r->model_path);
+}
+
 int budget_transformer_config(const core_recipe *r, wan_config *c, int *n_experts, char *source, size_t cap) {
     const char *preset;
     char buf[700];

@@ -164,6 +164,10 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
  * 0, 1 when none is found, -1 when a config file does not parse. */
 int budget_transformer_config(const core_recipe *r, wan_config *c, int *n_experts, char *source, size_t cap);
 
+/* The preset the estimate falls back on when model.path has no transformer yet: model.init_preset when set, else the
+ * preset model.path's folder name names (e.g. models/Wan2.2-I2V-A14B-Diffusers), else NULL. */
+const char *budget_model_preset(const core_recipe *r);
+
 /* DiT FLOPs of one forward of one sample: S video tokens, L text tokens (see the top comment). */
 double budget_dit_flop(const wan_config *c, int64_t S, int L);
 

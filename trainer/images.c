@@ -11,10 +11,10 @@
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_i2v.h"
 #include "model/vae/wan_vae_encode.h"
+#include "trainer/budget.h"
 
 /* 1 when model.path's transformer is a Wan 2.2 I2V-A14B one (latents, a 4-channel mask and the condition video's
- * latents in: in = 2 out + 4; *wc its config), else 0 (also when there is no readable config, as in a dry run
- * without the model). */
+ * latents in: in = 2 out + 4; *wc its config), else 0 (also when there is no readable config). */
 static int is_i2v_a14b(const char *model_path, wan_config *wc) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", model_path);
@@ -24,6 +24,27 @@ static int is_i2v_a14b(const char *model_path, wan_config *wc) {
     return 0;
 }
 
+enum { PIPE_UNKNOWN, PIPE_T2V, PIPE_TI2V, PIPE_I2V_A14B };
+
+/* What model.path holds: its pipeline, or when it has none yet the preset the job writes there (model.init_preset) or
+ * its folder's name names, as the estimate takes it (trainer/budget.h), so a dry run checks it too. *wc: the
+ * transformer's config where one was read (PIPE_I2V_A14B always); what: how messages name it. -1 on a bad
+ * model_index.json. */
+static int pipeline_kind(const core_recipe *r, wan_config *wc, char *what, size_t cap) {
+    snprintf(what, cap, "model.path %s", r->model_path);
+    const int ff = flow_ff_pipeline_conditions(r->model_path);
+    if (ff < 0) return -1;
+    if (ff == 1) return PIPE_TI2V;
+    if (is_i2v_a14b(r->model_path, wc)) return PIPE_I2V_A14B;
+    if (ff == 0) return PIPE_T2V;
+    const char *p = budget_model_preset(r); /* no model_index.json yet */
+    if (!p || wan_config_preset(wc, p)) return core_error_clear(), PIPE_UNKNOWN;
+    snprintf(what, cap, "%s %s (%s has no pipeline yet)", p == r->init_preset ? "model.init_preset" : "the preset", p,
+             r->model_path);
+    if (!strcmp(p, "tiny-ti2v") || !strcmp(p, "wan2.2-ti2v-5b")) return PIPE_TI2V; /* init-model's expand_timesteps */
+    return wc->in_channels == 2 * wc->out_channels + VAE_I2V_MASK_CHANNELS ? PIPE_I2V_A14B : PIPE_T2V;
+}
+
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {
     for (int k = 1; k < n_lists; k++)
         if (!lists[k]->n_images != !lists[0]->n_images)
@@ -31,11 +52,14 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
                               lists[k]->path, lists[k]->n_images ? "gives" : "has no", lists[0]->path,
                               lists[0]->n_images ? "does" : "does not");
     wan_config wc;
+    char what[4400];
+    const int kind = pipeline_kind(r, &wc, what, sizeof what);
+    if (kind < 0) return -1;
     if (!lists[0]->n_images) {
-        if (is_i2v_a14b(r->model_path, &wc))
-            return core_error("%s: %s has no images, but model.path %s/transformer takes %d channels for %d out (Wan "
-                              "2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents): it needs "
-                              "prompt files with an image per prompt (JSON lines)", key, lists[0]->path, r->model_path,
+        if (kind == PIPE_I2V_A14B)
+            return core_error("%s: %s has no images, but %s is a Wan 2.2 I2V-A14B model (its transformer takes %d "
+                              "channels for %d out: latents, a 4-channel mask and the condition video's latents): it "
+                              "needs prompt files with an image per prompt (JSON lines)", key, lists[0]->path, what,
                               wc.in_channels, wc.out_channels);
         return 0;
     }
@@ -44,14 +68,12 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
     if (F < 2)
         return core_error("rollout.frames: %d frames are one latent frame, the image's: image to video needs at least 5 "
                           "(2 latent frames)", r->frames);
-    const int yes = flow_ff_pipeline_conditions(r->model_path);
-    if (yes < 0) return -1;
-    if (yes == 0 && !is_i2v_a14b(r->model_path, &wc))
-        return core_error("%s: %s gives images (image to video), but model.path %s is a text-to-video pipeline (its "
-                          "model_index.json has no \"expand_timesteps\": true and its transformer takes as many channels "
-                          "as it gives); image to video needs a Wan 2.2 TI2V pipeline (init-model presets "
+    if (kind == PIPE_T2V)
+        return core_error("%s: %s gives images (image to video), but %s is a text-to-video pipeline (no "
+                          "\"expand_timesteps\": true in its model_index.json, and its transformer takes as many "
+                          "channels as it gives); image to video needs a Wan 2.2 TI2V pipeline (init-model presets "
                           "wan2.2-ti2v-5b, tiny-ti2v) or a Wan 2.2 I2V-A14B one (wan2.2-i2v-a14b, tiny-i2v); Wan 2.1 "
-                          "I2V (CLIP image embeddings) is not supported", key, lists[0]->path, r->model_path);
+                          "I2V (CLIP image embeddings) is not supported", key, lists[0]->path, what);
     return 0;
 }
 

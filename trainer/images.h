@@ -14,10 +14,11 @@
 /* The checks that need no weights, for prompt lists `lists` (n_lists >= 1; the first names the recipe key `key`):
  * every list gives images or none does; with images, the latent has a frame to generate after the image's
  * (rollout.frames >= 5) and model.path is a pipeline that conditions on a first frame (model_index.json
- * "expand_timesteps": true, Wan 2.2 TI2V; or a Wan 2.2 I2V-A14B transformer, in = 2 out + 4 channels; checked when
- * the folder exists, so a dry run needs no model). A TI2V
- * model also runs text-only prompt files (text to video), as diffusers' WanPipeline runs it; an I2V-A14B one (when
- * its transformer config is there) is refused with them. -1 naming the key. */
+ * "expand_timesteps": true, Wan 2.2 TI2V; or a Wan 2.2 I2V-A14B transformer, in = 2 out + 4 channels). A TI2V
+ * model also runs text-only prompt files (text to video), as diffusers' WanPipeline runs it; an I2V-A14B one is
+ * refused with them. The model is model.path's files, or where it has no model_index.json yet the preset the job
+ * would write there or its folder's name names (budget_model_preset), neither when there is none: a dry run needs no
+ * model, and a wrong preset is refused before it is written. -1 naming the key. */
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key);
 
 /* Every prompt's condition for lists with images: out[k] [lists[k]->n, C, 1, h, w] (malloc'd) with (h, w) the
