@@ -9,21 +9,39 @@
 #include "core/tensor.h"
 #include "media/png.h"
 
-int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W) {
-    if (h < 1 || w < 1 || H < 1 || W < 1) return core_error("image resize: bad size %dx%d -> %dx%d", w, h, W, H);
-    if (h == H && w == W) {
-        memcpy(dst, src, (size_t)H * W * 3);
-        return 0;
-    }
+/* One swscale pass: 0, -1 with core_error, or 1 (no error set) when swscale makes no context for these sizes. */
+static int resize_pass(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W) {
     struct SwsContext *s = sws_getContext(w, h, AV_PIX_FMT_RGB24, W, H, AV_PIX_FMT_RGB24,
                                           SWS_LANCZOS | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, NULL, NULL, NULL);
-    if (!s) return core_error("image resize: sws_getContext (RGB24 %dx%d -> %dx%d) failed", w, h, W, H);
+    if (!s) return 1;
     const uint8_t *in[4] = {src, NULL, NULL, NULL};
     uint8_t *out[4] = {dst, NULL, NULL, NULL};
     const int in_stride[4] = {3 * w, 0, 0, 0}, out_stride[4] = {3 * W, 0, 0, 0};
     const int got = sws_scale(s, in, in_stride, 0, h, out, out_stride);
     sws_freeContext(s);
     return got == H ? 0 : core_error("image resize: swscale wrote %d of %d rows", got, H);
+}
+
+int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W) {
+    if (h < 1 || w < 1 || H < 1 || W < 1) return core_error("image resize: bad size %dx%d -> %dx%d", w, h, W, H);
+    if (h == H && w == W) {
+        memcpy(dst, src, (size_t)H * W * 3);
+        return 0;
+    }
+    int rc = resize_pass(src, h, w, dst, H, W);
+    if (rc != 1) return rc;
+    /* swscale makes no context for some far changes of aspect in one pass (1000 x 1 to 32 x 32): one axis, then the
+     * other, through the smaller of the two intermediate images */
+    const int x_first = (int64_t)h * W <= (int64_t)H * w, mh = x_first ? h : H, mw = x_first ? W : w;
+    uint8_t *mid = malloc((size_t)mh * mw * 3);
+    if (!mid) return core_error("image resize: out of memory for a %dx%d intermediate image", mw, mh);
+    rc = resize_pass(src, h, w, mid, mh, mw);
+    if (!rc) rc = resize_pass(mid, mh, mw, dst, H, W);
+    free(mid);
+    if (rc == 1)
+        return core_error("image resize: swscale cannot stretch %d x %d pixels to %d x %d, in one pass or one axis at a "
+                          "time", w, h, W, H);
+    return rc;
 }
 
 int media_image_load(const char *path, int H, int W, uint8_t *out) {

@@ -13,7 +13,8 @@
 #include "model/vae/wan_vae_encode.h"
 
 /* src U8 RGB [h, w, 3] -> dst U8 RGB [H, W, 3] (caller's buffer), stretched with swscale's Lanczos; a copy when the
- * sizes are equal. -1 with core_error on bad sizes or a swscale failure. */
+ * sizes are equal. Where swscale takes no one-pass context for the sizes (a far change of aspect, e.g. 1000 x 1 to
+ * 32 x 32), one axis then the other. -1 with core_error on bad sizes or a swscale failure. */
 int media_rgb_resize(const uint8_t *src, int h, int w, uint8_t *dst, int H, int W);
 
 /* Reads the PNG at path (any libpng colour type, as media_png_read converts it) and stretches it to [H, W, 3] into

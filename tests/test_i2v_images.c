@@ -13,6 +13,7 @@
 
 #include "core/prompts.h"
 #include "core/tensor.h"
+#include "media/image.h"
 #include "media/png.h"
 #include "tests/test.h"
 
@@ -314,4 +315,38 @@ TEST(i2v_prompts_checked_on_init_preset) {
                                    "--dry-run --set model.path=%s/m --set model.init_preset=tiny-ti2v",
                   bin, dir, bin, dir, bin, dir);
     CHECK_MSG(st == 0, "exit %d: %s", st, out);
+}
+
+/* An image whose aspect is far from the video's (1000 x 1 to 32 x 32): swscale makes no Lanczos context for it in one
+ * pass, so it is stretched one axis at a time (it had been refused: "sws_getContext (RGB24 1000x1 -> 32x32)
+ * failed"). A one-colour strip stays that colour within a few levels (swscale's Lanczos moves the last row's edge
+ * pixels by up to 3 in one pass too, e.g. 64 x 1000 to 64 x 32); `generate --image` takes such a PNG. */
+TEST(i2v_image_far_aspect_stretched) {
+    const char *dir = test_tmpdir();
+    static const int sizes[][4] = {{1000, 1, 32, 32}, {1, 1000, 32, 32}, {3, 5000, 64, 64}, {4000, 4, 64, 48}};
+    for (int i = 0; i < 4; i++) {
+        const int w = sizes[i][0], h = sizes[i][1], W = sizes[i][2], H = sizes[i][3];
+        uint8_t *src = malloc((size_t)w * h * 3), *dst = malloc((size_t)W * H * 3);
+        REQUIRE(src && dst);
+        for (int k = 0; k < w * h; k++) src[3 * k] = 200, src[3 * k + 1] = 30, src[3 * k + 2] = 90;
+        if (media_rgb_resize(src, h, w, dst, H, W)) {
+            test_fail(__FILE__, __LINE__, "%d x %d -> %d x %d: %s", w, h, W, H, core_last_error());
+        } else {
+            int far = 0;
+            for (int k = 0; k < W * H; k++)
+                far += abs(dst[3 * k] - 200) > 4 || abs(dst[3 * k + 1] - 30) > 4 || abs(dst[3 * k + 2] - 90) > 4;
+            CHECK_MSG(far == 0, "%d x %d -> %d x %d: %d pixels off the colour", w, h, W, H, far);
+        }
+        free(src), free(dst);
+    }
+    char p[4300], out[16384];
+    uint8_t row[1000 * 3];
+    for (int k = 0; k < 1000; k++) row[3 * k] = (uint8_t)k, row[3 * k + 1] = 30, row[3 * k + 2] = 90;
+    snprintf(p, sizeof p, "%s/strip.png", dir);
+    REQUIRE_OK(media_png_write(p, row, 1, 1000));
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/model --seed 0", test_vgrpo_bin(),
+                     dir) == 0);
+    const int st = test_run(out, sizeof out, "%s generate --pipeline %s/model --prompt a --image %s --out %s/g.mp4 "
+                                             "--frames 5 --height 32 --width 32 --steps 2", test_vgrpo_bin(), dir, p, dir);
+    CHECK_MSG(st == 0, "generate --image (1000 x 1) failed: %s", out);
 }
