@@ -73,17 +73,20 @@ int media_image_write_sheet(const char *path, const uint8_t *videos, int n, int 
     const size_t fb = (size_t)h * w * 3;
     uint8_t *v = malloc(fb * (size_t)(frames + 1) * (size_t)n); /* [n, frames + 1, h, w, 3] */
     if (!v) return core_error("contact sheet: out of memory");
+    char unread[1024] = ""; /* the first image that could not be read, and why */
     for (int j = 0; j < n; j++) { /* row j: its image, then video j's frames */
         uint8_t *row = v + (size_t)j * (frames + 1) * fb;
         if (j && !strcmp(images[j], images[j - 1])) memcpy(row, row - (size_t)(frames + 1) * fb, fb);
-        else if (media_image_load(images[j], h, w, row)) {
-            free(v);
-            return core_error_push("contact sheet row %d: ", j);
+        else if (media_image_load(images[j], h, w, row)) { /* gone or changed since the conditions were made */
+            memset(row, 24, fb); /* the sheet's background */
+            if (!unread[0]) snprintf(unread, sizeof unread, "row %d: %s", j, core_last_error());
         }
         memcpy(row + fb, videos + (size_t)j * frames * fb, fb * (size_t)frames);
     }
     const int rc = media_png_write_sheet_titled(path, v, n, frames + 1, h, w, max_cols > 0 ? max_cols + 1 : 0, title,
                                                 labels);
     free(v);
-    return rc;
+    if (rc || !unread[0]) return rc;
+    core_error("contact sheet %s: %s: its image tile is left blank", path, unread);
+    return 1;
 }

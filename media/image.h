@@ -32,7 +32,10 @@ int media_image_encode(vae_encoder *enc, const char *path, int H, int W, float *
  * (media_image_load; a path equal to the row above's is read once), then video j's frames: videos U8 [n, frames, h,
  * w, 3] are shown as [n, frames + 1, h, w, 3] with max_cols + 1 columns (max_cols <= 0: all), so the image is the
  * first column and the last frame the last. images: n paths (none NULL), or NULL for media_png_write_sheet_titled's
- * sheet of the videos alone, byte for byte. Returns 0, or -1 naming the image (and its row) or path. */
+ * sheet of the videos alone, byte for byte. An image that cannot be read now (moved or changed since the run or eval
+ * read it: the sheet is for people, the conditions are made) leaves its tiles the sheet's background (RGB 24, 24, 24)
+ * and the sheet is written: then 1, with core_error naming the sheet, the first such row and why. Returns 0, 1, or -1
+ * naming the path. */
 int media_image_write_sheet(const char *path, const uint8_t *videos, int n, int frames, int h, int w, int max_cols,
                             const char *title, const char *const *labels, const char *const *images);
 

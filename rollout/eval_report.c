@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "core/reduce.h"
 #include "rollout/eval_report.h"
 #include "media/image.h"
@@ -104,9 +105,11 @@ static int write_sheet(eval_report *E, int pi) {
         img[j] = E->prompts->image ? E->prompts->image[pi] : NULL;
     }
     snprintf(path, sizeof path, "%s/sheets/p%04d.png", E->out, pi);
-    if (media_image_write_sheet(path, E->pvideo[pi], rows, (int)E->vshape[0], (int)E->vshape[1], (int)E->vshape[2],
-                                EVAL_SHEET_COLS, E->prompts->text[pi], lp, img[0] ? img : NULL))
-        return core_error_push("eval sheet of prompt %d: ", pi);
+    const int rc = media_image_write_sheet(path, E->pvideo[pi], rows, (int)E->vshape[0], (int)E->vshape[1],
+                                           (int)E->vshape[2], EVAL_SHEET_COLS, E->prompts->text[pi], lp,
+                                           img[0] ? img : NULL);
+    if (rc < 0) return core_error_push("eval sheet of prompt %d: ", pi);
+    if (rc > 0) core_log_warn("eval: %s", core_last_error()); /* an input image gone: the eval goes on */
     free(E->pvideo[pi]);
     E->pvideo[pi] = NULL;
     return 0;

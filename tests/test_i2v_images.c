@@ -350,3 +350,42 @@ TEST(i2v_image_far_aspect_stretched) {
                                              "--frames 5 --height 32 --width 32 --steps 2", test_vgrpo_bin(), dir, p, dir);
     CHECK_MSG(st == 0, "generate --image (1000 x 1) failed: %s", out);
 }
+
+/* A sheet's input image that is gone by the time the sheet is drawn (the run's sample videos come every
+ * logging.video_every steps, long after the conditions were made): its tiles are left the sheet's background, the
+ * sheet is written and the call answers 1 naming the row and the image, so the run warns and goes on (it had
+ * stopped: "contact sheet row 0: png ...: cannot open"). */
+TEST(i2v_image_sheet_survives_a_missing_image) {
+    const char *dir = test_tmpdir();
+    char gone[4300], img[4300], sheet[4300];
+    uint8_t px[32 * 32 * 3], video[2 * 32 * 32 * 3];
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 7 + 3);
+    for (size_t i = 0; i < sizeof video; i++) video[i] = (uint8_t)(i * 13 + 1);
+    snprintf(gone, sizeof gone, "%s/gone.png", dir);
+    snprintf(img, sizeof img, "%s/img.png", dir);
+    snprintf(sheet, sizeof sheet, "%s/sheet.png", dir);
+    REQUIRE_OK(media_png_write(img, px, 32, 32));
+    const char *const images[2] = {gone, img};
+    const int rc = media_image_write_sheet(sheet, video, 2, 1, 32, 32, 8, "a title", NULL, images);
+    CHECK_MSG(rc == 1, "returned %d: %s", rc, core_last_error());
+    CHECK_MSG(strstr(core_last_error(), "row 0: png ") && strstr(core_last_error(), gone) &&
+                  strstr(core_last_error(), "its image tile is left blank"),
+              "got: %s", core_last_error());
+    core_tensor t;
+    REQUIRE_OK(media_png_read(sheet, &t));
+    /* 32-pixel tiles: label scale 1, title band 9, gap 2, no labels: row r's tiles at y = 11 + 34 r, column c at x =
+     * 2 + 34 c (media/png.h) */
+    const int64_t Wd = t.shape[1];
+    REQUIRE(t.shape[0] == 9 + 2 * 32 + 3 * 2 && Wd == 2 * 32 + 3 * 2);
+    const uint8_t *d = t.data;
+    int blank = 1, image = 1, frame = 1;
+    for (int y = 0; y < 32; y++)
+        for (int x = 0; x < 32 * 3; x++) {
+            blank &= d[((11 + y) * Wd + 2) * 3 + x] == 24;
+            image &= d[((45 + y) * Wd + 2) * 3 + x] == px[y * 96 + x];
+            frame &= d[((11 + y) * Wd + 36) * 3 + x] == video[y * 96 + x];
+        }
+    CHECK_MSG(blank && image && frame, "row 0's image tile blank %d, row 1's the image %d, row 0's frame %d", blank,
+              image, frame);
+    core_tensor_free(&t);
+}

@@ -13,6 +13,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "core/philox.h"
 #include "media/image.h"
 #include "media/png.h"
@@ -105,7 +106,9 @@ int trainer_step_videos(trainer_state *S, int64_t step) {
     snprintf(title, sizeof title, "step %" PRId64, step);
     /* image to video: each row starts with its prompt's input image, as vgrpo eval's sheets do */
     const char *const *img = S->eval.n_images ? (const char *const *)S->eval.image : NULL;
-    if (media_image_write_sheet(path, C.videos, n, F, H, W, 8, title, lp, img) || write_index(S, dir, &C, res)) goto done;
+    const int sheet = media_image_write_sheet(path, C.videos, n, F, H, W, 8, title, lp, img);
+    if (sheet > 0) core_log_warn("step videos: %s", core_last_error()); /* an input image gone: the run goes on */
+    if (sheet < 0 || write_index(S, dir, &C, res)) goto done;
     rc = 0;
 done:
     if (have)
