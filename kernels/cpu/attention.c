@@ -18,8 +18,8 @@
  * (O(S x Dh) each, capped by ATTN_PACK_BUDGET) plus a few blocks per thread.
  *
  * Each task owns the rows it writes and runs its reductions in a fixed order; packing only moves data. So results
- * are bitwise independent of the thread count, of G and of batch mates. The matrix products use the 6 x 16
- * micro-kernel of attn_tile.h.
+ * are bitwise independent of the thread count, of G and of batch mates. The matrix products use the micro-kernels of
+ * attn_tile.h (6 x 16; on AVX-512 12 x 32 over pairs of strips, each element the same chain).
  *
  * Limits: exp is a polynomial approximation (about 2 ulp) on AVX2 machines; on allocation failure the outputs are
  * filled with NaN and core_error is set, since the op table's signature is void. */

@@ -1,5 +1,6 @@
 /* kernels/cpu/attn_tile.h — private building blocks of the blocked CPU attention (attention.c): a register-tiled
- * 6 x 16 matrix-multiply micro-kernel over a packed right operand, the driver that covers a block with it, the
+ * 6 x 16 matrix-multiply micro-kernel over a packed right operand (on AVX-512 also 12 x 32 and 6 x 32 over two
+ * strips), the driver that covers a block with them, the
  * packing routines that gather a head's strided rows into contiguous block buffers, and a vectorised exp.
  *
  * Packed right operand ("strips"): a [Kd, N] matrix, N a multiple of 16, stored as N/16 strips, each strip the
