@@ -61,6 +61,29 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
     CHECK(stat(p, &sb) == 0);
 }
 
+/* One frame: I2V-A14B generates its one latent frame (the mask and the condition say it is the image's), so
+ * rollout.frames 1 trains: parity exactly 0 over two workers and two trainer ranks (the trajectories' concatenated
+ * conditions [20, 1, 4, 4] are checked against the requests'; they had been taken for TI2V's first-frame ones and
+ * refused). TI2V, whose one latent frame is the image itself, still refuses it. */
+TEST(i2v_a14b_one_frame_parity_zero) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], p[4300];
+    make_model(dir);
+    i2v_write_square_prompts(dir, 1);
+    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                       " --set logging.run_dir=%s/f1 --set rollout.frames=1 --set parallel.rollout_workers=2 "
+                                       "--set parallel.trainer_ranks=2", bin, dir, dir, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "parity (1 frame) failed: %s", out);
+    snprintf(p, sizeof p, "%s/f1/parity.json", dir);
+    check_parity_zero(p, 4);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/ti2v --set "
+                                   "model.init_preset= --set data.prompt_file=%s/p.jsonl --set data.eval_prompt_file=%s/p.jsonl "
+                                   "--set rollout.frames=1", bin, dir, dir, dir);
+    CHECK(st == 1);
+    CHECK_MSG(strstr(out, "rollout.frames: 1 frames are one latent frame, the image's: TI2V"), "got: %s", out);
+}
+
 /* Sequence parallelism on I2V-A14B: Ulysses degree 2 over two trainer ranks (one dp group of sp 2): each rank's
  * token slice of the 36-channel input (latents, mask and condition concatenated before the patch embedding), both
  * experts; then dp 2 x sp 2 over four ranks with two workers. parity exactly 0 both times. */

@@ -65,9 +65,9 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
     }
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    if (F < 2)
-        return core_error("rollout.frames: %d frames are one latent frame, the image's: image to video needs at least 5 "
-                          "(2 latent frames)", r->frames);
+    if (F < 2 && kind != PIPE_I2V_A14B) /* I2V-A14B generates every latent frame, the first one too */
+        return core_error("rollout.frames: %d frames are one latent frame, the image's: TI2V image to video needs at "
+                          "least 5 (2 latent frames)", r->frames);
     if (kind == PIPE_T2V)
         return core_error("%s: %s gives images (image to video), but %s is a text-to-video pipeline (no "
                           "\"expand_timesteps\": true in its model_index.json, and its transformer takes as many "

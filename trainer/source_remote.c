@@ -44,10 +44,14 @@ static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const cor
     if (ctl_rollout(R->ctl, &t2, s2, n, R->chunk, R->timeout_s, res, on_chunk, cctx)) goto done;
     for (int j = 0; j < n && tmpl->return_trajectories; j++) {
         const core_traj *t = &res[j].traj;
-        const float *back = R->src.images.shape[1] > 1 ? t->concat : t->condition; /* I2V-A14B: [K, F, h, w] */
-        if (!back || memcmp(back, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
-            core_error("rollout: sample uid %llu came back with %s image condition than the request's",
-                       (unsigned long long)samples[j].uid, back ? "another" : "no");
+        /* the trajectory keeps the request's condition as I2V-A14B's concat [K, F, h, w] or TI2V's condition
+         * [C, 1, h, w] (which one, the trainer's batch check holds against the model); F may be 1 for I2V-A14B */
+        const float *back = t->concat ? t->concat : t->condition;
+        if (!back || (t->concat && t->condition) || memcmp(back, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
+            core_error("rollout: sample uid %llu came back %s", (unsigned long long)samples[j].uid,
+                       !back ? "without its image condition"
+                       : t->concat && t->condition ? "with two image conditions (a first frame and a concatenated one)"
+                                                   : "with another image condition than the request's");
             for (int k = 0; k < n; k++) core_rollout_result_free(&res[k]);
             goto done;
         }
