@@ -21,7 +21,9 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/prompts.h"
+#include "model/flow/guidance.h"
 #include "rollout/text_to_video.h"
+#include "trainer/budget.h"
 #include "media/png.h"
 #include "media/video.h"
 
@@ -30,7 +32,7 @@
 typedef struct {
     rollout_t2v_args g;
     const char *out, *checkpoint;
-    int have_guidance2;
+    int have_guidance2, force;
     double t0;      /* start of the sampling loop, for the progress line */
     int stderr_tty; /* the progress line: a bar on a terminal, plain lines elsewhere (cli/progress.h) */
 } gen_args;
@@ -100,6 +102,32 @@ static int generate(gen_args *a) {
     return 0;
 }
 
+/* Before any weights are read: what the video needs (trainer/budget.h budget_generate_bytes: everything
+ * rollout/text_to_video.c holds at once) against the memory available (budget_memory_available, as run's start-up
+ * estimate). Over it: -1 naming the figures and the options, or with --force a warning on stderr. 0 also when the
+ * pipeline's configs are missing (the loading says so). */
+static int memory_check(const gen_args *a) {
+    const rollout_t2v_args *g = &a->g;
+    const int rows = flow_cfg_active((float)g->guidance) || flow_cfg_active((float)g->guidance2) ? 2 : 1;
+    budget_generate e;
+    const int rc = budget_generate_bytes(&e, g->pipeline, g->frames, g->height, g->width, rows, ROLLOUT_T2V_TEXT_LEN);
+    if (rc) return rc < 0 ? core_error_push("--pipeline %s: ", g->pipeline) : 0;
+    budget_memory m;
+    budget_memory_available(&m, 0, NULL);
+    if (e.total <= m.bytes) return 0;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    char what[600];
+    snprintf(what, sizeof what, "--frames %d --height %d --width %d (%lld video tokens) need about %.1f GiB: "
+             "transformer activations %.1f GiB (%s%s), weights %.1f GiB, VAE %.1f GiB, text encoder %.1f GiB, "
+             "video and latents %.1f GiB; %.1f GiB is available (%s)", g->frames, g->height, g->width,
+             (long long)e.tokens, e.total / G, e.acts / G, rows > 1 ? "2 rows: guidance" : "1 row",
+             e.experts > 1 ? ", two experts" : "", e.weights / G, e.vae / G, e.text / G, e.other / G, m.bytes / G,
+             m.source);
+    if (!a->force) return core_error("memory: %s; lower --frames, --height or --width, or --force", what);
+    fprintf(stderr, "vgrpo generate: warning: memory: %s (--force: going on)\n", what);
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_args a = {.g = {.negative = "", .steps = 20, .frames = 9, .height = 64, .width = 64, .guidance = 5.0,
                   .shift = 5.0}};
@@ -136,6 +164,8 @@ int cmd_generate(int argc, char **argv) {
          .help = "pixels, a multiple of 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE) (default 64)"},
         {.name = "width", .type = OPTS_INT, .i = &a.g.width, .min = 1, .max = 16384, .meta = "W",
          .help = "pixels, likewise (default 64)"},
+        {.name = "force", .type = OPTS_FLAG, .flag = &a.force,
+         .help = "go on when the memory estimate says the video does not fit (a warning instead)"},
         {0}};
     const opts_cmd cmd = {.name = "generate", .opts = opts};
     int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
@@ -159,6 +189,10 @@ int cmd_generate(int argc, char **argv) {
         else a.g.transformer = transformer;
     }
     a.g.progress = progress, a.g.progress_ctx = &a, a.stderr_tty = isatty(fileno(stderr));
+    if (memory_check(&a)) {
+        fprintf(stderr, "vgrpo generate: %s\n", core_last_error());
+        return 1;
+    }
     if (generate(&a)) {
         fprintf(stderr, "vgrpo generate: %s\n", core_last_error());
         return 1;

@@ -369,3 +369,37 @@ TEST(prompts_limits_recipe_keys) {
     CHECK_MSG(strstr(out, "data.max_prompt_file_mb") && strstr(out, "data.max_prompt_bytes") &&
                   strstr(out, "limits.memory_mb") && strstr(out, "limits.max_step_minutes"), "got: %s", out);
 }
+
+/* vgrpo generate: its estimate (budget_generate_bytes) against the peak RSS of a tiny 512 x 512 x 9 video (3,072
+ * tokens: activations and the VAE's decode state make the peak), and the refusal of a video that cannot fit, before
+ * any weights are read and with nothing written. */
+TEST(budget_generate_matches_peak_rss_and_refuses) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char pipe[600], mp4[600], log[600], out[4096];
+    snprintf(pipe, sizeof pipe, "%s/model", dir);
+    snprintf(mp4, sizeof mp4, "%s/a.mp4", dir);
+    snprintf(log, sizeof log, "%s/gen.log", dir);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s --seed 0", bin, pipe) == 0);
+    char *argv[] = {(char *)bin, "generate", "--pipeline", pipe, "--prompt", "a red square", "--out", mp4, "--height",
+                    "512", "--width", "512", "--frames", "9", "--steps", "1", NULL};
+    const double rss = peak_rss(argv, log);
+    test_slurp(log, out, sizeof out);
+    CHECK_MSG(rss > 0, "generate failed: %s", out);
+    budget_generate g;
+    REQUIRE_OK(budget_generate_bytes(&g, pipe, 9, 512, 512, 2, 512));
+    CHECK(g.experts == 1 && g.tokens == 3072 && g.acts > 0 && g.vae > 0 && g.text > 0);
+    if (!getenv("VGRPO_ASAN"))
+        CHECK_MSG(g.total <= BUDGET_TOLERANCE * rss && rss <= BUDGET_TOLERANCE * g.total,
+                  "estimate %.1f MiB, measured peak RSS %.1f MiB: outside x%.2f", g.total / 1048576, rss / 1048576,
+                  BUDGET_TOLERANCE);
+    /* 81 frames at 8192 x 8192: about 264 GiB; refused in one line naming the options, no video written */
+    snprintf(mp4, sizeof mp4, "%s/b.mp4", dir);
+    CHECK(test_run(out, sizeof out, "%s generate --pipeline %s --prompt x --out %s --height 8192 --width 8192 --frames "
+                   "81", bin, pipe, mp4) == 1);
+    CHECK_MSG(strstr(out, "vgrpo generate: memory: --frames 81 --height 8192 --width 8192 (5505024 video tokens) need "
+                          "about") && strstr(out, "or --force"), "got: %s", out);
+    struct stat sb;
+    CHECK(stat(mp4, &sb) != 0);
+    /* a pipeline without configs: nothing to estimate (generate's own loading names what is missing) */
+    CHECK(budget_generate_bytes(&g, dir, 9, 64, 64, 2, 512) == 1);
+}

@@ -726,3 +726,42 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     }
     return 0;
 }
+
+int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
+                          int text_len) {
+    memset(g, 0, sizeof *g);
+    char path[4200];
+    wan_config c;
+    vae_config v;
+    snprintf(path, sizeof path, "%s/transformer/config.json", pipeline);
+    if (access(path, R_OK)) return 1;
+    if (wan_config_load(&c, path)) return -1;
+    snprintf(path, sizeof path, "%s/vae/config.json", pipeline);
+    if (access(path, R_OK)) return 1;
+    if (read_vae_config(&v, path)) return -1;
+    wan_layout lay;
+    if (wan_layout_init(&lay, &c)) return -1;
+    const double params = (double)lay.numel;
+    wan_layout_free(&lay);
+    snprintf(path, sizeof path, "%s/transformer_2", pipeline);
+    g->experts = core_is_dir(path) ? 2 : 1;
+    const int fac = v.scale_factor_spatial > 0 ? v.scale_factor_spatial : 8;
+    const int64_t T = 1 + (frames > 1 ? (frames - 1) / 4 : 0), h = height / fac, w = width / fac;
+    g->tokens = (T / c.patch_size[0]) * (h / c.patch_size[1]) * (w / c.patch_size[2]);
+    g->weights = F32 * params * g->experts;
+    g->acts = g->experts * budget_acts_bytes(&c, rows, g->tokens, text_len, WAN_ACTS_INFER, 1);
+    double vp, vs;
+    budget_vae_bytes(&v, (int)h, (int)w, &vp, &vs);
+    g->vae = F32 * vp + vs;
+    t5_config t;
+    snprintf(path, sizeof path, "%s/text_encoder/config.json", pipeline);
+    if (!access(path, R_OK)) {
+        snprintf(path, sizeof path, "%s/text_encoder", pipeline);
+        if (t5_config_load(path, &t)) return -1;
+        g->text = t5_bytes(&t, text_len);
+    }
+    const double nl = (double)c.out_channels * T * h * w, nin = (double)c.in_channels * T * h * w;
+    g->other = F32 * (rows * (nin + nl) + 6.0 * nl) + (double)frames * height * width * 3 * (1 + F32);
+    g->total = g->weights + g->acts + g->vae + g->text + g->other + BUDGET_RUNTIME_MIB * 1048576.0;
+    return 0;
+}

@@ -189,6 +189,24 @@ typedef struct {
 } budget_memory;
 void budget_memory_available(budget_memory *m, int64_t limit_mb, const char *root);
 
+/* `vgrpo generate`'s memory for one video of frames x height x width from pipeline folder `pipeline` (configs only,
+ * no weights read): everything rollout/text_to_video.c holds at once. rows: 2 with classifier-free guidance, else 1;
+ * text_len: the prompt's tokens (ROLLOUT_T2V_TEXT_LEN). Bytes: */
+typedef struct {
+    double weights; /* the transformer(s), fp32 */
+    double acts;    /* each expert's inference activations for `rows` rows (model/dit/wan_acts.c's layout) */
+    double vae;     /* the VAE decoder's weights and decode state */
+    double text;    /* umT5 and its activations (text_encoder/config.json; 0 without one) */
+    double other;   /* latents, model inputs and outputs, the U8 video and its fp32 pixels */
+    double total;   /* the sum, with the runtime */
+    int experts;    /* 1, or 2 with a transformer_2 folder */
+    int64_t tokens; /* the DiT's video tokens */
+} budget_generate;
+/* 0; 1 when the pipeline has no transformer/config.json or vae/config.json (nothing estimated: the job's own
+ * loading says what is missing); -1 when a config does not parse (the error names the file and key). */
+int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
+                          int text_len);
+
 /* This process's sgemm rate, GFLOP/s (k_cpu_ops.gemm 256 x 512 x 512, best of 3 after a warm-up; a few ms). */
 double budget_gflops(void);
 
