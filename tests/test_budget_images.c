@@ -211,3 +211,42 @@ TEST(budget_i2v_a14b_trajectories) {
               t_ia, t_ti, b * 4 * 20 * 2 * 4 * 4);
     free(ti), free(ia);
 }
+
+/* A VAE whose z_dim is not the transformer's out_channels is refused naming what uses it: with model.decoder
+ * latent_rgb and image prompts only the image encoder does (the message had named model.decoder, which is not the
+ * VAE then); with model.decoder vae the decoder does. tiny-ti2v with its vae/config.json rewritten to z_dim 8. */
+TEST(budget_vae_z_dim_names_its_user) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[4096], path[4400], s[4][4400];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
+    write_prompts(dir);
+    snprintf(path, sizeof path, "%s/ti2v/vae/config.json", dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fprintf(f, "{\"_class_name\": \"AutoencoderKLWan\", \"attn_scales\": [], \"base_dim\": 4, \"dim_mult\": [1, 2, 2, 2], "
+               "\"in_channels\": 3, \"is_residual\": false, \"num_res_blocks\": 1, \"out_channels\": 3, "
+               "\"scale_factor_spatial\": 8, \"scale_factor_temporal\": 4, \"temperal_downsample\": [false, true, true], "
+               "\"z_dim\": 8, \"latents_mean\": [0, 0, 0, 0, 0, 0, 0, 0], \"latents_std\": [1, 1, 1, 1, 1, 1, 1, 1]}\n");
+    fclose(f);
+    snprintf(s[0], sizeof s[0], "model.path=%s/ti2v", dir);
+    snprintf(s[1], sizeof s[1], "data.prompt_file=%s/p.jsonl", dir);
+    snprintf(s[2], sizeof s[2], "data.eval_prompt_file=%s/p.jsonl", dir);
+    budget_estimate *e = malloc(sizeof *e);
+    REQUIRE(e);
+    for (int dec = 0; dec < 2; dec++) {
+        snprintf(s[3], sizeof s[3], "model.decoder=%s", dec ? "vae" : "latent_rgb");
+        const char *sets[5] = {s[0], s[1], s[2], "model.init_preset=", s[3]};
+        core_recipe r;
+        REQUIRE_OK(core_recipe_load(&r, "recipes/tiny-cpu.yaml", sets, 5));
+        const int rc = budget_estimate_job(e, &r, &(budget_request){.job = BUDGET_JOB_RUN});
+        core_recipe_release(&r);
+        const char *msg = core_last_error();
+        CHECK(rc == -1 && strstr(msg, "z_dim is 8"));
+        if (dec)
+            CHECK_MSG(!strncmp(msg, "model.decoder: ", 15), "decoder vae: %s", msg);
+        else
+            CHECK_MSG(!strstr(msg, "model.decoder") && strstr(msg, "image conditions"), "decoder latent_rgb: %s", msg);
+        core_error_clear();
+    }
+    free(e);
+}

@@ -317,8 +317,9 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
         if (v->scale_factor_temporal != 4)
             return core_error("rollout.frames: the VAE's temporal factor is %d (%s); vgrpo decodes Wan's 4 (frames 4k+1)",
                               v->scale_factor_temporal, r->model_path);
-        if (v->z_dim != c->out_channels)
-            return core_error("model.decoder: the VAE's z_dim is %d, the transformer's out_channels %d (%s)", v->z_dim,
+        if (v->z_dim != c->out_channels) /* named by what uses the VAE: latent_rgb leaves it the image encoder's */
+            return core_error("%s z_dim is %d, the transformer's out_channels %d (%s)",
+                              e->have_vae ? "model.decoder: the VAE's" : "image conditions: the VAE encoder's", v->z_dim,
                               c->out_channels, r->model_path);
     }
     if (e->have_t5 && e->t5.d_model != c->text_dim)
