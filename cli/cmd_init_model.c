@@ -20,7 +20,7 @@
  * is Wan 2.1-style (16 channels, 8x spatial, as the tiny DiT's 16 channels), where the real TI2V-5B has the
  * Wan 2.2 VAE (48 channels, 16x; the rollout decodes both). `tiny-i2v` is the same for Wan 2.2 I2V-A14B: two tiny
  * experts (seed, seed + 1) of 36 input and 16 output channels, the VAE with its encoder, model_index.json as WanImageToVideoPipeline with
- * boundary_ratio 0.875 (the rollout engine and `vgrpo generate --image` sample it; run and eval do not yet).
+ * boundary_ratio 0.875 (run, eval, parity and `vgrpo generate --image` sample it).
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size

@@ -303,7 +303,7 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
         return core_error("rollout.width: %d pixels are %d patches, past the transformer's rope_max_seq_len %d (%s): at "
                           "most %d", r->width, Wp, rope, e->source, rope * p[2] * fac);
     /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in (36), the latents out (16);
-     * the estimate takes it (the sampler refuses it: rollout/engine.c) */
+     * the estimate takes it (the sampler runs it with an image condition per sample: rollout/engine.c) */
     const int i2v_concat = c->in_channels == 2 * c->out_channels + 4;
     if (c->out_channels != c->in_channels && !i2v_concat)
         return core_error("model.path: the transformer has %d input and %d output channels (%s); sampling needs them "

@@ -13,7 +13,8 @@
 
 /* The checks that need no weights, for prompt lists `lists` (n_lists >= 1; the first names the recipe key `key`):
  * every list gives images or none does; with images, the latent has a frame to generate after the image's
- * (rollout.frames >= 5) and model.path is a pipeline that conditions on a first frame (model_index.json
+ * (rollout.frames >= 5; not on an I2V-A14B model, which generates every latent frame, so 1 frame runs) and
+ * model.path is a pipeline that conditions on a first frame (model_index.json
  * "expand_timesteps": true, Wan 2.2 TI2V; or a Wan 2.2 I2V-A14B transformer, in = 2 out + 4 channels). A TI2V
  * model also runs text-only prompt files (text to video), as diffusers' WanPipeline runs it; an I2V-A14B one is
  * refused with them. The model is model.path's files, or where it has no model_index.json yet the preset the job

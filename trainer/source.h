@@ -44,15 +44,17 @@
 typedef int (*trainer_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
                                 const uint8_t *videos, const int64_t vshape[4]);
 
-/* Image conditions of the run's prompts (Wan 2.2 TI2V, model/flow/first_frame.h): set on the source by trainer_setup
+/* Image conditions of the run's prompts (Wan 2.2 TI2V, model/flow/first_frame.h; Wan 2.2 I2V-A14B,
+ * model/vae/wan_vae_i2v.h): set on the source by trainer_setup
  * when the prompt files give images (zeroed otherwise). A request's sample without its own condition refers to them
  * by its prompt index: the training prompts on the rollout noise stream, the eval prompts on the eval stream (what
- * every request of the loop, parity, the eval and the sample videos asks). Each table is [n, C, 1, h, w] fp32. */
+ * every request of the loop, parity, the eval and the sample videos asks). Each table is [n, C, 1, h, w] fp32
+ * (TI2V's first frame) or [n, K, F, h, w] (I2V-A14B's mask and condition video latents, concatenated to the input). */
 typedef struct {
     const float *train, *eval; /* [n_train | n_eval, numel] */
     int n_train, n_eval;
-    int64_t shape[4];          /* [C, 1, h, w] */
-    int64_t numel;             /* C h w (0: no table) */
+    int64_t shape[4];          /* [C, 1, h, w], or I2V-A14B's [K, F, h, w] */
+    int64_t numel;             /* their product (0: no table) */
 } trainer_image_conds;
 
 typedef struct {
@@ -66,7 +68,7 @@ typedef struct {
                         int64_t version, int *hash_match, int64_t *bytes);
     int (*start)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained, int64_t version,
                  int resumed);
-    trainer_image_conds images; /* the prompts' image conditions (TI2V), or zeroed */
+    trainer_image_conds images; /* the prompts' image conditions (TI2V, I2V-A14B), or zeroed */
 } trainer_source;
 
 /* The image conditions of a request's samples, for the source implementations: out[j] = samples[j].condition when

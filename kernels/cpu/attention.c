@@ -15,7 +15,8 @@
  * lse, D) are first gathered from their strided [B, S, H, Dh] rows into packed block buffers, in parallel, then
  * the tasks of the group run. Re-gathering strided rows for every (query block, key block) pair cost about 40% of
  * the forward's time; packing once per head makes it negligible. Extra memory: G heads' packed operands
- * (O(S x Dh) each, capped by ATTN_PACK_BUDGET) plus a few blocks per thread.
+ * (O(S x Dh) each, capped by ATTN_PACK_BUDGET) plus a few blocks per thread, and in the backward the group's dS
+ * (Sq x Skv floats a head) when it fits k_cpu_attn_ds_budget.
  *
  * Each task owns the rows it writes and runs its reductions in a fixed order; packing only moves data. So results
  * are bitwise independent of the thread count, of G and of batch mates. The matrix products use the micro-kernels of
@@ -350,7 +351,7 @@ static void bwd_pair(const bwd_pack *p, const attn_shape *a, int qb, int kb, int
     }
 }
 
-/* The stored dS of one head (ds_store below): block (qb, kb) of bq x bk floats, rows of bk. */
+/* The stored dS of one head (attention_backward_run's ds): block (qb, kb) of bq x bk floats, rows of bk. */
 static float *ds_block(float *ds, const attn_shape *a, int qb, int kb) {
     return ds ? ds + ((size_t)qb * a->nkb + kb) * a->bq * a->bk : NULL;
 }

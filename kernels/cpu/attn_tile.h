@@ -10,10 +10,10 @@
  * multiplication", 2008), written here from that description.
  *
  * Everything here is deterministic: each output element is one fixed-order chain of fused multiply-adds, so
- * results never depend on thread count or on which block a thread takes. Two paths, chosen per call by `vec`
+ * results never depend on thread count or on which block a thread takes. Three paths, chosen per call by `vec`
  * (kernels/cpu/path.c): AVX-512 tiles (vec 2), AVX2+FMA (vec 1) when the compiler targets them, and plain C that
  * performs the same operations lane by lane (fmaf for every fused multiply-add, the exp polynomial and the 8-lane sums and maxima in the same order),
- * so both give the same bits (tests/test_kernels_paths.c). */
+ * so all give the same bits (tests/test_kernels_paths.c). */
 #ifndef KERNELS_CPU_ATTN_TILE_H
 #define KERNELS_CPU_ATTN_TILE_H
 
