@@ -29,9 +29,12 @@ static int read_prompts(const char *path, char ***out, int *count) {
     if (stat(path, &st) != 0) return core_error("prompt file %s does not exist", path);
     core_prompts p;
     if (core_prompts_read(&p, path)) return -1;
-    *out = p.text, *count = p.n; /* the texts move to the caller */
-    for (int i = 0; i < p.n; i++) json_decref(p.meta[i]);
-    free(p.line), free(p.meta);
+    *out = p.text, *count = p.n; /* the texts move to the caller; the rest (a JSON-lines file's images too) is freed */
+    for (int i = 0; i < p.n; i++) {
+        json_decref(p.meta[i]);
+        if (p.image) free(p.image[i]);
+    }
+    free(p.line), free(p.meta), free(p.image);
     return 0;
 }
 

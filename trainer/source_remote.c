@@ -47,11 +47,15 @@ static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const cor
         /* the trajectory keeps the request's condition as I2V-A14B's concat [K, F, h, w] or TI2V's condition
          * [C, 1, h, w] (which one, the trainer's batch check holds against the model); F may be 1 for I2V-A14B */
         const float *back = t->concat ? t->concat : t->condition;
-        if (!back || (t->concat && t->condition) || memcmp(back, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
+        const int64_t nback = t->concat ? (int64_t)t->concat_channels * t->shape[1] * t->shape[2] * t->shape[3]
+                                        : (int64_t)t->shape[0] * t->shape[2] * t->shape[3]; /* [C, 1, h, w] */
+        if (!back || (t->concat && t->condition) || nback != R->src.images.numel ||
+            memcmp(back, cc[j], sizeof(float) * (size_t)R->src.images.numel)) {
             core_error("rollout: sample uid %llu came back %s", (unsigned long long)samples[j].uid,
                        !back ? "without its image condition"
                        : t->concat && t->condition ? "with two image conditions (a first frame and a concatenated one)"
-                                                   : "with another image condition than the request's");
+                       : nback != R->src.images.numel ? "with an image condition of another size than the request's"
+                                                      : "with another image condition than the request's");
             for (int k = 0; k < n; k++) core_rollout_result_free(&res[k]);
             goto done;
         }
