@@ -419,13 +419,8 @@ static void pack_a(float *ap, int MR, const float *A, int lda, int transA, int m
         int mr = mc - ir < MR ? mc - ir : MR;
         float *p = ap + (size_t)ir * kc;
 #ifdef GEMM_AVX512
-        if (MR == 12 && mr == 12) {
-            if (transA) /* row k of the panel: 12 consecutive values of row k0 + k of the stored A */
-                for (int k = 0; k < kc; k++)
-                    _mm512_mask_storeu_ps(p + (size_t)k * 12, 0x0FFF,
-                                          _mm512_maskz_loadu_ps(0x0FFF, A + (size_t)(k0 + k) * lda + m0 + ir));
-            else
-                pack_a12_rows(p, A + (size_t)(m0 + ir) * lda + k0, (size_t)lda, kc);
+        if (MR == 12 && mr == 12 && !transA) { /* (a transposed A's full panels are packed above) */
+            pack_a12_rows(p, A + (size_t)(m0 + ir) * lda + k0, (size_t)lda, kc);
             continue;
         }
 #endif
