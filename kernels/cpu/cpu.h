@@ -24,7 +24,8 @@ extern size_t k_cpu_attn_ds_budget;
 void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
 /* The ceiling of k_cpu_gemm's inner loop (`vgrpo bench peak`): the current path's micro-kernel run `iters` times
  * over one packed A panel (MR x KC) and one packed B panel (KC x NR) that stay in L1, accumulating into one C tile
- * (no packing, no memory traffic beyond L1). Returns the flops done (2 MR NR KC per run); *mr, *nr: the tile. */
+ * (no packing, no memory traffic beyond L1). Returns the flops done (2 MR NR KC per run; 0 when its two panels cannot
+ * be allocated); *mr, *nr: the tile. */
 double k_cpu_gemm_ukernel_loop(long iters, int *mr, int *nr);
 void k_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b, int N, int C, float eps);
 void k_cpu_layernorm_backward(float *dx, float *dw, float *db, const float *dout, const float *x, const float *w, const float *mean, const float *rstd, int N, int C);

@@ -801,7 +801,13 @@ static void gemm_run(int transA, int transB, int M, int N, int K, float alpha, c
 
 double k_cpu_gemm_ukernel_loop(long iters, int *mr, int *nr) {
     const uk_path up = path_of(k_cpu_get_path());
-    static __thread float a[MR_MAX * KC] __attribute__((aligned(64))), b[KC * NR_MAX] __attribute__((aligned(64)));
+    *mr = up.mr, *nr = up.nr;
+    float *a = NULL, *b = NULL; /* the two panels, 64-byte aligned, this call's */
+    if (posix_memalign((void **)&a, 64, sizeof(float) * MR_MAX * KC) ||
+        posix_memalign((void **)&b, 64, sizeof(float) * KC * NR_MAX)) {
+        free(a);
+        return 0.0;
+    }
     float c[MR_MAX * NR_MAX] __attribute__((aligned(64))) = {0};
     for (int i = 0; i < MR_MAX * KC; i++) a[i] = 0x1p-12f;
     for (int i = 0; i < KC * NR_MAX; i++) b[i] = 0x1p-12f;
@@ -810,7 +816,7 @@ double k_cpu_gemm_ukernel_loop(long iters, int *mr, int *nr) {
     for (long i = 0; i < iters; i++) up.fn(&u);
     volatile float sink = c[0];
     (void)sink;
-    *mr = up.mr, *nr = up.nr;
+    free(a), free(b);
     return 2.0 * up.mr * up.nr * KC * (double)iters;
 }
 
