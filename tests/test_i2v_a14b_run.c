@@ -25,11 +25,6 @@ static void make_model(const char *dir) {
     CHECK(strstr(out, "preset tiny-i2v") && strstr(out, "two experts"));
 }
 
-#define I2V_SET                                                                                                     \
-    "--set model.path=%s/model --set model.init_preset= --set data.prompt_file=%s/p.jsonl "                        \
-    "--set data.eval_prompt_file=%s/p.jsonl --set rollout.num_steps=4 --set rollout.prompts_per_step=2 "           \
-    "--set rollout.samples_per_prompt=4 --set algorithm.timestep_selection=all"
-
 TEST(i2v_a14b_parity_zero_tiny_i2v) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], p[4300];
@@ -127,44 +122,11 @@ TEST(i2v_a14b_parity_zero_emulated_device) {
 
 /* A local run equals a colocated one bit for bit (metrics and rewards), and 2 steps + resume + 1 equals 3 straight. */
 TEST(i2v_a14b_run_local_colocated_resume) {
-    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[16384], p[4300];
+    const char *dir = test_tmpdir();
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    const char *more = "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=2 "
-                       "--set optim.total_steps=3";
-    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/loc", bin,
-                      dir, dir, dir, more, dir);
-    if (st) test_fail(__FILE__, __LINE__, "local run failed: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                   " %s --set logging.run_dir=%s/col", bin, dir, dir, dir, more, dir);
-    if (st) test_fail(__FILE__, __LINE__, "colocated run failed: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/res --steps 2",
-                  bin, dir, dir, dir, more, dir);
-    if (st) test_fail(__FILE__, __LINE__, "2-step run failed: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " %s --set logging.run_dir=%s/res "
-                                   "--resume %s/res/checkpoint-2", bin, dir, dir, dir, more, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "resumed run failed: %s", out);
-    json_t *a[8], *b[8], *c[8];
-    snprintf(p, sizeof p, "%s/loc/metrics.jsonl", dir);
-    const int na = read_rows(p, a, 8, 1);
-    snprintf(p, sizeof p, "%s/col/metrics.jsonl", dir);
-    const int nb = read_rows(p, b, 8, 1);
-    snprintf(p, sizeof p, "%s/res/metrics.jsonl", dir);
-    const int nc = read_rows(p, c, 8, 1);
-    REQUIRE(na == 4 && nb == 4);
-    for (int i = 0; i < na; i++) {
-        CHECK_MSG(json_equal(a[i], b[i]), "row %d: local and colocated differ", i);
-        if (i < 3) {
-            CHECK(json_number_value(json_object_get(a[i], "log_prob_mean_abs_diff")) == 0.0);
-            CHECK(json_number_value(json_object_get(a[i], "transitions")) == 32);
-        }
-    }
-    CHECK_MSG(nc == na, "%d rows after the resume, %d in the straight run", nc, na);
-    for (int i = 0; i < nc && i < na; i++) CHECK_MSG(json_equal(c[i], a[i]), "resumed run: row %d differs", i);
-    for (int i = 0; i < na; i++) json_decref(a[i]);
-    for (int i = 0; i < nb; i++) json_decref(b[i]);
-    for (int i = 0; i < nc; i++) json_decref(c[i]);
+    i2v_check_local_colocated_resume(dir, "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=2 "
+                                          "--set optim.total_steps=3");
 }
 
 /* recipes/tiny-cpu-i2v-a14b.yaml learns (make test-slow): the eval's first_frame_consistency rises by more than 3

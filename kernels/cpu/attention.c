@@ -353,7 +353,7 @@ static void bwd_pair(const bwd_pack *p, const attn_shape *a, int qb, int kb, int
 
 /* The stored dS of one head (attention_backward_run's ds): block (qb, kb) of bq x bk floats, rows of bk. */
 static float *ds_block(float *ds, const attn_shape *a, int qb, int kb) {
-    return ds ? ds + ((size_t)qb * a->nkb + kb) * a->bq * a->bk : NULL;
+    return ds + ((size_t)qb * a->nkb + kb) * a->bq * a->bk;
 }
 
 /* Pass 1 task: dK, dV of key block kb of (b, h); with ds (not NULL) every dS block it computes is kept there for
