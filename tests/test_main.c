@@ -31,6 +31,11 @@ void test_register(const char *name, test_fn fn, const char *file) {
     tests[n_tests++] = (test_entry){name, file, fn};
 }
 
+/* The first failure message of each failed test, repeated under the summary: CI keeps only the output's tail. */
+#define MAX_FAIL_LINES 32
+static char fail_lines[MAX_FAIL_LINES][400];
+static int n_fail_lines;
+
 void test_fail(const char *file, int line, const char *fmt, ...) {
     if (cur_failures < 20) {
         va_list ap;
@@ -39,6 +44,14 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
         vfprintf(stderr, fmt, ap);
         fprintf(stderr, "\n");
         va_end(ap);
+    }
+    if (cur_failures == 0 && n_fail_lines < MAX_FAIL_LINES) {
+        char msg[300];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(fail_lines[n_fail_lines++], sizeof fail_lines[0], "%s: %s:%d: %s", cur_name, file, line, msg);
     }
     cur_failures++;
 }
@@ -152,6 +165,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (skipped) fprintf(stderr, "%d skipped\n", skipped);
+    fflush(stderr);
+    for (int k = 0; k < n_fail_lines; k++) printf("FAILED %s\n", fail_lines[k]);
+    if (failed > n_fail_lines) printf("(%d more failed tests not listed)\n", failed - n_fail_lines);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
