@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/prompts.h"
@@ -366,5 +367,59 @@ int core_prompts_read_limited(core_prompts *p, const char *path, const core_prom
     }
     if (!rc && p->n == 0) rc = core_error("%s has no prompts (it is empty, blank or only comments)", path);
     if (rc) core_prompts_free(p);
+    return rc;
+}
+
+/* xxh64 (seed 0) of the file's bytes, read in 1 MiB pieces. */
+static int file_xxh64(const char *path, uint64_t *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return core_error("%s: %s", path, strerror(errno));
+    XXH64_state_t *st = XXH64_createState();
+    unsigned char *buf = malloc(1 << 20);
+    int rc = st && buf ? 0 : core_error("out of memory");
+    if (!rc) XXH64_reset(st, 0);
+    for (size_t got; !rc && (got = fread(buf, 1, 1 << 20, f)) > 0;) XXH64_update(st, buf, got);
+    if (!rc && ferror(f)) rc = core_error("%s: read error", path);
+    if (!rc) *out = XXH64_digest(st);
+    fclose(f);
+    free(buf);
+    XXH64_freeState(st);
+    return rc;
+}
+
+static void put_le64(unsigned char *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+int core_prompts_xxh64(const core_prompts *p, uint64_t *out) {
+    XXH64_state_t *all = XXH64_createState(), *one = XXH64_createState();
+    int rc = all && one ? 0 : core_error("out of memory");
+    if (!rc) XXH64_reset(all, 0);
+    for (int i = 0; !rc && i < p->n; i++) {
+        unsigned char le[8];
+        char *meta = json_dumps(p->meta[i], JSON_COMPACT | JSON_SORT_KEYS);
+        if (!meta) {
+            rc = core_error("out of memory");
+            break;
+        }
+        XXH64_reset(one, 0);
+        XXH64_update(one, p->text[i], strlen(p->text[i]) + 1);
+        XXH64_update(one, meta, strlen(meta) + 1);
+        free(meta);
+        if (p->image && p->image[i]) {
+            uint64_t h = 0;
+            if (file_xxh64(p->image[i], &h)) {
+                rc = core_error_push("%s:%d: image: ", p->path, p->line[i]);
+                break;
+            }
+            put_le64(le, h);
+            XXH64_update(one, le, 8);
+        }
+        put_le64(le, XXH64_digest(one));
+        XXH64_update(all, le, 8);
+    }
+    if (!rc) *out = XXH64_digest(all);
+    XXH64_freeState(all);
+    XXH64_freeState(one);
     return rc;
 }

@@ -58,6 +58,13 @@ int core_prompts_read(core_prompts *p, const char *path);
 int core_prompts_read_limited(core_prompts *p, const char *path, const core_prompts_limits *lim);
 void core_prompts_free(core_prompts *p);
 
+/* The content hash of a prompt list, for a resumed run to find that its prompt file changed: xxh64 (seed 0) of the
+ * prompts' digests (8 little-endian bytes each, in file order), each digest xxh64 (seed 0) of the prompt's text, a
+ * NUL, its metadata as compact JSON with sorted keys, a NUL, and for a prompt with an image the xxh64 (seed 0) of the
+ * image file's bytes (8 little-endian bytes). The file's name, line numbers and comments do not count. 0 and *out,
+ * or -1 with an error naming the image that cannot be read (file:line and the path), or out of memory. */
+int core_prompts_xxh64(const core_prompts *p, uint64_t *out);
+
 /* The start-up check of an image file: it opens, is a regular file and starts with the PNG signature. -1 with
  * "<where>: image <path>: cannot open: ..." / "not a PNG file ..." (where: e.g. core_prompts_where's). */
 int core_prompts_check_image(const char *path, const char *where);

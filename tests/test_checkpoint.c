@@ -550,6 +550,8 @@ TEST(checkpoint_resume_exact) {
     snprintf(a, sizeof a, "%s/a/checkpoint-2/trainer_state.json", dir);
     json_t *st = json_load_file(a, 0, NULL);
     REQUIRE(st);
+    const char *dh = json_string_value(json_object_get(st, "data_xxh64"));
+    CHECK_MSG(dh && strlen(dh) == 16, "data_xxh64: %s", dh ? dh : "(absent)");
     CHECK(json_integer_value(json_object_get(st, "data_epoch")) == 1 &&
           json_integer_value(json_object_get(st, "data_position")) == 2 &&
           json_integer_value(json_object_get(st, "policy_version")) == 4);
@@ -595,6 +597,11 @@ TEST(checkpoint_resume_exact) {
     snprintf(a, sizeof a, "--resume %s/b/checkpoint-4 --steps 3", dir);
     CHECK(run(dir, "b", a, out, sizeof out) == 1);
     CHECK_MSG(strstr(out, "past this run's 3 steps"), "got: %s", out);
+    /* the same prompt file with one word changed (same path, same count) is refused, naming the file */
+    REQUIRE(test_run(out, sizeof out, "printf 'a red kite\\na green frog\\na blue boot\\n' > %s/prompts.txt", dir) == 0);
+    snprintf(a, sizeof a, "--resume %s/b/checkpoint-2", dir);
+    CHECK(run(dir, "b", a, out, sizeof out) == 1);
+    CHECK_MSG(strstr(out, "prompts.txt changed since the checkpoint") && strstr(out, "content hash"), "got: %s", out);
 }
 
 TEST(checkpoint_run_rolling_limit_tmp_and_signal) {

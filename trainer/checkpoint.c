@@ -205,12 +205,14 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
     if (trainer_ckpt_sums_record(dir, &files, &tensors)) return NULL;
     json_t *names = json_array();
     for (int e = 0; e < n_ex && names; e++) json_array_append_new(names, json_string(ex[e].name));
-    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:s, s:s, s:o, s:o}", "format",
+    char data_hash[17];
+    snprintf(data_hash, sizeof data_hash, "%016" PRIx64, st->data_xxh64);
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:o, s:s, s:s, s:o, s:o}", "format",
                           STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)st->step, "policy_version",
                           (json_int_t)st->policy_version, "rollout_round", (json_int_t)st->rollout_round, "data_epoch",
                           (json_int_t)st->data_epoch, "data_position", (json_int_t)st->data_position, "data_size",
-                          (json_int_t)st->data_size, "seed", (json_int_t)st->seed, "experts", names, "config_hash", hash,
-                          "config", st->config, "files", files, "tensors", tensors);
+                          (json_int_t)st->data_size, "data_xxh64", data_hash, "seed", (json_int_t)st->seed, "experts",
+                          names, "config_hash", hash, "config", st->config, "files", files, "tensors", tensors);
     if (o && st->guard) { /* before the state's own hash */
         json_t *g = core_json_parse_object(st->guard, "the guard's state");
         if (!g) return json_decref(o), NULL;
@@ -336,6 +338,16 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
         get_i64(o, "data_position", &st->data_position, path) || get_i64(o, "data_size", &st->data_size, path) ||
         get_i64(o, "seed", &st->seed, path))
         goto done;
+    v = json_object_get(o, "data_xxh64");
+    if (v) {
+        char *e = NULL;
+        if (!json_is_string(v) || strlen(json_string_value(v)) != 16 ||
+            (st->data_xxh64 = strtoull(json_string_value(v), &e, 16), *e)) {
+            core_error("%s: field \"data_xxh64\": expected 16 hex digits", path);
+            goto done;
+        }
+        st->has_data_xxh64 = 1;
+    }
     v = json_object_get(o, "experts");
     if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > TRAINER_CKPT_MAX_EXPERTS) {
         core_error("%s: field \"experts\": expected a list of 1 or 2 folder names", path);

@@ -22,7 +22,8 @@
  *                                  separate master weights.
  *   trainer_state.json             {"format": "vgrpo-trainer-state", "version": 2,
  *                                   "step": N, "policy_version": V, "rollout_round": R,
- *                                   "data_epoch": E, "data_position": P, "data_size": D, "seed": S,
+ *                                   "data_epoch": E, "data_position": P, "data_size": D,
+ *                                   "data_xxh64": "<16 hex digits>", "seed": S,
  *                                   "experts": ["transformer", ...],
  *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>",
  *                                   "guard": {...},
@@ -34,7 +35,9 @@
  *                                  the next rollout round (the uid base of the next batch: every random stream is
  *                                  counter-based Philox, so this and the seed are the whole RNG state);
  *                                  data_*: the prompt sampler's epoch, prompts of that epoch already drawn, and the
- *                                  number of prompts (a changed prompt file is refused); config_hash: xxh64 (seed 0)
+ *                                  number of prompts, and their content hash (core_prompts_xxh64: texts, metadata,
+ *                                  image files; optional on reading, as checkpoints before it lack it): a changed
+ *                                  prompt file is refused on resume; config_hash: xxh64 (seed 0)
  *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
  *                                  names the keys that differ; guard (only in runs whose reward-hacking guard
  *                                  keeps state: trainer/guard.h) its state as an object (the step-0 video statistics,
@@ -100,6 +103,8 @@ typedef struct {
     int64_t policy_version;
     int64_t rollout_round;
     int64_t data_epoch, data_position, data_size;
+    uint64_t data_xxh64; /* core_prompts_xxh64 of data.prompt_file's prompts */
+    int has_data_xxh64;  /* written since 2026-12 (checkpoints before have no "data_xxh64") */
     int64_t seed;
     int n_experts;
     char experts[TRAINER_CKPT_MAX_EXPERTS][32];

@@ -93,6 +93,7 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     const trainer_sampler *smp = &S->smp;
     trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
+                             .data_xxh64 = S->data_xxh64, .has_data_xxh64 = 1,
                              .seed = r->seed, .config = (char *)config_text};
     /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
      * before that step's eval, as a straight run's checkpoint-<step> does) */
@@ -231,6 +232,11 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (st.data_size != smp->n)
         core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
                    st.data_size, S->r->prompt_file, smp->n);
+    else if (st.has_data_xxh64 && st.data_xxh64 != S->data_xxh64)
+        core_error("--resume: %s: data.prompt_file %s changed since the checkpoint (its prompts' content hash was "
+                   "%016" PRIx64 ", now %016" PRIx64 ": a prompt's text, metadata or image differs; the run would not "
+                   "continue as it started). Resume with the prompt file it was trained on, or start a new run", ck,
+                   S->r->prompt_file, st.data_xxh64, S->data_xxh64);
     else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
         core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64
                    " out of range", ck, st.data_epoch, st.data_position);

@@ -50,6 +50,7 @@ typedef struct {
     sde_window win; /* rollout.sde_window */
     /* data */
     core_prompts train, eval;
+    uint64_t data_xxh64; /* core_prompts_xxh64(&train): checkpoints record it, a resume compares it */
     trainer_sampler smp;
     float *emb_train, *emb_eval, *emb_neg; /* conditioning [P, L, td], [E, L, td], [L, td] (NULL: zeros) */
     float *img_train, *img_eval; /* image to video (rank 0): each prompt's image condition [P | E, C, 1, h, w], on

@@ -353,7 +353,8 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->dp = dp;
     S->rewards_fd = -1;
     /* every check that needs no weights, the prompt files read once (and kept) */
-    if (check_settings(r) || read_prompts(r, &S->train, &S->eval)) return -1;
+    if (check_settings(r) || read_prompts(r, &S->train, &S->eval) || core_prompts_xxh64(&S->train, &S->data_xxh64))
+        return -1;
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     struct stat sb;
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "

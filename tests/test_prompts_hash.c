@@ -1,0 +1,77 @@
+/* tests/test_prompts_hash.c — core_prompts_xxh64, the prompt list's content hash that checkpoints record and a resume
+ * compares (trainer/run_files.c): the same prompts read from a text file and from JSON lines hash the same (comments
+ * and blank lines do not count); a changed word, a changed metadata value, an image file's changed bytes and a
+ * changed order each change it; the image's path alone does not; an image that cannot be read is named with its
+ * file:line. The resume's refusal itself: tests/test_checkpoint.c checkpoint_resume_exact. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/prompts.h"
+#include "tests/test.h"
+
+static void write_file(const char *dir, const char *name, const char *text) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* core_prompts_xxh64 of dir/name, or 0 with a test failure naming the error. */
+static uint64_t hash_of(const char *dir, const char *name, int line) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    core_prompts p;
+    uint64_t h = 0;
+    if (core_prompts_read(&p, path) || core_prompts_xxh64(&p, &h)) {
+        test_fail(__FILE__, line, "%s: %s", path, core_last_error());
+        return 0;
+    }
+    core_prompts_free(&p);
+    return h;
+}
+
+static const char png_a[] = "\x89PNG\r\n\x1a\n-a", png_b[] = "\x89PNG\r\n\x1a\n-b";
+
+TEST(prompts_hash_content_not_form) {
+    const char *dir = test_tmpdir();
+    write_file(dir, "a.txt", "a red kite\n# a comment\n\na green frog\n");
+    write_file(dir, "b.jsonl", "{\"prompt\": \"a red kite\"}\n\n{\"prompt\": \"a green frog\"}\n");
+    write_file(dir, "word.txt", "a red kite\na green frogs\n");
+    write_file(dir, "order.txt", "a green frog\na red kite\n");
+    write_file(dir, "meta1.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"red\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
+    write_file(dir, "meta2.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"blue\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
+    const uint64_t a = hash_of(dir, "a.txt", __LINE__), b = hash_of(dir, "b.jsonl", __LINE__);
+    CHECK_MSG(a == b, "text %016llx, JSON lines %016llx", (unsigned long long)a, (unsigned long long)b);
+    CHECK(a != hash_of(dir, "word.txt", __LINE__));
+    CHECK(a != hash_of(dir, "order.txt", __LINE__));
+    const uint64_t m1 = hash_of(dir, "meta1.jsonl", __LINE__), m2 = hash_of(dir, "meta2.jsonl", __LINE__);
+    CHECK(m1 != a && m1 != m2);
+}
+
+TEST(prompts_hash_image_bytes) {
+    const char *dir = test_tmpdir();
+    char path[700];
+    write_file(dir, "one.png", png_a);
+    write_file(dir, "two.png", png_a); /* the same bytes under another name */
+    write_file(dir, "p1.jsonl", "{\"prompt\": \"a cat\", \"image\": \"one.png\"}\n");
+    write_file(dir, "p2.jsonl", "{\"prompt\": \"a cat\", \"image\": \"two.png\"}\n");
+    const uint64_t h1 = hash_of(dir, "p1.jsonl", __LINE__);
+    CHECK(h1 == hash_of(dir, "p2.jsonl", __LINE__));
+    write_file(dir, "one.png", png_b); /* one byte changed */
+    const uint64_t h1b = hash_of(dir, "p1.jsonl", __LINE__);
+    CHECK(h1b != h1 && h1b != 0);
+    /* an image gone between reading and hashing: named with file:line */
+    core_prompts p;
+    snprintf(path, sizeof path, "%s/p1.jsonl", dir);
+    REQUIRE_OK(core_prompts_read(&p, path));
+    snprintf(path, sizeof path, "%s/one.png", dir);
+    REQUIRE(remove(path) == 0);
+    uint64_t h = 0;
+    CHECK(core_prompts_xxh64(&p, &h) == -1);
+    CHECK_MSG(strstr(core_last_error(), "p1.jsonl:1") && strstr(core_last_error(), "one.png"), "got: %s",
+              core_last_error());
+    core_prompts_free(&p);
+}
