@@ -153,6 +153,8 @@ done:
 
 /* ---- loop ---- */
 
+/* Queues the hello on the controller socket: 0; 1 when it cannot be queued now (no connection to queue it on: the
+ * caller connects afresh); -1 with the error set when the model's hash cannot be taken. */
 static int send_hello(worker *w) {
     json_t *ex = json_array();
     for (int e = 0; e < w->p->experts.n; e++) json_array_append_new(ex, json_string(wan_expert_folder(e)));
@@ -168,8 +170,14 @@ static int send_hello(worker *w) {
     const int n_ad = wan_models_adapters_hash((const wan_model *const *)mm, w->p->experts.n, &h);
     if (n_ad < 0) return json_decref(f), -1;
     if (n_ad > 0) core_hash_hex(h, hx), json_object_set_new(f, "adapter_xxh64", json_string(hx));
-    int rc = core_zmq_send_fields(w->sock, NULL, 0, CORE_WIRE_HELLO, "hello", f);
+    /* without waiting: a socket whose only connection just failed a handshake has no queue, and a blocking send
+     * would wait for a peer forever (the loop would never connect afresh) */
+    core_wire_built b;
+    int rc = core_wire_build(CORE_WIRE_HELLO, "hello", f, NULL, 0, &b);
     json_decref(f);
+    if (rc) return -1;
+    if (core_zmq_send_nowait(w->sock, NULL, 0, &b)) rc = 1, core_error_clear();
+    core_wire_built_free(&b);
     return rc;
 }
 
@@ -177,6 +185,64 @@ static int send_hello(worker *w) {
  * worker in the middle of a long rollout stops within one step, not at the end of its chunk. */
 static volatile sig_atomic_t *worker_stop_flag;
 static int worker_should_stop(void) { return worker_stop_flag && *worker_stop_flag ? SIGTERM : 0; }
+
+/* Stops the monitor of the controller socket and closes its reading end (*mon). libzmq's I/O thread sends each
+ * event with a blocking send: a monitor whose reader is closed, or one nobody reads any more, would stop that thread,
+ * and every socket of the context with it. */
+static void ctl_unmonitor(worker *w, void **mon) {
+    if (w->sock) zmq_socket_monitor(w->sock, NULL, 0); /* no monitor: a no-op */
+    if (*mon) zmq_close(*mon), *mon = NULL;
+}
+
+/* The controller connection, attempt `attempt`: closes the previous socket and monitor (*mon), opens a DEALER
+ * with the run's keys (tcp: with heartbeats), a monitor of its handshakes on its own inproc endpoint, and connects.
+ * With the run's keys the worker checks the controller's public key: only the run's controller completes the
+ * handshake, so only it can send rollout requests, push weights or shut the worker down. 0, or -1 with the error
+ * set. */
+static int ctl_connect(worker *w, void *ctx, void **mon, int attempt) {
+    const rollout_worker_config *cfg = w->cfg;
+    int linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000;
+    ctl_unmonitor(w, mon);
+    if (w->sock) zmq_close(w->sock);
+    if (!(w->sock = zmq_socket(ctx, ZMQ_DEALER))) return core_error("zmq: cannot create a socket: %s", zmq_strerror(errno));
+    zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (!strncmp(cfg->controller, "tcp://", 6)) {
+        zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+        zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
+        zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof hb_ttl);
+    }
+    if (cfg->keys && core_curve_client(w->sock, cfg->keys, CORE_CURVE_CONTROLLER))
+        return core_error_push("%s: controller channel: ", cfg->id);
+    char mon_ep[80];
+    snprintf(mon_ep, sizeof mon_ep, "inproc://worker-monitor-%p-%d", (void *)w, attempt);
+    if (zmq_socket_monitor(w->sock, mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ||
+        !(*mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_setsockopt(*mon, ZMQ_LINGER, &linger, sizeof linger) ||
+        zmq_connect(*mon, mon_ep))
+        return core_error("zmq: cannot monitor the controller socket: %s", zmq_strerror(errno));
+    if (zmq_connect(w->sock, cfg->controller))
+        return core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
+    return 0;
+}
+
+/* The next event of the controller socket's monitor without waiting: its ZMQ_EVENT_* code, or -1 when none. */
+static int ctl_event(void *mon) {
+    zmq_msg_t ev, addr;
+    int code = -1;
+    zmq_msg_init(&ev), zmq_msg_init(&addr);
+    if (zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) >= 0) {
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, mon, 0); /* the event's endpoint: a frame that always follows */
+        if (zmq_msg_size(&ev) >= 2) {
+            uint16_t c;
+            memcpy(&c, zmq_msg_data(&ev), 2);
+            code = c;
+        } else {
+            code = 0; /* a malformed event: none of the codes above */
+        }
+    }
+    zmq_msg_close(&ev), zmq_msg_close(&addr);
+    return code;
+}
 
 int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, volatile sig_atomic_t *stop) {
     worker w = {.p = p, .cfg = cfg};
@@ -188,38 +254,10 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;
     if (!ctx) return core_error("zmq: cannot create a context");
-    w.sock = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000;
-    zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
-    if (!strncmp(cfg->controller, "tcp://", 6)) {
-        zmq_setsockopt(w.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
-        zmq_setsockopt(w.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
-        zmq_setsockopt(w.sock, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof hb_ttl);
-    }
-    /* With the run's keys the worker checks the controller's public key: only the run's controller completes the
-     * handshake, so only it can send rollout requests, push weights or shut the worker down. */
-    if (cfg->keys && core_curve_client(w.sock, cfg->keys, CORE_CURVE_CONTROLLER)) {
-        core_error_push("%s: controller channel: ", cfg->id);
-        goto done;
-    }
     if (!cfg->keys)
         core_log_warn("%s: no keys (--keys-fd / --keys-file): the controller channel is not authenticated", cfg->id);
-    /* Handshake failures (a peer without the run's controller key, or a plain one): libzmq drops the connection,
-     * and after a protocol error (another security mechanism) never reconnects; the monitor sees it, so the worker
-     * connects afresh and says hello again until the run's controller answers */
-    char mon_ep[64];
-    snprintf(mon_ep, sizeof mon_ep, "inproc://worker-monitor-%p", (void *)&w);
-    if (zmq_socket_monitor(w.sock, mon_ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ||
-        !(mon = zmq_socket(ctx, ZMQ_PAIR)) || zmq_setsockopt(mon, ZMQ_LINGER, &linger, sizeof linger) ||
-        zmq_connect(mon, mon_ep)) {
-        core_error("zmq: cannot monitor the controller socket: %s", zmq_strerror(errno));
-        goto done;
-    }
-    if (zmq_connect(w.sock, cfg->controller)) {
-        core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
-        goto done;
-    }
+    int attempt = 0;
+    if (ctl_connect(&w, ctx, &mon, attempt)) goto done;
     /* the reward channel is authenticated when the keys name the reward server (one the job started); an external
      * reward server holds none of the run's keys */
     const int reward_keyed = cfg->keys && core_curve_has(cfg->keys, CORE_CURVE_REWARD, 0);
@@ -227,60 +265,54 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
                                                             cfg->reward_max_attempts, cfg->keys)
                                   : reward_client_open(cfg->reward, cfg->id, cfg->reward_timeout_s, cfg->reward_max_attempts)))
         goto done;
-    if (send_hello(&w)) goto done;
+    int hello_rc = send_hello(&w);
+    if (hello_rc < 0) goto done;
     core_log_info("%s: connected to %s%s, reward server %s%s, %d expert(s)", cfg->id, cfg->controller,
                   cfg->keys ? " (CURVE)" : "", cfg->reward, reward_keyed ? " (CURVE)" : "", p->experts.n);
-    double last = now_s(), reconnect_at = 0, connect_at = now_s();
+    /* Until the run's controller has completed a handshake, the worker connects afresh (ctl_connect: a new socket,
+     * so nothing of an earlier attempt can act on this one) when libzmq will not retry by itself: after a protocol
+     * error (a peer with another security mechanism) or a ZAP refusal, and every 2 s while no handshake has succeeded
+     * (a failure without detail, a CURVE peer with another key, is retried by libzmq on the same socket; the fresh
+     * socket is the net for a retry that never comes). Monitor events are read before each decision, so a handshake that has succeeded is never
+     * torn down (its success event is queued before the first message can leave; the controller would refuse the
+     * second hello of a worker it already holds, and its replies would go to the closed socket). */
+    double last = now_s(), connect_at = now_s(), redo_at = hello_rc ? connect_at + 0.25 : 0;
     int heard = 0, failures = 0; /* heard: a message from the controller came */
-    int shook = 0;               /* a handshake on the current connection succeeded (the run's controller, or plain) */
+    int shook = 0;               /* a handshake on the current socket succeeded (the run's controller, or plain) */
     for (;;) {
         if (stop && *stop) {
             rc = 0;
             break;
         }
-        /* Until the controller is heard from, a connection whose handshake neither succeeded nor failed within 2 s
-         * is made afresh too: under load a failed handshake's monitor event can be missed (or a connect after a
-         * disconnect of the same endpoint not attempted), and libzmq never retries after a protocol error. */
-        if (!heard && !shook && reconnect_at == 0 && now_s() - connect_at > 2.0) reconnect_at = now_s();
-        if (reconnect_at > 0 && now_s() >= reconnect_at) {
-            /* a fresh connection (the old one's queue, with our hello, is gone) and a fresh hello */
-            reconnect_at = 0;
-            connect_at = now_s(), shook = 0;
-            zmq_disconnect(w.sock, cfg->controller);
-            if (zmq_connect(w.sock, cfg->controller)) {
-                core_error("controller endpoint %s: %s", cfg->controller, zmq_strerror(errno));
+        for (int code; !shook && (code = ctl_event(mon)) >= 0;) {
+            if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) { /* the run's controller: nothing more to watch */
+                shook = 1, redo_at = 0;
+                ctl_unmonitor(&w, &mon);
                 break;
             }
-            if (!heard && send_hello(&w)) break;
+            if (++failures <= 10 || failures % 1000 == 0)
+                core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's controller?%s",
+                              cfg->id, cfg->controller, (unsigned)code, failures,
+                              code == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ? "" : " connecting again");
+            /* at most 4 attempts a second against a peer that fails every handshake at once */
+            if (code != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && redo_at == 0) redo_at = fmax(now_s(), connect_at + 0.25);
+        }
+        if (!heard && !shook && redo_at == 0 && now_s() - connect_at > 2.0) redo_at = now_s();
+        if (!shook && redo_at > 0 && now_s() >= redo_at) {
+            redo_at = 0, connect_at = now_s(), attempt++;
+            if (attempt <= 10 || attempt % 100 == 0)
+                core_log_info("%s: connecting to %s afresh (attempt %d)", cfg->id, cfg->controller, attempt + 1);
+            if (ctl_connect(&w, ctx, &mon, attempt)) break;
+            if (!heard && (hello_rc = send_hello(&w)) < 0) break;
+            if (!heard && hello_rc) redo_at = connect_at + 0.25; /* this attempt died before the hello was queued */
         }
         zmq_pollitem_t it[2] = {{w.sock, 0, ZMQ_POLLIN, 0}, {mon, 0, ZMQ_POLLIN, 0}};
-        int pr = zmq_poll(it, 2, 200);
+        int pr = zmq_poll(it, mon ? 2 : 1, 200);
         if (pr < 0 && errno != EINTR) {
             core_error("zmq poll: %s", zmq_strerror(errno));
             break;
         }
-        if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) {
-            zmq_msg_t ev, addr;
-            zmq_msg_init(&ev), zmq_msg_init(&addr);
-            if (zmq_msg_recv(&ev, mon, 0) >= 0 && zmq_msg_more(&ev) && zmq_msg_recv(&addr, mon, 0) >= 0 &&
-                zmq_msg_size(&ev) >= 2) {
-                uint16_t code;
-                memcpy(&code, zmq_msg_data(&ev), 2);
-                if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-                    shook = 1, reconnect_at = 0; /* a failure queued before it was an earlier connection's */
-                } else if (!shook) { /* after a success on this connection a failure event is an earlier one's */
-                    if (++failures <= 10 || failures % 1000 == 0)
-                        core_log_warn("%s: the handshake with %s failed (event 0x%x, failure %d): not the run's "
-                                      "controller? connecting again", cfg->id, cfg->controller, (unsigned)code, failures);
-                    /* Each connection gets at least 1 s: tearing one down makes its own failure event, which
-                     * arrives after the next connection has started, so reconnecting on every event could abort
-                     * the run's controller's handshake again and again (seen under load: 30 s without a hello). */
-                    if (reconnect_at == 0) reconnect_at = fmax(now_s() + 0.2, connect_at + 1.0);
-                }
-            }
-            zmq_msg_close(&ev), zmq_msg_close(&addr);
-            if (!(it[0].revents & ZMQ_POLLIN)) continue;
-        }
+        if (pr > 0 && !(it[0].revents & ZMQ_POLLIN)) continue; /* a monitor event: read at the top */
         if (pr <= 0) {
             if (cfg->idle_exit_s > 0 && now_s() - last > cfg->idle_exit_s) {
                 core_error("%s: no message from the controller %s for %.0f s", cfg->id, cfg->controller, cfg->idle_exit_s);
@@ -316,7 +348,7 @@ done:
     }
     rollout_worker_state_free(&w.st);
     reward_client_close(w.reward);
-    if (mon) zmq_close(mon);
+    ctl_unmonitor(&w, &mon);
     if (w.sock) zmq_close(w.sock);
     zmq_ctx_term(ctx);
     return rc;
