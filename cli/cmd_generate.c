@@ -110,7 +110,8 @@ static int memory_check(const gen_args *a) {
     const rollout_t2v_args *g = &a->g;
     const int rows = flow_cfg_active((float)g->guidance) || flow_cfg_active((float)g->guidance2) ? 2 : 1;
     budget_generate e;
-    const int rc = budget_generate_bytes(&e, g->pipeline, g->frames, g->height, g->width, rows, ROLLOUT_T2V_TEXT_LEN);
+    const int rc = budget_generate_bytes(&e, g->pipeline, g->frames, g->height, g->width, rows, ROLLOUT_T2V_TEXT_LEN,
+                                         g->image != NULL);
     if (rc) return rc < 0 ? core_error_push("--pipeline %s: ", g->pipeline) : 0;
     budget_memory m;
     budget_memory_available(&m, 0, NULL);
@@ -119,10 +120,10 @@ static int memory_check(const gen_args *a) {
     char what[600];
     snprintf(what, sizeof what, "--frames %d --height %d --width %d (%lld video tokens) need about %.1f GiB: "
              "transformer activations %.1f GiB (%s%s), weights %.1f GiB, VAE %.1f GiB, text encoder %.1f GiB, "
-             "video and latents %.1f GiB; %.1f GiB is available (%s)", g->frames, g->height, g->width,
-             (long long)e.tokens, e.total / G, e.acts / G, rows > 1 ? "2 rows: guidance" : "1 row",
-             e.experts > 1 ? ", two experts" : "", e.weights / G, e.vae / G, e.text / G, e.other / G, m.bytes / G,
-             m.source);
+             "%s%.1f GiB; %.1f GiB is available (%s)", g->frames, g->height, g->width, (long long)e.tokens,
+             e.total / G, e.acts / G, rows > 1 ? "2 rows: guidance" : "1 row", e.experts > 1 ? ", two experts" : "",
+             e.weights / G, e.vae / G, e.text / G, g->image ? "image encoding and video and latents " : "video and latents ",
+             (e.image + e.other) / G, m.bytes / G, m.source);
     if (!a->force) return core_error("memory: %s; lower --frames, --height or --width, or --force", what);
     fprintf(stderr, "vgrpo generate: warning: memory: %s (--force: going on)\n", what);
     return 0;

@@ -6,7 +6,8 @@
  *     parity and eval): the parts "image conditions" (held the whole job: every prompt's condition, TI2V [C, 1, h, w],
  *     I2V-A14B [K, F, h, w]) and "image encoder" (at start-up: its weights, encode state and one image's buffers) with
  *     their exact values, the job total larger by the conditions, the start-up FLOPs of each distinct image once; a
- *     text recipe has neither part. */
+ *     text recipe has neither part;
+ *   - `vgrpo generate --image`'s estimate (budget_generate_bytes): the image's encoding on top of the same video's. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -249,4 +250,40 @@ TEST(budget_vae_z_dim_names_its_user) {
         core_error_clear();
     }
     free(e);
+}
+
+/* vgrpo generate --image: budget_generate_bytes counts the image's encoding (the encoder's weights and state from
+ * vae_encoder_estimate, the image's U8 and fp32 buffers, the condition: TI2V [16, 1, 4, 4], I2V-A14B [4 + 16, 3, 4, 4]
+ * and its [3, 9, 32, 32] condition video) on top of the same video without it; and a refusal with --image names the
+ * image encoding. */
+TEST(budget_generate_counts_the_image) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[4096], path[700];
+    const char *models[2] = {"tiny-ti2v", "tiny-i2v"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, models[k]);
+        REQUIRE(test_run(out, sizeof out, "%s init-model --preset %s --out %s --seed 0", bin, models[k], path) == 0);
+        budget_generate with, without;
+        REQUIRE_OK(budget_generate_bytes(&with, path, 9, 32, 32, 2, 512, 1));
+        REQUIRE_OK(budget_generate_bytes(&without, path, 9, 32, 32, 2, 512, 0));
+        snprintf(path, sizeof path, "%s/%s/vae", dir, models[k]);
+        vae_encoder *e = vae_encoder_load(path);
+        REQUIRE_OK(e ? 0 : -1);
+        double ep, es, flop;
+        const int cat = k == 1;
+        REQUIRE_OK(vae_encoder_estimate(vae_encoder_get_config(e), cat ? 9 : 1, 32, 32, &ep, &es, &flop));
+        vae_encoder_free(e);
+        const double px = 32 * 32, cond = cat ? 20 * 3 * 4 * 4 : 16 * 4 * 4;
+        const double want = 4 * ep + es + 3 * px + 4 * 3 * px + (cat ? 4 * 3 * 9 * px : 0) + 4 * cond;
+        CHECK_MSG(without.image == 0 && with.image == want && with.total - without.total == want,
+                  "%s: image part %.0f (want %.0f), totals %.0f and %.0f", models[k], with.image, want, with.total,
+                  without.total);
+    }
+    snprintf(path, sizeof path, "%s/i.png", dir);
+    uint8_t img[3 * 8 * 8];
+    memset(img, 200, sizeof img);
+    REQUIRE_OK(media_png_write(path, img, 8, 8));
+    CHECK(test_run(out, sizeof out, "%s generate --pipeline %s/tiny-ti2v --prompt x --image %s --out %s/a.mp4 "
+                   "--height 8192 --width 8192 --frames 81", bin, dir, path, dir) == 1);
+    CHECK_MSG(strstr(out, "image encoding and video and latents") && strstr(out, "or --force"), "got: %s", out);
 }

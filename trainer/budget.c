@@ -16,6 +16,7 @@
 #include "model/flow/flow.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
+#include "model/vae/wan_vae_encode.h"
 #include "trainer/grpo.h"
 #include "trainer/lora.h"
 #include "trainer/zero.h"
@@ -729,7 +730,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
 }
 
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
-                          int text_len) {
+                          int text_len, int image) {
     memset(g, 0, sizeof *g);
     char path[4200];
     wan_config c;
@@ -763,6 +764,15 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     }
     const double nl = (double)c.out_channels * T * h * w, nin = (double)c.in_channels * T * h * w;
     g->other = F32 * (rows * (nin + nl) + 6.0 * nl) + (double)frames * height * width * 3 * (1 + F32);
-    g->total = g->weights + g->acts + g->vae + g->text + g->other + BUDGET_RUNTIME_MIB * 1048576.0;
+    if (image) { /* rollout/text_to_video.c: the encoder is kept to the end; as image_encoder above */
+        const int cat = c.in_channels != c.out_channels;
+        double ep, es, flop;
+        if (vae_encoder_estimate(&v, cat ? frames : 1, height, width, &ep, &es, &flop))
+            return core_error_push("--image: %s/vae: ", pipeline);
+        const double px = (double)height * width;
+        g->image = F32 * ep + es + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0) +
+                   F32 * (cat ? (double)(c.in_channels - c.out_channels) * T * h * w : (double)c.out_channels * h * w);
+    }
+    g->total = g->weights + g->acts + g->vae + g->text + g->image + g->other + BUDGET_RUNTIME_MIB * 1048576.0;
     return 0;
 }
