@@ -5,7 +5,8 @@
  *   - an image recipe's estimate against the same recipe with text prompts (the tiny-ti2v and tiny-i2v presets, run,
  *     parity and eval): the parts "image conditions" (held the whole job: every prompt's condition, TI2V [C, 1, h, w],
  *     I2V-A14B [K, F, h, w]) and "image encoder" (at start-up: its weights, encode state and one image's buffers) with
- *     their exact values, the job total larger by the conditions, the start-up FLOPs of each distinct image once; a
+ *     their exact values, the job total larger by the conditions (TI2V: also in each trajectory), the start-up
+ *     FLOPs of each distinct image once; a
  *     text recipe has neither part;
  *   - `vgrpo generate --image`'s estimate (budget_generate_bytes): the image's encoding on top of the same video's. */
 #include <stdlib.h>
@@ -164,9 +165,19 @@ static void check_image_parts(const char *dir, const char *model, const char *ex
          * image encoders) stays below its training phase at this size */
         CHECK(tt->n_images == 0 && tt->flop_images == 0 && part(tt, jobs[j].proc, "image conditions") < 0 &&
               part(tt, jobs[j].proc, "image encoder (VAE encoder, one image)") < 0);
-        const double more = conds + (jobs[j].enc_peak ? enc_bytes : 0);
-        CHECK_MSG(ti->total - tt->total == more, "%s job %d: total %.0f with images, %.0f without: want + %.0f", model,
-                  j, ti->total, tt->total, more);
+        /* TI2V's trajectories each hold the condition [16, 1, 4, 4] (core_traj.condition): a step's 32 (2 prompts x
+         * 16 samples) in the trainer's part, and the total more by a whole number of them (the workers' and eval's
+         * too); I2V-A14B's concat is counted with text prompts too */
+        const double one = frames == 1 ? 4.0 * cond_floats : 0;
+        const char *step = j == 1 ? "trajectories + velocities of the batch" : "trajectories of a step";
+        if (j < 2)
+            CHECK_MSG(part(ti, jobs[j].proc, step) - part(tt, jobs[j].proc, step) == 32 * one, "%s job %d: %s %.0f "
+                      "bytes, %.0f with text prompts: want + 32 x %.0f", model, j, step, part(ti, jobs[j].proc, step),
+                      part(tt, jobs[j].proc, step), one);
+        const double more = conds + (jobs[j].enc_peak ? enc_bytes : 0), traj = ti->total - tt->total - more;
+        CHECK_MSG(frames == 1 ? traj >= 32 * one && traj / one == (double)(int64_t)(traj / one) : traj == 0,
+                  "%s job %d: total %.0f with images, %.0f without: want + %.0f%s", model, j, ti->total, tt->total,
+                  more, frames == 1 ? " and whole trajectories' conditions" : "");
     }
     free(ti), free(tt);
 }
@@ -190,9 +201,9 @@ TEST(budget_counts_image_encoding) {
 }
 
 /* I2V-A14B's trajectories keep the 16-channel latents (every step's) and the concatenated condition once
- * ([4 + 16, F, h, w], core_traj.concat), not 36-channel latents: against tiny-ti2v (16 in, 16 out, no concat) on the
- * same recipe (8 steps, latent [16, 2, 4, 4], 2 prompts x 16 samples a step) a step's trajectories differ by exactly
- * the conditions, and the TI2V figure is the documented layout. */
+ * ([4 + 16, F, h, w], core_traj.concat), not 36-channel latents; TI2V's keep the first-frame condition
+ * ([16, 1, h, w], core_traj.condition): on the same recipe (8 steps, latent [16, 2, 4, 4], 2 prompts x 16 samples a
+ * step) a step's trajectories differ by exactly the conditions, and the TI2V figure is the documented layout. */
 TEST(budget_i2v_a14b_trajectories) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[4096];
@@ -204,12 +215,12 @@ TEST(budget_i2v_a14b_trajectories) {
     estimate(ti, dir, "ti2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
     estimate(ia, dir, "i2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
     const double nl = 16 * 2 * 4 * 4, N = 8, b = 2 * 16;
-    const double one = 4 * ((N + 1) * nl + 3 * N + 1) + 2 * N + sizeof(core_traj);
+    const double one = 4 * ((N + 1) * nl + 3 * N + 1) + 2 * N + sizeof(core_traj) + 4 * 16 * 4 * 4;
     const double t_ti = part(ti, "local process", "trajectories of a step");
     const double t_ia = part(ia, "local process", "trajectories of a step");
     CHECK_MSG(t_ti == b * one, "TI2V: %.0f bytes of trajectories, want %.0f", t_ti, b * one);
-    CHECK_MSG(t_ia - t_ti == b * 4 * 20 * 2 * 4 * 4, "I2V-A14B: %.0f bytes of trajectories, TI2V %.0f: want + %.0f",
-              t_ia, t_ti, b * 4 * 20 * 2 * 4 * 4);
+    CHECK_MSG(t_ia - t_ti == b * 4 * (20 * 2 * 4 * 4 - 16 * 4 * 4), "I2V-A14B: %.0f bytes of trajectories, TI2V "
+              "%.0f: want + %.0f", t_ia, t_ti, b * 4 * (20 * 2 * 4 * 4 - 16 * 4 * 4));
     free(ti), free(ia);
 }
 

@@ -636,7 +636,9 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     z.ne = (int64_t)r->text_len * c->text_dim;
     const int N = r->num_steps;
     const int guard = !strcmp(r->loss, "grpo_guard"), W = r->sde_window_size;
-    const double concat = F32 * (double)(z.nin - z.nl);
+    /* ... and TI2V's its first-frame condition [C, 1, H, W] (core_traj.condition) */
+    const double concat = F32 * (double)(z.nin - z.nl) +
+                          (e->n_images > 0 && z.nin == z.nl ? F32 * (double)(z.nl / e->F) : 0);
     z.traj = F32 * ((double)(N + 1 + (guard ? N : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N + sizeof(core_traj) + concat;
     z.traj_kept = W > 0 ? F32 * ((double)(W + 1 + (guard ? W : 0)) * z.nl + 3.0 * N + 1) + 2.0 * N +
                               sizeof(core_traj) + concat
