@@ -70,7 +70,17 @@ static int run(const char *vae_dir, const char *in_path, const char *out_path, i
     } else if (st_read_f32(in, "video", vid, (int64_t)nv)) {
         goto done;
     }
+    int64_t bad = is_u8 ? -1 : core_f32_first_nonfinite(vid, nv);
+    if (bad >= 0) {
+        core_error("%s: video element %lld is %g: the input must be finite", in_path, (long long)bad, (double)vid[bad]);
+        goto done;
+    }
     if (vae_encode(e, vid, B, C, F, H, W, lat, normalize)) goto done;
+    if ((bad = core_f32_first_nonfinite(lat, nl)) >= 0) { /* finite input: the weights (or latents_std 0) */
+        core_error("%s: the encoder made a non-finite latent (element %lld is %g) from a finite video: check the VAE's "
+                   "weights and latents_std", vae_dir, (long long)bad, (double)lat[bad]);
+        goto done;
+    }
     if (!(w = st_writer_new()) || st_writer_add(w, "latents", CORE_F32, 5, ls, lat) ||
         st_writer_set_metadata(w, "normalized", normalize ? "true" : "false") || st_writer_write(w, out_path))
         goto done;

@@ -1,6 +1,7 @@
 /* core/tensor.c — tensor descriptors and dtype conversions; see tensor.h. */
 #include "core/tensor.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,4 +133,10 @@ int core_convert_to_f32(float *dst, const void *src, core_dtype dt, size_t n) {
     case CORE_F16: for (size_t i = 0; i < n; i++) dst[i] = core_f16_to_f32(h[i]); return 0;
     default: return core_error("cannot convert %s to F32", core_dtype_name(dt));
     }
+}
+
+int64_t core_f32_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (int64_t)i;
+    return -1;
 }

@@ -53,4 +53,7 @@ uint16_t core_f32_to_f16(float f);
 /* Converts n elements of src (dtype dt: F32, BF16 or F16) to F32 in dst. Returns 0, or -1 for another dtype. */
 int core_convert_to_f32(float *dst, const void *src, core_dtype dt, size_t n);
 
+/* The index of the first NaN or infinite value of x[0, n), or -1 when every value is finite. */
+int64_t core_f32_first_nonfinite(const float *x, size_t n);
+
 #endif

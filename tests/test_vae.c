@@ -3,10 +3,12 @@
  * h != w), the uint8 path against WanPipeline's un-normalisation + VideoProcessor, memory independent of T, loading
  * errors and `vgrpo vae-decode`. */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -253,6 +255,16 @@ TEST(vae_cli_decode) {
     CHECK(test_run(out, sizeof out, "%s vae-decode --vae tests/fixtures/vae_wan22 --latents %s --out %s",
                    test_vgrpo_bin(), in, outp) == 1 &&
           strstr(out, "z_dim"));
+    /* an infinite latent: refused naming the element, no output written */
+    lat[7] = INFINITY;
+    w = st_writer_new();
+    REQUIRE_OK(st_writer_add(w, "latents", CORE_F32, 5, ls, lat));
+    REQUIRE_OK(st_writer_write(w, in));
+    st_writer_free(w);
+    remove(outp);
+    CHECK_MSG(test_run(out, sizeof out, "%s vae-decode --vae tests/fixtures/vae_wan21 --latents %s --out %s",
+                       test_vgrpo_bin(), in, outp) == 1 && strstr(out, "latents element 7 is inf"), "got: %s", out);
+    CHECK(access(outp, F_OK) != 0);
     free(lat), free(ref), free(vid);
     st_close(o);
     st_close(io);

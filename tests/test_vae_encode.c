@@ -7,10 +7,12 @@
  * missing / extra / mis-shaped tensors) and `vgrpo vae-encode`.
  * Tolerance: max|a - b| / max|b| <= 1e-5 per tensor (fp32; the order of the sums differs from PyTorch's). */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -314,6 +316,18 @@ TEST(vae_enc_cli) {
     CHECK(test_run(out, sizeof out, "%s vae-encode --vae tests/fixtures/vae_wan22 --video %s --out %s",
                    test_vgrpo_bin(), in, outp) == 1 &&
           strstr(out, "1 + 4k"));
+    /* a NaN in the video: refused naming the element, no output written */
+    int64_t s5[5] = {1, 3, 5, 32, 48};
+    static float five[3 * 5 * 32 * 48];
+    five[1234] = NAN;
+    w = st_writer_new();
+    REQUIRE_OK(st_writer_add(w, "video", CORE_F32, 5, s5, five));
+    REQUIRE_OK(st_writer_write(w, in));
+    st_writer_free(w);
+    remove(outp);
+    CHECK_MSG(test_run(out, sizeof out, "%s vae-encode --vae tests/fixtures/vae_wan22 --video %s --out %s",
+                       test_vgrpo_bin(), in, outp) == 1 && strstr(out, "video element 1234 is nan"), "got: %s", out);
+    CHECK(access(outp, F_OK) != 0);
     core_tensor_free(&v), core_tensor_free(&u);
     st_close(io);
 }
