@@ -29,6 +29,8 @@ int test_run(char *out, size_t outcap, const char *fmt, ...) __attribute__((form
 void test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, float hi);
 /* Reads a whole small file into buf (at most cap - 1 bytes, NUL-terminated); returns its length, or -1. */
 long test_slurp(const char *path, char *buf, size_t cap);
+/* Writes text to dir/rel (rel alone when dir is NULL; its folder must exist); a failure ends the test. */
+void test_write_text(const char *dir, const char *rel, const char *text);
 
 #define TEST(name)                                                                                          \
     static void name(void);                                                                                 \

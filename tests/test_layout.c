@@ -6,15 +6,6 @@
 
 #include "tests/test.h"
 
-/* Writes text to dir/rel (its folder must exist). */
-static void put(const char *dir, const char *rel, const char *text) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    FILE *f = fopen(path, "w");
-    REQUIRE(f);
-    fputs(text, f);
-    fclose(f);
-}
 
 static int have_python3(void) { return test_run(NULL, 0, "python3 -c 'import sys'") == 0; }
 
@@ -39,14 +30,14 @@ TEST(layout_bad_tree_fails) {
     const char *d = test_tmpdir();
     char out[16384];
     REQUIRE(test_run(out, sizeof out, "cd '%s' && mkdir -p core trainer cli model/dit model/vae obj/core", d) == 0);
-    put(d, "cli/app.h", "int app(void);\n");
-    put(d, "trainer/step.c", "/* a trainer file */\n#include \"core/a.h\"\n#include \"cli/app.h\"\nint step;\n");
-    put(d, "model/dit/dit.c", "#include <stdio.h>\n#include \"model/vae/vae.h\"\n#include \"model/dit/x.h\"\n");
-    put(d, "model/vae/vae.h", "int vae(void);\n");
+    test_write_text(d, "cli/app.h", "int app(void);\n");
+    test_write_text(d, "trainer/step.c", "/* a trainer file */\n#include \"core/a.h\"\n#include \"cli/app.h\"\nint step;\n");
+    test_write_text(d, "model/dit/dit.c", "#include <stdio.h>\n#include \"model/vae/vae.h\"\n#include \"model/dit/x.h\"\n");
+    test_write_text(d, "model/vae/vae.h", "int vae(void);\n");
     /* core/a.c and core/b.c call each other: a file-level cycle, found from their objects. */
-    put(d, "core/a.h", "int a(void);\nint b(void);\n");
-    put(d, "core/a.c", "#include \"core/a.h\"\nint a(void) { return b() + 1; }\n");
-    put(d, "core/b.c", "#include \"core/a.h\"\nint b(void) { return 0; }\nint b2(void) { return a(); }\n");
+    test_write_text(d, "core/a.h", "int a(void);\nint b(void);\n");
+    test_write_text(d, "core/a.c", "#include \"core/a.h\"\nint a(void) { return b() + 1; }\n");
+    test_write_text(d, "core/b.c", "#include \"core/a.h\"\nint b(void) { return 0; }\nint b2(void) { return a(); }\n");
     REQUIRE(test_run(out, sizeof out, "cd '%s' && cc -I. -c core/a.c -o obj/core/a.o && cc -I. -c core/b.c -o obj/core/b.o",
                      d) == 0);
     int rc = test_run(out, sizeof out, "python3 scripts/check_layout.py --root '%s' --build '%s/obj'", d, d);

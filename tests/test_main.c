@@ -111,6 +111,15 @@ long test_slurp(const char *path, char *buf, size_t cap) {
     return (long)n;
 }
 
+void test_write_text(const char *dir, const char *rel, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s%s", dir ? dir : "", dir ? "/" : "", rel);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    const int bad = fputs(text, f) < 0;
+    REQUIRE(fclose(f) == 0 && !bad);
+}
+
 void test_fill_uniform(float *x, size_t n, unsigned long long seed, float lo, float hi) {
     unsigned long long s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     for (size_t i = 0; i < n; i++) {

@@ -10,15 +10,6 @@
 #include "core/prompts.h"
 #include "tests/test.h"
 
-static void write_file(const char *dir, const char *name, const char *text) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* core_prompts_xxh64 of dir/name, or 0 with a test failure naming the error. */
 static uint64_t hash_of(const char *dir, const char *name, int line) {
     char path[700];
@@ -37,12 +28,12 @@ static const char png_a[] = "\x89PNG\r\n\x1a\n-a", png_b[] = "\x89PNG\r\n\x1a\n-
 
 TEST(prompts_hash_content_not_form) {
     const char *dir = test_tmpdir();
-    write_file(dir, "a.txt", "a red kite\n# a comment\n\na green frog\n");
-    write_file(dir, "b.jsonl", "{\"prompt\": \"a red kite\"}\n\n{\"prompt\": \"a green frog\"}\n");
-    write_file(dir, "word.txt", "a red kite\na green frogs\n");
-    write_file(dir, "order.txt", "a green frog\na red kite\n");
-    write_file(dir, "meta1.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"red\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
-    write_file(dir, "meta2.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"blue\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
+    test_write_text(dir, "a.txt", "a red kite\n# a comment\n\na green frog\n");
+    test_write_text(dir, "b.jsonl", "{\"prompt\": \"a red kite\"}\n\n{\"prompt\": \"a green frog\"}\n");
+    test_write_text(dir, "word.txt", "a red kite\na green frogs\n");
+    test_write_text(dir, "order.txt", "a green frog\na red kite\n");
+    test_write_text(dir, "meta1.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"red\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
+    test_write_text(dir, "meta2.jsonl", "{\"prompt\": \"a red kite\", \"color\": \"blue\"}\n{\"prompt\": \"a green frog\", \"color\": \"green\"}\n");
     const uint64_t a = hash_of(dir, "a.txt", __LINE__), b = hash_of(dir, "b.jsonl", __LINE__);
     CHECK_MSG(a == b, "text %016llx, JSON lines %016llx", (unsigned long long)a, (unsigned long long)b);
     CHECK(a != hash_of(dir, "word.txt", __LINE__));
@@ -54,13 +45,13 @@ TEST(prompts_hash_content_not_form) {
 TEST(prompts_hash_image_bytes) {
     const char *dir = test_tmpdir();
     char path[700];
-    write_file(dir, "one.png", png_a);
-    write_file(dir, "two.png", png_a); /* the same bytes under another name */
-    write_file(dir, "p1.jsonl", "{\"prompt\": \"a cat\", \"image\": \"one.png\"}\n");
-    write_file(dir, "p2.jsonl", "{\"prompt\": \"a cat\", \"image\": \"two.png\"}\n");
+    test_write_text(dir, "one.png", png_a);
+    test_write_text(dir, "two.png", png_a); /* the same bytes under another name */
+    test_write_text(dir, "p1.jsonl", "{\"prompt\": \"a cat\", \"image\": \"one.png\"}\n");
+    test_write_text(dir, "p2.jsonl", "{\"prompt\": \"a cat\", \"image\": \"two.png\"}\n");
     const uint64_t h1 = hash_of(dir, "p1.jsonl", __LINE__);
     CHECK(h1 == hash_of(dir, "p2.jsonl", __LINE__));
-    write_file(dir, "one.png", png_b); /* one byte changed */
+    test_write_text(dir, "one.png", png_b); /* one byte changed */
     const uint64_t h1b = hash_of(dir, "p1.jsonl", __LINE__);
     CHECK(h1b != h1 && h1b != 0);
     /* an image gone between reading and hashing: named with file:line */
