@@ -376,11 +376,14 @@ static int redirect_output(const char *run_dir, const char *name) {
     snprintf(logs, sizeof logs, "%s/logs", run_dir);
     if (core_mkdir_p(logs)) return -1;
     snprintf(path, sizeof path, "%s/%s.log", logs, name);
-    const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); /* as the supervisor's children */
     if (fd < 0) return core_error("%s: %s", path, strerror(errno));
     fflush(stdout);
     fflush(stderr);
     dup2(fd, 1), dup2(fd, 2), close(fd);
+    char note[120];
+    const int k = sup_log_header(note, sizeof note);
+    if (write(2, note, (size_t)k) < 0) { /* the log line is a courtesy */ }
     return 0;
 }
 

@@ -26,12 +26,27 @@ int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, co
     return sup_spawn_fd(s, name, argv, threads, log_path, -1, 0);
 }
 
-/* Forks and execs process i of s (its argv, threads, descriptor, log: truncated, or appended to on a restart). */
+int sup_log_header(char *buf, size_t cap) {
+    const time_t now = time(NULL);
+    struct tm tm;
+    char t[32] = "?";
+    if (localtime_r(&now, &tm)) strftime(t, sizeof t, "%Y-%m-%d %H:%M:%S", &tm);
+    const int k = snprintf(buf, cap, "--- started %s by pid %d ---\n", t, (int)getpid());
+    return k < 0 ? 0 : (size_t)k >= cap ? (int)cap - 1 : k;
+}
+
+/* Forks and execs process i of s (its argv, threads, descriptor, log: appended to, after a line saying it started
+ * or was restarted). */
 static int start(sup_procs *s, int i, int restart) {
     const char *name = s->p[i].name, *log_path = s->p[i].log[0] ? s->p[i].log : NULL;
     char *const *argv = s->p[i].argv;
     const int threads = s->p[i].threads, pass_fd = s->p[i].pass_fd, as_stdin = s->p[i].as_stdin;
     const pid_t parent = getpid();
+    /* the log's first line, made before the fork (the child only writes it) */
+    char note[120];
+    int note_len = restart ? snprintf(note, sizeof note, "--- restarted by the supervisor (restart %d) ---\n", restart)
+                           : sup_log_header(note, sizeof note);
+    if (note_len < 0 || (size_t)note_len >= sizeof note) note_len = 0;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
@@ -47,14 +62,10 @@ static int start(sup_procs *s, int i, int restart) {
         snprintf(t, sizeof t, "%d", threads > 0 ? threads : 1);
         setenv("OMP_NUM_THREADS", t, 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
-        if (log_path) {
-            int fd = open(log_path, O_WRONLY | O_CREAT | (restart ? O_APPEND : O_TRUNC), 0644);
+        if (log_path) { /* appended to: a job refused after its start (a resume's checks) keeps the last one's log */
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
-            if (fd >= 0 && restart) {
-                char note[80];
-                const int k = snprintf(note, sizeof note, "--- restarted by the supervisor (restart %d) ---\n", restart);
-                if (write(2, note, (size_t)k) < 0) { /* the log line is a courtesy */ }
-            }
+            if (fd >= 0 && write(2, note, (size_t)note_len) < 0) { /* the log line is a courtesy */ }
         }
         /* the one descriptor this child inherits (the others stay close-on-exec). As stdin it is opened afresh
          * (/proc/self/fd/N: an offset of its own at 0, not the one the parent's memfd shares with other children) */

@@ -5,6 +5,7 @@
 #ifndef CLI_SUPERVISOR_H
 #define CLI_SUPERVISOR_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 #define SUP_MAX_PROCS 64
@@ -27,8 +28,9 @@ typedef struct {
 const char *sup_self_exe(void);
 
 /* Starts argv (argv[0] the executable, NULL-terminated) as process `name`, with OMP_NUM_THREADS=threads (> 0) and
- * OPENBLAS_NUM_THREADS=1 in its environment, stdout and stderr written to log_path (truncated) (NULL: inherited). Returns its
- * index in s, or -1 with core_error. */
+ * OPENBLAS_NUM_THREADS=1 in its environment, stdout and stderr appended to log_path after a sup_log_header line
+ * (NULL: inherited; logs are never truncated, so a job refused after its start, e.g. by a resume's checks, keeps the
+ * previous job's log above its own). Returns its index in s, or -1 with core_error. */
 int sup_spawn(sup_procs *s, const char *name, char *const *argv, int threads, const char *log_path);
 
 /* sup_spawn, and the child inherits the descriptor pass_fd (>= 0; e.g. a memfd of the run's keys, core/curve.h,
@@ -42,6 +44,10 @@ int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads,
  * slot (name, index), its log opened for appending after a line "--- restarted by the supervisor (restart N) ---".
  * Counts the restart. -1 with core_error (fork failed, i still running). */
 int sup_restart(sup_procs *s, int i);
+
+/* The line a process's log gets when it starts: "--- started YYYY-MM-DD HH:MM:SS by pid N ---\n" (local time; the
+ * pid of the process that starts it) into buf (cap bytes); returns its length. */
+int sup_log_header(char *buf, size_t cap);
 
 /* Frees the command-line copies (after sup_stop_all). */
 void sup_free(sup_procs *s);

@@ -296,6 +296,27 @@ TEST(colocated_resume_exact) {
               "rewards per uid differ: %s", out);
     CHECK(test_run(out, sizeof out, "cmp -s %s/b/checkpoint-2/%s %s/b/checkpoint-4/%s", dir, CKPT_FILES[0], dir,
                    CKPT_FILES[0]) != 0);
+    /* a resume refused after the workers started (the prompt file changed) keeps the logs of the run before it */
+    static char before[2][65536], after[2][65536];
+    const char *logs[2] = {"worker-0", "reward-server"};
+    long nb[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(x, sizeof x, "%s/b/logs/%s.log", dir, logs[k]);
+        nb[k] = test_slurp(x, before[k], sizeof before[k]);
+        CHECK_MSG(nb[k] > 0 && strstr(before[k], "--- started "), "%s: %s", x, before[k]);
+    }
+    REQUIRE(test_run(out, sizeof out, "printf 'a red kite\\na green frog\\na blue boot\\n' > %s/prompts.txt", dir) == 0);
+    snprintf(x, sizeof x, "--resume %s/b --steps 5", dir);
+    CHECK(run(dir, "b", "colocated", x, out, sizeof out) == 1);
+    reap(dir);
+    CHECK_MSG(strstr(out, "prompts.txt changed since the checkpoint"), "got: %s", out);
+    for (int k = 0; k < 2; k++) {
+        snprintf(x, sizeof x, "%s/b/logs/%s.log", dir, logs[k]);
+        const long na = test_slurp(x, after[k], sizeof after[k]);
+        CHECK_MSG(nb[k] > 0 && na > nb[k] && !memcmp(before[k], after[k], (size_t)nb[k]) &&
+                      strstr(after[k] + nb[k], "--- started "),
+                  "%s: %ld bytes before the refused resume, %ld after", x, nb[k], na);
+    }
     CHECK(reap(dir) == 0);
     rm_tmpdir(dir);
 }
