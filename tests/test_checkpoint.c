@@ -26,6 +26,7 @@
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_sums.h"
 
 /* ---- library level ---- */
 
@@ -602,6 +603,21 @@ TEST(checkpoint_resume_exact) {
     snprintf(a, sizeof a, "--resume %s/b/checkpoint-2", dir);
     CHECK(run(dir, "b", a, out, sizeof out) == 1);
     CHECK_MSG(strstr(out, "prompts.txt changed since the checkpoint") && strstr(out, "content hash"), "got: %s", out);
+    /* a checkpoint written before the hash was kept (no "data_xxh64"; its own state hash redone): resumes with the
+     * changed file, saying that only the count is checked */
+    snprintf(a, sizeof a, "%s/b/checkpoint-2/trainer_state.json", dir);
+    json_t *old = json_load_file(a, 0, NULL);
+    REQUIRE(old && json_object_del(old, "data_xxh64") == 0);
+    uint64_t self;
+    REQUIRE_OK(trainer_ckpt_sums_state_hash(old, &self));
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)self);
+    json_object_set_new(old, "state_xxh64", json_string(hx));
+    REQUIRE(json_dump_file(old, a, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0);
+    json_decref(old);
+    snprintf(a, sizeof a, "--resume %s/b/checkpoint-2 --steps 3", dir);
+    CHECK(run(dir, "b", a, out, sizeof out) == 0);
+    CHECK_MSG(strstr(out, "records no prompt hash") && strstr(out, "checked by its count only"), "got: %s", out);
 }
 
 TEST(checkpoint_run_rolling_limit_tmp_and_signal) {

@@ -207,12 +207,14 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
     for (int e = 0; e < n_ex && names; e++) json_array_append_new(names, json_string(ex[e].name));
     char data_hash[17];
     snprintf(data_hash, sizeof data_hash, "%016" PRIx64, st->data_xxh64);
-    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:o, s:s, s:s, s:o, s:o}", "format",
+    /* "data_xxh64" only when the caller has it (a state without one reads back as written before it was kept) */
+    json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s*, s:I, s:o, s:s, s:s, s:o, s:o}", "format",
                           STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)st->step, "policy_version",
                           (json_int_t)st->policy_version, "rollout_round", (json_int_t)st->rollout_round, "data_epoch",
                           (json_int_t)st->data_epoch, "data_position", (json_int_t)st->data_position, "data_size",
-                          (json_int_t)st->data_size, "data_xxh64", data_hash, "seed", (json_int_t)st->seed, "experts",
-                          names, "config_hash", hash, "config", st->config, "files", files, "tensors", tensors);
+                          (json_int_t)st->data_size, "data_xxh64", st->has_data_xxh64 ? data_hash : NULL, "seed",
+                          (json_int_t)st->seed, "experts", names, "config_hash", hash, "config", st->config, "files",
+                          files, "tensors", tensors);
     if (o && st->guard) { /* before the state's own hash */
         json_t *g = core_json_parse_object(st->guard, "the guard's state");
         if (!g) return json_decref(o), NULL;

@@ -230,8 +230,9 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (load_latest(S, dir, config_text, &st, ck, sizeof ck, skipped, sizeof skipped)) return -1;
     int rc = -1;
     if (st.data_size != smp->n)
-        core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d", ck,
-                   st.data_size, S->r->prompt_file, smp->n);
+        core_error("--resume: %s: the checkpoint drew from %" PRId64 " prompts, data.prompt_file %s has %d. Resume "
+                   "with the prompt file it was trained on, or start a new run", ck, st.data_size, S->r->prompt_file,
+                   smp->n);
     else if (st.has_data_xxh64 && st.data_xxh64 != S->data_xxh64)
         core_error("--resume: %s: data.prompt_file %s changed since the checkpoint (its prompts' content hash was "
                    "%016" PRIx64 ", now %016" PRIx64 ": a prompt's text, metadata or image differs; the run would not "
@@ -250,6 +251,10 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
                    "--steps)", ck, st.step, total);
     else
         rc = 0;
+    if (!rc && !st.has_data_xxh64 && (!S->dp || S->dp->rank == 0))
+        core_log_warn("--resume: %s/trainer_state.json records no prompt hash (written before checkpoints kept one): "
+                      "data.prompt_file %s is checked by its count only; the checkpoints from here on record it", ck,
+                      S->r->prompt_file);
     if (!rc && trainer_guard_active(&S->guard)) { /* rank 0's guard (other ranks keep none) */
         char label[TRAINER_CKPT_PATH_MAX + 32];
         snprintf(label, sizeof label, "%s/trainer_state.json", ck);
