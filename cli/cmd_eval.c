@@ -142,6 +142,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         core_error("--checkpoint %s holds LoRA adapters; their base, model.path %s, does not exist", A->checkpoint, tp);
         goto done;
     }
+    if (A->checkpoint && !lora && rollout_checkpoint_fits(transformer, r->model_path, "--checkpoint")) goto done;
     if (prompts.n_images) {
         char cp[4300];
         wan_config wc;

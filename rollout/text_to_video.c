@@ -107,6 +107,30 @@ int rollout_checkpoint_weights(const char *dir, char *out, size_t cap, int *adap
                       ": a LoRA checkpoint's transformer/, or an adapter folder)", dir);
 }
 
+int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, const char *flag) {
+    char a[4400], b[4400], diff[512] = "";
+    snprintf(a, sizeof a, "%s/config.json", transformer_dir);
+    snprintf(b, sizeof b, "%s/transformer/config.json", pipeline);
+    if (!is_file(b)) return 0; /* nothing to compare with: the pipeline's own loading says what is missing */
+    wan_config x, y;
+    if (wan_config_load(&x, a)) return core_error_push("%s: ", flag);
+    if (wan_config_load(&y, b)) return -1;
+    if (wan_config_equal(&x, &y)) return 0;
+    size_t n = 0;
+#define FIT_DIFF(name, u, v)                                                                                      \
+    if ((u) != (v) && n < sizeof diff)                                                                             \
+        n += (size_t)snprintf(diff + n, sizeof diff - n, "%s%s %d here, %d there", n ? ", " : "", name, (int)(u), (int)(v));
+    FIT_DIFF("in_channels", x.in_channels, y.in_channels)
+    FIT_DIFF("out_channels", x.out_channels, y.out_channels)
+    FIT_DIFF("dim", wan_dim(&x), wan_dim(&y))
+    FIT_DIFF("num_layers", x.num_layers, y.num_layers)
+    FIT_DIFF("ffn_dim", x.ffn_dim, y.ffn_dim)
+    FIT_DIFF("text_dim", x.text_dim, y.text_dim)
+#undef FIT_DIFF
+    return core_error("%s: %s is another transformer than %s (%s): a checkpoint runs on the pipeline it was trained "
+                      "from", flag, a, b, n ? diff : "other settings");
+}
+
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap) {
     char probe[4300];
     snprintf(probe, sizeof probe, "%s/transformer/config.json", dir);
@@ -146,6 +170,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         goto done;
     }
     if (!(tok = tok_load(path))) goto done;
+    if (a->transformer && rollout_checkpoint_fits(a->transformer, a->pipeline, "--checkpoint")) goto done;
     for (int e = 0; e < 1 + two; e++, n_dit++) {
         expert_dir(a, e, path, sizeof path);
         if (wan_model_load(&dit[e], path)) goto done;

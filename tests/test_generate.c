@@ -265,7 +265,8 @@ TEST(gen_two_experts_route_by_boundary) {
 
 /* --checkpoint: a checkpoint folder whose transformer/ has other weights gives another video; pointing it at the
  * pipeline's own transformer (as a transformer folder, or the pipeline folder as a checkpoint-like folder) gives the
- * no-checkpoint video and sheet byte for byte; a folder with neither config.json is an error naming it. */
+ * no-checkpoint video and sheet byte for byte; a folder with neither config.json is an error naming it, and another
+ * model's transformer a refusal naming what differs. */
 TEST(gen_checkpoint_replaces_transformer) {
     char tmp[4096], out[8192], other[4200], ckpt[4200], arg[4400], v[4][4300], png[4][4300];
     snprintf(tmp, sizeof tmp, "%s", test_tmpdir()); /* each test_tmpdir() call empties it */
@@ -307,6 +308,19 @@ TEST(gen_checkpoint_replaces_transformer) {
     CHECK_MSG(rc == 1 && strstr(out, "vgrpo generate: --checkpoint: ") && strstr(out, "/nowhere has neither "
               "transformer/config.json") && strstr(out, "nor config.json"), "rc %d: %s", rc, out);
     CHECK(access(v[0], F_OK) != 0);
+    /* another model's transformer (tiny-i2v's: 36 channels in) on this pipeline: refused naming both configs, by
+     * generate and by eval (before it starts a process or makes --out) */
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", test_vgrpo_bin(), tmp) == 0);
+    snprintf(arg, sizeof arg, "--frames 5 --height 32 --width 32 --checkpoint %s/i2v/transformer", tmp);
+    rc = gen(out, sizeof out, pipe, v[0], arg);
+    CHECK_MSG(rc == 1 && strstr(out, "--checkpoint: ") && strstr(out, "is another transformer than") &&
+                  strstr(out, "in_channels 36 here, 16 there"), "rc %d: %s", rc, out);
+    CHECK(access(v[0], F_OK) != 0);
+    rc = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml --set model.path=%s --checkpoint %s/i2v/transformer "
+                  "--out %s/ev", test_vgrpo_bin(), pipe, tmp, tmp);
+    CHECK_MSG(rc == 1 && strstr(out, "in_channels 36 here, 16 there"), "rc %d: %s", rc, out);
+    snprintf(v[1], sizeof v[1], "%s/ev", tmp);
+    CHECK(access(v[1], F_OK) != 0);
 }
 
 /* --force with another preset removes the tiny components (and model_index.json no longer lists them). */
