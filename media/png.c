@@ -92,8 +92,9 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
     return 0;
 }
 
-int media_png_read(const char *path, core_tensor *out) {
-    memset(out, 0, sizeof *out);
+/* path opened at the end of its PNG signature: *fpp, or -1 naming what is wrong (as media_png_read). */
+static int open_signed(const char *path, FILE **fpp) {
+    *fpp = NULL;
     if (!path || !path[0]) return core_error("png: input path is empty");
     FILE *fp = fopen(path, "rb");
     if (!fp) return core_error("png %s: cannot open: %s", path, strerror(errno));
@@ -114,6 +115,40 @@ int media_png_read(const char *path, core_tensor *out) {
                                                               : got < 8 ? "shorter than the PNG signature"
                                                                         : "bad signature");
     }
+    *fpp = fp;
+    return 0;
+}
+
+/* The size limit of media_png_read: -1 naming path and the size when w x h is over it. */
+static int size_ok(const char *path, uint64_t w, uint64_t h) {
+    if (w > 65535 || h > 65535 || w * h > (uint64_t)MEDIA_PNG_MAX_PIXELS)
+        return core_error("png %s: %llu x %llu pixels, over the reader's limit (65535 a side and %lld pixels, e.g. "
+                          "16384 x 8192): shrink the image", path, (unsigned long long)w, (unsigned long long)h,
+                          (long long)MEDIA_PNG_MAX_PIXELS);
+    return 0;
+}
+
+int media_png_probe(const char *path, int *width, int *height) {
+    FILE *fp;
+    if (open_signed(path, &fp)) return -1;
+    unsigned char c[16]; /* the first chunk: length (13), "IHDR", width, height (big-endian) */
+    const size_t got = fread(c, 1, sizeof c, fp);
+    fclose(fp);
+    if (got != sizeof c || memcmp(c + 4, "IHDR", 4))
+        return core_error("png %s: %s", path, got != sizeof c ? "the file ends inside its header" : "no IHDR chunk first");
+    const uint64_t w = (uint64_t)c[8] << 24 | (uint64_t)c[9] << 16 | (uint64_t)c[10] << 8 | c[11];
+    const uint64_t h = (uint64_t)c[12] << 24 | (uint64_t)c[13] << 16 | (uint64_t)c[14] << 8 | c[15];
+    if (w == 0 || h == 0) return core_error("png %s: a %llu x %llu image", path, (unsigned long long)w, (unsigned long long)h);
+    if (size_ok(path, w, h)) return -1;
+    if (width) *width = (int)w;
+    if (height) *height = (int)h;
+    return 0;
+}
+
+int media_png_read(const char *path, core_tensor *out) {
+    memset(out, 0, sizeof *out);
+    FILE *fp;
+    if (open_signed(path, &fp)) return -1;
     png_err_ctx ctx = {{0}};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -136,11 +171,10 @@ int media_png_read(const char *path, core_tensor *out) {
     png_set_sig_bytes(png, 8);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
-    if (w > 65535 || h > 65535 || (uint64_t)w * h > MEDIA_PNG_MAX_PIXELS) { /* before any pixel is allocated */
+    if (size_ok(path, w, h)) { /* before any pixel is allocated */
         png_destroy_read_struct(&png, &info, NULL);
         fclose(fp);
-        return core_error("png %s: %u x %u pixels, over the reader's limit (65535 a side and %lld pixels, e.g. 16384 x "
-                          "8192): shrink the image", path, (unsigned)w, (unsigned)h, (long long)MEDIA_PNG_MAX_PIXELS);
+        return -1;
     }
     int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);

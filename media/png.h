@@ -46,6 +46,11 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
  * libpng's message for a corrupt one. */
 int media_png_read(const char *path, core_tensor *out);
 
+/* The size a PNG's header states, without decoding it: the checks of media_png_read that need no pixels (a folder,
+ * an empty or short file, not a PNG, no IHDR chunk first, a zero size, over MEDIA_PNG_MAX_PIXELS), for start-up and
+ * --dry-run. width, height may be NULL. 0, or -1 naming path and what is wrong. */
+int media_png_probe(const char *path, int *width, int *height);
+
 /* Contact-sheet size for n samples of h x w frames with `frames` frames each, max_cols as above and labels
  * drawn (has_labels != 0) or not. Sets *sheet_h, *sheet_w, *cols. Returns 0, or -1 for bad sizes. */
 int media_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,

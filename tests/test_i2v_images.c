@@ -147,6 +147,23 @@ TEST(i2v_image_huge_header_refused) {
               "exit %d: %s", st, out);
     snprintf(p, sizeof p, "%s/g.mp4", dir);
     CHECK(access(p, F_OK) != 0);
+    /* the header is checked at start-up, so --dry-run refuses a prompt file that names such an image (file:line) */
+    for (int i = 0; i < 4; i++) {
+        int w = 0, h = 0;
+        snprintf(p, sizeof p, "%s/claims%d.png", dir, i);
+        snprintf(want, sizeof want, "%u x %u pixels, over the reader's limit", sizes[i][0], sizes[i][1]);
+        CHECK_MSG(media_png_probe(p, &w, &h) == -1 && strstr(core_last_error(), want), "%s: %s", p, core_last_error());
+    }
+    snprintf(p, sizeof p, "%s/at_limit.png", dir);
+    int w = 0, h = 0;
+    CHECK(media_png_probe(p, &w, &h) == 0 && w == 16384 && h == 8192);
+    snprintf(p, sizeof p, "%s/p.jsonl", dir);
+    test_write_text(NULL, p, "{\"prompt\": \"a\", \"image\": \"at_limit.png\"}\n{\"prompt\": \"b\", \"image\": \"claims0.png\"}\n");
+    const int rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --dry-run --set model.path=%s/model --set "
+                            "model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s",
+                            test_vgrpo_bin(), dir, p, p);
+    CHECK_MSG(rc == 1 && strstr(out, "p.jsonl:2: image: png ") && strstr(out, "100000 x 100000 pixels, over the reader's "
+              "limit"), "exit %d: %s", rc, out);
 }
 
 /* Files that are not PNG images: each refusal says what the file is (they had been "not a PNG file (bad

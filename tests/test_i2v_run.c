@@ -189,11 +189,12 @@ TEST(i2v_bad_input_refused) {
                                    "--set model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s",
                   bin, dir, p, p);
     CHECK_MSG(st == 0, "%s", out);
-    /* a corrupt PNG (the signature, then garbage) is refused when the run reads the images, naming file:line */
+    /* a corrupt PNG (the signature and a 32 x 32 header, then garbage: start-up reads only the header) is refused
+     * when the run reads the images, naming file:line */
     snprintf(p, sizeof p, "%s/img/corrupt.png", dir);
     f = fopen(p, "wb");
     REQUIRE(f);
-    fwrite("\x89PNG\r\n\x1a\n\0\0\0\rIHDRgarbage", 1, 23, f);
+    fwrite("\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x20\0\0\0\x20garbage", 1, 31, f);
     fclose(f);
     snprintf(p, sizeof p, "%s/c.jsonl", dir);
     f = fopen(p, "w");

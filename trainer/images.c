@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "media/image.h"
+#include "media/png.h"
 #include "model/dit/wan_dit.h"
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_i2v.h"
@@ -63,6 +64,11 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
                               wc.in_channels, wc.out_channels);
         return 0;
     }
+    /* every image's header (its size within the reader's limit), as the job will read it */
+    for (int k = 0; k < n_lists; k++)
+        for (int i = 0; i < lists[k]->n; i++)
+            if (media_png_probe(lists[k]->image[i], NULL, NULL))
+                return core_error_push("%s:%d: image: ", lists[k]->path, lists[k]->line[i]);
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
     if (F < 2 && kind != PIPE_I2V_A14B) /* I2V-A14B generates every latent frame, the first one too */
