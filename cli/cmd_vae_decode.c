@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "core/safetensors.h"
 #include "model/vae/wan_vae.h"
 
@@ -18,6 +19,8 @@ static int run(const char *vae_dir, const char *in_path, const char *out_path) {
     st_file *in = NULL;
     float *lat = NULL, *vid = NULL;
     st_writer *w = NULL;
+    if (core_is_dir(out_path)) /* before the work, not at the rename after it */
+        return core_error("--out %s is a folder: give the .safetensors file to write", out_path);
     if (!(m = vae_load(vae_dir))) goto done;
     if (!(in = st_open(in_path))) goto done;
     int i = st_find(in, "latents");

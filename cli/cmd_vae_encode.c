@@ -15,6 +15,8 @@
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "core/error.h"
+#include "core/fs.h"
+#include "core/log.h"
 #include "core/safetensors.h"
 #include "model/vae/wan_vae_encode.h"
 
@@ -25,6 +27,8 @@ static int run(const char *vae_dir, const char *in_path, const char *out_path, i
     float *vid = NULL, *lat = NULL;
     st_writer *w = NULL;
     core_tensor u8 = {0};
+    if (core_is_dir(out_path)) /* before the work, not at the rename after it */
+        return core_error("--out %s is a folder: give the .safetensors file to write", out_path);
     if (!(e = vae_encoder_load(vae_dir))) goto done;
     if (!(in = st_open(in_path))) goto done;
     int i = st_find(in, "video");
@@ -75,10 +79,16 @@ static int run(const char *vae_dir, const char *in_path, const char *out_path, i
         core_error("%s: video element %lld is %g: the input must be finite", in_path, (long long)bad, (double)vid[bad]);
         goto done;
     }
+    float lo = 0, hi = 0;
+    for (size_t k = 0; k < nv; k++) lo = vid[k] < lo ? vid[k] : lo, hi = vid[k] > hi ? vid[k] : hi;
+    if (lo < -1.001f || hi > 1.001f)
+        core_log_warn("vae-encode: %s: the video's values span [%g, %g]; the VAE expects [-1, 1] (pixel / 127.5 - 1; a "
+                      "U8 video [B, F, H, W, 3] is converted so)", in_path, (double)lo, (double)hi);
     if (vae_encode(e, vid, B, C, F, H, W, lat, normalize)) goto done;
     if ((bad = core_f32_first_nonfinite(lat, nl)) >= 0) { /* finite input: the weights (or latents_std 0) */
-        core_error("%s: the encoder made a non-finite latent (element %lld is %g) from a finite video: check the VAE's "
-                   "weights and latents_std", vae_dir, (long long)bad, (double)lat[bad]);
+        core_error("%s: the encoder made a non-finite latent (element %lld is %g) from a finite video (values in [%g, "
+                   "%g]): check the input's range, the VAE's weights and latents_std", vae_dir, (long long)bad,
+                   (double)lat[bad], (double)lo, (double)hi);
         goto done;
     }
     if (!(w = st_writer_new()) || st_writer_add(w, "latents", CORE_F32, 5, ls, lat) ||

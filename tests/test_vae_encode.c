@@ -328,6 +328,16 @@ TEST(vae_enc_cli) {
     CHECK_MSG(test_run(out, sizeof out, "%s vae-encode --vae tests/fixtures/vae_wan22 --video %s --out %s",
                        test_vgrpo_bin(), in, outp) == 1 && strstr(out, "video element 1234 is nan"), "got: %s", out);
     CHECK(access(outp, F_OK) != 0);
+    /* 0..255 floats: encoded, with a warning naming the range; --out a folder: refused before the work */
+    five[1234] = 255.0f;
+    w = st_writer_new();
+    REQUIRE_OK(st_writer_add(w, "video", CORE_F32, 5, s5, five));
+    REQUIRE_OK(st_writer_write(w, in));
+    st_writer_free(w);
+    CHECK_MSG(test_run(out, sizeof out, "%s vae-encode --vae tests/fixtures/vae_wan22 --video %s --out %s",
+                       test_vgrpo_bin(), in, outp) == 0 && strstr(out, "values span [0, 255]"), "got: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "%s vae-encode --vae tests/fixtures/vae_wan22 --video %s --out %s",
+                       test_vgrpo_bin(), in, tmp) == 1 && strstr(out, "is a folder"), "got: %s", out);
     core_tensor_free(&v), core_tensor_free(&u);
     st_close(io);
 }
