@@ -201,14 +201,16 @@ int eval_report_write(eval_report *E, const core_recipe *r, const char *recipe_p
     json_object_set_new(root, "num_steps", json_integer(r->num_steps));
     json_object_set_new(root, "samples_per_prompt", json_integer(E->K));
     json_t *plist = prompts_json(E);
-    fprintf(table, "\n%-16s %6s %10s %10s %10s %10s %10s\n", "scorer", "n", "mean", "std", "min", "max", "se");
+    int nw = 16; /* the name column: as wide as the longest scorer name */
+    for (int s = 0; s < E->n_scorers; s++) nw = (int)strlen(E->scorer_names[s]) > nw ? (int)strlen(E->scorer_names[s]) : nw;
+    fprintf(table, "\n%-*s %6s %10s %10s %10s %10s %10s\n", nw, "scorer", "n", "mean", "std", "min", "max", "se");
     for (int s = -1; s < E->n_scorers; s++) {
         for (int u = 0; u < E->total; u++)
             xs[u] = s < 0 ? E->reward_total[u] : E->rewards[(int64_t)u * CORE_TRAJ_MAX_REWARDS + s];
         double mean, sd, se, lo, hi;
         json_t *j = stats_json(xs, E->total, &mean, &sd, &se, &lo, &hi);
         const char *name = s < 0 ? "total" : E->scorer_names[s];
-        fprintf(table, "%-16s %6d %10.4f %10.4f %10.4f %10.4f %10.4f\n", name, E->total, mean, sd, lo, hi, se);
+        fprintf(table, "%-*s %6d %10.4f %10.4f %10.4f %10.4f %10.4f\n", nw, name, E->total, mean, sd, lo, hi, se);
         json_object_set_new(stats, name, j);
     }
     free(xs);
