@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "core/prompts.h"
 #include "core/trajectory.h"
+#include "media/png.h"
 #include "model/flow/flow.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
@@ -732,7 +733,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
 }
 
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
-                          int text_len, int image) {
+                          int text_len, const char *image) {
     memset(g, 0, sizeof *g);
     char path[4200];
     wan_config c;
@@ -771,8 +772,10 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
         double ep, es, flop;
         if (vae_encoder_estimate(&v, cat ? frames : 1, height, width, &ep, &es, &flop))
             return core_error_push("--image: %s/vae: ", pipeline);
+        int iw, ih;
+        if (media_png_probe(image, &iw, &ih)) return core_error_push("--image: ");
         const double px = (double)height * width;
-        g->image = F32 * ep + es + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0) +
+        g->image = 3.0 * iw * ih + F32 * ep + es + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0) +
                    F32 * (cat ? (double)(c.in_channels - c.out_channels) * T * h * w : (double)c.out_channels * h * w);
     }
     g->total = g->weights + g->acts + g->vae + g->text + g->image + g->other + BUDGET_RUNTIME_MIB * 1048576.0;

@@ -197,19 +197,21 @@ typedef struct {
     double acts;    /* each expert's inference activations for `rows` rows (model/dit/wan_acts.c's layout) */
     double vae;     /* the VAE decoder's weights and decode state */
     double text;    /* umT5 and its activations (text_encoder/config.json; 0 without one) */
-    double image;   /* --image: the VAE encoder's weights and encode state, the image's buffers and its condition
-                       (TI2V [C, 1, h, w]; I2V-A14B [K, T, h, w] and the [3, F, H, W] condition video); 0 without */
+    double image;   /* --image: the VAE encoder's weights and encode state, the image's buffers (the PNG decoded at its
+                       own size, then at the video's) and its condition (TI2V [C, 1, h, w]; I2V-A14B [K, T, h, w] and
+                       the [3, F, H, W] condition video); 0 without */
     double other;   /* latents, model inputs and outputs, the U8 video and its fp32 pixels */
     double total;   /* the sum, with the runtime */
     int experts;    /* 1, or 2 with a transformer_2 folder */
     int64_t tokens; /* the DiT's video tokens */
 } budget_generate;
 /* What `vgrpo generate` holds at once for a frames x height x width video, rows transformer rows (2 with guidance)
- * and image (1: --image, the first frame's condition). 0; 1 when the pipeline has no transformer/config.json or
- * vae/config.json (nothing estimated: the job's own loading says what is missing); -1 when a config does not parse
- * (the error names the file and key). */
+ * and image (--image's PNG, the first frame's condition, its size read from its header; NULL: none). 0; 1 when the
+ * pipeline has no transformer/config.json or vae/config.json (nothing estimated: the job's own loading says what is
+ * missing); -1 when a config does not parse (the error names the file and key) or the image's header is refused
+ * (media_png_probe). */
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
-                          int text_len, int image);
+                          int text_len, const char *image);
 
 /* This process's sgemm rate, GFLOP/s (k_cpu_ops.gemm 256 x 512 x 512, best of 3 after a warm-up; a few ms). */
 double budget_gflops(void);
