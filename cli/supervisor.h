@@ -46,7 +46,8 @@ int sup_spawn_fd(sup_procs *s, const char *name, char *const *argv, int threads,
 int sup_restart(sup_procs *s, int i);
 
 /* The line a process's log gets when it starts: "--- started YYYY-MM-DD HH:MM:SS by pid N ---\n" (local time; the
- * pid of the process that starts it) into buf (cap bytes); returns its length. */
+ * calling process's pid: the supervisor's for its children, a rank's own under mpirun) into buf (cap bytes); returns
+ * its length. */
 int sup_log_header(char *buf, size_t cap);
 
 /* Frees the command-line copies (after sup_stop_all). */
