@@ -4,7 +4,8 @@
  *     and 2.2 fixtures, the encoder-only ones, the tiny preset's); its FLOPs grow by the same amount per 4-frame chunk;
  *   - an image recipe's estimate against the same recipe with text prompts (the tiny-ti2v and tiny-i2v presets, run,
  *     parity and eval): the parts "image conditions" (held the whole job: every prompt's condition, TI2V [C, 1, h, w],
- *     I2V-A14B [K, F, h, w]) and "image encoder" (at start-up: its weights, encode state and one image's buffers) with
+ *     I2V-A14B [K, F, h, w]) and "image encoder" (at start-up: its weights, encode state and one image's buffers, the
+ *     largest source PNG decoded at its own size) with
  *     their exact values, the job total larger by the conditions (TI2V: also in each trajectory), the start-up
  *     FLOPs of each distinct image once; a
  *     text recipe has neither part;
@@ -136,7 +137,8 @@ static void check_image_parts(const char *dir, const char *model, const char *ex
     double params, state, flop;
     REQUIRE_OK(vae_encoder_estimate(vae_encoder_get_config(enc), frames, 32, 32, &params, &state, &flop));
     vae_encoder_free(enc);
-    const double px = 32 * 32, pixels = 3 * px + 4 * 3 * px + (frames > 1 ? 4 * 3.0 * frames * px : 0);
+    /* the 32 x 32 PNG decoded, stretched to 32 x 32 (U8), as floats; I2V-A14B's condition video */
+    const double px = 32 * 32, pixels = 3 * px + 3 * px + 4 * 3 * px + (frames > 1 ? 4 * 3.0 * frames * px : 0);
     const double enc_bytes = 4 * params + state + pixels;
     static const struct {
         budget_job job;
@@ -198,6 +200,25 @@ TEST(budget_counts_image_encoding) {
                      "2>&1 >/dev/null", bin, dir, dir, dir) == 0);
     CHECK_MSG(strstr(out, "image conditions") && strstr(out, "image encoder (VAE encoder, one image)") &&
                   strstr(out, "image encoding at start-up: 3 images through the VAE encoder"), "got: %s", out);
+    /* a source image larger than the video: the encoder's part grows by its decoded U8 (1000 x 800, from the header) */
+    static const uint8_t ihdr[24] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
+                                     0, 0, 0x03, 0xe8, 0, 0, 0x03, 0x20};
+    char p[4400];
+    snprintf(p, sizeof p, "%s/img/big.png", dir);
+    FILE *f = fopen(p, "wb");
+    REQUIRE(f && fwrite(ihdr, 1, sizeof ihdr, f) == sizeof ihdr);
+    fclose(f);
+    test_write_text(dir, "big.jsonl", "{\"prompt\": \"a\", \"image\": \"img/i0.png\"}\n{\"prompt\": \"b\", \"image\": "
+                                      "\"img/big.png\"}\n");
+    budget_estimate *small = malloc(sizeof *small), *large = malloc(sizeof *large);
+    REQUIRE(small && large);
+    estimate(small, dir, "ti2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
+    estimate(large, dir, "ti2v", "big.jsonl", NULL, BUDGET_JOB_RUN);
+    const char *enc = "image encoder (VAE encoder, one image)";
+    CHECK_MSG(part(large, "local process", enc) - part(small, "local process", enc) == 3.0 * (1000 * 800 - 32 * 32),
+              "%.0f bytes with a 1000 x 800 image, %.0f with 32 x 32 ones", part(large, "local process", enc),
+              part(small, "local process", enc));
+    free(small), free(large);
 }
 
 /* I2V-A14B's trajectories keep the 16-channel latents (every step's) and the concatenated condition once

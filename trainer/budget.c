@@ -574,8 +574,9 @@ static int read_prompts(const core_recipe *r, const char *path, core_prompts *p)
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-/* Distinct image files over the n lists (each encoded once: trainer/images.c). -1 out of memory. */
-static int distinct_images(const core_prompts *const *lists, int n) {
+/* Distinct image files over the n lists (each encoded once: trainer/images.c), and in *max_px the largest one's
+ * pixels as its PNG header states them (media_png_probe). -1 out of memory, or an image's header refused. */
+static int distinct_images(const core_prompts *const *lists, int n, double *max_px) {
     int total = 0, k = 0;
     for (int i = 0; i < n; i++) total += lists[i]->n_images ? lists[i]->n : 0;
     const char **v = malloc(sizeof(char *) * (size_t)(total > 0 ? total : 1));
@@ -583,8 +584,14 @@ static int distinct_images(const core_prompts *const *lists, int n) {
     for (int i = 0; i < n; i++)
         for (int j = 0; lists[i]->n_images && j < lists[i]->n; j++) v[k++] = lists[i]->image[j];
     qsort(v, (size_t)k, sizeof *v, cmp_str);
-    int d = 0;
-    for (int j = 0; j < k; j++) d += !j || strcmp(v[j], v[j - 1]);
+    int d = 0, w, h;
+    *max_px = 0;
+    for (int j = 0; j < k; j++)
+        if (!j || strcmp(v[j], v[j - 1])) {
+            d++;
+            if (media_png_probe(v[j], &w, &h)) return free(v), -1;
+            if ((double)w * h > *max_px) *max_px = (double)w * h;
+        }
     free(v);
     return d;
 }
@@ -600,8 +607,9 @@ static int image_encoder(budget_estimate *e, const core_recipe *r) {
         return core_error_push("image conditions: %s/vae: ", r->model_path);
     e->flop_images = flop * e->n_images;
     const double px = (double)r->height * r->width;
-    /* the PNG stretched (U8), as floats in [-1, 1]; I2V-A14B also the condition video [3, frames, H, W] */
-    e->enc_pixels = 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0);
+    /* the PNG decoded at its own size (the largest image's), stretched (U8), as floats in [-1, 1]; I2V-A14B also
+     * the condition video [3, frames, H, W] */
+    e->enc_pixels = 3 * e->src_pixels + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0);
     e->cond_floats = cat ? (int64_t)(c->in_channels - c->out_channels) * e->F * e->H * e->W
                          : (int64_t)c->out_channels * e->H * e->W;
     return 0;
@@ -622,7 +630,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     }
     e->n_train_prompts = job != BUDGET_JOB_EVAL ? pt.n : 0, e->n_eval_prompts = pe.n;
     const core_prompts *lists[2] = {&pe, &pt};
-    e->n_images = pe.n_images ? distinct_images(lists, job != BUDGET_JOB_EVAL ? 2 : 1) : 0;
+    e->n_images = pe.n_images ? distinct_images(lists, job != BUDGET_JOB_EVAL ? 2 : 1, &e->src_pixels) : 0;
     core_prompts_free(&pt), core_prompts_free(&pe);
     if (e->n_images < 0) return -1;
     e->have_enc = e->n_images > 0 && e->have_vae_config;

@@ -130,7 +130,9 @@ typedef struct {
     int have_enc;             /* n_images > 0 and a VAE config to size the encoder from */
     double enc_params;        /* the encoder's floats (vae_encoder_estimate) */
     double enc_state;         /* bytes of its encode state at rollout.height x rollout.width */
-    double enc_pixels;        /* bytes of one image's input buffers (U8, fp32; I2V-A14B: the condition video) */
+    double enc_pixels;        /* bytes of one image's input buffers (the largest PNG decoded at its own size, U8 and
+                                 fp32 at the video's; I2V-A14B: the condition video) */
+    double src_pixels;        /* the largest input image's pixels (its PNG header's width x height) */
     int64_t cond_floats;      /* one prompt's condition: TI2V [C, 1, h, w], I2V-A14B [K, F, h, w] */
     double flop_images;       /* FLOPs of encoding the n_images once, at start-up */
     /* sizes */
