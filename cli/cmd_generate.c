@@ -116,8 +116,16 @@ static int memory_check(const gen_args *a) {
     if (rc) return rc < 0 ? core_error_push("--pipeline %s: ", g->pipeline) : 0;
     budget_memory m;
     budget_memory_available(&m, 0, NULL);
+    const double G = 1024.0 * 1024.0 * 1024.0, gflops = budget_gflops();
+    char fs[32], ts[32], tt[32];
+    budget_format_flop(fs, sizeof fs, e.flop_step);
+    budget_format_duration(ts, sizeof ts, gflops > 0 ? e.flop_step / (gflops * 1e9) : 0);
+    budget_format_duration(tt, sizeof tt, gflops > 0 ? g->steps * e.flop_step / (gflops * 1e9) : 0);
+    printf("generate: estimate %.2g GiB of memory (%.1f GiB available); %s a denoising step, about %s each and %s for "
+           "%d step%s at this machine's %.0f GFLOP/s\n", e.total / G, m.bytes / G, fs, ts, tt, g->steps,
+           g->steps == 1 ? "" : "s", gflops);
+    fflush(stdout);
     if (e.total <= m.bytes) return 0;
-    const double G = 1024.0 * 1024.0 * 1024.0;
     char what[600];
     snprintf(what, sizeof what, "--frames %d --height %d --width %d (%lld video tokens) need about %.1f GiB: "
              "transformer activations %.1f GiB (%s%s), weights %.1f GiB, VAE %.1f GiB, text encoder %.1f GiB, "

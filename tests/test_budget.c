@@ -388,6 +388,10 @@ TEST(budget_generate_matches_peak_rss_and_refuses) {
     budget_generate g;
     REQUIRE_OK(budget_generate_bytes(&g, pipe, 9, 512, 512, 2, 512, NULL));
     CHECK(g.experts == 1 && g.tokens == 3072 && g.acts > 0 && g.vae > 0 && g.text > 0);
+    wan_config wc;
+    snprintf(log, sizeof log, "%s/transformer/config.json", pipe);
+    REQUIRE_OK(wan_config_load(&wc, log));
+    CHECK(g.flop_step == 2 * budget_dit_flop(&wc, 3072, 512) && g.flop_step > 0); /* 2 rows: guidance */
     if (!getenv("VGRPO_ASAN"))
         CHECK_MSG(g.total <= BUDGET_TOLERANCE * rss && rss <= BUDGET_TOLERANCE * g.total,
                   "estimate %.1f MiB, measured peak RSS %.1f MiB: outside x%.2f", g.total / 1048576, rss / 1048576,

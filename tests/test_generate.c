@@ -132,6 +132,8 @@ TEST(gen_writes_mp4_and_sheet) {
     CHECK_MSG(rc == 0, "generate failed: %s", out);
     REQUIRE(rc == 0);
     CHECK(strstr(out, "generate: sampling steps 3/3") != NULL); /* the progress reached the end */
+    CHECK_MSG(strstr(out, "generate: estimate ") && strstr(out, "GiB of memory") && strstr(out, "a denoising step, about ")
+                  && strstr(out, "for 3 steps at this machine's "), "no estimate line in: %s", out);
     CHECK_MSG(strchr(out, '\r') == NULL, "no terminal here, yet a '\\r' in: %s", out); /* plain lines off a tty */
     core_tensor v;
     REQUIRE_OK(media_video_read(mp4, 0, &v, NULL));

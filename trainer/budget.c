@@ -763,6 +763,7 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     g->tokens = (T / c.patch_size[0]) * (h / c.patch_size[1]) * (w / c.patch_size[2]);
     g->weights = F32 * params * g->experts;
     g->acts = g->experts * budget_acts_bytes(&c, rows, g->tokens, text_len, WAN_ACTS_INFER, 1);
+    g->flop_step = rows * budget_dit_flop(&c, g->tokens, text_len);
     double vp, vs;
     budget_vae_bytes(&v, (int)h, (int)w, &vp, &vs);
     g->vae = F32 * vp + vs;

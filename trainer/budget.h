@@ -206,6 +206,7 @@ typedef struct {
     double total;   /* the sum, with the runtime */
     int experts;    /* 1, or 2 with a transformer_2 folder */
     int64_t tokens; /* the DiT's video tokens */
+    double flop_step; /* one denoising step: rows x budget_dit_flop (one expert runs a step) */
 } budget_generate;
 /* What `vgrpo generate` holds at once for a frames x height x width video, rows transformer rows (2 with guidance)
  * and image (--image's PNG, the first frame's condition, its size read from its header; NULL: none). 0; 1 when the
@@ -214,6 +215,10 @@ typedef struct {
  * (media_png_probe). */
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
                           int text_len, const char *image);
+
+/* x FLOPs as "1.23 GFLOP" (GFLOP .. EFLOP, 3 significant digits); s seconds as "12 s", "45 min", "2.5 h" or "3 days". */
+void budget_format_flop(char *buf, size_t cap, double x);
+void budget_format_duration(char *buf, size_t cap, double s);
 
 /* This process's sgemm rate, GFLOP/s (k_cpu_ops.gemm 256 x 512 x 512, best of 3 after a warm-up; a few ms). */
 double budget_gflops(void);

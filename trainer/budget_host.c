@@ -51,7 +51,7 @@ static void gib(char *buf, size_t cap, double b) {
     else snprintf(buf, cap, "%.1f KiB", b / 1024.0);
 }
 
-static void flops(char *buf, size_t cap, double x) {
+void budget_format_flop(char *buf, size_t cap, double x) {
     static const char *const unit[] = {"GFLOP", "TFLOP", "PFLOP", "EFLOP"};
     int u = 0;
     x *= 1e-9;
@@ -184,7 +184,7 @@ static const char *phase_name(unsigned ph) {
     return "some";
 }
 
-static void duration(char *buf, size_t cap, double s) {
+void budget_format_duration(char *buf, size_t cap, double s) {
     if (s < 120) snprintf(buf, cap, "%.2g s", s);
     else if (s < 7200) snprintf(buf, cap, "%.0f min", s / 60);
     else if (s < 172800) snprintf(buf, cap, "%.1f h", s / 3600);
@@ -224,8 +224,9 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
                               : "");
     const double step = e->flop_rollout + e->flop_train;
     char t[32] = "?", fs[32], fr[32], ft[32];
-    if (gflops > 0) duration(t, sizeof t, step / (gflops * 1e9));
-    flops(fs, sizeof fs, step), flops(fr, sizeof fr, e->flop_rollout), flops(ft, sizeof ft, e->flop_train);
+    if (gflops > 0) budget_format_duration(t, sizeof t, step / (gflops * 1e9));
+    budget_format_flop(fs, sizeof fs, step), budget_format_flop(fr, sizeof fr, e->flop_rollout);
+    budget_format_flop(ft, sizeof ft, e->flop_train);
     if (e->job == BUDGET_JOB_EVAL)
         fprintf(f, "  work: the eval %s (DiT forwards); ~%s at %.0f GFLOP/s (sgemm here; the DiT runs slower)\n", fs, t,
                 gflops);
@@ -234,13 +235,13 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
                 e->job == BUDGET_JOB_PARITY ? "the parity batch" : "one GRPO step", fs, fr,
                 e->job == BUDGET_JOB_PARITY ? "recompute" : "training", ft, t, gflops);
     if (e->flop_eval > 0) {
-        if (gflops > 0) duration(t, sizeof t, e->flop_eval / (gflops * 1e9));
-        flops(fs, sizeof fs, e->flop_eval);
+        if (gflops > 0) budget_format_duration(t, sizeof t, e->flop_eval / (gflops * 1e9));
+        budget_format_flop(fs, sizeof fs, e->flop_eval);
         fprintf(f, "  in-run eval %s, ~%s\n", fs, t);
     }
     if (e->flop_images > 0) { /* image to video: once, before the first step */
-        if (gflops > 0) duration(t, sizeof t, e->flop_images / (gflops * 1e9));
-        flops(fs, sizeof fs, e->flop_images);
+        if (gflops > 0) budget_format_duration(t, sizeof t, e->flop_images / (gflops * 1e9));
+        budget_format_flop(fs, sizeof fs, e->flop_images);
         fprintf(f, "  image encoding at start-up: %d image%s through the VAE encoder, %s, ~%s\n", e->n_images,
                 e->n_images > 1 ? "s" : "", fs, t);
     }
@@ -280,9 +281,9 @@ int budget_check(const budget_estimate *e, const core_recipe *r, const budget_me
     if (e->job != BUDGET_JOB_EVAL && r->max_step_minutes > 0 && gflops > 0 &&
         step / (gflops * 1e9) > r->max_step_minutes * 60) {
         char t[32];
-        duration(t, sizeof t, step / (gflops * 1e9));
+        budget_format_duration(t, sizeof t, step / (gflops * 1e9));
         char fs[32];
-        flops(fs, sizeof fs, step);
+        budget_format_flop(fs, sizeof fs, step);
         snprintf(why[n++], sizeof why[0], "limits.max_step_minutes: %s is about %s here (%s at %.0f GFLOP/s), "
                  "over the %g min bound; the work grows with rollout.frames, rollout.height, rollout.width, "
                  "rollout.num_steps, rollout.prompts_per_step and rollout.samples_per_prompt: lower them, or raise the "
