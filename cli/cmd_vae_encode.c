@@ -79,8 +79,8 @@ static int run(const char *vae_dir, const char *in_path, const char *out_path, i
         core_error("%s: video element %lld is %g: the input must be finite", in_path, (long long)bad, (double)vid[bad]);
         goto done;
     }
-    float lo = 0, hi = 0;
-    for (size_t k = 0; k < nv; k++) lo = vid[k] < lo ? vid[k] : lo, hi = vid[k] > hi ? vid[k] : hi;
+    float lo = vid[0], hi = vid[0];
+    for (size_t k = 1; k < nv; k++) lo = vid[k] < lo ? vid[k] : lo, hi = vid[k] > hi ? vid[k] : hi;
     if (lo < -1.001f || hi > 1.001f)
         core_log_warn("vae-encode: %s: the video's values span [%g, %g]; the VAE expects [-1, 1] (pixel / 127.5 - 1; a "
                       "U8 video [B, F, H, W, 3] is converted so)", in_path, (double)lo, (double)hi);

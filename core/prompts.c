@@ -391,9 +391,29 @@ static void put_le64(unsigned char *b, uint64_t v) {
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* qsort by image path, then index, of the indices into the list being hashed (qsort has no context argument: one
+ * list at a time, as start-up hashes them). */
+static char **sort_paths;
+static int cmp_by_path(const void *a, const void *b) {
+    const int i = *(const int *)a, j = *(const int *)b, c = strcmp(sort_paths[i], sort_paths[j]);
+    return c ? c : (i > j) - (i < j);
+}
+
 int core_prompts_xxh64(const core_prompts *p, uint64_t *out) {
     XXH64_state_t *all = XXH64_createState(), *one = XXH64_createState();
-    int rc = all && one ? 0 : core_error("out of memory");
+    uint64_t *img = p->n_images ? malloc(sizeof(uint64_t) * (size_t)p->n) : NULL;
+    int *ord = p->n_images ? malloc(sizeof(int) * (size_t)p->n) : NULL;
+    int rc = all && one && (!p->n_images || (img && ord)) ? 0 : core_error("out of memory");
+    if (!rc && p->n_images) { /* each image file read once, however many prompts share it */
+        for (int i = 0; i < p->n; i++) ord[i] = i;
+        sort_paths = p->image;
+        qsort(ord, (size_t)p->n, sizeof *ord, cmp_by_path);
+        for (int k = 0; !rc && k < p->n; k++) {
+            const int i = ord[k];
+            if (k && !strcmp(p->image[i], p->image[ord[k - 1]])) img[i] = img[ord[k - 1]];
+            else if (file_xxh64(p->image[i], &img[i])) rc = core_error_push("%s:%d: image: ", p->path, p->line[i]);
+        }
+    }
     if (!rc) XXH64_reset(all, 0);
     for (int i = 0; !rc && i < p->n; i++) {
         unsigned char le[8];
@@ -406,19 +426,15 @@ int core_prompts_xxh64(const core_prompts *p, uint64_t *out) {
         XXH64_update(one, p->text[i], strlen(p->text[i]) + 1);
         XXH64_update(one, meta, strlen(meta) + 1);
         free(meta);
-        if (p->image && p->image[i]) {
-            uint64_t h = 0;
-            if (file_xxh64(p->image[i], &h)) {
-                rc = core_error_push("%s:%d: image: ", p->path, p->line[i]);
-                break;
-            }
-            put_le64(le, h);
+        if (p->n_images) {
+            put_le64(le, img[i]);
             XXH64_update(one, le, 8);
         }
         put_le64(le, XXH64_digest(one));
         XXH64_update(all, le, 8);
     }
     if (!rc) *out = XXH64_digest(all);
+    free(img), free(ord);
     XXH64_freeState(all);
     XXH64_freeState(one);
     return rc;

@@ -107,10 +107,11 @@ int rollout_checkpoint_weights(const char *dir, char *out, size_t cap, int *adap
                       ": a LoRA checkpoint's transformer/, or an adapter folder)", dir);
 }
 
-int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, const char *flag) {
+/* rollout_checkpoint_fits for one expert: transformer_dir/config.json against pipeline/<folder>/config.json. */
+static int expert_fits(const char *transformer_dir, const char *pipeline, const char *folder, const char *flag) {
     char a[4400], b[4400], diff[512] = "";
     snprintf(a, sizeof a, "%s/config.json", transformer_dir);
-    snprintf(b, sizeof b, "%s/transformer/config.json", pipeline);
+    snprintf(b, sizeof b, "%s/%s/config.json", pipeline, folder);
     if (!is_file(b)) return 0; /* nothing to compare with: the pipeline's own loading says what is missing */
     wan_config x, y;
     if (wan_config_load(&x, a)) return core_error_push("%s: ", flag);
@@ -129,6 +130,14 @@ int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, c
 #undef FIT_DIFF
     return core_error("%s: %s is another transformer than %s (%s): a checkpoint runs on the pipeline it was trained "
                       "from", flag, a, b, n ? diff : "other settings");
+}
+
+int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, const char *flag) {
+    char two[4300];
+    snprintf(two, sizeof two, "%s_2", transformer_dir); /* expert 1's, beside it (a checkpoint-N's transformer_2) */
+    struct stat st;
+    return expert_fits(transformer_dir, pipeline, "transformer", flag) ||
+           (stat(two, &st) == 0 && S_ISDIR(st.st_mode) && expert_fits(two, pipeline, "transformer_2", flag)) ? -1 : 0;
 }
 
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap) {

@@ -72,8 +72,8 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap);
 
 /* A transformer folder given instead of the pipeline's own (--checkpoint) must be the same model: its config.json
- * equal to pipeline/transformer/config.json (wan_config_equal). 0 when equal, or when the pipeline has no
- * transformer config to compare with; -1 naming flag, both files and the sizes that differ ("in_channels 36 here, 16
+ * equal to pipeline/transformer/config.json (wan_config_equal), and its "_2" sibling's, when there is one, to
+ * pipeline/transformer_2/config.json. 0 when equal, or when the pipeline has no transformer config to compare with; -1 naming flag, both files and the sizes that differ ("in_channels 36 here, 16
  * there") otherwise, or when a config does not parse. */
 int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, const char *flag);
 

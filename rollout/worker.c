@@ -299,6 +299,12 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
         }
         if (!heard && !shook && redo_at == 0 && now_s() - connect_at > 2.0) redo_at = now_s();
         if (!shook && redo_at > 0 && now_s() >= redo_at) {
+            /* the monitor stopped first, then what it had queued read: a handshake that succeeded in the meantime
+             * keeps its socket (only one that completes between this stop and the close below is lost) */
+            zmq_socket_monitor(w.sock, NULL, 0);
+            for (int code; !shook && (code = ctl_event(mon)) >= 0;)
+                if (code == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) shook = 1, redo_at = 0, ctl_unmonitor(&w, &mon);
+            if (shook) continue;
             redo_at = 0, connect_at = now_s(), attempt++;
             if (attempt <= 10 || attempt % 100 == 0)
                 core_log_info("%s: connecting to %s afresh (attempt %d)", cfg->id, cfg->controller, attempt + 1);
@@ -312,7 +318,7 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
             core_error("zmq poll: %s", zmq_strerror(errno));
             break;
         }
-        if (pr > 0 && !(it[0].revents & ZMQ_POLLIN)) continue; /* a monitor event: read at the top */
+        if (pr > 0 && !(it[0].revents & ZMQ_POLLIN)) pr = 0; /* only a monitor event (read at the top): no message */
         if (pr <= 0) {
             if (cfg->idle_exit_s > 0 && now_s() - last > cfg->idle_exit_s) {
                 core_error("%s: no message from the controller %s for %.0f s", cfg->id, cfg->controller, cfg->idle_exit_s);

@@ -323,6 +323,18 @@ TEST(gen_checkpoint_replaces_transformer) {
     CHECK_MSG(rc == 1 && strstr(out, "in_channels 36 here, 16 there"), "rc %d: %s", rc, out);
     snprintf(v[1], sizeof v[1], "%s/ev", tmp);
     CHECK(access(v[1], F_OK) != 0);
+    /* a two-expert checkpoint whose transformer_2 is another model's (tiny's, 16 in) on the tiny-i2v pipeline */
+    static uint8_t px[3 * 32 * 32];
+    snprintf(v[2], sizeof v[2], "%s/i.png", tmp);
+    REQUIRE_OK(media_png_write(v[2], px, 32, 32));
+    REQUIRE(test_run(out, sizeof out, "mkdir -p %s/ck2 && cp -r %s/i2v/transformer %s/ck2/transformer && cp -r "
+                     "%s/transformer %s/ck2/transformer_2", tmp, tmp, tmp, pipe, tmp) == 0);
+    snprintf(arg, sizeof arg, "--frames 5 --height 32 --width 32 --image %s --checkpoint %s/ck2", v[2], tmp);
+    snprintf(v[3], sizeof v[3], "%s/i2v", tmp);
+    rc = gen(out, sizeof out, v[3], v[0], arg);
+    CHECK_MSG(rc == 1 && strstr(out, "ck2/transformer_2/config.json is another transformer than") &&
+                  strstr(out, "in_channels 16 here, 36 there"), "rc %d: %s", rc, out);
+    CHECK(access(v[0], F_OK) != 0);
 }
 
 /* --force with another preset removes the tiny components (and model_index.json no longer lists them). */
