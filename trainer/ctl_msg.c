@@ -87,6 +87,29 @@ static void rejoin(ctl_state *s, int k, const void *rid, size_t rid_len, const c
     ev->progress = s->phase == CTL_HELLO;
 }
 
+/* A hello naming registered worker k from another routing id, in the hello phase (see trainer/ctl_msg.h): the
+ * worker connected afresh before it heard from the controller (rollout/worker.c gives up on a connection whose
+ * handshake it did not see succeed), and nothing has been sent to the old connection yet. With its first hello's
+ * hashes the new routing id replaces the old one; else it is refused as a second worker of that name. */
+static void take_over(ctl_state *s, int k, const void *rid, size_t rid_len, const core_wire_msg *m, ctl_event *ev,
+                      ctl_reply *r) {
+    ctl_worker *x = &s->w[k];
+    uint64_t h, adapter = 0;
+    const json_t *ah = json_object_get(m->header, "adapter_xxh64");
+    if (rid_len > sizeof x->rid || rid_len == 0 ||
+        core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &h) ||
+        (ah && core_hash_parse(json_string_value(ah), &adapter)) || h != x->hello_hash ||
+        (ah != NULL) != x->hello_has_adapter || adapter != x->hello_adapter_hash) {
+        refuse(s, r, m->id, "unexpected", "hello: a worker named %s is already connected", x->id);
+        return;
+    }
+    memcpy(x->rid, rid, rid_len);
+    x->rid_len = rid_len;
+    x->fd = -1;
+    ev->worker = k;
+    ev->registered = 1; /* its new connection's descriptor is recorded; the old one's close is then not a loss */
+}
+
 static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const core_wire_msg *m, ctl_event *ev,
                      ctl_reply *r) {
     const char *cid = json_string_value(json_object_get(m->header, "client"));
@@ -104,6 +127,11 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
     for (int k = 0; cid && k < s->n; k++)
         if (s->w[k].lost && !strcmp(s->w[k].id, cid)) {
             rejoin(s, k, rid, rid_len, m, ev, r);
+            return;
+        }
+    for (int k = 0; cid && s->phase == CTL_HELLO && k < s->n; k++)
+        if (!s->w[k].lost && !strcmp(s->w[k].id, cid)) {
+            take_over(s, k, rid, rid_len, m, ev, r);
             return;
         }
     if (s->phase != CTL_HELLO || s->n >= s->want) {

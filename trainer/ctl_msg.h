@@ -7,7 +7,8 @@
  * (code `unexpected`, or `unsupported` for a type the controller does not serve; `bad_request` for a message that
  * does not parse: ctl_msg_malformed) and logged (the first 20, then every 1000th), and the controller goes on:
  *   - a second hello from a registered worker; a hello while the controller is not waiting for workers (during a
- *     rollout or a weight sync, or once all have come); a hello naming a client id already registered; a hello
+ *     rollout or a weight sync, or once all have come); a hello naming a client id already registered (except in
+ *     the hello phase, below); a hello
  *     without `client` (1..128 bytes) or `model_xxh64`, or with an `adapter_xxh64` that is not 16 hex digits;
  *   - any other message from a routing id that never said hello;
  *   - a reply to nothing: a trajectory, weights_ack or shutdown that answers no request in flight (another phase,
@@ -26,7 +27,13 @@
  * weights every worker holds, ids "j<n>-...") is acknowledged with the controller's hash and version (ready; a
  * mismatch or its error ends the operation, as for any sync). A weight sync to every worker also admits a pending
  * worker it reached. Any other message from a lost worker's routing id (sent before its connection closed, read
- * after) is dropped without a reply: the peer is gone. */
+ * after) is dropped without a reply: the peer is gone.
+ *
+ * A registered worker's new connection: in the hello phase (before anything was sent to its workers), a hello naming
+ * a registered, not lost, worker's client id from another routing id, with its first hello's model and adapter
+ * hashes, moves that worker to the new routing id (rollout/worker.c connects afresh when it has not seen its
+ * handshake succeed, and the old connection may have delivered the first hello); with other hashes it is refused as
+ * a second worker of that name. */
 #ifndef TRAINER_CTL_MSG_H
 #define TRAINER_CTL_MSG_H
 
