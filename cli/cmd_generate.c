@@ -110,9 +110,10 @@ static int memory_check(const gen_args *a) {
     const rollout_t2v_args *g = &a->g;
     const int rows = flow_cfg_active((float)g->guidance) || flow_cfg_active((float)g->guidance2) ? 2 : 1;
     budget_generate e;
-    if (g->image && media_png_probe(g->image, NULL, NULL)) return core_error_push("--image: ");
+    int iw = 0, ih = 0;
+    if (g->image && media_png_probe(g->image, &iw, &ih)) return core_error_push("--image: ");
     const int rc = budget_generate_bytes(&e, g->pipeline, g->frames, g->height, g->width, rows, ROLLOUT_T2V_TEXT_LEN,
-                                         g->image);
+                                         (double)iw * ih);
     if (rc) return rc < 0 ? core_error_push("--pipeline %s: ", g->pipeline) : 0;
     budget_memory m;
     budget_memory_available(&m, 0, NULL);

@@ -391,11 +391,10 @@ static void put_le64(unsigned char *b, uint64_t v) {
     for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* qsort by image path, then index, of the indices into the list being hashed (qsort has no context argument: one
- * list at a time, as start-up hashes them). */
-static char **sort_paths;
-static int cmp_by_path(const void *a, const void *b) {
-    const int i = *(const int *)a, j = *(const int *)b, c = strcmp(sort_paths[i], sort_paths[j]);
+/* qsort_r order of indices into the image paths `paths`: by path, then index. */
+static int cmp_by_path(const void *a, const void *b, void *paths) {
+    char **v = paths;
+    const int i = *(const int *)a, j = *(const int *)b, c = strcmp(v[i], v[j]);
     return c ? c : (i > j) - (i < j);
 }
 
@@ -406,8 +405,7 @@ int core_prompts_xxh64(const core_prompts *p, uint64_t *out) {
     int rc = all && one && (!p->n_images || (img && ord)) ? 0 : core_error("out of memory");
     if (!rc && p->n_images) { /* each image file read once, however many prompts share it */
         for (int i = 0; i < p->n; i++) ord[i] = i;
-        sort_paths = p->image;
-        qsort(ord, (size_t)p->n, sizeof *ord, cmp_by_path);
+        qsort_r(ord, (size_t)p->n, sizeof *ord, cmp_by_path, p->image);
         for (int k = 0; !rc && k < p->n; k++) {
             const int i = ord[k];
             if (k && !strcmp(p->image[i], p->image[ord[k - 1]])) img[i] = img[ord[k - 1]];

@@ -273,9 +273,10 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
      * so nothing of an earlier attempt can act on this one) when libzmq will not retry by itself: after a protocol
      * error (a peer with another security mechanism) or a ZAP refusal, and every 2 s while no handshake has succeeded
      * (a failure without detail, a CURVE peer with another key, is retried by libzmq on the same socket; the fresh
-     * socket is the net for a retry that never comes). Monitor events are read before each decision, so a handshake that has succeeded is never
-     * torn down (its success event is queued before the first message can leave; the controller would refuse the
-     * second hello of a worker it already holds, and its replies would go to the closed socket). */
+     * socket is the net for a retry that never comes). Monitor events are read before each decision, and once more
+     * after the monitor stops, so a handshake that has succeeded is torn down only if it completes in between (its
+     * success event is queued before the first message can leave); the controller then takes the repeated hello from
+     * the new socket in its hello phase (trainer/ctl_msg.h). */
     double last = now_s(), connect_at = now_s(), redo_at = hello_rc ? connect_at + 0.25 : 0;
     int heard = 0, failures = 0; /* heard: a message from the controller came */
     int shook = 0;               /* a handshake on the current socket succeeded (the run's controller, or plain) */

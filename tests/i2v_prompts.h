@@ -1,6 +1,6 @@
 /* tests/i2v_prompts.h — what the image-to-video run tests share: the prompt file (i2v_write_square_prompts), the
- * recipe overrides of their jobs (I2V_SET) and the check that a local run equals a colocated one and resumes exactly
- * (i2v_check_local_colocated_resume). */
+ * recipe overrides of their jobs (I2V_SET), a parity job that must give exactly 0 (i2v_parity_zero) and the check
+ * that a local run equals a colocated one and resumes exactly (i2v_check_local_colocated_resume). */
 #ifndef TESTS_I2V_PROMPTS_H
 #define TESTS_I2V_PROMPTS_H
 
@@ -12,6 +12,7 @@
 
 #include "media/png.h"
 #include "tests/metrics_rows.h"
+#include "tests/parity_json.h"
 #include "tests/test.h"
 
 /* recipes/tiny-cpu.yaml on dir/model (model.path, and prompt files dir/p.jsonl for training and eval: three %s, each
@@ -52,6 +53,20 @@ static inline void i2v_write_square_prompts(const char *dir, int color_field) {
             fprintf(f, "{\"prompt\": \"a %s square\", \"image\": \"img/%s.png\"}\n", cols[k].name, cols[k].name);
     }
     fclose(f);
+}
+
+/* `vgrpo parity` of recipes/tiny-cpu.yaml, colocated, with I2V_SET and `more` (recipe overrides) into dir/<name>, env
+ * the variables set before the command ("" for none): its output (stderr too) into out, a failed job a test failure
+ * quoting it, and its report exactly 0 over 4 steps (check_parity_zero). */
+static inline void i2v_parity_zero(const char *env, const char *dir, const char *name, const char *more, char *out,
+                                  size_t cap) {
+    char p[4400];
+    const int st = test_run(out, cap, "%s%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
+                                      " --set logging.run_dir=%s/%s %s 2>&1", env, test_vgrpo_bin(), dir, dir, dir, dir,
+                            name, more);
+    if (st) test_fail(__FILE__, __LINE__, "parity into %s/%s (%s) failed: %s", dir, name, more, out);
+    snprintf(p, sizeof p, "%s/%s/parity.json", dir, name);
+    check_parity_zero(p, 4);
 }
 
 /* 3 steps of I2V_SET plus `more` (recipe overrides with optim.total_steps=3, checkpoint.every=2 and an eval every 2

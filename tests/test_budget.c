@@ -386,7 +386,7 @@ TEST(budget_generate_matches_peak_rss_and_refuses) {
     test_slurp(log, out, sizeof out);
     CHECK_MSG(rss > 0, "generate failed: %s", out);
     budget_generate g;
-    REQUIRE_OK(budget_generate_bytes(&g, pipe, 9, 512, 512, 2, 512, NULL));
+    REQUIRE_OK(budget_generate_bytes(&g, pipe, 9, 512, 512, 2, 512, 0));
     CHECK(g.experts == 1 && g.tokens == 3072 && g.acts > 0 && g.vae > 0 && g.text > 0);
     wan_config wc;
     snprintf(log, sizeof log, "%s/transformer/config.json", pipe);
@@ -405,5 +405,5 @@ TEST(budget_generate_matches_peak_rss_and_refuses) {
     struct stat sb;
     CHECK(stat(mp4, &sb) != 0);
     /* a pipeline without configs: nothing to estimate (generate's own loading names what is missing) */
-    CHECK(budget_generate_bytes(&g, dir, 9, 64, 64, 2, 512, NULL) == 1);
+    CHECK(budget_generate_bytes(&g, dir, 9, 64, 64, 2, 512, 0) == 1);
 }

@@ -30,23 +30,14 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
     char out[16384], p[4300];
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                       " --set logging.run_dir=%s/a", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
+    i2v_parity_zero("", dir, "a", "", out, sizeof out);
     CHECK(strstr(out, "PASS") != NULL);
-    snprintf(p, sizeof p, "%s/a/parity.json", dir);
-    check_parity_zero(p, 4);
     /* two workers (3 samples per forward), two trainer ranks (the conditions travel in the dp broadcast) */
-    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                   " --set logging.run_dir=%s/b --set parallel.rollout_workers=2 --set rollout.batch_size=3 "
-                                   "--set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5",
-                  bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (2 workers, 2 ranks) failed: %s", out);
+    i2v_parity_zero("", dir, "b", "--set parallel.rollout_workers=2 --set rollout.batch_size=3 "
+                                      "--set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5", out, sizeof out);
     CHECK(strstr(out, "PASS") && strstr(out, "2 worker(s)") && strstr(out, "2 rank(s)"));
-    snprintf(p, sizeof p, "%s/b/parity.json", dir);
-    check_parity_zero(p, 4);
     /* vgrpo eval: the conditions sent with the requests, every prompt scored */
-    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
+    int st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
                                    "--set reward.scorers=[first_frame_consistency] --set reward.weights=[1.0] --out %s/ev "
                                    "--workers 2", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "eval failed: %s", out);
@@ -62,17 +53,13 @@ TEST(i2v_a14b_parity_zero_tiny_i2v) {
  * refused). TI2V, whose one latent frame is the image itself, still refuses it. */
 TEST(i2v_a14b_one_frame_parity_zero) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[16384], p[4300];
+    char out[16384];
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                       " --set logging.run_dir=%s/f1 --set rollout.frames=1 --set parallel.rollout_workers=2 "
-                                       "--set parallel.trainer_ranks=2", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (1 frame) failed: %s", out);
-    snprintf(p, sizeof p, "%s/f1/parity.json", dir);
-    check_parity_zero(p, 4);
+    i2v_parity_zero("", dir, "f1", "--set rollout.frames=1 --set parallel.rollout_workers=2 "
+                                       "--set parallel.trainer_ranks=2", out, sizeof out);
     REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/ti2v --set "
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/ti2v --set "
                                    "model.init_preset= --set data.prompt_file=%s/p.jsonl --set data.eval_prompt_file=%s/p.jsonl "
                                    "--set rollout.frames=1", bin, dir, dir, dir);
     CHECK(st == 1);
@@ -83,41 +70,27 @@ TEST(i2v_a14b_one_frame_parity_zero) {
  * token slice of the 36-channel input (latents, mask and condition concatenated before the patch embedding), both
  * experts; then dp 2 x sp 2 over four ranks with two workers. parity exactly 0 both times. */
 TEST(i2v_a14b_parity_zero_ulysses) {
-    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[16384], p[4300];
+    const char *dir = test_tmpdir();
+    char out[16384];
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                       " --set logging.run_dir=%s/u --set parallel.trainer_ranks=2 --set parallel.sp=2 "
-                                       "--set parallel.ulysses_degree=2", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (Ulysses 2) failed: %s", out);
+    i2v_parity_zero("", dir, "u", "--set parallel.trainer_ranks=2 --set parallel.sp=2 --set parallel.ulysses_degree=2",
+                               out, sizeof out);
     CHECK_MSG(strstr(out, "PASS") && strstr(out, "dp 1 x sp 2 (ulysses 2, ring 1)"), "got: %s", out);
-    snprintf(p, sizeof p, "%s/u/parity.json", dir);
-    check_parity_zero(p, 4);
-    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                   " --set logging.run_dir=%s/v --set parallel.trainer_ranks=4 --set parallel.sp=2 "
-                                   "--set parallel.ulysses_degree=2 --set parallel.rollout_workers=2 "
-                                   "--set rollout.batch_size=3", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (dp 2 x Ulysses 2) failed: %s", out);
+    i2v_parity_zero("", dir, "v", "--set parallel.trainer_ranks=4 --set parallel.sp=2 --set parallel.ulysses_degree=2 "
+                                      "--set parallel.rollout_workers=2 --set rollout.batch_size=3", out, sizeof out);
     CHECK_MSG(strstr(out, "PASS") && strstr(out, "dp 2 x sp 2 (ulysses 2, ring 1)"), "got: %s", out);
-    snprintf(p, sizeof p, "%s/v/parity.json", dir);
-    check_parity_zero(p, 4);
 }
 
 /* model.device cuda on the EMULATED device (kernels/cuda/emu; VGRPO_EMULATE_DEVICE=1): the 36-channel input goes
  * through the device forward and backward; parity exactly 0 (the sampler and the trainer on the same device math). */
 TEST(i2v_a14b_parity_zero_emulated_device) {
-    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[16384], p[4300];
+    const char *dir = test_tmpdir();
+    char out[16384];
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    int st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s parity recipes/tiny-cpu.yaml --set mode=colocated "
-                                       "--set model.device=cuda " I2V_SET " --set logging.run_dir=%s/d 2>&1",
-                      bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity on the emulated device failed: %s", out);
+    i2v_parity_zero("VGRPO_EMULATE_DEVICE=1 ", dir, "d", "--set model.device=cuda", out, sizeof out);
     CHECK_MSG(strstr(out, "PASS") && strstr(out, "model.device cuda (emulated)"), "got: %s", out);
-    snprintf(p, sizeof p, "%s/d/parity.json", dir);
-    check_parity_zero(p, 4);
 }
 
 /* A local run equals a colocated one bit for bit (metrics and rewards), and 2 steps + resume + 1 equals 3 straight. */

@@ -231,10 +231,7 @@ TEST(i2v_text_prompts_on_i2v_a14b_refused) {
     char out[16384], p[4300], want[4600];
     REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", bin, dir) == 0);
     snprintf(p, sizeof p, "%s/text.txt", dir);
-    FILE *f = fopen(p, "w");
-    REQUIRE(f);
-    fputs("a red square\na blue square\n", f);
-    fclose(f);
+    test_write_text(NULL, p, "a red square\na blue square\n");
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --dry-run --set model.path=%s/i2v "
                                        "--set model.init_preset= --set data.prompt_file=%s --set data.eval_prompt_file=%s "
                                        "--set rollout.prompts_per_step=1", bin, dir, p, p);

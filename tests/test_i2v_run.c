@@ -30,32 +30,19 @@ static void make_model(const char *dir) {
 }
 
 TEST(i2v_parity_zero_tiny_ti2v) {
-    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[16384], p[4300];
+    const char *dir = test_tmpdir();
+    char out[16384];
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
-    int st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                       " --set logging.run_dir=%s/a", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (1 worker, 1 rank) failed: %s", out);
+    i2v_parity_zero("", dir, "a", "", out, sizeof out);
     CHECK(strstr(out, "PASS") != NULL);
-    snprintf(p, sizeof p, "%s/a/parity.json", dir);
-    check_parity_zero(p, 4);
     /* two workers (3 samples per forward), two trainer ranks (the conditions travel in the dp broadcast) */
-    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                   " --set logging.run_dir=%s/b --set parallel.rollout_workers=2 --set rollout.batch_size=3 "
-                                   "--set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5",
-                  bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (2 workers, 2 ranks) failed: %s", out);
+    i2v_parity_zero("", dir, "b", "--set parallel.rollout_workers=2 --set rollout.batch_size=3 "
+                                      "--set parallel.trainer_ranks=2 --set algorithm.micro_batch_size=5", out, sizeof out);
     CHECK(strstr(out, "PASS") && strstr(out, "2 worker(s)") && strstr(out, "2 rank(s)"));
-    snprintf(p, sizeof p, "%s/b/parity.json", dir);
-    check_parity_zero(p, 4);
     /* sequence parallel (Ulysses 2: per-token timesteps sliced with the tokens) */
-    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml --set mode=colocated " I2V_SET
-                                   " --set logging.run_dir=%s/c --set parallel.trainer_ranks=2 --set parallel.sp=2 "
-                                   "--set parallel.ulysses_degree=2", bin, dir, dir, dir, dir);
-    if (st) test_fail(__FILE__, __LINE__, "parity (Ulysses 2) failed: %s", out);
-    snprintf(p, sizeof p, "%s/c/parity.json", dir);
-    check_parity_zero(p, 4);
+    i2v_parity_zero("", dir, "c", "--set parallel.trainer_ranks=2 --set parallel.sp=2 --set parallel.ulysses_degree=2",
+                         out, sizeof out);
 }
 
 /* A local run equals a colocated one bit for bit (metrics and rewards), and 2 steps + resume + 1 equals 3 straight. */
@@ -124,10 +111,7 @@ TEST(i2v_preset_and_prompt_files) {
 static void refused(const char *dir, const char *lines, const char *extra, const char *want, int line) {
     char p[4300], out[16384];
     snprintf(p, sizeof p, "%s/bad.jsonl", dir);
-    FILE *f = fopen(p, "w");
-    REQUIRE(f);
-    fputs(lines, f);
-    fclose(f);
+    test_write_text(NULL, p, lines);
     const int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
                                              "--set model.init_preset= --set data.prompt_file=%s "
                                              "--set data.eval_prompt_file=%s/p.jsonl %s",
@@ -141,10 +125,7 @@ TEST(i2v_bad_input_refused) {
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
     snprintf(p, sizeof p, "%s/notpng.png", dir);
-    FILE *f = fopen(p, "w");
-    REQUIRE(f);
-    fputs("GIF89a, not a png at all", f);
-    fclose(f);
+    test_write_text(NULL, p, "GIF89a, not a png at all");
     const char *ok = "{\"prompt\": \"a red square\", \"image\": \"img/red.png\"}\n";
     char lines[2048];
     snprintf(lines, sizeof lines, "%s{\"prompt\": \"a cat\", \"image\": \"img/none.png\"}\n", ok);
@@ -170,10 +151,7 @@ TEST(i2v_bad_input_refused) {
     refused(dir, lines, "--set rollout.frames=1", "rollout.frames: 1 frames are one latent frame", __LINE__);
     /* the eval prompts without images while the training prompts have them */
     snprintf(p, sizeof p, "%s/text.txt", dir);
-    f = fopen(p, "w");
-    REQUIRE(f);
-    fputs("a red square\na blue square\n", f);
-    fclose(f);
+    test_write_text(NULL, p, "a red square\na blue square\n");
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.path=%s/model "
                                        "--set model.init_preset= --set data.prompt_file=%s/p.jsonl "
                                        "--set data.eval_prompt_file=%s", bin, dir, dir, p);
@@ -192,7 +170,7 @@ TEST(i2v_bad_input_refused) {
     /* a corrupt PNG (the signature and a 32 x 32 header, then garbage: start-up reads only the header) is refused
      * when the run reads the images, naming file:line */
     snprintf(p, sizeof p, "%s/img/corrupt.png", dir);
-    f = fopen(p, "wb");
+    FILE *f = fopen(p, "wb");
     REQUIRE(f);
     fwrite("\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x20\0\0\0\x20garbage", 1, 31, f);
     fclose(f);

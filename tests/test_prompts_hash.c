@@ -1,8 +1,9 @@
 /* tests/test_prompts_hash.c — core_prompts_xxh64, the prompt list's content hash that checkpoints record and a resume
  * compares (trainer/run_files.c): the same prompts read from a text file and from JSON lines hash the same (comments
  * and blank lines do not count); a changed word, a changed metadata value, an image file's changed bytes and a
- * changed order each change it; the image's path alone does not; an image that cannot be read is named with its
- * file:line. The resume's refusal itself: tests/test_checkpoint.c checkpoint_resume_exact. */
+ * changed order each change it; the image's path alone does not (nor whether prompts share one file); an image that
+ * cannot be read is named with its file:line. The resume's refusal itself: tests/test_checkpoint.c
+ * checkpoint_resume_exact. */
 #include <stdio.h>
 #include <string.h>
 
@@ -51,6 +52,16 @@ TEST(prompts_hash_image_bytes) {
     test_write_text(dir, "p2.jsonl", "{\"prompt\": \"a cat\", \"image\": \"two.png\"}\n");
     const uint64_t h1 = hash_of(dir, "p1.jsonl", __LINE__);
     CHECK(h1 == hash_of(dir, "p2.jsonl", __LINE__));
+    /* an image shared by several prompts (read once) counts for each as a file of its own with those bytes would */
+    test_write_text(dir, "three.png", png_b);
+    test_write_text(dir, "s1.jsonl", "{\"prompt\": \"a\", \"image\": \"one.png\"}\n{\"prompt\": \"b\", \"image\": "
+                                     "\"three.png\"}\n{\"prompt\": \"c\", \"image\": \"one.png\"}\n");
+    test_write_text(dir, "s2.jsonl", "{\"prompt\": \"a\", \"image\": \"one.png\"}\n{\"prompt\": \"b\", \"image\": "
+                                     "\"three.png\"}\n{\"prompt\": \"c\", \"image\": \"two.png\"}\n");
+    test_write_text(dir, "s3.jsonl", "{\"prompt\": \"a\", \"image\": \"one.png\"}\n{\"prompt\": \"b\", \"image\": "
+                                     "\"one.png\"}\n{\"prompt\": \"c\", \"image\": \"one.png\"}\n");
+    const uint64_t s1 = hash_of(dir, "s1.jsonl", __LINE__);
+    CHECK(s1 == hash_of(dir, "s2.jsonl", __LINE__) && s1 != hash_of(dir, "s3.jsonl", __LINE__));
     test_write_text(dir, "one.png", png_b); /* one byte changed */
     const uint64_t h1b = hash_of(dir, "p1.jsonl", __LINE__);
     CHECK(h1b != h1 && h1b != 0);

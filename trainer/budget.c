@@ -13,7 +13,7 @@
 #include "core/fs.h"
 #include "core/prompts.h"
 #include "core/trajectory.h"
-#include "media/png.h"
+#include "media/png.h" /* media_png_probe: the sizes of the input images */
 #include "model/flow/flow.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
@@ -596,6 +596,21 @@ static int distinct_images(const core_prompts *const *lists, int n, double *max_
     return d;
 }
 
+/* Bytes of one image's buffers while it is encoded (trainer/images.c, rollout/text_to_video.c): the PNG decoded at
+ * its own size (src_px pixels), stretched to H x W (U8), as floats in [-1, 1]; I2V-A14B (cat) also the condition
+ * video [3, frames, H, W]. */
+static double image_buffers(double src_px, int H, int W, int cat, int frames) {
+    const double px = (double)H * W;
+    return 3 * src_px + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0);
+}
+
+/* Floats of one prompt's condition on latent T x h x w: I2V-A14B's [in - out, T, h, w] (mask and condition video
+ * latents), else TI2V's first frame [out, 1, h, w]. */
+static int64_t cond_floats(const wan_config *c, int64_t T, int64_t h, int64_t w) {
+    return c->in_channels != c->out_channels ? (int64_t)(c->in_channels - c->out_channels) * T * h * w
+                                             : (int64_t)c->out_channels * h * w;
+}
+
 /* Image to video: the encoder's sizes and work (e->n_images distinct images, conditions per prompt) from the VAE
  * config (vae_encoder_estimate); TI2V encodes the image alone, I2V-A14B [image, zeros] as a rollout.frames video. */
 static int image_encoder(budget_estimate *e, const core_recipe *r) {
@@ -606,12 +621,8 @@ static int image_encoder(budget_estimate *e, const core_recipe *r) {
     if (vae_encoder_estimate(&e->vae, frames, r->height, r->width, &e->enc_params, &e->enc_state, &flop))
         return core_error_push("image conditions: %s/vae: ", r->model_path);
     e->flop_images = flop * e->n_images;
-    const double px = (double)r->height * r->width;
-    /* the PNG decoded at its own size (the largest image's), stretched (U8), as floats in [-1, 1]; I2V-A14B also
-     * the condition video [3, frames, H, W] */
-    e->enc_pixels = 3 * e->src_pixels + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0);
-    e->cond_floats = cat ? (int64_t)(c->in_channels - c->out_channels) * e->F * e->H * e->W
-                         : (int64_t)c->out_channels * e->H * e->W;
+    e->enc_pixels = image_buffers(e->src_pixels, r->height, r->width, cat, frames); /* the largest source image */
+    e->cond_floats = cond_floats(c, e->F, e->H, e->W);
     return 0;
 }
 
@@ -741,7 +752,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
 }
 
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
-                          int text_len, const char *image) {
+                          int text_len, double image_px) {
     memset(g, 0, sizeof *g);
     char path[4200];
     wan_config c;
@@ -776,16 +787,12 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     }
     const double nl = (double)c.out_channels * T * h * w, nin = (double)c.in_channels * T * h * w;
     g->other = F32 * (rows * (nin + nl) + 6.0 * nl) + (double)frames * height * width * 3 * (1 + F32);
-    if (image) { /* rollout/text_to_video.c: the encoder is kept to the end; as image_encoder above */
+    if (image_px > 0) { /* rollout/text_to_video.c: the encoder is kept to the end; as image_encoder above */
         const int cat = c.in_channels != c.out_channels;
         double ep, es, flop;
         if (vae_encoder_estimate(&v, cat ? frames : 1, height, width, &ep, &es, &flop))
             return core_error_push("--image: %s/vae: ", pipeline);
-        int iw, ih;
-        if (media_png_probe(image, &iw, &ih)) return core_error_push("--image: ");
-        const double px = (double)height * width;
-        g->image = 3.0 * iw * ih + F32 * ep + es + 3 * px + F32 * 3 * px + (cat ? F32 * 3.0 * frames * px : 0) +
-                   F32 * (cat ? (double)(c.in_channels - c.out_channels) * T * h * w : (double)c.out_channels * h * w);
+        g->image = F32 * ep + es + image_buffers(image_px, height, width, cat, frames) + F32 * cond_floats(&c, T, h, w);
     }
     g->total = g->weights + g->acts + g->vae + g->text + g->image + g->other + BUDGET_RUNTIME_MIB * 1048576.0;
     return 0;

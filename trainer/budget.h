@@ -209,12 +209,11 @@ typedef struct {
     double flop_step; /* one denoising step: rows x budget_dit_flop (one expert runs a step) */
 } budget_generate;
 /* What `vgrpo generate` holds at once for a frames x height x width video, rows transformer rows (2 with guidance)
- * and image (--image's PNG, the first frame's condition, its size read from its header; NULL: none). 0; 1 when the
- * pipeline has no transformer/config.json or vae/config.json (nothing estimated: the job's own loading says what is
- * missing); -1 when a config does not parse (the error names the file and key) or the image's header is refused
- * (media_png_probe). */
+ * and image_px (> 0: --image, the first frame's condition, whose PNG has that many pixels, as media_png_probe reads
+ * them; 0: none). 0; 1 when the pipeline has no transformer/config.json or vae/config.json (nothing estimated: the
+ * job's own loading says what is missing); -1 when a config does not parse (the error names the file and key). */
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
-                          int text_len, const char *image);
+                          int text_len, double image_px);
 
 /* x FLOPs as "1.23 GFLOP" (GFLOP .. EFLOP, 3 significant digits); s seconds as "12 s", "45 min", "2.5 h" or "3 days". */
 void budget_format_flop(char *buf, size_t cap, double x);

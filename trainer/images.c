@@ -64,10 +64,12 @@ int trainer_images_check(const core_recipe *r, const core_prompts *const *lists,
                               wc.in_channels, wc.out_channels);
         return 0;
     }
-    /* every image's header (its size within the reader's limit), as the job will read it */
+    /* every image's header (its size within the reader's limit), as the job will read it; a path repeated on the
+     * next prompt is read once */
     for (int k = 0; k < n_lists; k++)
         for (int i = 0; i < lists[k]->n; i++)
-            if (media_png_probe(lists[k]->image[i], NULL, NULL))
+            if ((!i || strcmp(lists[k]->image[i], lists[k]->image[i - 1])) &&
+                media_png_probe(lists[k]->image[i], NULL, NULL))
                 return core_error_push("%s:%d: image: ", lists[k]->path, lists[k]->line[i]);
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);

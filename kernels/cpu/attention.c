@@ -477,7 +477,8 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
             for (long t = 0; t < (long)gn * a.nkb; t++) {
                 int bh = g0 + (int)(t / a.nkb);
                 bwd_pack p = bwd_pack_at(pack + (size_t)(bh - g0) * hf, &a);
-                if (ws) bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, (int)(t % a.nkb), ds ? ds + (size_t)(bh - g0) * ds_head : NULL);
+                float *dsh = ds ? ds + (size_t)(bh - g0) * ds_head : NULL; /* this head's stored dS */
+                if (ws) bwd_kv_block(ws, dk, dv, &p, &a, bh / H, bh % H, (int)(t % a.nkb), dsh);
             }
             if (ds) { /* pass 2 reads what pass 1 wrote */
 #pragma omp barrier
@@ -486,7 +487,8 @@ static void attention_backward_run(float *dq, float *dk, float *dv, const float 
             for (long t = 0; t < (long)gn * a.nqb; t++) {
                 int bh = g0 + (int)(t / a.nqb);
                 bwd_pack p = bwd_pack_at(pack + (size_t)(bh - g0) * hf, &a);
-                if (ws) bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, (int)(t % a.nqb), ds ? ds + (size_t)(bh - g0) * ds_head : NULL);
+                float *dsh = ds ? ds + (size_t)(bh - g0) * ds_head : NULL;
+                if (ws) bwd_q_block(ws, dq, &p, &a, bh / H, bh % H, (int)(t % a.nqb), dsh);
             }
         }
         free(ws);

@@ -249,25 +249,39 @@ static inline void attn_gather(float *dst, const float *src, ptrdiff_t rs, int n
     memset(dst + (ptrdiff_t)n * Dh, 0, sizeof(float) * (size_t)(m - n) * Dh);
 }
 
+/* The exp's constants, one set for its three paths (attn_exp8, attn_exp16, attn_exp1), so that they give the same
+ * bits: the clamp, log2(e), ln 2 split in a high and a low part, and Cephes' expf polynomial (S. L. Moshier). */
+#define ATTN_EXP_LO (-87.3f)
+#define ATTN_EXP_HI 88.0f
+#define ATTN_EXP_LOG2E 1.44269504088896341f
+#define ATTN_EXP_LN2_HI 0.693359375f
+#define ATTN_EXP_LN2_LO (-2.12194440e-4f)
+#define ATTN_EXP_P0 1.9875691500e-4f
+#define ATTN_EXP_P1 1.3981999507e-3f
+#define ATTN_EXP_P2 8.3334519073e-3f
+#define ATTN_EXP_P3 4.1665795894e-2f
+#define ATTN_EXP_P4 1.6666665459e-1f
+#define ATTN_EXP_P5 5.0000001201e-1f
+
 #if ATTN_AVX2
 /* exp(x) for 8 lanes: range reduction x = n ln2 + r (ln2 split in two parts), |r| <= ln2/2, then
  * 1 + r + r^2 p(r) with the degree-5 minimax p of Cephes' expf (S. L. Moshier), scaled by 2^n through the exponent
  * bits. Relative error about 2 ulp; x < -87.3 (including -inf) gives exactly 0;
  * x > 88 saturates (never reached here: arguments are <= 0). */
 static inline __m256 attn_exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.0f);
+    const __m256 lo = _mm256_set1_ps(ATTN_EXP_LO), hi = _mm256_set1_ps(ATTN_EXP_HI);
     __m256 zero_mask = _mm256_cmp_ps(x, lo, _CMP_GE_OQ);
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ATTN_EXP_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATTN_EXP_LN2_HI), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATTN_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(ATTN_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATTN_EXP_P5));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), zero_mask);
@@ -278,19 +292,19 @@ static inline __m256 attn_exp8(__m256 x) {
 /* attn_exp8's operations on 16 lanes (each lane's value is attn_exp8's: the same roundings, the same polynomial;
  * the zero mask applied by a zeroing multiply, as the and of attn_exp8 gives +0 too). */
 static inline __m512 attn_exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.0f);
+    const __m512 lo = _mm512_set1_ps(ATTN_EXP_LO), hi = _mm512_set1_ps(ATTN_EXP_HI);
     const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
     x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ATTN_EXP_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_EXP_LN2_HI), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATTN_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(ATTN_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ATTN_EXP_P5));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(e));
@@ -300,19 +314,19 @@ static inline __m512 attn_exp16(__m512 x) {
 /* The plain C exp: attn_exp8's operations on one lane (fmaf for each fused multiply-add, rintf for the
  * round-to-nearest-even, the exponent bits built as the integer n + 127 shifted). */
 static inline float attn_exp1(float x) {
-    const float lo = -87.3f, hi = 88.0f;
+    const float lo = ATTN_EXP_LO, hi = ATTN_EXP_HI;
     const int keep = x >= lo; /* ordered compare: NaN gives 0, as _CMP_GE_OQ */
     x = x > lo ? x : lo;      /* _mm256_max_ps(x, lo): the second operand unless x > lo */
     x = x < hi ? x : hi;      /* _mm256_min_ps(x, hi) */
-    const float n = rintf(x * 1.44269504088896341f);
-    float r = fmaf(-n, 0.693359375f, x);
-    r = fmaf(-n, -2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
+    const float n = rintf(x * ATTN_EXP_LOG2E);
+    float r = fmaf(-n, ATTN_EXP_LN2_HI, x);
+    r = fmaf(-n, ATTN_EXP_LN2_LO, r);
+    float p = ATTN_EXP_P0;
+    p = fmaf(p, r, ATTN_EXP_P1);
+    p = fmaf(p, r, ATTN_EXP_P2);
+    p = fmaf(p, r, ATTN_EXP_P3);
+    p = fmaf(p, r, ATTN_EXP_P4);
+    p = fmaf(p, r, ATTN_EXP_P5);
     p = fmaf(p, r * r, r + 1.0f);
     const uint32_t eb = (uint32_t)((int32_t)n + 127) << 23;
     float e;
