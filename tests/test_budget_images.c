@@ -102,6 +102,16 @@ static void write_prompts(const char *dir) {
     fclose(g);
 }
 
+/* dir/ti2v and dir/i2v (the tiny-ti2v and tiny-i2v presets) and write_prompts' files. */
+static void image_models(const char *dir) {
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", test_vgrpo_bin(),
+                     dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", test_vgrpo_bin(),
+                     dir) == 0);
+    write_prompts(dir);
+}
+
 /* Bytes of the part named `name` of the process kind `proc` (-1: none). */
 static double part(const budget_estimate *e, const char *proc, const char *name) {
     for (int i = 0; i < e->n_procs; i++)
@@ -187,9 +197,7 @@ static void check_image_parts(const char *dir, const char *model, const char *ex
 TEST(budget_counts_image_encoding) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[4096];
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", bin, dir) == 0);
-    write_prompts(dir);
+    image_models(dir);
     /* TI2V: the image alone, [16, 1, 4, 4] per prompt at 32 x 32 */
     check_image_parts(dir, "ti2v", NULL, 16 * 4 * 4, 1);
     /* I2V-A14B: [image, zeros x 4] encoded as 5 frames, [4 + 16, 2, 4, 4] per prompt */
@@ -226,11 +234,8 @@ TEST(budget_counts_image_encoding) {
  * ([16, 1, h, w], core_traj.condition): on the same recipe (8 steps, latent [16, 2, 4, 4], 2 prompts x 16 samples a
  * step) a step's trajectories differ by exactly the conditions, and the TI2V figure is the documented layout. */
 TEST(budget_i2v_a14b_trajectories) {
-    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
-    char out[4096];
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 0", bin, dir) == 0);
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/i2v --seed 0", bin, dir) == 0);
-    write_prompts(dir);
+    const char *dir = test_tmpdir();
+    image_models(dir);
     budget_estimate *ti = malloc(sizeof *ti), *ia = malloc(sizeof *ia);
     REQUIRE(ti && ia);
     estimate(ti, dir, "ti2v", "p.jsonl", NULL, BUDGET_JOB_RUN);
