@@ -145,7 +145,8 @@ bench-compare: all
 check-layout: $(BUILD)/vgrpo
 	python3 scripts/check_layout.py --build $(BUILD)
 
-# libFuzzer targets (clang), each run for FUZZ_SECONDS.
+# libFuzzer targets (clang), each run for FUZZ_SECONDS. Every target runs even when one fails (a build error or a
+# finding); the failures are listed at the end, and then make fails.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
@@ -154,16 +155,21 @@ FUZZ_LIB_SRC := core/error.c core/tensor.c core/wire.c core/wire_rollout.c core/
   reward/scorers.c reward/server_requests.c
 fuzz: deps
 	@mkdir -p build-fuzz
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) \
-	    -lyaml -ljansson -lxxhash -lm; \
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  if ! clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) \
+	    -lyaml -ljansson -lxxhash -lm; then \
+	    echo "fuzz: $$t FAILED to build"; failed="$$failed $$t(build)"; continue; \
+	  fi; \
 	  mkdir -p build-fuzz/corpus-$$t; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	  rc=0; build-fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=build-fuzz/$$t- \
 	    build-fuzz/corpus-$$t tests/fuzz/seeds-$$t > build-fuzz/$$t.log 2>&1 || rc=$$?; \
 	  tail -n 12 build-fuzz/$$t.log; \
-	  if [ $$rc -ne 0 ]; then echo "fuzz: $$t FAILED (exit $$rc); log build-fuzz/$$t.log, crash input build-fuzz/$$t-*"; exit 1; fi; \
-	done
+	  if [ $$rc -ne 0 ]; then echo "fuzz: $$t FAILED (exit $$rc); log build-fuzz/$$t.log, crash input build-fuzz/$$t-*"; \
+	    failed="$$failed $$t"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: FAILED:$$failed"; exit 1; fi; \
+	echo "fuzz: all $(words $(FUZZ_TARGETS)) targets clean ($(FUZZ_SECONDS) s each)"
 
 clean:
 	rm -rf build build-asan build-fuzz

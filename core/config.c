@@ -476,6 +476,20 @@ static int yaml_printable(const char *str) {
     return 1;
 }
 
+/* The first character of s that YAML reads as a line break (LF, CR, NEL U+0085, LS U+2028, PS U+2029), or NULL. */
+static const char *line_break(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p == '\n' || *p == '\r' || (p[0] == 0xc2 && p[1] == 0x85) ||
+            (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)))
+            return (const char *)p;
+    return NULL;
+}
+
+static const char *break_name(const char *p) {
+    const unsigned char *u = (const unsigned char *)p;
+    return *u == '\n' ? "LF" : *u == '\r' ? "CR" : *u == 0xc2 ? "U+0085 NEL" : u[2] == 0xa8 ? "U+2028 LS" : "U+2029 PS";
+}
+
 int core_config_set(core_cfg_node *root, const char *a) {
     const char *eq = strchr(a, '=');
     if (!eq) return core_error("--set %s: expected key.path=value", a);
@@ -492,6 +506,13 @@ int core_config_set(core_cfg_node *root, const char *a) {
     }
     if (!yaml_printable(keypath) || strpbrk(keypath, "\t\n\r")) {
         core_error("%s: the key path is not printable UTF-8 text", where);
+        goto done;
+    }
+    const char *brk = line_break(eq + 1);
+    if (brk) { /* YAML would fold it into a space, or end the value there: refused, not changed silently */
+        core_error("--set %s: the value holds a line break (%s at byte %zu); an assignment is one line: write it as "
+                   "an escape in a double-quoted string (\\n, \\r, \\N, \\L, \\P)", keypath, break_name(brk),
+                   (size_t)(brk - (eq + 1)) + 1);
         goto done;
     }
     if (root->kind != CORE_NODE_MAP) {
@@ -719,6 +740,31 @@ int core_config_get_string(const core_cfg_node *root, const char *path, const ch
 
 /* ---- writing ---- */
 
+/* The code point of the UTF-8 sequence at s (its length in *len), or -1 (with *len 1) for a byte that starts no
+ * valid sequence. Strings of a loaded tree are always valid; this guards the writer, not the reader. */
+static int32_t utf8_at(const unsigned char *s, int *len) {
+    int n = *s < 0x80 ? 1 : (*s & 0xe0) == 0xc0 ? 2 : (*s & 0xf0) == 0xe0 ? 3 : (*s & 0xf8) == 0xf0 ? 4 : 0;
+    *len = 1;
+    if (!n) return -1;
+    uint32_t c = n == 1 ? *s : *s & (0x7f >> n);
+    for (int k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80) return -1;
+        c = (c << 6) | (s[k] & 0x3f);
+    }
+    static const uint32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min_for_len[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return -1;
+    *len = n;
+    return (int32_t)c;
+}
+
+/* 1 if code point c must be written as an escape inside double quotes: a character YAML does not allow raw in a
+ * document (the C0 and C1 controls, DEL, U+FEFF, U+FFFE, U+FFFF), or one YAML reads as a line break (NEL U+0085,
+ * LS U+2028, PS U+2029: raw, they would end the line, and a quoted string folds them into a space). */
+static int must_escape(int32_t c) {
+    return c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0x2028 || c == 0x2029 || c == 0xfeff ||
+           c == 0xfffe || c == 0xffff;
+}
+
 /* 1 if s, written plain (also inside [ ] and { }), reads back as the string s. Conservative. */
 static int plain_safe(const char *s) {
     static const char *const yaml11_words[] = {"y", "n", "yes", "no", "on", "off"};
@@ -731,8 +777,12 @@ static int plain_safe(const char *s) {
         return 0;
     for (size_t k = 0; k < sizeof yaml11_words / sizeof yaml11_words[0]; k++)
         if (!strcasecmp(s, yaml11_words[k])) return 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f || strchr(",[]{}:#\\", *p)) return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int len;
+        const int32_t c = utf8_at(p, &len);
+        if (c < 0 || must_escape(c) || (c < 0x80 && strchr(",[]{}:#\\", c))) return 0;
+        p += len;
+    }
     return 1;
 }
 
@@ -742,19 +792,27 @@ void core_config_write_string(const char *s, FILE *f) {
         return;
     }
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int len;
+        const int32_t c = utf8_at(p, &len);
+        switch (c) {
         case '"': fputs("\\\"", f); break;
         case '\\': fputs("\\\\", f); break;
         case '\n': fputs("\\n", f); break;
         case '\t': fputs("\\t", f); break;
         case '\r': fputs("\\r", f); break;
+        case 0x85: fputs("\\N", f); break;
+        case 0x2028: fputs("\\L", f); break;
+        case 0x2029: fputs("\\P", f); break;
         default:
-            if (*p < 0x20 || *p == 0x7f)
+            if (c < 0) /* not UTF-8 (never from a loaded tree): written as the code point of the byte, never raw */
                 fprintf(f, "\\x%02x", *p);
+            else if (must_escape(c))
+                fprintf(f, c < 0x100 ? "\\x%02x" : "\\u%04x", (unsigned)c);
             else
-                fputc(*p, f);
+                fwrite(p, 1, (size_t)len, f);
         }
+        p += len;
     }
     fputc('"', f);
 }

@@ -58,7 +58,8 @@ core_cfg_node *core_config_copy(const core_cfg_node *node);
  * exist and creates or replaces the value at its end. value is YAML flow text: a scalar (`4`, `"x y"`, empty for
  * null), a list (`[1, 2]`) or a map (`{a: 1}`). A numeric segment indexes into an existing list. Nodes made here
  * report "--set <assignment>" as their source. Returns 0, or -1 (no '=', an empty key segment, a key path that is
- * not printable UTF-8, the path walks through a scalar, a bad list index, a value that is not valid YAML) with an
+ * not printable UTF-8, the path walks through a scalar, a bad list index, a value that is not valid YAML, a value
+ * holding a raw line break: LF, CR, NEL, LS or PS, which YAML would fold into a space) with an
  * error naming the assignment; the tree is unchanged then (except when out of memory). */
 int core_config_set(core_cfg_node *root, const char *assignment);
 
@@ -89,7 +90,9 @@ int core_config_get_string(const core_cfg_node *root, const char *path, const ch
  * Returns 0, or -1 if writing fails. */
 int core_config_write_flow(const core_cfg_node *node, FILE *f);
 /* Writes s as a YAML scalar that loads back as the string s: plain when safe (not null/bool/number-like, no
- * indicator characters), else double-quoted with escapes. */
+ * indicator characters), else double-quoted with escapes; never raw: the characters YAML does not allow in a
+ * document (C0 and C1 controls, DEL, U+FEFF, U+FFFE, U+FFFF: \xNN, \uNNNN) or reads as line breaks (NEL U+0085,
+ * LS U+2028, PS U+2029: \N, \L, \P). */
 void core_config_write_string(const char *s, FILE *f);
 
 /* ---- Schemas: typed extraction into a struct ---- */
