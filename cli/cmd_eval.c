@@ -166,7 +166,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     for (int u = 0; u < total; u++) {
         const int i = u / K;
         samp[u] = (core_rollout_sample){.uid = (uint64_t)u, .prompt_index = i, .prompt = prompts.text[i],
-                                        .metadata = json_object_size(prompts.meta[i]) ? prompts.meta[i] : NULL,
+                                        .metadata = core_prompts_meta(&prompts, i),
                                         .condition = img ? img + (int64_t)i * cshape[0] * cshape[1] * cshape[2] * cshape[3] : NULL};
     }
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;

@@ -49,20 +49,37 @@ int source_local_check(const core_recipe *r) {
     return rollout_decoder_check(r);
 }
 
-/* Decodes sample t's final latent into video and scores it: rewards per scorer and the total (sum of weight x
- * reward in double, scorer order, rounded to float once), stored into the trajectory. */
-static int score(local_src *L, core_traj *t, const char *prompt, uint8_t *video) {
+/* Decodes sample t's final latent into video and scores it with the sample's prompt and metadata (an object of
+ * strings or NULL: the scorers get its entries as a reward server gets a score_request's, reward/server_requests.c):
+ * rewards per scorer and the total (sum of weight x reward in double, scorer order, rounded to float once), stored
+ * into the trajectory. */
+static int score(local_src *L, core_traj *t, const char *prompt, const json_t *meta, uint8_t *video) {
     if (rollout_decoder_decode(&L->dec, core_traj_latent(t, t->n_steps), video)) return -1;
     reward_video v = {.data = video, .frames = L->dec.frames, .height = L->dec.height, .width = L->dec.width};
+    const size_t nm = meta ? json_object_size(meta) : 0;
+    const char **keys = calloc(nm + 1, sizeof *keys), **vals_s = calloc(nm + 1, sizeof *vals_s);
+    if (!keys || !vals_s) return free(keys), free(vals_s), core_error("out of memory");
+    int k = 0;
+    const char *key;
+    json_t *jv;
+    json_object_foreach((json_t *)meta, key, jv) {
+        if (json_is_string(jv)) keys[k] = key, vals_s[k++] = json_string_value(jv);
+    }
+    const reward_meta md = {k, keys, vals_s};
     float vals[CORE_TRAJ_MAX_REWARDS];
     double total = 0;
+    int rc = 0;
     for (int i = 0; i < L->n_scorers; i++) {
         double x;
-        if (L->sc[i]->fn(&v, prompt, NULL, &x)) return core_error_push("scoring \"%s\": ", prompt);
+        if (L->sc[i]->fn(&v, prompt, &md, &x)) {
+            rc = core_error_push("scoring \"%s\": ", prompt);
+            break;
+        }
         vals[i] = (float)x;
         total += L->weight[i] * x;
     }
-    return core_traj_set_rewards(t, L->n_scorers, L->names, vals, (float)total);
+    free(keys), free(vals_s);
+    return rc ? rc : core_traj_set_rewards(t, L->n_scorers, L->names, vals, (float)total);
 }
 
 static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
@@ -108,7 +125,7 @@ static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core
     have = 1;
     for (int j = 0; j < n; j++) {
         uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
-        if (score(L, &tr[j], samples[j].prompt, v) || rollout_trim_to_window(&rc, &tr[j])) goto done;
+        if (score(L, &tr[j], samples[j].prompt, samples[j].metadata, v) || rollout_trim_to_window(&rc, &tr[j])) goto done;
         /* the video's hash only where videos are asked for: the training rollouts never read it */
         res[j] = (core_rollout_result){.traj = tr[j],
                                        .video_hash = tmpl->return_videos ? core_xxh64(v, (size_t)vb, 0) : 0,

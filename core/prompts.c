@@ -129,6 +129,20 @@ int core_prompts_check_image(const char *path, const char *where) {
     return 0;
 }
 
+/* 1 if s holds only spaces and tabs (the other white space is refused as control characters). */
+static int blank(const char *s) {
+    return s[strspn(s, " \t")] == '\0';
+}
+
+/* "a number", "a list", ...: what a JSON value is, for messages. */
+static const char *json_kind(const json_t *v) {
+    return json_is_integer(v) || json_is_real(v) ? "a number"
+           : json_is_boolean(v)                 ? "true or false"
+           : json_is_null(v)                    ? "null"
+           : json_is_array(v)                   ? "a list"
+                                                : "an object";
+}
+
 /* One JSON-lines entry (s: the trimmed line, valid UTF-8): {"prompt": "...", "image": "path.png", other strings ->
  * metadata}. */
 static int jsonl_line(core_prompts *p, int *cap, const char *s, int lineno) {
@@ -143,6 +157,7 @@ static int jsonl_line(core_prompts *p, int *cap, const char *s, int lineno) {
     int rc = 0;
     size_t bad;
     if (!pr || !pr[0]) rc = core_error("%s:%d: needs a non-empty string \"prompt\"", p->path, lineno);
+    else if (blank(pr)) rc = core_error("%s:%d: \"prompt\" is blank (only spaces and tabs)", p->path, lineno);
     else if (core_utf8_check(pr, strlen(pr), &bad)) {
         char q[200];
         rc = core_error("%s:%d: \"prompt\" has a control character (byte %zu): \"%s\"", p->path, lineno, bad + 1,
@@ -169,8 +184,19 @@ static int jsonl_line(core_prompts *p, int *cap, const char *s, int lineno) {
     const char *k;
     json_t *v;
     json_object_foreach(o, k, v) {
-        if (!json_is_string(v) || !strcmp(k, "prompt") || !strcmp(k, "image")) continue;
+        if (!strcmp(k, "prompt") || !strcmp(k, "image")) continue;
+        if (!json_is_string(v)) { /* the scorers take metadata as text (reward/PROTOCOL.md): refused, not dropped */
+            rc = core_error("%s:%d: metadata \"%.64s\" is %s, not a string (the scorers get metadata as strings: write "
+                            "it in quotes)", p->path, lineno, k, json_kind(v));
+            break;
+        }
         json_object_set(md, k, v);
+    }
+    if (rc) {
+        free(path);
+        json_decref(md);
+        json_decref(o);
+        return -1;
     }
     rc = add_image(p, cap, pr, lineno, md, path);
     json_decref(o);
@@ -272,6 +298,10 @@ static int read_text(core_prompts *p, const core_prompts_limits *L) {
     return rc;
 }
 
+const json_t *core_prompts_meta(const core_prompts *p, int i) {
+    return p->meta && json_object_size(p->meta[i]) ? p->meta[i] : NULL;
+}
+
 char *core_prompts_where(const core_prompts *p, int i, char *buf, size_t cap) {
     if (p->json) snprintf(buf, cap, "%s: prompt %d", p->path, p->line[i]);
     else snprintf(buf, cap, "%s:%d", p->path, p->line[i]);
@@ -321,6 +351,10 @@ static int read_json(core_prompts *p, const core_prompts_limits *L) {
         size_t bad;
         if (!json_is_object(o) || !pr || !pr[0]) {
             rc = core_error("%s: prompt %zu: needs a non-empty string \"prompt_en\"", p->path, i + 1);
+            break;
+        }
+        if (blank(pr)) {
+            rc = core_error("%s: prompt %zu: \"prompt_en\" is blank (only spaces and tabs)", p->path, i + 1);
             break;
         }
         if ((int64_t)strlen(pr) > L->max_line_bytes) {

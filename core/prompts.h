@@ -1,8 +1,11 @@
 /* core/prompts.h — prompt files, read the same way by every job (the run's training and eval prompts, `vgrpo eval`'s
  * --prompts): a text file (one prompt per line), a VBench-style JSON list ([{"prompt_en": "...", "color_en":
  * "red", ...}, ...]; the string attributes become the prompt's metadata, "color_en" as "color"), or JSON lines
- * (a name ending in ".jsonl"): one object per line, {"prompt": "...", "image": "path.png", ...}, the other string
- * attributes metadata (blank lines and lines starting with '#' are skipped, numbered as in a text file). "image" (image to video) is a PNG file's path, relative to the prompt file's folder
+ * (a name ending in ".jsonl"): one object per line, {"prompt": "...", "image": "path.png", ...}, the other attributes
+ * metadata, each a string (a number, list, object, boolean or null is refused naming file:line and the key: the
+ * scorers and the reward protocol take metadata as strings, so the user writes the text meant, e.g. "3"; a VBench
+ * list's non-string attributes, such as "dimension", are VBench's own and left out) (blank lines and lines starting
+ * with '#' are skipped, numbered as in a text file; a "prompt" or "prompt_en" of only spaces and tabs is refused). "image" (image to video) is a PNG file's path, relative to the prompt file's folder
  * unless absolute, without control characters; when one prompt of a file has an image, every prompt must. Each image is checked while reading
  * (it opens, is a regular file, starts with the PNG signature): an error names file:line and the image.
  *
@@ -68,6 +71,11 @@ int core_prompts_xxh64(const core_prompts *p, uint64_t *out);
 /* The start-up check of an image file: it opens, is a regular file and starts with the PNG signature. -1 with
  * "<where>: image <path>: cannot open: ..." / "not a PNG file ..." (where: e.g. core_prompts_where's). */
 int core_prompts_check_image(const char *path, const char *where);
+
+/* Prompt i's metadata as a rollout sample carries it to the scorers (core_rollout_sample.metadata, the rollout and
+ * score requests' "metadata"): the object of strings, or NULL when it is empty, so a prompt without metadata sends
+ * none. Borrowed from p. */
+const json_t *core_prompts_meta(const core_prompts *p, int i);
 
 /* Where prompt i came from, for messages: "path:line" (text files) or "path: prompt N" (JSON, N 1-based). Returns
  * buf. */

@@ -153,7 +153,8 @@ int trainer_eval(trainer_state *S, int64_t step) {
     for (int i = 0; i < E; i++)
         for (int k = 0; k < K; k++) {
             const int s = i * K + k;
-            smp[s] = (core_rollout_sample){.uid = (uint64_t)s, .prompt_index = i, .prompt = S->eval.text[i]};
+            smp[s] = (core_rollout_sample){.uid = (uint64_t)s, .prompt_index = i, .prompt = S->eval.text[i],
+                                           .metadata = core_prompts_meta(&S->eval, i)};
             cond[s] = S->emb_eval + (int64_t)i * S->ne;
         }
     int64_t ev;

@@ -147,7 +147,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         for (int g = 0; g < G; g++) {
             const int s = b * G + g;
             smp[s] = (core_rollout_sample){.uid = (uint64_t)round * (uint64_t)n + (uint64_t)s, .prompt_index = slot[b],
-                                           .prompt = S->train.text[slot[b]]};
+                                           .prompt = S->train.text[slot[b]],
+                                           .metadata = core_prompts_meta(&S->train, slot[b])};
             cond[s] = S->emb_train + (int64_t)slot[b] * S->ne;
         }
     if (smp[n - 1].uid > 0xffffffffull) {

@@ -173,7 +173,8 @@ int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer
     for (int b = 0; b < B; b++)
         for (int g = 0; g < G; g++) {
             const int k = b * G + g;
-            smp[k] = (core_rollout_sample){.uid = (uint64_t)k, .prompt_index = slot[b], .prompt = S.train.text[slot[b]]};
+            smp[k] = (core_rollout_sample){.uid = (uint64_t)k, .prompt_index = slot[b], .prompt = S.train.text[slot[b]],
+                                           .metadata = core_prompts_meta(&S.train, slot[b])};
             cond[k] = S.emb_train + (int64_t)slot[b] * S.ne;
         }
     const double t0 = trainer_now_s();

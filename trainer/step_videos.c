@@ -77,7 +77,8 @@ int trainer_step_videos(trainer_state *S, int64_t step) {
     memset(smp, 0, sizeof smp);
     memset(res, 0, sizeof res);
     for (int j = 0; j < n; j++) {
-        smp[j] = (core_rollout_sample){.uid = (uint64_t)j * K, .prompt_index = j, .prompt = S->eval.text[j]};
+        smp[j] = (core_rollout_sample){.uid = (uint64_t)j * K, .prompt_index = j, .prompt = S->eval.text[j],
+                                           .metadata = core_prompts_meta(&S->eval, j)};
         cond[j] = S->emb_eval + (int64_t)j * S->ne;
     }
     int64_t ev;
