@@ -56,7 +56,9 @@ const core_cfg_entry core_recipe_schema[] = {
     {"rollout.frames", CORE_CFG_INT, O(frames), "5", MINV | MAXV, 1, 4097, NULL, "video frames, 4k+1"},
     {"rollout.num_steps", CORE_CFG_INT, O(num_steps), "10", MINV | MAXV, 2, 1000, NULL,
      "denoising steps (>= 2)"},
-    {"rollout.shift", CORE_CFG_DOUBLE, O(shift), "3.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1000, NULL, "sigma shift"},
+    /* shift k maps sigma s to k s / (1 + (k - 1) s), and 1/k mirrors k (f_1/k(s) = 1 - f_k(1 - s)): the lower bound
+     * mirrors the upper one. Below 2^-53, (k - 1) rounds to -1 in double and the first sigma divides by 0 (inf). */
+    {"rollout.shift", CORE_CFG_DOUBLE, O(shift), "3.0", MINV | MAXV, 1e-3, 1000, NULL, "sigma shift"},
     {"rollout.eta", CORE_CFG_FLOAT, O(eta), "0.7", MINV | MAXV, 0, 10, NULL, "SDE noise level"},
     {"rollout.guidance_scale", CORE_CFG_FLOAT, O(guidance_scale), "4.5", MINV | MAXV, 0, 100, NULL,
      "classifier-free guidance (1: no unconditional forward)"},
@@ -114,8 +116,13 @@ const core_cfg_entry core_recipe_schema[] = {
     {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},
     {"optim.beta1", CORE_CFG_DOUBLE, O(beta1), "0.9", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta1"},
     {"optim.beta2", CORE_CFG_DOUBLE, O(beta2), "0.999", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta2"},
-    {"optim.eps", CORE_CFG_DOUBLE, O(eps), "1e-8", CORE_CFG_MIN_OPEN, 0, 0, NULL, "AdamW eps"},
-    {"optim.weight_decay", CORE_CFG_DOUBLE, O(weight_decay), "0.0", MINV, 0, 0, NULL, "decoupled weight decay"},
+    /* eps is added to sqrt(v) in fp32 (trainer/optim.c): below FLT_MIN (1.2e-38) it rounds to a subnormal or 0, and
+     * a parameter whose gradient is 0 divides 0 by 0; 1e-30 leaves room. No upper bound: a large eps only slows. */
+    {"optim.eps", CORE_CFG_DOUBLE, O(eps), "1e-8", MINV, 1e-30, 0, NULL, "AdamW eps"},
+    /* the weights are multiplied by 1 - lr x weight_decay each update: past 1 that factor is negative, past 2 the
+     * weights grow geometrically to inf; core_recipe_check bounds lr x weight_decay by 1 */
+    {"optim.weight_decay", CORE_CFG_DOUBLE, O(weight_decay), "0.0", MINV, 0, 0, NULL,
+     "decoupled weight decay (optim.lr x weight_decay <= 1)"},
     {"optim.max_grad_norm", CORE_CFG_DOUBLE, O(max_grad_norm), "1.0", 0, 0, 0, NULL, "<= 0: no clipping"},
     {"optim.schedule", CORE_CFG_STRING, O(schedule), "constant", 0, 0, 0, "constant|linear|cosine", "lr schedule"},
     {"optim.warmup_steps", CORE_CFG_INT64, O(warmup_steps), "0", MINV, 0, 0, NULL, "optimizer steps of warm-up"},
@@ -263,6 +270,10 @@ int core_recipe_check(core_recipe *r) {
     }
     if (r->guidance_scale_2 < 0) r->guidance_scale_2 = r->guidance_scale;
     if (r->eval_eta < 0) r->eval_eta = r->eta;
+    if (r->lr * r->weight_decay > 1.0) /* the schedule never exceeds the peak lr */
+        return core_error("optim.weight_decay: %g x optim.lr %g = %g, over 1: each update multiplies the weights by 1 - "
+                          "lr x weight_decay, which would flip their sign (past 2: grow them to inf)", r->weight_decay,
+                          r->lr, r->lr * r->weight_decay);
     if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))
         return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
                           (long long)(r->total_steps * r->optimizer_steps_per_rollout));
