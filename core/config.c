@@ -1,5 +1,6 @@
-/* core/config.c — YAML trees: loading with libyaml's event parser, --set overrides, accessors, typed scalar
- * reads and flow-style writing; see config.h. The schema half (apply, dump, help) is in config_schema.c.
+/* core/config.c — YAML trees: loading with libyaml's event parser, --set overrides, accessors and typed scalar
+ * reads; see config.h. Writing strings and flow text is in config_write.c, the schema half (apply, dump, help) in
+ * config_schema.c.
  *
  * libyaml parses YAML 1.1; we take its events (not its document API) so that every node keeps its line, and we
  * type plain scalars ourselves with YAML 1.2 core rules (config.h). Maps check duplicate keys by a linear scan,
@@ -595,7 +596,7 @@ int core_config_is_null(const core_cfg_node *n) {
 }
 
 /* 1: s is an integer (set *v); 0: it is not; -1: it is one but out of int64 range. */
-static int text_int(const char *s, int64_t *v) {
+int core_cfgi_text_int(const char *s, int64_t *v) {
     const char *p = s;
     int base = 10;
     if (p[0] == '0' && p[1] == 'x') {
@@ -626,7 +627,7 @@ static int text_int(const char *s, int64_t *v) {
 }
 
 /* 1: s is a number (integer or float forms of config.h; set *v); 0: it is not; -1: a float out of range. */
-static int text_double(const char *s, double *v) {
+int core_cfgi_text_double(const char *s, double *v) {
     int64_t i;
     const char *p = s + (*s == '-' || *s == '+');
     double sign = *s == '-' ? -1.0 : 1.0;
@@ -639,7 +640,7 @@ static int text_double(const char *s, double *v) {
         return 1;
     }
     if (s[0] == '0' && (s[1] == 'x' || s[1] == 'o')) { /* hex and octal integers (no sign, as in YAML 1.2) */
-        if (text_int(s, &i) != 1) return 0;
+        if (core_cfgi_text_int(s, &i) != 1) return 0;
         *v = (double)i;
         return 1;
     }
@@ -666,7 +667,7 @@ static int text_double(const char *s, double *v) {
     return 1;
 }
 
-static int text_bool(const char *s, bool *v) {
+int core_cfgi_text_bool(const char *s, bool *v) {
     if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE")) {
         *v = true;
         return 1;
@@ -691,20 +692,20 @@ int core_cfgi_type_error(const core_cfg_node *n, const char *expected) {
 
 int core_config_as_int(const core_cfg_node *n, int64_t *out) {
     if (n->kind != CORE_NODE_SCALAR || n->quoted) return core_cfgi_type_error(n, "an integer");
-    int r = text_int(n->text, out);
+    int r = core_cfgi_text_int(n->text, out);
     if (r < 0) return core_error("%s: %s: %s is out of range for a 64-bit integer", n->where, n->path, n->text);
     return r ? 0 : core_cfgi_type_error(n, "an integer");
 }
 
 int core_config_as_double(const core_cfg_node *n, double *out) {
     if (n->kind != CORE_NODE_SCALAR || n->quoted) return core_cfgi_type_error(n, "a number");
-    int r = text_double(n->text, out);
+    int r = core_cfgi_text_double(n->text, out);
     if (r < 0) return core_error("%s: %s: %s is out of range for a double", n->where, n->path, n->text);
     return r ? 0 : core_cfgi_type_error(n, "a number");
 }
 
 int core_config_as_bool(const core_cfg_node *n, bool *out) {
-    if (n->kind != CORE_NODE_SCALAR || n->quoted || !text_bool(n->text, out))
+    if (n->kind != CORE_NODE_SCALAR || n->quoted || !core_cfgi_text_bool(n->text, out))
         return core_cfgi_type_error(n, "true or false");
     return 0;
 }
@@ -736,119 +737,4 @@ int core_config_get_bool(const core_cfg_node *root, const char *path, bool *out)
 int core_config_get_string(const core_cfg_node *root, const char *path, const char **out) {
     const core_cfg_node *n = get_or_fail(root, path);
     return n ? core_config_as_string(n, out) : -1;
-}
-
-/* ---- writing ---- */
-
-/* The code point of the UTF-8 sequence at s (its length in *len), or -1 (with *len 1) for a byte that starts no
- * valid sequence. Strings of a loaded tree are always valid; this guards the writer, not the reader. */
-static int32_t utf8_at(const unsigned char *s, int *len) {
-    int n = *s < 0x80 ? 1 : (*s & 0xe0) == 0xc0 ? 2 : (*s & 0xf0) == 0xe0 ? 3 : (*s & 0xf8) == 0xf0 ? 4 : 0;
-    *len = 1;
-    if (!n) return -1;
-    uint32_t c = n == 1 ? *s : *s & (0x7f >> n);
-    for (int k = 1; k < n; k++) {
-        if ((s[k] & 0xc0) != 0x80) return -1;
-        c = (c << 6) | (s[k] & 0x3f);
-    }
-    static const uint32_t min_for_len[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (c < min_for_len[n] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return -1;
-    *len = n;
-    return (int32_t)c;
-}
-
-/* 1 if code point c must be written as an escape inside double quotes: a character YAML does not allow raw in a
- * document (the C0 and C1 controls, DEL, U+FEFF, U+FFFE, U+FFFF), or one YAML reads as a line break (NEL U+0085,
- * LS U+2028, PS U+2029: raw, they would end the line, and a quoted string folds them into a space). */
-static int must_escape(int32_t c) {
-    return c < 0x20 || c == 0x7f || (c >= 0x80 && c <= 0x9f) || c == 0x2028 || c == 0x2029 || c == 0xfeff ||
-           c == 0xfffe || c == 0xffff;
-}
-
-/* 1 if s, written plain (also inside [ ] and { }), reads back as the string s. Conservative. */
-static int plain_safe(const char *s) {
-    static const char *const yaml11_words[] = {"y", "n", "yes", "no", "on", "off"};
-    int64_t i;
-    double d;
-    bool b;
-    if (!*s || s[strlen(s) - 1] == ' ') return 0;
-    if (strchr("-?:,[]{}#&*!|>'\"%@` .+0123456789", s[0])) return 0;
-    if (!strcmp(s, "~") || !strcasecmp(s, "null") || text_bool(s, &b) || text_int(s, &i) || text_double(s, &d))
-        return 0;
-    for (size_t k = 0; k < sizeof yaml11_words / sizeof yaml11_words[0]; k++)
-        if (!strcasecmp(s, yaml11_words[k])) return 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int len;
-        const int32_t c = utf8_at(p, &len);
-        if (c < 0 || must_escape(c) || (c < 0x80 && strchr(",[]{}:#\\", c))) return 0;
-        p += len;
-    }
-    return 1;
-}
-
-void core_config_write_string(const char *s, FILE *f) {
-    if (plain_safe(s)) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        int len;
-        const int32_t c = utf8_at(p, &len);
-        switch (c) {
-        case '"': fputs("\\\"", f); break;
-        case '\\': fputs("\\\\", f); break;
-        case '\n': fputs("\\n", f); break;
-        case '\t': fputs("\\t", f); break;
-        case '\r': fputs("\\r", f); break;
-        case 0x85: fputs("\\N", f); break;
-        case 0x2028: fputs("\\L", f); break;
-        case 0x2029: fputs("\\P", f); break;
-        default:
-            if (c < 0) /* not UTF-8 (never from a loaded tree): written as the code point of the byte, never raw */
-                fprintf(f, "\\x%02x", *p);
-            else if (must_escape(c))
-                fprintf(f, c < 0x100 ? "\\x%02x" : "\\u%04x", (unsigned)c);
-            else
-                fwrite(p, 1, (size_t)len, f);
-        }
-        p += len;
-    }
-    fputc('"', f);
-}
-
-static void write_flow(const core_cfg_node *n, FILE *f) {
-    if (n->kind == CORE_NODE_SCALAR) {
-        if (core_config_is_null(n))
-            fputs("null", f);
-        else if (n->quoted)
-            core_config_write_string(n->text, f);
-        else {
-            /* A plain number or boolean keeps its form (so it stays one); any other plain scalar is a string and
-             * is written as one, quoted when plain text would not read back the same. */
-            int64_t iv;
-            double dv;
-            bool bv;
-            if (text_int(n->text, &iv) || text_double(n->text, &dv) || text_bool(n->text, &bv))
-                fputs(n->text, f);
-            else
-                core_config_write_string(n->text, f);
-        }
-        return;
-    }
-    fputc(n->kind == CORE_NODE_MAP ? '{' : '[', f);
-    for (int i = 0; i < n->n; i++) {
-        if (i) fputs(", ", f);
-        if (n->kind == CORE_NODE_MAP) {
-            core_config_write_string(n->keys[i], f);
-            fputs(": ", f);
-        }
-        write_flow(n->items[i], f);
-    }
-    fputc(n->kind == CORE_NODE_MAP ? '}' : ']', f);
-}
-
-int core_config_write_flow(const core_cfg_node *node, FILE *f) {
-    write_flow(node, f);
-    return ferror(f) ? core_error("config: write failed") : 0;
 }
