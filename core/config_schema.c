@@ -205,8 +205,14 @@ static int check_bounds(const core_cfg_entry *e, const core_cfg_node *n, double 
         msg = "<";
         lim = e->max;
     }
-    if (msg) return core_error("%s: %s: must be %s %.17g, got %s", n->where, n->path, msg, lim, shown(n));
-    return 0;
+    if (!msg) return 0;
+    /* the bound's shortest text that reads back as it: 1e-30 (not 1.0000000000000001e-30), 1000 (not 1e+03) */
+    char lb[40] = "", t[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*g", p, lim);
+        if (strtod(t, NULL) == lim && (!*lb || strlen(t) < strlen(lb))) memcpy(lb, t, sizeof t);
+    }
+    return core_error("%s: %s: must be %s %s, got %s", n->where, n->path, msg, lb, shown(n));
 }
 
 static int check_choice(const core_cfg_entry *e, const core_cfg_node *n, const char *s) {

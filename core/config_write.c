@@ -44,7 +44,8 @@ static int plain_safe(const char *s) {
     bool b;
     if (!*s || s[strlen(s) - 1] == ' ') return 0;
     if (strchr("-?:,[]{}#&*!|>'\"%@` .+0123456789", s[0])) return 0;
-    if (!strcmp(s, "~") || !strcasecmp(s, "null") || core_cfgi_text_bool(s, &b) || core_cfgi_text_int(s, &i) || core_cfgi_text_double(s, &d))
+    if (!strcmp(s, "~") || !strcasecmp(s, "null") || core_cfgi_text_bool(s, &b) || core_cfgi_text_int(s, &i) ||
+        core_cfgi_text_double(s, &d))
         return 0;
     for (size_t k = 0; k < sizeof yaml11_words / sizeof yaml11_words[0]; k++)
         if (!strcasecmp(s, yaml11_words[k])) return 0;
@@ -100,7 +101,8 @@ static void write_flow(const core_cfg_node *n, FILE *f) {
             int64_t iv;
             double dv;
             bool bv;
-            if (core_cfgi_text_int(n->text, &iv) || core_cfgi_text_double(n->text, &dv) || core_cfgi_text_bool(n->text, &bv))
+            if (core_cfgi_text_int(n->text, &iv) || core_cfgi_text_double(n->text, &dv) ||
+                core_cfgi_text_bool(n->text, &bv))
                 fputs(n->text, f);
             else
                 core_config_write_string(n->text, f);

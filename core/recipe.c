@@ -57,7 +57,7 @@ const core_cfg_entry core_recipe_schema[] = {
     {"rollout.num_steps", CORE_CFG_INT, O(num_steps), "10", MINV | MAXV, 2, 1000, NULL,
      "denoising steps (>= 2)"},
     /* shift k maps sigma s to k s / (1 + (k - 1) s), and 1/k mirrors k (f_1/k(s) = 1 - f_k(1 - s)): the lower bound
-     * mirrors the upper one. Below 2^-53, (k - 1) rounds to -1 in double and the first sigma divides by 0 (inf). */
+     * mirrors the upper one. Below about 1e-16, (k - 1) rounds to -1 in double and the first sigma divides by 0. */
     {"rollout.shift", CORE_CFG_DOUBLE, O(shift), "3.0", MINV | MAXV, 1e-3, 1000, NULL, "sigma shift"},
     {"rollout.eta", CORE_CFG_FLOAT, O(eta), "0.7", MINV | MAXV, 0, 10, NULL, "SDE noise level"},
     {"rollout.guidance_scale", CORE_CFG_FLOAT, O(guidance_scale), "4.5", MINV | MAXV, 0, 100, NULL,
