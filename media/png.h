@@ -39,10 +39,16 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
  * refused from the header, before anything is allocated. */
 #define MEDIA_PNG_MAX_PIXELS ((int64_t)1 << 27)
 
+/* The most media_png_read lets libpng allocate at once (a chunk's data: text, colour profile; a row; zlib's state), and
+ * the most ancillary chunks it keeps: a file declares its chunks' lengths, so a few bytes can claim gigabytes. */
+#define MEDIA_PNG_MAX_CHUNK_BYTES (8 * 1024 * 1024)
+#define MEDIA_PNG_MAX_CHUNKS 1000
+
 /* Reads a PNG into `out`: a new owned tensor U8 [H, W, 3]. Palette, grey, 16-bit and alpha images are converted
  * to 8-bit RGB (alpha dropped, a palette's transparency (tRNS) too, as PIL's convert("RGB"); 16-bit truncated to
  * the high byte). Returns 0, or -1 naming `path` and what is wrong: a folder, an empty or short file, not a PNG (a
- * JPEG named as such), an image over MEDIA_PNG_MAX_PIXELS, a file that ends before the image does (truncated), or
+ * JPEG named as such), an image over MEDIA_PNG_MAX_PIXELS, a chunk over MEDIA_PNG_MAX_CHUNK_BYTES (named with its
+ * declared length; nothing that large is allocated), a file that ends before the image does (truncated), or
  * libpng's message for a corrupt one. */
 int media_png_read(const char *path, core_tensor *out);
 
