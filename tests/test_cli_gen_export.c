@@ -38,7 +38,8 @@ static const char *eval_hash(const json_t *ev, int uid, int K) {
 /* generate --recipe draws the eval's sample: "a green tree" is prompt 1 of 2 samples each, so its first sample is uid
  * 2 (found in data.eval_prompt_file) and --uid 3 its second; both equal eval.json's hashes. The recipe's size, steps
  * and eta are taken (32 x 32, 5 frames, 4 steps, eta 1 of tiny-cpu.yaml), and a flag overrides: --eta 0 draws another
- * video. Before: generate had no --recipe (64 x 64, 9 frames, 20 steps, the ODE). */
+ * video. With a run's LoRA checkpoint the video is `eval --checkpoint`'s. Before: generate had no --recipe (64 x 64,
+ * 9 frames, 20 steps, the ODE). */
 TEST(gen_recipe_same_video_as_eval) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char sets[2048], out[16384], hx[17], hx0[17];
@@ -64,6 +65,24 @@ TEST(gen_recipe_same_video_as_eval) {
                   "--out %s/g0.mp4 2>&1", bin, sets, dir);
     CHECK_MSG(st == 0 && !video_hash(out, hx0) && strcmp(hx0, eval_hash(ev, 2, 2)), "--eta 0: %d: %s", st, out);
     CHECK_MSG(strstr(out, "eta 0 (data.eval_eta)"), "--eta 0 not taken: %s", out);
+    /* a run's LoRA checkpoint: generate --recipe --checkpoint gives `eval --checkpoint`'s video of "a red ball" (uid
+     * 0), not the base's */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set mode=local --set model.lora.rank=4 --set "
+                  "model.lora.alpha=8 --set checkpoint.every=1 --set optim.lr=2e-2 --steps 1 2>&1", bin, sets);
+    if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
+    st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml %s --checkpoint %s/run/checkpoint-1 --out %s/evc 2>&1",
+                  bin, sets, dir, dir);
+    if (st) test_fail(__FILE__, __LINE__, "eval --checkpoint failed: %s", out);
+    snprintf(p, sizeof p, "%s/evc/eval.json", dir);
+    json_t *evc = json_load_file(p, 0, &je);
+    REQUIRE(evc);
+    st = test_run(out, sizeof out, "%s generate --recipe recipes/tiny-cpu.yaml %s --checkpoint %s/run/checkpoint-1 "
+                  "--prompt 'a red ball' --out %s/gc.mp4 2>&1", bin, sets, dir, dir);
+    CHECK_MSG(st == 0 && !video_hash(out, hx) && strstr(out, "LoRA adapter(s) from"), "generate --checkpoint: %d: %s",
+              st, out);
+    CHECK_MSG(!strcmp(hx, eval_hash(evc, 0, 2)) && strcmp(hx, eval_hash(ev, 0, 2)), "checkpoint uid 0: generate %s, "
+              "eval --checkpoint %s, base eval %s", hx, eval_hash(evc, 0, 2), eval_hash(ev, 0, 2));
+    json_decref(evc);
     json_decref(ev);
 }
 
