@@ -54,6 +54,7 @@ typedef struct {
     /* which flags were given: with --recipe they override the recipe's values */
     int seen_pipeline, seen_steps, seen_guidance, seen_shift, seen_seed, seen_frames, seen_height, seen_width,
         seen_eta, seen_uid;
+    char eval_image[4200]; /* --recipe: the image of the prompt in data.eval_prompt_file ("" when none) */
     double t0;      /* start of the sampling loop, for the progress line */
     int stderr_tty; /* the progress line: a bar on a terminal, plain lines elsewhere (cli/progress.h) */
 } gen_args;
@@ -199,8 +200,12 @@ static int recipe_settings(gen_args *a, core_recipe *r, int *uid_found) {
     g->pipeline = r->model_path, g->steps = r->num_steps, g->frames = r->frames, g->height = r->height;
     g->width = r->width, g->guidance = r->guidance_scale, g->guidance2 = r->guidance_scale_2, g->shift = r->shift;
     g->eta = r->eval_eta, g->seed = (uint64_t)r->seed;
+    /* the prompt's eval sample: its uid (unless --uid) and its image (unless --image) */
+    uint64_t uid = 0;
     *uid_found = 0;
-    if (!a->seen_uid && gen_recipe_eval_uid(r, g->prompt, &g->uid, uid_found)) return -1;
+    if (gen_recipe_eval_uid(r, g->prompt, &uid, uid_found, a->eval_image, sizeof a->eval_image)) return -1;
+    if (!a->seen_uid) g->uid = uid;
+    if (!g->image && a->eval_image[0]) g->image = a->eval_image;
     return 0;
 }
 
@@ -214,8 +219,8 @@ static int generate_recipe(gen_args *a, const core_recipe *r, int uid_found) {
     if (r->guidance_scale_2 != r->guidance_scale) printf(" (transformer_2: %g)", (double)r->guidance_scale_2);
     printf(", eta %g (data.eval_eta), seed %lld (data.seed), uid %llu", (double)r->eval_eta, (long long)r->seed,
            (unsigned long long)g->uid);
-    if (uid_found)
-        printf(" (the first eval sample of this prompt in %s)", r->eval_prompt_file);
+    if (uid_found && !a->seen_uid) printf(" (the first eval sample of this prompt in %s)", r->eval_prompt_file);
+    if (g->image == a->eval_image) printf(", image %s (the prompt's in data.eval_prompt_file)", g->image);
     printf("\n");
     fflush(stdout);
     const gen_recipe_args ga = {.r = r, .prompt = g->prompt, .negative = g->negative, .image = g->image,

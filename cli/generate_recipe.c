@@ -4,6 +4,7 @@
 #include "cli/generate_recipe.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -108,14 +109,19 @@ done:
     return rc;
 }
 
-int gen_recipe_eval_uid(const core_recipe *r, const char *prompt, uint64_t *uid, int *found) {
+int gen_recipe_eval_uid(const core_recipe *r, const char *prompt, uint64_t *uid, int *found, char *image,
+                        size_t cap) {
     *uid = 0, *found = 0;
+    if (cap) image[0] = 0;
     if (!r->eval_prompt_file) return 0;
     core_prompts ps;
     const core_prompts_limits lim = core_recipe_prompt_limits(r);
     if (core_prompts_read_limited(&ps, r->eval_prompt_file, &lim)) return core_error_push("data.eval_prompt_file: ");
     for (int i = 0; i < ps.n && !*found; i++)
-        if (!strcmp(ps.text[i], prompt)) *uid = (uint64_t)i * (uint64_t)r->eval_samples_per_prompt, *found = 1;
+        if (!strcmp(ps.text[i], prompt)) {
+            *uid = (uint64_t)i * (uint64_t)r->eval_samples_per_prompt, *found = 1;
+            if (ps.image && ps.image[i] && cap) snprintf(image, cap, "%s", ps.image[i]);
+        }
     core_prompts_free(&ps);
     return 0;
 }

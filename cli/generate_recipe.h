@@ -9,6 +9,7 @@
 #ifndef CLI_GENERATE_RECIPE_H
 #define CLI_GENERATE_RECIPE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/recipe.h"
@@ -39,7 +40,8 @@ typedef struct {
 int gen_recipe_generate(const gen_recipe_args *a, gen_recipe_video *out);
 
 /* The uid of the eval's first sample of `prompt`: its index in data.eval_prompt_file times
- * data.eval_samples_per_prompt. 0 with *found 0 when the file does not hold it; -1 when the file cannot be read. */
-int gen_recipe_eval_uid(const core_recipe *r, const char *prompt, uint64_t *uid, int *found);
+ * data.eval_samples_per_prompt, and its image (image to video prompt files; "" when none) into image[cap]. 0 with
+ * *found 0 when the file does not hold it; -1 when the file cannot be read. */
+int gen_recipe_eval_uid(const core_recipe *r, const char *prompt, uint64_t *uid, int *found, char *image, size_t cap);
 
 #endif

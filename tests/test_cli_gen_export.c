@@ -86,6 +86,28 @@ TEST(gen_recipe_same_video_as_eval) {
     json_decref(ev);
 }
 
+/* Image to video: a prompt of an image prompt file (recipes/tiny-cpu-i2v.yaml) is generated with its image from
+ * data.eval_prompt_file, as the eval samples it: the same video as eval.json's (prompt 1, uid 1). */
+TEST(gen_recipe_image_prompt_same_as_eval) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char sets[2048], out[16384], p[4300], hx[17];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny-ti2v --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    snprintf(sets, sizeof sets, "--set model.path=%s/model --set data.eval_samples_per_prompt=1 --set "
+             "rollout.num_steps=4 --set logging.run_dir=%s/run", dir, dir);
+    int st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu-i2v.yaml %s --out %s/ev 2>&1", bin, sets, dir);
+    if (st) test_fail(__FILE__, __LINE__, "eval failed: %s", out);
+    snprintf(p, sizeof p, "%s/ev/eval.json", dir);
+    json_error_t je;
+    json_t *ev = json_load_file(p, 0, &je);
+    REQUIRE(ev);
+    st = test_run(out, sizeof out, "%s generate --recipe recipes/tiny-cpu-i2v.yaml %s --prompt 'a black square on a "
+                  "green background' --out %s/g.mp4 2>&1", bin, sets, dir);
+    CHECK_MSG(st == 0 && !video_hash(out, hx) && strstr(out, "uid 1 (") &&
+                  strstr(out, "images/black_on_green.png (the prompt's in data.eval_prompt_file)"), "%d: %s", st, out);
+    CHECK_MSG(!strcmp(hx, eval_hash(ev, 1, 1)), "uid 1: generate %s, eval %s", hx, eval_hash(ev, 1, 1));
+    json_decref(ev);
+}
+
 /* Without --recipe, --eta 0 is today's default bit for bit, and --eta > 0 samples with noise (another video, the same
  * one twice). */
 TEST(gen_eta_flag) {
