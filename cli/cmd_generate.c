@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/generate_memory.h"
 #include "cli/generate_recipe.h"
 #include "cli/opts.h"
 #include "cli/progress.h"
@@ -31,9 +32,7 @@
 #include "core/prompts.h"
 #include "core/wire_rollout.h"
 #include "core/recipe.h"
-#include "model/flow/guidance.h"
 #include "rollout/text_to_video.h"
-#include "trainer/budget.h"
 #include "media/png.h"
 #include "media/video.h"
 
@@ -50,10 +49,8 @@ typedef struct {
     const char *out, *checkpoint, *recipe;
     const char *const *sets; /* --set key=value, with --recipe */
     int n_sets;
-    int have_guidance2, force;
-    /* which flags were given: with --recipe they override the recipe's values */
-    int seen_pipeline, seen_steps, seen_guidance, seen_shift, seen_seed, seen_frames, seen_height, seen_width,
-        seen_eta, seen_uid;
+    int force, seen_uid;
+    gen_recipe_given given; /* which flags were given: with --recipe they override the recipe's values */
     char eval_image[4200]; /* --recipe: the image of the prompt in data.eval_prompt_file ("" when none) */
     double t0;      /* start of the sampling loop, for the progress line */
     int stderr_tty; /* the progress line: a bar on a terminal, plain lines elsewhere (cli/progress.h) */
@@ -140,69 +137,13 @@ static int generate(gen_args *a) {
     return 0;
 }
 
-/* Before any weights are read: what the video needs (trainer/budget.h budget_generate_bytes: everything
- * rollout/text_to_video.c holds at once) against the memory available (budget_memory_available, as run's start-up
- * estimate). Over it: -1 naming the figures and the options, or with --force a warning on stderr. 0 also when the
- * pipeline's configs are missing (the loading says so). */
-static int memory_check(const gen_args *a) {
-    const rollout_t2v_args *g = &a->g;
-    const int rows = flow_cfg_active((float)g->guidance) || flow_cfg_active((float)g->guidance2) ? 2 : 1;
-    budget_generate e;
-    int iw = 0, ih = 0;
-    if (g->image && media_png_probe(g->image, &iw, &ih)) return core_error_push("--image: ");
-    const int rc = budget_generate_bytes(&e, g->pipeline, g->frames, g->height, g->width, rows, ROLLOUT_T2V_TEXT_LEN,
-                                         (double)iw * ih);
-    if (rc) return rc < 0 ? core_error_push("--pipeline %s: ", g->pipeline) : 0;
-    budget_memory m;
-    budget_memory_available(&m, 0, NULL);
-    const double G = 1024.0 * 1024.0 * 1024.0, gflops = budget_gflops();
-    char fs[32], ts[32], tt[32];
-    budget_format_flop(fs, sizeof fs, e.flop_step);
-    budget_format_duration(ts, sizeof ts, gflops > 0 ? e.flop_step / (gflops * 1e9) : 0);
-    budget_format_duration(tt, sizeof tt, gflops > 0 ? g->steps * e.flop_step / (gflops * 1e9) : 0);
-    printf("generate: estimate %.2g GiB of memory (%.1f GiB available); %s a denoising step, about %s each and %s for "
-           "%d step%s at this machine's %.0f GFLOP/s\n", e.total / G, m.bytes / G, fs, ts, tt, g->steps,
-           g->steps == 1 ? "" : "s", gflops);
-    fflush(stdout);
-    if (e.total <= m.bytes) return 0;
-    char what[600];
-    snprintf(what, sizeof what, "--frames %d --height %d --width %d (%lld video tokens) need about %.1f GiB: "
-             "transformer activations %.1f GiB (%s%s), weights %.1f GiB, VAE %.1f GiB, text encoder %.1f GiB, "
-             "%s%.1f GiB; %.1f GiB is available (%s)", g->frames, g->height, g->width, (long long)e.tokens,
-             e.total / G, e.acts / G, rows > 1 ? "2 rows: guidance" : "1 row", e.experts > 1 ? ", two experts" : "",
-             e.weights / G, e.vae / G, e.text / G, g->image ? "image encoding and video and latents " : "video and latents ",
-             (e.image + e.other) / G, m.bytes / G, m.source);
-    if (!a->force) return core_error("memory: %s; lower --frames, --height or --width, or --force", what);
-    fprintf(stderr, "vgrpo generate: warning: memory: %s (--force: going on)\n", what);
-    return 0;
-}
-
-/* --recipe: the recipe with the flags given applied (as --set would; core_recipe_check again for the sizes), its
- * values into a->g for the estimate and the summary, the uid of the prompt's first eval sample unless --uid. */
+/* --recipe: the recipe with the flags given applied (gen_recipe_apply), the uid of the prompt's first eval sample
+ * unless --uid and its image unless --image. */
 static int recipe_settings(gen_args *a, core_recipe *r, int *uid_found) {
     rollout_t2v_args *g = &a->g;
     if (core_recipe_load(r, a->recipe, a->sets, a->n_sets)) return core_error_push("--recipe: ");
-    if (a->seen_pipeline) {
-        char *m = strdup(g->pipeline);
-        if (!m) return core_error("out of memory");
-        free(r->model_path), r->model_path = m;
-    }
-    if (a->seen_steps) r->num_steps = g->steps;
-    if (a->seen_frames) r->frames = g->frames;
-    if (a->seen_height) r->height = g->height;
-    if (a->seen_width) r->width = g->width;
-    if (a->seen_guidance) r->guidance_scale = (float)g->guidance;
-    if (a->have_guidance2 || a->seen_guidance) r->guidance_scale_2 = (float)g->guidance2;
-    if (a->seen_shift) r->shift = g->shift;
-    if (a->seen_eta) r->eval_eta = (float)g->eta;
-    if (a->seen_seed) r->seed = (int64_t)g->seed;
-    if (core_recipe_check(r)) return core_error_push("--recipe %s with the flags given: ", a->recipe);
-    g->pipeline = r->model_path, g->steps = r->num_steps, g->frames = r->frames, g->height = r->height;
-    g->width = r->width, g->guidance = r->guidance_scale, g->guidance2 = r->guidance_scale_2, g->shift = r->shift;
-    g->eta = r->eval_eta, g->seed = (uint64_t)r->seed;
-    /* the prompt's eval sample: its uid (unless --uid) and its image (unless --image) */
+    if (gen_recipe_apply(r, &a->given, g)) return core_error_push("--recipe %s with the flags given: ", a->recipe);
     uint64_t uid = 0;
-    *uid_found = 0;
     if (gen_recipe_eval_uid(r, g->prompt, &uid, uid_found, a->eval_image, sizeof a->eval_image)) return -1;
     if (!a->seen_uid) g->uid = uid;
     if (!g->image && a->eval_image[0]) g->image = a->eval_image;
@@ -251,7 +192,7 @@ int cmd_generate(int argc, char **argv) {
     opts_list sets = {.v = calloc((size_t)argc + 1, sizeof(char *)), .cap = argc + 1};
     if (!sets.v) return 1;
     const opts_spec opts[] = {
-        {.name = "pipeline", .type = OPTS_STRING, .str = &a.g.pipeline, .seen = &a.seen_pipeline, .meta = "DIR",
+        {.name = "pipeline", .type = OPTS_STRING, .str = &a.g.pipeline, .seen = &a.given.pipeline, .meta = "DIR",
          .help = "WanPipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,\n"
                  "vae/; transformer_2/ for two experts), e.g. from `vgrpo init-model --preset tiny`;\n"
                  "required without --recipe (with it: model.path)"},
@@ -275,36 +216,36 @@ int cmd_generate(int argc, char **argv) {
                  "an I2V-A14B one (36 input channels, e.g. --preset tiny-i2v; required there)"},
         {.name = "negative-prompt", .type = OPTS_STRING, .str = &a.g.negative, .meta = "TEXT",
          .help = "negative prompt for classifier-free guidance (default: empty)"},
-        {.name = "steps", .type = OPTS_INT, .i = &a.g.steps, .seen = &a.seen_steps, .min = 1, .max = 1000, .meta = "N",
+        {.name = "steps", .type = OPTS_INT, .i = &a.g.steps, .seen = &a.given.steps, .min = 1, .max = 1000, .meta = "N",
          .help = "sampling steps (default 20; --recipe: rollout.num_steps)"},
-        {.name = "guidance", .type = OPTS_DOUBLE, .d = &a.g.guidance, .seen = &a.seen_guidance, .min = 0,
+        {.name = "guidance", .type = OPTS_DOUBLE, .d = &a.g.guidance, .seen = &a.given.guidance, .min = 0,
          .max = GEN_GUIDANCE_MAX, .meta = "G",
          .help = "guidance scale (default 5.0; 1 = no unconditional pass; --recipe:\n"
                  "rollout.guidance_scale)"},
-        {.name = "guidance-2", .type = OPTS_DOUBLE, .d = &a.g.guidance2, .seen = &a.have_guidance2, .min = 0,
+        {.name = "guidance-2", .type = OPTS_DOUBLE, .d = &a.g.guidance2, .seen = &a.given.guidance2, .min = 0,
          .max = GEN_GUIDANCE_MAX, .meta = "G",
          .help = "guidance scale of transformer_2 (default: --guidance; --recipe:\n"
                  "rollout.guidance_scale_2)"},
-        {.name = "shift", .type = OPTS_DOUBLE, .d = &a.g.shift, .seen = &a.seen_shift, .min = GEN_SHIFT_MIN,
+        {.name = "shift", .type = OPTS_DOUBLE, .d = &a.g.shift, .seen = &a.given.shift, .min = GEN_SHIFT_MIN,
          .max = GEN_SHIFT_MAX, .meta = "X",
          .help = "flow shift of the sigma schedule (default 5.0; --recipe: rollout.shift)"},
-        {.name = "eta", .type = OPTS_DOUBLE, .d = &a.g.eta, .seen = &a.seen_eta, .min = 0, .max = GEN_ETA_MAX,
+        {.name = "eta", .type = OPTS_DOUBLE, .d = &a.g.eta, .seen = &a.given.eta, .min = 0, .max = GEN_ETA_MAX,
          .meta = "E",
          .help = "noise level: 0 = the deterministic ODE sampler (default), > 0 the SDE step\n"
                  "with the eval's noise (--recipe: data.eval_eta)"},
-        {.name = "seed", .type = OPTS_U64, .u64 = &a.g.seed, .seen = &a.seen_seed, .meta = "S",
+        {.name = "seed", .type = OPTS_U64, .u64 = &a.g.seed, .seen = &a.given.seed, .meta = "S",
          .help = "noise seed (default 0; --recipe: data.seed)"},
         {.name = "uid", .type = OPTS_U64, .u64 = &a.g.uid, .seen = &a.seen_uid, .meta = "U",
          .help = "the eval sample whose noise to draw: eval.json's uid (prompt i, sample k:\n"
                  "i x data.eval_samples_per_prompt + k; default 0; --recipe: the prompt's first\n"
                  "sample when data.eval_prompt_file holds the prompt)"},
-        {.name = "frames", .type = OPTS_INT, .i = &a.g.frames, .seen = &a.seen_frames, .min = 1, .max = 100000,
+        {.name = "frames", .type = OPTS_INT, .i = &a.g.frames, .seen = &a.given.frames, .min = 1, .max = 100000,
          .meta = "F", .help = "video frames, 4k + 1 (default 9; --recipe: rollout.frames)"},
-        {.name = "height", .type = OPTS_INT, .i = &a.g.height, .seen = &a.seen_height, .min = 1, .max = 16384,
+        {.name = "height", .type = OPTS_INT, .i = &a.g.height, .seen = &a.given.height, .min = 1, .max = 16384,
          .meta = "H",
          .help = "pixels, a multiple of 16 (Wan 2.1 VAE) or 32 (Wan 2.2 VAE) (default 64;\n"
                  "--recipe: rollout.height)"},
-        {.name = "width", .type = OPTS_INT, .i = &a.g.width, .seen = &a.seen_width, .min = 1, .max = 16384,
+        {.name = "width", .type = OPTS_INT, .i = &a.g.width, .seen = &a.given.width, .min = 1, .max = 16384,
          .meta = "W", .help = "pixels, likewise (default 64; --recipe: rollout.width)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &a.force,
          .help = "go on when the memory estimate says the video does not fit (a warning instead)"},
@@ -318,7 +259,7 @@ int cmd_generate(int argc, char **argv) {
     else if (!a.recipe && sets.n)
         prc = opts_fail(&cmd, stderr, "--set %s: takes effect with --recipe only", sets.v[0]);
     if (prc != OPTS_OK) return free(sets.v), opts_exit_status(prc);
-    if (!a.have_guidance2) a.g.guidance2 = a.g.guidance;
+    if (!a.given.guidance2) a.g.guidance2 = a.g.guidance;
     for (int k = 0; k < 2; k++) { /* what a prompt file may hold (core/prompts.h); nothing longer is tokenized */
         const size_t n = strlen(k ? a.g.negative : a.g.prompt);
         if (n > CORE_PROMPTS_MAX_BYTES) {
@@ -347,7 +288,7 @@ int cmd_generate(int argc, char **argv) {
         else a.g.transformer = transformer;
     }
     a.g.progress = progress, a.g.progress_ctx = &a, a.stderr_tty = isatty(fileno(stderr));
-    if (memory_check(&a) || (a.recipe ? generate_recipe(&a, &r, uid_found) : generate(&a))) {
+    if (gen_memory_check(&a.g, a.force) || (a.recipe ? generate_recipe(&a, &r, uid_found) : generate(&a))) {
         fprintf(stderr, "vgrpo generate: %s\n", core_last_error());
         goto done;
     }

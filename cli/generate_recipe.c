@@ -109,6 +109,28 @@ done:
     return rc;
 }
 
+int gen_recipe_apply(core_recipe *r, const gen_recipe_given *given, rollout_t2v_args *g) {
+    if (given->pipeline) {
+        char *m = strdup(g->pipeline);
+        if (!m) return core_error("out of memory");
+        free(r->model_path), r->model_path = m;
+    }
+    if (given->steps) r->num_steps = g->steps;
+    if (given->frames) r->frames = g->frames;
+    if (given->height) r->height = g->height;
+    if (given->width) r->width = g->width;
+    if (given->guidance) r->guidance_scale = (float)g->guidance;
+    if (given->guidance2 || given->guidance) r->guidance_scale_2 = (float)g->guidance2;
+    if (given->shift) r->shift = g->shift;
+    if (given->eta) r->eval_eta = (float)g->eta;
+    if (given->seed) r->seed = (int64_t)g->seed;
+    if (core_recipe_check(r)) return -1;
+    g->pipeline = r->model_path, g->steps = r->num_steps, g->frames = r->frames, g->height = r->height;
+    g->width = r->width, g->guidance = r->guidance_scale, g->guidance2 = r->guidance_scale_2, g->shift = r->shift;
+    g->eta = r->eval_eta, g->seed = (uint64_t)r->seed;
+    return 0;
+}
+
 int gen_recipe_eval_uid(const core_recipe *r, const char *prompt, uint64_t *uid, int *found, char *image,
                         size_t cap) {
     *uid = 0, *found = 0;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/recipe.h"
+#include "rollout/text_to_video.h"
 
 typedef struct {
     const core_recipe *r;          /* the recipe, generate's flags applied */
@@ -34,6 +35,18 @@ typedef struct {
     int experts;                   /* 1 or 2 */
     double encode_s, sample_s, decode_s; /* wall seconds: text (and image) encoding, sampling, decoding */
 } gen_recipe_video;
+
+/* Which of generate's flags were given: those override the recipe's keys. */
+typedef struct {
+    int pipeline, steps, frames, height, width, guidance, guidance2, shift, eta, seed;
+} gen_recipe_given;
+
+/* The given flags of g onto r: --pipeline model.path, --steps rollout.num_steps, --frames / --height / --width
+ * rollout.frames / height / width, --guidance rollout.guidance_scale (and guidance_scale_2 unless --guidance-2),
+ * --guidance-2 rollout.guidance_scale_2, --shift rollout.shift, --eta data.eval_eta, --seed data.seed; then
+ * core_recipe_check again (the sizes against the VAE factor, ...) and r's values back into g (pipeline, steps, size,
+ * guidance, shift, eta, seed). -1 naming the key (core_recipe_check's message) or out of memory. */
+int gen_recipe_apply(core_recipe *r, const gen_recipe_given *given, rollout_t2v_args *g);
 
 /* Loads the pipeline, samples and decodes one video into out (free out->video). -1 with an error naming the key,
  * file or flag at fault (rollout_pipeline_load's, the prompt's, the image's). */
