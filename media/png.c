@@ -189,9 +189,9 @@ int media_png_read(const char *path, core_tensor *out) {
         fclose(fp);
         return core_error("png %s: out of memory creating the libpng reader", path);
     }
-    /* libpng's own limits, as far as this version applies them: the image's sides, a chunk's allocation (also the
-     * decompressed size of zTXt / iCCP), the number of ancillary chunks kept */
-    png_set_user_limits(png, 65535, 65535);
+    /* libpng's own limits, as far as this version applies them: a chunk's allocation (also the decompressed size of
+     * zTXt / iCCP), the number of ancillary chunks kept. The image's sides are bounded by size_ok below, from the
+     * header and before any pixel is allocated (png_set_user_limits would refuse first, as "Invalid IHDR data") */
     png_set_chunk_malloc_max(png, MEDIA_PNG_MAX_CHUNK_BYTES);
     png_set_chunk_cache_max(png, MEDIA_PNG_MAX_CHUNKS);
     uint8_t *volatile buf = NULL;
