@@ -1,12 +1,14 @@
-/* cli/cmd_export.c — `vgrpo export --checkpoint DIR --adapter PATH [--adapter-2 PATH] [--merge] --out DIR`: a LoRA
- * adapter for users of diffusers and peft, merged into the transformer or as adapter files.
+/* cli/cmd_export.c — `vgrpo export --base DIR --adapter PATH [--adapter-2 PATH] [--merge] --out DIR
+ * [--pipeline-out DIR]`: a LoRA adapter for users of diffusers and peft, merged into the transformer or as adapter files.
  *
- * --checkpoint: the base weights: a transformer folder (config.json + weights) or a pipeline folder with
+ * --base: the base weights: a transformer folder (config.json + weights) or a pipeline folder with
  *   transformer/ (and transformer_2/, Wan 2.2 A14B). The adapter files hold no base weights, so the base is named
- *   here until the trainer's LoRA checkpoint layout records where its base came from.
+ *   here. --checkpoint is its old name (kept, with a one-line deprecation on stderr; a LoRA checkpoint given there is
+ *   refused with the way on: it is the --adapter).
  * --adapter: the adapter of transformer (the high-noise expert): a pytorch_lora_weights.safetensors (diffusers),
  *   an adapter_model.safetensors (peft, adapter_config.json beside it), a folder holding one of them, or a folder
- *   with transformer/ (and transformer_2/) subfolders holding them (a LoRA checkpoint: both experts at once).
+ *   with transformer/ (and transformer_2/) subfolders holding them (a LoRA checkpoint-N of `vgrpo run`: both experts
+ *   at once).
  *   --adapter-2: the adapter of transformer_2 (the low-noise expert).
  * Output, per expert with an adapter (OUT/transformer, OUT/transformer_2):
  *   --merge: a diffusers transformer folder with W += alpha/r * B A for every adapted linear (config.json +
@@ -16,13 +18,18 @@
  *     pipe.load_lora_weights(dir_2, load_into_transformer_2=True), and adapter_model.safetensors +
  *     adapter_config.json for PeftModel.from_pretrained): converts a peft adapter, which diffusers would silently
  *     load as nothing, to the diffusers file, and back.
+ * --pipeline-out DIR (with --merge, a pipeline folder as --base): a whole pipeline folder instead of OUT: the base's
+ *   components (cli/export_pipeline.h) and the merged transformer(s), written as DIR.partial and renamed to DIR when
+ *   complete; `vgrpo generate --pipeline DIR` loads it.
  * Exit status 0, 1 on failure (nothing half-written: every file goes through a temporary name), 2 on a usage
  * error. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/export_pipeline.h"
 #include "cli/opts.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -92,21 +99,40 @@ static int export_expert(const char *base_dir, const char *adapter, int e, int m
     return rc;
 }
 
+/* The base named by --base (or the old --checkpoint): refused, naming the way on, when it is a LoRA checkpoint (no
+ * transformer config, an adapter in transformer/): that is what --adapter takes. */
+static int base_is_adapter(const char *base) {
+    char probe[4200];
+    for (int k = 0; k < 3; k++) {
+        snprintf(probe, sizeof probe, "%s/%s", base, k == 0 ? "transformer/config.json" : k == 1 ? "config.json" :
+                 "transformer/" WAN_LORA_DIFFUSERS_FILE);
+        if (is_file(probe)) return k == 2;
+    }
+    snprintf(probe, sizeof probe, "%s/transformer/" WAN_LORA_PEFT_FILE, base);
+    return is_file(probe);
+}
+
 int cmd_export(int argc, char **argv) {
-    const char *ckpt = NULL, *adapter = NULL, *adapter2 = NULL, *out = NULL;
+    const char *ckpt = NULL, *base_opt = NULL, *adapter = NULL, *adapter2 = NULL, *out = NULL, *pipe_out = NULL;
     int merge = 0;
     const opts_spec opts[] = {
-        {.name = "checkpoint", .type = OPTS_STRING, .str = &ckpt, .required = 1, .meta = "DIR",
+        {.name = "base", .type = OPTS_STRING, .str = &base_opt, .meta = "DIR",
          .help = "the base: a transformer folder, or a pipeline folder with transformer/\n(and transformer_2/)"},
+        {.name = "checkpoint", .type = OPTS_STRING, .str = &ckpt, .meta = "DIR",
+         .help = "deprecated name of --base (a run's checkpoint-N is an --adapter)"},
         {.name = "adapter", .type = OPTS_STRING, .str = &adapter, .meta = "PATH",
-         .help = "LoRA of transformer: pytorch_lora_weights.safetensors, a peft\nadapter_model.safetensors, a folder "
+         .help = "LoRA of transformer: a run's checkpoint-N folder (its transformer/ and\n"
+                 "transformer_2/), pytorch_lora_weights.safetensors, a peft\nadapter_model.safetensors, a folder "
                  "holding one, or a folder with\ntransformer/ (and transformer_2/) holding them"},
         {.name = "adapter-2", .type = OPTS_STRING, .str = &adapter2, .meta = "PATH",
          .help = "LoRA of transformer_2 (the low-noise expert)"},
         {.name = "merge", .type = OPTS_FLAG, .flag = &merge,
          .help = "write merged diffusers transformer folders (W += alpha/r B A) instead of\nthe adapter files"},
-        {.name = "out", .type = OPTS_STRING, .str = &out, .required = 1, .meta = "DIR",
-         .help = "output folder: OUT/transformer (and OUT/transformer_2)"},
+        {.name = "out", .type = OPTS_STRING, .str = &out, .meta = "DIR",
+         .help = "output folder: OUT/transformer (and OUT/transformer_2); required without\n--pipeline-out"},
+        {.name = "pipeline-out", .type = OPTS_STRING, .str = &pipe_out, .meta = "DIR",
+         .help = "with --merge and a pipeline as --base: a whole pipeline folder (the base's\n"
+                 "components and the merged transformer(s)), for `vgrpo generate --pipeline DIR`"},
         {0}};
     const opts_cmd cmd = {
         .name = "export", .opts = opts,
@@ -114,7 +140,39 @@ int cmd_export(int argc, char **argv) {
                  "pytorch_lora_weights.safetensors + a peft adapter folder per expert."};
     int prc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (prc != OPTS_OK) return opts_exit_status(prc);
+    if (ckpt) {
+        fprintf(stderr, "vgrpo export: --checkpoint is deprecated (it names the base model): use --base; a run's "
+                        "checkpoint-N goes to --adapter\n");
+        if (base_opt && strcmp(base_opt, ckpt))
+            return opts_exit_status(opts_fail(&cmd, stderr, "--base %s and --checkpoint %s: give the base once "
+                                              "(--base)", base_opt, ckpt));
+        if (!base_opt) base_opt = ckpt;
+    }
+    if (!base_opt) return opts_exit_status(opts_fail(&cmd, stderr, "--base is required (the base model)"));
     if (!adapter && !adapter2) return opts_exit_status(opts_fail(&cmd, stderr, "give --adapter and/or --adapter-2"));
+    if (pipe_out && !merge)
+        return opts_exit_status(opts_fail(&cmd, stderr, "--pipeline-out writes merged weights: add --merge"));
+    if (pipe_out && out)
+        return opts_exit_status(opts_fail(&cmd, stderr, "give --out or --pipeline-out, not both"));
+    if (!pipe_out && !out) return opts_exit_status(opts_fail(&cmd, stderr, "--out is required (or --pipeline-out)"));
+    if (base_is_adapter(base_opt)) {
+        fprintf(stderr, "vgrpo export: %s%s holds a LoRA adapter, not base weights: give it as --adapter %s and the "
+                        "base model (the run's model.path) as --base\n", ckpt ? "--checkpoint " : "--base ", base_opt,
+                base_opt);
+        return 1;
+    }
+    ckpt = base_opt;
+    char partial[4200];
+    if (pipe_out) {
+        struct stat st;
+        if (!stat(pipe_out, &st)) {
+            fprintf(stderr, "vgrpo export: --pipeline-out %s already exists (choose a new folder)\n", pipe_out);
+            return 1;
+        }
+        export_pipeline_partial(pipe_out, partial, sizeof partial);
+        export_pipeline_remove(partial); /* an earlier failed export's */
+        out = partial;
+    }
     char base[2][4200], abuf[2][4200];
     const char *ad[2];
     int have[2];
@@ -130,16 +188,27 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "vgrpo export: an adapter for transformer_2 (%s) but %s has no transformer_2/\n", ad[1], ckpt);
         return 1;
     }
-    if (core_mkdir_p(out)) {
+    if (pipe_out ? export_pipeline_copy(ckpt, out) : core_mkdir_p(out)) {
         fprintf(stderr, "vgrpo export: %s\n", core_last_error());
+        if (pipe_out) export_pipeline_remove(out);
         return 1;
     }
     for (int e = 0; e < 2; e++) {
         if (!have[e] || (!ad[e] && !merge)) continue;
         if (export_expert(base[e], ad[e], e, merge, out)) {
             fprintf(stderr, "vgrpo export: %s\n", core_last_error());
+            if (pipe_out) export_pipeline_remove(out);
             return 1;
         }
+    }
+    if (pipe_out) {
+        if (rename(out, pipe_out)) {
+            fprintf(stderr, "vgrpo export: renaming %s to %s failed: %s\n", out, pipe_out, strerror(errno));
+            export_pipeline_remove(out);
+            return 1;
+        }
+        printf("export: pipeline %s (the components of %s, the merged transformer%s): vgrpo generate --pipeline %s\n",
+               pipe_out, ckpt, have[1] ? "s" : "", pipe_out);
     }
     return 0;
 }

@@ -40,6 +40,7 @@
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "model/vae/latent_rgb.h"
 #include "model/vae/tiny_vae.h"
 #include "model/text/tiny_text.h"
@@ -191,7 +192,7 @@ int cmd_init_model(int argc, char **argv) {
     }
     const int two = a14b || experts == 2;
     if (force) remove_previous(out);
-    int rc = make_dir(out);
+    int rc = core_mkdir_p(out); /* with its parents, as a run's folders (core/fs.h) */
     for (int e = 0; e < 1 + two && !rc; e++) {
         snprintf(path, sizeof path, "%s/%s", out, e ? "transformer_2" : "transformer");
         if (weights) {

@@ -65,11 +65,18 @@ static int label_scale(int h) {
     return s < 1 ? 1 : s > 4 ? 4 : s;
 }
 
+int media_png_sheet_scale(int h, int w) {
+    const int m = h > w ? h : w;
+    return m < 1 || m >= MEDIA_PNG_SHEET_MIN_PX ? 1 : (MEDIA_PNG_SHEET_MIN_PX + m - 1) / m;
+}
+
 int media_png_sheet_layout(int n, int frames, int h, int w, int max_cols, int has_labels, int *sheet_h,
                              int *sheet_w, int *cols) {
     if (n < 1 || frames < 1 || h < 1 || w < 1)
         return core_error("contact sheet: bad video shape [%d, %d, %d, %d, 3]", n, frames, h, w);
     int c = (max_cols > 0 && max_cols < frames) ? max_cols : frames;
+    const int u = media_png_sheet_scale(h, w); /* tiles of u h x u w pixels */
+    h *= u, w *= u;
     int64_t L = has_labels ? 7 * label_scale(h) : 0;
     int64_t sw = (int64_t)c * w + (int64_t)(c + 1) * SHEET_GAP;
     int64_t sh = (int64_t)n * (L + h) + (int64_t)(n + 1) * SHEET_GAP;
@@ -93,17 +100,23 @@ int media_png_sheet_render(const uint8_t *videos, int n, int frames, int h, int 
     if (core_tensor_alloc(out, CORE_U8, 3, shape)) return core_error_push("contact sheet: ");
     uint8_t *img = out->data;
     for (size_t p = 0; p < (size_t)sh * sw; p++) memcpy(img + p * 3, sheet_bg, 3);
-    int s = label_scale(h), L = labels ? 7 * s : 0;
+    const int u = media_png_sheet_scale(h, w), th = u * h, tw = u * w; /* a tile: the frame scaled by u */
+    int s = label_scale(th), L = labels ? 7 * s : 0;
     size_t frame_bytes = (size_t)h * w * 3;
     for (int i = 0; i < n; i++) {
-        int band_y = SHEET_GAP + i * (L + h + SHEET_GAP);
+        int band_y = SHEET_GAP + i * (L + th + SHEET_GAP);
         if (labels && labels[i]) media_png_draw_text(img, sh, sw, SHEET_GAP, band_y + s, s, label_fg, labels[i]);
         for (int j = 0; j < cols; j++) {
             int f = cols == 1 ? 0 : (int)(((int64_t)j * (frames - 1) * 2 + (cols - 1)) / (2 * (int64_t)(cols - 1)));
             const uint8_t *src = videos + ((size_t)i * frames + f) * frame_bytes;
-            int x0 = SHEET_GAP + j * (w + SHEET_GAP);
-            for (int y = 0; y < h; y++)
-                memcpy(img + ((size_t)(band_y + L + y) * sw + x0) * 3, src + (size_t)y * w * 3, (size_t)w * 3);
+            int x0 = SHEET_GAP + j * (tw + SHEET_GAP);
+            for (int y = 0; y < th; y++) { /* nearest neighbour: tile pixel (y, x) is frame pixel (y / u, x / u) */
+                uint8_t *dst = img + ((size_t)(band_y + L + y) * sw + x0) * 3;
+                const uint8_t *row = src + (size_t)(y / u) * w * 3;
+                if (u == 1) memcpy(dst, row, (size_t)w * 3);
+                else
+                    for (int x = 0; x < tw; x++) memcpy(dst + (size_t)x * 3, row + (size_t)(x / u) * 3, 3);
+            }
         }
     }
     return 0;
@@ -119,7 +132,7 @@ int media_png_write_sheet(const char *path, const uint8_t *videos, int n, int fr
     return rc;
 }
 
-int media_png_title_band(int h) { return 7 * label_scale(h) + SHEET_GAP; }
+int media_png_title_band(int h, int w) { return 7 * label_scale(h * media_png_sheet_scale(h, w)) + SHEET_GAP; }
 
 int media_png_fit_text(char *out, size_t cap, const char *text, int width, int scale) {
     if (!cap) return 0;
@@ -145,7 +158,8 @@ int media_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int 
     memset(out, 0, sizeof *out);
     core_tensor body;
     if (media_png_sheet_render(videos, n, frames, h, w, max_cols, labels, &body)) return -1;
-    const int band = media_png_title_band(h), s = label_scale(h), bh = (int)body.shape[0], sw = (int)body.shape[1];
+    const int th = h * media_png_sheet_scale(h, w), band = 7 * label_scale(th) + SHEET_GAP, s = label_scale(th);
+    const int bh = (int)body.shape[0], sw = (int)body.shape[1];
     if (bh + band > 65535) {
         core_tensor_free(&body);
         return core_error("contact sheet: %dx%d pixels with the title is over the PNG limit used here (65535)",

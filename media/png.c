@@ -15,7 +15,36 @@
 
 typedef struct {
     char msg[256];
+    unsigned long long refused; /* bytes of the first allocation over MEDIA_PNG_MAX_CHUNK_BYTES libpng asked for */
+    char refused_chunk[5];      /* the chunk being read then ("" when none) */
 } png_err_ctx;
+
+/* libpng's allocator for the reader: every block libpng asks for (a chunk's data, a row, zlib's state) is at most
+ * MEDIA_PNG_MAX_CHUNK_BYTES. A chunk's length is read from the file, and libpng 1.6.39 allocates an ancillary chunk
+ * (tEXt, iCCP, ...) whole before reading it, without applying png_set_chunk_malloc_max to it: a 54-byte file declaring
+ * a 2 GiB tEXt chunk took 2 GiB before failing as truncated. Refused here, libpng treats the chunk as one it cannot
+ * hold (a benign error: it skips the chunk's bytes), and the first refusal is kept for the message. */
+static png_voidp png_bounded_malloc(png_structp png, png_alloc_size_t n) {
+    png_err_ctx *ctx = png_get_mem_ptr(png);
+    if (n > MEDIA_PNG_MAX_CHUNK_BYTES) {
+        if (ctx && !ctx->refused) {
+            ctx->refused = (unsigned long long)n;
+            const png_uint_32 t = png_get_io_chunk_type(png);
+            for (int k = 0; k < 4; k++) {
+                const char c = (char)(t >> (24 - 8 * k));
+                ctx->refused_chunk[k] = c >= 33 && c <= 126 ? c : '?';
+            }
+            ctx->refused_chunk[4] = 0;
+        }
+        return NULL;
+    }
+    return malloc(n ? n : 1);
+}
+
+static void png_bounded_free(png_structp png, png_voidp p) {
+    (void)png;
+    free(p);
+}
 
 static void on_png_error(png_structp png, png_const_charp msg) {
     png_err_ctx *ctx = png_get_error_ptr(png);
@@ -56,7 +85,8 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
     FILE *fp = fopen(tmp, "wb");
     if (!fp) return core_error("png %s: cannot create %s: %s", path, tmp, strerror(errno));
 
-    png_err_ctx ctx = {{0}};
+    png_err_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &ctx, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
@@ -149,14 +179,21 @@ int media_png_read(const char *path, core_tensor *out) {
     memset(out, 0, sizeof *out);
     FILE *fp;
     if (open_signed(path, &fp)) return -1;
-    png_err_ctx ctx = {{0}};
-    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, on_png_error, on_png_warning);
+    png_err_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    png_structp png = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, &ctx, on_png_error, on_png_warning, &ctx,
+                                               png_bounded_malloc, png_bounded_free);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_read_struct(&png, &info, NULL);
         fclose(fp);
         return core_error("png %s: out of memory creating the libpng reader", path);
     }
+    /* libpng's own limits, as far as this version applies them: a chunk's allocation (also the decompressed size of
+     * zTXt / iCCP), the number of ancillary chunks kept. The image's sides are bounded by size_ok below, from the
+     * header and before any pixel is allocated (png_set_user_limits would refuse first, as "Invalid IHDR data") */
+    png_set_chunk_malloc_max(png, MEDIA_PNG_MAX_CHUNK_BYTES);
+    png_set_chunk_cache_max(png, MEDIA_PNG_MAX_CHUNKS);
     uint8_t *volatile buf = NULL;
     png_bytep *volatile rows = NULL;
     if (setjmp(png_jmpbuf(png))) {
@@ -164,6 +201,10 @@ int media_png_read(const char *path, core_tensor *out) {
         fclose(fp);
         free(buf);
         free(rows);
+        if (ctx.refused)
+            return core_error("png %s: its %s chunk asks for %llu bytes, over the reader's limit of %d bytes at "
+                              "once (not read; then: %s)", path, ctx.refused_chunk, ctx.refused,
+                              MEDIA_PNG_MAX_CHUNK_BYTES, ctx.msg);
         return core_error("png %s: libpng read failed: %s", path, ctx.msg);
     }
     png_reader rd = {fp, 8};

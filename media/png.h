@@ -5,13 +5,15 @@
  * Contact sheet (media/contact_sheet.c): a grid with one ROW PER SAMPLE and one COLUMN PER CHOSEN FRAME.
  * For N videos U8 [N, F, H, W, 3] and C columns (C = min(F, max_cols); max_cols <= 0 means all F frames) the
  * column j shows frame round(j * (F - 1) / (C - 1)) (frame 0 when C = 1), so the first and last frames are
- * always shown. Every tile is the full-size frame (no scaling). Layout, in pixels:
+ * always shown. Every tile is the frame scaled by u = media_png_sheet_scale(H, W): 1 when its larger side is at least
+ * MEDIA_PNG_SHEET_MIN_PX (128), else ceil(128 / max(H, W)), each frame pixel drawn as a u x u block (nearest
+ * neighbour), so that a 32 x 32 video is seen as 128 x 128 tiles. With H' = u H and W' = u W, the layout in pixels:
  *   gap g = 2 (background colour RGB 24,24,24 between tiles and around the border)
- *   label scale s = clamp(H / 32, 1, 4); label band height L = 7 * s when labels are given, else 0
- *   sheet width  = C * W + (C + 1) * g
- *   sheet height = N * (L + H) + (N + 1) * g
- *   sample i's label band starts at y = g + i * (L + H + g), its tiles at y + L; column j's tile at
- *   x = g + j * (W + g).
+ *   label scale s = clamp(H' / 32, 1, 4); label band height L = 7 * s when labels are given, else 0
+ *   sheet width  = C * W' + (C + 1) * g
+ *   sheet height = N * (L + H') + (N + 1) * g
+ *   sample i's label band starts at y = g + i * (L + H' + g), its tiles at y + L; column j's tile at
+ *   x = g + j * (W' + g).
  * Labels are drawn in the band in white with a built-in 3 x 5 pixel font scaled by s (each character 4s wide,
  * one row s of space above). The font has digits, A-Z (lower case is drawn as upper case) and  . , : ; - _ + = /
  * ( ) # ' ! ? % [ ] < > * "; any other character is drawn as a filled block. Text past the sheet's width is cut.
@@ -39,10 +41,16 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
  * refused from the header, before anything is allocated. */
 #define MEDIA_PNG_MAX_PIXELS ((int64_t)1 << 27)
 
+/* The most media_png_read lets libpng allocate at once (a chunk's data: text, colour profile; a row; zlib's state), and
+ * the most ancillary chunks it keeps: a file declares its chunks' lengths, so a few bytes can claim gigabytes. */
+#define MEDIA_PNG_MAX_CHUNK_BYTES (8 * 1024 * 1024)
+#define MEDIA_PNG_MAX_CHUNKS 1000
+
 /* Reads a PNG into `out`: a new owned tensor U8 [H, W, 3]. Palette, grey, 16-bit and alpha images are converted
  * to 8-bit RGB (alpha dropped, a palette's transparency (tRNS) too, as PIL's convert("RGB"); 16-bit truncated to
  * the high byte). Returns 0, or -1 naming `path` and what is wrong: a folder, an empty or short file, not a PNG (a
- * JPEG named as such), an image over MEDIA_PNG_MAX_PIXELS, a file that ends before the image does (truncated), or
+ * JPEG named as such), an image over MEDIA_PNG_MAX_PIXELS, a chunk over MEDIA_PNG_MAX_CHUNK_BYTES (named with its
+ * declared length; nothing that large is allocated), a file that ends before the image does (truncated), or
  * libpng's message for a corrupt one. */
 int media_png_read(const char *path, core_tensor *out);
 
@@ -78,8 +86,14 @@ int media_png_sheet_render_titled(const uint8_t *videos, int n, int frames, int 
 int media_png_write_sheet_titled(const char *path, const uint8_t *videos, int n, int frames, int h, int w,
                                    int max_cols, const char *title, const char *const *labels);
 
-/* Height in pixels of the title band of a sheet of h-pixel-high frames: 7 * s + 2 (s = clamp(h / 32, 1, 4)). */
-int media_png_title_band(int h);
+/* The tile scale of a sheet of h x w frames: 1 when max(h, w) >= MEDIA_PNG_SHEET_MIN_PX, else
+ * ceil(MEDIA_PNG_SHEET_MIN_PX / max(h, w)) (nearest-neighbour upscaling of small frames; layout above). */
+#define MEDIA_PNG_SHEET_MIN_PX 128
+int media_png_sheet_scale(int h, int w);
+
+/* Height in pixels of the title band of a sheet of h x w frames: 7 * s + 2 (s = clamp(h u / 32, 1, 4), u =
+ * media_png_sheet_scale(h, w)). */
+int media_png_title_band(int h, int w);
 
 /* Makes `text` fit `width` pixels at font `scale` as the title is drawn: at most (width + scale) / (4 * scale)
  * characters, characters the font cannot draw replaced by '?' (one per UTF-8 sequence), and text that is longer

@@ -169,7 +169,10 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     int n_dit = 0;
     wan_acts *acts[2] = {NULL, NULL};
     float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL, *cond = NULL, *work = NULL;
+    float *eps = NULL, *xn = NULL; /* eta > 0: the step's noise and the next latent */
     vae_encoder *venc = NULL;
+    if (!(a->eta >= 0 && a->eta <= 1e6)) return core_error("--eta %g: must be finite and >= 0", a->eta);
+    if (a->uid > 0xffffffffull) return core_error("--uid %llu: over 2^32 - 1", (unsigned long long)a->uid);
     if (read_index(a->pipeline, &two, &boundary)) goto done;
     const int ff_pipe = a->image ? flow_ff_pipeline_conditions(a->pipeline) : 0; /* 1: TI2V first-frame */
     if (ff_pipe < 0) goto done;
@@ -269,7 +272,8 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     ts = malloc(sizeof(float) * (size_t)(rows * nts));
     if (ti2v) cond = malloc(sizeof(float) * (size_t)(nl / T)), work = malloc(sizeof(float) * (size_t)(5 * nl));
     if (cat) cond = malloc(sizeof(float) * (size_t)cc * T * h * w);
-    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && !cond) || (ti2v && !work)) {
+    if (a->eta > 0) eps = malloc(sizeof(float) * (size_t)nl), xn = malloc(sizeof(float) * (size_t)nl);
+    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && !cond) || (ti2v && !work) || (a->eta > 0 && (!eps || !xn))) {
         core_error("out of memory for a %d x %d x %d video", a->frames, a->height, a->width);
         goto done;
     }
@@ -313,7 +317,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     const flow_ff ff = flow_ff_make(shape, ti2v ? cond : NULL);
     for (int e = 0; e < n_dit; e++)
         if (!(acts[e] = wan_acts_new(&dit[e].cfg, &sh, WAN_ACTS_INFER))) goto done;
-    core_philox_normal(x, nl, a->seed, 0, 0, CORE_STREAM_EVAL_NOISE);
+    core_philox_normal(x, nl, a->seed, 0, (uint32_t)a->uid, CORE_STREAM_EVAL_NOISE);
     flow_ff_apply(&ff, x); /* frame 0 is the image's latent (no-op without --image) */
     t0 = now_s();
     if (a->progress) a->progress(a->progress_ctx, 0, a->steps);
@@ -331,8 +335,14 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         if (r == 2) flow_cfg_combine(v, vout, vout + nl, g, nl);
         else memcpy(v, vout, sizeof(float) * (size_t)nl);
         flow_step st;
-        if (flow_ff_sde_step(flow_kind_default(), &ff, x, v, NULL, NULL, sigmas[i], sigmas[i + 1], sigmas[1], 0.0f, NULL,
-                             x, &st, work))
+        if (a->eta > 0) { /* the SDE step with the eval's noise of this step (rollout/engine.c: slot i + 1) */
+            core_philox_normal(eps, nl, a->seed, (uint32_t)(i + 1), (uint32_t)a->uid, CORE_STREAM_EVAL_NOISE);
+            if (flow_ff_sde_step(flow_kind_default(), &ff, x, v, eps, NULL, sigmas[i], sigmas[i + 1], sigmas[1],
+                                 (float)a->eta, NULL, xn, &st, work))
+                goto done;
+            memcpy(x, xn, sizeof(float) * (size_t)nl);
+        } else if (flow_ff_sde_step(flow_kind_default(), &ff, x, v, NULL, NULL, sigmas[i], sigmas[i + 1], sigmas[1],
+                                    0.0f, NULL, x, &st, work))
             goto done;
         if (a->progress) a->progress(a->progress_ctx, i + 1, a->steps);
     }
@@ -354,7 +364,7 @@ done:
     vae_free(vae);
     for (int e = 0; e < n_dit; e++) wan_acts_free(acts[e]), wan_model_free(&dit[e]);
     for (int e = 0; e < 2; e++) wan_lora_free(&lora[e]);
-    free(emb), free(x), free(xin), free(vout), free(v), free(ts), free(cond), free(work);
+    free(emb), free(x), free(xin), free(vout), free(v), free(ts), free(cond), free(work), free(eps), free(xn);
     vae_encoder_free(venc);
     return rc;
 }

@@ -2,10 +2,10 @@
  * WanPipeline.__call__ does with FlowMatchEulerDiscreteScheduler:
  *
  *   prompt, negative prompt -> tokenizer + umT5 (model/text/t5_prompt.h; max_sequence_length 512, zero-padded)
- *   latents [C, T, h, w] = normals of Philox (seed, slot 0, uid 0, CORE_STREAM_EVAL_NOISE)   (DESIGN.md section 4)
+ *   latents [C, T, h, w] = normals of Philox (seed, slot 0, uid, CORE_STREAM_EVAL_NOISE)   (DESIGN.md section 4)
  *   per step i: expert = transformer, or transformer_2 when the pipeline has one and timestep < boundary_ratio * 1000
  *               (flow_expert); v = v_u + g (v_c - v_u) with g = guidance (transformer) or guidance2
- *               (transformer_2); x <- x + v dt (flow_sde_step with eta 0: the Euler ODE step)
+ *               (transformer_2); x <- x + v dt (flow_sde_step with eta 0: the Euler ODE step; eta > 0: the SDE step)
  *   VAE: un-normalise, decode, map to U8 (vae_latents_to_u8)
  *
  * T = (frames - 1) / 4 + 1 latent frames, h = height / 8, w = width / 8 (factors of the VAE: 4 and 8 for Wan 2.1,
@@ -49,6 +49,10 @@ typedef struct {
     double guidance, guidance2;    /* CFG scales of transformer and transformer_2 (1: no unconditional pass) */
     double shift;                  /* flow shift of the sigma schedule */
     uint64_t seed;                 /* noise seed */
+    double eta;                    /* SDE noise level: 0 (the default) the Euler ODE step; > 0 flow_sde_step with
+                                      flow_kind_default() and the noise of step i from Philox (seed, slot i + 1, uid,
+                                      CORE_STREAM_EVAL_NOISE), as rollout/engine.c draws it */
+    uint64_t uid;                  /* Philox counter word of the noise (< 2^32; 0: today's default) */
     /* Called with done = 0 before the first step and after each step (done = 1..steps); NULL: none. */
     void (*progress)(void *ctx, int done, int total);
     void *progress_ctx;

@@ -143,7 +143,9 @@ TEST(gen_writes_mp4_and_sheet) {
     REQUIRE_OK(media_png_read(png, &s));
     int sh, sw, cols;
     REQUIRE_OK(media_png_sheet_layout(1, 9, 32, 48, 8, 1, &sh, &sw, &cols));
-    CHECK(s.shape[0] == sh + media_png_title_band(32) && s.shape[1] == sw); /* the prompt's title band on top */
+    /* 32 x 48 frames are drawn 3 times larger (96 x 144 tiles: under 128 pixels, media/png.h), label scale 3 */
+    CHECK(sh == 7 * 3 + 96 + 2 * 2 && sw == 8 * 144 + 9 * 2 && media_png_title_band(32, 48) == 7 * 3 + 2);
+    CHECK(s.shape[0] == sh + media_png_title_band(32, 48) && s.shape[1] == sw); /* the prompt's title band on top */
     core_tensor_free(&s);
 }
 

@@ -387,18 +387,20 @@ TEST(i2v_image_sheet_survives_a_missing_image) {
               "got: %s", core_last_error());
     core_tensor t;
     REQUIRE_OK(media_png_read(sheet, &t));
-    /* 32-pixel tiles: label scale 1, title band 9, gap 2, no labels: row r's tiles at y = 11 + 34 r, column c at x =
-     * 2 + 34 c (media/png.h) */
+    /* 32-pixel frames drawn 4 times larger (128-pixel tiles, nearest neighbour: media/png.h): label scale 4, title
+     * band 30, gap 2, no labels: row r's tiles at y = 32 + 130 r, column c at x = 2 + 130 c */
     const int64_t Wd = t.shape[1];
-    REQUIRE(t.shape[0] == 9 + 2 * 32 + 3 * 2 && Wd == 2 * 32 + 3 * 2);
+    REQUIRE(t.shape[0] == 30 + 2 * 128 + 3 * 2 && Wd == 2 * 128 + 3 * 2);
     const uint8_t *d = t.data;
     int blank = 1, image = 1, frame = 1;
-    for (int y = 0; y < 32; y++)
-        for (int x = 0; x < 32 * 3; x++) {
-            blank &= d[((11 + y) * Wd + 2) * 3 + x] == 24;
-            image &= d[((45 + y) * Wd + 2) * 3 + x] == px[y * 96 + x];
-            frame &= d[((11 + y) * Wd + 36) * 3 + x] == video[y * 96 + x];
-        }
+    for (int y = 0; y < 128; y++)
+        for (int x = 0; x < 128; x++)
+            for (int ch = 0; ch < 3; ch++) {
+                const int src = ((y / 4) * 32 + x / 4) * 3 + ch;
+                blank &= d[((32 + y) * Wd + 2 + x) * 3 + ch] == 24;
+                image &= d[((162 + y) * Wd + 2 + x) * 3 + ch] == px[src];
+                frame &= d[((32 + y) * Wd + 132 + x) * 3 + ch] == video[src];
+            }
     CHECK_MSG(blank && image && frame, "row 0's image tile blank %d, row 1's the image %d, row 0's frame %d", blank,
               image, frame);
     core_tensor_free(&t);

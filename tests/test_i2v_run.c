@@ -203,12 +203,13 @@ TEST(i2v_generate_and_eval) {
     snprintf(q, sizeof q, "%s/g2.png", dir);
     REQUIRE_OK(media_png_read(p, &a));
     REQUIRE_OK(media_png_read(q, &b));
-    REQUIRE(a.shape[0] == b.shape[0] && a.shape[1] == 5 * 32 + 6 * 2);
-    const int64_t Wd = a.shape[1], y0 = a.shape[0] - 2 - 32; /* the tiles' row band: the last 32 rows above the gap */
+    /* 32-pixel frames are drawn as 128-pixel tiles (nearest neighbour, media/png.h) */
+    REQUIRE(a.shape[0] == b.shape[0] && a.shape[1] == 5 * 128 + 6 * 2);
+    const int64_t Wd = a.shape[1], y0 = a.shape[0] - 2 - 128; /* the tiles' row band: the last 128 rows above the gap */
     int same0 = 1, same1 = 1;
-    for (int64_t y = y0; y < y0 + 32; y++) {
-        same0 &= !memcmp((uint8_t *)a.data + (y * Wd + 2) * 3, (uint8_t *)b.data + (y * Wd + 2) * 3, 32 * 3);
-        same1 &= !memcmp((uint8_t *)a.data + (y * Wd + 36) * 3, (uint8_t *)b.data + (y * Wd + 36) * 3, 32 * 3);
+    for (int64_t y = y0; y < y0 + 128; y++) {
+        same0 &= !memcmp((uint8_t *)a.data + (y * Wd + 2) * 3, (uint8_t *)b.data + (y * Wd + 2) * 3, 128 * 3);
+        same1 &= !memcmp((uint8_t *)a.data + (y * Wd + 132) * 3, (uint8_t *)b.data + (y * Wd + 132) * 3, 128 * 3);
     }
     CHECK_MSG(same0 && !same1, "first frame equal across seeds: %d (want 1); second: %d (want 0)", same0, same1);
     core_tensor_free(&a), core_tensor_free(&b);
@@ -245,11 +246,13 @@ TEST(i2v_generate_and_eval) {
     core_tensor sh, im;
     REQUIRE_OK(media_png_read(p, &sh));
     REQUIRE_OK(media_png_read(q, &im));
-    CHECK(sh.shape[1] == 6 * 32 + 7 * 2); /* the image and 5 frames per row */
-    const int64_t y1 = sh.shape[0] - 2 - 32; /* the last row's tiles */
+    CHECK(sh.shape[1] == 6 * 128 + 7 * 2); /* the image and 5 frames per row, 128-pixel tiles */
+    const int64_t y1 = sh.shape[0] - 2 - 128; /* the last row's tiles */
     int same = 1;
-    for (int64_t y = 0; y < 32; y++)
-        same &= !memcmp((uint8_t *)sh.data + ((y1 + y) * sh.shape[1] + 2) * 3, (uint8_t *)im.data + y * 32 * 3, 32 * 3);
+    for (int64_t y = 0; y < 128; y++) /* tile pixel (y, x) = image pixel (y / 4, x / 4) */
+        for (int64_t x = 0; x < 128; x++)
+            same &= !memcmp((uint8_t *)sh.data + ((y1 + y) * sh.shape[1] + 2 + x) * 3,
+                            (uint8_t *)im.data + ((y / 4) * 32 + x / 4) * 3, 3);
     CHECK_MSG(same, "the sheet's first column is not the input image");
     core_tensor_free(&sh), core_tensor_free(&im);
 }
@@ -271,7 +274,9 @@ TEST(i2v_run_sample_video_sheets) {
                                    "--out %s/ev", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "eval failed: %s", out);
     static const char *const names[4] = {"red", "green", "blue", "yellow"};
-    const int H = 32, W = 32, g = 2, L = 7, T = media_png_title_band(H); /* label scale 1 at 32 pixels */
+    /* 32 x 32 frames drawn 4 times larger (128-pixel tiles, nearest neighbour), label scale 4 (media/png.h) */
+    const int u = 4, H = 32 * u, W = 32 * u, g = 2, L = 7 * 4, T = media_png_title_band(32, 32);
+    CHECK(media_png_sheet_scale(32, 32) == u && T == L + g);
     core_tensor sh, ev, im;
     for (int s = 0; s <= 1; s++) {
         snprintf(p, sizeof p, "%s/r/videos/step-%d/sheet.png", dir, s);
@@ -284,8 +289,10 @@ TEST(i2v_run_sample_video_sheets) {
             REQUIRE_OK(media_png_read(p, &im));
             const int64_t y0 = T + g + (int64_t)j * (L + H + g) + L; /* row j's tiles */
             int same = 1;
-            for (int y = 0; y < H; y++)
-                same &= !memcmp((uint8_t *)sh.data + ((y0 + y) * sw + g) * 3, (uint8_t *)im.data + y * W * 3, W * 3);
+            for (int y = 0; y < H; y++) /* tile pixel (y, x) = image pixel (y / u, x / u) */
+                for (int x = 0; x < W; x++)
+                    same &= !memcmp((uint8_t *)sh.data + ((y0 + y) * sw + g + x) * 3,
+                                    (uint8_t *)im.data + ((y / u) * (W / u) + x / u) * 3, 3);
             CHECK_MSG(same, "step %d: row %d does not start with %s.png", s, j, names[j]);
             core_tensor_free(&im);
             if (s) continue;

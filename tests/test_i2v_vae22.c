@@ -178,7 +178,8 @@ TEST(i2v_vae22_parity_and_runs) {
     }
     for (int i = 0; i < na; i++) json_decref(a[i]);
     for (int i = 0; i < nb; i++) json_decref(b[i]);
-    /* the sample videos: the same raw frames in both modes, and the sheet's tiles 64 x 64 (the image and 5 frames) */
+    /* the sample videos: the same raw frames in both modes, and the sheet's tiles 128 x 128 (the image and 5 frames of
+     * 64 x 64, drawn twice as large: media/png.h) */
     for (int s = 0; s <= 2; s += 2) {
         snprintf(p, sizeof p, "%s/loc/videos/step-%d/index.json", dir, s);
         snprintf(q, sizeof q, "%s/col/videos/step-%d/index.json", dir, s);
@@ -190,7 +191,8 @@ TEST(i2v_vae22_parity_and_runs) {
     snprintf(p, sizeof p, "%s/loc/videos/step-2/sheet.png", dir);
     core_tensor sh;
     REQUIRE_OK(media_png_read(p, &sh));
-    CHECK_MSG(sh.shape[1] == 6 * 64 + 7 * 2, "sheet width %lld, want the image and 5 frames of 64", (long long)sh.shape[1]);
+    CHECK_MSG(sh.shape[1] == 6 * 128 + 7 * 2, "sheet width %lld, want the image and 5 frames of 64 as 128-pixel tiles",
+              (long long)sh.shape[1]);
     core_tensor_free(&sh);
 
     /* start-up refusal: the recipe's factor is not the VAE's */

@@ -259,49 +259,54 @@ TEST(video_contact_sheet_layout_and_labels) {
             sheet_colour(i, f, c);
             for (int p = 0; p < H * W; p++) memcpy(v + (((size_t)i * F + f) * H * W + p) * 3, c, 3);
         }
-    /* Hand-computed: scale s = clamp(20/32, 1, 4) = 1, label band L = 7, gap 2.
-     * width = 4*12 + 5*2 = 58; height = 3*(7+20) + 4*2 = 89; without labels 3*20 + 4*2 = 68; all 9 columns:
-     * width 9*12 + 10*2 = 128. Columns j = 0..3 show frames round(j*8/3) = 0, 3, 5, 8. */
+    /* Hand-computed: 20 x 12 frames are under 128 pixels, so each is drawn u = ceil(128 / 20) = 7 times larger (140 x
+     * 84 tiles); label scale s = clamp(140/32, 1, 4) = 4, label band L = 28, gap 2.
+     * width = 4*84 + 5*2 = 346; height = 3*(28+140) + 4*2 = 512; without labels 3*140 + 4*2 = 428; all 9 columns:
+     * width 9*84 + 10*2 = 776. Columns j = 0..3 show frames round(j*8/3) = 0, 3, 5, 8. */
     int sh, sw, cols;
+    CHECK(media_png_sheet_scale(H, W) == 7 && media_png_sheet_scale(64, 64) == 2 && media_png_sheet_scale(128, 4) == 1);
     REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 4, 1, &sh, &sw, &cols));
-    CHECK(sh == 89 && sw == 58 && cols == 4);
+    CHECK(sh == 512 && sw == 346 && cols == 4);
     REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 4, 0, &sh, &sw, &cols));
-    CHECK(sh == 68 && sw == 58 && cols == 4);
+    CHECK(sh == 428 && sw == 346 && cols == 4);
     REQUIRE_OK(media_png_sheet_layout(N, F, H, W, 0, 1, &sh, &sw, &cols));
-    CHECK(sh == 89 && sw == 128 && cols == 9);
-    REQUIRE_OK(media_png_sheet_layout(1, 1, 64, 64, 4, 1, &sh, &sw, &cols)); /* s = 2: L = 14 */
-    CHECK(sh == 64 + 14 + 4 && sw == 64 + 4 && cols == 1);
+    CHECK(sh == 512 && sw == 776 && cols == 9);
+    REQUIRE_OK(media_png_sheet_layout(1, 1, 64, 64, 4, 1, &sh, &sw, &cols)); /* u = 2: 128, s = 4: L = 28 */
+    CHECK(sh == 128 + 28 + 4 && sw == 128 + 4 && cols == 1);
+    REQUIRE_OK(media_png_sheet_layout(1, 1, 160, 128, 4, 1, &sh, &sw, &cols)); /* u = 1, s = 4 */
+    CHECK(sh == 160 + 28 + 4 && sw == 128 + 4 && cols == 1);
 
     const char *labels[3] = {"S0", "", NULL};
     core_tensor sheet;
     int rc = media_png_sheet_render(v, N, F, H, W, 4, labels, &sheet);
     if (rc) free(v);
     REQUIRE_OK(rc);
-    REQUIRE(sheet.shape[0] == 89 && sheet.shape[1] == 58);
+    REQUIRE(sheet.shape[0] == 512 && sheet.shape[1] == 346);
     const uint8_t *img = sheet.data;
     const uint8_t bg[3] = {24, 24, 24}, white[3] = {255, 255, 255};
-    const int frame_of_col[4] = {0, 3, 5, 8};
+    const int frame_of_col[4] = {0, 3, 5, 8}, TH = 140, TW = 84;
     for (int i = 0; i < N; i++)
         for (int j = 0; j < 4; j++) {
             uint8_t c[3];
             sheet_colour(i, frame_of_col[j], c);
-            int x0 = 2 + j * 14, y0 = 2 + i * 29 + 7;
-            CHECK_MSG(px_is(img, 58, x0, y0, c) && px_is(img, 58, x0 + W - 1, y0 + H - 1, c),
+            int x0 = 2 + j * (TW + 2), y0 = 2 + i * (28 + TH + 2) + 28;
+            CHECK_MSG(px_is(img, 346, x0, y0, c) && px_is(img, 346, x0 + TW - 1, y0 + TH - 1, c),
                       "tile (%d, %d) wrong", i, j);
-            CHECK(px_is(img, 58, x0 - 1, y0, bg) && px_is(img, 58, x0 + W, y0 + H - 1, bg)); /* gaps */
+            CHECK(px_is(img, 346, x0 - 1, y0, bg) && px_is(img, 346, x0 + TW, y0 + TH - 1, bg)); /* gaps */
         }
-    CHECK(px_is(img, 58, 0, 0, bg) && px_is(img, 58, 57, 88, bg));
-    /* "S0" at x = 2, y = 2 + 1: 'S' top row is .## and '0' (x = 6) top row is ###; 'S' row 2 is .#. */
-    CHECK(px_is(img, 58, 2, 3, bg) && px_is(img, 58, 3, 3, white) && px_is(img, 58, 4, 3, white));
-    CHECK(px_is(img, 58, 6, 3, white) && px_is(img, 58, 7, 3, white) && px_is(img, 58, 8, 3, white));
-    CHECK(px_is(img, 58, 2, 5, bg) && px_is(img, 58, 3, 5, white) && px_is(img, 58, 4, 5, bg));
+    CHECK(px_is(img, 346, 0, 0, bg) && px_is(img, 346, 345, 511, bg));
+    /* "S0" at x = 2, y = 2 + 4, each font pixel 4 x 4: 'S' top row is .## and '0' (x = 2 + 16) top row is ###;
+     * 'S' row 2 (y = 6 + 8) is .#. */
+    CHECK(px_is(img, 346, 2, 6, bg) && px_is(img, 346, 6, 6, white) && px_is(img, 346, 10, 6, white));
+    CHECK(px_is(img, 346, 18, 6, white) && px_is(img, 346, 22, 6, white) && px_is(img, 346, 26, 9, white));
+    CHECK(px_is(img, 346, 2, 14, bg) && px_is(img, 346, 6, 14, white) && px_is(img, 346, 10, 14, bg));
     /* Bands of samples 1 ("") and 2 (NULL) have no label pixels; band 0 has exactly the glyph pixels of "S0"
-     * ('S' 7 pixels, '0' 12 pixels). */
+     * ('S' 7 pixels, '0' 12 pixels, each 4 x 4). */
     int white_in_band[3] = {0, 0, 0};
     for (int i = 0; i < N; i++)
-        for (int y = 2 + i * 29; y < 2 + i * 29 + 7; y++)
-            for (int x = 0; x < 58; x++) white_in_band[i] += px_is(img, 58, x, y, white);
-    CHECK(white_in_band[0] == 19 && white_in_band[1] == 0 && white_in_band[2] == 0);
+        for (int y = 2 + i * (28 + TH + 2); y < 2 + i * (28 + TH + 2) + 28; y++)
+            for (int x = 0; x < 346; x++) white_in_band[i] += px_is(img, 346, x, y, white);
+    CHECK(white_in_band[0] == 19 * 16 && white_in_band[1] == 0 && white_in_band[2] == 0);
 
     /* Written as PNG and read back bit-exact. */
     char path[600];
@@ -314,7 +319,7 @@ TEST(video_contact_sheet_layout_and_labels) {
     rc = media_png_read(path, &back);
     if (rc) core_tensor_free(&sheet);
     REQUIRE_OK(rc);
-    CHECK(back.shape[0] == 89 && back.shape[1] == 58 && memcmp(back.data, sheet.data, 89 * 58 * 3) == 0);
+    CHECK(back.shape[0] == 512 && back.shape[1] == 346 && memcmp(back.data, sheet.data, 512 * 346 * 3) == 0);
     core_tensor_free(&back);
     core_tensor_free(&sheet);
 }
@@ -358,8 +363,8 @@ TEST(video_sheet_title_band) {
     CHECK(none.shape[0] == plain.shape[0] && none.shape[1] == plain.shape[1] &&
           !memcmp(none.data, plain.data, (size_t)plain.shape[0] * plain.shape[1] * 3));
     REQUIRE_OK(media_png_sheet_render_titled(v, N, F, H, W, 4, "a red car", labels, &titled));
-    const int band = media_png_title_band(H), sw = (int)plain.shape[1], ph = (int)plain.shape[0];
-    CHECK(band == 9); /* s = 1: 7 + 2 */
+    const int band = media_png_title_band(H, W), sw = (int)plain.shape[1], ph = (int)plain.shape[0];
+    CHECK(band == 30); /* 140-pixel tiles (u = 7): s = 4, 7 * 4 + 2 */
     CHECK(titled.shape[0] == ph + band && titled.shape[1] == sw);
     const uint8_t *img = titled.data, bg[3] = {24, 24, 24}, white[3] = {255, 255, 255};
     CHECK(!memcmp(img + (size_t)band * sw * 3, plain.data, (size_t)ph * sw * 3));
@@ -368,9 +373,11 @@ TEST(video_sheet_title_band) {
         for (int x = 0; x < sw; x++) white_px += px_is(img, sw, x, y, white), other += !px_is(img, sw, x, y, white) &&
                                                                                       !px_is(img, sw, x, y, bg);
     CHECK_MSG(white_px > 20 && other == 0, "title band: %d white pixels, %d others", white_px, other);
-    /* "A" at x = 2, y = 3: top row .#. ; the band's first two rows and the text's row above are background */
-    CHECK(px_is(img, sw, 2, 3, bg) && px_is(img, sw, 3, 3, white) && px_is(img, sw, 4, 3, bg));
-    for (int x = 0; x < sw; x++) CHECK(px_is(img, sw, x, 0, bg) && px_is(img, sw, x, 2, bg));
+    /* "A" at x = 2, y = 2 + 4 (font pixels 4 x 4): top row .#. ; the band's first two rows and the text's 4 rows
+     * above are background */
+    CHECK(px_is(img, sw, 2, 6, bg) && px_is(img, sw, 6, 6, white) && px_is(img, sw, 9, 9, white) &&
+          px_is(img, sw, 10, 6, bg));
+    for (int x = 0; x < sw; x++) CHECK(px_is(img, sw, x, 0, bg) && px_is(img, sw, x, 5, bg));
 
     /* written: no title gives the old file byte for byte; the titled file reads back as rendered */
     char dir[600], a[700], b[700], c[700];
@@ -391,4 +398,31 @@ TEST(video_sheet_title_band) {
     CHECK(back.shape[0] == titled.shape[0] && !memcmp(back.data, titled.data, (size_t)titled.shape[0] * sw * 3));
     core_tensor_free(&back), core_tensor_free(&plain), core_tensor_free(&none), core_tensor_free(&titled);
     free(v);
+}
+
+/* Frames under 128 pixels are upscaled by nearest neighbour (media_png_sheet_scale): a 3 x 2 frame of six colours is
+ * a 129 x 86 tile (u = 43) whose pixel (y, x) is the frame's (y / 43, x / 43); a frame of 128 pixels is drawn as is.
+ * Before, tiles were the frames' own size (a 32 x 32 video gave a sheet of 32-pixel tiles). */
+TEST(video_sheet_small_frames_upscaled) {
+    uint8_t f[2 * 3 * 3];
+    for (int k = 0; k < (int)sizeof f; k++) f[k] = (uint8_t)(40 * k + 5);
+    core_tensor t;
+    REQUIRE_OK(media_png_sheet_render(f, 1, 1, 3, 2, 1, NULL, &t));
+    CHECK(media_png_sheet_scale(3, 2) == 43);
+    REQUIRE(t.shape[0] == 129 + 4 && t.shape[1] == 86 + 4);
+    int same = 1;
+    for (int y = 0; y < 129; y++)
+        for (int x = 0; x < 86; x++) same &= !memcmp((uint8_t *)t.data + ((2 + y) * 90 + 2 + x) * 3, f + ((y / 43) * 2 + x / 43) * 3, 3);
+    CHECK(same);
+    core_tensor_free(&t);
+    uint8_t *g = malloc(128 * 5 * 3);
+    REQUIRE(g);
+    for (int k = 0; k < 128 * 5 * 3; k++) g[k] = (uint8_t)(k * 7);
+    REQUIRE_OK(media_png_sheet_render(g, 1, 1, 128, 5, 1, NULL, &t));
+    CHECK(t.shape[0] == 128 + 4 && t.shape[1] == 5 + 4);
+    same = 1;
+    for (int y = 0; y < 128; y++) same &= !memcmp((uint8_t *)t.data + ((2 + y) * 9 + 2) * 3, g + y * 5 * 3, 5 * 3);
+    CHECK(same);
+    core_tensor_free(&t);
+    free(g);
 }
