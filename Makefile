@@ -42,12 +42,24 @@ ifeq ($(VGRPO_CUDA),1)
 LIB_OBJ  += $(CUDA_C_SRC:%.c=$(BUILD)/%.o) $(CUDA_CU_OBJ)
 CFLAGS   += -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
 LDLIBS   += $(CUDA_LIBS)
-# nothing calls the backend yet (phase 1), so keep the linker from dropping it: the binary carries the table
+# the binary always carries the op table and k_cuda_available (-u: the linker keeps them from the static archive)
 LDFLAGS  += -Wl,-u,k_cuda_ops -Wl,-u,k_cuda_available
 else
 LIB_OBJ  += $(BUILD)/kernels/cuda/absent.o
 endif
 # --- end CUDA variables (rules: the `cuda` section below) ---
+
+# --- `vgrpo --version` (cli/cmd_version.c): the commit this tree is at ("-dirty" when tracked files differ from it;
+# empty outside a git checkout) and OPT, compiled into that one file; $(BUILD)/.version-stamp changes with them, so a
+# new commit or other flags rebuild only cli/cmd_version.o. ---
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null)$(shell git rev-parse --git-dir >/dev/null 2>&1 && \
+  test -n "$$(git status --porcelain --untracked-files=no 2>/dev/null)" && echo -dirty)
+VERSION_INFO := commit=$(GIT_COMMIT) opt=$(OPT) cuda=$(VGRPO_CUDA)
+VERSION_STAMP := $(BUILD)/.version-stamp
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(VERSION_STAMP) 2>/dev/null)" = '$(VERSION_INFO)' ] || echo '$(VERSION_INFO)' > $(VERSION_STAMP); })
+$(BUILD)/cli/cmd_version.o: $(VERSION_STAMP)
+$(BUILD)/cli/cmd_version.o: CFLAGS += -DVGRPO_GIT_COMMIT='"$(GIT_COMMIT)"' -DVGRPO_BUILD_OPT='"$(OPT)"'
+# --- end version ---
 
 .PHONY: all test test-slow asan bench fuzz deps clean demo
 all: $(BUILD)/vgrpo
@@ -73,24 +85,34 @@ $(BUILD)/vgrpo_tests: $(TEST_OBJ) $(BUILD)/libvgrpo.a
 $(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
 	$(CC) $(LDFLAGS) -o $@ $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
 
-# The suite: unit, fixture-parity and end-to-end tests in one runner; prints `N passed, N failed`.
+# The suite: unit, fixture-parity and end-to-end tests in one runner, then the CUDA smoke subset (test-cuda-build).
+# Every part runs whatever the one before it gave; each appends its counts to $(TEST_TALLY) (tests/test_main.c), and
+# the last line is the totals of all of them: `make test: N passed, N failed (suite ...; cuda-smoke ...)`, exit
+# status 1 when a test failed or a part did not run to its end (its build failed, or a test crashed the runner).
+TEST_TALLY := $(BUILD)/test-tally.txt
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
-	VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp $(BUILD)/vgrpo_tests
-	@$(MAKE) --no-print-directory test-cuda-build
+	@rm -f $(TEST_TALLY)
+	VGRPO_TEST_TALLY=$(TEST_TALLY) VGRPO_TEST_PART=suite VGRPO_BIN=$(BUILD)/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp $(BUILD)/vgrpo_tests || true
+	@$(MAKE) --no-print-directory test-cuda-build TALLY=$(TEST_TALLY) || true
+	@$(BUILD)/vgrpo_tests --tally $(TEST_TALLY)
 
-# The CUDA build cannot break unnoticed (issue 15): where nvcc is installed, `make test` also compiles and links
+# The CUDA build cannot break unnoticed: where nvcc is installed, `make test` also compiles and links
 # `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device
+CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
+# With TALLY=FILE (make test passes its $(TEST_TALLY)), it records "start cuda-smoke" before the build, so a build that fails counts.
 .PHONY: test-cuda-build
 test-cuda-build:
 	@if [ -x "$(NVCC)" ]; then \
+	  if [ -n "$(TALLY)" ]; then echo "start cuda-smoke" >> "$(TALLY)"; fi; \
 	  $(MAKE) --no-print-directory cuda BUILD=$(BUILD)-cuda && \
+	  VGRPO_TEST_TALLY=$(TALLY) VGRPO_TEST_PART=cuda-smoke \
 	  VGRPO_BIN=$(BUILD)-cuda/vgrpo VGRPO_MPI_TESTS=$(BUILD)/vgrpo_mpi_tests VGRPO_TEST_TMP=$(BUILD)/test-tmp \
 	    $(BUILD)/vgrpo_tests $(CUDA_SMOKE); \
-	else echo "test-cuda-build: skipped ($(NVCC) not found)"; fi
+	else echo "test-cuda-build: skipped ($(NVCC) not found)"; \
+	  if [ -n "$(TALLY)" ]; then echo "skipped cuda-smoke $(NVCC) not found" >> "$(TALLY)"; fi; fi
 
 # Slow suites (learning runs, long multi-rank runs, the reward-hacking guard tripping on recipes/tiny-cpu-hack.yaml
 # and not on the demo recipe: tests/test_guard.c guard_hack_recipe_trips_slow); CI does not run these.
@@ -206,7 +228,7 @@ endif
 GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_dev*.c) \
   $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c) \
   sp/shard.c sp/comm.c core/philox.c
-# The GRPO rows (cli/check/check_grpo.c, issue 15 phase 3): the rollout engine and the training step on the device
+# The GRPO rows (cli/check/check_grpo.c): the rollout engine and the training step on the device
 # against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).
 GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/train_step.c trainer/train_dev.c trainer/grpo.c \
   trainer/optim.c model/flow/flow.c model/flow/first_frame.c model/vae/wan_vae_i2v.c core/trajectory.c core/reduce.c

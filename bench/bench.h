@@ -1,7 +1,7 @@
 /* bench/bench.h — the benchmarks behind `vgrpo bench <name>` (cli/cmd_bench.c parses their options and calls
  * these). Each prints its table to stdout and its errors to stderr, and returns the process exit status: 0, or 1
  * on failure (out of memory, a server that did not answer, a wrong reply). Benchmarks are commands, never timed
- * tests (DESIGN.md section 9).
+ * tests (docs/design.md section 9).
  *
  * threads: OpenMP (and OpenBLAS) threads for the process; 0 keeps the default (OMP_NUM_THREADS or all cores).
  * quick: a smoke run (one timed run per figure, the slowest shapes left out); see each file's top comment. */

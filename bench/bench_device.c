@@ -10,7 +10,7 @@
  *   dit        the device Wan model (model/dit/wan_dev.h) with the 1.3B's dims and 2 blocks (a small full model:
  *              embedders, blocks, head), forward (inference activations) and forward+backward (stored activations),
  *              at 1 latent frame (1,560 tokens) and 21 (32,760 tokens), 512 text tokens, batch 1. FLOPs per forward:
- *              the blocks' (DESIGN.md section 9: 12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F each) plus the
+ *              the blocks' (docs/design.md section 9: 12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F each) plus the
  *              patch embedding, text embedder and proj_out GEMMs (the time embedder's are negligible and left out);
  *              forward+backward = 3 x forward. MFU = achieved TFLOP/s / the 8192^3 GEMM's, measured in the same
  *              process first.

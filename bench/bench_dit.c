@@ -4,7 +4,7 @@
  *
  * Shapes: the Wan 2.1-1.3B block (D 1536 = 12 heads x 128, FFN 8960, 1,560 video tokens = one 480x832 latent
  * frame, 512 text tokens, batch 1) and the tiny preset's block (D 128 = 4 x 32, FFN 256, 192 tokens = a 3 x 8 x 8
- * grid, 32 text tokens, batch 1). FLOPs per block forward (DESIGN.md section 9):
+ * grid, 32 text tokens, batch 1). FLOPs per block forward (docs/design.md section 9):
  *     12*S*D^2 + 4*S^2*D + 4*S*L*D + 4*L*D^2 + 4*S*D*F;   forward+backward = 3 x forward.
  * Each figure is the median of several timed runs after a warm-up run. scripts/bench_torch.py times diffusers'
  * WanTransformerBlock on the same shapes (PyTorch CPU eager, same thread count) for comparison.

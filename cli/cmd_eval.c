@@ -1,5 +1,5 @@
 /* cli/cmd_eval.c — `vgrpo eval RECIPE [--checkpoint DIR] [--prompts FILE] [--out DIR] [--workers N] [--set k=v ...]`:
- * the rollout-only eval job (DESIGN.md sections 1 and 3).
+ * the rollout-only eval job (docs/design.md sections 1 and 3).
  *
  * It starts the reward server (`vgrpo reward-server`, unless reward.endpoint names an external one) and N rollout
  * workers (`vgrpo rollout-worker`, N = --workers or parallel.rollout_workers; the cores are shared: each gets
@@ -8,7 +8,7 @@
  * (eval), noise level data.eval_eta (0: the ODE sampler), policy version 0. A LoRA checkpoint (--checkpoint whose
  * transformer/ holds an adapter, trainer/checkpoint.h) is evaluated as its adapters on model.path's base: the workers
  * get `--adapter` (rollout/pipeline.h). The samples, and so the rewards, do not
- * depend on N or on which worker ran which chunk (DESIGN.md section 4). What it writes: rollout/eval_report.h
+ * depend on N or on which worker ran which chunk (docs/design.md section 4). What it writes: rollout/eval_report.h
  * (default folder logging.run_dir/eval) and logs/ (one per process); it prints a table. Progress goes to stderr
  * (cli/progress.h: a bar on a terminal, plain lines otherwise). Any process that exits early stops the eval with an
  * error naming it, its exit status or signal and its log; that first failure is the error reported. --prompts takes a text file (one prompt per line) or a

@@ -1,5 +1,5 @@
 /* cli/cmd_parity.c — `vgrpo parity RECIPE [--tolerance T] [--checkpoint DIR] [--set key=value ...]`: the
- * train/rollout log-prob parity check (DESIGN.md section 1, job 3). The processes of a colocated run
+ * train/rollout log-prob parity check (docs/design.md section 1, job 3). The processes of a colocated run
  * (cli/colocated.c: reward server, rollout workers, trainer ranks) run one rollout batch at policy version 0 (with
  * --checkpoint: the checkpoint's weights and version, loaded as `vgrpo run --resume` loads them, so the recipe must
  * be the run's; a LoRA checkpoint's adapters are synced to the workers), and the trainer ranks recompute the velocity

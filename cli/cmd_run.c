@@ -1,5 +1,6 @@
 /* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--max-restarts N]
- * [--launcher supervisor|mpirun [--hostfile FILE] [--np-trainer N] [--np-workers M] [--bind-host ADDR]] [--help-config]`.
+ * [--launcher supervisor|mpirun [--hostfile FILE] [--np-trainer N] [--np-workers M] [--bind-host ADDR]] [--help-config]`;
+ * `vgrpo run --resume DIR [--set ...]` without RECIPE takes the run's recorded recipe (cli/run_recipe.h).
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
  * that needs no weights: trainer_check_recipe, and local mode's own), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
@@ -25,6 +26,7 @@
 #include "cli/launch_mpi.h"
 #include "cli/model_init.h"
 #include "cli/opts.h"
+#include "cli/run_recipe.h"
 #include "cli/source_local.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -60,7 +62,8 @@ int cmd_run(int argc, char **argv) {
         {.name = "resume", .type = OPTS_STRING, .str = &o.resume, .meta = "DIR",
          .help = "continue from DIR: a checkpoint-N folder, or a folder (its latest checkpoint that verifies); the\n"
                  "recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and eval keys may\n"
-                 "change)"},
+                 "change). Without RECIPE: the run's recorded recipe, DIR/config.resolved.yaml or that of DIR's\n"
+                 "parent (every --set of the run included; --set still applies on top)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
@@ -84,7 +87,8 @@ int cmd_run(int argc, char **argv) {
         {.name = "help-config", .type = OPTS_FLAG, .flag = &help_config,
          .help = "list every recipe key with its type, default and range"},
         {0}};
-    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .help = "the recipe YAML (required unless --help-config)"},
+    const opts_pos pos[] = {{.name = "RECIPE", .dst = &path,
+                             .help = "the recipe YAML (required unless --help-config or --resume)"},
                             {0}};
     const opts_cmd cmd = {
         .name = "run", .opts = opts, .pos = pos,
@@ -104,6 +108,17 @@ int cmd_run(int argc, char **argv) {
         return 0;
     }
     const int mpi = !strcmp(launcher, "mpirun");
+    /* --resume DIR alone: the run's recorded recipe (cli/run_recipe.h), so resuming needs no --set again */
+    char recorded[4200];
+    if (!path && o.resume) {
+        if (run_recorded_recipe(o.resume, recorded, sizeof recorded)) {
+            fprintf(stderr, "vgrpo run: %s\n", core_last_error());
+            free(sets.v);
+            return 1;
+        }
+        path = recorded;
+        core_log_info("vgrpo run: no RECIPE given: the run's recorded recipe %s", path);
+    }
     if (!path || (!mpi && strcmp(launcher, "supervisor")) || (!mpi && (hostfile || np_trainer || np_workers || bind_host)) ||
         (mpi && restarts_seen)) {
         status = !path ? opts_fail(&cmd, stderr, "RECIPE is required")

@@ -1,5 +1,5 @@
 /* cli/cmd_trainer.c — `vgrpo trainer RECIPE --controller ENDPOINT --workers M [--resume DIR] [--steps N]
- * [--set key=value ...]`: the trainer process(es) of a colocated run (DESIGN.md section 3). `vgrpo run` starts it
+ * [--set key=value ...]`: the trainer process(es) of a colocated run (docs/design.md section 3). `vgrpo run` starts it
  * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
  * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
  * (trainer/run.h: trainer_run over the remote rollout source, trainer/source.h); ranks > 0 train on their share of

@@ -1,4 +1,4 @@
-/* cli/colocated.c — `vgrpo run RECIPE` with mode: colocated: the supervisor of DESIGN.md section 3. It is not an
+/* cli/colocated.c — `vgrpo run RECIPE` with mode: colocated: the supervisor of docs/design.md section 3. It is not an
  * MPI process. It starts the reward server (unless reward.endpoint names an external one), parallel.rollout_workers
  * rollout workers and the trainer (one rank: `vgrpo trainer ...`; N ranks: `mpirun -n N --bind-to none vgrpo trainer
  * ...`, with --oversubscribe when ranks exceed the cores and the OpenMPI root variables when run as root), shares

@@ -1,5 +1,5 @@
 /* cli/job.h — the processes of a multi-process job (`vgrpo eval`, `vgrpo run` colocated, `vgrpo parity`;
- * DESIGN.md section 3): a short private folder for the ipc:// endpoints, the reward server (unless the recipe names
+ * docs/design.md section 3): a short private folder for the ipc:// endpoints, the reward server (unless the recipe names
  * an external reward.endpoint, which is then not the job's process: its outages are retried by the workers), the
  * rollout workers, each process's log under LOG_DIR, and the abort check the controller polls (a signal, or any of
  * the job's processes exiting: the error names it and its log).

@@ -1,4 +1,4 @@
-/* cli/launch_mpi.c — a whole run as one MPI job (issue 17; cli/launch_mpi.h).
+/* cli/launch_mpi.c — a whole run as one MPI job (cli/launch_mpi.h).
  *
  * The launcher (`vgrpo run RECIPE --launcher mpirun [--hostfile FILE]`, launch_mpi_exec) checks the recipe and the
  * budget, locks the run folder (cli/cmd_run.c) and execs one MPMD job:
@@ -15,7 +15,7 @@
  *      the reward server), else by rank ranges (as under srun, where every rank runs one command: ranks 0..T-1
  *      trainer, T..T+W-1 workers, the last the reward server); T = parallel.trainer_ranks, W =
  *      parallel.rollout_workers; --role, when given, must agree;
- *   3. splits a communicator per role: the trainer ranks' is the "MPI world" of DESIGN.md section 3 (data and
+ *   3. splits a communicator per role: the trainer ranks' is the "MPI world" of docs/design.md section 3 (data and
  *      sequence parallelism, trainer_run / trainer_follow); nothing uses MPI_COMM_WORLD after step 6 but MPI_Abort;
  *   4. under srun only (no --launched): rank 0 checks the budget, writes a missing preset model and locks the run
  *      folder, as `vgrpo run` does before it execs mpirun;

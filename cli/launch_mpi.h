@@ -1,4 +1,4 @@
-/* cli/launch_mpi.h — a whole run as ONE MPI job (issue 17; cli/launch_mpi.c): `vgrpo run RECIPE --launcher mpirun
+/* cli/launch_mpi.h — a whole run as ONE MPI job (cli/launch_mpi.c): `vgrpo run RECIPE --launcher mpirun
  * [--hostfile FILE]` replaces itself with one MPMD `mpirun` whose app contexts are the trainer ranks, the rollout
  * workers and the reward server, each a `vgrpo mpi-rank` process; `srun ... vgrpo mpi-rank RECIPE` starts the same
  * processes with the roles taken from rank ranges. The supervisor path (cli/colocated.c) is unchanged. */

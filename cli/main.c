@@ -33,7 +33,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: vgrpo <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-16s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`vgrpo <command> --help` describes a command's options.\n");
+    fprintf(f, "\n`vgrpo <command> --help` describes a command's options; `vgrpo --version` the build.\n");
 }
 
 int main(int argc, char **argv) {
@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    if (!strcmp(argv[1], "--version")) return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "vgrpo: unknown command \"%s\"\n\n", argv[1]);

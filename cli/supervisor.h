@@ -1,4 +1,4 @@
-/* cli/supervisor.h — the processes a job starts (DESIGN.md section 3): spawn `vgrpo <subcommand> ...` children
+/* cli/supervisor.h — the processes a job starts (docs/design.md section 3): spawn `vgrpo <subcommand> ...` children
  * with their own OMP_NUM_THREADS, notice any that exits, restart one (the same command line, descriptor and
  * environment; its log appended to), stop them all. The supervisor is never an MPI process.
  * Children get PR_SET_PDEATHSIG = SIGTERM, so they do not outlive a supervisor that is killed. */

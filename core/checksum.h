@@ -1,4 +1,4 @@
-/* core/checksum.h — xxh64 checksums of tensors and of whole models (DESIGN.md section 3).
+/* core/checksum.h — xxh64 checksums of tensors and of whole models (docs/design.md section 3).
  *
  * A tensor's hash is xxh64 (seed 0) of its bytes in the dtype sent or stored. The whole-model hash is xxh64
  * (seed 0) of the concatenated per-tensor hashes, each written as 8 little-endian bytes, in bytewise-ascending

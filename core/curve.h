@@ -1,6 +1,6 @@
 /* core/curve.h — the run's keys: every vgrpo channel authenticates its peers with ZeroMQ CURVE (Curve25519 keys,
  * http://curvezmq.org; libzmq's zmq_curve(7) and ZAP, RFC 27: https://rfc.zeromq.org/spec/27/) and a ZAP handler
- * that accepts only the run's client key (DESIGN.md section 3).
+ * that accepts only the run's client key (docs/design.md section 3).
  *
  * Threat model: other users of the machine and peers on the network. A process of the same user can read the run's
  * memory and files anyway (ptrace, /proc/PID/fd), so it is not kept out; the keys keep out everyone else.

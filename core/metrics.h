@@ -1,4 +1,4 @@
-/* core/metrics.h — metrics.jsonl: one JSON object per line, one line per step (DESIGN.md section 7).
+/* core/metrics.h — metrics.jsonl: one JSON object per line, one line per step (docs/design.md section 7).
  *
  *   core_metrics *m;  core_metrics_open(&m, "run/metrics.jsonl", 0);
  *   core_metrics_i64(m, "step", 3);  core_metrics_f64(m, "reward/mean", 0.41);  core_metrics_write_row(m);

@@ -1,4 +1,4 @@
-/* core/philox.c — Philox4x32-10 and the uniform / normal fills of DESIGN.md section 4; see philox.h.
+/* core/philox.c — Philox4x32-10 and the uniform / normal fills of docs/design.md section 4; see philox.h.
  *
  * The block function follows Salmon et al. (SC 2011) as written in Random123's philox.h: each round multiplies
  * c0 and c2 by fixed 32-bit constants, keeps the 64-bit products' halves, and mixes in the other two words and

@@ -1,7 +1,7 @@
 /* core/philox.h — the Philox4x32-10 counter-based generator and the noise fills built on it.
  *
  * Reference: Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3" (SC 2011), and its
- * Random123 library (whose tests/kat_vectors our tests check). DESIGN.md section 4 fixes how vgrpo uses it:
+ * Random123 library (whose tests/kat_vectors our tests check). docs/design.md section 4 fixes how vgrpo uses it:
  *   key     = (seed & 0xffffffff, seed >> 32)
  *   counter = (element_index / 4, slot, uid, stream)
  *   u_j     = (x_j + 0.5) / 2^32                                   (x_0..x_3: the four outputs of one counter)
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-/* The streams of DESIGN.md section 4 (the counter's c3). */
+/* The streams of docs/design.md section 4 (the counter's c3). */
 enum {
     CORE_STREAM_ROLLOUT_NOISE = 0, /* initial and per-step SDE noise of rollouts */
     CORE_STREAM_SELECTION = 1,     /* timestep selection (random_k, from_range) */
@@ -26,7 +26,7 @@ enum {
     CORE_STREAM_EVAL_NOISE = 3,
     CORE_STREAM_WORD_EMBED = 4, /* tiny preset's word embeddings (uid = FNV-1a hash of the word) */
     CORE_STREAM_MODEL_INIT = 5, /* random initial weights (init-model, tests) */
-    CORE_STREAM_LORA_INIT = 6,  /* LoRA A matrices (model/dit/wan_lora.h); DESIGN.md section 4 */
+    CORE_STREAM_LORA_INIT = 6,  /* LoRA A matrices (model/dit/wan_lora.h); docs/design.md section 4 */
     CORE_STREAM_SDE_WINDOW = 7  /* SDE window start of a rollout round (trainer/sde_window.h; uid = the round) */
 };
 

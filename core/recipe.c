@@ -256,7 +256,7 @@ int core_recipe_check(core_recipe *r) {
         if (r->sp != 1) return core_error("parallel.sp: local mode has no sequence parallelism (1), got %d", r->sp);
         if (r->ulysses_degree != 1) return core_error("parallel.ulysses_degree: must be 1 in local mode, got %d", r->ulysses_degree);
     } else {
-        /* DESIGN.md section 6: dp = trainer_ranks / sp, ring = sp / ulysses_degree; the sequence is sharded over sp */
+        /* docs/design.md section 6: dp = trainer_ranks / sp, ring = sp / ulysses_degree; the sequence is sharded over sp */
         if (r->trainer_ranks % r->sp)
             return core_error("parallel.sp: %d does not divide parallel.trainer_ranks %d", r->sp, r->trainer_ranks);
         if (r->sp % r->ulysses_degree)

@@ -1,4 +1,4 @@
-/* core/recipe.h — the recipe: the YAML file `vgrpo run` reads (DESIGN.md section 7), its schema, defaults and the
+/* core/recipe.h — the recipe: the YAML file `vgrpo run` reads (docs/design.md section 7), its schema, defaults and the
  * checks that need no weights on disk. Keys (defaults in core/recipe.c's schema; `vgrpo run --help-config` lists them):
  *
  *   mode: local | colocated        local: rollout, reward and training in one process (colocated: later issue)
@@ -15,15 +15,15 @@
  *                                  preset's linear latent-to-RGB map (one frame per latent frame, 8 x 8 blocks)
  *   model.device                   cpu | cuda: where the transformer runs. cpu: the fp32 reference; cuda: the bf16
  *                                  model on one GPU (model/dit/wan_dev.h, the sampler's and the trainer's DiT
- *                                  through model/dit/wan_dev_exec.h; issue 15). `vgrpo run/eval/parity` refuse cuda
+ *                                  through model/dit/wan_dev_exec.h). `vgrpo run/eval/parity` refuse cuda
  *                                  with one line on a build or machine without a GPU (kernels.h k_cuda_available);
  *                                  cuda trains on one device (parallel.trainer_ranks 1, sp 1; model.lora with a
  *                                  rank that is a multiple of 8, no EMA of adapters); --dry-run checks the recipe on
  *                                  any machine
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
- *                                  weights, AdamW state and everything of DESIGN.md section 4 stay fp32 either way
- *   model.lora.rank, alpha, targets, init_seed   LoRA (issue 14): rank >= 1 trains an adapter per trained expert
+ *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
+ *   model.lora.rank, alpha, targets, init_seed   LoRA: rank >= 1 trains an adapter per trained expert
  *                                  (model/dit/wan_lora.h: y += alpha/rank (x A^T) B^T after each targeted linear, A from
  *                                  Philox stream 6 with init_seed, B = 0) on a frozen base; rank 0 (the default): every
  *                                  weight is trained. alpha > 0 is required with a rank; targets are diffusers module
@@ -90,7 +90,7 @@
  *   optimizer steps)
  *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode;
  *                                  otherwise sp divides trainer_ranks, ulysses_degree divides sp and sp divides the
- *                                  video's token count (DESIGN.md section 6)
+ *                                  video's token count (docs/design.md section 6)
  *   parallel.zero_stage            0 | 1 | 2 (trainer/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
  *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0

@@ -1,6 +1,6 @@
 /* core/reduce.h — fixed-order fp32 sums whose result does not depend on the thread count.
  *
- * DESIGN.md section 4: every reduction that feeds a log-prob, a loss or a reward uses one fixed order. Ours:
+ * docs/design.md section 4: every reduction that feeds a log-prob, a loss or a reward uses one fixed order. Ours:
  *   1. the n elements are cut into chunks of CORE_REDUCE_CHUNK (4096) consecutive elements (the last may be
  *      shorter); each chunk is summed sequentially in fp32, element 0 first (acc = 0.0f; acc += x[i]);
  *   2. the chunk sums c_0 .. c_{m-1} are combined by a fixed pairwise tree: level by level, neighbours are added

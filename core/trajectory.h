@@ -1,7 +1,7 @@
 /* core/trajectory.h — one rollout sample as rollout, reward and trainer exchange it: the sigma table, every latent
  * of the denoising chain, per-step log-probs and experts, the sampling settings and the rewards.
  *
- * DESIGN.md section 4: `sigmas[0..N]` and `latents[0..N]` with latents[i] at sigmas[i]; latents[0] is the initial
+ * docs/design.md section 4: `sigmas[0..N]` and `latents[0..N]` with latents[i] at sigmas[i]; latents[0] is the initial
  * noise, latents[N] the final sample; step i goes latents[i] -> latents[i+1]. The trainer reads this table and never
  * rebuilds the schedule.
  *
@@ -55,7 +55,7 @@
 #define CORE_TRAJ_N_META 11
 
 typedef struct {
-    uint64_t uid;           /* rollout uid (DESIGN.md section 4: round x B x G + prompt_slot x G + replica) */
+    uint64_t uid;           /* rollout uid (docs/design.md section 4: round x B x G + prompt_slot x G + replica) */
     int64_t prompt_index;   /* index into the prompt list */
     int64_t policy_version; /* weights version that produced the rollout */
     int n_steps;            /* N denoising steps */

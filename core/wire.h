@@ -1,4 +1,4 @@
-/* core/wire.h — the one wire format of every vgrpo channel (DESIGN.md section 3; specified for other peers in
+/* core/wire.h — the one wire format of every vgrpo channel (docs/design.md section 3; specified for other peers in
  * reward/PROTOCOL.md).
  *
  * A message is a list of frames: frame 0 is a UTF-8 JSON object (the header), then one frame of raw little-endian

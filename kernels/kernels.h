@@ -11,7 +11,7 @@
  *   gradient buffers once and residual branches add up naturally. Pointers for gradients not wanted may be NULL
  *   where the comment says so.
  * - Results per row/sample never depend on how many rows share the call, on batch mates or on the thread count
- *   (DESIGN.md sections 4 and 8): each reduction runs in a fixed order.
+ *   (docs/design.md sections 4 and 8): each reduction runs in a fixed order.
  */
 #ifndef KERNELS_H
 #define KERNELS_H

@@ -1,5 +1,5 @@
 /* reward/client.h — the reward client a rollout worker uses to score videos on a reward server
- * (reward/server.h, or any peer speaking reward/PROTOCOL.md; DESIGN.md section 3).
+ * (reward/server.h, or any peer speaking reward/PROTOCOL.md; docs/design.md section 3).
  *
  * One client is one ZeroMQ DEALER (ZMQ_LINGER 0, ZMQ_IMMEDIATE 1, ZMTP heartbeats on tcp://) that introduces itself
  * with `hello` on every fresh connection (and waits for the reply, which carries the server's max_videos_bytes) and

@@ -1,5 +1,5 @@
 /* reward/scorers.h — built-in reward scorers: pure functions of one video, its prompt and its metadata, and the
- * registry that finds them by name (the reward server and local mode call them; DESIGN.md sections 3 and 4).
+ * registry that finds them by name (the reward server and local mode call them; docs/design.md sections 3 and 4).
  *
  * A video is U8 RGB [F, H, W, 3], row-major, as in the `score_request` message. A scorer returns 0 and writes a
  * finite reward in its documented range, or returns -1 with core_error naming the scorer and what is wrong.

@@ -1,5 +1,5 @@
 /* reward/server.h — the reward server: a ZeroMQ ROUTER that scores batches of videos with the built-in scorers
- * (reward/scorers.h) for any number of clients, as reward/PROTOCOL.md specifies (DESIGN.md section 3).
+ * (reward/scorers.h) for any number of clients, as reward/PROTOCOL.md specifies (docs/design.md section 3).
  *
  * One thread owns the sockets: it receives, checks every message (core/wire.h plus the score_request fields),
  * answers errors, hellos and repeats itself, and queues good requests for a pool of scoring threads, whose replies

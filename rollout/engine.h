@@ -1,7 +1,7 @@
 /* rollout/engine.h — the sampling loop: Philox noise, classifier-free guidance, SDE steps with log-probs, recorded
  * into trajectories (core/trajectory.h). First version: one expert, CPU, conditioning given as embeddings.
  *
- * Per sample with uid u (DESIGN.md section 4):
+ * Per sample with uid u (docs/design.md section 4):
  *   latents[0] = normals of Philox (seed, slot 0, uid u, stream), element index over [C, F, H, W];
  *   step i (0..N-1): v = flow_cfg_combine(v_c, v_u, g) (or v_c alone when g == 1), eps = normals of
  *   (seed, slot i+1, u, stream), flow_sde_step(latents[i], v, eps) -> latents[i+1] and the step's log-prob.

@@ -1,4 +1,4 @@
-/* rollout/pipeline.h — everything a rollout process loads from a recipe (DESIGN.md sections 3 and 5): the expert(s)
+/* rollout/pipeline.h — everything a rollout process loads from a recipe (docs/design.md sections 3 and 5): the expert(s)
  * (transformer/, and transformer_2/ for Wan 2.2 A14B), the prompt conditioning (umT5 or the tiny preset's word
  * embeddings, cached per prompt text), the decoder from final latents to U8 video, and the sampling settings.
  *

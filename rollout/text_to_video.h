@@ -2,7 +2,7 @@
  * WanPipeline.__call__ does with FlowMatchEulerDiscreteScheduler:
  *
  *   prompt, negative prompt -> tokenizer + umT5 (model/text/t5_prompt.h; max_sequence_length 512, zero-padded)
- *   latents [C, T, h, w] = normals of Philox (seed, slot 0, uid, CORE_STREAM_EVAL_NOISE)   (DESIGN.md section 4)
+ *   latents [C, T, h, w] = normals of Philox (seed, slot 0, uid, CORE_STREAM_EVAL_NOISE)   (docs/design.md section 4)
  *   per step i: expert = transformer, or transformer_2 when the pipeline has one and timestep < boundary_ratio * 1000
  *               (flow_expert); v = v_u + g (v_c - v_u) with g = guidance (transformer) or guidance2
  *               (transformer_2); x <- x + v dt (flow_sde_step with eta 0: the Euler ODE step; eta > 0: the SDE step)

@@ -1,4 +1,4 @@
-/* rollout/worker.h — the rollout worker process (`vgrpo rollout-worker`; DESIGN.md section 3): a DEALER peer of the
+/* rollout/worker.h — the rollout worker process (`vgrpo rollout-worker`; docs/design.md section 3): a DEALER peer of the
  * controller's ROUTER. It says `hello` {client, policy_version, model_xxh64, experts}, then serves, one message at a time:
  *   rollout_request -> generates the samples (rollout/engine.h) with the request's stream and eta, decodes them,
  *                      scores them on the reward server (reward/client.h: time-outs, re-sends with the same id),

@@ -212,6 +212,10 @@ static int rollout_request(rollout_worker_state *w, const core_wire_msg *m, cons
     } else if (!io->rollout) {
         rc = io->send_error(io->ctx, m->id, "rollout_failed", "this worker cannot run rollouts");
     } else {
+        /* one line per chunk in the worker's log: which worker ran what (and, for tests/test_lost_worker.c, proof
+         * that this worker holds a chunk from here until its reply) */
+        core_log_info("%s: rollout request %s: %d sample(s) of policy version %" PRId64, w->id ? w->id : "worker",
+                      m->id, req.n, req.policy_version);
         rc = io->rollout(io->ctx, m, &req);
     }
     core_rollout_request_free(&req);

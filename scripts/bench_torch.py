@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/bench_torch.py — PyTorch CPU eager timing of diffusers' WanTransformerBlock on the shapes of
-`vgrpo bench dit`, for comparison (DESIGN.md section 9: vgrpo's figure beside PyTorch's on the same machine).
+`vgrpo bench dit`, for comparison (docs/design.md section 9: vgrpo's figure beside PyTorch's on the same machine).
 
     .venv/bin/python scripts/bench_torch.py [--threads N] [--quick]           # vgrpo bench dit
     .venv/bin/python scripts/bench_torch.py --vae [--threads N] [--quick]     # vgrpo bench vae

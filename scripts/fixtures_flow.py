@@ -6,7 +6,7 @@ Writes, under tests/fixtures/:
       sched.N<N>.s<shift>.sigmas     F32 [N+1]   diffusers FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000,
       sched.N<N>.s<shift>.timesteps  F32 [N]     shift=shift).set_timesteps(N): .sigmas and .timesteps
       (__metadata__ "cases": the list of "N,shift" pairs, shift printed with repr())
-  flow_sde.safetensors       the SDE step with log-prob of DESIGN.md section 4 (Flow-GRPO "sde"), computed here in
+  flow_sde.safetensors       the SDE step with log-prob of docs/design.md section 4 (Flow-GRPO "sde"), computed here in
       float64 numpy from float32 inputs, independently of the C code:
       x, v, v_old, eps, eps_old   F32 [4,5,10,25]  (n = 5000 elements: one full 4096-element chunk and a partial one)
       case<k>.params              F32 [4]  sigma, sigma_next, sigma1 (sigmas[1]), eta
@@ -55,7 +55,7 @@ def schedule_fixture():
 
 
 def sde_ref(x, v, sigma, sigma_next, sigma1, eta):
-    """float64 mean, std_t, step std of one step (DESIGN.md section 4)."""
+    """float64 mean, std_t, step std of one step (docs/design.md section 4)."""
     sigma, sigma_next, sigma1, eta = (float(np.float32(a)) for a in (sigma, sigma_next, sigma1, eta))
     dt = sigma_next - sigma
     den = 1.0 - (sigma1 if sigma == 1.0 else sigma)

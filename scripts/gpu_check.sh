@@ -191,7 +191,7 @@ say "(vgrpo: heads as [B, S, H, D], deterministic engines only; PyTorch: [B, H, 
 
 # ---- the next phase's checks ----
 # The 2-block DiT forward+backward vs the CPU is in the table above (rows "wan dit ..."), and so are the 10-step
-# tiny GRPO run on the GPU vs the CPU and the rollout/trainer parity on the GPU (rows "grpo ...", issue 15 phase 3).
+# tiny GRPO run on the GPU vs the CPU and the rollout/trainer parity on the GPU (rows "grpo ...").
 say ""
 say "not yet: one Wan-14B block forward+backward on the GPU, ms and MFU (the 2-block DiT rows above check correctness)"
 say "not yet: one GRPO step at Wan 1.3B size on the GPU, step time (the grpo rows above run the tiny preset)"

@@ -1,4 +1,4 @@
-/* sp/shard.h — sharding hidden states on the sequence and gathering them back (DESIGN.md section 6).
+/* sp/shard.h — sharding hidden states on the sequence and gathering them back (docs/design.md section 6).
  *
  * SP rank p of a dp rank owns tokens [p*S_l, (p+1)*S_l) of every sample, S_l = S / sp (sp/topology.h). The DiT
  * shards right after patch embedding and gathers right after proj_out; everything in between is per token except
@@ -22,7 +22,7 @@
  *             over the SP group (sp_comm_all_reduce of a scratch buffer), also full on every rank.
  *   gradients every parameter gradient is this rank's partial sum over its tokens (the time/text embedders and
  *             scale_shift_tables included); the caller sums them over ALL trainer ranks (dp x sp) with
- *             sp_comm_all_reduce on the world, once after accumulating, as DESIGN.md section 4 says. Nothing is
+ *             sp_comm_all_reduce on the world, once after accumulating, as docs/design.md section 4 says. Nothing is
  *             divided by sp: the loss is computed once per SP group worth of tokens because each rank
  *             back-propagates only its slice.
  *   activations wan_acts_new_sp(cfg, shape, mode, sp, sp_rank) sizes everything per token for S_l tokens, so

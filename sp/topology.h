@@ -1,4 +1,4 @@
-/* sp/topology.h — who is who in Ulysses x Ring sequence parallelism (DESIGN.md section 6), and the start-up checks.
+/* sp/topology.h — who is who in Ulysses x Ring sequence parallelism (docs/design.md section 6), and the start-up checks.
  *
  * A trainer world of `trainer_ranks` MPI ranks is split into dp = trainer_ranks / sp data-parallel replicas of sp
  * ranks each; an SP group is split further into ring = sp / ulysses groups of `ulysses` ranks:
@@ -72,7 +72,7 @@ typedef struct {
     int explicit_scale;   /* a softmax scale other than the default 1/sqrt(Dh) was requested */
 } sp_attn_request;
 
-/* The start-up validation of DESIGN.md section 6, run before any model is loaded. Checks in this order and fails
+/* The start-up validation of docs/design.md section 6, run before any model is loaded. Checks in this order and fails
  * on the first broken rule with a message that names the values:
  *   sp < 1; ulysses < 1; trainer_ranks < 1; trainer_ranks % sp; sp % ulysses;
  *   and when req != NULL: num_heads % ulysses; tokens % sp; and, when sp > 1, an attention mask, dropout > 0,

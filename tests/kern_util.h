@@ -1,5 +1,5 @@
 /* tests/kern_util.h — helpers shared by the kernel tests (tests/test_kernels_*.c): double copies of fp32 data,
- * error measures (DESIGN.md section 8: outputs by max|a-b| / max|b|, gradients by relative L2 norm) and central
+ * error measures (docs/design.md section 8: outputs by max|a-b| / max|b|, gradients by relative L2 norm) and central
  * finite differences of a double-precision loss. */
 #ifndef TESTS_KERN_UTIL_H
 #define TESTS_KERN_UTIL_H

@@ -1,4 +1,4 @@
-/* tests/test_auth.c — the channels authenticate their peers (core/curve.h; DESIGN.md section 3) and one unexpected
+/* tests/test_auth.c — the channels authenticate their peers (core/curve.h; docs/design.md section 3) and one unexpected
  * message never ends a run:
  *   - the controller in process (ctl_open with keys) and fake workers in a thread: a plain client and a client
  *     with another run's key never get through (the ZAP refusal is counted); a keyed peer's message before hello,

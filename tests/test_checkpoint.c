@@ -5,7 +5,7 @@
  * rollout, linear lr with warm-up): 2 steps + resume + 2 steps equals 4 straight steps bit for bit (checkpoint
  * files byte-identical, metrics.jsonl rows equal without time/ fields); the rolling limit; a leftover .tmp folder
  * ignored and removed; a missing, truncated or misnamed file and a changed recipe refused; SIGTERM saves and stops.
- * Integrity (issue 13 A): one flipped byte in the weights' or the Adam moments' data, or one changed digit of
+ * Integrity: one flipped byte in the weights' or the Adam moments' data, or one changed digit of
  * trainer_state.json, is refused naming the file and the tensor; a NaN or inf in a weight or a moment (with a valid
  * checksum) is refused naming the tensor; `--resume RUN` skips a checkpoint with a missing file and one with a
  * damaged file, naming each and why, and resumes from the one before (then repeats the straight run byte for
@@ -316,7 +316,7 @@ TEST(checkpoint_list_prune_resolve_and_refusals) {
     optim_adamw_free(&o);
 }
 
-/* Issue 13 A: damage and non-finite values are refused, naming the file and the tensor. */
+/* Damage and non-finite values are refused, naming the file and the tensor. */
 TEST(checkpoint_refuses_damage_and_non_finite) {
     const char *dir = test_tmpdir();
     wan_model m, m2;
@@ -400,7 +400,7 @@ static int present(const char *path) {
     return stat(path, &sb) == 0;
 }
 
-/* Issue 13 A: removing a checkpoint (the rolling limit) goes through a rename, so however it is cut short no folder
+/* Removing a checkpoint (the rolling limit) goes through a rename, so however it is cut short no folder
  * named checkpoint-N is ever partial; what is left is removed by the next save, and never read. */
 TEST(checkpoint_removal_cut_short_leaves_no_partial_checkpoint) {
     const char *dir = test_tmpdir();
@@ -658,7 +658,7 @@ TEST(checkpoint_run_rolling_limit_tmp_and_signal) {
     free(steps);
 }
 
-/* Issue 13 A: --resume RUN skips a checkpoint with a missing file and one with a damaged file (each named with the
+/* --resume RUN skips a checkpoint with a missing file and one with a damaged file (each named with the
  * reason) and resumes from the one before, repeating the straight run byte for byte; --resume RUN/checkpoint-N of a
  * damaged checkpoint is an error naming the file. */
 TEST(checkpoint_resume_skips_damaged_and_incomplete) {

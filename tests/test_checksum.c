@@ -1,4 +1,4 @@
-/* tests/test_checksum.c — xxh64 known answers and the whole-model hash of DESIGN.md section 3. */
+/* tests/test_checksum.c — xxh64 known answers and the whole-model hash of docs/design.md section 3. */
 #include <string.h>
 
 #include "core/checksum.h"

@@ -1,6 +1,6 @@
 /* tests/test_colocated.c — end-to-end `vgrpo run` with mode: colocated (cli/colocated.c: the supervisor starts
  * `vgrpo reward-server`, parallel.rollout_workers `vgrpo rollout-worker` processes and `vgrpo trainer`, through
- * mpirun when parallel.trainer_ranks > 1; DESIGN.md sections 3, 4 and 7). Tiny preset (umT5 + VAE), 3 prompts,
+ * mpirun when parallel.trainer_ranks > 1; docs/design.md sections 3, 4 and 7). Tiny preset (umT5 + VAE), 3 prompts,
  * B = 2, G = 4, 4 denoising steps, beta > 0, 1 eval sample per prompt, checkpoints every step.
  * Checks:
  *   - colocated == local bit for bit: metrics rows (time/ and weight_sync/ removed) and checkpoint files

@@ -1,4 +1,4 @@
-/* tests/test_dev_run.c — the sampler and the training step on the device (issue 15 phase 3, model.device cuda), run
+/* tests/test_dev_run.c — the sampler and the training step on the device (model.device cuda), run
  * on the EMULATED device (kernels/cuda/emu/k_emu.h: host memory, the kernel bodies, k_cpu_ops for GEMM and
  * attention on bf16 operands; selected for the vgrpo processes by VGRPO_EMULATE_DEVICE=1, model/dit/wan_dev_exec.h).
  * Nothing here runs on a GPU; scripts/gpu_check.sh runs the GPU's counterparts ("grpo ..." rows).

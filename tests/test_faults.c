@@ -1,4 +1,4 @@
-/* tests/test_faults.c — regressions for the faults a new user hit (issue 12), each failing on the code before it:
+/* tests/test_faults.c — regressions for the faults a new user hit, each failing on the code before it:
  *   1. two `vgrpo run`s into one run folder: the second is refused naming the folder and the first's pid; a lock left
  *      by a killed run is taken over (and said so);
  *   2. `vgrpo eval` whose reward server is SIGKILLed names the reward server, its signal and its log (not "timed out

@@ -1,6 +1,6 @@
 /* tests/test_grpo_synth.c — the GRPO loss on a tiny differentiable "model", end to end through the shared flow
  * functions: the velocity is a linear map v = W x of the latent (W: 16 x 16), the rollout samples trajectories with
- * W_old (flow_sde_step with Philox noise, as DESIGN.md section 4 says), the trainer recomputes log-probs and KL
+ * W_old (flow_sde_step with Philox noise, as docs/design.md section 4 says), the trainer recomputes log-probs and KL
  * with W and W_ref and backpropagates grpo_loss_terms' gradients through flow_sde_backward_v into dW.
  * Checks: (1) the accumulated gradient is the same (to fp32 rounding) whether the 8 samples run as 1x8, 2x4, 8x1 or
  * 3+5 micro-batches, because every micro-batch divides by the one global transition count; dividing by the
@@ -138,7 +138,7 @@ static void synth_run(const synth *z, const int *sizes, int nmb, int own_denom, 
     REQUIRE(s0 == SS);
 }
 
-/* Double-precision reference of the loss (and, if grad != NULL, its analytic gradient), written from DESIGN.md
+/* Double-precision reference of the loss (and, if grad != NULL, its analytic gradient), written from docs/design.md
  * section 4 independently of grpo.c / flow.c arithmetic (only the step's scalars come from flow_step_init).
  * *margin = the smallest |ratio - (1 +- eps)| seen (finite differences need it well above the step's effect). */
 static double synth_ref(const synth *z, const double *W, double *grad, double *margin) {

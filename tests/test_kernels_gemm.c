@@ -1,6 +1,6 @@
 /* tests/test_kernels_gemm.c — k_cpu_gemm: bit-exact agreement with the documented fixed-order arithmetic (a naive
  * fma chain written here), accuracy against double, the BLAS edge cases, batch / position / thread invariance of
- * rows (DESIGN.md section 8), and a linear layer's forward and backward built from gemm calls against finite
+ * rows (docs/design.md section 8), and a linear layer's forward and backward built from gemm calls against finite
  * differences of a double reference. */
 #include <math.h>
 #include <omp.h>

@@ -1,4 +1,4 @@
-/* tests/test_lora_run.c — LoRA in the trainer, the weight sync, checkpoints and the jobs (issue 14; the adapter itself is
+/* tests/test_lora_run.c — LoRA in the trainer, the weight sync, checkpoints and the jobs (the adapter itself is
  * tests/test_wan_lora.c and test_wan_lora_fixture.c). Tiny preset (umT5 + VAE), 3 prompts, B = 2, G = 4, 4 denoising
  * steps, beta > 0 (the KL reference is the base: the adapters switched off), 1 eval sample per prompt, rank 4 on
  * attn1/attn2's four linears and the FFN (alpha 8). Checks:

@@ -1,8 +1,9 @@
 /* tests/test_lost_worker.c — a colocated `vgrpo run` that loses processes (cli/colocated.c restarts them,
  * trainer/controller.h re-issues a lost worker's chunk and admits a restarted one after a weight sync). Tiny preset,
  * 3 prompts, B = 2, G = 4 in chunks of 2 samples, 4 denoising steps, 2 rollout workers, checkpoints every step.
- *   - a rollout worker SIGKILLed while it holds a chunk (the reward server is stopped for a moment first, so every
- *     worker is inside a chunk, waiting for its scores): the run finishes, and its metrics.jsonl rows (time/ and
+ *   - a rollout worker SIGKILLed while it holds a chunk (the reward server is stopped, and the worker's log shows a
+ *     request it began after that: it waits for its scores; the server goes on once the restarted worker is
+ *     admitted): the run finishes, and its metrics.jsonl rows (time/ and
  *     weight_sync/ aside), rewards.jsonl and the final checkpoint's weights and Adam state equal an undisturbed run's
  *     byte for byte; the output shows the loss, the re-issued chunk, the restart, the admission (weight hash checked)
  *     and the restarted worker's first chunk;
@@ -107,14 +108,28 @@ TEST(lost_worker_restarted_same_run) {
     char cmd[4096], out[32768];
     reference(dir);
     cmdline(cmd, sizeof cmd, dir, "k", "--steps 4");
-    /* the reward server stopped: each worker is inside a chunk, waiting for its scores; then worker-1 dies */
+    /* worker-1 dies while it holds a chunk, and comes back before the run ends, whatever the load. A fixed sleep
+     * after stopping the reward server did not make sure of either: the tiny step's whole rollout takes ~50 ms, so
+     * by the time the reward server stopped, worker-1 had often finished the step's last chunk and sat idle (its
+     * loss was then "lost; 1 rollout worker(s) left", with no chunk to re-issue: 1 failure in ~7 under load), and a
+     * restart slower than the rest of the run would never be admitted. So: the reward server is stopped, and worker-1
+     * is killed once its log shows a rollout request it began after the stop (its scores cannot come: it holds that
+     * chunk until it dies; if none comes within 2 s, the server is let go on and stopped again); the server goes on
+     * only once the controller has admitted the restarted worker (at most 20 s: the workers' reward time-out is
+     * 30 s), so the rollout in flight, and the rest of the run, still has work for it. */
     test_run(out, sizeof out,
              "%s > %s/k.log 2>&1 & pid=$!; " WAIT_AND_FIND_REWARD
-             "kill -STOP $rs; sleep 1.5; pkill -KILL -f '[r]ollout-worker .*--id worker-1 .*%s/k'; echo killed=$?; "
-             "sleep 0.3; kill -CONT $rs; wait $pid; echo status=$?; cat %s/k.log",
-             cmd, dir, dir, "k", dir, "k", dir, dir);
+             "w1=%s/k/logs/worker-1.log; got=0; "
+             "for try in $(seq 1 40); do kill -STOP $rs; n=$(grep -c 'rollout request' $w1); j=0; "
+             "  while [ $j -lt 40 ] && [ $(grep -c 'rollout request' $w1) -le $n ]; do sleep 0.05; j=$((j+1)); done; "
+             "  if [ $(grep -c 'rollout request' $w1) -gt $n ]; then got=1; break; fi; kill -CONT $rs; sleep 0.1; "
+             "done; echo holds=$got; "
+             "pkill -KILL -f '[r]ollout-worker .*--id worker-1 .*%s/k'; echo killed=$?; "
+             "j=0; while [ $j -lt 400 ] && ! grep -q 'worker-1 is back at work' %s/k.log; do sleep 0.05; j=$((j+1)); "
+             "done; kill -CONT $rs; wait $pid; echo status=$?; cat %s/k.log",
+             cmd, dir, dir, "k", dir, "k", dir, dir, dir, dir);
     const int left = reap(dir);
-    CHECK_MSG(strstr(out, "killed=0") && strstr(out, "status=0"), "got: %s", out);
+    CHECK_MSG(strstr(out, "holds=1") && strstr(out, "killed=0") && strstr(out, "status=0"), "got: %s", out);
     CHECK_MSG(left == 0, "%d process(es) of the run left", left);
     /* the loss, the re-issued chunk, the restart, the admission with its hash, and work again */
     const char *want[] = {"controller: worker-1 lost (its connection closed) with chunk r",

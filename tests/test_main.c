@@ -136,13 +136,119 @@ static int selected(const char *name, int argc, char **argv) {
     return 0;
 }
 
+/* ---- the tally of `make test`: one closing line over every part it ran ----
+ * With VGRPO_TEST_TALLY=FILE (and VGRPO_TEST_PART=LABEL, default "suite"), the runner appends "start LABEL" before
+ * its first test and "done LABEL P F S" (passed, failed, skipped) after its summary; the Makefile appends
+ * "start LABEL" itself before building a part and "skipped LABEL WHY" for a part it does not run. A part whose
+ * "start" has no "done" ended early (its build failed, or a test crashed the runner): it counts as failed. */
+static void tally_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void tally_append(const char *fmt, ...) {
+    const char *path = getenv("VGRPO_TEST_TALLY");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "cannot append to VGRPO_TEST_TALLY %s\n", path);
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+
+static const char *tally_part(void) {
+    const char *p = getenv("VGRPO_TEST_PART");
+    return p && *p ? p : "suite";
+}
+
+/* `vgrpo_tests --tally FILE`: prints "make test: P passed, F failed (LABEL P passed, F failed; ...)" over the parts
+ * FILE records, and returns 0 only when every started part finished and no test failed (1 otherwise; 2 without a
+ * readable FILE or with a malformed line). */
+static int tally_report(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        printf("make test: no tally in %s: nothing ran\n", path);
+        return 2;
+    }
+    enum { MAX_PARTS = 16 };
+    struct { char label[64], why[160]; int started, done, skipped, p, f, s; } part[MAX_PARTS];
+    int np = 0, malformed = 0, lineno = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char kind[16], label[64];
+        int off = 0;
+        if (sscanf(line, "%15s %63s %n", kind, label, &off) < 2) {
+            if (strspn(line, " \t\r\n") != strlen(line)) malformed = lineno;
+            continue;
+        }
+        int k = 0;
+        while (k < np && strcmp(part[k].label, label)) k++;
+        if (k == np) {
+            if (np == MAX_PARTS) { malformed = lineno; continue; }
+            memset(&part[np], 0, sizeof part[np]);
+            snprintf(part[np++].label, sizeof part[0].label, "%s", label);
+        }
+        if (!strcmp(kind, "start")) {
+            part[k].started = 1;
+        } else if (!strcmp(kind, "done")) {
+            if (sscanf(line + off, "%d %d %d", &part[k].p, &part[k].f, &part[k].s) != 3) malformed = lineno;
+            else part[k].done = 1;
+        } else if (!strcmp(kind, "skipped")) {
+            part[k].skipped = 1;
+            snprintf(part[k].why, sizeof part[k].why, "%s", line + off);
+            part[k].why[strcspn(part[k].why, "\r\n")] = 0;
+        } else {
+            malformed = lineno;
+        }
+    }
+    fclose(f);
+    int P = 0, F = 0, broken = 0;
+    char detail[2048] = "";
+    size_t n = 0;
+    for (int k = 0; k < np && n < sizeof detail; k++) {
+        const char *sep = n ? "; " : "";
+        if (part[k].done && part[k].p + part[k].f == 0) {
+            broken++;
+            n += (size_t)snprintf(detail + n, sizeof detail - n, "%s%s ran no test", sep, part[k].label);
+        } else if (part[k].done) {
+            P += part[k].p, F += part[k].f;
+            n += (size_t)snprintf(detail + n, sizeof detail - n, "%s%s %d passed, %d failed", sep, part[k].label,
+                                  part[k].p, part[k].f);
+        } else if (part[k].started) {
+            broken++;
+            n += (size_t)snprintf(detail + n, sizeof detail - n, "%s%s did not finish (its build failed or a test "
+                                  "crashed the runner)", sep, part[k].label);
+        } else if (part[k].skipped) {
+            n += (size_t)snprintf(detail + n, sizeof detail - n, "%s%s skipped: %s", sep, part[k].label, part[k].why);
+        }
+    }
+    if (malformed) printf("make test: %s:%d: a line that is not \"start|done|skipped LABEL ...\"\n", path, malformed);
+    printf("make test: %d passed, %d failed%s (%s)\n", P, F, broken ? ", and a part did not run to its end" : "",
+           np ? detail : "no part ran");
+    return malformed ? 2 : (F || broken || np == 0) ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     core_omp_env_defaults(argv);
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: %s [SUBSTRING ...]\nRuns every test, or those whose name contains one of the substrings.\n"
-               "VGRPO_SLOW=1 also runs the slow tests; VGRPO_BIN names the vgrpo binary under test.\n", argv[0]);
+        printf("usage: %s [SUBSTRING ...]\n       %s --tally FILE\n"
+               "Runs every test, or those whose name contains one of the substrings.\n"
+               "VGRPO_SLOW=1 also runs the slow tests; VGRPO_BIN names the vgrpo binary under test.\n"
+               "VGRPO_TEST_TALLY=FILE appends this run's counts to FILE under the label VGRPO_TEST_PART (default "
+               "suite);\n--tally FILE prints one line with the totals of every part FILE records (exit 1 if any "
+               "failed or did not finish).\n", argv[0], argv[0]);
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--tally")) {
+        if (argc != 3) {
+            fprintf(stderr, "usage: %s --tally FILE\n", argv[0]);
+            return 2;
+        }
+        return tally_report(argv[2]);
+    }
+    tally_append("start %s\n", tally_part());
     static int passed, failed, skipped;
     static int i;
     for (i = 0; i < n_tests; i++) {
@@ -171,6 +277,7 @@ int main(int argc, char **argv) {
     if (passed + failed + skipped == 0) {
         fprintf(stderr, "no test name contains any of the given substrings\n");
         printf("0 passed, 0 failed\n");
+        tally_append("done %s 0 0 0\n", tally_part()); /* --tally counts a part that ran no test as broken */
         return 2;
     }
     if (skipped) fprintf(stderr, "%d skipped\n", skipped);
@@ -178,5 +285,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < n_fail_lines; k++) printf("FAILED %s\n", fail_lines[k]);
     if (failed > n_fail_lines) printf("(%d more failed tests not listed)\n", failed - n_fail_lines);
     printf("%d passed, %d failed\n", passed, failed);
+    fflush(stdout);
+    tally_append("done %s %d %d %d\n", tally_part(), passed, failed, skipped);
     return failed ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 /* tests/test_philox.c — Philox4x32-10 known answers (Random123 tests/kat_vectors), the key/counter mapping of
- * DESIGN.md section 4, the Box-Muller formula, statistics, and independence from thread count and range split. */
+ * docs/design.md section 4, the Box-Muller formula, statistics, and independence from thread count and range split. */
 #include <omp.h>
 #include <stdint.h>
 #include <string.h>

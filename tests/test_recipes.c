@@ -1,5 +1,5 @@
 /* tests/test_recipes.c — the shipped recipes (every .yaml in recipes/) and the recipe checks of `vgrpo run --dry-run`
- * (DESIGN.md section 7). Checks: every recipe in recipes/ passes --dry-run without weights on disk, and its resolved
+ * (docs/design.md section 7). Checks: every recipe in recipes/ passes --dry-run without weights on disk, and its resolved
  * render equals the committed tests/fixtures/recipes/NAME.resolved.yaml (and every fixture has its recipe); a
  * colocated recipe's `run` is refused with a plain "not implemented yet"; each bad value (group size, clip range,
  * boundary ratio, step count, frames, H/W vs the VAE factor x patch, timestep selection, scorer name, parallel

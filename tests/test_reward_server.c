@@ -208,7 +208,7 @@ static void expect_error_on(void *sock, const char *id, const char *code, const 
     free(r);
 }
 
-/* Issue 13: a cached reply is only given for the same content. Before, a re-send of id d1 with other videos got the
+/* A cached reply is only given for the same content. Before, a re-send of id d1 with other videos got the
  * first videos' score, and a second connection claiming the same client id got the first one's replies. */
 TEST(reward_server_id_reuse) {
     make_videos();

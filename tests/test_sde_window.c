@@ -1,4 +1,4 @@
-/* tests/test_sde_window.c — SDE windows, the cps step and GRPO-Guard end to end (issue 16): the window schedules
+/* tests/test_sde_window.c — SDE windows, the cps step and GRPO-Guard end to end: the window schedules
  * (trainer/sde_window.h: Flow-GRPO-Fast's random start from Philox stream 7, MixGRPO's progressive window with clamp
  * and restart), the recipe refusals, `vgrpo parity` exactly 0 for every variant (sde/cps, exact/flow_grpo log-prob,
  * windows random/progressive, grpo/grpo_guard, CFG-free), also with 2 workers and 2 trainer ranks, and a resumed run

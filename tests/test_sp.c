@@ -390,7 +390,7 @@ TEST(sp_mpi_usp_dp2_sp2) {
 TEST(sp_mpi_usp_dp2_sp4_u2r2) { usp_case(8, "usp 4 2 128 4 16 1", "dp 2 sp 4 ulysses 2 ring 2", 0); }
 
 /* ---- model level: the Wan DiT with each sample's tokens sharded (tests/mpi/mpi_dit.c checks inside the ranks) ----
- * Bands of DESIGN.md section 6 on the tiny preset (64 or 256 video tokens, 8 text tokens): forward and dx
+ * Bands of docs/design.md section 6 on the tiny preset (64 or 256 video tokens, 8 text tokens): forward and dx
  * bit-identical for pure Ulysses, within 16 eps x max|ref| for ring (measured <= 3.4), parameter and d enc
  * gradients within 1e-5 relative L2 (measured <= 3.3e-6), two runs bit-identical. */
 

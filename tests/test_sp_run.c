@@ -1,4 +1,4 @@
-/* tests/test_sp_run.c — sequence parallelism in the trainer (issue 8's trainer integration; trainer/loop.c
+/* tests/test_sp_run.c — sequence parallelism in the trainer (trainer/loop.c
  * setup_parallel, trainer/dp.c, sp/): the colocated run and the parity job with trainer ranks split dp x sp
  * (mpirun), against sp = 1:
  *   - parity: pure Ulysses (u2r1) recomputes every transition exactly (0); ring attention (u1r2) differs by a few

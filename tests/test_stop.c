@@ -1,4 +1,4 @@
-/* tests/test_stop.c — stopping is prompt (issue 13 B): SIGINT/SIGTERM inside a GRPO step ends it at once.
+/* tests/test_stop.c — stopping is prompt: SIGINT/SIGTERM inside a GRPO step ends it at once.
  *   - the rollout engine polls rollout_config.should_stop before every denoising step: a stop ends rollout_generate
  *     with "rollout stopped by signal N" and nothing allocated; a hook that never stops changes no number;
  *   - the training step polls trainer_config.should_stop before every micro-batch and before the optimizer step: a

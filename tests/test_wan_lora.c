@@ -416,7 +416,7 @@ TEST(lora_targets_and_config_errors) {
     wan_lora_free(&l);
 }
 
-/* ---- sizes (the memory note of issue 14) ---- */
+/* ---- sizes (the adapter's memory) ---- */
 
 TEST(lora_sizes_at_real_shapes) {
     const char *presets[] = {"wan2.1-t2v-1.3b", "wan2.2-t2v-a14b"};

@@ -1,5 +1,5 @@
 /* tests/wan_test_util.h — helpers shared by the Wan transformer tests: reading fixture tensors, the error
- * measures of DESIGN.md section 8 (outputs: max|a-b| / max|b|; gradients: relative L2), and a small random model. */
+ * measures of docs/design.md section 8 (outputs: max|a-b| / max|b|; gradients: relative L2), and a small random model. */
 #ifndef TESTS_WAN_TEST_UTIL_H
 #define TESTS_WAN_TEST_UTIL_H
 

@@ -57,7 +57,7 @@
  * already holds), else (and at most) MemAvailable of /proc/meminfo, else physical memory; less a margin of 10% (at
  * least 64 MiB) for the kernel, the page cache and fragmentation; at most limits.memory_mb when set.
  *
- * Work: DiT FLOPs of one GRPO step (DESIGN.md section 9 per block, 12SD^2 + 4S^2D + 4SLD + 4LD^2 + 4SDF, plus the
+ * Work: DiT FLOPs of one GRPO step (docs/design.md section 9 per block, 12SD^2 + 4S^2D + 4SLD + 4LD^2 + 4SDF, plus the
  * patch embedding, proj_out and the text and time embedders): rollout forwards N x B x G x (2 with CFG), training
  * 3 x forward per trained row (CFG: 2 rows per transition) x optimizer_steps_per_rollout, plus the reference's forward
  * (beta > 0); the VAE decode and the scorers are not counted. The time is FLOPs / this process's sgemm rate measured

@@ -1,5 +1,5 @@
 /* trainer/checkpoint.h — training checkpoints: save, validate and load, list, prune, find the latest
- * (DESIGN.md section 7). A checkpoint is a folder `checkpoint-N` (N = GRPO steps completed) holding:
+ * (docs/design.md section 7). A checkpoint is a folder `checkpoint-N` (N = GRPO steps completed) holding:
  *
  *   transformer/, transformer_2/   one per expert, diffusers layout (config.json + diffusion_pytorch_model.safetensors,
  *                                  F32), written by wan_model_save: WanTransformer3DModel.from_pretrained loads them,

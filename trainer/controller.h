@@ -1,4 +1,4 @@
-/* trainer/controller.h — the controller's side of the controller <-> rollout worker channel (DESIGN.md section 3,
+/* trainer/controller.h — the controller's side of the controller <-> rollout worker channel (docs/design.md section 3,
  * reward/PROTOCOL.md section 8): a ROUTER that the workers (rollout/worker.h) connect to, the registry of workers
  * from their `hello`, rollouts spread over the workers in chunks, weight syncs with per-tensor and whole-model
  * xxh64 checked on both sides, and shutdown. Used by `vgrpo eval`, `vgrpo trainer` (rank 0) and `vgrpo parity`.

@@ -1,4 +1,4 @@
-/* trainer/dp.h — data parallelism over trainer ranks (DESIGN.md sections 3 and 4): rank 0 (the controller) has
+/* trainer/dp.h — data parallelism over trainer ranks (docs/design.md sections 3 and 4): rank 0 (the controller) has
  * the batch and broadcasts it; each dp rank trains on a contiguous share of the samples with the GLOBAL loss
  * denominator; parameter gradients are summed over the ranks (all-reduce) before the one optimizer step every rank
  * takes, so the parameters stay identical on every rank and the gradient does not depend on the split (up to fp32
@@ -39,7 +39,7 @@ void dp_batch_free(dp_batch *b);
 void dp_share(int n, int rank, int size, int *lo, int *hi);
 
 /* The groups dp_grad_reduce reduces over: gradients over every trainer rank (dp x sp: with sequence parallelism
- * each SP rank holds its tokens' partial parameter gradients, DESIGN.md section 6), statistics over the dp group
+ * each SP rank holds its tokens' partial parameter gradients, docs/design.md section 6), statistics over the dp group
  * only (the SP peers of a dp rank computed the same loss terms, so counting them once per dp rank). Without SP both
  * are the world. */
 typedef struct {

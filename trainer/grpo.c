@@ -1,5 +1,5 @@
 /* trainer/grpo.c — GRPO advantages, clipped policy loss with its gradient, timestep selection and the loss
- * denominator. See grpo.h for the contracts; DESIGN.md section 4 for the formulas. Everything here is single-threaded
+ * denominator. See grpo.h for the contracts; docs/design.md section 4 for the formulas. Everything here is single-threaded
  * and runs in a fixed order, so results never depend on thread count. */
 #include "trainer/grpo.h"
 

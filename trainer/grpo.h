@@ -1,5 +1,5 @@
 /* trainer/grpo.h — the model-independent arithmetic of GRPO: group advantages, the clipped policy loss of one
- * transition with its gradient, timestep selection, and the loss denominator (DESIGN.md section 4).
+ * transition with its gradient, timestep selection, and the loss denominator (docs/design.md section 4).
  *
  * How the trainer uses it, per optimizer step:
  *   controller:  grpo_advantages(rewards of the B x G batch)        -> A, mask per sample (scattered with samples)
@@ -93,7 +93,7 @@ void grpo_loss_stats_add(grpo_loss_stats *dst, const grpo_loss_stats *src);
  * logp_new only (logp_old, adv are data). stats (may be NULL) is accumulated into, not reset; its sums are in double
  * in index order. Errors (-1): eps <= 0 or NaN, beta < 0 or NaN, denom < 1, kl NULL with beta > 0, a non-finite
  * logp/adv/KL (names the transition index).
- * Source: Flow-GRPO train_sd3.py (ratio, clip, loss = policy_loss + beta * kl_loss), DESIGN.md section 4 denominator. */
+ * Source: Flow-GRPO train_sd3.py (ratio, clip, loss = policy_loss + beta * kl_loss), docs/design.md section 4 denominator. */
 int grpo_loss_terms(int n, const float *logp_new, const float *logp_old, const float *adv, const uint8_t *mask,
                     const float *kl, float eps, float beta, int64_t denom, float *dlogp_out, float *dkl_out,
                     grpo_loss_stats *stats);
@@ -154,7 +154,7 @@ int grpo_selection_validate(const grpo_selection *sel, int N);
 /* The trained steps of one sample, in ascending order.
  *   N: denoising steps of the trajectory (transitions i = 0..N-1, latents[i] -> latents[i+1]);
  *   has_logp [N] u8: 1 where step i has a log-prob (std > 0); 0 steps (eta 0, ODE) are never trained; NULL = all;
- *   seed: the run's seed; uid: the sample's rollout uid (DESIGN.md section 4: rollout_round*B*G + prompt_slot*G +
+ *   seed: the run's seed; uid: the sample's rollout uid (docs/design.md section 4: rollout_round*B*G + prompt_slot*G +
  *   replica); steps_out [N] int (capacity N); *n_out = number written.
  * Candidates: ALL -> steps with a log-prob; FIRST_FRACTION -> those among 0..int(fraction*N)-1; RANDOM_K -> k of the
  * steps with a log-prob; FROM_RANGE -> k of those in a..b. Random draws: with E = the m candidates in ascending

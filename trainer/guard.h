@@ -1,4 +1,4 @@
-/* trainer/guard.h — the reward-hacking guard of a GRPO run (the recipe's `guard:` section; issue 16): three watches on
+/* trainer/guard.h — the reward-hacking guard of a GRPO run (the recipe's `guard:` section): three watches on
  * a run whose training reward may be gamed, kept apart from that reward in metrics.jsonl and plots.
  *
  * 1. Video statistics (guard.video_stats, default on). Every training rollout returns its decoded videos (the

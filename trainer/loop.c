@@ -298,7 +298,7 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
            (int)S.shape[3], r->num_steps, r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
     if (strcmp(src->mode, "local"))
         printf("  %d rollout worker(s), %d trainer rank(s)\n", src->n_workers, dp ? dp->size : 1);
-    if (S.dx) /* issue 15 phase 3: the DiT and AdamW on the device; the flow arithmetic stays fp32 on the host */
+    if (S.dx) /* model.device cuda: the DiT and AdamW on the device; the flow arithmetic stays fp32 on the host */
         printf("  model.device %s: the transformer in bf16 on the device (fp32 master weights, AdamW state and "
                "gradients there; schedule, SDE step, log-probs and loss in fp32 on the host)\n",
                trainer_device_label(&S));

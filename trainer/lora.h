@@ -1,4 +1,4 @@
-/* trainer/lora.h — the trainer's glue to LoRA adapters (issue 14; the adapter itself, its forward/backward, init and
+/* trainer/lora.h — the trainer's glue to LoRA adapters (the adapter itself, its forward/backward, init and
  * files are model/dit/wan_lora.h): the recipe's model.lora as a wan_lora_config, the buffers an optimizer step
  * updates for an expert (its adapter's when it trains one), and the hash of the adapters a set of experts carries.
  *

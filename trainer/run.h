@@ -2,7 +2,7 @@
  * follower ranks of data/sequence parallelism, and the parity job (trainer/parity.c), all written against a rollout
  * source (trainer/source.h) so they never depend on where rollouts come from.
  *
- * One GRPO step k (rollout round k; DESIGN.md sections 4 and 7):
+ * One GRPO step k (rollout round k; docs/design.md sections 4 and 7):
  *   prompts : B distinct prompts (trainer/sampler.h: epoch order from Philox stream 2, uid = epoch)
  *   rollout : src->rollout of G samples each, uid = k*B*G + prompt_slot*G + replica, noise stream 0, policy version =
  *             optimizer steps so far, with rewards (total = sum of weight x scorer reward)

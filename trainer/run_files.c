@@ -24,7 +24,7 @@ const char *const trainer_resume_free_keys[] = {
     "logging.run_dir", "logging.eval_every", "logging.video_every",
     "data.eval_prompt_file", "data.eval_samples_per_prompt", "data.eval_eta", /* eval only: never feeds training */
     "reward.endpoint", "reward.threads", "reward.timeout_s", "reward.max_attempts", /* where scoring runs */
-    "rollout.batch_size",               /* trajectories do not depend on it (DESIGN.md section 4) */
+    "rollout.batch_size",               /* trajectories do not depend on it (docs/design.md section 4) */
     "parallel.rollout_workers",         /* a sample does not depend on the worker that made it */
     "algorithm.activations",            /* store and recompute give bitwise-identical gradients */
     "data.max_prompt_file_mb", "data.max_prompt_bytes", /* limits on reading the prompt files, not their content */
@@ -62,11 +62,16 @@ int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
             core_log_warn("%s: removed %s of an earlier run (a fresh run replaces them; `--resume %s` would have "
                           "continued it)", home, names, home);
     }
+    /* written beside and renamed into place: `vgrpo run --resume DIR` without RECIPE gives this file to every process
+     * of the run as its recipe (cli/run_recipe.h), and a worker reading it while it is rewritten must see it whole */
+    char tmp[4300];
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return core_error("%s: cannot write: %s", path, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return core_error("%s: cannot write: %s", tmp, strerror(errno));
     int bad = core_recipe_dump(r, f);
-    if (fclose(f) || bad) return core_error("%s: write failed", path);
+    if (fclose(f) || bad) return remove(tmp), core_error("%s: write failed", tmp);
+    if (rename(tmp, path)) return remove(tmp), core_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/rewards.jsonl", r->run_dir);
     if (resumed && cut_back(path, start)) return -1;
     if (core_jsonl_open(&S->rewards_fd, path, resumed)) return -1;

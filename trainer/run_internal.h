@@ -60,7 +60,7 @@ typedef struct {
     /* outputs (rank 0) */
     core_metrics *metrics;
     int rewards_fd;            /* rewards.jsonl (-1: not open): per step, every sample's uid, prompt index and reward */
-    /* parallel layout (sp/topology.h): dp groups of sp ranks; SP peers share samples (DESIGN.md section 6) */
+    /* parallel layout (sp/topology.h): dp groups of sp ranks; SP peers share samples (docs/design.md section 6) */
     sp_comm *dp;               /* all trainer ranks (NULL: one rank): batches are broadcast over it */
     sp_topology topo;
     sp_rank_info me;
@@ -69,7 +69,7 @@ typedef struct {
     wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group; model.device cuda:
                                   the device executor (exec.dev) */
     const wan_exec *ex;        /* &exec with SP > 1 or on a device, else NULL (the default single-rank CPU path) */
-    /* model.device cuda (issue 15 phase 3): the DiT executor on the device (model/dit/wan_dev_exec.h, shared with an
+    /* model.device cuda: the DiT executor on the device (model/dit/wan_dev_exec.h, shared with an
      * in-process rollout source) and the trained experts' master weights and moments there (trainer/train_dev.h;
      * tc.opt_step is its step); NULL on the CPU */
     wan_dev_exec *dx;

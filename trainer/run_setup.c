@@ -128,7 +128,7 @@ static int check_lora(const core_recipe *r) {
     return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
 }
 
-/* model.device cuda (issue 15 phase 3): one device, every weight trained; what is not there yet is refused. */
+/* model.device cuda: one device, every weight trained; what is not there yet is refused. */
 static int check_device(const core_recipe *r) {
     if (!r->device || strcmp(r->device, "cuda")) return 0;
     if (r->trainer_ranks != 1 || r->sp != 1)

@@ -1,4 +1,4 @@
-/* trainer/sampler.h — which prompts each GRPO step draws (DESIGN.md section 4): B distinct prompts per step from an
+/* trainer/sampler.h — which prompts each GRPO step draws (docs/design.md section 4): B distinct prompts per step from an
  * epoch order that is reshuffled every epoch, drop-last. The sampler's position (epoch, pos) is part of a
  * checkpoint, so a resumed run draws what a straight run draws. */
 #ifndef TRAINER_SAMPLER_H

@@ -6,7 +6,7 @@
  *   - remote (colocated mode, `vgrpo parity`): the controller and the rollout workers behind it
  *     (trainer/source_remote.c over trainer/controller.h).
  *
- * The contract (both implementations keep it; DESIGN.md sections 3 and 4):
+ * The contract (both implementations keep it; docs/design.md sections 3 and 4):
  *   rollout      n samples, sample j = (uid, prompt index, prompt text); tmpl gives the policy version the weights
  *                must have, the noise stream, eta and what to return. Sample j's trajectory depends only on (seed, uid,
  *                stream, eta, the weights of that version, the prompt's conditioning): not on how the samples are

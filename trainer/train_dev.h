@@ -1,4 +1,4 @@
-/* trainer/train_dev.h — the optimizer half of the training step on a device (issue 15 phase 3, model.device cuda):
+/* trainer/train_dev.h — the optimizer half of the training step on a device (model.device cuda):
  * every trained expert's fp32 master weights and AdamW moments live on the device, and the optimizer step runs there
  * (kernels/cuda/k_cuda.h: sumsq for the global gradient norm, scale for clipping, adamw_update writing the fp32
  * master AND the bf16 copy the device model computes with), so no weight crosses to the device after a step.

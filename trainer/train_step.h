@@ -1,7 +1,7 @@
 /* trainer/train_step.h — one GRPO training pass over a batch of trajectories on the Wan DiT (CPU, fp32): recompute
  * the (guided) velocity of every trained transition with gradient, the log-prob of the recorded next latent and the
  * KL to the frozen reference, the loss terms with the global denominator, and the backward into the parameter
- * gradients; then the optimizer step. DESIGN.md section 4 is the contract; trainer/grpo.h has the per-transition
+ * gradients; then the optimizer step. docs/design.md section 4 is the contract; trainer/grpo.h has the per-transition
  * arithmetic, model/flow/flow.h the step and its backward, model/flow/guidance.h the CFG combination.
  *
  * Transitions: sample s, step i in grpo_select_steps(sel, N, has_log_prob, seed, uid_s), listed sample by sample,

@@ -1,4 +1,4 @@
-/* cli/check/check_grpo.c — the GPU check's GRPO rows (issue 15 phase 3): the rollout engine (rollout/engine.c) and
+/* cli/check/check_grpo.c — the GPU check's GRPO rows: the rollout engine (rollout/engine.c) and
  * the training step (trainer/train_step.c with the device optimizer step of trainer/train_dev.h) on the device, with
  * the tiny Wan preset, against the same code on the fp32 CPU model in the same binary. It lives in cli/ because it
  * composes rollout/ and trainer/ (the one folder allowed to), and registers itself from a constructor (check.h);

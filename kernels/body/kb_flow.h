@@ -4,7 +4,7 @@
  * include them; tests/test_kernel_bodies_flow.c checks them bit for bit against flow_sde_step, flow_kl,
  * flow_sde_backward_v, flow_cfg_combine and flow_cfg_backward.
  *
- * Everything is fp32 (DESIGN.md section 4: sampling and log-prob arithmetic stays fp32 on the GPU; the velocity may
+ * Everything is fp32 (docs/design.md section 4: sampling and log-prob arithmetic stays fp32 on the GPU; the velocity may
  * come from the model in bf16 and is read exactly). Sums follow core/reduce.h's fixed order: chunks of
  * KB_REDUCE_CHUNK = 4096 consecutive elements, each summed sequentially in fp32 from element 0, then the chunk sums
  * combined by the fixed pairwise tree, evaluated as core/reduce.c's binary counter (kb_counter_*). On the GPU one

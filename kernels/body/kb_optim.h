@@ -6,7 +6,7 @@
  * AdamW per element, fp32, scalars from kb_adamw_prepare (host, double, rounded to fp32 once as optim.c does):
  *   p = p * decay (where decayed);  m = m + w1 (g - m);  v = v b2 + w2 g g;  d = sqrt(v) / bc2_sqrt + eps;
  *   p = p + step_size * m / d        (left to right: (step_size * m) / d)
- * Master weights and moments stay fp32 on the GPU (DESIGN.md section 4); the optional bf16 copy of p is the
+ * Master weights and moments stay fp32 on the GPU (docs/design.md section 4); the optional bf16 copy of p is the
  * compute weight the model reads.
  * Sum of squares: chunks of KB_SUMSQ_CHUNK = 8192 elements (optim.h's OPTIM_CHUNK), each summed sequentially in
  * double from its first element, then the chunk sums added sequentially in chunk order. */

@@ -5,7 +5,7 @@
  * Layout: our heads are [B, S, H, Dh] (kernels.h); cuDNN's logical SDPA tensor is [B, H, S, Dh], so each tensor is
  * described with dims {B, H, S, Dh} and strides {S*H*Dh, Dh, H*Dh, 1} (no copy). The statistics output is the
  * natural-log log-sum-exp of the scaled scores per query row, dims {B, H, S, 1} fp32, which is exactly our LSE
- * [B, H, S] (DESIGN.md section 5: one interface for the CPU kernel, cuDNN SDPA and the ring merge). The scale is a
+ * [B, H, S] (docs/design.md section 5: one interface for the CPU kernel, cuDNN SDPA and the ring merge). The scale is a
  * by-value fp32 tensor, so one plan serves every scale.
  *
  * Plans: one per (direction, B, Sq, Skv, H, Dh), built on first use and cached: operation graph, engine heuristics

@@ -4,7 +4,7 @@
  * kernels/kernels.h) with "built without the CUDA backend". Status: compiled and linked, never run on a GPU yet
  * (kernels/cuda/README.md says what has and has not run).
  *
- * Why a parallel table instead of k_ops entries. The GPU keeps activations in bf16 (DESIGN.md section 4: weights
+ * Why a parallel table instead of k_ops entries. The GPU keeps activations in bf16 (docs/design.md section 4: weights
  * and activations bf16, norm statistics, LSE, master weights, optimizer state and parameter gradients fp32), so the
  * float * signatures of k_ops do not fit. k_dev_ops has one entry per k_ops entry with the same meaning, shapes and
  * conventions (row-major [B, S, D]; heads [B, S, H, Dh]; LSE [B, H, S]; forwards overwrite; backwards ACCUMULATE

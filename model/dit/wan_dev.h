@@ -1,4 +1,4 @@
-/* model/dit/wan_dev.h — the Wan transformer on a device op table (issue 15, phase 2): forward (inference and
+/* model/dit/wan_dev.h — the Wan transformer on a device op table (the CUDA backend's DiT stage): forward (inference and
  * training activations) and backward of WanTransformer3DModel on k_dev_ops (kernels/cuda/k_cuda.h), the bf16
  * counterpart of the fp32 CPU model of wan_dit.h.
  *
@@ -12,7 +12,7 @@
  * tests/test_wan_dev.c) and on a GPU against k_cuda_ops (`make cuda`; scripts/gpu_check.sh's Wan DiT rows).
  * Status: never run on a GPU (kernels/cuda/README.md).
  *
- * Dtypes (DESIGN.md section 4, "On the GPU"; issue 15):
+ * Dtypes (docs/design.md section 4, "On the GPU"):
  *   weights      bf16 device copies of the fp32 master wan_model.params, at the same offsets of the same table
  *                (wan_layout: one source of truth for names and shapes; a tensor's device pointer is found from the
  *                host model's named pointer, wan_weights, by its offset). Plus one fp32 copy of proj_out.bias, the

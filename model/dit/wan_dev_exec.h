@@ -1,4 +1,4 @@
-/* model/dit/wan_dev_exec.h — the DiT executor on a device (issue 15, phase 3): what the rollout engine
+/* model/dit/wan_dev_exec.h — the DiT executor on a device (the CUDA backend's GRPO stage): what the rollout engine
  * (rollout/engine.c) and the training step (trainer/train_step.c) call instead of wan_forward / wan_backward when the
  * recipe says model.device: cuda. It holds the device copies of the host models it is shown (wan_dev.h: bf16 weights
  * at the host table's offsets, fp32 gradients), keyed by the host model's address and a weights version, and runs
@@ -7,7 +7,7 @@
  *
  * Why the flow arithmetic stays on the host: the velocity leaves the device in fp32, so the schedule, SDE step,
  * log-prob, KL, CFG combination, loss and advantages run in the very functions of the CPU path (model/flow,
- * trainer/grpo): DESIGN.md section 4's "one function computes mean, std and logp; rollout and trainer both call it"
+ * trainer/grpo): docs/design.md section 4's "one function computes mean, std and logp; rollout and trainer both call it"
  * holds on the device path too, and exactly (nothing to match bit for bit between a kernel and model/flow). The
  * price is one download of the velocity and one upload of dout per forward/backward: C*F*H*W floats per row
  * (8.4 MB at Wan 2.1's 81 x 480 x 832), next to a forward that moves tens of GB through the GPU's memory. The

@@ -200,7 +200,7 @@ void wan_model_free(wan_model *m);
 void wan_params_init_random(wan_model *m, uint64_t seed);
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Checksums (DESIGN.md section 3; model/dit/wan_hash.c) */
+ * Checksums (docs/design.md section 3; model/dit/wan_hash.c) */
 
 /* "transformer" for expert 0 (high noise, or the only one), "transformer_2" for expert 1. */
 const char *wan_expert_folder(int expert);
@@ -249,7 +249,7 @@ typedef int (*wan_self_attn_bwd_fn)(void *ctx, float *dq, float *dk, float *dv, 
 
 /* How a forward/backward runs: the kernels, the self-attention and (optionally) the sequence-parallel group.
  * ops NULL = &k_cpu_ops; attn_fwd NULL = the default (ops->attention_forward/backward with scale 1/sqrt(Dh); ctx
- * is then the k_ops pointer). sp: the SP group (sp/comm.h; DESIGN.md section 6) when the activations were made for
+ * is then the k_ops pointer). sp: the SP group (sp/comm.h; docs/design.md section 6) when the activations were made for
  * one token slice (wan_acts_new_sp with sp > 1): its size and rank must be that sp and sp_rank, and attn_fwd/attn_bwd
  * must be a sequence-parallel self-attention (sp_usp_forward/backward with an sp_usp context: the default
  * attention would only see the local keys). NULL (or a group of one) with sp-1 activations: the whole sequence,
@@ -287,7 +287,7 @@ typedef struct wan_acts wan_acts; /* activations + scratch for one (config, shap
 /* Allocates activations for cfg and shape (checked: divisibility by the patch size, grid within
  * rope_max_seq_len, sizes > 0). NULL with core_error on a bad shape or out of memory. */
 wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
-/* The activations of SP rank sp_rank of sp (DESIGN.md section 6): the blocks will run on video tokens
+/* The activations of SP rank sp_rank of sp (docs/design.md section 6): the blocks will run on video tokens
  * [sp_rank * S/sp, (sp_rank+1) * S/sp) of every sample (S = wan_tokens), so everything per token is sized for S/sp;
  * the full-sequence extras are one [B, S, C*pt*ph*pw] scratch (patchified input, gathered proj_out output) and
  * d enc's [B, L, text_dim] scratch. sp == 1 is wan_acts_new. NULL with core_error also when sp < 1, sp_rank is out
@@ -319,7 +319,7 @@ int wan_forward(const wan_model *m, wan_acts *a, const wan_exec *ex, float *out,
  *   - m->grads += this rank's PARTIAL parameter gradients (its tokens' share of every sum over tokens; the time
  *     and text embedders included). The caller sums them over the SP group, or once over all trainer ranks
  *     (dp x sp) after accumulating every micro-batch: sp_comm_all_reduce(world, m->grads, m->grads, numel, SP_F32)
- *     (DESIGN.md section 4). Nothing is divided by sp. (Not reduced here: the backward accumulates, and reducing
+ *     (docs/design.md section 4). Nothing is divided by sp. (Not reduced here: the backward accumulates, and reducing
  *     an accumulating buffer per call would count earlier calls sp times.)
  *   - denc += the FULL text-embedding gradient, the same on every SP rank (this call's partial is all-reduced over
  *     ex->sp in a scratch buffer before it is added);

@@ -1,4 +1,4 @@
-/* model/dit/wan_hash.c — whole-model xxh64 of one or two experts (DESIGN.md section 3, core/checksum.h). */
+/* model/dit/wan_hash.c — whole-model xxh64 of one or two experts (docs/design.md section 3, core/checksum.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

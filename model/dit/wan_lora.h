@@ -1,4 +1,4 @@
-/* model/dit/wan_lora.h — LoRA adapters on the linears of the Wan transformer (issue 14, the model level): the
+/* model/dit/wan_lora.h — LoRA adapters on the linears of the Wan transformer (the model level): the
  * adapter's tensors, its forward/backward inside wan_forward/wan_backward, its initialisation, merge, and the two
  * file formats users load (diffusers' pytorch_lora_weights.safetensors and peft's adapter folder).
  *

@@ -15,7 +15,7 @@
  *
  * The step (SDE or ODE, model/flow/flow.h) and its log-prob run over the GENERATED elements only: frames 1 .. F-1 of
  * every channel, gathered in [C, F-1, H, W] order (n = C (F-1) H W). The noise eps of a step is drawn over the full
- * [C, F, H, W] element index as for text-to-video (DESIGN.md section 4) and gathered the same way, so a generated
+ * [C, F, H, W] element index as for text-to-video (docs/design.md section 4) and gathered the same way, so a generated
  * element gets the noise it would get without an image. So for a conditioned step
  *   logp = -(S / n) / (2 step_std^2) - log(step_std) - log(sqrt(2 pi)),  S = sum over generated elements (fixed order)
  * and the KL and GRPO-Guard's mean bias are means over the same n elements; frame 0 has no log-prob term, its

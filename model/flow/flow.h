@@ -1,6 +1,6 @@
 /* model/flow/flow.h — flow-matching arithmetic shared by rollout and trainer: the sigma schedule, the SDE step with its
  * log-prob (Flow-GRPO's "sde" form, or its coefficients-preserving "cps" form), the KL to a reference mean, and the
- * backward of both with respect to the velocity (with GRPO-Guard's mean-bias term). DESIGN.md section 4 is the
+ * backward of both with respect to the velocity (with GRPO-Guard's mean-bias term). docs/design.md section 4 is the
  * contract; this file is its one implementation.
  *
  * Conventions: sigma is the noise level in [0, 1] (x_sigma = (1 - sigma) x0 + sigma noise), timestep = 1000 sigma.
@@ -32,7 +32,7 @@
  *   set_timesteps (numpy, float64): t_j = linspace(1000, 1000 * (double)sigma_min, N)  (j * step + 1000, the last
  *                          exactly 1000 * sigma_min);  s_j = t_j / 1000;  s_j = shift * s_j / (1 + (shift - 1) * s_j)
  *   then rounded to fp32:  sigmas[j] = (float)s_j, j < N;  sigmas[N] = 0;  timesteps[j] = sigmas[j] * 1000.0f (fp32).
- * So the low end is shifted twice, as DESIGN.md section 4 says: sigmas = f(linspace(1, f(1/1000), N)).
+ * So the low end is shifted twice, as docs/design.md section 4 says: sigmas = f(linspace(1, f(1/1000), N)).
  * Bitwise equal to diffusers for every (N, shift) of tests/fixtures/flow_schedule.safetensors.
  * (Wan's own default scheduler, UniPC with flow sigmas, has a different schedule; vgrpo uses this one.)
  *   N >= 1 steps; shift > 0 and finite; sigmas [N+1] fp32 (sigmas[0] == 1, strictly decreasing to 0);
@@ -113,7 +113,7 @@ int flow_step_init(flow_step *st, float sigma, float sigma_next, float sigma1, f
  * (sin(eta pi / 2) would fall again: "rollout.eta: cps needs eta in [0, 1]"). */
 int flow_step_init_kind(flow_step *st, flow_kind k, float sigma, float sigma_next, float sigma1, float eta);
 
-/* One SDE step with its log-prob: the one function rollout and trainer both call (DESIGN.md section 4).
+/* One SDE step with its log-prob: the one function rollout and trainer both call (docs/design.md section 4).
  *   x, v [n] fp32: latent at sigma and the (guided) velocity; n >= 1.
  *   Exactly one way of getting x_next:
  *     eps != NULL (rollout): eps [n] standard normals; x_next_out [n] (required) = mean + step_std * eps, and the
@@ -142,7 +142,7 @@ int flow_sde_step_kind(flow_kind k, const float *x, const float *v, const float 
 
 /* The KL of the step's Gaussian policy to the reference's (both with std step_std, means mean_new and mean_ref):
  *   *kl_out = (S / n) / (2 step_std^2),  S = sum_fixed (mean_new - mean_ref)^2  (fp32; core/reduce.h order),
- * i.e. the mean over elements of (mean_new - mean_ref)^2 / (2 (std_t sqrt(-dt))^2) (DESIGN.md section 4: exact
+ * i.e. the mean over elements of (mean_new - mean_ref)^2 / (2 (std_t sqrt(-dt))^2) (docs/design.md section 4: exact
  * KL of two Gaussians with equal std, per element, averaged). mean_* [n] fp32, n >= 1.
  * Errors (-1): n < 1, NULL pointers, step_std not > 0 or step_std^2 not a normal fp32 (an ODE step has no KL). */
 int flow_kl(const float *mean_new, const float *mean_ref, int64_t n, float step_std, float *kl_out);

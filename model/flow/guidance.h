@@ -1,4 +1,4 @@
-/* model/flow/guidance.h — classifier-free guidance, the one combination rollout and trainer both use (DESIGN.md
+/* model/flow/guidance.h — classifier-free guidance, the one combination rollout and trainer both use (docs/design.md
  * section 4): v = v_u + g * (v_c - v_u), fp32, per element in this order: d = v_c - v_u; t = g * d; v = v_u + t.
  * With g == 1 (or no negative prompt) there is a single forward and v = v_c exactly: the caller asks
  * flow_cfg_active(g) and skips the unconditional forward. In training both forwards carry gradient:

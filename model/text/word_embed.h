@@ -1,4 +1,4 @@
-/* model/text/word_embed.h — the tiny preset's text conditioning until the UMT5 text encoder exists (DESIGN.md section 5).
+/* model/text/word_embed.h — the tiny preset's text conditioning until the UMT5 text encoder exists (docs/design.md section 5).
  *
  * A prompt is lower-cased (ASCII) and split on spaces (runs of spaces separate words; leading/trailing spaces are
  * ignored). Word w becomes text_dim standard normals from Philox (core/philox.h):

@@ -1,4 +1,4 @@
-/* tests/mpi/mpi_dit.c — model-level sequence parallelism (DESIGN.md section 6): the tiny Wan transformer's forward
+/* tests/mpi/mpi_dit.c — model-level sequence parallelism (docs/design.md section 6): the tiny Wan transformer's forward
  * and backward with each sample's video tokens sharded over the SP ranks (wan_acts_new_sp + the USP hook) against
  * the single-rank model (wan_acts_new, default attention) on the same inputs, in the same run.
  *
@@ -392,7 +392,7 @@ int mpi_case_dit_bench(sp_comm *world, int argc, char **argv) {
                             (12 * S * D * D + 4 * S * S * D + 4 * S * Lt * D + 4 * Lt * D * D + 4 * S * D * Fd);
         printf("dit_bench trainer_ranks %d sp %d ulysses %d ring %d: tiny preset, %d layers, %lld video tokens, %d "
                "text tokens: activations (STORE) %.1f MiB/rank vs %.1f MiB at sp 1 (%.3f; 1/sp = %.3f); "
-               "forward+backward %.3f s (best of %d, slowest rank), %.2f GFLOP/s total (DESIGN.md section 9 count); "
+               "forward+backward %.3f s (best of %d, slowest rank), %.2f GFLOP/s total (docs/design.md section 9 count); "
                "peak RSS %.0f MiB (largest rank)\n",
                t.trainer_ranks, t.sp, t.ulysses, t.ring, d.c.num_layers, (long long)d.S, L,
                wan_acts_bytes(A) / 1048576.0, bytes1 / 1048576.0, (double)wan_acts_bytes(A) / bytes1, 1.0 / sp, best,

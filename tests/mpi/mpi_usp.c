@@ -6,7 +6,7 @@
  * o, lse, dq, dk, dv with the USP result:
  *   - ring degree 1 (pure Ulysses): bit-identical (memcmp), forward and gradients;
  *   - ring degree > 1: max |usp - ref| <= USP_RING_BOUND * FLT_EPSILON * max |ref| per tensor (ref's maximum over
- *     the whole tensor, the "values' scale"). USP_RING_BOUND = 16, the same for every ring size (DESIGN.md
+ *     the whole tensor, the "values' scale"). USP_RING_BOUND = 16, the same for every ring size (docs/design.md
  *     section 6: the deviation must not grow with the ring size).
  *     Measured (S 64..256, H 4, Dh 16..32, B 1..2, every layout of 2, 4 and 8 ranks): worst over o, dq, dk, dv
  *     6.1 at ring 2, 6.9 at ring 4, 7.9 at ring 8 (absolute 2e-7..5e-7 with |v|, |dout| <= 1); lse 0.55..1.35

@@ -1,7 +1,7 @@
 /* kernels/cuda/check/check_flow.c — the flow and optimizer ops of k_cuda_ops against the same kernel bodies run on
  * the CPU (kernels/body/kb_host.h), which tests/test_kernel_bodies_flow.c proves bit-identical to model/flow
  * (flow_sde_step, flow_kl, flow_sde_backward_v, flow_cfg_*) and trainer/optim (optim_adamw_update, optim_sumsq).
- * Expectation: every output, sum, log-prob and parameter bit-identical (CK_EXACT), since DESIGN.md section 4 keeps
+ * Expectation: every output, sum, log-prob and parameter bit-identical (CK_EXACT), since docs/design.md section 4 keeps
  * this arithmetic fp32 on the GPU and the fixed reduction order is the CPU's. Shapes: one Wan 2.1 latent
  * (16 x 21 x 60 x 104 = 2,096,640 elements, velocity in bf16 as the model returns it) and a 64M-parameter slice of
  * the optimizer state. */

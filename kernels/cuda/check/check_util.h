@@ -2,7 +2,7 @@
  * device at once, parallel random fills, error measures, running a GPU op twice for the bitwise-repeat column, and
  * the result table.
  *
- * Measures (DESIGN.md section 8): rel-L2 = ||gpu - ref||_2 / ||ref||_2; worst = max|gpu - ref| / max|ref|. The CPU
+ * Measures (docs/design.md section 8): rel-L2 = ||gpu - ref||_2 / ||ref||_2; worst = max|gpu - ref| / max|ref|. The CPU
  * reference always sees exactly the values the GPU sees (inputs are drawn bf16-representable for bf16 storage). */
 #ifndef KERNELS_CUDA_CHECK_CHECK_UTIL_H
 #define KERNELS_CUDA_CHECK_CHECK_UTIL_H

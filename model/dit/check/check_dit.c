@@ -1,4 +1,4 @@
-/* model/dit/check/check_dit.c — the GPU check's Wan DiT rows (issue 15, phase 2): a 2-block Wan transformer forward
+/* model/dit/check/check_dit.c — the GPU check's Wan DiT rows: a 2-block Wan transformer forward
  * and backward on the device table (model/dit/wan_dev.h over k_cuda_ops) against the fp32 CPU model in the same
  * binary (wan_dev_compare: the same comparison tests/test_wan_dev.c runs on the emulated device), at a small config
  * with Wan's head dim: dim 256 = 2 heads x 128, FFN 768, text 256, 16 latent channels, patch (1, 2, 2); batch 2, 3 x
@@ -189,7 +189,7 @@ static double rel_l2(const float *a, const float *b, int64_t n) {
     return nd != nd ? 1e30 : nb > 0 ? sqrt(nd / nb) : sqrt(nd);
 }
 
-/* LoRA on the device (issue 15 phase 3): a rank-16 adapter on every linear of the Wan 2.1 case's model (B uniform in
+/* LoRA on the device: a rank-16 adapter on every linear of the Wan 2.1 case's model (B uniform in
  * [-0.05, 0.05)), the base frozen: the device forward and the adapter's gradients against the fp32 CPU model with the
  * same adapter (wan_lora.h), bands WAN_DEV_BAND_OUT / WAN_DEV_BAND_GRAD (whole gradient; worst tensor named, within
  * the key-bias band: the to_k adapters share the key bias's cancellation). */
