@@ -90,6 +90,9 @@ $(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
 # the last line is the totals of all of them: `make test: N passed, N failed (suite ...; cuda-smoke ...)`, exit
 # status 1 when a test failed or a part did not run to its end (its build failed, or a test crashed the runner).
 TEST_TALLY := $(BUILD)/test-tally.txt
+# VBench's colour suite (Apache-2.0, not in this repository) for tests/test_eval.c eval_vbench_color_suite, where a
+# checkout has the project's data folder beside it; the test skips, saying so, without it.
+export VGRPO_VBENCH_COLOR ?= $(wildcard ../shared/data/vbench/color.json)
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
 	@rm -f $(TEST_TALLY)
