@@ -2,6 +2,7 @@
 #include "rollout/worker.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,19 @@ static int io_fields(void *ctx, core_wire_type type, const char *id, const json_
 /* ---- rollout ---- */
 
 static int worker_should_stop(void);
+
+/* A trajectory carries rewards as F32 (core/trajectory.h): a server's value (a finite double, reward/client.c) past
+ * the float range would become inf in the cast, so it is refused here with the value the server sent. */
+static int check_f32_rewards(const worker *w, const reward_result *res, int ns, int sample) {
+    for (int k = 0; k <= ns; k++) {
+        const double v = k < ns ? res->scores[k].value : res->total;
+        if (fabs(v) > FLT_MAX)
+            return core_error("reward server %s: %s%s = %.17g for sample %d is outside the F32 range of a trajectory "
+                              "(|value| <= %g)", w->cfg->reward, k < ns ? "scorer " : "the weighted total",
+                              k < ns ? res->scores[k].name : "", v, sample, (double)FLT_MAX);
+    }
+    return 0;
+}
 
 /* rollout_worker_io.rollout: generates, decodes and scores the request's samples and sends the trajectory reply
  * (or an error `rollout_failed`; none when the process's stop flag cut it short). */
@@ -123,6 +137,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
         const char *names[CORE_TRAJ_MAX_REWARDS];
         float vals[CORE_TRAJ_MAX_REWARDS];
         const int ns = res[j].n_scores < CORE_TRAJ_MAX_REWARDS ? res[j].n_scores : CORE_TRAJ_MAX_REWARDS;
+        if (check_f32_rewards(w, &res[j], ns, j)) goto done;
         for (int k = 0; k < ns; k++) names[k] = res[j].scores[k].name, vals[k] = (float)res[j].scores[k].value;
         if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
     }
