@@ -5,6 +5,7 @@
  *     learns: eval mean_red after 8 steps exceeds step 0's by > 3 standard errors of the difference;
  *   - a recipe list that differs (another name, another weight) is refused, naming both lists; weights without names;
  *   - --dry-run accepts what the run accepts; without reward.endpoint an unknown scorer is still refused;
+ *   - reward_client_scorers: the C server's hello lists its scorers and weights in order;
  *   - a server reward past the F32 range (1e40 x mean_red) is reported with its value, not as "inf is not finite".
  * Skipped when /usr/bin/python3 lacks zmq or numpy. */
 #include <jansson.h>
@@ -18,7 +19,9 @@
 
 #include "core/error.h"
 #include "core/recipe.h"
+#include "reward/client.h"
 #include "tests/metrics_rows.h"
+#include "tests/reward_thread_util.h"
 #include "tests/test.h"
 
 static int have_python(void) {
@@ -163,4 +166,26 @@ TEST(reward_endpoint_value_past_f32) {
     CHECK_MSG(rc == 1 && strstr(out, "the weighted total = ") && strstr(out, "e+39 for sample ") &&
                   strstr(out, "is outside the F32 range of a trajectory") && !strstr(out, "inf is not finite"),
               "rc %d: %s", rc, out);
+}
+
+TEST(reward_endpoint_client_scorers) {
+    rsrv s;
+    char ep[700];
+    snprintf(ep, sizeof ep, "ipc://%s/c.sock", test_tmpdir());
+    rsrv_start(&s, ep, "brightness:0.5,flicker:2", 1, 0);
+    reward_client *c = reward_client_open(ep, "trainer", 5.0, 3);
+    REQUIRE(c);
+    reward_result got;
+    const int rc = reward_client_scorers(c, &got);
+    CHECK_MSG(rc == 0, "%s", core_last_error());
+    CHECK(rc == 0 && got.n_scores == 2 && !strcmp(got.scores[0].name, "brightness") && got.scores[0].weight == 0.5 &&
+          !strcmp(got.scores[1].name, "flicker") && got.scores[1].weight == 2.0);
+    reward_client_close(c);
+    rsrv_stop(&s);
+    /* nobody there: the attempts' error names the endpoint */
+    c = reward_client_open(ep, "trainer", 0.2, 2);
+    REQUIRE(c);
+    CHECK(reward_client_scorers(c, &got) != 0);
+    CHECK_MSG(strstr(core_last_error(), "no hello reply after 2 attempts"), "got: %s", core_last_error());
+    reward_client_close(c);
 }
