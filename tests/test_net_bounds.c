@@ -12,7 +12,8 @@
  *      were open, and 10 of the 12 got no connection).
  *   3. Unauthenticated connections are bounded apart: of 40 raw connections opened at once (bound 2 x 2 + 8 = 12),
  *      at least 28 are dropped within half a second (before libzmq's 5 s handshake time-out), and a key holder is still served
- *      in the meantime. */
+ *      in the meantime; one left idle is closed after libzmq's handshake time-out (5 s).
+ *   4. The bounds' arithmetic (core/wire_rollout.h) on Wan 2.1 T2V sizes. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -29,6 +30,7 @@
 #include "core/curve.h"
 #include "core/error.h"
 #include "core/recipe.h"
+#include "core/wire_rollout.h"
 #include "reward/client.h"
 #include "tests/test.h"
 #include "trainer/controller.h"
@@ -269,7 +271,26 @@ TEST(net_reward_server_idle_raw_connections_do_not_count) {
     for (int i = 0; i < 40; i++) dropped += closed_now(raw[i]);
     for (int i = 0; i < 40; i++) close(raw[i]);
     CHECK_MSG(dropped >= 28, "%d of 40 idle raw connections dropped at once (at most 12 may stay)", dropped);
+    /* and one that never finishes its handshake is closed after ZMQ_HANDSHAKE_IVL (5 s) */
+    const int idle = raw_connect(port, 100);
+    REQUIRE(idle >= 0);
+    CHECK_MSG(!closed_within(idle, 3000) && closed_within(idle, 4000), "an idle raw connection was not aged out in 5 s");
+    close(idle);
     stop(pid);
     test_run(out, sizeof out, "cat %s/reward.log", dir);
     CHECK_MSG(strstr(out, "dropped the oldest unauthenticated connection"), "log: %s", out);
+}
+
+TEST(net_rollout_frame_bounds) {
+    /* Wan 2.1 T2V 832 x 480 x 81, 40 steps: latent 16 x 21 x 60 x 104 (131040 per channel), video 81 x 480 x 832 x 3 */
+    const size_t lat = (size_t)41 * 16 * 131040 * 4, video = (size_t)81 * 480 * 832 * 3;
+    CHECK(core_rollout_reply_max_frame(40, 16, 16, 21, 60, 104, 1, video) == lat);      /* j/latents */
+    CHECK(core_rollout_reply_max_frame(40, 16, 16, 21, 60, 104, 4, video) == 4 * video); /* videos of a chunk */
+    /* I2V-A14B (36 in, 16 out): concat [20, F, h, w] is smaller than the latents */
+    CHECK(core_rollout_reply_max_frame(40, 36, 16, 21, 60, 104, 1, 0) == lat);
+    CHECK(core_rollout_reply_max_frame(1, 1, 1, 1, 1, 1, 1, 1) == (size_t)1 << 20);     /* the header limit */
+    CHECK(core_rollout_reply_max_frame(1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1 << 30, 1, 0) == SIZE_MAX);
+    /* a worker: the 14B's largest tensor (ffn 13824 x 5120), or a condition [36, 21, 60, 104] */
+    CHECK(core_rollout_worker_max_frame((int64_t)13824 * 5120, 36, 21, 60, 104) == (size_t)13824 * 5120 * 4);
+    CHECK(core_rollout_worker_max_frame(10, 36, 21, 60, 104) == (size_t)36 * 131040 * 4);
 }
