@@ -4,6 +4,7 @@
  *   - the recipe may name the server's scorers ([mean_red], unknown to the built-in list) or leave them out; the run
  *     learns: eval mean_red after 8 steps exceeds step 0's by > 3 standard errors of the difference;
  *   - a recipe list that differs (another name, another weight) is refused, naming both lists; weights without names;
+ *   - `vgrpo parity` runs the same recipe;
  *   - --dry-run accepts what the run accepts; without reward.endpoint an unknown scorer is still refused;
  *   - reward_client_scorers: the C server's hello lists its scorers and weights in order;
  *   - a server reward past the F32 range (1e40 x mean_red) is reported with its value, not as "inf is not finite".
@@ -149,6 +150,10 @@ TEST(reward_endpoint_run_learns) {
     rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/other --set reward.endpoint=%s "
                   "--set 'reward.scorers=[mean_red]' --set 'reward.weights=[0.5]' --steps 1", bin, sets, dir, ep);
     CHECK_MSG(rc == 1 && strstr(out, "scores [mean_red:1], the recipe lists [mean_red:0.5]"), "rc %d: %s", rc, out);
+    /* 4. parity accepts the same recipe (its rollout is scored by the same server) */
+    rc = test_run(out, sizeof out, "%s parity recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/parity --set "
+                  "reward.endpoint=%s --set 'reward.scorers=[mean_red]'", bin, sets, dir, ep);
+    CHECK_MSG(rc == 0 && strstr(out, "PASS"), "rc %d: %s", rc, out);
     py_stop(py);
 }
 
