@@ -5,6 +5,8 @@
  *     learns: eval mean_red after 8 steps exceeds step 0's by > 3 standard errors of the difference;
  *   - a recipe list that differs (another name, another weight) is refused, naming both lists; weights without names;
  *   - `vgrpo parity` runs the same recipe;
+ *   - a server whose list has color_match (not named by the recipe): a prompt without a colour is refused at the
+ *     start, naming the prompt's file:line and the server's list;
  *   - --dry-run accepts what the run accepts; without reward.endpoint an unknown scorer is still refused;
  *   - reward_client_scorers: the C server's hello lists its scorers and weights in order;
  *   - a server reward past the F32 range (1e40 x mean_red) is reported with its value, not as "inf is not finite".
@@ -193,4 +195,30 @@ TEST(reward_endpoint_client_scorers) {
     CHECK(reward_client_scorers(c, &got) != 0);
     CHECK_MSG(strstr(core_last_error(), "no hello reply after 2 attempts"), "got: %s", core_last_error());
     reward_client_close(c);
+}
+
+TEST(reward_endpoint_server_color_match_checks_prompts) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char sets[2048], out[1 << 15], ep[700], pf[700];
+    setup(dir, sets, sizeof sets);
+    snprintf(pf, sizeof pf, "%s/nocolour.txt", dir);
+    FILE *f = fopen(pf, "w");
+    REQUIRE(f);
+    fputs("a red kite\na frog\n", f);
+    fclose(f);
+    snprintf(ep, sizeof ep, "ipc://%s/c.sock", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *e = freopen("/dev/null", "w", stderr);
+        (void)e;
+        execl(bin, bin, "reward-server", "--bind", ep, "--scorers", "color_match:1", (char *)NULL);
+        _exit(127);
+    }
+    int rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/cm --set reward.endpoint=%s "
+                      "--set 'reward.scorers=[]' --set 'reward.weights=[]' --set data.prompt_file=%s --steps 1", bin,
+                      sets, dir, ep, pf);
+    py_stop(pid);
+    CHECK_MSG(rc == 1 && strstr(out, "the reward server at ") && strstr(out, "scores [color_match:1]: ") &&
+                  strstr(out, "nocolour.txt:2") && strstr(out, "(color_match)"),
+              "rc %d: %s", rc, out);
 }

@@ -65,7 +65,7 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
     c->ctx = zmq_ctx_new();
     c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
-    int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000;
+    int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
     if (!c->router) {
         core_error("zmq: cannot create the controller socket");
         ctl_close(c);
@@ -73,6 +73,9 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
     }
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* a connection that has not finished its (CURVE) handshake within 5 s is closed: what a peer without keys may
+     * hold, at most one frame of max_frame_bytes per connection, is held that long at most */
+    zmq_setsockopt(c->router, ZMQ_HANDSHAKE_IVL, &hs_ivl, sizeof hs_ivl);
     const int64_t maxmsg = max_frame_bytes > 0 && max_frame_bytes <= (size_t)INT64_MAX ? (int64_t)max_frame_bytes : -1;
     if (maxmsg < 0 || zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg)) {
         core_error("controller: the frame bound %zu bytes cannot be set (ZMQ_MAXMSGSIZE)", max_frame_bytes);

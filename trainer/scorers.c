@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "reward/client.h"
+#include "trainer/run.h"
 #include "trainer/run_internal.h"
 
 /* "a:1, b:0.5" (weights NULL: names only) into buf. */
@@ -71,6 +72,14 @@ int trainer_scorers_init(trainer_state *S) {
         snprintf(S->scorer_names[j], CORE_TRAJ_NAME_MAX, "%s", names[j]);
     }
     S->n_scorers = srv.n_scores;
+    if (r->scorers.n == 0) { /* the prompt checks of trainer_setup, now for the server's list: a colour to match */
+        core_recipe with = *r; /* a shallow copy that only lists the server's scorers */
+        char *listed[REWARD_CLIENT_MAX_SCORERS];
+        for (int j = 0; j < srv.n_scores; j++) listed[j] = srv.scores[j].name;
+        with.scorers = (core_cfg_strings){srv.n_scores, listed};
+        if (trainer_check_prompts(&with, &S->train) || trainer_check_prompts(&with, &S->eval))
+            return core_error_push("reward.endpoint: the reward server at %s scores [%s]: ", r->reward_endpoint, got);
+    }
     printf("  reward server %s: scorers [%s] (its hello reply%s)\n", r->reward_endpoint, got,
            r->scorers.n ? "; the recipe's list matches" : "; the recipe lists none");
     return 0;
