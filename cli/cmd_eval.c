@@ -171,7 +171,9 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     }
     if (job_init(&J, r, &stop_flag) || job_start_reward(&J, r, logs)) goto done;
     started = 1;
-    if (!(ctl = ctl_open(J.ctl_ep, job_keys(&J, CORE_CURVE_CONTROLLER), job_abort_check, &J)) ||
+    size_t max_frame = 0;
+    if (ctl_max_frame_bytes(r, &max_frame) ||
+        !(ctl = ctl_open(J.ctl_ep, job_keys(&J, CORE_CURVE_CONTROLLER), max_frame, job_abort_check, &J)) ||
         job_start_workers_lora(&J, A->recipe, A->sets, A->n_sets, transformer[0] && !lora ? transformer : NULL,
                                lora ? transformer : NULL, N, job_threads_per_process(N), logs))
         goto done;

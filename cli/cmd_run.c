@@ -148,6 +148,10 @@ int cmd_run(int argc, char **argv) {
         if (budget_preflight(&r, &q, force, stderr)) {
             fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         } else {
+            if (r.reward_endpoint) /* not asked here: the server need not be up for a dry run */
+                fprintf(stderr, "note: reward.scorers and reward.weights are the reward server's at %s: the run asks "
+                                "it at the start (its hello reply) and refuses a recipe list that differs\n",
+                        r.reward_endpoint);
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }

@@ -123,8 +123,9 @@ int cmd_trainer(int argc, char **argv) {
         const int krc = core_curve_options(keys_fd, keys_file, &keys, &keyed);
         if (!krc && !keyed)
             core_log_warn("vgrpo trainer: no keys (--keys-fd / --keys-file): the controller channel is not authenticated");
-        if (krc ||
-            !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, abort_check, NULL)) ||
+        size_t max_frame = 0;
+        if (krc || ctl_max_frame_bytes(&r, &max_frame) ||
+            !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, max_frame, abort_check, NULL)) ||
             ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
             core_stop_restore();
             fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());

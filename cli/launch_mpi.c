@@ -608,7 +608,9 @@ int cmd_mpi_rank(int argc, char **argv) {
         if (L.role_rank == 0) {
             signal(SIGUSR1, on_usr1);
             signal(SIGUSR2, on_usr2);
-            ok = !bind_endpoint(&L, ep, sizeof ep) && (ctl = ctl_open(ep, &L.keys, abort_check, NULL)) &&
+            size_t max_frame = 0;
+            ok = !ctl_max_frame_bytes(L.r, &max_frame) && !bind_endpoint(&L, ep, sizeof ep) &&
+                 (ctl = ctl_open(ep, &L.keys, max_frame, abort_check, NULL)) &&
                  !ctl_endpoint(ctl, ep, sizeof ep);
         }
         if (exchange(&L, ok ? ep : NULL)) goto startup_failed;

@@ -83,7 +83,8 @@ const core_cfg_entry core_recipe_schema[] = {
      "G (>= 2: a group of one has advantage 0 and never trains)"},
     {"rollout.text_len", CORE_CFG_INT, O(text_len), "8", MINV | MAXV, 1, 4096, NULL, "text tokens"},
     {"rollout.batch_size", CORE_CFG_INT, O(batch_size), "8", MINV | MAXV, 1, 1 << 16, NULL, "samples per forward"},
-    {"reward.scorers", CORE_CFG_STRINGS, O(scorers), "[color_match]", 0, 0, 0, NULL, "scorer names"},
+    {"reward.scorers", CORE_CFG_STRINGS, O(scorers), "[]", 0, 0, 0, NULL,
+     "scorer names (absent or []: [color_match], or with reward.endpoint the server's list)"},
     {"reward.weights", CORE_CFG_DOUBLES, O(weights), NULL, MINV | MAXV, -1e6, 1e6, NULL, "per scorer (default 1)"},
     {"reward.endpoint", CORE_CFG_STRING, O(reward_endpoint), NULL, 0, 0, 0, NULL,
      "external reward server (ipc://PATH or tcp://HOST:PORT); default: start one"},
@@ -183,7 +184,19 @@ int core_recipe_check(core_recipe *r) {
     if (!cuda && r->activations && !strcmp(r->activations, "checkpoint"))
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");
-    if (r->scorers.n < 1) return core_error("reward.scorers: at least one scorer is needed");
+    /* With reward.endpoint the scorers and weights are the server's (its hello reply, trainer/scorers.c): the
+     * recipe may list them (then they must match) or leave them out. Else absent means [color_match]. */
+    r->weights_given = r->weights.n > 0;
+    if (r->scorers.n == 0 && r->reward_endpoint && r->weights.n > 0)
+        return core_error("reward.weights: %d weights, but reward.scorers names none (with reward.endpoint %s the "
+                          "server's scorers and weights apply; list the scorers too, or leave both out)",
+                          r->weights.n, r->reward_endpoint);
+    if (r->scorers.n == 0 && !r->reward_endpoint) {
+        free(r->scorers.v); /* an empty list's */
+        if (!(r->scorers.v = calloc(1, sizeof(char *))) || !(r->scorers.v[0] = strdup("color_match")))
+            return core_error("out of memory");
+        r->scorers.n = 1;
+    }
     for (int i = 0; i < r->scorers.n; i++) {
         if (!r->scorers.v[i] || !r->scorers.v[i][0]) return core_error("reward.scorers.%d: empty name", i);
         for (int j = 0; j < i; j++)

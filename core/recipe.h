@@ -62,7 +62,9 @@
  *   rollout.text_len               text tokens L (umt5: max_sequence_length, longer prompts truncated;
  *                                  word_embed: words, a longer prompt is an error)
  *   rollout.batch_size             samples per DiT forward in rollout (trajectories do not depend on it)
- *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each)
+ *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each;
+ *                                  scorers default to [color_match]); with reward.endpoint they are the server's
+ *                                  (its hello reply): listed, they must match it; left out, the server's apply
  *   reward.endpoint                an external reward server (ipc:// or tcp://); absent: eval/run start one
  *                                  (vgrpo reward-server) with reward.threads scoring threads
  *   reward.timeout_s, reward.max_attempts  a rollout worker re-sends a score request (same id) after timeout_s
@@ -146,6 +148,7 @@ typedef struct {
     int prompts_per_step, samples_per_prompt, text_len, batch_size;
     core_cfg_strings scorers;
     core_cfg_doubles weights;
+    int weights_given; /* reward.weights was in the recipe (not the default 1 each): compared with the server's */
     char *reward_endpoint;
     int reward_threads, reward_max_attempts;
     double reward_timeout_s;

@@ -467,3 +467,24 @@ fail:
     for (int j = 0; j < req->n; j++) core_rollout_result_free(&out[j]);
     return -1;
 }
+
+/* a x b, saturating at SIZE_MAX (a, b >= 0). */
+static size_t mul_sat(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+size_t core_rollout_reply_max_frame(int num_steps, int c_in, int c_out, int F, int H, int W, int batch,
+                                    size_t video_bytes) {
+    const size_t fhw = mul_sat(mul_sat((size_t)(F > 0 ? F : 0), (size_t)(H > 0 ? H : 0)), (size_t)(W > 0 ? W : 0));
+    const size_t rows = max_sz(mul_sat((size_t)(num_steps > 0 ? num_steps : 0) + 1, (size_t)(c_out > 0 ? c_out : 0)),
+                               (size_t)(c_in > c_out ? c_in - c_out : 0)); /* latents (and velocities), concat */
+    size_t b = mul_sat(mul_sat(rows, fhw), sizeof(float));
+    b = max_sz(b, mul_sat((size_t)(batch > 0 ? batch : 0), video_bytes));
+    return max_sz(b, core_wire_limits_default().max_header_bytes);
+}
+
+size_t core_rollout_worker_max_frame(int64_t max_tensor_numel, int c_in, int F, int H, int W) {
+    const size_t fhw = mul_sat(mul_sat((size_t)(F > 0 ? F : 0), (size_t)(H > 0 ? H : 0)), (size_t)(W > 0 ? W : 0));
+    size_t b = mul_sat(mul_sat((size_t)(c_in > 0 ? c_in : 0), fhw), sizeof(float));
+    b = max_sz(b, mul_sat((size_t)(max_tensor_numel > 0 ? max_tensor_numel : 0), sizeof(float)));
+    return max_sz(b, core_wire_limits_default().max_header_bytes);
+}

@@ -98,4 +98,19 @@ int core_trajectory_reply_parse(const core_wire_msg *m, const core_rollout_reque
 void core_hash_hex(uint64_t h, char buf[17]);
 int core_hash_parse(const char *s, uint64_t *h);
 
+/* Receive bounds of the rollout channel from its protocol, in bytes: the largest single frame a peer may send, for
+ * ZMQ_MAXMSGSIZE (which libzmq applies to every frame from the first byte of a connection, the security handshake
+ * included, so a peer without keys cannot make the process buffer a larger one). Both are at least the header limit
+ * of core_wire_limits_default (1 MiB).
+ * core_rollout_reply_max_frame: what a worker sends the controller (a trajectory reply for `batch` samples): per
+ * sample latents F32 [N + 1, c_out, F, H, W] (N = num_steps), velocities F32 [N, c_out, F, H, W], the image
+ * condition F32 [c_out, 1, H, W] or concat F32 [c_in - c_out, F, H, W] (latent F, H, W), and the batch's videos U8
+ * [batch, video_bytes / sample]. Overflow saturates at SIZE_MAX.
+ * core_rollout_worker_max_frame: what the controller sends a worker: a rollout request's image condition per
+ * sample (at most F32 [c_in, F, H, W]) and a weight sync's one tensor per message (F32, max_tensor_numel elements:
+ * the largest tensor of the model, or of its LoRA adapter when adapters are synced). */
+size_t core_rollout_reply_max_frame(int num_steps, int c_in, int c_out, int F, int H, int W, int batch,
+                                    size_t video_bytes);
+size_t core_rollout_worker_max_frame(int64_t max_tensor_numel, int c_in, int F, int H, int W);
+
 #endif

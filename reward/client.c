@@ -38,6 +38,9 @@ struct reward_client {
     char last_id[CORE_WIRE_MAX_ID + 1];
     int last_attempts;
     char last_bad[256];         /* why the last unreadable message was ignored ("" if none) */
+    int hello_ok;               /* the last hello reply listed its scorers well formed (hello_scorers) */
+    reward_result hello_scorers; /* their names and weights (values 0) */
+    char hello_bad[256];        /* else why not ("" before any hello reply) */
     int keyed;                  /* CURVE with `keys` (a copy), checking the reward server's public key */
     core_curve_keys keys;
 };
@@ -225,6 +228,30 @@ static int recv_msg(reward_client *c, double deadline, core_wire_msg *m) {
     }
 }
 
+/* The "scorers" field of a hello or score_reply ([{"name", "weight"}, ...]) into proto's names and weights (values
+ * 0). -1 with core_error naming the field. */
+static int parse_scorers(const json_t *scorers, reward_result *proto) {
+    size_t ns = json_is_array(scorers) ? json_array_size(scorers) : 0;
+    if (ns < 1 || ns > REWARD_CLIENT_MAX_SCORERS)
+        return core_error("field \"scorers\" is not an array of 1..%d scorers", REWARD_CLIENT_MAX_SCORERS);
+    memset(proto, 0, sizeof *proto);
+    proto->n_scores = (int)ns;
+    for (size_t s = 0; s < ns; s++) {
+        json_t *e = json_array_get(scorers, s), *nm = json_object_get(e, "name"), *w = json_object_get(e, "weight");
+        if (!json_is_string(nm) || json_string_length(nm) < 1 || json_string_length(nm) >= REWARD_CLIENT_MAX_NAME ||
+            strlen(json_string_value(nm)) != json_string_length(nm))
+            return core_error("field \"scorers\"[%zu].name is not a string of 1..%d bytes", s, REWARD_CLIENT_MAX_NAME - 1);
+        if (!json_is_number(w) || !isfinite(json_number_value(w)))
+            return core_error("field \"scorers\"[%zu].weight is not a finite number", s);
+        for (size_t t = 0; t < s; t++)
+            if (!strcmp(proto->scores[t].name, json_string_value(nm)))
+                return core_error("field \"scorers\" names \"%s\" twice", json_string_value(nm));
+        snprintf(proto->scores[s].name, REWARD_CLIENT_MAX_NAME, "%s", json_string_value(nm));
+        proto->scores[s].weight = json_number_value(w);
+    }
+    return 0;
+}
+
 /* Checks a score_reply and fills out[0..n). Errors name the field. */
 static int take_reply(reward_client *c, const json_t *h, int n, reward_result *out) {
     const char *id = c->last_id;
@@ -233,25 +260,9 @@ static int take_reply(reward_client *c, const json_t *h, int n, reward_result *o
     if (!json_is_array(rewards) || json_array_size(rewards) != (size_t)n)
         return BAD("field \"rewards\" is not an array of %d entries (got %zu)", n,
                    json_is_array(rewards) ? json_array_size(rewards) : 0);
-    size_t ns = json_is_array(scorers) ? json_array_size(scorers) : 0;
-    if (ns < 1 || ns > REWARD_CLIENT_MAX_SCORERS)
-        return BAD("field \"scorers\" is not an array of 1..%d scorers", REWARD_CLIENT_MAX_SCORERS);
     reward_result proto;
-    memset(&proto, 0, sizeof proto);
-    proto.n_scores = (int)ns;
-    for (size_t s = 0; s < ns; s++) {
-        json_t *e = json_array_get(scorers, s), *nm = json_object_get(e, "name"), *w = json_object_get(e, "weight");
-        if (!json_is_string(nm) || json_string_length(nm) < 1 || json_string_length(nm) >= REWARD_CLIENT_MAX_NAME ||
-            strlen(json_string_value(nm)) != json_string_length(nm))
-            return BAD("field \"scorers\"[%zu].name is not a string of 1..%d bytes", s, REWARD_CLIENT_MAX_NAME - 1);
-        if (!json_is_number(w) || !isfinite(json_number_value(w)))
-            return BAD("field \"scorers\"[%zu].weight is not a finite number", s);
-        for (size_t t = 0; t < s; t++)
-            if (!strcmp(proto.scores[t].name, json_string_value(nm)))
-                return BAD("field \"scorers\" names \"%s\" twice", json_string_value(nm));
-        snprintf(proto.scores[s].name, REWARD_CLIENT_MAX_NAME, "%s", json_string_value(nm));
-        proto.scores[s].weight = json_number_value(w);
-    }
+    if (parse_scorers(scorers, &proto))
+        return core_error_push("reward server %s: reply to request %s: ", c->endpoint, id);
     for (int i = 0; i < n; i++) {
         json_t *r = json_array_get(rewards, (size_t)i), *tot = json_object_get(r, "total"), *sc = json_object_get(r, "scores");
         if (!json_is_number(tot) || !isfinite(json_number_value(tot)))
@@ -287,6 +298,7 @@ static int say_hello(reward_client *c, double deadline) {
     int rc = f ? core_wire_build(CORE_WIRE_HELLO, c->hello_id, f, NULL, 0, &h) : -1;
     json_decref(f);
     if (rc != 0) return core_error_push("reward client: hello: ");
+    c->hello_ok = 0;
     rc = send_frames(c, &h, deadline);
     core_wire_built_free(&h);
     while (rc == 0) {
@@ -297,6 +309,8 @@ static int say_hello(reward_client *c, double deadline) {
         if (mine && m.type == CORE_WIRE_HELLO) { /* an error reply to hello (a peer without it) is no limit */
             json_t *mx = json_object_get(m.header, "max_videos_bytes");
             if (json_is_integer(mx) && json_integer_value(mx) > 0) c->max_videos_bytes = (size_t)json_integer_value(mx);
+            c->hello_ok = parse_scorers(json_object_get(m.header, "scorers"), &c->hello_scorers) == 0;
+            if (!c->hello_ok) snprintf(c->hello_bad, sizeof c->hello_bad, "%s", core_last_error());
         }
         core_wire_msg_free(&m);
         if (mine) {
@@ -355,6 +369,28 @@ static int too_big(const reward_client *c, size_t vbytes) {
     return core_error("reward server %s: request %s: videos are %zu bytes, over the server's max_videos_bytes %zu "
                       "(send fewer or smaller videos per request)",
                       c->endpoint, c->last_id, vbytes, c->max_videos_bytes);
+}
+
+int reward_client_scorers(reward_client *c, reward_result *out) {
+    c->last_attempts = 0;
+    c->hello_bad[0] = 0;
+    for (int attempt = 1; attempt <= c->max_attempts; attempt++) {
+        if (!c->sock && sock_open(c) != 0) return -1;
+        c->last_attempts = attempt;
+        c->need_hello = 1; /* a hello of its own even on a live connection: the server's list as it is now */
+        const int s = say_hello(c, now_s() + c->timeout_s);
+        if (s < 0) return -1;
+        if (s == 0) {
+            if (!c->hello_ok)
+                return core_error("reward server %s: hello reply: %s", c->endpoint,
+                                  c->hello_bad[0] ? c->hello_bad : "an error instead of a hello reply");
+            *out = c->hello_scorers;
+            return 0;
+        }
+        sock_close(c); /* time-out: a fresh connection for the next attempt */
+    }
+    return core_error("reward server %s: no hello reply after %d attempt%s of %g s", c->endpoint, c->last_attempts,
+                      c->last_attempts == 1 ? "" : "s", c->timeout_s);
 }
 
 int reward_client_score(reward_client *c, const uint8_t *videos, int n, int frames, int height, int width, double fps,

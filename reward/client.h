@@ -63,6 +63,13 @@ reward_client *reward_client_open_keys(const char *endpoint, const char *client_
 int reward_client_score(reward_client *c, const uint8_t *videos, int n, int frames, int height, int width, double fps,
                         const char *const *prompts, const json_t *const *metadata, reward_result *out);
 
+/* The server's scorers as its `hello` reply lists them (PROTOCOL.md section 2): out->n_scores names and weights in
+ * the server's order (values 0). Sends a hello of its own (connecting first when needed) and waits timeout_s for the
+ * reply, max_attempts times on a fresh connection each. A trainer with an external reward.endpoint takes the run's
+ * scorers from it. Returns 0, or -1 with core_error: no reply after the attempts (names the endpoint), or a reply
+ * that is an error or lists no well-formed scorers (names the field). */
+int reward_client_scorers(reward_client *c, reward_result *out);
+
 /* The id of the last request reward_client_score built ("" before the first) and the attempts it took (an attempt
  * that found no live connection within timeout_s counts). */
 const char *reward_client_last_id(const reward_client *c);

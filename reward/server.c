@@ -186,6 +186,7 @@ static void recv_router(server *s, int *stop_req) {
         free(t);
         s->st.errors++;
     }
+    if (!stranger && frames && n > 0) reward_guard_authenticated(s->guard, zmq_msg_get(&frames[0], ZMQ_SRCFD));
     if (!frames || rl > REWARD_MAX_PEER || rl < 1 || stranger) {
         for (int i = 0; i < n; i++) zmq_msg_close(&frames[i]);
         free(frames);

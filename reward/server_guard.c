@@ -24,18 +24,34 @@
 #define ZAP_EP "inproc://zeromq.zap.01"
 #define MON_EP "inproc://vgrpo-reward-monitor"
 
+/* Unauthenticated connections: at most MAX_PENDING(max_peers) open at once besides the admitted peers (the oldest
+ * is dropped for a newer one), and an admission not yet tied to its connection by a message counts against
+ * max_peers for at most APPROVAL_TTL_S seconds. */
+#define MAX_PENDING(p) (2 * (p) + 8)
+#define APPROVAL_TTL_S 10.0
+
+enum { PENDING, AUTHENTICATED, DROPPED };
+typedef struct {
+    int fd;
+    int state;   /* PENDING: in its handshake or silent; AUTHENTICATED: an authenticated message came from it;
+                    DROPPED: shut down here, its DISCONNECTED event not yet read */
+    double t;    /* accepted at (monotonic seconds) */
+} conn;
+
 struct reward_guard {
     void *router, *zap, *mon;
     int max_peers;
-    int *fds, n_fds, cap_fds; /* open connections, from the monitor */
-    int admitted;             /* >= the open connections the ZAP handler let in (see fd_remove) */
+    conn *conns;              /* open connections, from the monitor */
+    int n_fds, cap_fds;
+    double *approved;         /* admissions of the ZAP handler not yet tied to a connection: their times, oldest first */
+    int n_approved;           /* <= max_peers */
     int keys;                 /* CURVE: only `allow` gets in */
     uint8_t allow[32];
     int statm;                /* /proc/self/statm, or -1 */
     size_t page, bound;       /* bound: resident bytes past which connections are dropped */
     double t_check, t_drop;
     int trimmed;
-    long long refused, dropped;
+    long long refused, dropped, evicted;
 };
 
 static double mono(void) {
@@ -70,6 +86,11 @@ reward_guard *reward_guard_open(void *ctx, void *router, int max_peers, size_t b
     g->keys = allow_z85 != NULL;
     g->router = router;
     g->max_peers = max_peers < 1 ? 1 : max_peers;
+    if (!(g->approved = calloc((size_t)g->max_peers, sizeof *g->approved))) {
+        core_error("reward server: out of memory");
+        free(g);
+        return NULL;
+    }
     g->statm = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     long pg = sysconf(_SC_PAGESIZE);
     g->page = pg > 0 ? (size_t)pg : 4096;
@@ -94,27 +115,61 @@ void reward_guard_pollitems(reward_guard *g, zmq_pollitem_t items[2]) {
     items[1] = (zmq_pollitem_t){g->mon, 0, ZMQ_POLLIN, 0};
 }
 
-static void fd_add(reward_guard *g, int fd) {
-    if (g->n_fds == g->cap_fds) {
-        int cap = g->cap_fds ? 2 * g->cap_fds : 64;
-        int *p = realloc(g->fds, sizeof *p * (size_t)cap);
-        if (!p) return; /* not tracked: counted as one fewer, and not dropped on a memory alarm */
-        g->fds = p, g->cap_fds = cap;
-    }
-    g->fds[g->n_fds++] = fd;
+static int find_fd(const reward_guard *g, int fd) {
+    for (int i = 0; i < g->n_fds; i++)
+        if (g->conns[i].fd == fd) return i;
+    return -1;
 }
 
-/* A ZAP request does not say which fd it is for, so `admitted` cannot be decremented exactly when an admitted
- * connection closes. It is kept an upper bound instead: at most the open connections. It may stay above the true
- * count while connections that were never admitted (refused, or still in their handshake: at most ZMQ_HANDSHAKE_IVL)
- * are open, which refuses more, never fewer. */
-static void fd_remove(reward_guard *g, int fd) {
+static int count_state(const reward_guard *g, int state) {
+    int n = 0;
+    for (int i = 0; i < g->n_fds; i++) n += g->conns[i].state == state;
+    return n;
+}
+
+/* Admissions of the ZAP handler whose connection sent nothing for APPROVAL_TTL_S no longer count, and there are
+ * never more of them than unauthenticated connections open (each belongs to one of those). */
+static void expire_approvals(reward_guard *g, double now) {
+    int k = 0;
+    while (k < g->n_approved && now - g->approved[k] > APPROVAL_TTL_S) k++;
+    const int pending = count_state(g, PENDING);
+    if (g->n_approved - k > pending) k = g->n_approved - pending;
+    if (k > 0) memmove(g->approved, g->approved + k, sizeof *g->approved * (size_t)(g->n_approved -= k));
+}
+
+/* A new connection (still in its handshake). Unauthenticated connections are bounded apart from the admitted ones:
+ * past MAX_PENDING of them the oldest is dropped (shutdown(2); libzmq then closes it and frees what it was sending),
+ * so connections that never authenticate can neither lock key holders out nor pile up. libzmq itself closes one
+ * that has not finished its handshake after ZMQ_HANDSHAKE_IVL (5 s). */
+static void fd_add(reward_guard *g, int fd) {
+    const int old = find_fd(g, fd); /* a reused number whose DISCONNECTED was not read: that connection is gone */
+    if (old >= 0) g->conns[old] = g->conns[--g->n_fds];
+    if (g->n_fds == g->cap_fds) {
+        int cap = g->cap_fds ? 2 * g->cap_fds : 64;
+        conn *p = realloc(g->conns, sizeof *p * (size_t)cap);
+        if (!p) return; /* not tracked: not counted, not dropped on a memory alarm */
+        g->conns = p, g->cap_fds = cap;
+    }
+    g->conns[g->n_fds++] = (conn){fd, PENDING, mono()};
+    const int pending = count_state(g, PENDING);
+    if (pending <= MAX_PENDING(g->max_peers)) return;
+    int oldest = -1;
     for (int i = 0; i < g->n_fds; i++)
-        if (g->fds[i] == fd) {
-            g->fds[i] = g->fds[--g->n_fds];
-            break;
-        }
-    if (g->admitted > g->n_fds) g->admitted = g->n_fds;
+        if (g->conns[i].state == PENDING && (oldest < 0 || g->conns[i].t < g->conns[oldest].t)) oldest = i;
+    g->conns[oldest].state = DROPPED;
+    if (shutdown(g->conns[oldest].fd, SHUT_RDWR) == 0) {
+        long long k = ++g->evicted;
+        if (k <= 10 || k % 1000 == 0)
+            core_log_warn("reward-server: dropped the oldest unauthenticated connection (%d open, at most %d besides "
+                          "the admitted peers; drop %lld)", pending, MAX_PENDING(g->max_peers), k);
+    }
+}
+
+static void fd_remove(reward_guard *g, int fd) {
+    const int i = find_fd(g, fd);
+    if (i < 0) return;
+    g->conns[i] = g->conns[--g->n_fds];
+    expire_approvals(g, mono());
 }
 
 /* One monitor event: frame 1 is u16 event + u32 value (the fd for ACCEPTED / DISCONNECTED), frame 2 the endpoint. */
@@ -142,6 +197,23 @@ static int read_event(reward_guard *g) {
     if (ev == ZMQ_EVENT_ACCEPTED) fd_add(g, (int)val);
     else if (ev == ZMQ_EVENT_DISCONNECTED) fd_remove(g, (int)val);
     return 1;
+}
+
+/* The peers admitted now: connections that sent an authenticated message, and admissions whose connection has
+ * not yet sent one (at most APPROVAL_TTL_S old). Unauthenticated connections do not count. */
+static int admitted(reward_guard *g) {
+    expire_approvals(g, mono());
+    return count_state(g, AUTHENTICATED) + g->n_approved;
+}
+
+void reward_guard_authenticated(reward_guard *g, int fd) {
+    while (read_event(g)) { /* its ACCEPTED event first */
+    }
+    const int i = fd >= 0 ? find_fd(g, fd) : -1;
+    if (i < 0 || g->conns[i].state != PENDING) return;
+    g->conns[i].state = AUTHENTICATED;
+    if (g->n_approved > 0) /* the admission that let it in (the oldest: admissions complete in order) */
+        memmove(g->approved, g->approved + 1, sizeof *g->approved * (size_t)--g->n_approved);
 }
 
 /* One ZAP request (RFC 27): version, request id, domain, address, routing id, mechanism, credentials...; the reply
@@ -175,14 +247,14 @@ static void answer_zap(reward_guard *g) {
     else if (g->keys && (zmq_msg_size(&fr[5]) != 5 || memcmp(zmq_msg_data(&fr[5]), "CURVE", 5) || n != 7 ||
                          zmq_msg_size(&fr[6]) != 32 || memcmp(zmq_msg_data(&fr[6]), g->allow, 32)))
         why = "not the run's client key";
-    else if (g->admitted >= g->max_peers)
+    else if (admitted(g) >= g->max_peers)
         why = "too many connections";
     if (why) {
         long long k = ++g->refused;
         if (k <= 10 || k % 1000 == 0)
             core_log_warn("reward-server: refused a connection from %s: %s (refusal %lld)", addr[0] ? addr : "?", why, k);
     } else {
-        g->admitted++;
+        g->approved[g->n_approved++] = mono(); /* < max_peers here: admitted() counts them */
     }
     const char *user = why ? "" : g->keys ? CORE_CURVE_USER_ID : "";
     zmq_send(g->zap, "1.0", 3, ZMQ_SNDMORE);
@@ -215,7 +287,7 @@ int reward_guard_check_memory(reward_guard *g) {
     while (read_event(g)) {
     }
     int n = 0;
-    for (int i = 0; i < g->n_fds; i++) n += shutdown(g->fds[i], SHUT_RDWR) == 0;
+    for (int i = 0; i < g->n_fds; i++) n += shutdown(g->conns[i].fd, SHUT_RDWR) == 0;
     g->dropped += n;
     g->t_drop = now;
     g->trimmed = 0;
@@ -226,7 +298,7 @@ int reward_guard_check_memory(reward_guard *g) {
     return n;
 }
 
-long long reward_guard_refused(const reward_guard *g) { return g->refused; }
+long long reward_guard_refused(const reward_guard *g) { return g->refused + g->evicted; }
 long long reward_guard_dropped(const reward_guard *g) { return g->dropped; }
 size_t reward_guard_bound(const reward_guard *g) { return g->bound; }
 
@@ -236,6 +308,7 @@ void reward_guard_close(reward_guard *g) {
     if (g->zap) zmq_close(g->zap);
     if (g->mon) zmq_close(g->mon);
     if (g->statm >= 0) close(g->statm);
-    free(g->fds);
+    free(g->conns);
+    free(g->approved);
     free(g);
 }

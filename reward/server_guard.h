@@ -5,8 +5,14 @@
  *
  *   - Connections: a socket monitor (ZMQ_EVENT_ACCEPTED / ZMQ_EVENT_DISCONNECTED, with the connection's fd) keeps
  *     the set of open connections, and a ZAP handler (ZeroMQ RFC 27, inproc://zeromq.zap.01, asked for every
- *     handshake because the ROUTER has a ZAP domain) refuses the handshake of a connection while more than
- *     max_peers are open. A refused peer gets a ZMTP ERROR and is disconnected before it can send a message.
+ *     handshake because the ROUTER has a ZAP domain) refuses the handshake of a connection while max_peers peers
+ *     are admitted. A refused peer gets a ZMTP ERROR and is disconnected before it can send a message. Only
+ *     authenticated peers count: a connection counts from its admission (the ZAP request names no fd, so an
+ *     admission counts on its own until a message ties it to its connection: reward_guard_authenticated, at most
+ *     10 s) until it closes. Unauthenticated connections (in their handshake, or never sending a message) are
+ *     bounded apart: at most 2 x max_peers + 8 open, the oldest dropped for a newer one, and libzmq closes one
+ *     whose handshake has not finished after ZMQ_HANDSHAKE_IVL; so idle raw connections cannot lock key holders
+ *     out.
  *   - Memory: the server's resident size (/proc/self/statm) is read every 10 ms; when it exceeds its size at start
  *     plus the budget, every open connection is shut down (shutdown(2) on the fds the monitor reported), which
  *     makes libzmq free what they were sending. Clients reconnect and re-send with the same ids (the reply cache
@@ -35,11 +41,16 @@ void reward_guard_pollitems(reward_guard *g, zmq_pollitem_t items[2]);
 /* Reads every pending monitor event and answers every pending ZAP request. Call when either polled readable. */
 void reward_guard_serve(reward_guard *g);
 
+/* A message that passed authentication (with keys: the run's ZAP user id; without: any) came from connection fd
+ * (zmq_msg_get ZMQ_SRCFD of one of its frames): fd counts as an admitted peer until it closes. */
+void reward_guard_authenticated(reward_guard *g, int fd);
+
 /* Checks the resident size (at most every 10 ms); over the bound, drops every open connection (at most every
  * 200 ms; in between, returns freed heap to the system). Returns the connections dropped now. */
 int reward_guard_check_memory(reward_guard *g);
 
-/* Counters: handshakes refused (over max_peers, or not the allowed key), connections dropped; and the bound on resident memory in bytes. */
+/* Counters: handshakes refused (over max_peers, or not the allowed key) and unauthenticated connections dropped
+ * past their bound, connections dropped by the memory bound; and the bound on resident memory in bytes. */
 long long reward_guard_refused(const reward_guard *g);
 long long reward_guard_dropped(const reward_guard *g);
 size_t reward_guard_bound(const reward_guard *g);

@@ -2,6 +2,7 @@
 #include "rollout/worker.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "core/log.h"
 #include "core/wire_rollout.h"
 #include "core/wire_zmq.h"
+#include "model/dit/wan_lora.h"
 #include "reward/client.h"
 #include "rollout/worker_msg.h"
 
@@ -24,6 +26,7 @@ typedef struct {
     rollout_pipeline *p;
     const rollout_worker_config *cfg;
     void *sock;
+    int64_t max_frame; /* ZMQ_MAXMSGSIZE of the controller socket: max_frame_bytes */
     reward_client *reward;
     rollout_worker_state st;
 } worker;
@@ -49,6 +52,19 @@ static int io_fields(void *ctx, core_wire_type type, const char *id, const json_
 /* ---- rollout ---- */
 
 static int worker_should_stop(void);
+
+/* A trajectory carries rewards as F32 (core/trajectory.h): a server's value (a finite double, reward/client.c) past
+ * the float range would become inf in the cast, so it is refused here with the value the server sent. */
+static int check_f32_rewards(const worker *w, const reward_result *res, int ns, int sample) {
+    for (int k = 0; k <= ns; k++) {
+        const double v = k < ns ? res->scores[k].value : res->total;
+        if (fabs(v) > FLT_MAX)
+            return core_error("reward server %s: %s%s = %.17g for sample %d is outside the F32 range of a trajectory "
+                              "(|value| <= %g)", w->cfg->reward, k < ns ? "scorer " : "the weighted total",
+                              k < ns ? res->scores[k].name : "", v, sample, (double)FLT_MAX);
+    }
+    return 0;
+}
 
 /* rollout_worker_io.rollout: generates, decodes and scores the request's samples and sends the trajectory reply
  * (or an error `rollout_failed`; none when the process's stop flag cut it short). */
@@ -123,6 +139,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
         const char *names[CORE_TRAJ_MAX_REWARDS];
         float vals[CORE_TRAJ_MAX_REWARDS];
         const int ns = res[j].n_scores < CORE_TRAJ_MAX_REWARDS ? res[j].n_scores : CORE_TRAJ_MAX_REWARDS;
+        if (check_f32_rewards(w, &res[j], ns, j)) goto done;
         for (int k = 0; k < ns; k++) names[k] = res[j].scores[k].name, vals[k] = (float)res[j].scores[k].value;
         if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
     }
@@ -199,6 +216,20 @@ static void ctl_unmonitor(worker *w, void **mon) {
  * With the run's keys the worker checks the controller's public key: only the run's controller completes the
  * handshake, so only it can send rollout requests, push weights or shut the worker down. 0, or -1 with the error
  * set. */
+/* The largest frame the controller may send this worker (core_rollout_worker_max_frame): a weight sync's largest
+ * tensor (of the experts, or of their LoRA adapters) and a rollout request's image condition for this latent. */
+static int64_t max_frame_bytes(const rollout_pipeline *p) {
+    int64_t numel = 0;
+    for (int e = 0; e < p->experts.n; e++) {
+        const wan_layout *L[2] = {&p->experts.expert[e]->layout, &p->lora[e].layout};
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < L[k]->count; i++) numel = L[k]->tensors[i].numel > numel ? L[k]->tensors[i].numel : numel;
+    }
+    const size_t b = core_rollout_worker_max_frame(numel, p->experts.expert[0]->cfg.in_channels, (int)p->rc.shape[1],
+                                                   (int)p->rc.shape[2], (int)p->rc.shape[3]);
+    return b > (size_t)INT64_MAX ? INT64_MAX : (int64_t)b;
+}
+
 static int ctl_connect(worker *w, void *ctx, void **mon, int attempt) {
     const rollout_worker_config *cfg = w->cfg;
     int linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000;
@@ -206,6 +237,8 @@ static int ctl_connect(worker *w, void *ctx, void **mon, int attempt) {
     if (w->sock) zmq_close(w->sock);
     if (!(w->sock = zmq_socket(ctx, ZMQ_DEALER))) return core_error("zmq: cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &w->max_frame, sizeof w->max_frame))
+        return core_error("zmq: cannot bound the controller socket's frames: %s", zmq_strerror(errno));
     if (!strncmp(cfg->controller, "tcp://", 6)) {
         zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
         zmq_setsockopt(w->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
@@ -245,7 +278,7 @@ static int ctl_event(void *mon) {
 }
 
 int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, volatile sig_atomic_t *stop) {
-    worker w = {.p = p, .cfg = cfg};
+    worker w = {.p = p, .cfg = cfg, .max_frame = max_frame_bytes(p)};
     worker_stop_flag = stop;
     p->rc.should_stop = stop ? worker_should_stop : NULL;
     int told_to_stop = 0; /* the loop ended on the controller's shutdown */

@@ -186,7 +186,7 @@ TEST(auth_controller_refuses_and_goes_on) {
     core_curve_subset(&all, CORE_CURVE_CLIENT, &P.run);
     /* the stranger knows the controller's public key, but its own client pair is not the run's */
     memcpy(P.stranger.pub[CORE_CURVE_CONTROLLER], all.pub[CORE_CURVE_CONTROLLER], sizeof all.pub[0]);
-    ctl_server *c = ctl_open(ep, &ctl_keys, NULL, NULL);
+    ctl_server *c = ctl_open(ep, &ctl_keys, 1 << 20, NULL, NULL);
     REQUIRE(c);
     pthread_t th;
     REQUIRE(pthread_create(&th, NULL, peers_main, &P) == 0);
@@ -219,7 +219,7 @@ TEST(auth_controller_socket_file_private) {
     snprintf(path, sizeof path, "%s/ctl", test_tmpdir());
     snprintf(ep, sizeof ep, "ipc://%s", path);
     mode_t old = umask(0);
-    ctl_server *c = ctl_open(ep, NULL, NULL, NULL);
+    ctl_server *c = ctl_open(ep, NULL, 1 << 20, NULL, NULL);
     umask(old);
     REQUIRE(c);
     struct stat st;
@@ -332,7 +332,7 @@ TEST(auth_worker_ignores_fake_controller) {
     CHECK_MSG(got_plain == 0, "a plain fake controller received %d message(s) from the worker", got_plain);
     CHECK_MSG(got_curve == 0, "a fake controller with another key received %d message(s)", got_curve);
     /* the real controller: the worker's hello, with its weights untouched */
-    ctl_server *c = ctl_open(ctl_ep, &ctl_keys, NULL, NULL);
+    ctl_server *c = ctl_open(ctl_ep, &ctl_keys, 1 << 20, NULL, NULL);
     REQUIRE(c);
     int rc = ctl_wait_workers(c, 1, 30.0);
     CHECK_MSG(rc == 0, "%s", core_last_error());

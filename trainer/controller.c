@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/wire_zmq.h"
 #include "model/dit/wan_lora.h"
+#include "model/vae/latent_rgb.h"
 #include "trainer/lora.h"
 
 struct ctl_server {
@@ -42,13 +43,29 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx) {
+int ctl_max_frame_bytes(const core_recipe *r, size_t *bytes) {
+    char path[4200];
+    wan_config cfg;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (wan_config_load(&cfg, path)) return core_error_push("controller: the bound on a worker's frames: ");
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    /* the decoded video as rollout/pipeline.c's decoder makes it: the latent frames (latent_rgb) or the recipe's */
+    const int rgb = !strcmp(r->decoder, "latent_rgb"), fac = rgb ? WAN_LATENT_RGB_FACTOR : r->vae_scale_factor_spatial;
+    const size_t video = (size_t)(rgb ? F : r->frames) * (size_t)(H * fac) * (size_t)(W * fac) * 3;
+    *bytes = core_rollout_reply_max_frame(r->num_steps, cfg.in_channels, cfg.out_channels ? cfg.out_channels : cfg.in_channels,
+                                          F, H, W, r->batch_size, video);
+    return 0;
+}
+
+ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t max_frame_bytes, ctl_abort_fn abort_check,
+                     void *abort_ctx) {
     ctl_server *c = calloc(1, sizeof *c);
     if (!c) return core_error("out of memory"), NULL;
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
     c->ctx = zmq_ctx_new();
     c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
-    int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000;
+    int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
     if (!c->router) {
         core_error("zmq: cannot create the controller socket");
         ctl_close(c);
@@ -56,6 +73,15 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abor
     }
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* a connection that has not finished its (CURVE) handshake within 5 s is closed: what a peer without keys may
+     * hold, at most one frame of max_frame_bytes per connection, is held that long at most */
+    zmq_setsockopt(c->router, ZMQ_HANDSHAKE_IVL, &hs_ivl, sizeof hs_ivl);
+    const int64_t maxmsg = max_frame_bytes > 0 && max_frame_bytes <= (size_t)INT64_MAX ? (int64_t)max_frame_bytes : -1;
+    if (maxmsg < 0 || zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg)) {
+        core_error("controller: the frame bound %zu bytes cannot be set (ZMQ_MAXMSGSIZE)", max_frame_bytes);
+        ctl_close(c);
+        return NULL;
+    }
     if (!strncmp(endpoint, "tcp://", 6)) {
         zmq_setsockopt(c->router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
         zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);

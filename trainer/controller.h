@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/curve.h"
+#include "core/recipe.h"
 #include "core/wire_rollout.h"
 #include "model/dit/wan_dit.h"
 #include "trainer/ctl_msg.h"
@@ -49,8 +50,17 @@ typedef int (*ctl_chunk_fn)(void *ctx, const core_rollout_sample *samples, const
 
 /* Binds a ROUTER at endpoint. keys: the controller's keys (its pair and the client public key; core_curve_subset
  * with CORE_CURVE_CONTROLLER), or NULL for plain ZeroMQ (tests, a debugging set-up: anyone who can reach the
- * endpoint can talk to the controller). NULL with core_error when it cannot. */
-ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, ctl_abort_fn abort_check, void *abort_ctx);
+ * endpoint can talk to the controller). max_frame_bytes (> 0): the largest frame a worker may send
+ * (ctl_max_frame_bytes), set as ZMQ_MAXMSGSIZE: a connection that declares a larger frame, already during its
+ * security handshake and so before any key is checked, is dropped by libzmq before the frame is buffered. NULL with
+ * core_error when it cannot. */
+ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t max_frame_bytes, ctl_abort_fn abort_check,
+                     void *abort_ctx);
+
+/* The largest frame a rollout worker's message can hold for the recipe (core_rollout_reply_max_frame with the
+ * transformer's channels from model.path/transformer/config.json, the latent and video size of rollout.* and
+ * model.decoder, and chunks of rollout.batch_size samples) into *bytes. -1 with core_error naming the file. */
+int ctl_max_frame_bytes(const core_recipe *r, size_t *bytes);
 void ctl_close(ctl_server *c);
 
 /* The endpoint the ROUTER is bound to, as libzmq reports it (ZMQ_LAST_ENDPOINT: a tcp://HOST:* bind names the port

@@ -22,22 +22,6 @@
 #include "trainer/checkpoint.h"
 #include "trainer/run_internal.h"
 
-/* The rewards a sample came back with must be the recipe's scorers, in its order (an external reward.endpoint
- * serves its own list): else the metrics would label one scorer's values with another's name. */
-int trainer_check_scorers(const trainer_state *S, const core_traj *t) {
-    const core_recipe *r = S->r;
-    int same = t->n_rewards == r->scorers.n;
-    for (int j = 0; same && j < r->scorers.n; j++) same = !strcmp(t->reward_names[j], r->scorers.v[j]);
-    if (same) return 0;
-    char got[512] = "", want[512] = "";
-    for (int j = 0; j < t->n_rewards; j++)
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", j ? ", " : "", t->reward_names[j]);
-    for (int j = 0; j < r->scorers.n; j++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", j ? ", " : "", r->scorers.v[j]);
-    return core_error("reward.scorers: the reward server%s%s scores [%s], the recipe lists [%s] (they must match, in "
-                      "order)", r->reward_endpoint ? " at " : "", r->reward_endpoint ? r->reward_endpoint : "", got, want);
-}
-
 /* The gold scores of the eval videos as their chunks arrive: vals [n][n_gold + 1] (scorers, then the gold score). */
 typedef struct {
     const trainer_state *S;
@@ -137,7 +121,7 @@ done:
 
 int trainer_eval(trainer_state *S, int64_t step) {
     const core_recipe *r = S->r;
-    const int E = S->eval.n, K = r->eval_samples_per_prompt, n = E * K, ns = r->scorers.n;
+    const int E = S->eval.n, K = r->eval_samples_per_prompt, n = E * K, ns = S->n_scorers;
     const double t0 = trainer_now_s();
     core_rollout_sample *smp = calloc((size_t)n, sizeof *smp);
     core_rollout_result *res = calloc((size_t)n, sizeof *res);
@@ -175,7 +159,7 @@ int trainer_eval(trainer_state *S, int64_t step) {
     for (int j = 0; j <= ns; j++) {
         double m, se, sd;
         core_mean_sd_se(vals + (int64_t)j * n, n, &m, &sd, &se);
-        const char *name = j < ns ? r->scorers.v[j] : "reward";
+        const char *name = j < ns ? S->scorer_names[j] : "reward";
         snprintf(key, sizeof key, "eval/%s/mean", name);
         if (core_metrics_f64(S->metrics, key, m)) goto done;
         snprintf(key, sizeof key, "eval/%s/se", name);

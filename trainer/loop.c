@@ -98,12 +98,12 @@ static int put_step_metrics(trainer_state *S, const core_rollout_result *res, co
             core_metrics_f64(m, "reward/std", as->reward_std) || core_metrics_f64(m, "reward/min", as->reward_min) ||
             core_metrics_f64(m, "reward/max", as->reward_max) || core_metrics_f64(m, "reward/group_std_mean", gstd);
     char key[160];
-    for (int j = 0; j < r->scorers.n && !e; j++) {
+    for (int j = 0; j < S->n_scorers && !e; j++) {
         for (int s = 0; s < n; s++) per[s] = res[s].traj.rewards[j];
         double mu, se, sd, lo = per[0], hi = per[0];
         core_mean_sd_se(per, n, &mu, &sd, &se);
         for (int s = 1; s < n; s++) lo = per[s] < lo ? per[s] : lo, hi = per[s] > hi ? per[s] : hi;
-        const char *nm = r->scorers.v[j];
+        const char *nm = S->scorer_names[j];
         e = (snprintf(key, sizeof key, "reward/%s/mean", nm), core_metrics_f64(m, key, mu)) ||
             (snprintf(key, sizeof key, "reward/%s/std", nm), core_metrics_f64(m, key, sd)) ||
             (snprintf(key, sizeof key, "reward/%s/min", nm), core_metrics_f64(m, key, lo)) ||
@@ -284,7 +284,8 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
     int64_t start = 0;
     char *config_text = NULL;
     const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
-    if (trainer_setup(&S, r, dp) || trainer_ema_init(&S) || trainer_guard_init(&S.guard, r, &S.eval) ||
+    if (trainer_setup(&S, r, dp) || trainer_scorers_init(&S) || trainer_ema_init(&S) ||
+        trainer_guard_init(&S.guard, r, &S.eval) ||
         !(config_text = trainer_config_text(r)))
         goto done;
     if (o->resume && trainer_resume(&S, o->resume, config_text, total, &start)) goto done;

@@ -76,6 +76,8 @@ typedef struct {
     trainer_dev dev;
     dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
     trainer_guard guard;       /* rank 0 (trainer_run): the reward-hacking guard (trainer/guard.h); zero elsewhere */
+    int n_scorers;             /* rank 0: the run's scorers (trainer_scorers_init), the order of every traj's rewards */
+    char scorer_names[CORE_TRAJ_MAX_REWARDS][CORE_TRAJ_NAME_MAX];
 } trainer_state;
 
 /* The recipe's step kind (rollout.sde_type, algorithm.cps_logprob). */
@@ -128,7 +130,13 @@ int trainer_restore_best(trainer_state *S);
 /* The fixed eval set (every eval prompt x data.eval_samples_per_prompt, noise stream 3, uid = prompt index x samples
  * per prompt + sample) at the eval weights; adds eval/... fields to the metrics row and prints one line. */
 int trainer_eval(trainer_state *S, int64_t step);
-/* The rewards a sample came back with must be the recipe's scorers, in its order. -1 naming both lists. */
+
+/* ---- scorers.c ---- */
+/* The run's scorers into S->scorer_names / n_scorers: the recipe's reward.scorers, or with reward.endpoint the
+ * server's as its hello reply lists them (a recipe that lists scorers, and weights, must match them in order; one
+ * line is printed). -1 with the error naming both lists, or the endpoint that did not answer. */
+int trainer_scorers_init(trainer_state *S);
+/* The rewards a sample came back with must be the run's scorers, in their order. -1 naming both lists. */
 int trainer_check_scorers(const trainer_state *S, const core_traj *t);
 
 /* ---- step_videos.c ---- */

@@ -154,7 +154,9 @@ static int check_settings(const core_recipe *r) {
     for (int i = 0; i < r->gold_scorers.n; i++)
         if (!reward_find(r->gold_scorers.v[i])) return core_error_push("guard.gold_scorers.%d: ", i);
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
-    for (int i = 0; i < r->scorers.n; i++)
+    /* the built-in scorers serve the in-process source and the reward server a job starts; an external
+     * reward.endpoint serves its own list, checked against its hello reply at the start (trainer/scorers.c) */
+    for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
     optim_config oc;
     return trainer_optim_config(r, &oc);
