@@ -24,6 +24,7 @@
 #include "model/flow/guidance.h"
 #include "rollout/text_to_video.h"
 #include "trainer/budget.h"
+#include "trainer/checkpoint.h"
 #include "media/png.h"
 #include "media/video.h"
 
@@ -196,6 +197,7 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "vgrpo generate: --checkpoint: %s\n", core_last_error());
             return 1;
         }
+        trainer_ckpt_print_run(a.checkpoint, stdout); /* the run it belongs to, one line */
         if (lora) a.g.adapter = transformer; /* a LoRA checkpoint: its adapters on the pipeline's transformer(s) */
         else a.g.transformer = transformer;
     }

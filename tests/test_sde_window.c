@@ -235,7 +235,7 @@ TEST(sde_window_fast_learns_per_second_slow) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[1 << 14];
     REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
-    const char *c = "--set optim.total_steps=60 --set logging.eval_every=15 --set checkpoint.every=0";
+    const char *c = "--set optim.total_steps=60 --set logging.eval_every=15 --set checkpoint.every=-1";
     REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model %s --set logging.run_dir=%s/full",
                      bin, dir, c, dir) == 0);
     REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.path=%s/model %s --set "
