@@ -39,7 +39,9 @@
  *                                  image files; optional on reading, as checkpoints before it lack it): a changed
  *                                  prompt file is refused on resume; config_hash: xxh64 (seed 0)
  *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
- *                                  names the keys that differ; guard (only in runs whose reward-hacking guard
+ *                                  names the keys that differ; run_id (since 2026-12; optional on reading): the run
+ *                                  that wrote it (trainer_run_id_make; a resumed run keeps it), which with seed and
+ *                                  config_hash names the run (trainer_ckpt_run_line); guard (only in runs whose reward-hacking guard
  *                                  keeps state: trainer/guard.h) its state as an object (the step-0 video statistics,
  *                                  the best gold eval, the early stop's counter and sums): written as the guard gives
  *                                  it, read back as compact text; files, tensors, state_xxh64: the integrity
