@@ -130,14 +130,15 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1 VGRPO_BIN=build-asan/vgrpo VGRPO_MPI_TESTS=build-asan/vgrpo_mpi_tests VGRPO_TEST_TMP=build-asan/test-tmp VGRPO_ASAN=1 build-asan/vgrpo_tests
 
 # The demo: a tiny random Wan pipeline (made once); `vgrpo eval` of its initial weights; GRPO on it in one process
-# (recipes/tiny-cpu.yaml, which saves checkpoint-<total_steps> at the end); `vgrpo eval` of that checkpoint; and
+# (recipes/tiny-cpu.yaml, which saves checkpoint-<total_steps> at the end; --overwrite: a second `make demo` starts
+# afresh, replacing the first one's checkpoints); `vgrpo eval` of that checkpoint; and
 # the curves drawn (scripts/plot_metrics.py) and the two evals' color_match compared (scripts/compare_eval.py).
 DEMO_RUN := runs/tiny-cpu
 demo: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo
 	@test -f runs/demo/model/model_index.json || { mkdir -p runs/demo && $(BUILD)/vgrpo init-model --preset tiny --out runs/demo/model --seed 0; }
 	$(BUILD)/vgrpo eval recipes/tiny-cpu.yaml --out $(DEMO_RUN)/eval-initial
-	$(BUILD)/vgrpo run recipes/tiny-cpu.yaml
+	$(BUILD)/vgrpo run recipes/tiny-cpu.yaml --overwrite
 	@ck=$(DEMO_RUN)/checkpoint-$$(sed -n 's/^  total_steps: *//p' $(DEMO_RUN)/config.resolved.yaml); set -x; \
 	  $(BUILD)/vgrpo eval recipes/tiny-cpu.yaml --checkpoint $$ck --out $(DEMO_RUN)/eval-final
 	@python3 scripts/plot_metrics.py $(DEMO_RUN)/metrics.jsonl $(DEMO_RUN)/metrics.png

@@ -39,6 +39,7 @@
 #include "rollout/eval_report.h"
 #include "rollout/text_to_video.h"
 #include "trainer/budget.h"
+#include "trainer/checkpoint.h"
 #include "trainer/controller.h"
 #include "trainer/images.h"
 #include "trainer/run.h"
@@ -138,6 +139,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
     }
     int lora = 0;
     if (A->checkpoint && checkpoint_transformer(A->checkpoint, transformer, sizeof transformer, &lora)) goto done;
+    if (A->checkpoint) trainer_ckpt_print_run(A->checkpoint, stdout); /* the run it belongs to, one line */
     if (lora && !core_is_dir(tp)) {
         core_error("--checkpoint %s holds LoRA adapters; their base, model.path %s, does not exist", A->checkpoint, tp);
         goto done;

@@ -33,6 +33,7 @@
 #include "core/wire_rollout.h"
 #include "core/recipe.h"
 #include "rollout/text_to_video.h"
+#include "trainer/checkpoint.h"
 #include "media/png.h"
 #include "media/video.h"
 
@@ -284,6 +285,7 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "vgrpo generate: --checkpoint: %s\n", core_last_error());
             goto done;
         }
+        trainer_ckpt_print_run(a.checkpoint, stdout); /* the run it belongs to, one line */
         if (lora) a.g.adapter = transformer; /* a LoRA checkpoint: its adapters on the pipeline's transformer(s) */
         else a.g.transformer = transformer;
     }

@@ -22,6 +22,7 @@
 #include "cli/opts.h"
 #include "core/error.h"
 #include "core/recipe.h"
+#include "core/fs.h"
 #include "core/run_lock.h"
 #include "trainer/budget.h"
 #include "trainer/run.h"
@@ -62,7 +63,8 @@ int cmd_parity(int argc, char **argv) {
     const budget_request q = {.job = BUDGET_JOB_PARITY};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || trainer_check_recipe(&r) ||
-        budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) || core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
+        budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) || core_file_mode_apply(r.file_mode) ||
+        core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", NULL, 0))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());
     else if (colocated_run(path, sets.v, sets.n, &r, 0, checkpoint, tol_arg, COLOCATED_MAX_RESTARTS))
         fprintf(stderr, "vgrpo parity: %s\n", core_last_error());

@@ -1,4 +1,5 @@
-/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--max-restarts N]
+/* cli/cmd_run.c — `vgrpo run RECIPE [--set key.path=value ...] [--dry-run] [--steps N] [--resume DIR] [--overwrite]
+ * [--max-restarts N]
  * [--launcher supervisor|mpirun [--hostfile FILE] [--np-trainer N] [--np-workers M] [--bind-host ADDR]] [--help-config]`;
  * `vgrpo run --resume DIR [--set ...]` without RECIPE takes the run's recorded recipe (cli/run_recipe.h).
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
@@ -14,8 +15,11 @@
  *                  parallel.rollout_workers (as --set would).
  * Every run first prints the estimate of memory and work (trainer/budget.h) and refuses, before writing or
  * allocating anything, a recipe past the model's limits or (unless --force) past this machine's memory or
- * limits.max_step_minutes. One run per run folder: the folder is locked (core/run_lock.h) for the whole run; a second run into it is refused
- * naming the holder's pid.
+ * limits.max_step_minutes. One run per run folder: logging.run_dir and checkpoint.dir are locked (core/run_lock.h) for
+ * the whole run; a second run into either is refused naming the holder's pid. A fresh run into a folder holding
+ * checkpoints is refused unless --overwrite (trainer_claim_folders). Files are created 0600 and folders 0700 unless
+ * logging.file_mode widens them, never through a symlink; a folder of another user, or one others can write, is
+ * refused.
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +50,7 @@ static int run_local(const core_recipe *r, const trainer_run_opts *o) {
 
 int cmd_run(int argc, char **argv) {
     const char *path = NULL;
-    int dry = 0, help_config = 0, force = 0, max_restarts = COLOCATED_MAX_RESTARTS, restarts_seen = 0;
+    int dry = 0, help_config = 0, force = 0, overwrite = 0, max_restarts = COLOCATED_MAX_RESTARTS, restarts_seen = 0;
     trainer_run_opts o = {0};
     int steps = 0, np_trainer = 0, np_workers = 0;
     const char *launcher = "supervisor", *hostfile = NULL, *bind_host = NULL;
@@ -64,6 +68,9 @@ int cmd_run(int argc, char **argv) {
                  "recipe must match the checkpoint's (optim.total_steps, checkpoint.*, logging.* and eval keys may\n"
                  "change). Without RECIPE: the run's recorded recipe, DIR/config.resolved.yaml or that of DIR's\n"
                  "parent (every --set of the run included; --set still applies on top)"},
+        {.name = "overwrite", .type = OPTS_FLAG, .flag = &overwrite,
+         .help = "start afresh in a run folder (checkpoint.dir) that holds an earlier run's checkpoints, deleting them\n"
+                 "(without it such a run is refused: continue the earlier one with --resume)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
@@ -131,13 +138,17 @@ int cmd_run(int argc, char **argv) {
         free(sets.v);
         return opts_exit_status(status);
     }
+    if (overwrite && o.resume) {
+        status = opts_fail(&cmd, stderr, "--overwrite starts afresh and --resume continues: give one of them");
+        free(sets.v);
+        return opts_exit_status(status);
+    }
     char np_sets[2][64];
     if (np_trainer) snprintf(np_sets[0], sizeof np_sets[0], "parallel.trainer_ranks=%d", np_trainer), sets.v[sets.n++] = np_sets[0];
     if (np_workers) snprintf(np_sets[1], sizeof np_sets[1], "parallel.rollout_workers=%d", np_workers), sets.v[sets.n++] = np_sets[1];
     o.steps = steps;
     core_recipe r;
-    core_run_lock lk = {.fd = -1};
-    char note[512] = "";
+    core_run_locks lk = CORE_RUN_LOCKS_INIT;
     const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) || trainer_check_recipe(&r) ||
@@ -156,20 +167,19 @@ int cmd_run(int argc, char **argv) {
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }
     } else if (budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || (!strcmp(r.mode, "colocated") && colocated_check(&r)) ||
-               core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", note, sizeof note)) {
+               trainer_claim_folders(&r, o.resume, overwrite, &lk)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {
-        if (note[0]) core_log_warn("%s", note);
         /* colocated: the run's processes hold the folder's lock too, so it stays locked while any of them lives */
-        const int rc = mpi ? (core_run_lock_share(&lk) ||
+        const int rc = mpi ? (core_run_locks_share(&lk) ||
                               launch_mpi_exec(path, sets.v, sets.n, &r, o.steps, o.resume, hostfile, bind_host)) /* returns on failure only */
                        : !strcmp(r.mode, "colocated")
-                           ? (core_run_lock_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL, max_restarts))
+                           ? (core_run_locks_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL, max_restarts))
                            : run_local(&r, &o);
         if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         else status = 0;
     }
-    core_run_lock_release(&lk);
+    core_run_locks_release(&lk);
     core_recipe_release(&r);
     free(sets.v);
     return status;

@@ -6,7 +6,7 @@
  * every batch (trainer_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
  * SIGINT/SIGTERM: a step stopped before its optimizer update is discarded (after it: the step finishes), the checkpoint
- * of the steps done is saved (checkpoint.every > 0), and it exits 1 (trainer/run.h).
+ * of the steps done is saved (checkpoint.every >= 0), and it exits 1 (trainer/run.h).
  * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
 #include <signal.h>
 #include <stdio.h>

@@ -173,6 +173,11 @@ int colocated_run(const char *recipe_path, const char *const *sets, int n_sets, 
             const int st = J.procs.p[trainer].status;
             sup_describe(&J.procs, trainer, why, sizeof why);
             if (WIFEXITED(st) && WEXITSTATUS(st) == 0) rc = 0;
+            else if (forwarded && ((WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM) ||
+                                   (N > 1 && WIFEXITED(st) && WEXITSTATUS(st) > 1)))
+                /* our own stop reached it before it took the signal (it was starting up: no step had begun) */
+                core_error("stopped by signal %d (%s) while the trainer was starting: no step had begun, so none was "
+                           "lost and no checkpoint was written", (int)stop_signal, strsignal((int)stop_signal));
             else if (WIFSIGNALED(st) || (N > 1 && WIFEXITED(st) && WEXITSTATUS(st) > 1)) /* died, not an error it named */
                 core_error("%s: %s; `vgrpo run` with --resume %s continues from its last checkpoint", why,
                            N > 1 ? "a lost trainer rank ends the whole MPI job (mpirun stops every rank)"

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 /* The reward server the job starts gets the reward pair (`vgrpo reward-server --keys-fd`), and the workers' reward
  * clients the reward public key (reward_client_open_keys). */
@@ -49,11 +50,11 @@ int job_init(job *j, const core_recipe *r, volatile sig_atomic_t *stop) {
     for (int role = 0; role < CORE_CURVE_N_ROLES; role++) j->keys_fd[role] = -1;
     j->reward_keyed = JOB_REWARD_KEYS && !r->reward_endpoint;
     if (make_keys(j)) return -1;
-    snprintf(j->sockdir, sizeof j->sockdir, "/tmp/vgrpo-XXXXXX");
-    if (!mkdtemp(j->sockdir)) { /* mode 0700: no other user can reach a socket inside */
-        j->sockdir[0] = 0;
+    /* /tmp/vgrpo-XXXXXX (mode 0700: no other user can reach a socket inside), after removing the ones of our
+     * supervisors that died by SIGKILL */
+    if (core_sockdir_make("/tmp", j->sockdir, sizeof j->sockdir)) {
         close_key_fds(j);
-        return core_error("cannot create a folder for the job's sockets under /tmp: %s", strerror(errno));
+        return -1;
     }
     snprintf(j->ctl_ep, sizeof j->ctl_ep, "ipc://%s/ctl", j->sockdir);
     if (r->reward_endpoint) snprintf(j->rew_ep, sizeof j->rew_ep, "%s", r->reward_endpoint);
@@ -141,6 +142,8 @@ void job_stop(job *j, double timeout_s) {
         snprintf(p, sizeof p, "%s/ctl", j->sockdir);
         unlink(p);
         snprintf(p, sizeof p, "%s/reward", j->sockdir);
+        unlink(p);
+        snprintf(p, sizeof p, "%s/pid", j->sockdir);
         unlink(p);
         rmdir(j->sockdir);
         j->sockdir[0] = 0;

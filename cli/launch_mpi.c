@@ -376,8 +376,8 @@ static int redirect_output(const char *run_dir, const char *name) {
     snprintf(logs, sizeof logs, "%s/logs", run_dir);
     if (core_mkdir_p(logs)) return -1;
     snprintf(path, sizeof path, "%s/%s.log", logs, name);
-    const int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644); /* as the supervisor's children */
-    if (fd < 0) return core_error("%s: %s", path, strerror(errno));
+    const int fd = core_open_nofollow(path, O_WRONLY | O_CREAT | O_APPEND); /* as the supervisor's children */
+    if (fd < 0) return -1;
     fflush(stdout);
     fflush(stderr);
     dup2(fd, 1), dup2(fd, 2), close(fd);
@@ -505,7 +505,7 @@ int cmd_mpi_rank(int argc, char **argv) {
     signal(SIGUSR1, SIG_IGN); /* mpirun forwards both to every rank; trainer rank 0 takes them below */
     signal(SIGUSR2, SIG_IGN);
     const char *path = NULL, *role_opt = NULL, *bind_host = NULL;
-    int steps = 0, launched = 0, force = 0;
+    int steps = 0, launched = 0, force = 0, overwrite = 0;
     trainer_run_opts o = {0};
     opts_list sets = {.v = calloc((size_t)argc, sizeof(char *)), .cap = argc};
     if (!sets.v) return 1;
@@ -525,6 +525,8 @@ int cmd_mpi_rank(int argc, char **argv) {
          .help = "started by `vgrpo run --launcher mpirun`, which checked the recipe and holds the run folder's lock"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "run even when the estimate exceeds the memory available (without --launched)"},
+        {.name = "overwrite", .type = OPTS_FLAG, .flag = &overwrite,
+         .help = "without --launched: start afresh in a folder holding an earlier run's checkpoints (deletes them)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};
     const opts_cmd cmd = {
@@ -548,12 +550,12 @@ int cmd_mpi_rank(int argc, char **argv) {
     L.rank = L.world->rank, L.size = L.world->size;
     core_recipe r;
     memset(&r, 0, sizeof r);
-    core_run_lock lk = {.fd = -1};
+    core_run_locks lk = CORE_RUN_LOCKS_INIT;
     ctl_server *ctl = NULL;
     int status = 1, loaded = 0, clean_fail = 0;
     /* 1, 2: the recipe, the roles */
     loaded = !core_recipe_load(&r, path, sets.v, sets.n);
-    int failed = !loaded || launch_mpi_check(&r);
+    int failed = !loaded || launch_mpi_check(&r) || core_file_mode_apply(r.file_mode); /* every host's ranks */
     L.r = &r;
     if (all_ok(&L, failed, "the recipe") || all_ok(&L, find_roles(&L, role_opt), "the roles")) goto startup_failed;
     /* 3: the role's communicator; the trainer's checks (as `vgrpo trainer`) */
@@ -565,10 +567,8 @@ int cmd_mpi_rank(int argc, char **argv) {
     /* 4: under srun, what `vgrpo run` does before it execs mpirun */
     if (!failed && !launched && L.rank == 0) {
         const budget_request q = {.job = BUDGET_JOB_RUN};
-        char note[512] = "";
         failed = budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || colocated_check(&r) ||
-                 core_run_lock_acquire(&lk, r.run_dir, "logging.run_dir", note, sizeof note);
-        if (!failed && note[0]) core_log_warn("%s", note);
+                 trainer_claim_folders(&r, o.resume, overwrite, &lk);
     }
     if (all_ok(&L, failed, "the checks")) goto startup_failed;
     /* 5: the keys */
@@ -643,7 +643,7 @@ startup_failed:
 done: /* every rank arrives here together after a start-up failure (each step's outcome is known to all) */
     ctl_close(ctl);
     memset(&L.keys, 0, sizeof L.keys);
-    core_run_lock_release(&lk);
+    core_run_locks_release(&lk);
     if (loaded) core_recipe_release(&r);
     sp_comm_destroy(L.group);
     sp_comm_destroy(L.world);

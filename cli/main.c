@@ -1,4 +1,5 @@
 /* cli/main.c — the `vgrpo` executable: dispatches to one subcommand. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,9 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     core_omp_env_defaults(argv);
+    /* Past a file-size limit (ulimit -f) a write fails with EFBIG, which every writer reports naming its file, rather
+     * than killing the process with no word (SIGXFSZ's default); inherited by the processes it starts */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -63,7 +63,7 @@ static int start(sup_procs *s, int i, int restart) {
         setenv("OMP_NUM_THREADS", t, 1);
         setenv("OPENBLAS_NUM_THREADS", "1", 1);
         if (log_path) { /* appended to: a job refused after its start (a resume's checks) keeps the last one's log */
-            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0666); /* the umask: logging.file_mode */
             if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
             if (fd >= 0 && write(2, note, (size_t)note_len) < 0) { /* the log line is a courtesy */ }
         }

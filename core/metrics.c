@@ -145,7 +145,7 @@ int core_metrics_close(core_metrics *m) {
 /* ---- JSON lines ---- */
 
 int core_jsonl_open(int *fd, const char *path, int append) {
-    *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC), 0666);
+    *fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (append ? 0 : O_TRUNC), 0666);
     if (*fd < 0) return core_error("%s: cannot open: %s", path, strerror(errno));
     return 0;
 }
@@ -294,7 +294,8 @@ int core_jsonl_truncate(const char *path, int64_t step, int *dropped_torn) {
         free(buf);
         return core_error("%.200s...: path too long", path);
     }
-    int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    unlink(tmp); /* a leftover of a cut made before: the temporary is always new (O_EXCL, never a planted link) */
+    int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = core_error("%s: cannot create: %s", tmp, strerror(errno));
     } else {

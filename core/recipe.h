@@ -97,9 +97,12 @@
  *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint.h) every N GRPO steps, at the end of the run
- *                                  and on SIGINT/SIGTERM (0: no checkpoints); checkpoint.dir (default:
- *                                  logging.run_dir); checkpoint.total_limit (keep the newest K; 0: all)
+ *                                  and on SIGINT/SIGTERM (0: only at the end and on a signal; -1, the default: never);
+ *                                  checkpoint.dir (default: logging.run_dir); checkpoint.total_limit (keep the
+ *                                  newest K; 0: all)
  *   logging.run_dir (config.resolved.yaml, metrics.jsonl), logging.eval_every (0: only at start and end),
+ *   logging.file_mode              "0600" (default) | "0640" | "0644": the mode of every file the run creates (its
+ *                                  folders: 0700 | 0750 | 0755), through the process umask (core/fs.h)
  *   logging.video_every            K > 0: before every K-th step (and after the last), sample 0 of the first (up to)
  *                                  4 eval prompts (eval noise and eta: the same videos as the eval's) is written to
  *                                  run_dir/videos/step-N/ as mp4s and one PNG contact sheet (0: off)
@@ -165,6 +168,7 @@ typedef struct {
     char *ckpt_dir;
     int ckpt_total_limit;
     char *run_dir;
+    char *file_mode; /* logging.file_mode: "0600" | "0640" | "0644" (core_file_mode_apply) */
     int64_t eval_every, video_every;
     int max_prompt_file_mb, max_prompt_bytes;
     core_cfg_strings gold_scorers;

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <time.h>
@@ -54,10 +56,11 @@ int core_run_lock_acquire(core_run_lock *lk, const char *dir, const char *key, c
     if (note && note_n) note[0] = '\0';
     const char *k = key ? key : "", *sep = key ? ": " : "", *choose = key ? key : "run folder";
     if (core_mkdir_p(dir)) return core_error_push("%s%s", k, sep);
+    if (core_check_own_dir(dir, key ? key : "the run folder")) return -1;
     if (snprintf(lk->path, sizeof lk->path, "%s/.vgrpo.lock", dir) >= (int)sizeof lk->path)
         return core_error("%s%s%.200s...: path too long", k, sep, dir);
-    int fd = open(lk->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return core_error("%s%s%s: cannot create the lock file: %s", k, sep, lk->path, strerror(errno));
+    int fd = core_open_nofollow(lk->path, O_RDWR | O_CREAT); /* a planted link is refused, never followed */
+    if (fd < 0) return core_error_push("%s%s", k, sep);
     int rc;
     while ((rc = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
     }
@@ -133,4 +136,30 @@ int core_run_lock_share(core_run_lock *lk) {
     if (fl < 0 || fcntl(lk->fd, F_SETFD, fl & ~FD_CLOEXEC))
         return core_error("%s: cannot share the lock with the run's processes: %s", lk->path, strerror(errno));
     return 0;
+}
+
+int core_run_locks_acquire(core_run_locks *L, const char *run_dir, const char *ckpt_dir, char *note, size_t note_n) {
+    L->run.fd = L->ckpt.fd = -1;
+    L->ckpt.path[0] = '\0';
+    if (note && note_n) note[0] = '\0';
+    if (core_run_lock_acquire(&L->run, run_dir, "logging.run_dir", note, note_n)) return -1;
+    if (!ckpt_dir) return 0;
+    char a[PATH_MAX], b[PATH_MAX];
+    if (core_mkdir_p(ckpt_dir)) return core_run_lock_release(&L->run), core_error_push("checkpoint.dir: ");
+    if (realpath(run_dir, a) && realpath(ckpt_dir, b) && !strcmp(a, b)) return 0; /* the same folder */
+    char more[512] = "";
+    if (core_run_lock_acquire(&L->ckpt, ckpt_dir, "checkpoint.dir", more, sizeof more))
+        return core_run_lock_release(&L->run), -1;
+    if (more[0] && note && note_n) {
+        const size_t used = strlen(note);
+        snprintf(note + used, note_n - used, "%s%s", used ? "; " : "", more);
+    }
+    return 0;
+}
+
+int core_run_locks_share(core_run_locks *L) { return core_run_lock_share(&L->run) || core_run_lock_share(&L->ckpt); }
+
+void core_run_locks_release(core_run_locks *L) {
+    core_run_lock_release(&L->ckpt);
+    core_run_lock_release(&L->run);
 }

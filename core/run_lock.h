@@ -27,7 +27,9 @@ typedef struct {
     char path[4200]; /* DIR/.vgrpo.lock */
 } core_run_lock;
 
-/* Creates dir (and its parents) if missing, then takes the lock on dir/.vgrpo.lock without waiting and writes
+/* Creates dir (and its parents) if missing, refuses it when it is not this user's own (core_check_own_dir: owned by
+ * another user, or writable by others and not sticky), then takes the lock on dir/.vgrpo.lock (opened with
+ * O_NOFOLLOW: a symlink planted there is refused) without waiting and writes
  * this process's pid, start time and host into it. key names the setting that chose dir ("logging.run_dir"; NULL
  * says "the run folder"), for the message. note (note_n bytes; may be NULL when note_n is 0) gets "" or one
  * sentence for the log when the lock was taken over from a run that died ("took over the lock of pid N (started
@@ -46,5 +48,22 @@ int core_run_lock_share(core_run_lock *lk);
 
 /* Empties the lock file and releases the lock. Safe on a lock not held (lk->fd == -1) and to call twice. */
 void core_run_lock_release(core_run_lock *lk);
+
+/* Every folder a run writes: logging.run_dir, and checkpoint.dir when it is another folder (a second run whose
+ * checkpoint.dir is a live run's folder must not remove that run's checkpoints). Initialise with
+ * CORE_RUN_LOCKS_INIT. */
+typedef struct {
+    core_run_lock run, ckpt; /* ckpt.fd -1: no checkpoint.dir, or the same folder as run_dir */
+} core_run_locks;
+#define CORE_RUN_LOCKS_INIT {.run = {.fd = -1}, .ckpt = {.fd = -1}}
+
+/* core_run_lock_acquire on run_dir ("logging.run_dir"), then on ckpt_dir ("checkpoint.dir"; NULL: none) unless it
+ * resolves to the same folder. note as core_run_lock_acquire's (the two notes joined by "; "). 0, or -1 with the
+ * error of the folder refused and nothing held. */
+int core_run_locks_acquire(core_run_locks *L, const char *run_dir, const char *ckpt_dir, char *note, size_t note_n);
+/* core_run_lock_share on each lock held. */
+int core_run_locks_share(core_run_locks *L);
+/* Releases both (safe when not held, and twice). */
+void core_run_locks_release(core_run_locks *L);
 
 #endif

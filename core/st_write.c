@@ -8,6 +8,7 @@
 #include "core/safetensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,8 +159,11 @@ static int write_atomic(const char *path, const void *const *chunks, const uint6
     if (!tmp) return core_error("%s: out of memory", path);
     memcpy(tmp, path, pl);
     memcpy(tmp + pl, ".tmp", 5);
-    FILE *fp = fopen(tmp, "wb");
+    unlink(tmp); /* a leftover of a write cut short: the temporary is always new (O_EXCL, never through a link) */
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *fp = fd < 0 ? NULL : fdopen(fd, "wb");
     if (!fp) {
+        if (fd >= 0) close(fd);
         core_error("%s: cannot create %s: %s", path, tmp, strerror(errno));
         free(tmp);
         return -1;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/fs.h"
 
 typedef struct {
     char msg[256];
@@ -82,8 +83,9 @@ int media_png_write(const char *path, const uint8_t *rgb, int height, int width)
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.partial", path) >= sizeof tmp)
         return core_error("png %s: path too long", path);
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) return core_error("png %s: cannot create %s: %s", path, tmp, strerror(errno));
+    unlink(tmp); /* a leftover of a write cut short: the temporary is new (O_EXCL), never written through a link */
+    FILE *fp = core_fopen_nofollow(tmp, "wx");
+    if (!fp) return core_error_push("png %s: ", path);
 
     png_err_ctx ctx;
     memset(&ctx, 0, sizeof ctx);

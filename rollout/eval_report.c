@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/reduce.h"
 #include "rollout/eval_report.h"
@@ -222,9 +223,10 @@ int eval_report_write(eval_report *E, const core_recipe *r, const char *recipe_p
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/eval.json", E->out);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int rc = json_dump_file(root, tmp, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+    int rc = core_json_write_file(root, tmp, JSON_INDENT(1) | JSON_REAL_PRECISION(9), "wx");
     json_decref(root);
-    if (rc || rename(tmp, path)) return core_error("%s: cannot write", path);
+    if (rc) return core_error_push("%s: ", path);
+    if (rename(tmp, path)) return core_error("%s: cannot write: %s", path, strerror(errno));
     fprintf(table, "\n%d samples (%d prompts x %d) in %.1f s with %d worker(s): %.2f samples/s, %.1f denoising steps/s\n"
                    "wrote %s, %s/videos/, %s/sheets/\n",
             E->total, E->prompts->n, E->K, secs, workers, E->total / secs, (double)E->total * r->num_steps / secs, path,

@@ -410,7 +410,7 @@ static void intruder(const char *run_dir, const char *count_path) {
 
 #define RUNSET                                                                                                    \
     "--set rollout.num_steps=4 --set rollout.prompts_per_step=2 --set rollout.samples_per_prompt=4 "              \
-    "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=0"
+    "--set data.eval_samples_per_prompt=1 --set logging.eval_every=2 --set checkpoint.every=-1"
 
 static int run_colocated(const char *dir, const char *name, const char *extra, char *out, size_t cap) {
     return test_run(out, cap,

@@ -131,7 +131,7 @@ TEST(budget_estimate_matches_peak_rss) {
     snprintf(log, sizeof log, "%s/run.log", dir);
     const char *sets[] = {model, "model.init_preset=tiny", run, "rollout.height=64", "rollout.width=64",
                           "algorithm.activations=recompute", "algorithm.beta=0.01", "data.eval_samples_per_prompt=1",
-                          "checkpoint.every=0"};
+                          "checkpoint.every=-1"};
     const int ns = sizeof sets / sizeof sets[0];
     char *argv[2 * 16 + 8];
     int a = 0;

@@ -24,6 +24,7 @@
 #include "core/checksum.h"
 #include "core/safetensors.h"
 #include "tests/metrics_rows.h"
+#include "tests/ckpt_cmp.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_sums.h"
@@ -568,10 +569,11 @@ TEST(checkpoint_resume_exact) {
     /* checkpoint-4 of both runs: byte-identical weights, Adam m/v + step, trainer state */
     const char *files[] = {"transformer/diffusion_pytorch_model.safetensors", "transformer/config.json",
                            "optimizer.safetensors", "trainer_state.json"};
-    for (int i = 0; i < 4; i++)
-        CHECK_MSG(test_run(out, sizeof out, "cmp %s/a/checkpoint-4/%s %s/b/checkpoint-4/%s", dir, files[i], dir,
-                           files[i]) == 0,
-                  "%s differs: %s", files[i], out);
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "%s/a/checkpoint-4/%s", dir, files[i]);
+        snprintf(b, sizeof b, "%s/b/checkpoint-4/%s", dir, files[i]);
+        CHECK_MSG(ckpt_file_cmp(out, sizeof out, a, b) == 0, "%s differs: %s", files[i], out);
+    }
     /* ... and the weights did move between steps 2 and 4 */
     CHECK(test_run(out, sizeof out, "cmp -s %s/b/checkpoint-2/%s %s/b/checkpoint-4/%s", dir, files[0], dir, files[0]) != 0);
     snprintf(a, sizeof a, "%s/a/metrics.jsonl", dir);

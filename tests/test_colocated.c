@@ -25,6 +25,7 @@
 
 #include "core/safetensors.h"
 #include "tests/metrics_rows.h"
+#include "tests/ckpt_cmp.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 
@@ -97,9 +98,10 @@ static int run(const char *dir, const char *name, const char *mode, const char *
 
 /* cmp of one file of checkpoint-<step> in two runs: 0 when byte-identical. */
 static int cmp_ckpt(const char *dir, const char *a, const char *b, int step, const char *file) {
-    char out[1024];
-    return test_run(out, sizeof out, "cmp %s/%s/checkpoint-%d/%s %s/%s/checkpoint-%d/%s", dir, a, step, file, dir, b,
-                    step, file);
+    char out[1024], fa[1024], fb[1024];
+    snprintf(fa, sizeof fa, "%s/%s/checkpoint-%d/%s", dir, a, step, file);
+    snprintf(fb, sizeof fb, "%s/%s/checkpoint-%d/%s", dir, b, step, file);
+    return ckpt_file_cmp(out, sizeof out, fa, fb);
 }
 
 static const char *const CKPT_FILES[] = {"transformer/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};

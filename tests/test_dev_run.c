@@ -304,7 +304,7 @@ TEST(dev_run_colocated_equals_local) {
     const char *dir = test_tmpdir();
     char out[16384];
     make_model(dir);
-    const char *x = "--steps 2 --set checkpoint.every=0 --set algorithm.ema_decay=0.9";
+    const char *x = "--steps 2 --set checkpoint.every=-1 --set algorithm.ema_decay=0.9";
     char y[256];
     snprintf(y, sizeof y, "%s --set mode=colocated", x);
     int st = run_local(dir, "local", "cuda", x, out, sizeof out);
@@ -375,7 +375,7 @@ TEST(dev_run_10_steps_vs_cpu) {
     make_model(dir);
     const char *ten = "--set optim.total_steps=10 --set rollout.samples_per_prompt=8 --set rollout.batch_size=16 "
                       "--set algorithm.micro_batch_size=16 --set algorithm.beta=0 "
-                      "--set data.eval_samples_per_prompt=2 --set checkpoint.every=0";
+                      "--set data.eval_samples_per_prompt=2 --set checkpoint.every=-1";
     REQUIRE(run_local(dir, "cpu", "cpu", ten, out, sizeof out) == 0);
     int st = run_local(dir, "dev", "cuda", ten, out, sizeof out);
     if (st) test_fail(__FILE__, __LINE__, "device run failed: %s", out);

@@ -24,7 +24,7 @@ static void make_model(const char *dir) {
 #define SMALL_RUN                                                                                                  \
     "%s run recipes/tiny-cpu.yaml --set model.path=%s/model --set logging.run_dir=%s/%s --set rollout.num_steps=4 " \
     "--set rollout.samples_per_prompt=4 --set data.eval_samples_per_prompt=1 --set logging.eval_every=0 "          \
-    "--set checkpoint.every=0 --set model.text_encoder=word_embed --set model.decoder=latent_rgb"
+    "--set checkpoint.every=-1 --set model.text_encoder=word_embed --set model.decoder=latent_rgb"
 
 TEST(fault_run_folder_locked) {
     const char *dir = test_tmpdir();
@@ -87,8 +87,9 @@ TEST(fault_full_disk_keeps_whole_rows) {
     const char *dir = test_tmpdir();
     char out[16384], p[700];
     make_model(dir);
-    /* 24 KiB per file: config.resolved.yaml fits, the rows run into the limit after a few steps */
-    const int st = test_run(out, sizeof out, "trap '' XFSZ; ulimit -f 24; " SMALL_RUN " --steps 200", test_vgrpo_bin(),
+    /* 24 KiB per file: config.resolved.yaml fits, the rows run into the limit after a few steps. No `trap '' XFSZ`:
+     * vgrpo ignores SIGXFSZ itself (it died of it with no word before), so the write fails with EFBIG, named */
+    const int st = test_run(out, sizeof out, "ulimit -f 24; " SMALL_RUN " --steps 200", test_vgrpo_bin(),
                             dir, dir, "r");
     CHECK_MSG(st == 1 && strstr(out, ".jsonl: cannot append a row") && strstr(out, "File too large"), "status %d: %s",
               st, out);
@@ -163,8 +164,9 @@ TEST(fault_null_keys_binary_args_bom) {
                                     "--set rollout.text_len=3", bin, p, p) == 0);
 }
 
-/* A fresh run into a folder replaces the earlier run's checkpoints (they survived before, and `--resume FOLDER` then
- * continued the old run on top of the new one's metrics). */
+/* A fresh run into a folder holding an earlier run's checkpoints is refused, naming the folder, the newest checkpoint
+ * and the two ways on (it deleted them with a warning after the fact before); with --overwrite it replaces them (they
+ * survived before that, and `--resume FOLDER` then continued the old run on top of the new one's metrics). */
 TEST(fault_fresh_run_replaces_checkpoints) {
     const char *dir = test_tmpdir();
     char out[16384], x[800];
@@ -172,13 +174,19 @@ TEST(fault_fresh_run_replaces_checkpoints) {
     REQUIRE(test_run(out, sizeof out, SMALL_RUN " --steps 4 --set checkpoint.every=1", test_vgrpo_bin(), dir, dir, "r") == 0);
     snprintf(x, sizeof x, "%s/r/checkpoint-4", dir);
     REQUIRE(test_run(NULL, 0, "test -d %s", x) == 0);
-    CHECK(test_run(out, sizeof out, SMALL_RUN " --steps 2 --set checkpoint.every=1", test_vgrpo_bin(), dir, dir, "r") == 0);
-    CHECK_MSG(strstr(out, "removed checkpoint-3, checkpoint-4 of an earlier run"), "got: %s", out);
+    int st = test_run(out, sizeof out, SMALL_RUN " --steps 2 --set checkpoint.every=1", test_vgrpo_bin(), dir, dir, "r");
+    CHECK_MSG(st == 1 && strstr(out, "logging.run_dir: ") && strstr(out, "/r holds the checkpoints of an earlier run") &&
+              strstr(out, "/r/checkpoint-4, 2 in all") && strstr(out, "--resume ") && strstr(out, "--overwrite"),
+              "status %d: %s", st, out);
+    CHECK(test_run(NULL, 0, "test -d %s", x) == 0); /* untouched */
+    CHECK(test_run(out, sizeof out, SMALL_RUN " --steps 2 --set checkpoint.every=1 --overwrite", test_vgrpo_bin(), dir,
+                   dir, "r") == 0);
+    CHECK_MSG(strstr(out, "removed checkpoint-3, checkpoint-4 of an earlier run (--overwrite)"), "got: %s", out);
     CHECK(test_run(NULL, 0, "test -d %s", x) != 0);
     snprintf(x, sizeof x, "%s/r/checkpoint-2", dir);
     CHECK(test_run(NULL, 0, "test -d %s", x) == 0);
     CHECK(test_run(out, sizeof out, SMALL_RUN " --steps 3 --resume %s/r", test_vgrpo_bin(), dir, dir, "r", dir) == 0);
-    CHECK_MSG(strstr(out, "resumed from") && strstr(out, "checkpoint-2"), "got: %s", out);
+    CHECK_MSG(strstr(out, "resumed from") && strstr(out, "checkpoint-2") && strstr(out, " of run "), "got: %s", out);
 }
 
 /* The supervisor of a colocated run killed with SIGKILL: its trainer and workers still run for a moment (they get

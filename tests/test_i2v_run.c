@@ -267,7 +267,7 @@ TEST(i2v_run_sample_video_sheets) {
     make_model(dir);
     i2v_write_square_prompts(dir, 1);
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "
-                                       "--set logging.video_every=1 --set checkpoint.every=0 --steps 1 "
+                                       "--set logging.video_every=1 --set checkpoint.every=-1 --steps 1 "
                                        "--set logging.run_dir=%s/r", bin, dir, dir, dir, dir);
     if (st) test_fail(__FILE__, __LINE__, "run failed: %s", out);
     st = test_run(out, sizeof out, "%s eval recipes/tiny-cpu.yaml " I2V_SET " --set data.eval_samples_per_prompt=2 "

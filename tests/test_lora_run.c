@@ -198,7 +198,7 @@ TEST(lora_run_step0_equals_base_local_parity_frozen_base) {
     const char *dir = tmpdir();
     char out[1 << 15];
     make_inputs(dir);
-    int st = job(out, sizeof out, "run", dir, "base", "--steps 1 --set checkpoint.every=0");
+    int st = job(out, sizeof out, "run", dir, "base", "--steps 1 --set checkpoint.every=-1");
     if (st) test_fail(__FILE__, __LINE__, "base run: %s", out);
     st = job(out, sizeof out, "run", dir, "lora", "--steps 3 " LORA);
     if (st) test_fail(__FILE__, __LINE__, "LoRA run: %s", out);
@@ -325,7 +325,7 @@ TEST(lora_colocated_sync_bytes_and_parity) {
     st = job(out, sizeof out, "run", dir, "col", extra);
     if (st) test_fail(__FILE__, __LINE__, "colocated: %s", out);
     CHECK_MSG(strstr(out, "weight sync: ") && strstr(out, "(LoRA adapters)"), "%s", out);
-    snprintf(extra, sizeof extra, "%s --steps 1 --set checkpoint.every=0", col);
+    snprintf(extra, sizeof extra, "%s --steps 1 --set checkpoint.every=-1", col);
     st = job(out, sizeof out, "run", dir, "full", extra);
     if (st) test_fail(__FILE__, __LINE__, "colocated without LoRA: %s", out);
     REQUIRE(st == 0);

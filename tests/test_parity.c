@@ -96,7 +96,7 @@ TEST(parity_two_experts) {
     /* shift 3, 6 steps: timesteps >= 875 are steps 0 and 1 (expert 0) */
     check_parity_json(p, 2, 4);
     st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set algorithm.train_experts=transformer_2 --steps 2 "
-                  "--set logging.run_dir=%s/c --set checkpoint.every=0", bin, base, dir);
+                  "--set logging.run_dir=%s/c --set checkpoint.every=-1", bin, base, dir);
     if (st) test_fail(__FILE__, __LINE__, "run (transformer frozen) failed: %s", out);
     snprintf(p, sizeof p, "%s/c/metrics.jsonl", dir);
     char grep[128];
@@ -110,7 +110,7 @@ TEST(run_step_videos_local_equals_colocated) {
     char out[8192], base[2048];
     REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
     snprintf(base, sizeof base, "--set model.path=%s/model --set rollout.num_steps=3 --set rollout.samples_per_prompt=2 "
-             "--set data.eval_samples_per_prompt=1 --set logging.video_every=1 --set checkpoint.every=0 --steps 1", dir);
+             "--set data.eval_samples_per_prompt=1 --set logging.video_every=1 --set checkpoint.every=-1 --steps 1", dir);
     int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set logging.run_dir=%s/l", bin, base, dir);
     if (st) test_fail(__FILE__, __LINE__, "local run: %s", out);
     st = test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml %s --set mode=colocated --set logging.run_dir=%s/c", bin,

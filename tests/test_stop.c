@@ -19,6 +19,7 @@
 #include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/metrics_rows.h"
+#include "tests/ckpt_cmp.h"
 #include "tests/test.h"
 #include "trainer/checkpoint.h"
 #include "trainer/grpo.h"
@@ -221,9 +222,13 @@ static void stop_and_resume(const char *mode, const char *recipe, double delay, 
     CHECK_MSG(trainer_ckpt_verify(x, NULL) == 0, "%s", core_last_error());
     /* (trainer_state.json holds the recipe, whose mode differs between a local and a colocated run) */
     const char *files[] = {"transformer/diffusion_pytorch_model.safetensors", "optimizer.safetensors", "trainer_state.json"};
-    for (int f = 0; f < (strcmp(mode, "local") ? 2 : 3); f++)
-        CHECK_MSG(test_run(out, sizeof out, "cmp %s/a/checkpoint-1/%s %s/s/checkpoint-1/%s", dir, files[f], dir,
-                           files[f]) == 0, "checkpoint-1/%s differs from the straight run's: %s", files[f], out);
+    for (int f = 0; f < (strcmp(mode, "local") ? 2 : 3); f++) {
+        char fa[1024], fb[1024];
+        snprintf(fa, sizeof fa, "%s/a/checkpoint-1/%s", dir, files[f]);
+        snprintf(fb, sizeof fb, "%s/s/checkpoint-1/%s", dir, files[f]);
+        CHECK_MSG(ckpt_file_cmp(out, sizeof out, fa, fb) == 0, "checkpoint-1/%s differs from the straight run's: %s",
+                  files[f], out);
+    }
     CHECK_MSG(test_run(out, sizeof out, "ls -A %s/s | grep -e '^\\.checkpoint-' -e '^\\.trash-' -e '^checkpoint-[02-9]'",
                        dir) != 0, "leftovers or other checkpoints: %s", out);
     json_t *rows[4];

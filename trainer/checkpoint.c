@@ -119,8 +119,8 @@ int trainer_ckpt_transformer_dirs(const char *path, char dirs[TRAINER_CKPT_MAX_E
  * Save */
 
 static int write_file_sync(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return core_error("%s: cannot create: %s", path, strerror(errno));
+    FILE *f = core_fopen_nofollow(path, "wx"); /* new, in the checkpoint's fresh temporary folder */
+    if (!f) return -1;
     size_t l = strlen(text);
     int rc = fwrite(text, 1, l, f) != l || fflush(f) ? core_error("%s: write failed: %s", path, strerror(errno)) : 0;
     if (!rc && fsync(fileno(f))) rc = core_error("%s: fsync failed: %s", path, strerror(errno));
@@ -215,6 +215,7 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
                           (json_int_t)st->data_size, "data_xxh64", st->has_data_xxh64 ? data_hash : NULL, "seed",
                           (json_int_t)st->seed, "experts", names, "config_hash", hash, "config", st->config, "files",
                           files, "tensors", tensors);
+    if (o && st->run_id[0]) json_object_set_new(o, "run_id", json_string(st->run_id)); /* the run it belongs to */
     if (o && st->guard) { /* before the state's own hash */
         json_t *g = core_json_parse_object(st->guard, "the guard's state");
         if (!g) return json_decref(o), NULL;
@@ -350,6 +351,12 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
         }
         st->has_data_xxh64 = 1;
     }
+    v = json_object_get(o, "run_id"); /* optional: checkpoints before it record no run */
+    if (v && (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof st->run_id)) {
+        core_error("%s: field \"run_id\": expected a string of at most %zu bytes", path, sizeof st->run_id - 1);
+        goto done;
+    }
+    if (v) snprintf(st->run_id, sizeof st->run_id, "%s", json_string_value(v));
     v = json_object_get(o, "experts");
     if (!json_is_array(v) || json_array_size(v) < 1 || json_array_size(v) > TRAINER_CKPT_MAX_EXPERTS) {
         core_error("%s: field \"experts\": expected a list of 1 or 2 folder names", path);

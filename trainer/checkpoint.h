@@ -39,7 +39,9 @@
  *                                  image files; optional on reading, as checkpoints before it lack it): a changed
  *                                  prompt file is refused on resume; config_hash: xxh64 (seed 0)
  *                                  of the config text (trainer_ckpt_config_text), which is kept so that a mismatch
- *                                  names the keys that differ; guard (only in runs whose reward-hacking guard
+ *                                  names the keys that differ; run_id (since 2026-12; optional on reading): the run
+ *                                  that wrote it (trainer_run_id_make; a resumed run keeps it), which with seed and
+ *                                  config_hash names the run (trainer_ckpt_run_line); guard (only in runs whose reward-hacking guard
  *                                  keeps state: trainer/guard.h) its state as an object (the step-0 video statistics,
  *                                  the best gold eval, the early stop's counter and sums): written as the guard gives
  *                                  it, read back as compact text; files, tensors, state_xxh64: the integrity
@@ -106,6 +108,7 @@ typedef struct {
     uint64_t data_xxh64; /* core_prompts_xxh64 of data.prompt_file's prompts */
     int has_data_xxh64;  /* written since 2026-12 (checkpoints before have no "data_xxh64") */
     int64_t seed;
+    char run_id[64]; /* the run that wrote it (trainer_run_id_make); "" in checkpoints written before runs had one */
     int n_experts;
     char experts[TRAINER_CKPT_MAX_EXPERTS][32];
     uint64_t config_hash;
@@ -114,6 +117,18 @@ typedef struct {
 } trainer_ckpt_state;
 
 void trainer_ckpt_state_free(trainer_ckpt_state *s);
+
+/* One line naming the run a checkpoint belongs to (its run id, seed and recipe hash: the config_hash), e.g.
+ * "runs/x/checkpoint-20: step 20 of run 20261207-011530-4242-3fa2 (seed 42, recipe 0123456789abcdef)"; a checkpoint
+ * written before runs were recorded says "run not recorded". Into buf (cap bytes). */
+void trainer_ckpt_run_line(const char *ckpt, const trainer_ckpt_state *st, char *buf, size_t cap);
+/* For `vgrpo eval/generate --checkpoint PATH`: prints trainer_ckpt_run_line to out when PATH (or its parent, for
+ * PATH = checkpoint-N/ema) holds a trainer_state.json; nothing when neither does (a transformer folder); a state
+ * that does not read is named in a warning. */
+void trainer_ckpt_print_run(const char *path, FILE *out);
+/* A new run's id: "YYYYMMDD-HHMMSS-PID-XXXX" (local time, the process id, 4 hex digits of the clock's nanoseconds),
+ * into buf (cap >= 40). Uses no random stream of the run. */
+void trainer_run_id_make(char *buf, size_t cap);
 
 /* ---- config hash ---- */
 

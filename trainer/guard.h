@@ -39,7 +39,7 @@
  *              exactly the best eval's weights)
  *    bad_evals counts the evals in a row with fell and rose (a new best, or an eval without both, resets it to 0).
  *    When it reaches n, the run stops after that eval: its metrics row gets guard/stopped 1 (every gold eval row of
- *    a run with patience has guard/bad_evals and guard/stopped), checkpoint-K is saved (checkpoint.every > 0), and
+ *    a run with patience has guard/bad_evals and guard/stopped), checkpoint-K is saved (checkpoint.every >= 0), and
  *    one line says why. An eval whose row has no training step (the final eval) is judged the same way.
  *
  * State (guard_state) is what a checkpoint must carry for a resumed run to repeat a straight one: the step-0

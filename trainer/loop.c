@@ -243,30 +243,30 @@ done:
 
 /* A stop inside step k (phase: what it was doing): S is as before the step (weights, Adam state and EMA are only
  * changed by the optimizer step, which a stop never interrupts; the caller restored the sampler), so checkpoint-k
- * is saved (checkpoint.every > 0) and the error says what was discarded. Returns 0 with the error set, -1 when the
+ * is saved (checkpoint.every >= 0) and the error says what was discarded. Returns 0 with the error set, -1 when the
  * save failed. */
 static int stop_in_step(trainer_state *S, int64_t k, const char *phase, const char *config_text) {
     const int sig = core_stop_pending();
-    const int save = S->r->ckpt_every > 0;
+    const int save = S->r->ckpt_every >= 0;
     if (save && trainer_save_checkpoint(S, k, config_text))
         return core_error_push("stopped by signal %d during step %" PRId64 " (%s): step %" PRId64
                                " discarded; saving checkpoint-%" PRId64 " failed: ", sig, k, phase, k, k);
     char what[128];
     if (save) snprintf(what, sizeof what, "checkpoint-%" PRId64 " saved: continue with --resume", k);
-    else snprintf(what, sizeof what, "no checkpoint (checkpoint.every is 0)");
+    else snprintf(what, sizeof what, "no checkpoint (checkpoint.every is -1)");
     core_error("stopped by signal %d during step %" PRId64 " (%s): step %" PRId64 " discarded; %s", sig, k, phase, k,
                what);
     return 0;
 }
 
 /* The guard stopped the run at the eval of step k (before step k's rollout): checkpoint-k (the weights that eval
- * judged) is saved unless it exists (checkpoint.every > 0). */
+ * judged) is saved unless it exists (checkpoint.every >= 0: the run ends here). */
 static int guard_save(trainer_state *S, int64_t k, const char *config_text) {
     const core_recipe *r = S->r;
     char ck[4200];
     snprintf(ck, sizeof ck, "%s/checkpoint-%" PRId64, r->ckpt_dir ? r->ckpt_dir : r->run_dir, k);
-    if (r->ckpt_every <= 0) {
-        printf("guard: no checkpoint (checkpoint.every is 0)\n");
+    if (r->ckpt_every < 0) {
+        printf("guard: no checkpoint (checkpoint.every is -1)\n");
     } else if (core_is_dir(ck)) {
         printf("guard: %s holds the stopped run's weights\n", ck);
     } else if (trainer_save_checkpoint(S, k, config_text)) {
@@ -335,16 +335,17 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
         if (core_metrics_write_row(S.metrics)) goto done;
         trainer_guard_boundary(&S.guard);
         const int sig = core_stop_pending();
-        if (r->ckpt_every > 0 && ((k + 1) % r->ckpt_every == 0 || k + 1 == total || sig) &&
+        /* every N steps (N > 0), and at the end and on a signal (N >= 0; -1: never) */
+        if (r->ckpt_every >= 0 && ((r->ckpt_every > 0 && (k + 1) % r->ckpt_every == 0) || k + 1 == total || sig) &&
             trainer_save_checkpoint(&S, k + 1, config_text))
             goto done;
         if (sig) { /* it came after the step's last chance to stop (its optimizer step): the step completed */
-            if (r->ckpt_every > 0)
+            if (r->ckpt_every >= 0)
                 core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); "
                            "checkpoint-%" PRId64 " saved: continue with --resume", sig, k, k + 1, total, k + 1);
             else
                 core_error("stopped by signal %d after step %" PRId64 " (%" PRId64 " of %" PRId64 " steps done); no "
-                           "checkpoint (checkpoint.every is 0)", sig, k, k + 1, total);
+                           "checkpoint (checkpoint.every is -1)", sig, k, k + 1, total);
             stopped = 1; /* a clean stop between steps: the other trainer ranks are told to stop */
             goto done;
         }
@@ -374,9 +375,9 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source 
     }
     if (bad) {
         const int sig = core_stop_pending();
-        if (sig) { /* every step is done, and checkpointed at the last one (checkpoint.every > 0) */
+        if (sig) { /* every step is done, and checkpointed at the last one (checkpoint.every >= 0) */
             core_error("stopped by signal %d during the %s after step %" PRId64 "; all %" PRId64 " steps done%s", sig,
-                       last, total - 1, total, r->ckpt_every > 0 ? " and checkpointed" : "");
+                       last, total - 1, total, r->ckpt_every >= 0 ? " and checkpointed" : "");
             stopped = 1;
         }
         goto done;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "trainer/run_internal.h"
@@ -86,7 +87,7 @@ static void write_json(const trainer_state *S, const double *acc, const core_tra
                              trainer_device_label(S));
     char path[4200];
     snprintf(path, sizeof path, "%s/parity.json", r->run_dir);
-    if (json_dump_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9))) core_log_warn("%s: cannot write", path);
+    if (core_json_write_file(root, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9), "w")) core_log_warn("%s", core_last_error());
     json_decref(root);
 }
 

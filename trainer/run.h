@@ -37,6 +37,7 @@
 
 #include "core/prompts.h"
 #include "core/recipe.h"
+#include "core/run_lock.h"
 #include "sp/comm.h"
 #include "trainer/source.h"
 
@@ -55,6 +56,16 @@ int trainer_check_recipe(const core_recipe *r);
 /* Every prompt of p against the recipe: at most rollout.text_len words with the word_embed text encoder, a target
  * colour (a colour word, or a "color" metadata entry) when color_match is a scorer. -1 naming file:line. */
 int trainer_check_prompts(const core_recipe *r, const core_prompts *p);
+
+/* Claims the folders of a run for the command that owns it (`vgrpo run`; `vgrpo mpi-rank` rank 0 under srun):
+ * applies logging.file_mode to this process and those it starts (core_file_mode_apply), locks logging.run_dir and
+ * checkpoint.dir (core_run_locks_acquire: each must be this user's own, not writable by others), and for a fresh run
+ * (resume NULL) refuses a checkpoint folder holding an earlier run's checkpoints unless overwrite:
+ *   "logging.run_dir: runs/x holds the checkpoints of an earlier run (newest: runs/x/checkpoint-20, 2 in all); a
+ *    new run would delete them. Continue that run with --resume runs/x, or pass --overwrite to replace them"
+ * (with overwrite the run deletes them as it starts: trainer_open_run_files). A lock taken over from a dead run is
+ * logged. 0 with L held, or -1 with an error and nothing held. */
+int trainer_claim_folders(const core_recipe *r, const char *resume, int overwrite, core_run_locks *L);
 
 /* The GRPO loop on trainer rank 0 (dp: all trainer ranks, NULL or size 1: alone). Writes logging.run_dir
  * (config.resolved.yaml, metrics.jsonl, rewards.jsonl, checkpoint-N/, videos/) and prints one line per step.

@@ -1,8 +1,10 @@
 /* trainer/run_files.c — the run folder of a GRPO run: config.resolved.yaml, metrics.jsonl and rewards.jsonl (rows
  * written whole or not at all: core/metrics.h), checkpoints (trainer/checkpoint.h) with the keys that may change on
- * resume, and --resume: a checkpoint's weights, Adam state, EMA, step counters and sampler position. The folder's lock
- * (one run per folder, core/run_lock.h) is taken by the command that owns the folder (cli/cmd_run.c). A fresh run
- * (no --resume) replaces what an earlier run left in the folder: metrics, rewards and its checkpoints. */
+ * resume, and --resume: a checkpoint's weights, Adam state, EMA, step counters and sampler position. The folders'
+ * locks (one run per folder, core/run_lock.h: logging.run_dir and checkpoint.dir) are taken by the command that owns
+ * the run (cli/cmd_run.c: trainer_claim_folders), which refuses a fresh run into a folder holding checkpoints unless
+ * --overwrite. A fresh run (no --resume) replaces what an earlier run left in the folder: metrics, rewards and (with
+ * --overwrite) its checkpoints. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -21,7 +23,7 @@
 const char *const trainer_resume_free_keys[] = {
     "optim.total_steps",                /* a run may be extended (a linear/cosine lr then changes from there on) */
     "checkpoint.every", "checkpoint.dir", "checkpoint.total_limit",
-    "logging.run_dir", "logging.eval_every", "logging.video_every",
+    "logging.run_dir", "logging.eval_every", "logging.video_every", "logging.file_mode",
     "data.eval_prompt_file", "data.eval_samples_per_prompt", "data.eval_eta", /* eval only: never feeds training */
     "reward.endpoint", "reward.threads", "reward.timeout_s", "reward.max_attempts", /* where scoring runs */
     "rollout.batch_size",               /* trajectories do not depend on it (docs/design.md section 4) */
@@ -49,28 +51,48 @@ static int cut_back(const char *path, int64_t start) {
     return 0;
 }
 
+int trainer_claim_folders(const core_recipe *r, const char *resume, int overwrite, core_run_locks *L) {
+    char note[1024] = "";
+    if (core_file_mode_apply(r->file_mode) || core_run_locks_acquire(L, r->run_dir, r->ckpt_dir, note, sizeof note))
+        return -1;
+    if (note[0]) core_log_warn("%s", note);
+    if (resume || overwrite) return 0;
+    const char *home = r->ckpt_dir ? r->ckpt_dir : r->run_dir;
+    const char *key = r->ckpt_dir ? "checkpoint.dir" : "logging.run_dir";
+    int64_t *steps = NULL;
+    const int n = trainer_ckpt_list(home, &steps);
+    if (n == 0) return 0;
+    if (n < 0) return core_run_locks_release(L), -1;
+    const int64_t newest = steps[n - 1];
+    free(steps);
+    core_run_locks_release(L);
+    return core_error("%s: %s holds the checkpoints of an earlier run (newest: %s/checkpoint-%" PRId64 ", %d in all); "
+                      "a new run would delete them. Continue that run with --resume %s, or pass --overwrite to "
+                      "replace them", key, home, home, newest, n, home);
+}
+
 int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
     const core_recipe *r = S->r;
     char path[4200];
+    if (!S->run_id[0]) trainer_run_id_make(S->run_id, sizeof S->run_id); /* fresh, or resumed from one without */
     if (core_mkdir_p(r->run_dir)) return -1;
-    if (!resumed) { /* a fresh run replaces an earlier run's checkpoints, as it replaces its metrics */
+    if (!resumed) { /* a fresh run replaces an earlier run's checkpoints (`vgrpo run --overwrite`), as its metrics */
         const char *home = r->ckpt_dir ? r->ckpt_dir : r->run_dir;
         char names[1024];
         const int n = trainer_ckpt_remove_all(home, names, sizeof names);
         if (n < 0) return -1;
-        if (n > 0)
-            core_log_warn("%s: removed %s of an earlier run (a fresh run replaces them; `--resume %s` would have "
-                          "continued it)", home, names, home);
+        if (n > 0) core_log_warn("%s: removed %s of an earlier run (--overwrite)", home, names);
     }
     /* written beside and renamed into place: `vgrpo run --resume DIR` without RECIPE gives this file to every process
      * of the run as its recipe (cli/run_recipe.h), and a worker reading it while it is rewritten must see it whole */
     char tmp[4300];
     snprintf(path, sizeof path, "%s/config.resolved.yaml", r->run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return core_error("%s: cannot write: %s", tmp, strerror(errno));
+    unlink(tmp); /* a leftover temporary of a write cut short */
+    FILE *f = core_fopen_nofollow(tmp, "wx");
+    if (!f) return -1;
     int bad = core_recipe_dump(r, f);
-    if (fclose(f) || bad) return remove(tmp), core_error("%s: write failed", tmp);
+    if (fclose(f) || bad) return remove(tmp), core_error("%s: write failed: %s", tmp, strerror(errno));
     if (rename(tmp, path)) return remove(tmp), core_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
     snprintf(path, sizeof path, "%s/rewards.jsonl", r->run_dir);
     if (resumed && cut_back(path, start)) return -1;
@@ -100,6 +122,7 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .data_xxh64 = S->data_xxh64, .has_data_xxh64 = 1,
                              .seed = r->seed, .config = (char *)config_text};
+    snprintf(st.run_id, sizeof st.run_id, "%s", S->run_id);
     /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
      * before that step's eval, as a straight run's checkpoint-<step> does) */
     if (trainer_guard_active(&S->guard) && !(st.guard = trainer_guard_state_json(&S->guard.st0))) return -1;
@@ -280,6 +303,10 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
         *step = st.step;
         printf("resumed from %s: step %" PRId64 ", policy version %" PRId64 "%s%s%s\n", ck, st.step, st.policy_version,
                skipped[0] ? " (skipped, damaged or incomplete: " : "", skipped, skipped[0] ? ")" : "");
+        char line[TRAINER_CKPT_PATH_MAX + 256];
+        trainer_ckpt_run_line(ck, &st, line, sizeof line);
+        printf("checkpoint %s\n", line); /* the run it continues */
+        snprintf(S->run_id, sizeof S->run_id, "%s", st.run_id);
         fflush(stdout);
     }
     trainer_ckpt_state_free(&st);

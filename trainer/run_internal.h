@@ -51,6 +51,8 @@ typedef struct {
     /* data */
     core_prompts train, eval;
     uint64_t data_xxh64; /* core_prompts_xxh64(&train): checkpoints record it, a resume compares it */
+    char run_id[64];     /* this run's id (trainer_run_id_make; a resumed run keeps its checkpoint's): checkpoints
+                            record it */
     trainer_sampler smp;
     float *emb_train, *emb_eval, *emb_neg; /* conditioning [P, L, td], [E, L, td], [L, td] (NULL: zeros) */
     float *img_train, *img_eval; /* image to video (rank 0): each prompt's image condition [P | E, C, 1, h, w], on

@@ -13,6 +13,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/philox.h"
 #include "media/image.h"
@@ -61,9 +62,9 @@ static int write_index(const trainer_state *S, const char *dir, const collect *C
                                              "video_xxh64", hx));
     }
     snprintf(path, sizeof path, "%s/index.json", dir);
-    const int bad = json_dump_file(idx, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+    const int bad = core_json_write_file(idx, path, JSON_INDENT(1) | JSON_REAL_PRECISION(9), "w");
     json_decref(idx);
-    return bad ? core_error("%s: cannot write", path) : 0;
+    return bad ? -1 : 0;
 }
 
 int trainer_step_videos(trainer_state *S, int64_t step) {
