@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/body/kb_base.h"
 #include "kernels/body/kb_optim.h"
@@ -128,12 +129,30 @@ typedef struct k_gemm_args {
     float *dbias;     /* BGRAD epilogues: fp32, += */
 } k_gemm_args;
 
-/* The algorithm a GEMM problem was pinned to (for reports); -1 if the problem has not run yet. */
+/* The algorithm a GEMM problem was pinned to (for reports); -1 if the problem has not run yet. One algorithm per
+ * problem class (all but M), chosen at canonical_m and checked at each M (kernels/cuda/gemm_plan.h); workspace is
+ * the bytes it needs at this M. bgrad_fallback: K_EPI_BGRAD_A ran as a plain GEMM plus the fixed-order column sum. */
 typedef struct k_gemm_algo_info {
     int algo_id, tile_id, splitk, stages, cta_swizzle;
     size_t workspace;
+    int canonical_m, bgrad_fallback;
 } k_gemm_algo_info;
 int k_gemm_algo_of(const k_gemm_args *g, k_gemm_algo_info *out);
+
+/* How K_EPI_BGRAD_A's bias gradient is computed: AUTO (cuBLASLt's BGRADB when it offers a kernel for the problem
+ * class, else the fallback), FUSED (BGRADB or an error), FALLBACK (a plain GEMM, then a fixed-order column sum:
+ * kernels/body/kb_colsum.h). Default AUTO; $VGRPO_GEMM_BGRAD=auto|fused|fallback at k_cuda_init. Part of the
+ * algorithm cache key, so switching takes effect for the next call. 0, or -1 with core_error. */
+typedef enum { K_GEMM_BGRAD_AUTO = 0, K_GEMM_BGRAD_FUSED, K_GEMM_BGRAD_FALLBACK } k_gemm_bgrad_mode;
+int k_gemm_set_bgrad_mode(k_gemm_bgrad_mode m);
+int k_gemm_bgrad_mode_parse(const char *s, k_gemm_bgrad_mode *m);
+
+/* `vgrpo gemm-plan` (kernels/cuda/gemm_lt_selftest.c): loads cuBLASLt, reports what cublasLtCreate answers here,
+ * builds every GEMM class the Wan DiT uses with the real library (descriptors, layouts, preference: no GPU needed)
+ * and reads each attribute back against kc_gemm_lt_view; with a GPU, also the algorithm planned at the canonical M
+ * and checked at M = 1, 2 and 8 x tokens. Prints to out; 0 when every check passed, -1 with core_error otherwise
+ * (the plain build: "built without the CUDA backend"). */
+int k_gemm_plan_selftest(FILE *out);
 
 /* ---- Attention ---- */
 

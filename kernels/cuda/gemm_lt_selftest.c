@@ -1,0 +1,176 @@
+/* kernels/cuda/gemm_lt_selftest.c — `vgrpo gemm-plan`: the real cuBLASLt on whatever machine this runs, GPU or not
+ * (k_cuda.h k_gemm_plan_selftest). Measured on the build machine (no NVIDIA driver, cuBLASLt 13.1): cublasLtCreate
+ * answers CUBLAS_STATUS_NOT_INITIALIZED, and so does every call that takes the handle (cublasLtMatmulAlgoGetHeuristic,
+ * cublasLtMatmulAlgoInit, cublasLtMatmulAlgoCheck, cublasLtMatmulAlgoGetIds); matmul descriptors, matrix layouts and
+ * preferences are created, set and read back without a device. So without a GPU this builds every GEMM class the
+ * Wan DiT runs with gemm_lt.c's own kc_lt_descs_make and reads every attribute back against kc_gemm_lt_view (whose
+ * host model make test checks against the row-major reference GEMM); with a GPU it also plans each class at its
+ * canonical M and checks the algorithm at M = 1, 2 and 8 samples of tokens (one algorithm id for all three). */
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cuda/gemm_lt.h"
+
+typedef struct {
+    const char *name;
+    int transA, transB, N, K, lda, ldb, ldc, c_f32, epi, ldaux;
+    int batch_m; /* M is tokens (1, 2, 8 samples); else M = m_fixed */
+    int m_fixed;
+} st_case;
+
+/* Wan 2.1 1.3B: dim 1536, FFN 8960; tokens per sample 1560 (81 x 480 x 832 would be 32,760; any M works here) */
+enum { D = 1536, F = 8960, S = 1560 };
+static const st_case cases[] = {
+    {"linear fwd (q, k, v, o, ffn down), bias", 0, 1, D, D, D, D, D, 0, K_EPI_BIAS, 0, 1, 0},
+    {"ffn up, bias", 0, 1, F, D, D, D, F, 0, K_EPI_BIAS, 0, 1, 0},
+    {"ffn up, gelu aux bias", 0, 1, F, D, D, D, F, 0, K_EPI_GELU_AUX_BIAS, F, 1, 0},
+    {"linear bwd dx (beta 1)", 0, 0, D, D, D, D, D, 0, K_EPI_NONE, 0, 1, 0},
+    {"ffn down bwd, dgelu bgrad", 0, 0, F, D, D, F, F, 0, K_EPI_DGELU_BGRAD, F, 1, 0},
+    {"weight grad (fp32 +=), bgrad_a", 1, 0, D, 8 * S, D, D, D, 1, K_EPI_BGRAD_A, 0, 0, D},
+    {"weight grad (fp32 +=), plain (bgrad fallback)", 1, 0, D, 8 * S, D, D, D, 1, K_EPI_NONE, 0, 0, D},
+};
+
+static int want_u64(FILE *out, const char *what, uint64_t got, uint64_t want) {
+    if (got == want) return 0;
+    fprintf(out, "    MISMATCH %s: read back %llu, gemm_lt.c meant %llu\n", what, (unsigned long long)got,
+            (unsigned long long)want);
+    return 1;
+}
+
+static int layout_back(FILE *out, cublasLtMatrixLayout_t l, const kc_lt_mat *m, cudaDataType_t t, const char *what) {
+    uint32_t type = 0;
+    uint64_t rows = 0, cols = 0;
+    int64_t ld = 0;
+    size_t w = 0;
+    char nm[64];
+    if (kc_lt_check(kc_lt.cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_TYPE, &type, sizeof type, &w),
+                    "layout TYPE") ||
+        kc_lt_check(kc_lt.cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows, sizeof rows, &w),
+                    "layout ROWS") ||
+        kc_lt_check(kc_lt.cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof cols, &w),
+                    "layout COLS") ||
+        kc_lt_check(kc_lt.cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof ld, &w),
+                    "layout LD"))
+        return -1;
+    int bad = 0;
+    snprintf(nm, sizeof nm, "%s TYPE", what), bad += want_u64(out, nm, type, (uint64_t)t);
+    snprintf(nm, sizeof nm, "%s ROWS", what), bad += want_u64(out, nm, rows, (uint64_t)m->rows);
+    snprintf(nm, sizeof nm, "%s COLS", what), bad += want_u64(out, nm, cols, (uint64_t)m->cols);
+    snprintf(nm, sizeof nm, "%s LD", what), bad += want_u64(out, nm, (uint64_t)ld, (uint64_t)m->ld);
+    return bad;
+}
+
+static int desc_back(FILE *out, const kc_lt_descs *d, const kc_gemm_class *c, const kc_lt_view *v) {
+    int32_t ta = -1, tb = -1, bt = -1;
+    uint32_t epi = 0, red = 99, al[4] = {0};
+    int64_t auxld = 0;
+    uint64_t ws = 0;
+    size_t w = 0;
+    cublasLtMatmulDesc_t m = d->desc;
+    if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, &w), "TRANSA") ||
+        kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, &w), "TRANSB") ||
+        kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, &w),
+                    "EPILOGUE") ||
+        kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                               sizeof ws, &w), "MAX_WORKSPACE_BYTES") ||
+        kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(d->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                               &red, sizeof red, &w), "REDUCTION_SCHEME_MASK"))
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if (kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(
+                            d->pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+                            &al[i], sizeof al[i], &w),
+                        "MIN_ALIGNMENT"))
+            return -1;
+    int bad = 0;
+    bad += want_u64(out, "TRANSA", (uint64_t)ta, v->a.op ? CUBLAS_OP_T : CUBLAS_OP_N);
+    bad += want_u64(out, "TRANSB", (uint64_t)tb, v->b.op ? CUBLAS_OP_T : CUBLAS_OP_N);
+    bad += want_u64(out, "EPILOGUE", epi, (uint64_t)kc_lt_epilogue(c->epi));
+    if (c->epi != K_EPI_NONE && c->epi != K_EPI_GELU_AUX && c->epi != K_EPI_DGELU) {
+        if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, &w),
+                        "BIAS_DATA_TYPE"))
+            return -1;
+        bad += want_u64(out, "BIAS_DATA_TYPE", (uint64_t)bt, c->c_f32 ? CUDA_R_32F : CUDA_R_16BF);
+    }
+    if (v->ldaux) {
+        if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxld,
+                                                             sizeof auxld, &w),
+                        "EPILOGUE_AUX_LD"))
+            return -1;
+        bad += want_u64(out, "EPILOGUE_AUX_LD", (uint64_t)auxld, (uint64_t)v->ldaux);
+    }
+    bad += want_u64(out, "MAX_WORKSPACE_BYTES", ws, c->workspace_limit);
+    bad += want_u64(out, "REDUCTION_SCHEME_MASK", red, CUBLASLT_REDUCTION_SCHEME_NONE);
+    for (int i = 0; i < 4; i++) bad += want_u64(out, "MIN_ALIGNMENT", al[i], 16);
+    const cudaDataType_t ct = c->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    int r1 = layout_back(out, d->la, &v->a, CUDA_R_16BF, "a (our B)"), r2 = layout_back(out, d->lb, &v->b, CUDA_R_16BF,
+                                                                                          "b (our A)"),
+        r3 = layout_back(out, d->lc, &v->c, ct, "c (our C)");
+    if (r1 < 0 || r2 < 0 || r3 < 0) return -1;
+    return bad + r1 + r2 + r3;
+}
+
+#define WS ((size_t)32 << 20)
+
+int k_gemm_plan_selftest(FILE *out) {
+    if (kc_dynload()) return -1;
+    fprintf(out, "cuBLASLt: %s (version %zu)\n", kc_dynload_path(0), kc_lt.cublasLtGetVersion());
+    cublasLtHandle_t h = NULL;
+    const cublasStatus_t st = kc_lt.cublasLtCreate(&h);
+    fprintf(out, "cublasLtCreate: %s (status %d)%s\n", kc_lt.cublasLtGetStatusString(st), (int)st,
+            st == CUBLAS_STATUS_SUCCESS ? "" : ": no usable GPU; the heuristic and cublasLtMatmulAlgoCheck need the "
+                                               "handle, so only descriptors, layouts and preferences are checked");
+    if (st != CUBLAS_STATUS_SUCCESS) h = NULL;
+    int bad = 0, checked = 0, planned = 0;
+    kc_gemm_plans plans = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const st_case *t = &cases[i];
+        const int ms[3] = {S, 2 * S, 8 * S};
+        const int nm = t->batch_m ? 3 : 1;
+        int plan_of[3] = {-1, -1, -1};
+        for (int j = 0; j < nm; j++) {
+            k_gemm_args g;
+            memset(&g, 0, sizeof g);
+            g.transA = t->transA, g.transB = t->transB, g.M = t->batch_m ? ms[j] : t->m_fixed, g.N = t->N, g.K = t->K;
+            g.lda = t->lda, g.ldb = t->ldb, g.ldc = t->ldc, g.C.t = t->c_f32 ? KB_F32 : KB_BF16;
+            g.epi = (k_epilogue)t->epi, g.ldaux = t->ldaux;
+            kc_gemm_class c;
+            kc_gemm_class_of(&g, t->epi, WS, 1, &c);
+            kc_lt_view v;
+            kc_gemm_lt_view(&g, &v);
+            kc_lt_descs d;
+            if (kc_lt_descs_make(&c, g.M, &d)) return core_error_push("gemm-plan: %s: ", t->name);
+            int r = desc_back(out, &d, &c, &v);
+            kc_lt_descs_free(&d);
+            if (r < 0) return core_error_push("gemm-plan: %s: ", t->name);
+            fprintf(out, "%s %s, M %d: a %dx%d ld %d %c, b %dx%d ld %d %c, c %dx%d ld %d%s\n", r ? "MISMATCH" : "ok",
+                    t->name, g.M, v.a.rows, v.a.cols, v.a.ld, v.a.op ? 'T' : 'N', v.b.rows, v.b.cols, v.b.ld,
+                    v.b.op ? 'T' : 'N', v.c.rows, v.c.cols, v.c.ld, r ? "" : ": every attribute read back as meant");
+            bad += r > 0, checked++;
+            if (!h) continue;
+            size_t ws = 0;
+            static const char dummy[64] __attribute__((aligned(256)));
+            int pr = kc_lt_plan(h, &plans, &c, g.M, dummy, dummy, &d, &plan_of[j], &ws);
+            if (pr == 0) kc_lt_descs_free(&d);
+            const kc_gemm_plan *p = plan_of[j] >= 0 ? &plans.v[plan_of[j]] : NULL;
+            if (pr)
+                fprintf(out, "  plan at M %d: %s\n", g.M, core_last_error());
+            else
+                fprintf(out, "  plan (canonical M %d): algo %d tile %d stages %d swizzle %d splitK %d; at M %d: "
+                        "workspace %zu bytes\n", p->canonical_m, p->algo.algo_id, p->algo.tile_id, p->algo.stages,
+                        p->algo.swizzle, p->algo.splitk, g.M, ws);
+            bad += pr != 0 && t->epi != K_EPI_BGRAD_A; /* BGRADB may have no kernel: the fallback covers it */
+            planned += pr == 0;
+            if (j && plan_of[j] != plan_of[0]) {
+                fprintf(out, "  MISMATCH: M %d got plan %d, M %d plan %d\n", g.M, plan_of[j], ms[0], plan_of[0]);
+                bad++;
+            }
+        }
+    }
+    kc_gemm_plans_free(&plans);
+    if (h) kc_lt.cublasLtDestroy(h);
+    fprintf(out, "%d descriptor sets read back, %d mismatched; %d plans checked on a GPU%s\n", checked, bad, planned,
+            h ? "" : " (none: no GPU)");
+    if (bad) return core_error("gemm-plan: %d mismatch(es) (lines above)", bad);
+    return 0;
+}
