@@ -10,6 +10,7 @@
  * - gemm_plan_pick_*: candidates needing more workspace than allocated, with split-K or with a reduction scheme are
  *   skipped; a class with none left is cached as "none" with the reason.
  * - gemm_plan_cache_key: epilogue, workspace limit, determinism, output dtype and aux ld each make another plan.
+ * - gemm_plan_bgrad_route: the bias gradient's AUTO / FUSED / FALLBACK routing with and without a BGRADB kernel.
  * - gemm_plan_colsum_*: the fixed-order column sum against a long-double reference and the emulated device's sum.
  * - gemm_plan_real_cublaslt: `vgrpo gemm-plan` against the real cuBLASLt (make test's CUDA smoke subset runs it on
  *   the `make cuda` binary; skipped, saying so, on the plain build). */
@@ -168,6 +169,7 @@ typedef struct {
     size_t check_ws;
     kc_gemm_cand extra[4];
     int nextra; /* when set: returned instead of the M-dependent list */
+    int no_bgrad; /* no candidate for K_EPI_BGRAD_A classes (as cuBLASLt may have no BGRADB kernel) */
 } fake;
 
 /* Like a real heuristic: the best tile depends on M (small M: a narrow tile), so choosing per M would give the
@@ -177,6 +179,10 @@ static int fake_algo_for(int M) { return M < 64 ? 11 : M < 2048 ? 22 : 33; }
 static int fake_heuristic(void *ctx, const kc_gemm_class *cls, int M, kc_gemm_cand *out, int cap, int *n) {
     fake *f = ctx;
     f->heuristic_calls++, f->last_heuristic_m = M;
+    if (f->no_bgrad && cls->epi == K_EPI_BGRAD_A) {
+        *n = 0;
+        return 0;
+    }
     if (f->nextra) {
         for (int i = 0; i < f->nextra && i < cap; i++) out[i] = f->extra[i];
         *n = f->nextra;
@@ -359,6 +365,48 @@ TEST(gemm_plan_cache_key) {
     g.ldaux = 0, g.C.t = KB_BF16;
     kc_gemm_class_of(&g, K_EPI_BIAS, (size_t)32 << 20, 1, &a);
     CHECK(kc_gemm_plan_get(&P, &a, &b) == &P.v[0] && P.n == 7);
+    kc_gemm_plans_free(&P);
+}
+
+/* The bias-gradient routing: AUTO falls back to the plain GEMM + column sum only when cuBLASLt has no BGRADB kernel,
+ * FUSED refuses then, FALLBACK always routes there (both paths selectable, so the GPU check can time both). */
+TEST(gemm_plan_bgrad_route) {
+    k_gemm_args w = {.transA = 1, .transB = 0, .M = 1536, .N = 1536, .K = 1560, .lda = 1536, .ldb = 1536, .ldc = 1536};
+    w.C.t = KB_F32;
+    kc_gemm_class req;
+    kc_gemm_class_of(&w, K_EPI_BGRAD_A, (size_t)32 << 20, 1, &req);
+    for (int has_kernel = 0; has_kernel < 2; has_kernel++)
+        for (int mode = K_GEMM_BGRAD_AUTO; mode <= K_GEMM_BGRAD_FALLBACK; mode++) {
+            fake f = {.no_bgrad = !has_kernel};
+            kc_gemm_plans P = {0};
+            kc_gemm_backend b = {fake_heuristic, fake_check, &f};
+            int fb = -1;
+            kc_gemm_plan *p = kc_gemm_route(&P, &req, mode, &b, &fb);
+            if (mode == K_GEMM_BGRAD_FUSED && !has_kernel) {
+                CHECK(p == NULL);
+                CHECK_MSG(strstr(core_last_error(), "epilogue bgrad_a") && strstr(core_last_error(), "offers no "
+                          "algorithm (0 candidates") && strstr(core_last_error(), "VGRPO_GEMM_BGRAD=auto or fallback"),
+                          "%s", core_last_error());
+            } else {
+                REQUIRE(p);
+                const int want_fb = mode == K_GEMM_BGRAD_FALLBACK || (mode == K_GEMM_BGRAD_AUTO && !has_kernel);
+                CHECK_MSG(fb == want_fb, "mode %d kernel %d: fallback %d", mode, has_kernel, fb);
+                CHECK(p->cls.epi == (want_fb ? K_EPI_NONE : K_EPI_BGRAD_A));
+                CHECK(p->cls.N == 1536 && p->cls.K == 1560 && p->cls.c_f32 == 1);
+                /* FALLBACK never asks for a BGRADB kernel */
+                CHECK(f.heuristic_calls == (mode == K_GEMM_BGRAD_AUTO && !has_kernel ? 2 : 1));
+            }
+            kc_gemm_plans_free(&P);
+        }
+    /* other epilogues are not rerouted */
+    fake f = {.no_bgrad = 1};
+    kc_gemm_plans P = {0};
+    kc_gemm_backend b = {fake_heuristic, fake_check, &f};
+    k_gemm_args g = fwd_args(8);
+    kc_gemm_class_of(&g, K_EPI_BIAS, (size_t)32 << 20, 1, &req);
+    int fb = -1;
+    kc_gemm_plan *p = kc_gemm_route(&P, &req, K_GEMM_BGRAD_FALLBACK, &b, &fb);
+    CHECK(p && fb == 0 && p->cls.epi == K_EPI_BIAS);
     kc_gemm_plans_free(&P);
 }
 

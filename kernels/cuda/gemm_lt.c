@@ -254,22 +254,16 @@ static int set_pointers(const kc_lt_descs *d, int epi, const void *vec, const vo
     return 0;
 }
 
-int kc_lt_plan(cublasLtHandle_t h, kc_gemm_plans *P, const kc_gemm_class *run, int M, const void *vec,
-               const void *aux, kc_lt_descs *d, int *plan, size_t *workspace) {
+int kc_lt_plan(cublasLtHandle_t h, kc_gemm_plans *P, const kc_gemm_class *req, int bgrad_mode, int M,
+               const void *vec, const void *aux, kc_lt_descs *d, int *plan, int *fallback, size_t *workspace) {
     lt_ctx x = {h, NULL};
     const kc_gemm_backend b = {lt_heuristic, lt_check_algo, &x};
-    kc_gemm_plan *p = kc_gemm_plan_get(P, run, &b);
+    kc_gemm_plan *p = kc_gemm_route(P, req, bgrad_mode, &b, fallback);
     if (!p) return -1;
     *plan = (int)(p - P->v);
-    if (p->none) {
-        char cs[200];
-        kc_gemm_class_str(run, cs, sizeof cs);
-        core_error("GEMM %s: cuBLASLt offers no algorithm (%s)", cs, p->why);
-        return 1;
-    }
-    if (kc_lt_descs_make(run, M, d)) return -1;
+    if (kc_lt_descs_make(&p->cls, M, d)) return -1;
     x.d = d;
-    if (set_pointers(d, run->epi, vec, aux) || kc_gemm_plan_validate(p, M, &b, workspace)) {
+    if (set_pointers(d, p->cls.epi, *fallback ? NULL : vec, aux) || kc_gemm_plan_validate(p, M, &b, workspace)) {
         kc_lt_descs_free(d);
         return -1;
     }
@@ -297,15 +291,8 @@ static gemm_entry *create_entry(const gemm_key *k, const void *vec, const void *
     gemm_entry *e = &cache[cache_n];
     memset(e, 0, sizeof *e);
     e->key = *k;
-    kc_gemm_class run = k->cls;
-    e->fallback = run.epi == K_EPI_BGRAD_A && k->bgrad_mode == K_GEMM_BGRAD_FALLBACK;
-    if (e->fallback) run.epi = K_EPI_NONE;
-    int r = kc_lt_plan(lt, &plans, &run, k->M, vec, aux, &e->d, &e->plan, &e->workspace);
-    if (r == 1 && run.epi == K_EPI_BGRAD_A && k->bgrad_mode == K_GEMM_BGRAD_AUTO) {
-        e->fallback = 1, run.epi = K_EPI_NONE;
-        r = kc_lt_plan(lt, &plans, &run, k->M, NULL, NULL, &e->d, &e->plan, &e->workspace);
-    }
-    if (r) return NULL;
+    if (kc_lt_plan(lt, &plans, &k->cls, k->bgrad_mode, k->M, vec, aux, &e->d, &e->plan, &e->fallback, &e->workspace))
+        return NULL;
     cache_n++;
     return e;
 }

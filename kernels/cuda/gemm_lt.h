@@ -24,11 +24,11 @@ cublasLtEpilogue_t kc_lt_epilogue(int k_epi);
 /* A heuristic result as gemm_plan.c's candidate (its config attributes read back). */
 void kc_lt_cand_of(const cublasLtMatmulAlgo_t *a, size_t workspace, int ok, kc_gemm_cand *c);
 
-/* The plan of class run (gemm_plan.c with the real heuristic and cublasLtMatmulAlgoCheck on handle h, cached in P)
- * and its descriptors at M with the bias / aux pointers set, the algorithm checked at M: 0 (d kept, *plan the index
- * in P, *workspace the bytes at M); 1 when cuBLASLt offers the class no acceptable algorithm (core_error says so; d
- * untouched); -1 with core_error on any other failure. */
-int kc_lt_plan(cublasLtHandle_t h, kc_gemm_plans *P, const kc_gemm_class *run, int M, const void *vec,
-               const void *aux, kc_lt_descs *d, int *plan, size_t *workspace);
+/* The plan a call of class req runs (gemm_plan.c kc_gemm_route with the real heuristic on handle h, cached in P;
+ * bgrad_mode: k_gemm_bgrad_mode) and its descriptors at M with the bias / aux pointers set, the algorithm checked at
+ * M by cublasLtMatmulAlgoCheck: 0 (d kept; *plan the index in P; *fallback when K_EPI_BGRAD_A runs as the plain GEMM
+ * plus the column sum; *workspace the bytes at M), or -1 with core_error (nothing kept). */
+int kc_lt_plan(cublasLtHandle_t h, kc_gemm_plans *P, const kc_gemm_class *req, int bgrad_mode, int M,
+               const void *vec, const void *aux, kc_lt_descs *d, int *plan, int *fallback, size_t *workspace);
 
 #endif

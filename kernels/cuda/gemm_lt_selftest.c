@@ -150,11 +150,14 @@ int k_gemm_plan_selftest(FILE *out) {
             if (!h) continue;
             size_t ws = 0;
             static const char dummy[64] __attribute__((aligned(256)));
-            int pr = kc_lt_plan(h, &plans, &c, g.M, dummy, dummy, &d, &plan_of[j], &ws);
+            int fb = 0;
+            /* FUSED for BGRAD_A: report whether cuBLASLt has a BGRADB kernel at all (the fallback case follows) */
+            int pr = kc_lt_plan(h, &plans, &c, K_GEMM_BGRAD_FUSED, g.M, dummy, dummy, &d, &plan_of[j], &fb, &ws);
             if (pr == 0) kc_lt_descs_free(&d);
-            const kc_gemm_plan *p = plan_of[j] >= 0 ? &plans.v[plan_of[j]] : NULL;
+            const kc_gemm_plan *p = pr == 0 ? &plans.v[plan_of[j]] : NULL;
             if (pr)
-                fprintf(out, "  plan at M %d: %s\n", g.M, core_last_error());
+                fprintf(out, "  %s at M %d: %s\n", t->epi == K_EPI_BGRAD_A ? "no BGRADB kernel (the fallback runs)"
+                                                                          : "FAILED", g.M, core_last_error());
             else
                 fprintf(out, "  plan (canonical M %d): algo %d tile %d stages %d swizzle %d splitK %d; at M %d: "
                         "workspace %zu bytes\n", p->canonical_m, p->algo.algo_id, p->algo.tile_id, p->algo.stages,

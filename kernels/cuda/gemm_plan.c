@@ -188,6 +188,27 @@ int kc_gemm_plan_validate(kc_gemm_plan *p, int M, const kc_gemm_backend *b, size
     return 0;
 }
 
+kc_gemm_plan *kc_gemm_route(kc_gemm_plans *P, const kc_gemm_class *req, int bgrad_mode, const kc_gemm_backend *b,
+                            int *fallback) {
+    kc_gemm_class run = *req;
+    *fallback = run.epi == K_EPI_BGRAD_A && bgrad_mode == K_GEMM_BGRAD_FALLBACK;
+    if (*fallback) run.epi = K_EPI_NONE;
+    kc_gemm_plan *p = kc_gemm_plan_get(P, &run, b);
+    if (p && p->none && run.epi == K_EPI_BGRAD_A && bgrad_mode == K_GEMM_BGRAD_AUTO) {
+        *fallback = 1, run.epi = K_EPI_NONE;
+        p = kc_gemm_plan_get(P, &run, b);
+    }
+    if (p && p->none) {
+        char cs[200];
+        kc_gemm_class_str(&run, cs, sizeof cs);
+        core_error("GEMM %s: cuBLASLt offers no algorithm (%s)%s", cs, p->why,
+                   run.epi == K_EPI_BGRAD_A ? "; VGRPO_GEMM_BGRAD=auto or fallback computes the bias gradient with "
+                                              "a column-sum kernel instead" : "");
+        return NULL;
+    }
+    return p;
+}
+
 void kc_gemm_plans_free(kc_gemm_plans *P) {
     free(P->v);
     memset(P, 0, sizeof *P);

@@ -121,6 +121,14 @@ kc_gemm_plan *kc_gemm_plan_get(kc_gemm_plans *P, const kc_gemm_class *cls, const
  * workspace at M in *workspace. 0, or -1 with core_error naming the class, M and the canonical M. */
 int kc_gemm_plan_validate(kc_gemm_plan *p, int M, const kc_gemm_backend *b, size_t *workspace);
 
+/* The plan a call with requested class req runs, after the bias-gradient routing (bgrad_mode: k_gemm_bgrad_mode):
+ * for req->epi == K_EPI_BGRAD_A, FALLBACK takes the class with K_EPI_NONE (the column sum then runs after it), AUTO
+ * takes BGRAD_A's plan when the heuristic offers an algorithm and otherwise K_EPI_NONE's, FUSED takes BGRAD_A's or
+ * fails; other epilogues take their own. *fallback says whether the column sum is needed. NULL and core_error when
+ * the class run has no algorithm (the message says what the heuristic returned) or on a heuristic error. */
+kc_gemm_plan *kc_gemm_route(kc_gemm_plans *P, const kc_gemm_class *req, int bgrad_mode, const kc_gemm_backend *b,
+                            int *fallback);
+
 /* Frees every plan. */
 void kc_gemm_plans_free(kc_gemm_plans *P);
 
