@@ -41,7 +41,8 @@ static void reference(const k_gemm_args *g, const float *A, const float *B, floa
             float *c = &C[(size_t)m * g->ldc + n];
             if (g->epi == K_EPI_GELU_AUX || g->epi == K_EPI_GELU_AUX_BIAS)
                 aux[(size_t)m * g->ldaux + n] = *c, *c = kb_gelu_fwd(*c);
-            if (g->epi == K_EPI_DGELU || g->epi == K_EPI_DGELU_BGRAD) *c = kb_gelu_bwd(*c, aux[(size_t)m * g->ldaux + n]);
+            if (g->epi == K_EPI_DGELU || g->epi == K_EPI_DGELU_BGRAD)
+                *c = kb_gelu_bwd(*c, aux[(size_t)m * g->ldaux + n]);
         }
     if (g->epi == K_EPI_DGELU_BGRAD)
         for (int n = 0; n < g->N; n++) {
@@ -121,13 +122,15 @@ TEST(gemm_plan_layout_model) {
                 kc_gemm_lt_view(&g, &v);
                 CHECK(v.m == N && v.n == M && v.k == K);
                 const size_t d = model_vs_reference(&g, &v, &in);
-                CHECK_MSG(d == 0, "transA %d transB %d epilogue %d: %zu values differ from the row-major reference (%s)",
-                          tA, tB, (int)g.epi, d, d == (size_t)-1 ? core_last_error() : "");
+                CHECK_MSG(d == 0,
+                          "transA %d transB %d epilogue %d: %zu values differ from the row-major reference (%s)", tA,
+                          tB, (int)g.epi, d, d == (size_t)-1 ? core_last_error() : "");
                 /* the comparison can fail: cuBLASLt told our A's ld without its padding (reads stay in bounds) */
                 kc_lt_view w = v;
                 w.b.ld = w.b.rows;
                 const size_t dw = model_vs_reference(&g, &w, &in);
-                CHECK_MSG(dw != 0, "transA %d transB %d epilogue %d: a wrong ld of b went unnoticed", tA, tB, (int)g.epi);
+                CHECK_MSG(dw != 0, "transA %d transB %d epilogue %d: a wrong ld of b went unnoticed", tA, tB,
+                          (int)g.epi);
                 bufs_free(&in);
                 combos++;
             }
@@ -301,8 +304,8 @@ static kc_gemm_cand cand(int id, size_t ws, int splitk, int reduction) {
 }
 
 TEST(gemm_plan_pick_workspace_splitk) {
-    const kc_gemm_cand c[5] = {cand(1, (size_t)64 << 20, 1, 0), cand(2, 0, 4, 1), cand(3, 0, 2, 2), cand(4, 1 << 20, 1, 0),
-                               cand(5, 0, 1, 0)};
+    const kc_gemm_cand c[5] = {cand(1, (size_t)64 << 20, 1, 0), cand(2, 0, 4, 1), cand(3, 0, 2, 2),
+                               cand(4, 1 << 20, 1, 0), cand(5, 0, 1, 0)};
     k_gemm_args g = fwd_args(8);
     kc_gemm_class cls;
     kc_gemm_class_of(&g, g.epi, (size_t)32 << 20, 1, &cls);
@@ -476,6 +479,8 @@ TEST(gemm_plan_colsum_body) {
 
 TEST(gemm_plan_real_cublaslt) {
     static char out[16384];
+    CHECK(test_run(out, sizeof out, "%s gemm-plan extra 2>&1", test_vgrpo_bin()) == 2);
+    CHECK_MSG(strstr(out, "vgrpo gemm-plan: unexpected argument \"extra\""), "%s", out);
     const int rc = test_run(out, sizeof out, "%s gemm-plan 2>&1", test_vgrpo_bin());
     if (rc == 1 && strstr(out, "built without the CUDA backend")) {
         test_skip("the plain build has no cuBLASLt (make test runs this on the make cuda binary: CUDA_SMOKE)");

@@ -1,5 +1,5 @@
-/* kernels/cuda/gemm_colsum.cu — the bias-gradient fallback of gemm_lt.c: dbias[m] += sum_k op(A)[m, k] as a fixed-order
- * parallel reduction (body and order: kernels/body/kb_colsum.h). Two launches on kc_stream: one thread per (m, chunk)
+/* kernels/cuda/gemm_colsum.cu — the bias-gradient fallback of gemm_lt.c: dbias[m] += sum_k op(A)[m, k] as a
+ * fixed-order parallel reduction (body and order: kernels/body/kb_colsum.h). Two launches on kc_stream: one thread per (m, chunk)
  * writes its chunk sum in double to scratch (grid x over m, grid y over chunks: no division per element), then one
  * thread per m adds its chunk sums in chunk order and accumulates into dbias. No atomics: the bits do not depend on
  * the launch geometry or the scheduling. */

@@ -67,18 +67,23 @@ static int desc_back(FILE *out, const kc_lt_descs *d, const kc_gemm_class *c, co
     uint64_t ws = 0;
     size_t w = 0;
     cublasLtMatmulDesc_t m = d->desc;
-    if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, &w), "TRANSA") ||
-        kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, &w), "TRANSB") ||
+    if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, &w),
+                    "TRANSA") ||
+        kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb, &w),
+                    "TRANSB") ||
         kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi, &w),
                     "EPILOGUE") ||
         kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                               sizeof ws, &w), "MAX_WORKSPACE_BYTES") ||
+                                                               sizeof ws, &w),
+                    "MAX_WORKSPACE_BYTES") ||
         kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(d->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                               &red, sizeof red, &w), "REDUCTION_SCHEME_MASK"))
+                                                               &red, sizeof red, &w),
+                    "REDUCTION_SCHEME_MASK"))
         return -1;
     for (int i = 0; i < 4; i++)
         if (kc_lt_check(kc_lt.cublasLtMatmulPreferenceGetAttribute(
-                            d->pref, (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
+                            d->pref,
+                            (cublasLtMatmulPreferenceAttributes_t)(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES + i),
                             &al[i], sizeof al[i], &w),
                         "MIN_ALIGNMENT"))
             return -1;
@@ -87,8 +92,9 @@ static int desc_back(FILE *out, const kc_lt_descs *d, const kc_gemm_class *c, co
     bad += want_u64(out, "TRANSB", (uint64_t)tb, v->b.op ? CUBLAS_OP_T : CUBLAS_OP_N);
     bad += want_u64(out, "EPILOGUE", epi, (uint64_t)kc_lt_epilogue(c->epi));
     if (c->epi != K_EPI_NONE && c->epi != K_EPI_GELU_AUX && c->epi != K_EPI_DGELU) {
-        if (kc_lt_check(kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, &w),
-                        "BIAS_DATA_TYPE"))
+        if (kc_lt_check(
+                kc_lt.cublasLtMatmulDescGetAttribute(m, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, &w),
+                "BIAS_DATA_TYPE"))
             return -1;
         bad += want_u64(out, "BIAS_DATA_TYPE", (uint64_t)bt, c->c_f32 ? CUDA_R_32F : CUDA_R_16BF);
     }

@@ -178,9 +178,10 @@ int kc_gemm_plan_validate(kc_gemm_plan *p, int M, const kc_gemm_backend *b, size
                                "run at M %d, and another algorithm would break batch invariance: ",
                                cs, p->canonical_m, p->algo.algo_id, p->algo.tile_id, p->algo.stages, M);
     if (ws > p->cls.workspace_limit)
-        return core_error("GEMM %s: the algorithm chosen at canonical M %d (id %d) needs %zu bytes of workspace at M %d, "
-                          "more than the %zu allocated",
-                          cs, p->canonical_m, p->algo.algo_id, ws, M, p->cls.workspace_limit);
+        return core_error(
+            "GEMM %s: the algorithm chosen at canonical M %d (id %d) needs %zu bytes of workspace at M %d, "
+            "more than the %zu allocated",
+            cs, p->canonical_m, p->algo.algo_id, ws, M, p->cls.workspace_limit);
     const int slot = p->nvalidated % KC_GEMM_PLAN_VALIDATED;
     p->validated[slot] = M, p->validated_ws[slot] = ws;
     p->nvalidated++;

@@ -18,9 +18,10 @@
  * a bad argument, a launch failure, or for GEMM and attention a shape no deterministic algorithm supports.
  *
  * Determinism: every kernel of ours writes each output element from one thread in a fixed order (no atomics);
- * GEMM algorithms are pinned per problem with no split-K; attention engines carrying cuDNN's NONDETERMINISTIC
- * numerical note are never chosen. All work runs on one stream (k_cuda_stream); entries return without waiting,
- * except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq), which wait for it. */
+ * GEMM algorithms are pinned per problem class (all but M: batch-invariant) with no split-K; attention engines
+ * carrying cuDNN's NONDETERMINISTIC numerical note are never chosen. All work runs on one stream (k_cuda_stream);
+ * entries return without waiting, except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq),
+ * which wait for it. */
 #ifndef KERNELS_CUDA_K_CUDA_H
 #define KERNELS_CUDA_K_CUDA_H
 
