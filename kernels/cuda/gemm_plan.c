@@ -86,7 +86,7 @@ void kc_gemm_class_of(const k_gemm_args *g, int epi, size_t workspace_limit, int
 }
 
 int kc_gemm_canonical_m(const kc_gemm_class *cls) {
-    return cls->transA && cls->lda < KC_GEMM_CANONICAL_M ? cls->lda : KC_GEMM_CANONICAL_M;
+    return cls->transA ? cls->lda : KC_GEMM_CANONICAL_M;
 }
 
 int kc_gemm_pick(const kc_gemm_class *cls, const kc_gemm_cand *c, int n, int *skip_ws, int *skip_splitk) {

@@ -69,9 +69,14 @@ typedef struct kc_gemm_class {
 } kc_gemm_class;
 void kc_gemm_class_of(const k_gemm_args *g, int epi, size_t workspace_limit, int deterministic, kc_gemm_class *cls);
 
-/* The M the algorithm of a class is chosen at: KC_GEMM_CANONICAL_M, lowered to lda when A is transposed (op(A) is
- * then [M, K] stored [K, M], so lda >= M bounds it). A function of the class alone: the same algorithm whatever M the
- * first call had and whatever order calls come in. */
+/* The M the algorithm of a class is chosen at, a function of the class alone (the same algorithm whatever M the
+ * first call had and whatever order calls come in; "the largest M seen so far" would depend on both):
+ * - A not transposed (forward linears, dx, the FFN's GELU epilogues: M = samples x tokens, the batch dimension):
+ *   KC_GEMM_CANONICAL_M = 4096 tokens, inside the range the DiT runs (1,560 to 32,760 tokens per sample, times the
+ *   batch), so the heuristic picks its large-M tile, the one that matters for speed; smaller M run the same tile with
+ *   fewer rows (correct, and not where the time goes).
+ * - A transposed (every weight gradient dW = dY^T X, LoRA's dA and dB: op(A) [M, K] stored [K, M]): lda, which bounds
+ *   M (lda >= M) and equals it in every such GEMM of the DiT (M = output features); the batch is K there. */
 int kc_gemm_canonical_m(const kc_gemm_class *cls);
 
 /* One heuristic result: the algorithm's bytes (cublasLtMatmulAlgo_t) and what gemm_lt.c read from it. */
