@@ -495,6 +495,10 @@ TEST(gemm_plan_real_cublaslt) {
     int ok = 0;
     for (const char *p = out; (p = strstr(p, ": every attribute read back as meant")); p++) ok++;
     CHECK(ok == 17);
-    if (strstr(out, "status 1)")) /* no driver: CUBLAS_STATUS_NOT_INITIALIZED */
+    if (strstr(out, "(status 1)")) { /* no driver: CUBLAS_STATUS_NOT_INITIALIZED, and so for every handle call */
         CHECK_MSG(strstr(out, "0 plans checked on a GPU (none: no GPU)"), "%s", out);
+        CHECK_MSG(strstr(out, "without a handle: cublasLtMatmulAlgoGetHeuristic status 1, cublasLtMatmulAlgoCheck "
+                              "status 1; cublasLtMatrixLayoutCreate(16 x 4, ld 8) status 0"),
+                  "%s", out);
+    }
 }

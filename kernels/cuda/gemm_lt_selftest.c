@@ -118,6 +118,31 @@ static int desc_back(FILE *out, const kc_lt_descs *d, const kc_gemm_class *c, co
 
 #define WS ((size_t)32 << 20)
 
+/* Without a handle: what the calls gemm_lt.c needs a GPU for answer, and that a layout's ld is not checked when the
+ * layout is made (gemm_lt.c's check_args is what refuses ld < row length). */
+static void probe_without_handle(FILE *out) {
+    kc_gemm_class c;
+    k_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.transB = 1, g.M = 64, g.N = 64, g.K = 64, g.lda = g.ldb = g.ldc = 64;
+    kc_gemm_class_of(&g, K_EPI_NONE, WS, 1, &c);
+    kc_lt_descs d;
+    if (kc_lt_descs_make(&c, 64, &d)) return;
+    cublasLtMatmulHeuristicResult_t r[1];
+    int n = -1;
+    cublasStatus_t sh = kc_lt.cublasLtMatmulAlgoGetHeuristic(NULL, d.desc, d.la, d.lb, d.lc, d.lc, d.pref, 1, r, &n);
+    cublasLtMatmulAlgo_t a;
+    memset(&a, 0, sizeof a);
+    cublasStatus_t sc = kc_lt.cublasLtMatmulAlgoCheck(NULL, d.desc, d.la, d.lb, d.lc, d.lc, &a, r);
+    kc_lt_descs_free(&d);
+    cublasLtMatrixLayout_t l = NULL;
+    cublasStatus_t sl = kc_lt.cublasLtMatrixLayoutCreate(&l, CUDA_R_16BF, 16, 4, 8);
+    if (l) kc_lt.cublasLtMatrixLayoutDestroy(l);
+    fprintf(out, "without a handle: cublasLtMatmulAlgoGetHeuristic status %d, cublasLtMatmulAlgoCheck status %d; "
+            "cublasLtMatrixLayoutCreate(16 x 4, ld 8) status %d (ld is not checked there)\n", (int)sh, (int)sc,
+            (int)sl);
+}
+
 int k_gemm_plan_selftest(FILE *out) {
     if (kc_dynload()) return -1;
     fprintf(out, "cuBLASLt: %s (version %zu)\n", kc_dynload_path(0), kc_lt.cublasLtGetVersion());
@@ -126,7 +151,10 @@ int k_gemm_plan_selftest(FILE *out) {
     fprintf(out, "cublasLtCreate: %s (status %d)%s\n", kc_lt.cublasLtGetStatusString(st), (int)st,
             st == CUBLAS_STATUS_SUCCESS ? "" : ": no usable GPU; the heuristic and cublasLtMatmulAlgoCheck need the "
                                                "handle, so only descriptors, layouts and preferences are checked");
-    if (st != CUBLAS_STATUS_SUCCESS) h = NULL;
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        h = NULL;
+        probe_without_handle(out);
+    }
     int bad = 0, checked = 0, planned = 0;
     kc_gemm_plans plans = {0};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
