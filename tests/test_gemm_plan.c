@@ -495,6 +495,12 @@ TEST(gemm_plan_real_cublaslt) {
     int ok = 0;
     for (const char *p = out; (p = strstr(p, ": every attribute read back as meant")); p++) ok++;
     CHECK(ok == 17);
+    /* --bgrad needs a GPU: without one, k_cuda_init's one-line reason */
+    if (strstr(out, "(status 1)")) {
+        char o2[4096];
+        CHECK(test_run(o2, sizeof o2, "%s gemm-plan --bgrad 2>&1", test_vgrpo_bin()) == 1);
+        CHECK_MSG(strstr(o2, "vgrpo gemm-plan --bgrad: CUDA: "), "%s", o2);
+    }
     if (strstr(out, "(status 1)")) { /* no driver: CUBLAS_STATUS_NOT_INITIALIZED, and so for every handle call */
         CHECK_MSG(strstr(out, "0 plans checked on a GPU (none: no GPU)"), "%s", out);
         CHECK_MSG(strstr(out, "without a handle: cublasLtMatmulAlgoGetHeuristic status 1, cublasLtMatmulAlgoCheck "

@@ -21,3 +21,8 @@ int k_gemm_plan_selftest(FILE *out) {
     (void)out;
     return core_error("built without the CUDA backend (make cuda)");
 }
+
+int k_gemm_bgrad_compare(FILE *out, int reps) {
+    (void)out, (void)reps;
+    return core_error("built without the CUDA backend (make cuda)");
+}

@@ -6,10 +6,14 @@
  * Wan DiT runs with gemm_lt.c's own kc_lt_descs_make and reads every attribute back against kc_gemm_lt_view (whose
  * host model make test checks against the row-major reference GEMM); with a GPU it also plans each class at its
  * canonical M and checks the algorithm at M = 1, 2 and 8 samples of tokens (one algorithm id for all three). */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "kernels/cuda/gemm_lt.h"
+#include "kernels/cuda/internal.h"
 
 typedef struct {
     const char *name;
@@ -210,4 +214,108 @@ int k_gemm_plan_selftest(FILE *out) {
             h ? "" : " (none: no GPU)");
     if (bad) return core_error("gemm-plan: %d mismatch(es) (lines above)", bad);
     return 0;
+}
+
+/* ---- the bias-gradient paths side by side (GPU) ---- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct {
+    double ms;
+    float *dw, *db; /* host copies after one call from the initial values */
+} bg_run;
+
+/* One weight-gradient GEMM dW[M, N] += dy[K, M]^T x[K, N], dbias[M] += column sums of dy, in mode m: the first call's
+ * results (from dw0 / db0) and the mean time of reps further calls. 1 when the mode cannot run it (message in
+ * core_error), -1 on other failures. */
+static int bg_time(k_gemm_bgrad_mode m, int epi, const kb_bf16 *dy, const kb_bf16 *x, float *dw, float *db,
+                   const float *dw0, const float *db0, int M, int N, int K, int reps, bg_run *r) {
+    if (k_gemm_set_bgrad_mode(m) || k_dev_upload(dw, dw0, (size_t)M * N * 4) || k_dev_upload(db, db0, (size_t)M * 4))
+        return -1;
+    k_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.transA = 1, g.M = M, g.N = N, g.K = K, g.alpha = 1.0f, g.beta = 1.0f, g.A = dy, g.lda = M, g.B = x, g.ldb = N;
+    g.C = kb_out_f32(dw), g.ldc = N, g.epi = (k_epilogue)epi, g.dbias = epi == K_EPI_BGRAD_A ? db : NULL;
+    if (kc_gemm(&g)) return m == K_GEMM_BGRAD_FUSED ? 1 : -1;
+    if (k_dev_sync() || k_dev_download(r->dw, dw, (size_t)M * N * 4) || k_dev_download(r->db, db, (size_t)M * 4))
+        return -1;
+    const double t0 = now_s();
+    for (int i = 0; i < reps; i++)
+        if (kc_gemm(&g)) return -1;
+    if (k_dev_sync()) return -1;
+    r->ms = 1e3 * (now_s() - t0) / reps;
+    return 0;
+}
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double m = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        m = d > m ? d : m, s = fabs((double)b[i]) > s ? fabs((double)b[i]) : s;
+    }
+    return s > 0 ? m / s : m;
+}
+
+int k_gemm_bgrad_compare(FILE *out, int reps) {
+    char why[K_WHY_MAX];
+    if (k_cuda_init(why)) return core_error("%s", why);
+    static const int shapes[2][3] = {{D, D, 8 * S}, {F, D, 8 * S}}; /* dW of a D x D linear, of the FFN up */
+    int rc = 0;
+    for (int s = 0; s < 2 && rc == 0; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const size_t na = (size_t)K * M, nb = (size_t)K * N, nc = (size_t)M * N;
+        float *ha = malloc(na * 4), *hb = malloc(nb * 4), *dw0 = malloc(nc * 4), *db0 = calloc((size_t)M, 4);
+        bg_run r[3];
+        for (int i = 0; i < 3; i++) r[i].dw = malloc(nc * 4), r[i].db = malloc((size_t)M * 4), r[i].ms = -1;
+        kb_bf16 *dy = k_dev_alloc(na * 2), *x = k_dev_alloc(nb * 2);
+        float *dw = k_dev_alloc(nc * 4), *db = k_dev_alloc((size_t)M * 4);
+        if (!ha || !hb || !dw0 || !db0 || !dy || !x || !dw || !db) {
+            rc = core_error("gemm-plan --bgrad: out of memory at M %d N %d K %d", M, N, K);
+            goto next;
+        }
+        uint64_t st = 0x9e3779b97f4a7c15ull + (uint64_t)s;
+        for (size_t i = 0; i < na; i++)
+            st = st * 6364136223846793005ull + 1, ha[i] = (float)(st >> 40) / 8388608.0f - 1;
+        for (size_t i = 0; i < nb; i++)
+            st = st * 6364136223846793005ull + 1, hb[i] = (float)(st >> 40) / 8388608.0f - 1;
+        memset(dw0, 0, nc * 4);
+        if (k_dev_upload_bf16(dy, ha, na) || k_dev_upload_bf16(x, hb, nb)) {
+            rc = -1;
+            goto next;
+        }
+        const int f = bg_time(K_GEMM_BGRAD_FUSED, K_EPI_BGRAD_A, dy, x, dw, db, dw0, db0, M, N, K, reps, &r[0]);
+        if (f < 0 || bg_time(K_GEMM_BGRAD_FALLBACK, K_EPI_BGRAD_A, dy, x, dw, db, dw0, db0, M, N, K, reps, &r[1]) ||
+            bg_time(K_GEMM_BGRAD_AUTO, K_EPI_NONE, dy, x, dw, db, dw0, db0, M, N, K, reps, &r[2])) {
+            rc = -1;
+            goto next;
+        }
+        /* the bias gradient's reference: column sums of the bf16 dy, in double */
+        double *ref = calloc((size_t)M, sizeof *ref);
+        float *reff = malloc((size_t)M * 4);
+        for (int k = 0; k < K; k++)
+            for (int m = 0; m < M; m++) ref[m] += kb_round_bf16(ha[(size_t)k * M + m]);
+        for (int m = 0; m < M; m++) reff[m] = (float)ref[m];
+        fprintf(out,
+                "weight grad %d x %d x %d (TN, fp32 +=): plain GEMM %.3f ms; fallback (GEMM + column sum) %.3f ms, "
+                "dbias max-rel %.2e vs double; ",
+                M, N, K, r[2].ms, r[1].ms, max_rel(r[1].db, reff, (size_t)M));
+        if (f == 1)
+            fprintf(out, "fused BGRADB: none (%s)\n", core_last_error());
+        else
+            fprintf(out, "fused BGRADB %.3f ms, dbias max-rel %.2e vs double, dW max-rel fused vs plain %.2e\n",
+                    r[0].ms, max_rel(r[0].db, reff, (size_t)M), max_rel(r[0].dw, r[2].dw, nc));
+        fprintf(out, "  dW of the fallback %s the plain GEMM's\n", memcmp(r[1].dw, r[2].dw, nc * 4) ? "DIFFERS from"
+                                                                                                  : "equals");
+        free(ref), free(reff);
+    next:
+        free(ha), free(hb), free(dw0), free(db0);
+        for (int i = 0; i < 3; i++) free(r[i].dw), free(r[i].db);
+        k_dev_free(dy), k_dev_free(x), k_dev_free(dw), k_dev_free(db);
+    }
+    k_gemm_set_bgrad_mode(K_GEMM_BGRAD_AUTO);
+    return rc;
 }

@@ -154,6 +154,11 @@ int k_gemm_bgrad_mode_parse(const char *s, k_gemm_bgrad_mode *m);
  * and checked at M = 1, 2 and 8 x tokens. Prints to out; 0 when every check passed, -1 with core_error otherwise
  * (the plain build: "built without the CUDA backend"). */
 int k_gemm_plan_selftest(FILE *out);
+/* `vgrpo gemm-plan --bgrad` (GPU only): the weight-gradient GEMM with its bias gradient at the Wan 1.3B's shapes
+ * (dW of a 1536 x 1536 linear and of the FFN up, K = 8 x 1560 tokens), fused BGRADB vs the fallback vs the plain GEMM
+ * alone: ms per call (mean of reps) and the bias gradient's error against a double column sum. The measurement that
+ * decides which path to keep. 0, or -1 with core_error (no GPU: k_cuda_init's reason). */
+int k_gemm_bgrad_compare(FILE *out, int reps);
 
 /* ---- Attention ---- */
 
