@@ -45,7 +45,8 @@ LDLIBS   += $(CUDA_LIBS)
 # the binary always carries the op table and k_cuda_available (-u: the linker keeps them from the static archive)
 LDFLAGS  += -Wl,-u,k_cuda_ops -Wl,-u,k_cuda_available
 else
-LIB_OBJ  += $(BUILD)/kernels/cuda/absent.o
+# gemm_plan.c (cuBLASLt's column-major view and the batch-invariant plans, no CUDA header) is tested by make test too
+LIB_OBJ  += $(BUILD)/kernels/cuda/absent.o $(BUILD)/kernels/cuda/gemm_plan.o
 endif
 # --- end CUDA variables (rules: the `cuda` section below) ---
 
@@ -104,7 +105,7 @@ test: deps
 # `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
+CUDA_SMOKE := kbody_ gemm_plan_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
 # With TALLY=FILE (make test passes its $(TEST_TALLY)), it records "start cuda-smoke" before the build, so a build that fails counts.
 .PHONY: test-cuda-build
 test-cuda-build:

@@ -28,6 +28,7 @@ static const command commands[] = {
     {"mpi-rank", cmd_mpi_rank, "one rank of a run launched as one MPI job (run --launcher mpirun, or srun)"},
     {"rollout-worker", cmd_rollout_worker, "a rollout worker process (started by eval/run; serves a controller)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},
+    {"gemm-plan", cmd_gemm_plan, "cuBLASLt's GEMM descriptors for the DiT read back (and, on a GPU, their algorithms)"},
 };
 
 static void usage(FILE *f) {

@@ -3,6 +3,8 @@
  * and links kernels/cuda/init.c's and ops.c's versions instead. */
 #include <stdio.h>
 
+#include "core/error.h"
+#include "kernels/cuda/k_cuda.h"
 #include "kernels/kernels.h"
 
 int k_cuda_available(char *why) {
@@ -13,4 +15,14 @@ int k_cuda_available(char *why) {
 const struct k_dev_ops *k_cuda_device(char *why) {
     k_cuda_available(why);
     return NULL;
+}
+
+int k_gemm_plan_selftest(FILE *out) {
+    (void)out;
+    return core_error("built without the CUDA backend (make cuda)");
+}
+
+int k_gemm_bgrad_compare(FILE *out, int reps) {
+    (void)out, (void)reps;
+    return core_error("built without the CUDA backend (make cuda)");
 }

@@ -56,7 +56,9 @@ int kc_dynload(void) {
             "cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy", "cublasLtMatmulDescSetAttribute",
             "cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutDestroy", "cublasLtMatmulPreferenceCreate",
             "cublasLtMatmulPreferenceDestroy", "cublasLtMatmulPreferenceSetAttribute",
-            "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulAlgoConfigGetAttribute", "cublasLtMatmul"};
+            "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulAlgoConfigGetAttribute", "cublasLtMatmul",
+            "cublasLtMatmulAlgoCheck", "cublasLtMatmulDescGetAttribute", "cublasLtMatrixLayoutGetAttribute",
+            "cublasLtMatmulPreferenceGetAttribute"};
         void **slots[] = {
             SLOT(kc_lt, cublasLtCreate), SLOT(kc_lt, cublasLtDestroy), SLOT(kc_lt, cublasLtGetVersion),
             SLOT(kc_lt, cublasLtGetStatusString), SLOT(kc_lt, cublasLtMatmulDescCreate),
@@ -64,7 +66,9 @@ int kc_dynload(void) {
             SLOT(kc_lt, cublasLtMatrixLayoutCreate), SLOT(kc_lt, cublasLtMatrixLayoutDestroy),
             SLOT(kc_lt, cublasLtMatmulPreferenceCreate), SLOT(kc_lt, cublasLtMatmulPreferenceDestroy),
             SLOT(kc_lt, cublasLtMatmulPreferenceSetAttribute), SLOT(kc_lt, cublasLtMatmulAlgoGetHeuristic),
-            SLOT(kc_lt, cublasLtMatmulAlgoConfigGetAttribute), SLOT(kc_lt, cublasLtMatmul)};
+            SLOT(kc_lt, cublasLtMatmulAlgoConfigGetAttribute), SLOT(kc_lt, cublasLtMatmul),
+            SLOT(kc_lt, cublasLtMatmulAlgoCheck), SLOT(kc_lt, cublasLtMatmulDescGetAttribute),
+            SLOT(kc_lt, cublasLtMatrixLayoutGetAttribute), SLOT(kc_lt, cublasLtMatmulPreferenceGetAttribute)};
         int n = (int)(sizeof names / sizeof names[0]);
         void *tmp[sizeof names / sizeof names[0]];
         if (resolve(lt_lib, "cuBLASLt", tmp, names, n)) {

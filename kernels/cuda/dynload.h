@@ -24,6 +24,10 @@ typedef struct kc_lt_api {
     __typeof__(&cublasLtMatmulAlgoGetHeuristic) cublasLtMatmulAlgoGetHeuristic;
     __typeof__(&cublasLtMatmulAlgoConfigGetAttribute) cublasLtMatmulAlgoConfigGetAttribute;
     __typeof__(&cublasLtMatmul) cublasLtMatmul;
+    __typeof__(&cublasLtMatmulAlgoCheck) cublasLtMatmulAlgoCheck;
+    __typeof__(&cublasLtMatmulDescGetAttribute) cublasLtMatmulDescGetAttribute;
+    __typeof__(&cublasLtMatrixLayoutGetAttribute) cublasLtMatrixLayoutGetAttribute;
+    __typeof__(&cublasLtMatmulPreferenceGetAttribute) cublasLtMatmulPreferenceGetAttribute;
 } kc_lt_api;
 
 typedef struct kc_dnn_api {

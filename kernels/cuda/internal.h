@@ -42,6 +42,9 @@ void kc_attn_shutdown(void);
 /* y[i] += x[i] for n elements (kern_flow.cu): the accumulate step behind library outputs (attention gradients,
  * GEMM bias gradients). */
 int kc_add(kb_out y, kb_in x, int64_t n);
+/* dbias[m] += sum_k a[m * stride_m + k * stride_k] for m < M, k < K, fp32 += (gemm_colsum.cu: the bias-gradient
+ * fallback of gemm_lt.c, the fixed order of kernels/body/kb_colsum.h); scratch slot KC_SLOT_GEMM_BIAS. */
+int kc_colsum_bgrad(float *dbias, kb_in a, int64_t stride_m, int64_t stride_k, int M, int K);
 
 /* ---- Launchers of kern_layers.cu (k_dev_ops entries; see k_cuda.h and kernels/kernels.h) ---- */
 int kc_layernorm_forward(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C, float eps);

@@ -18,14 +18,16 @@
  * a bad argument, a launch failure, or for GEMM and attention a shape no deterministic algorithm supports.
  *
  * Determinism: every kernel of ours writes each output element from one thread in a fixed order (no atomics);
- * GEMM algorithms are pinned per problem with no split-K; attention engines carrying cuDNN's NONDETERMINISTIC
- * numerical note are never chosen. All work runs on one stream (k_cuda_stream); entries return without waiting,
- * except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq), which wait for it. */
+ * GEMM algorithms are pinned per problem class (all but M: batch-invariant) with no split-K; attention engines
+ * carrying cuDNN's NONDETERMINISTIC numerical note are never chosen. All work runs on one stream (k_cuda_stream);
+ * entries return without waiting, except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq),
+ * which wait for it. */
 #ifndef KERNELS_CUDA_K_CUDA_H
 #define KERNELS_CUDA_K_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kernels/body/kb_base.h"
 #include "kernels/body/kb_optim.h"
@@ -128,12 +130,35 @@ typedef struct k_gemm_args {
     float *dbias;     /* BGRAD epilogues: fp32, += */
 } k_gemm_args;
 
-/* The algorithm a GEMM problem was pinned to (for reports); -1 if the problem has not run yet. */
+/* The algorithm a GEMM problem was pinned to (for reports); -1 if the problem has not run yet. One algorithm per
+ * problem class (all but M), chosen at canonical_m and checked at each M (kernels/cuda/gemm_plan.h); workspace is
+ * the bytes it needs at this M. bgrad_fallback: K_EPI_BGRAD_A ran as a plain GEMM plus the fixed-order column sum. */
 typedef struct k_gemm_algo_info {
     int algo_id, tile_id, splitk, stages, cta_swizzle;
     size_t workspace;
+    int canonical_m, bgrad_fallback;
 } k_gemm_algo_info;
 int k_gemm_algo_of(const k_gemm_args *g, k_gemm_algo_info *out);
+
+/* How K_EPI_BGRAD_A's bias gradient is computed: AUTO (cuBLASLt's BGRADB when it offers a kernel for the problem
+ * class, else the fallback), FUSED (BGRADB or an error), FALLBACK (a plain GEMM, then a fixed-order column sum:
+ * kernels/body/kb_colsum.h). Default AUTO; $VGRPO_GEMM_BGRAD=auto|fused|fallback at k_cuda_init. Part of the
+ * algorithm cache key, so switching takes effect for the next call. 0, or -1 with core_error. */
+typedef enum { K_GEMM_BGRAD_AUTO = 0, K_GEMM_BGRAD_FUSED, K_GEMM_BGRAD_FALLBACK } k_gemm_bgrad_mode;
+int k_gemm_set_bgrad_mode(k_gemm_bgrad_mode m);
+int k_gemm_bgrad_mode_parse(const char *s, k_gemm_bgrad_mode *m);
+
+/* `vgrpo gemm-plan` (kernels/cuda/gemm_lt_selftest.c): loads cuBLASLt, reports what cublasLtCreate answers here,
+ * builds every GEMM class the Wan DiT uses with the real library (descriptors, layouts, preference: no GPU needed)
+ * and reads each attribute back against kc_gemm_lt_view; with a GPU, also the algorithm planned at the canonical M
+ * and checked at M = 1, 2 and 8 x tokens. Prints to out; 0 when every check passed, -1 with core_error otherwise
+ * (the plain build: "built without the CUDA backend"). */
+int k_gemm_plan_selftest(FILE *out);
+/* `vgrpo gemm-plan --bgrad` (GPU only): the weight-gradient GEMM with its bias gradient at the Wan 1.3B's shapes
+ * (dW of a 1536 x 1536 linear and of the FFN up, K = 8 x 1560 tokens), fused BGRADB vs the fallback vs the plain GEMM
+ * alone: ms per call (mean of reps) and the bias gradient's error against a double column sum. The measurement that
+ * decides which path to keep. 0, or -1 with core_error (no GPU: k_cuda_init's reason). */
+int k_gemm_bgrad_compare(FILE *out, int reps);
 
 /* ---- Attention ---- */
 
