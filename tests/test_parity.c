@@ -163,7 +163,7 @@ TEST(run_refusals_from_review) {
                   "--set logging.run_dir=%s/d", bin, base, ep, dir);
     kill(srv, SIGTERM);
     waitpid(srv, NULL, 0);
-    CHECK_MSG(st == 1 && strstr(out, "[brightness]") && strstr(out, "[color_match]"), "got: %s", out);
+    CHECK_MSG(st == 1 && strstr(out, "[brightness:1]") && strstr(out, "[color_match:1]"), "got: %s", out);
     char p2[128];
     snprintf(p2, sizeof p2, "%s/r", sock);
     unlink(p2);
