@@ -10,7 +10,8 @@
  *     earlier checkpoint stays and verifies); a run whose AdamW update makes the weights non-finite (resumed from a
  *     checkpoint whose finite Adam moment overflows the update) stops at that step naming the tensor and the update,
  *     and writes no checkpoint of them;
- *   decoding: non-finite latents are refused by both decoders instead of becoming black frames. */
+ *   decoding: non-finite latents are refused by both decoders instead of becoming black frames, and so are the Wan
+ *     VAE's non-finite pixels from finite latents. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "model/dit/wan_dit.h"
 #include "model/dit/wan_lora.h"
 #include "model/vae/latent_rgb.h"
+#include "model/vae/wan_vae.h"
 #include "rollout/worker_msg.h"
 #include "tests/ckpt_edit.h"
 #include "tests/test.h"
@@ -342,4 +344,27 @@ TEST(finite_latent_rgb_refuses_nonfinite_latents) {
     CHECK_MSG(strstr(core_last_error(), "latent element 11 (channel 5, frame 0) is nan"), "got: %s", core_last_error());
     z[5 * 2 + 1] = -INFINITY;
     CHECK(wan_latent_rgb_decode(&m, z, 1, 1, 2, v) == -1 && strstr(core_last_error(), "is -inf"));
+}
+
+/* The Wan VAE's path to pixels: a NaN latent is refused naming the sample and element; finite latents that the
+ * decoder overflows (1e38) are refused naming the frame, pixel and channel, not clamped into frames. */
+TEST(finite_vae_to_u8_refuses_nonfinite) {
+    vae_model *m = vae_load("tests/fixtures/vae_wan21");
+    REQUIRE(m);
+    const int z = vae_get_config(m)->z_dim, T = 1, h = 2, w = 2, s = vae_spatial_factor(m);
+    const size_t nl = (size_t)z * T * h * w;
+    float *lat = calloc(nl, sizeof(float));
+    uint8_t *u8 = malloc((size_t)vae_frames_out(m, T) * h * s * w * s * 3);
+    REQUIRE(lat && u8);
+    REQUIRE_OK(vae_latents_to_u8(m, lat, 1, z, T, h, w, u8));
+    lat[5] = NAN;
+    CHECK(vae_latents_to_u8(m, lat, 1, z, T, h, w, u8) == -1);
+    CHECK_MSG(strstr(core_last_error(), "vae: sample 0: latent element 5 is nan"), "got: %s", core_last_error());
+    for (size_t i = 0; i < nl; i++) lat[i] = 1e38f;
+    CHECK(vae_latents_to_u8(m, lat, 1, z, T, h, w, u8) == -1);
+    CHECK_MSG(strstr(core_last_error(), "vae: sample 0: frame 0, pixel (") &&
+                  strstr(core_last_error(), "from finite latents: check the VAE's weights"),
+              "got: %s", core_last_error());
+    free(lat), free(u8);
+    vae_free(m);
 }
