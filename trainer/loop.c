@@ -213,7 +213,10 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     }
     for (int u = 0; u < U; u++) {
         grpo_loss_stats st = {0};
-        if (train_update(S, &tb, &st, &info, u == 0)) goto done;
+        if (train_update(S, &tb, &st, &info, u == 0)) { /* e.g. a non-finite loss or gradient norm, named */
+            core_error_push("step %" PRId64 ", update %d of %d: ", round, u + 1, U);
+            goto done;
+        }
         core_stop_hold(1), *phase = NULL; /* the weights changed: the step completes (EMA, sync, rows) */
         if (check_updated(S, round, u, &info)) goto done;
         if (S->ema_on) trainer_ema_update(S);
