@@ -81,7 +81,8 @@ static inline void reseal(const char *ck) {
 
 /* Writes `len` bytes at byte `at` of tensor `name`'s data in the safetensors file at path (xor_mask != 0: flips those
  * bits of one byte instead). */
-static inline void poke(const char *path, const char *name, int64_t at, const void *bytes, size_t len, unsigned xor_mask) {
+static inline void poke(const char *path, const char *name, int64_t at, const void *bytes, size_t len,
+                        unsigned xor_mask) {
     st_file *f = st_open(path);
     REQUIRE(f);
     const int i = st_find(f, name);

@@ -60,7 +60,8 @@ TEST(finite_st_read_refuses_nonfinite) {
     struct {
         const char *name, *what;
         int n;
-    } bad[3] = {{"w", "nan at element 5 of 8", 8}, {"h", "inf at element 2 of 4", 4}, {"g", "-inf at element 3 of 4", 4}};
+    } bad[3] = {{"w", "nan at element 5 of 8", 8}, {"h", "inf at element 2 of 4", 4},
+                {"g", "-inf at element 3 of 4", 4}};
     for (int i = 0; i < 3; i++) {
         CHECK(st_read_f32(f, bad[i].name, dst, bad[i].n) == -1);
         snprintf(want, sizeof want, "%s: tensor \"%s\" holds a non-finite value (%s): refused", path, bad[i].name,
@@ -85,14 +86,16 @@ static void first_tensor(const char *path, char *out, size_t cap) {
 TEST(finite_generate_eval_refuse_nonfinite_transformer) {
     const char *dir = test_tmpdir();
     char out[8192], p[700], name[256], want[512];
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 0 && printf 'a black cat\\n' > "
-                                      "%s/prompts.txt", test_vgrpo_bin(), dir, dir) == 0);
+    REQUIRE(test_run(out, sizeof out,
+                     "%s init-model --preset tiny --out %s/model --seed 0 && printf 'a black cat\\n' > %s/prompts.txt",
+                     test_vgrpo_bin(), dir, dir) == 0);
     snprintf(p, sizeof p, "%s/model/transformer/diffusion_pytorch_model.safetensors", dir);
     first_tensor(p, name, sizeof name);
     const float nan_f = NAN;
     poke(p, name, 4 * 3, &nan_f, sizeof nan_f, 0);
     snprintf(want, sizeof want, "%s: tensor \"%s\" holds a non-finite value (nan at element 3 of", p, name);
-    int rc = test_run(out, sizeof out, "%s generate --pipeline %s/model --prompt 'a black cat' --out %s/g.mp4 --steps 2",
+    int rc = test_run(out, sizeof out,
+                      "%s generate --pipeline %s/model --prompt 'a black cat' --out %s/g.mp4 --steps 2",
                       test_vgrpo_bin(), dir, dir);
     CHECK_MSG(rc != 0 && strstr(out, want), "generate: exit %d: %s", rc, out);
     snprintf(p, sizeof p, "%s/g.mp4", dir);
@@ -120,26 +123,27 @@ static void save_adapter(const char *path, float v) {
 TEST(finite_export_merge_refuses_nonfinite) {
     const char *dir = test_tmpdir();
     char out[8192], ad[700], key[256], want[700], o[700];
-    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 0", test_vgrpo_bin(), dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 0", test_vgrpo_bin(),
+                     dir) == 0);
     snprintf(ad, sizeof ad, "%s/nan_lora.safetensors", dir);
     save_adapter(ad, 0.01f);
     first_tensor(ad, key, sizeof key);
     const float nan_f = NAN;
     poke(ad, key, 4 * 7, &nan_f, sizeof nan_f, 0);
     snprintf(o, sizeof o, "%s/merged", dir);
-    int rc = test_run(out, sizeof out, "%s export --checkpoint %s/model --adapter %s --merge --out %s", test_vgrpo_bin(),
-                      dir, ad, o);
+    int rc = test_run(out, sizeof out, "%s export --checkpoint %s/model --adapter %s --merge --out %s",
+                      test_vgrpo_bin(), dir, ad, o);
     snprintf(want, sizeof want, "%s: tensor \"%s\" holds a non-finite value (nan at element 7 of", ad, key);
     CHECK_MSG(rc == 1 && strstr(out, want), "exit %d: %s", rc, out);
     snprintf(want, sizeof want, "%s/transformer", o);
     CHECK(!exists(want));
     snprintf(ad, sizeof ad, "%s/big_lora.safetensors", dir);
     save_adapter(ad, 1e30f);
-    rc = test_run(out, sizeof out, "%s export --checkpoint %s/model --adapter %s --merge --out %s", test_vgrpo_bin(), dir,
-                  ad, o);
+    rc = test_run(out, sizeof out, "%s export --checkpoint %s/model --adapter %s --merge --out %s",
+                  test_vgrpo_bin(), dir, ad, o);
     snprintf(want, sizeof want, "not saved: %s/transformer: tensor \"", o);
-    CHECK_MSG(rc == 1 && strstr(out, want) && strstr(out, "holds a non-finite value (inf at element"), "exit %d: %s", rc,
-              out);
+    CHECK_MSG(rc == 1 && strstr(out, want) && strstr(out, "holds a non-finite value (inf at element"),
+              "exit %d: %s", rc, out);
     snprintf(want, sizeof want, "%s/transformer/diffusion_pytorch_model.safetensors", o);
     CHECK(!exists(want));
 }
@@ -218,8 +222,9 @@ TEST(finite_worker_sync_refuses_nonfinite) {
     core_hash_hex(h, hx);
     handle(&st, &io, CORE_WIRE_WEIGHTS_END, "we",
            json_pack("{s:I, s:s}", "policy_version", (json_int_t)1, "model_xxh64", hx), NULL);
-    snprintf(want, sizeof want, "weights_tensor: tensor \"transformer/%s\" holds a non-finite value (nan at element 3 of "
-                                "%lld): refused", bad->name, (long long)bad->numel);
+    snprintf(want, sizeof want,
+             "weights_tensor: tensor \"transformer/%s\" holds a non-finite value (nan at element 3 of %lld): refused",
+             bad->name, (long long)bad->numel);
     CHECK_MSG(k.acks == 0 && k.errors == 1 && !strcmp(k.code, "weights_mismatch") && strstr(k.reason, want),
               "acks %d errors %d: %s: %s", k.acks, k.errors, k.code, k.reason);
     CHECK(st.version == 0 && !memcmp(m.params, before, nb));
@@ -248,7 +253,8 @@ TEST(finite_checkpoint_save_refuses_nonfinite) {
     trainer_ckpt_expert ex = {"transformer", &m, &o, &ema};
     const char *cfg = "{a: 1}";
     char ck[TRAINER_CKPT_PATH_MAX], p[TRAINER_CKPT_PATH_MAX + 64], want[512];
-    REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 1, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
+    REQUIRE_OK(
+        trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 1, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
     const wan_tensor *t = &m.layout.tensors[3];
     struct {
         float *x;
@@ -259,7 +265,8 @@ TEST(finite_checkpoint_save_refuses_nonfinite) {
     for (int i = 0; i < 3; i++) {
         const float keep = cases[i].x[t->offset + 17];
         cases[i].x[t->offset + 17] = cases[i].v;
-        CHECK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 2, .config = (char *)cfg}, &ex, 1, 0, NULL, 0) == -1);
+        const trainer_ckpt_state st2 = {.step = 2, .config = (char *)cfg};
+        CHECK(trainer_ckpt_save(dir, &st2, &ex, 1, 0, NULL, 0) == -1);
         snprintf(want, sizeof want, "nothing written: %s/checkpoint-2: tensor \"%s%s\" holds a non-finite value (%s at "
                                     "element 17 of %lld): refused", dir, cases[i].prefix, t->name, cases[i].what,
                  (long long)t->numel);
@@ -318,9 +325,10 @@ TEST(finite_run_stops_when_the_update_goes_nonfinite) {
     snprintf(x, sizeof x, "--resume %s/a", dir);
     rc = run(dir, x, out, sizeof out);
     char want[512];
-    snprintf(want, sizeof want, "made the weights of transformer non-finite (the run stops here: they are neither synced "
-                                "nor checkpointed, the last checkpoint is kept): tensor \"%s\" holds a non-finite value "
-                                "(-inf at element 0 of", name + 20);
+    snprintf(want, sizeof want,
+             "made the weights of transformer non-finite (the run stops here: they are neither synced nor "
+             "checkpointed, the last checkpoint is kept): tensor \"%s\" holds a non-finite value (-inf at element 0 of",
+             name + 20);
     CHECK_MSG(rc != 0 && strstr(out, "step 1: the AdamW update 1 of 1 (optimizer step 2") && strstr(out, want),
               "exit %d: %s", rc, out);
     snprintf(p, sizeof p, "%s/a/checkpoint-2", dir);

@@ -253,7 +253,8 @@ static int check_finite_state(const ckpt_ex *ex, int n_ex, const char *fin) {
             char pre[64];
             if (!b[k].x) continue;
             snprintf(pre, sizeof pre, b[k].prefix, ex[e].name);
-            if (wan_layout_check_finite(ex_layout(&ex[e]), b[k].x, fin, pre)) return core_error_push("nothing written: ");
+            if (wan_layout_check_finite(ex_layout(&ex[e]), b[k].x, fin, pre))
+                return core_error_push("nothing written: ");
         }
     }
     return 0;
