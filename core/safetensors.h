@@ -73,7 +73,10 @@ int st_find(const st_file *f, const char *name);
 int st_get(const st_file *f, const char *name, core_tensor *view);
 
 /* Converts tensor `name` (F32, BF16 or F16) to F32 into dst[0..expected_numel). Returns 0, or -1 naming file and
- * tensor when it is missing, has another dtype, or its element count differs from expected_numel. */
+ * tensor when it is missing, has another dtype, or its element count differs from expected_numel, or when a value
+ * is NaN or infinite (core_f32_check_finite: the element's index and value; dst then holds the values read). Every
+ * weight the program reads (transformer, LoRA adapter, checkpoint, VAE, text encoder) comes through here, so none
+ * enters non-finite; the check is one pass over dst, cheap beside the conversion and the file read. */
 int st_read_f32(const st_file *f, const char *name, float *dst, int64_t expected_numel);
 
 /* Value of "__metadata__" key `key`, or NULL when absent. */
@@ -143,7 +146,7 @@ const st_info *st_set_info_at(const st_set *s, int i);
 int st_set_find(const st_set *s, const char *name);
 /* The shard holding tensor `name`, or NULL (no error recorded). */
 const st_file *st_set_file_of(const st_set *s, const char *name);
-/* As st_get / st_read_f32, across shards. Errors name the folder and tensor. */
+/* As st_get / st_read_f32, across shards. Errors name the folder (the shard, for a non-finite value) and tensor. */
 int st_set_get(const st_set *s, const char *name, core_tensor *view);
 int st_set_read_f32(const st_set *s, const char *name, float *dst, int64_t expected_numel);
 /* Number of shard files (1 for a single file). */

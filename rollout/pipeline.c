@@ -63,7 +63,7 @@ int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video) {
         if (vae_latents_to_u8(d->vae, z, 1, (int)s[0], (int)s[1], (int)s[2], (int)s[3], video))
             return core_error_push("model.decoder (vae): ");
     } else {
-        wan_latent_rgb_decode(&d->map, z, s[1], s[2], s[3], video);
+        if (wan_latent_rgb_decode(&d->map, z, s[1], s[2], s[3], video)) return core_error_push("model.decoder: ");
     }
     return 0;
 }

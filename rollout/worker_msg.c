@@ -9,6 +9,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/tensor.h"
 #include "model/dit/wan_lora.h"
 
 static void update_reset(rollout_worker_state *w) {
@@ -119,6 +120,10 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
     }
     w->seen[e][i] = 1;
     memcpy(w->staged[e] + lt->offset, t->data, t->nbytes);
+    if (core_f32_check_finite(w->staged[e] + lt->offset, (size_t)lt->numel, "weights_tensor", name)) {
+        snprintf(w->upd_error, sizeof w->upd_error, "%s", core_last_error()); /* the staged copy is dropped */
+        return;
+    }
     w->upd_received++;
 }
 

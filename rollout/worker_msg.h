@@ -1,8 +1,8 @@
 /* rollout/worker_msg.h — what a rollout worker (rollout/worker.h) does with one parsed message from the controller,
  * without sockets: rollout_request checks (then the caller's rollout), the staged weight update (weights_begin /
- * weights_tensor / weights_end, each tensor's xxh64 and the whole-model hash checked), shutdown, and the answers
- * to anything else. rollout/worker.c calls it for every message; tests/fuzz/fuzz_worker_msg.c calls it with
- * arbitrary messages and a tiny model. Replies go out through the caller's functions (rollout_worker_io).
+ * weights_tensor / weights_end, each tensor's xxh64, its values finite and the whole-model hash checked), shutdown,
+ * and the answers to anything else. rollout/worker.c calls it for every message; tests/fuzz/fuzz_worker_msg.c calls
+ * it with arbitrary messages and a tiny model. Replies go out through the caller's functions (rollout_worker_io).
  *
  * The worker's DEALER has one peer, the controller; with the run's keys (core/curve.h) it is a CURVE client that
  * checks the controller's public key, so only the run's controller can push weights or shut the worker down: a
@@ -17,7 +17,8 @@
  * Answers: rollout_request for another policy version: error `version_mismatch`; a request that does not parse:
  * `bad_request`; weights_begin without a valid policy_version / tensors_count: `bad_request`; weights_tensor: no
  * answer (a problem is kept and reported at weights_end); weights_end: weights_ack, or `weights_mismatch` naming
- * the first problem (the old weights and version are kept); hello: none (the controller's greeting); error: none,
+ * the first problem, e.g. "weights_tensor: tensor \"transformer/...\" holds a non-finite value (nan at element i of
+ * n): refused" (the old weights and version are kept); hello: none (the controller's greeting); error: none,
  * it is logged (an error is never answered with an error); shutdown: shutdown, then the worker stops; any other type:
  * `unsupported`. */
 #ifndef ROLLOUT_WORKER_MSG_H

@@ -236,14 +236,16 @@ TEST(st_misaligned_tensor_copied_out) {
 TEST(st_read_f32_conversions_and_errors) {
     char path[600];
     snprintf(path, sizeof path, "%s/conv.safetensors", test_tmpdir());
-    /* Known encodings: f16 1, -2, 2^-24, 65504, 0x3555 = 1365/4096, -inf; bf16 1, 3.140625, -123.5, 2^-133. */
-    uint16_t h[6] = {0x3c00, 0xc000, 0x0001, 0x7bff, 0x3555, 0xfc00};
+    /* Known encodings: f16 1, -2, 2^-24, 65504, 0x3555 = 1365/4096, -65504 (and -inf); bf16 1, 3.140625, -123.5,
+     * 2^-133. */
+    uint16_t h[6] = {0x3c00, 0xc000, 0x0001, 0x7bff, 0x3555, 0xfbff}, hinf[1] = {0xfc00};
     uint16_t bf[4] = {0x3f80, 0x4049, 0xc2f7, 0x0001};
     int64_t i[2] = {1, 2};
-    int64_t s6[1] = {6}, s22[2] = {2, 2}, s2[1] = {2};
+    int64_t s6[1] = {6}, s22[2] = {2, 2}, s2[1] = {2}, s1[1] = {1};
     st_writer *w = st_writer_new();
     REQUIRE(w);
     REQUIRE_OK(st_writer_add(w, "h", CORE_F16, 1, s6, h));
+    REQUIRE_OK(st_writer_add(w, "hinf", CORE_F16, 1, s1, hinf));
     REQUIRE_OK(st_writer_add(w, "bf", CORE_BF16, 2, s22, bf));
     REQUIRE_OK(st_writer_add(w, "i", CORE_I64, 1, s2, i));
     REQUIRE_OK(st_writer_write(w, path));
@@ -253,7 +255,10 @@ TEST(st_read_f32_conversions_and_errors) {
     float v[6];
     REQUIRE_OK(st_read_f32(f, "h", v, 6));
     CHECK(v[0] == 1.0f && v[1] == -2.0f && v[2] == ldexpf(1.0f, -24) && v[3] == 65504.0f);
-    CHECK(v[4] == 1365.0f / 4096.0f && isinf(v[5]) && v[5] < 0);
+    CHECK(v[4] == 1365.0f / 4096.0f && v[5] == -65504.0f);
+    CHECK(isinf(core_f16_to_f32(0xfc00)) && core_f16_to_f32(0xfc00) < 0); /* -inf decodes; st_read_f32 refuses it */
+    CHECK(st_read_f32(f, "hinf", v, 1) == -1 && strstr(core_last_error(), "\"hinf\" holds a non-finite value (-inf at "
+                                                                        "element 0 of 1): refused"));
     REQUIRE_OK(st_read_f32(f, "bf", v, 4));
     CHECK(v[0] == 1.0f && v[1] == 3.140625f && v[2] == -123.5f && v[3] == ldexpf(1.0f, -133));
     CHECK(st_read_f32(f, "bf", v, 5) == -1);

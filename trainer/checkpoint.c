@@ -238,6 +238,29 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
 static int ckpt_save(const char *dir, const trainer_ckpt_state *st, const ckpt_ex *ex, int n_ex, int total_limit,
                      char *path, size_t path_cap);
 
+/* Every value the checkpoint would hold is finite (a load refuses a non-finite one: trainer_ckpt_verify), checked
+ * before anything is written: the weights (or adapter), the EMA, the Adam moments, named as in the files. */
+static int check_finite_state(const ckpt_ex *ex, int n_ex, const char *fin) {
+    for (int e = 0; e < n_ex; e++) {
+        const int whole = ex[e].opt->lo == 0 && ex[e].opt->len == ex[e].opt->n; /* a shard: write_optimizer refuses */
+        const struct {
+            const float *x;
+            const char *prefix;
+        } b[4] = {{ex[e].lora ? ex[e].lora->params : ex[e].model->params, "%s/"},
+                  {ex[e].ema_lora ? ex[e].ema_lora->params : ex[e].ema ? ex[e].ema->params : NULL, "ema/%s/"},
+                  {whole ? ex[e].opt->m : NULL, "%s/exp_avg/"},
+                  {whole ? ex[e].opt->v : NULL, "%s/exp_avg_sq/"}};
+        for (int k = 0; k < 4; k++) {
+            char pre[64];
+            if (!b[k].x) continue;
+            snprintf(pre, sizeof pre, b[k].prefix, ex[e].name);
+            if (wan_layout_check_finite(ex_layout(&ex[e]), b[k].x, fin, pre))
+                return core_error_push("nothing written: ");
+        }
+    }
+    return 0;
+}
+
 int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
                       int total_limit, char *path, size_t path_cap) {
     return trainer_ckpt_save_lora(dir, st, ex, NULL, n_ex, total_limit, path, path_cap);
@@ -259,6 +282,7 @@ static int ckpt_save(const char *dir, const trainer_ckpt_state *st, const ckpt_e
         return core_error("%s: path too long", dir);
     snprintf(fin, sizeof fin, "%s/checkpoint-%" PRId64, dir, st->step);
     snprintf(old, sizeof old, "%s/.checkpoint-%" PRId64 ".old.tmp", dir, st->step);
+    if (check_finite_state(ex, n_ex, fin)) return -1;
     if (core_mkdir_p(dir) || trainer_ckpt_clean(dir) < 0) return -1;
     if (mkdir(tmp, 0777)) return core_error("%s: cannot create folder: %s", tmp, strerror(errno));
     int64_t steps[TRAINER_CKPT_MAX_EXPERTS];

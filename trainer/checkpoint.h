@@ -155,7 +155,10 @@ int trainer_ckpt_config_predates(const char *ckpt_text, const char *now_text);
  * dir is created if missing; leftover `.checkpoint-*.tmp` folders in dir are removed first; an existing
  * checkpoint-N is replaced (after the new one is complete). Then, when total_limit > 0, the oldest complete
  * checkpoints beyond total_limit are removed (never the one just written). path (may be NULL) receives the
- * checkpoint's folder. Returns 0, or -1 naming the file or folder that failed (the temporary folder is removed). */
+ * checkpoint's folder. Returns 0, or -1 naming the file or folder that failed (the temporary folder is removed). A
+ * NaN or infinite value in the weights, EMA or Adam moments (which a load would refuse) is refused before anything
+ * is written: "nothing written: DIR/checkpoint-N: tensor \"transformer/exp_avg_sq/...\" holds a non-finite value
+ * (inf at element i of n): refused"; the earlier checkpoints are untouched. */
 int trainer_ckpt_save(const char *dir, const trainer_ckpt_state *st, const trainer_ckpt_expert *ex, int n_ex,
                       int total_limit, char *path, size_t path_cap);
 /* trainer_ckpt_save of LoRA experts: lx[e] (lx NULL: trainer_ckpt_save) names expert e's adapter and its EMA. */

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,14 +250,7 @@ static int check_finite(const char *path) {
         if (t->dtype != CORE_F32) continue;
         core_tensor v;
         if ((rc = st_get(f, t->name, &v))) break;
-        const float *x = v.data;
-        const int64_t n = (int64_t)((t->end - t->begin) / sizeof(float));
-        for (int64_t j = 0; j < n; j++)
-            if (!isfinite(x[j])) {
-                rc = core_error("%s: tensor \"%s\" holds a non-finite value (%s at element %" PRId64 " of %" PRId64
-                                "): refused", path, t->name, isnan(x[j]) ? "nan" : x[j] > 0 ? "inf" : "-inf", j, n);
-                break;
-            }
+        rc = core_f32_check_finite(v.data, (size_t)((t->end - t->begin) / sizeof(float)), path, t->name);
         core_tensor_free(&v);
     }
     st_close(f);

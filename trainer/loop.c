@@ -16,6 +16,7 @@
 #include "core/reduce.h"
 #include "core/stop.h"
 #include "trainer/grpo.h"
+#include "trainer/lora.h"
 #include "trainer/run_internal.h"
 #include "trainer/zero.h"
 
@@ -44,6 +45,27 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
     }
     return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
                                   st, info);
+}
+
+/* After update u of GRPO step k: the trained weights are finite, else the run stops here, before they are synced to
+ * the workers or written to a checkpoint (whose load would refuse them): the error names the step, the tensor and the
+ * update that made it. The loss and the gradient norm were finite (trainer_update_experts refuses a non-finite one
+ * before updating), so the cause is the AdamW update itself (optim.lr, optim.weight_decay, optim.eps). One read of
+ * the trained parameters (host copies; under model.device cuda they are downloaded after every step anyway). */
+static int check_updated(trainer_state *S, int64_t k, int u, const optim_step_info *info) {
+    char label[600];
+    for (int e = 0; e < S->n_experts; e++) {
+        if (!S->trained[e]) continue;
+        const trainer_trained_buf tb = trainer_trained_buffer(&S->pol[e]);
+        snprintf(label, sizeof label, "step %" PRId64 ": the AdamW update %d of %d (optimizer step %" PRId64 ", lr %g, "
+                 "optim.weight_decay %g, optim.eps %g; gradient norm %g, clip factor %g: the loss and gradients were "
+                 "finite) made the %s of %s non-finite (the run stops here: they are neither synced nor checkpointed, "
+                 "the last checkpoint is kept)", k, u + 1, S->r->optimizer_steps_per_rollout, S->opt[e].step, info->lr,
+                 S->oc.weight_decay, S->oc.eps, info->grad_norm, info->clip_coef,
+                 S->lora_on ? "LoRA adapter" : "weights", wan_expert_folder(e));
+        if (wan_layout_check_finite(tb.layout, tb.params, label, "")) return -1;
+    }
+    return 0;
 }
 
 static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
@@ -192,8 +214,12 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     }
     for (int u = 0; u < U; u++) {
         grpo_loss_stats st = {0};
-        if (train_update(S, &tb, &st, &info, u == 0)) goto done;
+        if (train_update(S, &tb, &st, &info, u == 0)) { /* e.g. a non-finite loss or gradient norm, named */
+            core_error_push("step %" PRId64 ", update %d of %d: ", round, u + 1, U);
+            goto done;
+        }
         core_stop_hold(1), *phase = NULL; /* the weights changed: the step completes (EMA, sync, rows) */
+        if (check_updated(S, round, u, &info)) goto done;
         if (S->ema_on) trainer_ema_update(S);
         if (u == 0) first = st, info0 = info;
         last = st;

@@ -96,6 +96,7 @@ int wan_model_load(wan_model *m, const char *dir) {
 }
 
 int wan_model_save(const wan_model *m, const char *dir) {
+    if (wan_layout_check_finite(&m->layout, m->params, dir, "")) return core_error_push("not saved: ");
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return core_error("%s: cannot create folder: %s", dir, strerror(errno));
     char path[4096];

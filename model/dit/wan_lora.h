@@ -238,7 +238,9 @@ typedef enum {
 
 const char *wan_lora_format_name(wan_lora_format f); /* "diffusers", "diffusers-model", "peft", "none" */
 
-/* Writes the diffusers file at `path` (a file path; the folder must exist), atomically (temporary name, rename). */
+/* Writes the diffusers file at `path` (a file path; the folder must exist), atomically (temporary name, rename).
+ * These writers refuse an adapter holding a NaN or infinite value before writing anything (wan_layout_check_finite:
+ * "not saved: PATH: tensor ... holds a non-finite value (...)"); the readers refuse one too (st_read_f32). */
 int wan_lora_save_diffusers(const wan_lora *l, const char *path);
 /* Writes dir/adapter_model.safetensors and dir/adapter_config.json (dir created if missing), each atomically. */
 int wan_lora_save_peft(const wan_lora *l, const char *dir);

@@ -97,6 +97,7 @@ static int add_tensors(st_writer *w, const wan_lora *l, const char *prefix, char
 }
 
 static int write_st(const wan_lora *l, const char *path, const char *prefix, const char *metadata_json) {
+    if (wan_layout_check_finite(&l->layout, l->params, path, prefix)) return core_error_push("not saved: ");
     char(*names)[WAN_NAME_MAX + 32] = calloc((size_t)l->layout.count + 1, sizeof *names);
     st_writer *w = names ? st_writer_new() : NULL;
     int rc = -1;
@@ -162,6 +163,7 @@ int wan_lora_save_peft(const wan_lora *l, const char *dir) {
 }
 
 int wan_lora_save(const wan_lora *l, const char *dir) {
+    if (wan_layout_check_finite(&l->layout, l->params, dir, "")) return core_error_push("not saved: ");
     if (core_mkdir_p(dir)) return -1;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, WAN_LORA_DIFFUSERS_FILE);

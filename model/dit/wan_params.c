@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/tensor.h"
 
 typedef struct {
     wan_layout *L;
@@ -116,6 +117,17 @@ int wan_layout_find(const wan_layout *L, const char *name) {
     for (int i = 0; i < L->count; i++)
         if (!strcmp(L->tensors[i].name, name)) return i;
     return -1;
+}
+
+int wan_layout_check_finite(const wan_layout *L, const float *base, const char *label, const char *prefix) {
+    char name[WAN_NAME_MAX + 96];
+    for (int i = 0; i < L->count; i++) {
+        const wan_tensor *t = &L->tensors[i];
+        if (core_f32_first_nonfinite(base + t->offset, (size_t)t->numel) < 0) continue;
+        snprintf(name, sizeof name, "%s%s", prefix ? prefix : "", t->name);
+        return core_f32_check_finite(base + t->offset, (size_t)t->numel, label, name);
+    }
+    return 0;
 }
 
 /* Pointer to tensor `name` in base, or NULL when the layout has no such tensor. */

@@ -53,18 +53,19 @@ int wan_latent_rgb_load(wan_latent_rgb *m, const char *path, int channels) {
     st_close(f);
     if (rc) return -1;
     for (int c = 0; c < 3; c++) memcpy(m->weight[c], w + c * channels, sizeof(float) * (size_t)channels);
-    for (int c = 0; c < 3; c++)
-        for (int k = 0; k <= channels; k++) {
-            float v = k < channels ? m->weight[c][k] : m->bias[c];
-            if (!isfinite(v)) return core_error("%s: %s has a non-finite value", path, k < channels ? "weight" : "bias");
-        }
-    return 0;
+    return 0; /* a non-finite weight or bias was refused by st_read_f32, named */
 }
 
-void wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, int64_t H, int64_t W, uint8_t *video) {
+int wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, int64_t H, int64_t W, uint8_t *video) {
     const int C = m->channels, s = WAN_LATENT_RGB_FACTOR;
     const int64_t plane = F * H * W, OW = W * s;
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)plane * 3 >= K_PAR_MIN_ELEMS)
+    const int64_t j = core_f32_first_nonfinite(z, (size_t)(C * plane)); /* refused, not decoded into black frames */
+    if (j >= 0)
+        return core_error("latent_rgb: latent element %lld (channel %lld, frame %lld) is %g: the denoised latents are "
+                          "not finite (the transformer's output)", (long long)j, (long long)(j / plane),
+                          (long long)(j % plane / (H * W)), (double)z[j]);
+    int nan_px = 0; /* finite latents and weights can still overflow to inf - inf */
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : nan_px) if ((size_t)plane * 3 >= K_PAR_MIN_ELEMS)
     for (int64_t f = 0; f < F; f++)
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++) {
@@ -74,7 +75,8 @@ void wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, i
                     float acc = 0.0f;
                     for (int k = 0; k < C; k++) acc += m->weight[c][k] * z[(int64_t)k * plane + p];
                     float v = 127.5f * (acc + m->bias[c] + 1.0f);
-                    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+                    nan_px |= isnan(v);
+                    v = v >= 0.0f ? (v > 255.0f ? 255.0f : v) : 0.0f; /* NaN -> 0: defined, and refused below */
                     rgb[c] = (uint8_t)floorf(v + 0.5f);
                 }
                 for (int dy = 0; dy < s; dy++) {
@@ -82,4 +84,6 @@ void wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, i
                     for (int dx = 0; dx < s; dx++) memcpy(row + dx * 3, rgb, 3);
                 }
             }
+    if (nan_px) return core_error("latent_rgb: a pixel's value is NaN (finite latents overflowed in the map)");
+    return 0;
 }

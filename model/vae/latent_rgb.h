@@ -38,7 +38,9 @@ int wan_latent_rgb_save(const wan_latent_rgb *m, const char *path);
 /* Reads path; the weight must be [3, channels] (F32/BF16/F16) and bias [3]. -1 naming the path and tensor. */
 int wan_latent_rgb_load(wan_latent_rgb *m, const char *path, int channels);
 
-/* Decodes z [C, F, H, W] (C == m->channels) into video [F, 8H, 8W, 3] U8 as above. No errors (sizes trusted). */
-void wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, int64_t H, int64_t W, uint8_t *video);
+/* Decodes z [C, F, H, W] (C == m->channels) into video [F, 8H, 8W, 3] U8 as above (sizes trusted). Returns 0, or -1
+ * when a latent is NaN or infinite (naming its element, channel and frame) or a pixel's value overflowed to NaN:
+ * such a video is refused, never clamped into frames to be scored. */
+int wan_latent_rgb_decode(const wan_latent_rgb *m, const float *z, int64_t F, int64_t H, int64_t W, uint8_t *video);
 
 #endif

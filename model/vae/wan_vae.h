@@ -80,8 +80,9 @@ size_t vae_cache_bytes(const vae_model *m);
 /* The rollout's path to pixels: un-normalise as WanPipeline does (latents / (1 / latents_std) + latents_mean, per
  * channel), decode, then map each value x to uint8 as diffusers' VideoProcessor does: v = clamp(x / 2 + 0.5, 0, 1)
  * * 255 in fp32, rounded half to even (numpy .round()). latents F32 [B, z, T, h, w] (normalised, as the DiT
- * produces them; not modified) -> out U8 [B, F, H, W, 3] (RGB, channel-last). Errors as vae_decode, and a video
- * channel count other than 3. */
+ * produces them; not modified) -> out U8 [B, F, H, W, 3] (RGB, channel-last). Errors as vae_decode, a video
+ * channel count other than 3, a non-finite latent (naming the sample and element) and a non-finite decoded value
+ * (naming the sample, frame, pixel and channel): such a video is refused, never clamped into frames. */
 int vae_latents_to_u8(vae_model *m, const float *latents, int B, int z, int T, int h, int w, uint8_t *out);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "kernels/kernels.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "model/vae/wan_vae_internal.h"
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
@@ -200,15 +201,30 @@ int vae_latents_to_u8(vae_model *m, const float *latents, int B, int z, int T, i
     float *vid = malloc(3 * plane * sizeof(float));
     if (!vid) return core_error("vae: out of memory for a %d x %d x %d video", F, H, W);
     for (int b = 0; b < B; b++) {
+        /* non-finite latents or pixels are refused, not turned into (black) frames someone would score */
+        int64_t j = core_f32_first_nonfinite(latents + b * lsz, lsz);
+        if (j >= 0) {
+            free(vid);
+            return core_error("vae: sample %d: latent element %lld is %g: the denoised latents are not finite (the "
+                              "transformer's output)", b, (long long)j, (double)latents[b * lsz + (size_t)j]);
+        }
         if (decode_sample(m, latents + b * lsz, T, h, w, vid, 1)) {
             free(vid);
             return -1;
+        }
+        if ((j = core_f32_first_nonfinite(vid, 3 * plane)) >= 0) {
+            const int64_t i = j % (int64_t)plane, hw = (int64_t)H * W;
+            const double v = vid[j];
+            free(vid);
+            return core_error("vae: sample %d: frame %lld, pixel (%lld, %lld), channel %lld decoded to %g from finite "
+                              "latents: check the VAE's weights", b, (long long)(i / hw), (long long)(i % hw / W),
+                              (long long)(i % W), (long long)(j / (int64_t)plane), v);
         }
         uint8_t *ob = out + (size_t)b * plane * 3;
         for (size_t i = 0; i < plane; i++)
             for (int ch = 0; ch < 3; ch++) {
                 float v = vid[ch * plane + i] / 2.0f + 0.5f;
-                v = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+                v = v >= 0.0f ? (v > 1.0f ? 1.0f : v) : 0.0f; /* clamp; a NaN (never here: checked) would give 0 */
                 ob[i * 3 + ch] = (uint8_t)nearbyintf(v * 255.0f); /* default rounding mode: half to even */
             }
     }
