@@ -68,7 +68,10 @@
  * recipe that would take days a step (8192 x 8192: months), not a schedule.
  *
  * A recipe this build runs only on the CUDA backend (mode colocated, or parity, with a full-size transformer: the
- * refusal of cli/colocated.c) gets its estimate printed (the fp32 CPU figures) and no machine check. */
+ * refusal of cli/colocated.c) gets its estimate printed (the fp32 CPU figures) and no machine check. With
+ * model.device cuda, budget_preflight then prints the device estimate of each process (trainer/train_dev.h
+ * trainer_dev_estimate_recipe, the function the trainer checks at start-up) and whether it fits an 80 GB H100 and a
+ * 141 GB H200: reported, not refused (the trainer refuses at start-up against the device's free memory). */
 #ifndef TRAINER_BUDGET_H
 #define TRAINER_BUDGET_H
 

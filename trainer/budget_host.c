@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "trainer/budget.h"
+#include "trainer/train_dev.h"
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Available memory */
@@ -218,8 +219,8 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
     }
     gib(a, sizeof a, e->total), gib(b, sizeof b, m->bytes);
     fprintf(f, "  job total %s; available %s (%s)%s\n", a, b, m->source,
-            e->cuda_only == 2 ? "; not checked: model.device cuda (the transformer's memory is the device's: the trainer "
-                                "prints and checks its estimate at start-up, trainer/train_dev.h)"
+            e->cuda_only == 2 ? "; not checked: model.device cuda (the transformer's memory is the device's: its estimate "
+                                "follows, the one the trainer checks at start-up)"
             : e->cuda_only    ? "; not checked: a full-size transformer runs on the CUDA backend (later issue)"
                               : "");
     const double step = e->flop_rollout + e->flop_train;
@@ -299,6 +300,34 @@ int budget_check(const budget_estimate *e, const core_recipe *r, const budget_me
     return core_error("%s%s%s; --force runs it anyway", why[0], n > 1 ? "; " : "", n > 1 ? why[1] : "");
 }
 
+/* model.device cuda: the device estimate per process (trainer/train_dev.h: the function the trainer checks at
+ * start-up), and per GPU where a trainer rank and its rollout workers share one. 0 or -1 (a config the device
+ * refuses). */
+static int print_device(FILE *out, const budget_estimate *e, const core_recipe *r) {
+    const int i2v = e->n_images > 0, local = e->job == BUDGET_JOB_RUN && !strcmp(r->mode, "local");
+    trainer_dev_budget t, w;
+    fprintf(out, "device memory (model.device cuda), computed from the configs without a GPU; the trainer checks the "
+                 "same estimate at start-up (trainer/train_dev.h):\n");
+    if (e->job != BUDGET_JOB_EVAL) {
+        if (trainer_dev_estimate_recipe(r, &e->dit, e->n_experts, i2v, 0, &t)) return -1;
+        trainer_dev_budget_print(out, local ? "local process (trainer and rollout)" : "trainer rank", &t,
+                                 r->activations);
+    }
+    if (!local) {
+        if (trainer_dev_estimate_recipe(r, &e->dit, e->n_experts, i2v, 1, &w)) return -1;
+        trainer_dev_budget_print(out, "rollout worker", &w, r->activations);
+        if (e->job != BUDGET_JOB_EVAL) { /* colocated: a trainer rank and its share of the workers on each GPU */
+            const int R = r->trainer_ranks > 0 ? r->trainer_ranks : 1, per = (r->rollout_workers + R - 1) / R;
+            const double g = t.total + per * w.total, h100 = TRAINER_DEV_H100_MIB * 1048576.0;
+            const double h200 = TRAINER_DEV_H200_MIB * 1048576.0;
+            fprintf(out, "  per GPU (a trainer rank and %d rollout worker%s): %.2f GiB: %s on an 80 GB H100, %s on a "
+                         "141 GB H200\n", per, per > 1 ? "s" : "", g / 1073741824.0,
+                    g <= h100 ? "fits" : "does NOT fit", g <= h200 ? "fits" : "does NOT fit");
+        }
+    }
+    return 0;
+}
+
 int budget_preflight(const core_recipe *r, const budget_request *q, int force, FILE *out) {
     budget_estimate *e = malloc(sizeof *e);
     if (!e) return core_error("out of memory");
@@ -312,8 +341,9 @@ int budget_preflight(const core_recipe *r, const budget_request *q, int force, F
         budget_memory_available(&m, r->memory_mb, NULL);
         const double g = budget_gflops();
         budget_print(out, e, &m, g);
+        rc = e->cuda_only == 2 ? print_device(out, e, r) : 0;
         fflush(out);
-        rc = budget_check(e, r, &m, g, force, stderr);
+        if (!rc) rc = budget_check(e, r, &m, g, force, stderr);
     }
     free(e);
     return rc;

@@ -325,18 +325,9 @@ static int setup_device(trainer_state *S) {
     const core_recipe *r = S->r;
     wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
-    /* the estimate first (nothing allocated on the device yet): the largest forwards, CFG rows counted */
-    const int cfg = flow_cfg_active(r->guidance_scale) || (S->n_experts == 2 && flow_cfg_active(r->guidance_scale_2));
-    const int local = !strcmp(r->mode, "local");
-    const wan_shape tr = {.B = r->micro_batch_size * (cfg ? 2 : 1), .F = (int)S->shape[1], .H = (int)S->shape[2],
-                          .W = (int)S->shape[3], .L = r->text_len};
-    wan_shape ro = tr;
-    ro.B = r->batch_size * (cfg ? 2 : 1);
+    /* the estimate first (nothing allocated on the device yet): the one `vgrpo run --dry-run` prints */
     trainer_dev_budget bud;
-    const int64_t lora_n = S->lora_on ? S->lora[S->first].layout.numel : 0; /* LoRA: the reference is the policy */
-    if (trainer_dev_estimate(&S->pol[0].cfg, lora_n, S->n_experts, S->trained,
-                             (S->have_ref && !S->lora_on) + (local && r->ema_decay > 0), S->have_ref, &tr,
-                             S->tc.acts_mode, local ? &ro : NULL, &bud) ||
+    if (trainer_dev_estimate_recipe(r, &S->pol[0].cfg, S->n_experts, S->train.n_images > 0, 0, &bud) ||
         trainer_dev_check_memory(S->dx, &bud, r->activations))
         return -1;
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;

@@ -15,61 +15,6 @@ static trainer_trained_buf host_buf(const wan_model *m) { return trainer_trained
 static kb_bf16 *dev_w16(const wan_dev_model *d) { return d->lora ? d->lora_w : d->w; }
 static float *dev_grads(const wan_dev_model *d) { return d->lora ? d->lora_grads : d->grads; }
 
-int trainer_dev_estimate(const wan_config *c, int64_t lora_numel, int n_experts, const uint8_t *trained, int copies,
-                         int ref_forward, const wan_shape *train, wan_acts_mode mode, const wan_shape *rollout,
-                         trainer_dev_budget *b) {
-    memset(b, 0, sizeof *b);
-    wan_layout lay; /* the parameter count, without allocating weights */
-    if (wan_layout_init(&lay, c)) return -1;
-    const double numel = (double)lay.numel;
-    wan_layout_free(&lay);
-    for (int e = 0; e < n_experts; e++) {
-        const int tr = !trained || trained[e];
-        const double t = lora_numel > 0 ? (double)lora_numel : numel; /* what trains: the adapter, or the model */
-        b->weights += lora_numel > 0 ? 2.0 * numel : 0.0; /* LoRA: the frozen base's bf16 copy */
-        b->weights += tr ? t * (2.0 + 4.0 + 12.0 + 2.0 * copies) : (lora_numel > 0 ? 0.0 : 2.0 * numel);
-    }
-    const size_t ta = wan_dev_acts_estimate(c, train, mode);
-    const size_t ra = ref_forward ? wan_dev_acts_estimate(c, train, WAN_ACTS_INFER) : 0;
-    const size_t ro = rollout ? wan_dev_acts_estimate(c, rollout, WAN_ACTS_INFER) : 0;
-    if (!ta || (ref_forward && !ra) || (rollout && !ro)) return -1;
-    b->train_acts = (double)ta + (double)ra;
-    b->roll_acts = (double)ro;
-    const wan_shape *big = rollout && rollout->B > train->B ? rollout : train;
-    const double vox = (double)big->F * big->H * big->W;
-    b->staging = 4.0 * big->B * ((c->in_channels + c->out_channels) * vox + (double)big->L * c->text_dim);
-    b->total = b->weights + b->train_acts + b->roll_acts + b->staging;
-    return 0;
-}
-
-/* bytes as "812.4 MiB" or "23.81 GiB" into one of eight rotating buffers (for one printf). */
-static const char *size_str(double bytes) {
-    static char buf[8][32];
-    static int k;
-    char *b = buf[k++ & 7];
-    if (bytes < 1024.0 * 1024.0 * 1024.0) snprintf(b, 32, "%.1f MiB", bytes / (1024.0 * 1024.0));
-    else snprintf(b, 32, "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
-    return b;
-}
-
-int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const char *acts) {
-    size_t fr = 0, tot = 0;
-    const int known = wan_dev_exec_ops(x)->mem_info(&fr, &tot) == 0;
-    printf("model.device cuda: device memory estimate %s (weights, gradients, master weights and AdamW state %s, "
-           "training activations %s with algorithm.activations %s, rollout activations %s)", size_str(b->total),
-           size_str(b->weights), size_str(b->train_acts), acts, size_str(b->roll_acts));
-    if (known) printf("; the device has %s free of %s\n", size_str((double)fr), size_str((double)tot));
-    else printf("; the device states no bound\n");
-    fflush(stdout);
-    if (!known || b->total <= (double)fr) return 0;
-    return core_error("model.device cuda: the estimate of %s of device memory (weights and optimizer state %s, "
-                      "training activations %s, rollout activations %s) exceeds the %s free on the device: lower "
-                      "algorithm.micro_batch_size or rollout.batch_size, set algorithm.activations checkpoint (now %s), "
-                      "or train a smaller rollout.height / width / frames",
-                      size_str(b->total), size_str(b->weights), size_str(b->train_acts), size_str(b->roll_acts),
-                      size_str((double)fr), acts);
-}
-
 void trainer_dev_free(trainer_dev *D) {
     if (D->x) {
         const k_dev_ops *dev = wan_dev_exec_ops(D->x);

@@ -35,6 +35,14 @@ int wan_dev_exec_emulating(void) {
     return e && !strcmp(e, "1");
 }
 
+/* VGRPO_EMULATE_DEVICE_REPORT=1 (tests): at exit, the emulated device's peak allocation on stderr, the figure the
+ * trainer's start-up estimate is tested against (tests/test_dev_budget.c). */
+static void report_peak(void) {
+    size_t held, peak;
+    k_emu_mem_stats(&held, &peak);
+    fprintf(stderr, "emulated device: peak %zu bytes allocated (%zu held at exit)\n", peak, held);
+}
+
 int wan_dev_exec_open(const char *device, wan_dev_exec **out) {
     *out = NULL;
     if (!device || !strcmp(device, "cpu")) return 0;
@@ -50,6 +58,8 @@ int wan_dev_exec_open(const char *device, wan_dev_exec **out) {
         if (!(x = wan_dev_exec_new(dev))) return -1;
         x->emulated = emu, x->shared = 1, x->refs = 0;
         g_exec[emu] = x;
+        const char *rep = getenv("VGRPO_EMULATE_DEVICE_REPORT");
+        if (emu && rep && !strcmp(rep, "1")) atexit(report_peak);
         if (emu)
             core_log_warn("model.device cuda: the EMULATED device (%s=1: host memory, the kernel bodies and k_cpu_ops "
                           "on the CPU, bf16 storage as on the GPU): a test of the device code path, not a GPU",

@@ -13,15 +13,30 @@
 #include "kernels/cuda/emu/k_emu.h"
 
 /* ---- memory ---- */
+/* The bytes mem_alloc was asked for, now held and at most (k_emu_mem_stats): each block carries its size in a
+ * 256-byte header before the pointer it returns. */
+static size_t g_held, g_peak;
 static void *e_alloc(size_t bytes) { /* 256-byte aligned, as cudaMalloc */
     void *p = NULL;
-    if (posix_memalign(&p, 256, bytes ? bytes : 1)) {
+    if (posix_memalign(&p, 256, 256 + (bytes ? bytes : 1))) {
         core_error("emulated device: out of memory (%zu bytes)", bytes);
         return NULL;
     }
-    return p;
+    *(size_t *)p = bytes;
+    g_held += bytes;
+    if (g_held > g_peak) g_peak = g_held;
+    return (char *)p + 256;
 }
-static void e_free(void *p) { free(p); }
+static void e_free(void *p) {
+    if (!p) return;
+    char *b = (char *)p - 256;
+    g_held -= *(size_t *)b;
+    free(b);
+}
+void k_emu_mem_stats(size_t *held, size_t *peak) {
+    if (held) *held = g_held;
+    if (peak) *peak = g_peak;
+}
 static int e_upload(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
 static int e_download(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
 static int e_upload_bf16(kb_bf16 *d, const float *s, size_t n) {

@@ -1,0 +1,95 @@
+/* tests/test_dev_budget.c — the device-memory estimate of trainer/train_dev.h as `vgrpo run --dry-run` prints it:
+ *   - it equals what the DiT code allocates: a 1-step run of the tiny model on the EMULATED device (model.device cuda
+ *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
+ *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated by the DiT code" bytes, exactly, for full
+ *     fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run evals, and colocated (the
+ *     trainer rank and the rollout worker, each its own process). The GPU-only parts (library workspaces, the CUDA
+ *     context, the margin) are stated figures the emulated device cannot measure;
+ *   - the one-GPU recipes (recipes/ named -1gpu) pass --dry-run without weights, run on the device in one process
+ *     and save checkpoints, and their estimate fits an 80 GB H100. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/test.h"
+
+#define EMU "VGRPO_EMULATE_DEVICE=1 VGRPO_EMULATE_DEVICE_REPORT=1 OMP_NUM_THREADS=1 "
+#define SMALL                                                                                                      \
+    "--set model.device=cuda --set rollout.num_steps=6 --set rollout.prompts_per_step=2 "                          \
+    "--set rollout.samples_per_prompt=4 --set rollout.batch_size=3 --set algorithm.micro_batch_size=5 "             \
+    "--set data.eval_samples_per_prompt=1 --set optim.total_steps=1 --set checkpoint.every=1"
+
+/* The n-th (0-based) number after `key` in s, or -1. */
+static long long nth_after(const char *s, const char *key, int n) {
+    const char *p = s;
+    for (int i = 0; p && i <= n; i++)
+        if ((p = strstr(p, key))) p += strlen(key);
+    return p ? atoll(p) : -1;
+}
+
+/* A 1-step emulated run and the dry run of the same recipe; the peak(s) and the estimate(s) compared. */
+static void compare(const char *dir, const char *name, const char *extra, int colocated) {
+    char run[16384], dry[16384], log[16384];
+    const char *bin = test_vgrpo_bin();
+    const int st = test_run(run, sizeof run, EMU "%s run recipes/tiny-cpu.yaml " SMALL " --set model.path=%s/model "
+                                             "--set logging.run_dir=%s/%s %s 2>&1", bin, dir, dir, name, extra);
+    if (st) test_fail(__FILE__, __LINE__, "%s: the emulated run failed: %s", name, run);
+    REQUIRE(test_run(dry, sizeof dry, "%s run recipes/tiny-cpu.yaml " SMALL " --set model.path=%s/model "
+                                      "--set logging.run_dir=%s/%s-dry %s --dry-run 2>&1", bin, dir, dir, name,
+                     extra) == 0);
+    const long long peak = nth_after(run, "emulated device: peak ", 0);
+    /* the dry run's "(N bytes: always + the larger phase)" figures, in process order */
+    long long fig[2] = {-1, -1};
+    const char *p = dry;
+    for (int i = 0; i < 2 && (p = strstr(p, "allocated by the DiT code")); i++) {
+        const char *q = strchr(p, '(');
+        fig[i] = q ? atoll(q + 1) : -1;
+        p += 10;
+    }
+    printf("  %s: emulated peak %lld bytes, dry-run estimate %lld bytes\n", name, peak, fig[0]);
+    CHECK_MSG(peak > 0 && peak == fig[0], "%s: emulated peak %lld != estimate %lld\n%s", name, peak, fig[0], dry);
+    if (colocated) { /* the rollout worker's own process */
+        REQUIRE(test_run(log, sizeof log, "cat %s/%s/logs/worker-0.log", dir, name) == 0);
+        const long long wpeak = nth_after(log, "emulated device: peak ", 0);
+        printf("  %s rollout worker: emulated peak %lld bytes, dry-run estimate %lld bytes\n", name, wpeak, fig[1]);
+        CHECK_MSG(wpeak > 0 && wpeak == fig[1], "%s worker: emulated peak %lld != estimate %lld", name, wpeak, fig[1]);
+        CHECK(strstr(dry, "per GPU (a trainer rank and 1 rollout worker)") != NULL);
+    }
+}
+
+TEST(dev_budget_equals_emulated_peak) {
+    const char *dir = test_tmpdir();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 3 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    compare(dir, "full", "--set algorithm.beta=0.05 --set logging.eval_every=0", 0);
+    compare(dir, "lora", "--set algorithm.beta=0.05 --set model.lora.rank=8 --set logging.eval_every=0", 0);
+    compare(dir, "ckpt-ema-eval", "--set algorithm.activations=checkpoint --set algorithm.ema_decay=0.9 "
+                                  "--set logging.eval_every=1 --set rollout.batch_size=8", 0);
+    compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0", 1);
+}
+
+/* The one-GPU recipes: valid without weights, on the device in one process, saving checkpoints, and fitting an 80 GB
+ * card by the estimate the trainer checks at start-up. */
+TEST(dev_budget_one_gpu_recipes_fit_h100) {
+    const char *recipes[3] = {"wan2.1-t2v-1.3b-1gpu", "wan2.1-t2v-1.3b-lora-1gpu", "wan2.2-ti2v-5b-lora-1gpu"};
+    for (int i = 0; i < 3; i++) {
+        char out[32768];
+        const int st = test_run(out, sizeof out, "%s run recipes/%s.yaml --dry-run 2>&1", test_vgrpo_bin(), recipes[i]);
+        CHECK_MSG(st == 0, "%s: --dry-run failed: %s", recipes[i], out);
+        CHECK_MSG(strstr(out, "mode: local") && strstr(out, "device: cuda"), "%s: not a one-process device recipe",
+                  recipes[i]);
+        const long long every = nth_after(out, "\ncheckpoint:\n  every: ", 0);
+        CHECK_MSG(every > 0, "%s: checkpoint.every %lld (want > 0)", recipes[i], every);
+        const char *t = strstr(out, "    total ");
+        REQUIRE(t);
+        const char *num = t + strspn(t, " total");
+        const double gib = atof(num);
+        const char *eol = strchr(t, '\n');
+        printf("  %s: device estimate %.2f GiB\n", recipes[i], gib);
+        CHECK_MSG(strstr(out, "local process (trainer and rollout), on its GPU") != NULL, "%s", out);
+        CHECK_MSG(eol && strstr(t, "fits on an 80 GB H100") && strstr(t, "fits on an 80 GB H100") < eol,
+                  "%s: does not fit an 80 GB H100: %.*s", recipes[i], (int)(eol ? eol - t : 200), t);
+        CHECK(gib > 10.0 && gib < 79.65);
+    }
+}
