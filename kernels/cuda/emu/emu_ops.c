@@ -23,13 +23,23 @@ static void *e_alloc(size_t bytes) { /* 256-byte aligned, as cudaMalloc */
     return p;
 }
 static void e_free(void *p) { free(p); }
-static int e_upload(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
-static int e_download(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
+static k_emu_traffic traffic;
+void k_emu_traffic_get(k_emu_traffic *t) { *t = traffic; }
+static int e_upload(void *d, const void *s, size_t b) {
+    traffic.uploads++, traffic.upload_bytes += b;
+    return memcpy(d, s, b), 0;
+}
+static int e_download(void *d, const void *s, size_t b) {
+    traffic.downloads++, traffic.download_bytes += b;
+    return memcpy(d, s, b), 0;
+}
 static int e_upload_bf16(kb_bf16 *d, const float *s, size_t n) {
+    traffic.uploads++, traffic.upload_bytes += n * sizeof(kb_bf16);
     for (size_t i = 0; i < n; i++) d[i] = kb_bf16_from_f32(s[i]);
     return 0;
 }
 static int e_download_bf16(float *d, const kb_bf16 *s, size_t n) {
+    traffic.downloads++, traffic.download_bytes += n * sizeof(kb_bf16);
     for (size_t i = 0; i < n; i++) d[i] = kb_f32_from_bf16(s[i]);
     return 0;
 }

@@ -26,4 +26,11 @@
 /* The emulated device ("emulated"). Every entry is set. */
 extern const k_dev_ops k_emu_ops;
 
+/* What crossed between host and emulated device through the mem_upload* / mem_download* entries since the process
+ * started (tests: e.g. that the trainer's master weights stay on the device between steps). Not thread-safe. */
+typedef struct {
+    unsigned long long uploads, upload_bytes, downloads, download_bytes;
+} k_emu_traffic;
+void k_emu_traffic_get(k_emu_traffic *t);
+
 #endif
