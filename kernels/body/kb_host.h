@@ -8,6 +8,8 @@
 #ifndef KERNELS_BODY_KB_HOST_H
 #define KERNELS_BODY_KB_HOST_H
 
+#include <stdlib.h>
+
 #include "kernels/body/kb_act.h"
 #include "kernels/body/kb_base.h"
 #include "kernels/body/kb_flow.h"
@@ -71,11 +73,19 @@ static inline void kbh_norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, k
             }
         }
     }
-    if (dw.p || (db.p && !rms))
-        for (int c = 0; c < C; c++) {
-            kb_out no_db = {NULL, KB_F32};
-            kb_norm_param_col(dw, rms ? no_db : db, dout, x, rms ? NULL : mean, rstd, N, C, c);
-        }
+    if (dw.p || (db.p && !rms)) { /* the GPU's two launches: (range, column) partials, then one pass per column */
+        kb_out no_db = {NULL, KB_F32};
+        const int nr = kb_norm_param_ranges(N);
+        double *pw = (double *)malloc(sizeof(double) * ((size_t)nr * C + 1)),
+               *pb = (double *)malloc(sizeof(double) * ((size_t)nr * C + 1));
+        if (!pw || !pb) abort();
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < C; c++)
+                kb_norm_param_range(dout, x, rms ? NULL : mean, rstd, N, C, c, r, &pw[(size_t)r * C + c],
+                                    &pb[(size_t)r * C + c]);
+        for (int c = 0; c < C; c++) kb_norm_param_combine(dw, rms ? no_db : db, pw, pb, nr, C, c);
+        free(pw), free(pb);
+    }
 }
 
 /* ---- RoPE: one pair at a time ---- */

@@ -4,7 +4,8 @@
  * kernels/body/kb_host.h runs on the CPU in `make test`:
  *   norm rows   16 lanes per row (16 rows per block of 256 threads); a lane computes its partial sums with the body,
  *               the 16 partials meet in shared memory and every lane adds them with the same fixed tree;
- *   columns     one thread per column (norm weight/bias gradients) or per (sample, column) (modulation rows);
+ *   columns     norm weight/bias gradients: one thread per (128-row range, column), then one per column adding
+ *               the ranges in order (kb_norm.h); modulation rows: one thread per (sample, column);
  *   elements    one thread per element, pair (RoPE), output element (patch maps) or query row (LSE merge).
  * Compiled with -fmad=false so fp32 products and sums round as on the CPU; see kernels/cuda/README.md for what has
  * run where (nothing of this file has run on a GPU yet). */
@@ -96,9 +97,18 @@ __global__ void norm_dx_kernel(int rms, kb_out dx, kb_in dout, kb_in x, kb_in w,
     }
 }
 
-__global__ void norm_param_kernel(kb_out dw, kb_out db, kb_in dout, kb_in x, const float *mean, const float *rstd,
-                                  int N, int C) {
-    KC_FOR(c, C) kb_norm_param_col(dw, db, dout, x, mean, rstd, N, C, (int)c);
+/* Weight / bias gradients in two launches (kb_norm.h): the (range, column) partials, item i = r * C + c (adjacent
+ * threads: adjacent columns of the same rows, coalesced), then one thread per column adds its ranges in order. */
+__global__ void norm_param_range_kernel(double *pw, double *pb, kb_in dout, kb_in x, const float *mean,
+                                        const float *rstd, int N, int C, int nr) {
+    KC_FOR(i, (size_t)nr * C) { /* items < 2^31 (checked at the launch): 32-bit index math */
+        const unsigned r = (unsigned)i / (unsigned)C, c = (unsigned)i - r * (unsigned)C;
+        kb_norm_param_range(dout, x, mean, rstd, N, C, (int)c, (int)r, &pw[i], &pb[i]);
+    }
+}
+
+__global__ void norm_param_combine_kernel(kb_out dw, kb_out db, const double *pw, const double *pb, int nr, int C) {
+    KC_FOR(c, C) kb_norm_param_combine(dw, db, pw, pb, nr, C, (int)c);
 }
 
 extern "C" int kc_layernorm_forward(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C,
@@ -127,8 +137,16 @@ static int norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, kb_in dout, k
         if (kc_launched(op)) return -1;
     }
     if (dw.p || db.p) {
-        norm_param_kernel<<<kc_blocks((size_t)C), KC_THREADS, 0, kc_stream>>>(dw, db, dout, x, rms ? NULL : mean, rstd,
-                                                                              N, C);
+        const int nr = kb_norm_param_ranges(N);
+        const size_t items = (size_t)nr * C;
+        if (items > (size_t)INT32_MAX)
+            return core_error("%s: %d row ranges x C = %d columns exceed 2^31 work items", op, nr, C);
+        double *pw = (double *)kc_scratch(KC_SLOT_REDUCE, 2 * items * sizeof(double));
+        if (!pw) return -1;
+        norm_param_range_kernel<<<kc_blocks(items), KC_THREADS, 0, kc_stream>>>(pw, pw + items, dout, x,
+                                                                               rms ? NULL : mean, rstd, N, C, nr);
+        if (kc_launched(op)) return -1;
+        norm_param_combine_kernel<<<kc_blocks((size_t)C), KC_THREADS, 0, kc_stream>>>(dw, db, pw, pw + items, nr, C);
         if (kc_launched(op)) return -1;
     }
     return 0;
