@@ -289,3 +289,20 @@ TEST(emu_precond_attn_pointers) {
     a.dk = dk;
     attn_free(&a);
 }
+
+/* Our own kernels index elements in 32 bits (kernels/body/kb_index.h): an op over 2^31 or more elements is refused,
+ * by the kernels' launchers and by the emulated device (sizes only: nothing is read). */
+TEST(emu_precond_index32) {
+    kb_out none = {NULL, KB_BF16};
+    kb_in nil = {NULL, KB_BF16};
+    EXPECT_REFUSED(k_emu_ops.modulate_forward(none, nil, nil, nil, 1, 1 << 20, 2048, 0, 2048),
+                   "modulate_forward: 2147483648 elements, above the 2^31 - 1");
+    EXPECT_REFUSED(k_emu_ops.gate_residual_backward(none, none, none, nil, nil, nil, 2, 1 << 20, 1024, 1, 1024),
+                   "gate_residual_backward: 2147483648 elements");
+    EXPECT_REFUSED(k_emu_ops.rope_forward(none, nil, NULL, NULL, 1, 1 << 20, 16, 128), "rope_forward: 2147483648");
+    EXPECT_REFUSED(k_emu_ops.add_table_forward(none, nil, nil, 1 << 20, 6, 512, 6), "add_table_forward: 3221225472");
+    EXPECT_REFUSED(k_emu_ops.patchify_forward(none, nil, 1, 16, 1024, 512, 512, 1, 2, 2), "patchify_forward: 4294967296");
+    EXPECT_REFUSED(k_emu_ops.lse_merge_forward(none, NULL, nil, NULL, nil, NULL, 1, 1 << 20, 16, 128),
+                   "lse_merge_forward: 2147483648");
+    EXPECT_OK(kc_precond_index32("x", (size_t)INT32_MAX));
+}

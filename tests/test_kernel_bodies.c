@@ -346,6 +346,40 @@ TEST(kbody_norm_param_ranges) {
     free(x), free(g), free(rstd);
 }
 
+/* kb_index.h's division by an invariant divisor against '/', on edge and random values below 2^31; and the rope
+ * table map in 32 bits (what the kernel and the emulated device run) against its 64-bit reference. */
+TEST(kbody_fdiv_exact) {
+    const uint32_t ds[] = {1, 2, 3, 5, 6, 7, 12, 64, 96, 127, 128, 129, 1536, 5120, 32760, 65535, 65536, 65537,
+                           1000003, 0x7fffu * 0x10001u, (1u << 30) - 1, 1u << 30, (1u << 30) + 1, 0x7ffffffeu, 0x7fffffffu};
+    uint64_t st = 12345;
+    long bad = 0;
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        const uint32_t d = ds[k];
+        const kb_fdiv f = kb_fdiv_make(d);
+        uint32_t as[12] = {0, 1, d - 1, d, d + 1 > d ? d + 1 : d, 2 * (uint64_t)d - 1 < 0x80000000u ? 2 * d - 1 : d,
+                           0x7fffffffu, 0x7ffffffeu, 0x7fffffffu - 0x7fffffffu % d, 0x7fffffffu / 2, 1u << 30, 77};
+        for (int i = 0; i < 12; i++) {
+            const uint32_t a = as[i] & 0x7fffffffu;
+            uint32_t r, q = kb_fdiv_qr(a, f, &r);
+            if (q != a / d || r != a % d) bad++;
+        }
+        for (int i = 0; i < 200000; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t a = (uint32_t)(st >> 33); /* < 2^31 */
+            if (kb_fdiv_q(a, f) != a / d) bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld quotients differ", bad);
+    const int shapes[][4] = {{2, 30, 3, 12}, {1, 7, 12, 64}, {3, 5, 40, 64}, {1, 1, 1, 1}};
+    for (int k = 0; k < 4; k++) {
+        const int B = shapes[k][0], S = shapes[k][1], H = shapes[k][2], half = shapes[k][3];
+        const kb_rope_div v = kb_rope_div_make(S, H, half);
+        for (size_t p = 0; p < (size_t)B * S * H * half; p++)
+            if (kb_rope_table_index32((uint32_t)p, &v) != kb_rope_table_index(p, S, H, half)) bad++;
+    }
+    CHECK_MSG(bad == 0, "%ld rope table indices differ", bad);
+}
+
 /* ---- RoPE ---- */
 
 TEST(kbody_rope_matches_cpu_ops) {

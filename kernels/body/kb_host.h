@@ -93,9 +93,10 @@ static inline void kbh_norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, k
 static inline void kbh_rope(int backward, kb_out out, kb_in x, const float *cos, const float *sin, int B, int S,
                             int H, int Dh) {
     int half = Dh / 2;
-    size_t pairs = (size_t)B * S * H * half;
+    size_t pairs = (size_t)B * S * H * half; /* < 2^31 (k_emu's caller checks, as the kernel's launcher) */
+    const kb_rope_div v = kb_rope_div_make(S, H, half);
     for (size_t p = 0; p < pairs; p++) {
-        size_t t = kb_rope_table_index(p, S, H, half);
+        size_t t = kb_rope_table_index32((uint32_t)p, &v);
         float a = kb_get(x, 2 * p), b = kb_get(x, 2 * p + 1), y1, y2;
         if (backward) {
             kb_rope_bwd_pair(a, b, cos[t], sin[t], &y1, &y2);

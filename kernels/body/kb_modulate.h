@@ -55,14 +55,15 @@ KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, d
  * source gradient adds j = 0..nj-1 in order straight into the accumulator. So fp32 results are bit-identical. */
 
 /* Index into src of element i of out. */
-KB_FN size_t kb_add_table_src(size_t i, int nj, int D, int src_nj) {
-    const size_t d = i % (size_t)D, rj = i / (size_t)D, j = rj % (size_t)nj, r = rj / (size_t)nj;
-    return (r * (size_t)src_nj + (src_nj == 1 ? 0 : j)) * (size_t)D + d;
+KB_FN size_t kb_add_table_src(size_t i_, int nj, int D, int src_nj) {
+    const uint32_t i = (uint32_t)i_; /* out < 2^31 elements: the callers check (32-bit index math) */
+    const uint32_t d = i % (uint32_t)D, rj = i / (uint32_t)D, j = rj % (uint32_t)nj, r = rj / (uint32_t)nj;
+    return (r * (uint32_t)src_nj + (src_nj == 1 ? 0 : j)) * (uint32_t)D + d;
 }
 
 /* table[j, d] + src[...] for element i of out. */
 KB_FN float kb_add_table_elem(kb_in table, kb_in src, size_t i, int nj, int D, int src_nj) {
-    return kb_get(table, i % ((size_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
+    return kb_get(table, (uint32_t)i % ((uint32_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
 }
 
 /* Column c of x [R, ncol] summed over rows 0..R-1 in order, fp32 accumulator (wan_colsum_acc's arithmetic). */
@@ -74,8 +75,8 @@ KB_FN float kb_col_sum_f32(kb_in x, int64_t R, int ncol, int c) {
 
 /* dsrc[r, 0, d] += dmod[r, j, d] for j = 0..nj-1 in order (element e = r * D + d of dsrc; src_nj == 1). */
 KB_FN void kb_add_table_bcast_grad(kb_out dsrc, kb_in dmod, size_t e, int nj, int D) {
-    const size_t d = e % (size_t)D, r = e / (size_t)D;
-    for (int j = 0; j < nj; j++) kb_acc(dsrc, e, kb_get(dmod, (r * (size_t)nj + (size_t)j) * (size_t)D + d));
+    const uint32_t d = (uint32_t)e % (uint32_t)D, r = (uint32_t)e / (uint32_t)D; /* < 2^31: callers check */
+    for (int j = 0; j < nj; j++) kb_acc(dsrc, e, kb_get(dmod, (size_t)(r * (uint32_t)nj + (uint32_t)j) * D + d));
 }
 
 #endif

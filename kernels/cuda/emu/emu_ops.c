@@ -156,9 +156,11 @@ static int e_rms_b(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb_in w, const flo
     return kbh_norm_backward(1, dx, dw, none, dout, x, w, NULL, rstd, N, C), 0;
 }
 static int e_rope_f(kb_out out, kb_in x, const float *c, const float *s, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("rope_forward", (size_t)B * S * H * Dh)) return -1; /* as the kernel's launcher */
     return kbh_rope(0, out, x, c, s, B, S, H, Dh), 0;
 }
 static int e_rope_b(kb_out dx, kb_in dout, const float *c, const float *s, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("rope_backward", (size_t)B * S * H * Dh)) return -1;
     return kbh_rope(1, dx, dout, c, s, B, S, H, Dh), 0;
 }
 static int e_gelu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(1, out, x, n), 0; }
@@ -166,34 +168,42 @@ static int e_gelu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_
 static int e_silu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(0, out, x, n), 0; }
 static int e_silu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_backward(0, dx, dout, x, n), 0; }
 static int e_mod_f(kb_out out, kb_in x, kb_in sh, kb_in sc, int B, int S, int D, int pt, int ms) {
+    if (kc_precond_index32("modulate_forward", (size_t)B * S * D)) return -1;
     return kbh_modulate_forward(out, x, sh, sc, B, S, D, pt, ms), 0;
 }
 static int e_mod_b(kb_out dx, kb_out dsh, kb_out dsc, kb_in dout, kb_in x, kb_in sc, int B, int S, int D, int pt,
                    int ms) {
+    if (kc_precond_index32("modulate_backward", (size_t)B * S * D)) return -1;
     return kbh_modulate_backward(dx, dsh, dsc, dout, x, sc, B, S, D, pt, ms), 0;
 }
 static int e_gate_f(kb_out out, kb_in x, kb_in y, kb_in g, int B, int S, int D, int pt, int ms) {
+    if (kc_precond_index32("gate_residual_forward", (size_t)B * S * D)) return -1;
     return kbh_gate_residual_forward(out, x, y, g, B, S, D, pt, ms), 0;
 }
 static int e_gate_b(kb_out dx, kb_out dy, kb_out dg, kb_in dout, kb_in y, kb_in g, int B, int S, int D, int pt,
                     int ms) {
+    if (kc_precond_index32("gate_residual_backward", (size_t)B * S * D)) return -1;
     return kbh_gate_residual_backward(dx, dy, dg, dout, y, g, B, S, D, pt, ms), 0;
 }
-#define PATCH_FN(name, drv)                                                                                    \
+#define PATCH_FN(name, drv, op)                                                                                \
     static int name(kb_out y, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {            \
         kb_patch_dims d = kb_patch_dims_make(B, C, F, H, W, pt, ph, pw);                                        \
+        if (kc_precond_index32(op, kb_patch_tokens_n(&d)) || kc_precond_index32(op, kb_patch_video_n(&d)))      \
+            return -1;                                                                                          \
         return drv(y, x, &d), 0;                                                                                \
     }
-PATCH_FN(e_pf, kbh_patchify_forward)
-PATCH_FN(e_pb, kbh_patchify_backward)
-PATCH_FN(e_uf, kbh_unpatchify_forward)
-PATCH_FN(e_ub, kbh_unpatchify_backward)
+PATCH_FN(e_pf, kbh_patchify_forward, "patchify_forward")
+PATCH_FN(e_pb, kbh_patchify_backward, "patchify_backward")
+PATCH_FN(e_uf, kbh_unpatchify_forward, "unpatchify_forward")
+PATCH_FN(e_ub, kbh_unpatchify_backward, "unpatchify_backward")
 static int e_lse_f(kb_out o, float *l, kb_in o1, const float *l1, kb_in o2, const float *l2, int B, int S, int H,
                    int Dh) {
+    if (kc_precond_index32("lse_merge_forward", (size_t)B * S * H * Dh)) return -1;
     return kbh_lse_merge_forward(o, l, o1, l1, o2, l2, B, S, H, Dh), 0;
 }
 static int e_lse_b(kb_out do1, float *dl1, kb_out do2, float *dl2, kb_in dout, const float *dl, kb_in o1,
                    const float *l1, kb_in o2, const float *l2, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("lse_merge_backward", (size_t)B * S * H * Dh)) return -1;
     return kbh_lse_merge_backward(do1, dl1, do2, dl2, dout, dl, o1, l1, o2, l2, B, S, H, Dh), 0;
 }
 static int e_sde(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean, kb_out xn, float cx, float cv, float sd,
@@ -230,11 +240,13 @@ static int e_add(kb_out y, kb_in x, int64_t n) {
 static int e_table_f(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj) {
     if (R < 0 || nj < 1 || D < 1 || (src_nj != 1 && src_nj != nj))
         return core_error("add_table_forward: R %d, nj %d, D %d, src_nj %d (1 or nj)", R, nj, D, src_nj);
+    if (kc_precond_index32("add_table_forward", (size_t)R * nj * D)) return -1;
     return kbh_add_table_forward(out, table, src, R, nj, D, src_nj), 0;
 }
 static int e_table_b(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj) {
     if (R < 0 || nj < 1 || D < 1 || (src_nj != 1 && src_nj != nj))
         return core_error("add_table_backward: R %d, nj %d, D %d, src_nj %d (1 or nj)", R, nj, D, src_nj);
+    if (kc_precond_index32("add_table_backward", (size_t)R * nj * D)) return -1;
     return kbh_add_table_backward(dtable, dsrc, dmod, R, nj, D, src_nj), 0;
 }
 

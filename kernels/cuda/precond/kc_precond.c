@@ -53,6 +53,12 @@ int kc_precond_gemm(const k_gemm_args *g) {
     return 0;
 }
 
+int kc_precond_index32(const char *op, size_t n) {
+    if (n > (size_t)INT32_MAX)
+        return core_error("%s: %zu elements, above the 2^31 - 1 of the kernels' 32-bit index math", op, n);
+    return 0;
+}
+
 static int shape_ok(const char *op, int B, int Sq, int Skv, int H, int Dh, int dh_max) {
     if (B < 1) return core_error("%s: B %d must be >= 1", op, B);
     if (Sq < 1) return core_error("%s: Sq %d must be >= 1", op, Sq);

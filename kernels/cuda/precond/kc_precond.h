@@ -47,6 +47,10 @@ int kc_precond_attention_backward(const kb_bf16 *dq, const kb_bf16 *dk, const kb
                                   const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o,
                                   const float *lse, int B, int Sq, int Skv, int H, int Dh);
 
+/* The element-index maps of our own kernels run in 32 bits (kernels/body/kb_index.h; kernels/cuda/kern_layers.cu):
+ * an op over n elements needs n <= 2^31 - 1. 0, or -1 with core_error naming op and n. */
+int kc_precond_index32(const char *op, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
