@@ -346,6 +346,45 @@ TEST(kbody_norm_param_ranges) {
     free(x), free(g), free(rstd);
 }
 
+/* The broadcast modulation gradients' range reduction (kb_modulate.h), as kbody_norm_param_ranges: S = 300 tokens
+ * (ranges 128, 128, 44), B = 2, against k_cpu_ops (tokens in order) within 1e-6, fp32 and bf16 storage; then a
+ * column where the orders differ: gate residual dgate with y = 2^60 at token 0, -2^60 at token 128, 1 elsewhere,
+ * dout 1: tokens in order give S - 129, ranges 44. */
+TEST(kbody_mod_col_ranges) {
+    const int B = 2, S = 300, D = 24, stride = 6 * D;
+    const size_t nx = (size_t)B * S * D, nmod = (size_t)B * stride;
+    for (int k = 0; k < 2; k++) {
+        kb_dtype t = DTYPES[k];
+        tb_t x = tb_make(nx, t, 81, -2, 2), dout = tb_make(nx, t, 82, -1, 1), sc = tb_make(nmod, t, 83, -0.5f, 0.5f);
+        float *dsh = f32_rand(nmod, 84, -1, 1), *dsc = f32_rand(nmod, 85, -1, 1);
+        float *bdsh = f32_copy(dsh, nmod), *bdsc = f32_copy(dsc, nmod);
+        kb_out none = {NULL, t};
+        kbh_modulate_backward(none, kb_out_f32(bdsh), kb_out_f32(bdsc), tb_in(&dout), tb_in(&x), tb_in(&sc), B, S, D, 0,
+                              stride);
+        k_cpu_ops.modulate_backward(NULL, dsh, dsc, dout.ref, x.ref, sc.ref, B, S, D, 0, stride);
+        double worst = 0;
+        for (size_t i = 0; i < nmod; i++) {
+            worst = fmax(worst, fabs((double)bdsh[i] - dsh[i]) / (fabs(dsh[i]) + 1e-30));
+            worst = fmax(worst, fabs((double)bdsc[i] - dsc[i]) / (fabs(dsc[i]) + 1e-30));
+        }
+        CHECK_MSG(worst <= 1e-6, "ranges vs tokens in order: worst rel %.3e", worst);
+        tb_free(&x), tb_free(&dout), tb_free(&sc);
+        free(dsh), free(dsc), free(bdsh), free(bdsc);
+    }
+    float *y = tb_alloc((size_t)S * sizeof(float)), *g = tb_alloc((size_t)S * sizeof(float));
+    float gate = 0.5f, dg_body = 0.0f, dg_cpu = 0.0f;
+    for (int s = 0; s < S; s++) y[s] = 1.0f, g[s] = 1.0f;
+    y[0] = 0x1p60f, y[128] = -0x1p60f;
+    kb_out none = {NULL, KB_F32};
+    kbh_gate_residual_backward(none, none, kb_out_f32(&dg_body), kb_in_f32(g), kb_in_f32(y), kb_in_f32(&gate), 1, S, 1,
+                               0, 1);
+    k_cpu_ops.gate_residual_backward(NULL, NULL, &dg_cpu, g, y, &gate, 1, S, 1, 0, 1);
+    printf("  dgate at a cancelling column: ranges %.0f, tokens in order %.0f\n", dg_body, dg_cpu);
+    CHECK(dg_body == 44.0f);
+    CHECK(dg_cpu == (float)(S - 129));
+    free(y), free(g);
+}
+
 /* kb_index.h's division by an invariant divisor against '/', on edge and random values below 2^31; and the rope
  * table map in 32 bits (what the kernel and the emulated device run) against its 64-bit reference. */
 TEST(kbody_fdiv_exact) {

@@ -138,6 +138,29 @@ static inline void kbh_modulate_forward(kb_out out, kb_in x, kb_in shift, kb_in 
         }
 }
 
+/* The broadcast modulation gradients (kb_modulate.h's range reduction, in the GPU's two launches): dgx[b, d] +=
+ * sum_s g x, dg[b, d] += sum_s g (either .p may be NULL), rows of dgx / dg mod_stride apart. */
+static inline void kbh_mod_cols(kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
+    const int nr = kb_mod_col_ranges(S);
+    const size_t per = (size_t)nr * D;
+    double *pa = (double *)malloc(sizeof(double) * (per + 1)), *pc = (double *)malloc(sizeof(double) * (per + 1));
+    if (!pa || !pc) abort();
+    for (int b = 0; b < B; b++) {
+        for (int r = 0; r < nr; r++)
+            for (int d = 0; d < D; d++)
+                kb_mod_col_range(dout, x, (size_t)b * S * D, S, D, d, r, dgx.p ? &pa[(size_t)r * D + d] : NULL,
+                                 dg.p ? &pc[(size_t)r * D + d] : NULL);
+        for (int d = 0; d < D; d++) {
+            double sgx = 0.0, sg = 0.0;
+            kb_mod_col_combine(pa, pc, nr, D, d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
+            const size_t m = (size_t)b * mod_stride + d;
+            if (dgx.p) kb_acc(dgx, m, (float)sgx);
+            if (dg.p) kb_acc(dg, m, (float)sg);
+        }
+    }
+    free(pa), free(pc);
+}
+
 static inline void kbh_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale, kb_in dout, kb_in x, kb_in scale,
                                          int B, int S, int D, int per_token, int mod_stride) {
     for (int b = 0; b < B; b++)
@@ -151,14 +174,7 @@ static inline void kbh_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale
             }
         }
     if (per_token || (!dscale.p && !dshift.p)) return;
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < D; d++) {
-            double sgx = 0.0, sg = 0.0;
-            kb_mod_col_sums(dout, x, (size_t)b * S * D, S, D, d, dscale.p ? &sgx : NULL, dshift.p ? &sg : NULL);
-            size_t m = (size_t)b * mod_stride + d;
-            if (dscale.p) kb_acc(dscale, m, (float)sgx);
-            if (dshift.p) kb_acc(dshift, m, (float)sg);
-        }
+    kbh_mod_cols(dscale, dshift, dout, x, B, S, D, mod_stride);
 }
 
 static inline void kbh_gate_residual_forward(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D,
@@ -184,12 +200,8 @@ static inline void kbh_gate_residual_backward(kb_out dx, kb_out dy, kb_out dgate
             }
         }
     if (per_token || !dgate.p) return;
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < D; d++) {
-            double sgy = 0.0;
-            kb_mod_col_sums(dout, y, (size_t)b * S * D, S, D, d, &sgy, NULL);
-            kb_acc(dgate, (size_t)b * mod_stride + d, (float)sgy);
-        }
+    kb_out none = {NULL, KB_F32};
+    kbh_mod_cols(dgate, none, dout, y, B, S, D, mod_stride);
 }
 
 /* ---- the modulation table plus the embedding rows: one element, one table column, one source element ---- */

@@ -34,15 +34,37 @@ KB_FN float kb_gate_residual_elem(float x, float y, float gate) {
     return x + t;
 }
 
-/* Column sums over the S tokens of one sample for column d: *sgx = sum_s g[s,d] * x[s,d] (sgx may be NULL),
- * *sg = sum_s g[s,d] (sg may be NULL); in double, s in order. g, x [S, D] rows starting at `base` (= b*S*D). */
-KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, double *sgx, double *sg) {
+/* The broadcast modulation gradients (dscale, dshift, dgate when one row serves all S tokens of a sample: column sums
+ * over the tokens, sum g x and sum g, in double), as a fixed-order parallel reduction (as the norm weight gradients,
+ * kb_norm.h): the tokens cut into ranges of KB_MOD_COL_ROWS = 128; the partial of (range r, column d) adds its tokens in order in double, then each
+ * column adds its range partials in range order from 0 (the CPU's order exactly for S <= 128). What the GPU (one
+ * thread per (sample, range, column), then one per (sample, column)) and the emulated device run. */
+#define KB_MOD_COL_ROWS 128
+
+KB_FN int kb_mod_col_ranges(int S) { return (S + KB_MOD_COL_ROWS - 1) / KB_MOD_COL_ROWS; }
+
+/* Range r of column d of one sample (rows from base = b*S*D): *sgx = sum g x, *sg = sum g over its tokens in order
+ * (either may be NULL). */
+KB_FN void kb_mod_col_range(kb_in g, kb_in x, size_t base, int S, int D, int d, int r, double *sgx, double *sg) {
     double a = 0.0, c = 0.0;
-    for (int s = 0; s < S; s++) {
+    const int s1 = (r + 1) * KB_MOD_COL_ROWS < S ? (r + 1) * KB_MOD_COL_ROWS : S;
+    for (int s = r * KB_MOD_COL_ROWS; s < s1; s++) {
         size_t i = base + (size_t)s * D + (size_t)d;
         float gv = kb_get(g, i);
         if (sgx) a += (double)gv * (double)kb_get(x, i);
         if (sg) c += (double)gv;
+    }
+    if (sgx) *sgx = a;
+    if (sg) *sg = c;
+}
+
+/* Column d of one sample from its range partials pa, pc [nr, D] (range-major; either may be NULL with its output):
+ * added in range order in double from 0. */
+KB_FN void kb_mod_col_combine(const double *pa, const double *pc, int nr, int D, int d, double *sgx, double *sg) {
+    double a = 0.0, c = 0.0;
+    for (int r = 0; r < nr; r++) {
+        if (sgx) a += pa[(size_t)r * D + (size_t)d];
+        if (sg) c += pc[(size_t)r * D + (size_t)d];
     }
     if (sgx) *sgx = a;
     if (sg) *sg = c;

@@ -4,8 +4,8 @@
  * kernels/body/kb_host.h runs on the CPU in `make test`:
  *   norm rows   16 lanes per row (16 rows per block of 256 threads); a lane computes its partial sums with the body,
  *               the 16 partials meet in shared memory and every lane adds them with the same fixed tree;
- *   columns     norm weight/bias gradients: one thread per (128-row range, column), then one per column adding
- *               the ranges in order (kb_norm.h); modulation rows: one thread per (sample, column);
+ *   columns     norm weight/bias gradients and broadcast modulation gradients: one thread per (128-row range,
+ *               column), then one per column adding the ranges in order (kb_norm.h, kb_modulate.h);
  *   elements    one thread per element, pair (RoPE), output element (patch maps) or query row (LSE merge).
  * Compiled with -fmad=false so fp32 products and sums round as on the CPU; see kernels/cuda/README.md for what has
  * run where (nothing of this file has run on a GPU yet). */
@@ -287,17 +287,48 @@ __global__ void mod_backward_elem_kernel(int kind, kb_out dx, kb_out d1, kb_out 
     }
 }
 
-/* Broadcast rows: one thread per (sample, column); sums over s in order (kb_mod_col_sums). dgx += sum g x (p may be
- * NULL), dg += sum g (p may be NULL). */
-__global__ void mod_col_kernel(kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
-    KC_FOR(j, (size_t)B * D) {
-        const int b = (int)((uint32_t)j / (uint32_t)D), d = (int)((uint32_t)j - (uint32_t)b * (uint32_t)D);
+/* Broadcast rows (kb_modulate.h's range reduction): the (sample, range, column) partials, item i = (b nr + r) D + d
+ * (adjacent threads: adjacent columns, coalesced), then one thread per (sample, column) adding its ranges in order:
+ * dgx[b, d] += sum g x (p may be NULL), dg[b, d] += sum g (p may be NULL). Items < 2^31 (checked at the launch). */
+__global__ void mod_col_range_kernel(double *pa, double *pc, int want_gx, int want_g, kb_in dout, kb_in x, int S,
+                                     int D, kb_fdiv fD, kb_fdiv fnr, size_t items) {
+    KC_FOR(i, items) {
+        uint32_t d, r;
+        const uint32_t b = kb_fdiv_qr(kb_fdiv_qr((uint32_t)i, fD, &d), fnr, &r);
+        kb_mod_col_range(dout, x, (size_t)b * S * D, S, D, (int)d, (int)r, want_gx ? &pa[i] : NULL,
+                         want_g ? &pc[i] : NULL);
+    }
+}
+
+__global__ void mod_col_combine_kernel(kb_out dgx, kb_out dg, const double *pa, const double *pc, int nr, int D,
+                                       kb_fdiv fD, int mod_stride, size_t n) {
+    KC_FOR(j, n) {
+        uint32_t d;
+        const uint32_t b = kb_fdiv_qr((uint32_t)j, fD, &d);
+        const size_t off = (size_t)b * nr * D;
         double sgx = 0.0, sg = 0.0;
-        kb_mod_col_sums(dout, x, (size_t)b * S * D, S, D, d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
-        const size_t m = (size_t)b * mod_stride + (size_t)d;
+        kb_mod_col_combine(pa + off, pc + off, nr, D, (int)d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
+        const size_t m = (size_t)b * mod_stride + d;
         if (dgx.p) kb_acc(dgx, m, (float)sgx);
         if (dg.p) kb_acc(dg, m, (float)sg);
     }
+}
+
+static int mod_cols(const char *op, kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
+    const int nr = kb_mod_col_ranges(S);
+    const size_t items = (size_t)B * nr * D;
+    if (!items) return 0;
+    if (too_big(op, items)) return -1;
+    double *pa = (double *)kc_scratch(KC_SLOT_REDUCE, 2 * items * sizeof(double));
+    if (!pa) return -1;
+    mod_col_range_kernel<<<kc_blocks(items), KC_THREADS, 0, kc_stream>>>(pa, pa + items, dgx.p != NULL, dg.p != NULL,
+                                                                         dout, x, S, D, kb_fdiv_make(D),
+                                                                         kb_fdiv_make(nr), items);
+    if (kc_launched(op)) return -1;
+    mod_col_combine_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dgx, dg, pa, pa + items, nr, D,
+                                                                                  kb_fdiv_make(D), mod_stride,
+                                                                                  (size_t)B * D);
+    return kc_launched(op);
 }
 
 static int bad_mod_args(const char *op, int B, int S, int D, int per_token, int mod_stride) {
@@ -330,9 +361,7 @@ extern "C" int kc_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale, kb_
                                                                          per_token, mod_stride, n);
     if (kc_launched("modulate_backward")) return -1;
     if (per_token || (!dscale.p && !dshift.p)) return 0;
-    mod_col_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dscale, dshift, dout, x, B, S, D,
-                                                                           mod_stride);
-    return kc_launched("modulate_backward");
+    return mod_cols("modulate_backward", dscale, dshift, dout, x, B, S, D, mod_stride);
 }
 
 extern "C" int kc_gate_residual_forward(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D, int per_token,
@@ -358,8 +387,7 @@ extern "C" int kc_gate_residual_backward(kb_out dx, kb_out dy, kb_out dgate, kb_
                                                                          mod_stride, n);
     if (kc_launched("gate_residual_backward")) return -1;
     if (per_token || !dgate.p) return 0;
-    mod_col_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dgate, none, dout, y, B, S, D, mod_stride);
-    return kc_launched("gate_residual_backward");
+    return mod_cols("gate_residual_backward", dgate, none, dout, y, B, S, D, mod_stride);
 }
 
 /* ---- patchify / unpatchify: one thread per element of the op's output ---- */
