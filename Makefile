@@ -17,7 +17,7 @@ LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lx
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
-LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c kernels/cuda/emu/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
+LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c kernels/cuda/emu/*.c kernels/cuda/precond/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
@@ -238,7 +238,7 @@ GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_de
 GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/train_step.c trainer/train_dev.c trainer/grpo.c \
   trainer/optim.c model/flow/flow.c model/flow/first_frame.c model/vae/wan_vae_i2v.c core/trajectory.c core/reduce.c
 GPU_CHECK_DIT_SRC += $(GPU_CHECK_GRPO_SRC)
-GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
+GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)
 GPU_CHECK_CFLAGS := -O3 -march=x86-64-v3 -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -ffunction-sections -fdata-sections -I. -I$(CUDA_HOME)/include -DVGRPO_CUDA=1
 
@@ -252,7 +252,7 @@ $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 # `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/emu/: host memory, the kernel bodies,
 # k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/emulate.c: the rest of
 # k_cuda.h) to test the check's own logic without a GPU or CUDA toolkit. `make test` links the same table as k_emu_ops.
-GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
+GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
 gpu-check-emu: $(BUILD)/gpu_check_emu

@@ -150,6 +150,91 @@ TEST(dev_opt_step_equals_host) {
     wan_model_free(&dm), wan_model_free(&hm);
 }
 
+/* trainer/train_dev.h lazy_host: the master's host copy is made only when the host asks (trainer_dev_sync_host), not
+ * at every step. Counted on the emulated device (k_emu_traffic): 3 lazy steps download proj_out.bias's slice only
+ * (the eager steps download the whole master each time); after the sync the host params, moments and the device's
+ * bf16 copy equal the eager run's bit for bit. */
+TEST(dev_master_stays_on_device) {
+    wan_config c;
+    REQUIRE_OK(wan_config_preset(&c, "tiny"));
+    wan_model ml, me; /* lazy, eager */
+    REQUIRE_OK(wan_model_init(&ml, &c));
+    REQUIRE_OK(wan_model_init(&me, &c));
+    wt_random_params(&ml, 23);
+    const int64_t np = ml.layout.numel;
+    memcpy(me.params, ml.params, sizeof(float) * (size_t)np);
+    wan_dev_exec *x = wan_dev_exec_new(&k_emu_ops);
+    REQUIRE(x);
+    optim_adamw ol, oe;
+    REQUIRE_OK(optim_adamw_init(&ol, np));
+    REQUIRE_OK(optim_adamw_init(&oe, np));
+    optim_config oc = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.01,
+                       .max_grad_norm = 0.5, .schedule = OPTIM_SCHED_COSINE, .warmup_steps = 1, .total_steps = 5};
+    wan_model *pl[1] = {&ml}, *pe[1] = {&me};
+    optim_adamw *osl[1] = {&ol}, *ose[1] = {&oe};
+    trainer_dev Dl, De;
+    REQUIRE_OK(trainer_dev_init(&Dl, x, pl, 1, NULL, osl));
+    REQUIRE_OK(trainer_dev_init(&De, x, pe, 1, NULL, ose));
+    Dl.lazy_host = 1;
+    float *g = malloc(sizeof(float) * (size_t)np), *w0 = malloc(sizeof(float) * (size_t)np);
+    float *wl = malloc(sizeof(float) * (size_t)np), *we = malloc(sizeof(float) * (size_t)np);
+    REQUIRE(g && w0 && wl && we);
+    memcpy(w0, ml.params, sizeof(float) * (size_t)np);
+    wan_dev_model *dl = wan_dev_exec_model(x, &ml), *de = wan_dev_exec_model(x, &me);
+    REQUIRE(dl && de);
+    const int64_t pout = c.out_channels * c.patch_size[0] * c.patch_size[1] * c.patch_size[2];
+    unsigned long long lazy_bytes = 0, lazy_n = 0, eager_bytes = 0;
+    for (int step = 0; step < 3; step++) {
+        test_fill_uniform(g, (size_t)np, 300 + step, -1.0f, 1.0f);
+        REQUIRE_OK(wan_dev_exec_zero_grads(x, &ml));
+        REQUIRE_OK(wan_dev_exec_zero_grads(x, &me));
+        REQUIRE_OK(k_emu_ops.mem_upload(dl->grads, g, sizeof(float) * (size_t)np));
+        REQUIRE_OK(k_emu_ops.mem_upload(de->grads, g, sizeof(float) * (size_t)np));
+        optim_step_info il, ie;
+        k_emu_traffic t0, t1, t2;
+        k_emu_traffic_get(&t0);
+        REQUIRE_OK(trainer_dev_opt_step(&Dl, pl, 1, NULL, osl, &oc, &il));
+        k_emu_traffic_get(&t1);
+        REQUIRE_OK(trainer_dev_opt_step(&De, pe, 1, NULL, ose, &oc, &ie));
+        k_emu_traffic_get(&t2);
+        lazy_bytes += t1.download_bytes - t0.download_bytes, lazy_n += t1.downloads - t0.downloads;
+        eager_bytes += t2.download_bytes - t1.download_bytes;
+        CHECK(il.grad_norm == ie.grad_norm && il.clip_coef == ie.clip_coef && il.lr == ie.lr);
+        CHECK(Dl.host_stale[0] == 1 && De.host_stale[0] == 0);
+    }
+    printf("  3 steps, %lld parameters: lazy host copy %llu bytes downloaded (%llu copies: proj_out.bias), eager %llu "
+           "bytes\n", (long long)np, lazy_bytes, lazy_n, eager_bytes);
+    CHECK(lazy_bytes == 3ull * (unsigned long long)pout * sizeof(float) && lazy_n == 3);
+    CHECK(eager_bytes >= 3ull * (unsigned long long)np * sizeof(float));
+    /* the stale host copy: the first step's weights never arrived (but proj_out.bias, refreshed every step) */
+    const int64_t pb_off = ml.w.proj_out_b - ml.params;
+    CHECK(memcmp(ml.params, w0, sizeof(float) * (size_t)pb_off) == 0);
+    CHECK(memcmp(ml.w.proj_out_b, me.w.proj_out_b, sizeof(float) * (size_t)pout) == 0);
+    /* the device's bf16 copies already agree (the rollouts read those) */
+    REQUIRE_OK(k_emu_ops.mem_download_bf16(wl, dl->w, (size_t)np));
+    REQUIRE_OK(k_emu_ops.mem_download_bf16(we, de->w, (size_t)np));
+    CHECK(memcmp(wl, we, sizeof(float) * (size_t)np) == 0);
+    k_emu_traffic t0, t1;
+    k_emu_traffic_get(&t0);
+    REQUIRE_OK(trainer_dev_sync_host(&Dl, osl));
+    k_emu_traffic_get(&t1);
+    CHECK(t1.download_bytes - t0.download_bytes == 3ull * (unsigned long long)np * sizeof(float)); /* master, m, v */
+    CHECK(Dl.host_stale[0] == 0);
+    REQUIRE_OK(trainer_dev_sync_host(&De, ose));
+    CHECK_MSG(memcmp(ml.params, me.params, sizeof(float) * (size_t)np) == 0, "lazy master differs from eager");
+    CHECK(memcmp(ol.m, oe.m, sizeof(float) * (size_t)np) == 0 && memcmp(ol.v, oe.v, sizeof(float) * (size_t)np) == 0);
+    k_emu_traffic_get(&t0);
+    REQUIRE_OK(trainer_dev_sync_host(&Dl, osl)); /* current: nothing moves */
+    k_emu_traffic_get(&t1);
+    CHECK(t1.downloads == t0.downloads);
+    free(g), free(w0), free(wl), free(we);
+    trainer_dev_free(&Dl), trainer_dev_free(&De);
+    optim_adamw_free(&ol), optim_adamw_free(&oe);
+    wan_dev_exec_forget(x, &ml), wan_dev_exec_forget(x, &me);
+    wan_dev_exec_close(x);
+    wan_model_free(&ml), wan_model_free(&me);
+}
+
 /* The start-up estimate of device memory (trainer/train_dev.h) at the Wan 2.1 1.3B recipe's sizes (33 frames 480 x
  * 832: 14,040 tokens, 512 text tokens; micro-batch 2 and rollout batch 4, CFG doubling both; a KL reference; local
  * mode), per activation mode: STORE does not fit one 141 GiB GPU, CHECKPOINT fits an 80 GB one; and the Wan 2.2

@@ -282,6 +282,143 @@ TEST(kbody_norms_match_cpu_ops) {
     }
 }
 
+/* The norm weight/bias gradients' fixed-order parallel reduction (kb_norm.h): 128-row ranges, each summed in order
+ * in double, then the ranges in order. Against a plain restatement of that order, bit for bit, at N = 300 (ranges
+ * of 128, 128, 44) with fp32 and bf16 storage; against k_cpu_ops (rows in order) within 1e-6. Then data on which the
+ * two orders differ: RMSNorm dw with rstd 1, x = 2^60 at row 0, -2^60 at row 128, 1 elsewhere, dout 1: rows in
+ * order give N - 129 (the ones of range 0 vanish next to 2^60, those after row 128 count), ranges give 44 (range 1's
+ * ones vanish next to -2^60 too). */
+static void norm_param_ref(const float *dout, const float *x, const float *mean, const float *rstd, int N, int C,
+                           float *dw, float *db) {
+    for (int c = 0; c < C; c++) {
+        double tw = 0.0, tb = 0.0;
+        for (int r0 = 0; r0 < N; r0 += 128) {
+            double sw = 0.0, sb = 0.0;
+            for (int n = r0; n < N && n < r0 + 128; n++) {
+                float xh = (x[(size_t)n * C + c] - (mean ? mean[n] : 0.0f)) * rstd[n], g = dout[(size_t)n * C + c];
+                sw += (double)g * (double)xh;
+                sb += (double)g;
+            }
+            tw += sw, tb += sb;
+        }
+        dw[c] += (float)tw;
+        if (db) db[c] += (float)tb;
+    }
+}
+
+TEST(kbody_norm_param_ranges) {
+    const int N = 300, C = 70;
+    for (int k = 0; k < 2; k++) {
+        kb_dtype t = DTYPES[k];
+        tb_t x = tb_make((size_t)N * C, t, 71, -2.0f, 3.0f), dout = tb_make((size_t)N * C, t, 72, -1, 1);
+        float *mean = f32_rand(N, 73, -0.5f, 0.5f), *rstd = f32_rand(N, 74, 0.5f, 2.0f);
+        float *dw = f32_rand(C, 75, -1, 1), *db = f32_rand(C, 76, -1, 1);
+        float *bdw = f32_copy(dw, C), *bdb = f32_copy(db, C), *rdw = f32_copy(dw, C), *rdb = f32_copy(db, C);
+        kb_out none = {NULL, t};
+        kbh_norm_backward(0, none, kb_out_f32(bdw), kb_out_f32(bdb), tb_in(&dout), tb_in(&x), (kb_in){NULL, t}, mean,
+                          rstd, N, C);
+        norm_param_ref(dout.ref, x.ref, mean, rstd, N, C, rdw, rdb);
+        F32_SAME("norm param ranges dw", bdw, rdw, C);
+        F32_SAME("norm param ranges db", bdb, rdb, C);
+        k_cpu_ops.layernorm_backward(NULL, dw, db, dout.ref, x.ref, NULL, mean, rstd, N, C);
+        double worst = 0;
+        for (int c = 0; c < C; c++) {
+            double e1 = fabs((double)bdw[c] - dw[c]) / (fabs(dw[c]) + 1e-30), e2 = fabs((double)bdb[c] - db[c]) / (fabs(db[c]) + 1e-30);
+            worst = fmax(worst, fmax(e1, e2));
+        }
+        CHECK_MSG(worst <= 1e-6, "ranges vs rows in order: worst rel %.3e", worst);
+        tb_free(&x), tb_free(&dout);
+        free(mean), free(rstd), free(dw), free(db), free(bdw), free(bdb), free(rdw), free(rdb);
+    }
+    /* the order is observable */
+    float *x = tb_alloc((size_t)N * sizeof(float)), *g = tb_alloc((size_t)N * sizeof(float));
+    float *rstd = tb_alloc((size_t)N * sizeof(float));
+    for (int n = 0; n < N; n++) x[n] = 1.0f, g[n] = 1.0f, rstd[n] = 1.0f;
+    x[0] = 0x1p60f, x[128] = -0x1p60f;
+    float dw_body = 0.0f, dw_cpu = 0.0f;
+    kb_out none = {NULL, KB_F32};
+    kbh_norm_backward(1, none, kb_out_f32(&dw_body), none, kb_in_f32(g), kb_in_f32(x), (kb_in){NULL, KB_F32}, NULL,
+                      rstd, N, 1);
+    k_cpu_ops.rmsnorm_backward(NULL, &dw_cpu, g, x, NULL, rstd, N, 1);
+    printf("  dw at a cancelling column: ranges %.0f, rows in order %.0f\n", dw_body, dw_cpu);
+    CHECK(dw_body == 44.0f);
+    CHECK(dw_cpu == (float)(N - 129));
+    free(x), free(g), free(rstd);
+}
+
+/* The broadcast modulation gradients' range reduction (kb_modulate.h), as kbody_norm_param_ranges: S = 300 tokens
+ * (ranges 128, 128, 44), B = 2, against k_cpu_ops (tokens in order) within 1e-6, fp32 and bf16 storage; then a
+ * column where the orders differ: gate residual dgate with y = 2^60 at token 0, -2^60 at token 128, 1 elsewhere,
+ * dout 1: tokens in order give S - 129, ranges 44. */
+TEST(kbody_mod_col_ranges) {
+    const int B = 2, S = 300, D = 24, stride = 6 * D;
+    const size_t nx = (size_t)B * S * D, nmod = (size_t)B * stride;
+    for (int k = 0; k < 2; k++) {
+        kb_dtype t = DTYPES[k];
+        tb_t x = tb_make(nx, t, 81, -2, 2), dout = tb_make(nx, t, 82, -1, 1), sc = tb_make(nmod, t, 83, -0.5f, 0.5f);
+        float *dsh = f32_rand(nmod, 84, -1, 1), *dsc = f32_rand(nmod, 85, -1, 1);
+        float *bdsh = f32_copy(dsh, nmod), *bdsc = f32_copy(dsc, nmod);
+        kb_out none = {NULL, t};
+        kbh_modulate_backward(none, kb_out_f32(bdsh), kb_out_f32(bdsc), tb_in(&dout), tb_in(&x), tb_in(&sc), B, S, D, 0,
+                              stride);
+        k_cpu_ops.modulate_backward(NULL, dsh, dsc, dout.ref, x.ref, sc.ref, B, S, D, 0, stride);
+        double worst = 0;
+        for (size_t i = 0; i < nmod; i++) {
+            worst = fmax(worst, fabs((double)bdsh[i] - dsh[i]) / (fabs(dsh[i]) + 1e-30));
+            worst = fmax(worst, fabs((double)bdsc[i] - dsc[i]) / (fabs(dsc[i]) + 1e-30));
+        }
+        CHECK_MSG(worst <= 1e-6, "ranges vs tokens in order: worst rel %.3e", worst);
+        tb_free(&x), tb_free(&dout), tb_free(&sc);
+        free(dsh), free(dsc), free(bdsh), free(bdsc);
+    }
+    float *y = tb_alloc((size_t)S * sizeof(float)), *g = tb_alloc((size_t)S * sizeof(float));
+    float gate = 0.5f, dg_body = 0.0f, dg_cpu = 0.0f;
+    for (int s = 0; s < S; s++) y[s] = 1.0f, g[s] = 1.0f;
+    y[0] = 0x1p60f, y[128] = -0x1p60f;
+    kb_out none = {NULL, KB_F32};
+    kbh_gate_residual_backward(none, none, kb_out_f32(&dg_body), kb_in_f32(g), kb_in_f32(y), kb_in_f32(&gate), 1, S, 1,
+                               0, 1);
+    k_cpu_ops.gate_residual_backward(NULL, NULL, &dg_cpu, g, y, &gate, 1, S, 1, 0, 1);
+    printf("  dgate at a cancelling column: ranges %.0f, tokens in order %.0f\n", dg_body, dg_cpu);
+    CHECK(dg_body == 44.0f);
+    CHECK(dg_cpu == (float)(S - 129));
+    free(y), free(g);
+}
+
+/* kb_index.h's division by an invariant divisor against '/', on edge and random values below 2^31; and the rope
+ * table map in 32 bits (what the kernel and the emulated device run) against its 64-bit reference. */
+TEST(kbody_fdiv_exact) {
+    const uint32_t ds[] = {1, 2, 3, 5, 6, 7, 12, 64, 96, 127, 128, 129, 1536, 5120, 32760, 65535, 65536, 65537,
+                           1000003, 0x7fffu * 0x10001u, (1u << 30) - 1, 1u << 30, (1u << 30) + 1, 0x7ffffffeu, 0x7fffffffu};
+    uint64_t st = 12345;
+    long bad = 0;
+    for (size_t k = 0; k < sizeof ds / sizeof ds[0]; k++) {
+        const uint32_t d = ds[k];
+        const kb_fdiv f = kb_fdiv_make(d);
+        uint32_t as[12] = {0, 1, d - 1, d, d + 1 > d ? d + 1 : d, 2 * (uint64_t)d - 1 < 0x80000000u ? 2 * d - 1 : d,
+                           0x7fffffffu, 0x7ffffffeu, 0x7fffffffu - 0x7fffffffu % d, 0x7fffffffu / 2, 1u << 30, 77};
+        for (int i = 0; i < 12; i++) {
+            const uint32_t a = as[i] & 0x7fffffffu;
+            uint32_t r, q = kb_fdiv_qr(a, f, &r);
+            if (q != a / d || r != a % d) bad++;
+        }
+        for (int i = 0; i < 200000; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t a = (uint32_t)(st >> 33); /* < 2^31 */
+            if (kb_fdiv_q(a, f) != a / d) bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%ld quotients differ", bad);
+    const int shapes[][4] = {{2, 30, 3, 12}, {1, 7, 12, 64}, {3, 5, 40, 64}, {1, 1, 1, 1}};
+    for (int k = 0; k < 4; k++) {
+        const int B = shapes[k][0], S = shapes[k][1], H = shapes[k][2], half = shapes[k][3];
+        const kb_rope_div v = kb_rope_div_make(S, H, half);
+        for (size_t p = 0; p < (size_t)B * S * H * half; p++)
+            if (kb_rope_table_index32((uint32_t)p, &v) != kb_rope_table_index(p, S, H, half)) bad++;
+    }
+    CHECK_MSG(bad == 0, "%ld rope table indices differ", bad);
+}
+
 /* ---- RoPE ---- */
 
 TEST(kbody_rope_matches_cpu_ops) {

@@ -128,7 +128,7 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
      * before that step's eval, as a straight run's checkpoint-<step> does) */
     if (trainer_guard_active(&S->guard) && !(st.guard = trainer_guard_state_json(&S->guard.st0))) return -1;
     optim_adamw *opts[2] = {&S->opt[0], &S->opt[1]};
-    if (S->dx && trainer_dev_sync_moments(&S->dev, opts)) return free(st.guard), -1; /* the device's Adam state */
+    if (S->dx && trainer_dev_sync_host(&S->dev, opts)) return free(st.guard), -1; /* the device's master, Adam state */
     trainer_ckpt_expert ex[2];
     trainer_ckpt_lora lx[2];
     const int n = ckpt_experts(S, ex, lx);

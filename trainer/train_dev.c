@@ -32,6 +32,7 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
         if (opt[e]->lo != 0 || opt[e]->len != D->numel[e])
             return core_error("trainer (model.device cuda): a sharded AdamW state (parallel.zero_stage) is not "
                               "supported on the device");
+        D->host_stale[e] = 0;
         if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || dev->mem_upload(D->m[e], opt[e]->m, bytes) ||
             dev->mem_upload(D->v[e], opt[e]->v, bytes) || dev->mem_sync())
             return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
@@ -85,6 +86,22 @@ int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt) {
     return 0;
 }
 
+/* Expert e's master into its host params (4 bytes per trained parameter). */
+static int download_master(trainer_dev *D, int e) {
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    if (dev->mem_download(host_buf(D->pol[e]).params, D->master[e], (size_t)D->numel[e] * sizeof(float)) ||
+        dev->mem_sync())
+        return core_error_push("trainer (model.device cuda): the master weights' host copy: ");
+    D->host_stale[e] = 0;
+    return 0;
+}
+
+int trainer_dev_sync_host(trainer_dev *D, optim_adamw *const *opt) {
+    for (int e = 0; e < D->n_experts; e++)
+        if (D->trained[e] && D->host_stale[e] && download_master(D, e)) return -1;
+    return trainer_dev_sync_moments(D, opt);
+}
+
 int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                          optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info) {
     trainer_dev *D = ctx;
@@ -123,12 +140,18 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         if (dev->adamw_update(D->master[e], D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]), n))
             return core_error_push("trainer (model.device cuda): AdamW: ");
         D->moments_on_host = 0;
-        /* the host mirror of the master, and (not under LoRA) proj_out.bias's fp32 device copy from it */
+        /* the host mirror of the master (now, or marked stale for trainer_dev_sync_host), and (not under LoRA)
+         * proj_out.bias's fp32 device copy from the master's slice, through its place in the host params */
         wan_model *m = policy[e];
+        D->host_stale[e] = 1;
+        if (!D->lazy_host && download_master(D, e)) return -1;
         const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
-        if (dev->mem_download(host_buf(m).params, D->master[e], (size_t)n * sizeof(float)) || dev->mem_sync() ||
-            (!d[e]->lora && dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float))))
-            return core_error_push("trainer (model.device cuda): the master weights' host copy: ");
+        const size_t pb = (size_t)pout * sizeof(float);
+        if (!d[e]->lora && D->host_stale[e] &&
+            (dev->mem_download(m->w.proj_out_b, D->master[e] + (m->w.proj_out_b - m->params), pb) || dev->mem_sync()))
+            return core_error_push("trainer (model.device cuda): proj_out.bias from the master: ");
+        if (!d[e]->lora && dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, pb))
+            return core_error_push("trainer (model.device cuda): proj_out.bias's device copy: ");
         opt[e]->step++;
         if (wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
         if (info) info->grad_norm = norm, info->clip_coef = coef, info->lr = lr;

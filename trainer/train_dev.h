@@ -9,11 +9,15 @@
  * below 1, lr = optim_lr_at(step), AdamW at t = step + 1 (kb_adamw_prepare's fp32 scalars), no weight-decay mask
  * (as the CPU trainer). So a device step on given gradients equals optim_adamw_step_coef on the same gradients.
  *
- * Host mirrors, which the rest of the trainer reads as on the CPU path: after every step the fp32 master is
- * downloaded into the host model's params (EMA, checkpoints, weight hashes, pushes to remote workers read them), and
- * proj_out.bias's fp32 device copy is refreshed from it. The moments are downloaded only when the host needs them
- * (trainer_dev_sync_moments: before a checkpoint is written), since nothing else reads them; after a resume the host
- * state is uploaded again (trainer_dev_upload). The host optim_adamw keeps the step count.
+ * Host mirrors, which the rest of the trainer reads as on the CPU path. The fp32 master is downloaded into the host
+ * model's params after every step only when something reads them every step (lazy_host 0: an EMA, pushes to rollout
+ * workers in other processes, and the default); with lazy_host 1 (local mode without EMA: the in-process rollouts
+ * and evals use the device copy) a step only marks the host copy stale and trainer_dev_sync_host downloads it when
+ * the host needs it (before a checkpoint is written). That saves 4 bytes per parameter per step over the bus (5.7 GB
+ * at Wan 1.3B). proj_out.bias's fp32 device copy is refreshed from the master's slice (a few hundred bytes). The
+ * moments are downloaded only when the host needs them (trainer_dev_sync_moments / _sync_host: before a checkpoint
+ * is written), since nothing else reads them; after a resume the host state is uploaded again (trainer_dev_upload).
+ * The host optim_adamw keeps the step count.
  *
  * LoRA (model.lora): the trained buffer is each trained expert's adapter (trainer/lora.h's trainer_trained_buffer):
  * its fp32 master and moments live on the device, the step writes the adapter's bf16 copy, and the base stays a
@@ -39,6 +43,8 @@ typedef struct {
     float *master[2], *m[2], *v[2]; /* device [numel] fp32; NULL for a frozen expert */
     int64_t numel[2];
     int moments_on_host;            /* 1: the host optim_adamw m, v equal the device's */
+    int lazy_host;                  /* 1: the master's host copy is made on demand (trainer_dev_sync_host) */
+    uint8_t host_stale[2];          /* 1: expert e's host params are older than its device master */
 } trainer_dev;
 
 /* Allocates the device state of every trained expert of pol (trained NULL: all) and uploads it: the master from the
@@ -50,6 +56,9 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
 int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
 /* The device moments into the host opt[e] m, v (no-op when they are current there). */
 int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
+/* The device master into the host params of every expert whose host copy is stale (lazy_host), then the moments
+ * (trainer_dev_sync_moments): everything a checkpoint reads. No-op for what is current. 0, or -1 (a device error). */
+int trainer_dev_sync_host(trainer_dev *D, optim_adamw *const *opt);
 void trainer_dev_free(trainer_dev *D);
 
 /* The device-memory estimate (trainer/train_dev_budget.c): what one process holds on its GPU, computed from the config

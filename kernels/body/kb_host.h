@@ -8,6 +8,8 @@
 #ifndef KERNELS_BODY_KB_HOST_H
 #define KERNELS_BODY_KB_HOST_H
 
+#include <stdlib.h>
+
 #include "kernels/body/kb_act.h"
 #include "kernels/body/kb_base.h"
 #include "kernels/body/kb_flow.h"
@@ -71,11 +73,19 @@ static inline void kbh_norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, k
             }
         }
     }
-    if (dw.p || (db.p && !rms))
-        for (int c = 0; c < C; c++) {
-            kb_out no_db = {NULL, KB_F32};
-            kb_norm_param_col(dw, rms ? no_db : db, dout, x, rms ? NULL : mean, rstd, N, C, c);
-        }
+    if (dw.p || (db.p && !rms)) { /* the GPU's two launches: (range, column) partials, then one pass per column */
+        kb_out no_db = {NULL, KB_F32};
+        const int nr = kb_norm_param_ranges(N);
+        double *pw = (double *)malloc(sizeof(double) * ((size_t)nr * C + 1)),
+               *pb = (double *)malloc(sizeof(double) * ((size_t)nr * C + 1));
+        if (!pw || !pb) abort();
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < C; c++)
+                kb_norm_param_range(dout, x, rms ? NULL : mean, rstd, N, C, c, r, &pw[(size_t)r * C + c],
+                                    &pb[(size_t)r * C + c]);
+        for (int c = 0; c < C; c++) kb_norm_param_combine(dw, rms ? no_db : db, pw, pb, nr, C, c);
+        free(pw), free(pb);
+    }
 }
 
 /* ---- RoPE: one pair at a time ---- */
@@ -83,9 +93,10 @@ static inline void kbh_norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, k
 static inline void kbh_rope(int backward, kb_out out, kb_in x, const float *cos, const float *sin, int B, int S,
                             int H, int Dh) {
     int half = Dh / 2;
-    size_t pairs = (size_t)B * S * H * half;
+    size_t pairs = (size_t)B * S * H * half; /* < 2^31 (k_emu's caller checks, as the kernel's launcher) */
+    const kb_rope_div v = kb_rope_div_make(S, H, half);
     for (size_t p = 0; p < pairs; p++) {
-        size_t t = kb_rope_table_index(p, S, H, half);
+        size_t t = kb_rope_table_index32((uint32_t)p, &v);
         float a = kb_get(x, 2 * p), b = kb_get(x, 2 * p + 1), y1, y2;
         if (backward) {
             kb_rope_bwd_pair(a, b, cos[t], sin[t], &y1, &y2);
@@ -127,6 +138,29 @@ static inline void kbh_modulate_forward(kb_out out, kb_in x, kb_in shift, kb_in 
         }
 }
 
+/* The broadcast modulation gradients (kb_modulate.h's range reduction, in the GPU's two launches): dgx[b, d] +=
+ * sum_s g x, dg[b, d] += sum_s g (either .p may be NULL), rows of dgx / dg mod_stride apart. */
+static inline void kbh_mod_cols(kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
+    const int nr = kb_mod_col_ranges(S);
+    const size_t per = (size_t)nr * D;
+    double *pa = (double *)malloc(sizeof(double) * (per + 1)), *pc = (double *)malloc(sizeof(double) * (per + 1));
+    if (!pa || !pc) abort();
+    for (int b = 0; b < B; b++) {
+        for (int r = 0; r < nr; r++)
+            for (int d = 0; d < D; d++)
+                kb_mod_col_range(dout, x, (size_t)b * S * D, S, D, d, r, dgx.p ? &pa[(size_t)r * D + d] : NULL,
+                                 dg.p ? &pc[(size_t)r * D + d] : NULL);
+        for (int d = 0; d < D; d++) {
+            double sgx = 0.0, sg = 0.0;
+            kb_mod_col_combine(pa, pc, nr, D, d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
+            const size_t m = (size_t)b * mod_stride + d;
+            if (dgx.p) kb_acc(dgx, m, (float)sgx);
+            if (dg.p) kb_acc(dg, m, (float)sg);
+        }
+    }
+    free(pa), free(pc);
+}
+
 static inline void kbh_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale, kb_in dout, kb_in x, kb_in scale,
                                          int B, int S, int D, int per_token, int mod_stride) {
     for (int b = 0; b < B; b++)
@@ -140,14 +174,7 @@ static inline void kbh_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale
             }
         }
     if (per_token || (!dscale.p && !dshift.p)) return;
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < D; d++) {
-            double sgx = 0.0, sg = 0.0;
-            kb_mod_col_sums(dout, x, (size_t)b * S * D, S, D, d, dscale.p ? &sgx : NULL, dshift.p ? &sg : NULL);
-            size_t m = (size_t)b * mod_stride + d;
-            if (dscale.p) kb_acc(dscale, m, (float)sgx);
-            if (dshift.p) kb_acc(dshift, m, (float)sg);
-        }
+    kbh_mod_cols(dscale, dshift, dout, x, B, S, D, mod_stride);
 }
 
 static inline void kbh_gate_residual_forward(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D,
@@ -173,12 +200,8 @@ static inline void kbh_gate_residual_backward(kb_out dx, kb_out dy, kb_out dgate
             }
         }
     if (per_token || !dgate.p) return;
-    for (int b = 0; b < B; b++)
-        for (int d = 0; d < D; d++) {
-            double sgy = 0.0;
-            kb_mod_col_sums(dout, y, (size_t)b * S * D, S, D, d, &sgy, NULL);
-            kb_acc(dgate, (size_t)b * mod_stride + d, (float)sgy);
-        }
+    kb_out none = {NULL, KB_F32};
+    kbh_mod_cols(dgate, none, dout, y, B, S, D, mod_stride);
 }
 
 /* ---- the modulation table plus the embedding rows: one element, one table column, one source element ---- */

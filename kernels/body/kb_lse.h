@@ -13,9 +13,10 @@
 #include "kernels/body/kb_base.h"
 
 /* Row r of a [B, S, H, Dh] tensor (r = (b*S + s)*H + h) -> its entry (b*H + h)*S + s of the [B, H, S] LSE. */
-KB_FN size_t kb_lse_index(size_t r, int S, int H) {
-    size_t b = r / ((size_t)S * H), s = r / (size_t)H % (size_t)S, h = r % (size_t)H;
-    return (b * (size_t)H + h) * (size_t)S + s;
+KB_FN size_t kb_lse_index(size_t r_, int S, int H) {
+    const uint32_t r = (uint32_t)r_; /* rows < 2^31: the callers check (32-bit index math) */
+    uint32_t b = r / ((uint32_t)S * H), s = r / (uint32_t)H % (uint32_t)S, h = r % (uint32_t)H;
+    return (b * (uint32_t)H + h) * (uint32_t)S + s;
 }
 
 /* Merged lse and the two weights; returns 0 when both partials are empty (L = -inf, or NaN when one lse is NaN). */

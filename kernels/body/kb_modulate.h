@@ -34,15 +34,37 @@ KB_FN float kb_gate_residual_elem(float x, float y, float gate) {
     return x + t;
 }
 
-/* Column sums over the S tokens of one sample for column d: *sgx = sum_s g[s,d] * x[s,d] (sgx may be NULL),
- * *sg = sum_s g[s,d] (sg may be NULL); in double, s in order. g, x [S, D] rows starting at `base` (= b*S*D). */
-KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, double *sgx, double *sg) {
+/* The broadcast modulation gradients (dscale, dshift, dgate when one row serves all S tokens of a sample: column sums
+ * over the tokens, sum g x and sum g, in double), as a fixed-order parallel reduction (as the norm weight gradients,
+ * kb_norm.h): the tokens cut into ranges of KB_MOD_COL_ROWS = 128; the partial of (range r, column d) adds its tokens in order in double, then each
+ * column adds its range partials in range order from 0 (the CPU's order exactly for S <= 128). What the GPU (one
+ * thread per (sample, range, column), then one per (sample, column)) and the emulated device run. */
+#define KB_MOD_COL_ROWS 128
+
+KB_FN int kb_mod_col_ranges(int S) { return (S + KB_MOD_COL_ROWS - 1) / KB_MOD_COL_ROWS; }
+
+/* Range r of column d of one sample (rows from base = b*S*D): *sgx = sum g x, *sg = sum g over its tokens in order
+ * (either may be NULL). */
+KB_FN void kb_mod_col_range(kb_in g, kb_in x, size_t base, int S, int D, int d, int r, double *sgx, double *sg) {
     double a = 0.0, c = 0.0;
-    for (int s = 0; s < S; s++) {
+    const int s1 = (r + 1) * KB_MOD_COL_ROWS < S ? (r + 1) * KB_MOD_COL_ROWS : S;
+    for (int s = r * KB_MOD_COL_ROWS; s < s1; s++) {
         size_t i = base + (size_t)s * D + (size_t)d;
         float gv = kb_get(g, i);
         if (sgx) a += (double)gv * (double)kb_get(x, i);
         if (sg) c += (double)gv;
+    }
+    if (sgx) *sgx = a;
+    if (sg) *sg = c;
+}
+
+/* Column d of one sample from its range partials pa, pc [nr, D] (range-major; either may be NULL with its output):
+ * added in range order in double from 0. */
+KB_FN void kb_mod_col_combine(const double *pa, const double *pc, int nr, int D, int d, double *sgx, double *sg) {
+    double a = 0.0, c = 0.0;
+    for (int r = 0; r < nr; r++) {
+        if (sgx) a += pa[(size_t)r * D + (size_t)d];
+        if (sg) c += pc[(size_t)r * D + (size_t)d];
     }
     if (sgx) *sgx = a;
     if (sg) *sg = c;
@@ -55,14 +77,15 @@ KB_FN void kb_mod_col_sums(kb_in g, kb_in x, size_t base, int S, int D, int d, d
  * source gradient adds j = 0..nj-1 in order straight into the accumulator. So fp32 results are bit-identical. */
 
 /* Index into src of element i of out. */
-KB_FN size_t kb_add_table_src(size_t i, int nj, int D, int src_nj) {
-    const size_t d = i % (size_t)D, rj = i / (size_t)D, j = rj % (size_t)nj, r = rj / (size_t)nj;
-    return (r * (size_t)src_nj + (src_nj == 1 ? 0 : j)) * (size_t)D + d;
+KB_FN size_t kb_add_table_src(size_t i_, int nj, int D, int src_nj) {
+    const uint32_t i = (uint32_t)i_; /* out < 2^31 elements: the callers check (32-bit index math) */
+    const uint32_t d = i % (uint32_t)D, rj = i / (uint32_t)D, j = rj % (uint32_t)nj, r = rj / (uint32_t)nj;
+    return (r * (uint32_t)src_nj + (src_nj == 1 ? 0 : j)) * (uint32_t)D + d;
 }
 
 /* table[j, d] + src[...] for element i of out. */
 KB_FN float kb_add_table_elem(kb_in table, kb_in src, size_t i, int nj, int D, int src_nj) {
-    return kb_get(table, i % ((size_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
+    return kb_get(table, (uint32_t)i % ((uint32_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
 }
 
 /* Column c of x [R, ncol] summed over rows 0..R-1 in order, fp32 accumulator (wan_colsum_acc's arithmetic). */
@@ -74,8 +97,8 @@ KB_FN float kb_col_sum_f32(kb_in x, int64_t R, int ncol, int c) {
 
 /* dsrc[r, 0, d] += dmod[r, j, d] for j = 0..nj-1 in order (element e = r * D + d of dsrc; src_nj == 1). */
 KB_FN void kb_add_table_bcast_grad(kb_out dsrc, kb_in dmod, size_t e, int nj, int D) {
-    const size_t d = e % (size_t)D, r = e / (size_t)D;
-    for (int j = 0; j < nj; j++) kb_acc(dsrc, e, kb_get(dmod, (r * (size_t)nj + (size_t)j) * (size_t)D + d));
+    const uint32_t d = (uint32_t)e % (uint32_t)D, r = (uint32_t)e / (uint32_t)D; /* < 2^31: callers check */
+    for (int j = 0; j < nj; j++) kb_acc(dsrc, e, kb_get(dmod, (size_t)(r * (uint32_t)nj + (uint32_t)j) * D + d));
 }
 
 #endif

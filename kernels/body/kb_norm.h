@@ -8,9 +8,13 @@
  *   On the GPU the 16 lanes are 16 threads of a warp; each computes its lane sum with the same function and the
  *   tree over the 16 values is the same function too.
  * - mean and rstd are rounded to fp32 once; out and the backward use those fp32 values.
- * - Weight and bias gradients: one column at a time, rows added in order 0..N-1 in double (on the GPU: one thread
- *   per column). This is the CPU order, kept for exactness; it is slow for short wide problems (C threads each
- *   walking N rows), a cost to revisit with measurements once a GPU runs it.
+ * - Weight and bias gradients: a fixed-order parallel reduction over rows. The rows are cut into ranges of
+ *   KB_NORM_PARAM_ROWS = 128 (fixed by the data layout, not by the launch); the partial of (range r, column c) adds
+ *   its rows in order in double (on the GPU one thread per (range, column): C x ceil(N / 128) threads, coalesced
+ *   across columns), then each column adds its range partials in range order in double from 0 and rounds once (one
+ *   thread per column, ceil(N / 128) values). With N <= 128 that is the CPU's order (rows 0..N-1 in order in double)
+ *   exactly; above, the double sum is regrouped at range boundaries, so the fp32 result may differ from
+ *   kernels/cpu/norm.c's in the last bit (tests/test_kernel_bodies.c: kbody_norm_param_ranges).
  * RMSNorm is the LayerNorm path with mean 0 (x - 0 is exact), as in norm.c. Wan's q/k norm is RMSNorm over all
  * heads: C = H * Dh.
  * Reference: torch.nn.LayerNorm (biased variance, eps inside the sqrt), torch.nn.RMSNorm / diffusers RMSNorm. */
@@ -105,19 +109,38 @@ KB_FN float kb_rmsnorm_dx_elem(float x, float gv, int has_w, float w, float rf, 
     return (float)((double)rf * ((double)g - (double)xh * mgx));
 }
 
-/* Column c of the weight / bias gradients: dw[c] += sum_n dout[n,c] * x_hat[n,c], db[c] += sum_n dout[n,c], rows
- * in order 0..N-1 in double, x_hat = (x - mean[n]) * rstd[n] in fp32 (mean NULL: RMSNorm, mean 0). dw.p or db.p may
- * be NULL (not wanted). x, dout [N, C]; mean, rstd [N] fp32. */
-KB_FN void kb_norm_param_col(kb_out dw, kb_out db, kb_in dout, kb_in x, const float *mean, const float *rstd, int N,
-                             int C, int c) {
-    double sw = 0.0, sb = 0.0;
-    for (int n = 0; n < N; n++) {
+#define KB_NORM_PARAM_ROWS 128
+
+/* Number of row ranges of N rows. */
+KB_FN int kb_norm_param_ranges(int N) { return (N + KB_NORM_PARAM_ROWS - 1) / KB_NORM_PARAM_ROWS; }
+
+/* The partial of row range r and column c: *sw = sum over rows n in [128 r, min(N, 128 (r + 1))) in order of
+ * dout[n,c] * x_hat[n,c], *sb = sum of dout[n,c], in double; x_hat = (x - mean[n]) * rstd[n] in fp32 (mean NULL:
+ * RMSNorm, mean 0). x, dout [N, C]; mean, rstd [N] fp32. */
+KB_FN void kb_norm_param_range(kb_in dout, kb_in x, const float *mean, const float *rstd, int N, int C, int c, int r,
+                               double *sw, double *sb) {
+    double a = 0.0, b = 0.0;
+    const int n1 = (r + 1) * KB_NORM_PARAM_ROWS < N ? (r + 1) * KB_NORM_PARAM_ROWS : N;
+    for (int n = r * KB_NORM_PARAM_ROWS; n < n1; n++) {
         size_t i = (size_t)n * C + (size_t)c;
         float mf = mean ? mean[n] : 0.0f, rf = rstd[n];
         float xh = (kb_get(x, i) - mf) * rf;
         float g = kb_get(dout, i);
-        sw += (double)g * (double)xh;
-        sb += (double)g;
+        a += (double)g * (double)xh;
+        b += (double)g;
+    }
+    *sw = a;
+    *sb = b;
+}
+
+/* Column c of the weight / bias gradients from the range partials pw, pb [nr, C] (range-major: pw[r * C + c]):
+ * added in range order in double from 0, rounded to fp32 once: dw[c] += ..., db[c] += ... . dw.p or db.p may be
+ * NULL (not wanted; pb may then be NULL too). */
+KB_FN void kb_norm_param_combine(kb_out dw, kb_out db, const double *pw, const double *pb, int nr, int C, int c) {
+    double sw = 0.0, sb = 0.0;
+    for (int r = 0; r < nr; r++) {
+        sw += pw[(size_t)r * C + (size_t)c];
+        if (db.p) sb += pb[(size_t)r * C + (size_t)c];
     }
     if (dw.p) kb_acc(dw, (size_t)c, (float)sw);
     if (db.p) kb_acc(db, (size_t)c, (float)sb);

@@ -52,22 +52,27 @@ KB_FN void kb_adamw_elem(float *p, float *m, float *v, float g, const kb_adamw_s
     *p = pv + s->step_size * mi / d;
 }
 
+/* One step of a chunk's sum: s + v^2 in double. */
+KB_FN double kb_sumsq_add(double s, float v) {
+    const double xi = (double)v;
+    return s + xi * xi;
+}
+
 /* Sum of squares of x[b .. e) in double, sequentially. */
 KB_FN double kb_sumsq_chunk(kb_in x, int64_t b, int64_t e) {
     double s = 0.0;
-    for (int64_t i = b; i < e; i++) {
-        const double xi = (double)kb_get(x, (size_t)i);
-        s += xi * xi;
-    }
+    for (int64_t i = b; i < e; i++) s = kb_sumsq_add(s, kb_get(x, (size_t)i));
     return s;
 }
 
-/* The chunk sums added in chunk order. */
-KB_FN double kb_sumsq_combine(const double *part, int64_t nchunks) {
-    double total = 0.0;
-    for (int64_t c = 0; c < nchunks; c++) total += part[c];
+/* total + part[0] + part[1] + ... in that order (the combine continued over consecutive pieces of the partials). */
+KB_FN double kb_sumsq_combine_from(double total, const double *part, int64_t n) {
+    for (int64_t c = 0; c < n; c++) total += part[c];
     return total;
 }
+
+/* The chunk sums added in chunk order. */
+KB_FN double kb_sumsq_combine(const double *part, int64_t nchunks) { return kb_sumsq_combine_from(0.0, part, nchunks); }
 
 /* torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (norm + 1e-6)), 1 when max_norm <= 0 (host). */
 KB_HOST_FN double kb_clip_coef(double norm, double max_norm) {

@@ -28,26 +28,27 @@ KB_FN size_t kb_patch_tokens_n(const kb_patch_dims *d) { return (size_t)d->B * d
 KB_FN size_t kb_patch_video_n(const kb_patch_dims *d) { return (size_t)d->B * d->C * d->F * d->H * d->W; }
 
 /* Patchify: token element o of out [B, S, P] (patch vector (c, kt, kh, kw)) -> its video element in x. */
-KB_FN size_t kb_patchify_src(const kb_patch_dims *d, size_t o) {
-    size_t p = o % (size_t)d->P, t = o / (size_t)d->P;
-    size_t s = t % (size_t)d->S, b = t / (size_t)d->S;
-    size_t wp = s % (size_t)d->Wp, hp = (s / (size_t)d->Wp) % (size_t)d->Hp, fp = s / ((size_t)d->Wp * d->Hp);
-    size_t kw = p % (size_t)d->pw, kh = (p / (size_t)d->pw) % (size_t)d->ph;
-    size_t kt = (p / ((size_t)d->pw * d->ph)) % (size_t)d->pt, c = p / ((size_t)d->pw * d->ph * d->pt);
+KB_FN size_t kb_patchify_src(const kb_patch_dims *d, size_t o_) {
+    const uint32_t o = (uint32_t)o_; /* both sides < 2^31 elements: the callers check (32-bit index math) */
+    uint32_t p = o % (uint32_t)d->P, t = o / (uint32_t)d->P;
+    uint32_t s = t % (uint32_t)d->S, b = t / (uint32_t)d->S;
+    uint32_t wp = s % (uint32_t)d->Wp, hp = (s / (uint32_t)d->Wp) % (uint32_t)d->Hp, fp = s / ((uint32_t)d->Wp * d->Hp);
+    uint32_t kw = p % (uint32_t)d->pw, kh = (p / (uint32_t)d->pw) % (uint32_t)d->ph;
+    uint32_t kt = (p / ((uint32_t)d->pw * d->ph)) % (uint32_t)d->pt, c = p / ((uint32_t)d->pw * d->ph * d->pt);
     return (((b * d->C + c) * d->F + fp * d->pt + kt) * d->H + hp * d->ph + kh) * d->W + wp * d->pw + kw;
 }
 
 /* Unpatchify: video element o of out [B, C, F, H, W] -> its token element in x [B, S, P] (patch vector
  * (kt, kh, kw, c)), or (size_t)-1 for a remainder position past the patch grid (written as 0). */
-KB_FN size_t kb_unpatchify_src(const kb_patch_dims *d, size_t o) {
-    size_t w = o % (size_t)d->W, h = (o / (size_t)d->W) % (size_t)d->H;
-    size_t f = (o / ((size_t)d->W * d->H)) % (size_t)d->F;
-    size_t c = (o / ((size_t)d->W * d->H * d->F)) % (size_t)d->C, b = o / ((size_t)d->W * d->H * d->F * d->C);
-    if (f >= (size_t)d->Fp * d->pt || h >= (size_t)d->Hp * d->ph || w >= (size_t)d->Wp * d->pw) return (size_t)-1;
-    size_t fp = f / (size_t)d->pt, kt = f % (size_t)d->pt, hp = h / (size_t)d->ph, kh = h % (size_t)d->ph;
-    size_t wp = w / (size_t)d->pw, kw = w % (size_t)d->pw;
-    return (((b * d->Fp + fp) * d->Hp + hp) * d->Wp + wp) * (size_t)d->P +
-           ((kt * d->ph + kh) * d->pw + kw) * (size_t)d->C + c;
+KB_FN size_t kb_unpatchify_src(const kb_patch_dims *d, size_t o_) {
+    const uint32_t o = (uint32_t)o_; /* both sides < 2^31 elements: the callers check (32-bit index math) */
+    uint32_t w = o % (uint32_t)d->W, h = (o / (uint32_t)d->W) % (uint32_t)d->H;
+    uint32_t f = (o / ((uint32_t)d->W * d->H)) % (uint32_t)d->F;
+    uint32_t c = (o / ((uint32_t)d->W * d->H * d->F)) % (uint32_t)d->C, b = o / ((uint32_t)d->W * d->H * d->F * d->C);
+    if (f >= (uint32_t)d->Fp * d->pt || h >= (uint32_t)d->Hp * d->ph || w >= (uint32_t)d->Wp * d->pw) return (size_t)-1;
+    uint32_t fp = f / (uint32_t)d->pt, kt = f % (uint32_t)d->pt, hp = h / (uint32_t)d->ph, kh = h % (uint32_t)d->ph;
+    uint32_t wp = w / (uint32_t)d->pw, kw = w % (uint32_t)d->pw;
+    return (((b * d->Fp + fp) * d->Hp + hp) * d->Wp + wp) * (uint32_t)d->P + ((kt * d->ph + kh) * d->pw + kw) * d->C + c;
 }
 
 #endif

@@ -6,6 +6,7 @@
 #define KERNELS_BODY_KB_ROPE_H
 
 #include "kernels/body/kb_base.h"
+#include "kernels/body/kb_index.h"
 
 /* y1 = x1 cos - x2 sin; y2 = x1 sin + x2 cos. */
 KB_FN void kb_rope_fwd_pair(float x1, float x2, float c, float s, float *y1, float *y2) {
@@ -26,6 +27,25 @@ KB_FN void kb_rope_bwd_pair(float g1, float g2, float c, float s, float *d1, flo
 KB_FN size_t kb_rope_table_index(size_t p, int S, int H, int half) {
     size_t s = (p / ((size_t)H * (size_t)half)) % (size_t)S;
     return s * (size_t)half + p % (size_t)half;
+}
+
+/* The same map in 32 bits with the divisors prepared once per launch (kb_index.h), for p < 2^31: what the kernel and
+ * the emulated device run; kb_rope_table_index is its reference (tests/test_kernel_bodies.c). */
+typedef struct kb_rope_div {
+    kb_fdiv hh, s, half; /* H * half, S, half */
+} kb_rope_div;
+
+KB_FN kb_rope_div kb_rope_div_make(int S, int H, int half) {
+    kb_rope_div v;
+    v.hh = kb_fdiv_make((uint32_t)H * (uint32_t)half), v.s = kb_fdiv_make((uint32_t)S), v.half = kb_fdiv_make((uint32_t)half);
+    return v;
+}
+
+KB_FN uint32_t kb_rope_table_index32(uint32_t p, const kb_rope_div *v) {
+    uint32_t s, j;
+    kb_fdiv_qr(kb_fdiv_q(p, v->hh), v->s, &s);
+    kb_fdiv_qr(p, v->half, &j);
+    return s * v->half.d + j;
 }
 
 #endif

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "kernels/cuda/dynload.h"
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/precond/kc_precond.h"
 
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_DO, UID_DQ, UID_DK, UID_DV };
 
@@ -279,16 +280,9 @@ static int execute(attn_plan *p, const int64_t *uids, void **ptrs, int n, const 
     return rc ? -1 : 0;
 }
 
-static int check_shape(const char *op, int B, int Sq, int Skv, int H, int Dh) {
-    if (B < 1 || Sq < 1 || Skv < 1 || H < 1 || Dh < 8 || Dh % 8 || Dh > 256)
-        return core_error("%s: B %d Sq %d Skv %d H %d Dh %d (Dh a multiple of 8, at most 256)", op, B, Sq, Skv, H,
-                          Dh);
-    return 0;
-}
-
 int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
                          int Skv, int H, int Dh, float scale) {
-    if (check_shape("attention_forward", B, Sq, Skv, H, Dh)) return -1;
+    if (kc_precond_attention_forward(o, lse, q, k, v, B, Sq, Skv, H, Dh)) return -1;
     attn_plan *p = get_plan(0, B, Sq, Skv, H, Dh);
     if (!p) return -1;
     const int64_t uids[6] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE};
@@ -299,7 +293,7 @@ int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16
 int kc_attention_backward(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
                           const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
                           int Skv, int H, int Dh, float scale) {
-    if (check_shape("attention_backward", B, Sq, Skv, H, Dh)) return -1;
+    if (kc_precond_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh)) return -1;
     const size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
     attn_plan *p = get_plan(1, B, Sq, Skv, H, Dh);
     if (!p) return -1;

@@ -27,6 +27,7 @@
 #include "kernels/cuda/dynload.h"
 #include "kernels/cuda/gemm_lt.h"
 #include "kernels/cuda/internal.h"
+#include "kernels/cuda/precond/kc_precond.h"
 
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
@@ -297,31 +298,6 @@ static gemm_entry *create_entry(const gemm_key *k, const void *vec, const void *
     return e;
 }
 
-static int check_args(const k_gemm_args *g) {
-    if (g->M < 1 || g->N < 1 || g->K < 1) return core_error("GEMM: M %d N %d K %d must be >= 1", g->M, g->N, g->K);
-    const int a_cols = g->transA ? g->M : g->K, b_cols = g->transB ? g->K : g->N;
-    if (g->lda < a_cols || g->ldb < b_cols || g->ldc < g->N)
-        return core_error("GEMM: leading dimensions lda %d ldb %d ldc %d below the row lengths %d, %d, %d", g->lda,
-                          g->ldb, g->ldc, a_cols, b_cols, g->N);
-    const int cmul = g->C.t == KB_F32 ? 4 : 8;
-    if (g->lda % 8 || g->ldb % 8 || g->ldc % cmul)
-        return core_error("GEMM: leading dimensions lda %d ldb %d (multiples of 8) and ldc %d (multiple of %d) "
-                          "keep every row 16-byte aligned", g->lda, g->ldb, g->ldc, cmul);
-    if (((uintptr_t)g->A | (uintptr_t)g->B | (uintptr_t)g->C.p | (uintptr_t)g->bias | (uintptr_t)g->aux) % 16)
-        return core_error("GEMM: operand pointers must be 16-byte aligned");
-    const int needs_bias = g->epi == K_EPI_BIAS || g->epi == K_EPI_GELU_AUX_BIAS;
-    const int needs_aux = g->epi >= K_EPI_GELU_AUX && g->epi <= K_EPI_DGELU_BGRAD;
-    const int needs_dbias = g->epi == K_EPI_DGELU_BGRAD || g->epi == K_EPI_BGRAD_A;
-    if ((int)g->epi < 0 || g->epi > K_EPI_BGRAD_A) return core_error("GEMM: unknown epilogue %d", (int)g->epi);
-    if ((needs_bias && !g->bias) || (needs_aux && !g->aux) || (needs_dbias && !g->dbias))
-        return core_error("GEMM: epilogue %d needs its %s", (int)g->epi,
-                          needs_bias && !g->bias ? "bias" : needs_aux && !g->aux ? "aux matrix" : "dbias vector");
-    if (needs_aux && (g->ldaux < g->N || g->ldaux % 8))
-        return core_error("GEMM: aux leading dimension %d must be >= N = %d and a multiple of 8", g->ldaux, g->N);
-    if (needs_aux && g->beta != 0.0f) return core_error("GEMM: GELU epilogues need beta = 0");
-    return 0;
-}
-
 static gemm_key key_of(const k_gemm_args *g) {
     gemm_key k;
     memset(&k, 0, sizeof k);
@@ -331,7 +307,7 @@ static gemm_key key_of(const k_gemm_args *g) {
 }
 
 int kc_gemm(const k_gemm_args *g) {
-    if (check_args(g)) return -1;
+    if (kc_precond_gemm(g)) return -1;
     gemm_key k = key_of(g);
     const int needs_dbias = g->epi == K_EPI_DGELU_BGRAD || g->epi == K_EPI_BGRAD_A;
     const size_t esz = g->C.t == KB_F32 ? 4 : 2;

@@ -4,17 +4,20 @@
  * kernels/body/kb_host.h runs on the CPU in `make test`:
  *   norm rows   16 lanes per row (16 rows per block of 256 threads); a lane computes its partial sums with the body,
  *               the 16 partials meet in shared memory and every lane adds them with the same fixed tree;
- *   columns     one thread per column (norm weight/bias gradients) or per (sample, column) (modulation rows);
+ *   columns     norm weight/bias gradients and broadcast modulation gradients: one thread per (128-row range,
+ *               column), then one per column adding the ranges in order (kb_norm.h, kb_modulate.h);
  *   elements    one thread per element, pair (RoPE), output element (patch maps) or query row (LSE merge).
  * Compiled with -fmad=false so fp32 products and sums round as on the CPU; see kernels/cuda/README.md for what has
  * run where (nothing of this file has run on a GPU yet). */
 #include "kernels/body/kb_act.h"
+#include "kernels/body/kb_index.h"
 #include "kernels/body/kb_lse.h"
 #include "kernels/body/kb_modulate.h"
 #include "kernels/body/kb_norm.h"
 #include "kernels/body/kb_patch.h"
 #include "kernels/body/kb_rope.h"
 #include "kernels/cuda/kern_common.cuh"
+#include "kernels/cuda/precond/kc_precond.h"
 
 #define ROWS_PER_BLOCK (KC_THREADS / KB_NORM_LANES)
 
@@ -23,6 +26,10 @@ static unsigned row_blocks(int N) {
     if (b > cap) b = cap;
     return b < 1 ? 1u : (unsigned)b;
 }
+
+/* The index maps of this file run in 32 bits (kernels/body/kb_index.h): tensors of fewer than 2^31 elements
+ * (kc_precond_index32, which the emulated device checks too). */
+#define too_big kc_precond_index32
 
 static int bad_row_args(const char *op, int N, int C) {
     if (N < 0 || C < 1) return core_error("%s: N = %d rows of C = %d must be >= 0 and >= 1", op, N, C);
@@ -96,9 +103,18 @@ __global__ void norm_dx_kernel(int rms, kb_out dx, kb_in dout, kb_in x, kb_in w,
     }
 }
 
-__global__ void norm_param_kernel(kb_out dw, kb_out db, kb_in dout, kb_in x, const float *mean, const float *rstd,
-                                  int N, int C) {
-    KC_FOR(c, C) kb_norm_param_col(dw, db, dout, x, mean, rstd, N, C, (int)c);
+/* Weight / bias gradients in two launches (kb_norm.h): the (range, column) partials, item i = r * C + c (adjacent
+ * threads: adjacent columns of the same rows, coalesced), then one thread per column adds its ranges in order. */
+__global__ void norm_param_range_kernel(double *pw, double *pb, kb_in dout, kb_in x, const float *mean,
+                                        const float *rstd, int N, int C, int nr) {
+    KC_FOR(i, (size_t)nr * C) { /* items < 2^31 (checked at the launch): 32-bit index math */
+        const unsigned r = (unsigned)i / (unsigned)C, c = (unsigned)i - r * (unsigned)C;
+        kb_norm_param_range(dout, x, mean, rstd, N, C, (int)c, (int)r, &pw[i], &pb[i]);
+    }
+}
+
+__global__ void norm_param_combine_kernel(kb_out dw, kb_out db, const double *pw, const double *pb, int nr, int C) {
+    KC_FOR(c, C) kb_norm_param_combine(dw, db, pw, pb, nr, C, (int)c);
 }
 
 extern "C" int kc_layernorm_forward(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C,
@@ -127,8 +143,16 @@ static int norm_backward(int rms, kb_out dx, kb_out dw, kb_out db, kb_in dout, k
         if (kc_launched(op)) return -1;
     }
     if (dw.p || db.p) {
-        norm_param_kernel<<<kc_blocks((size_t)C), KC_THREADS, 0, kc_stream>>>(dw, db, dout, x, rms ? NULL : mean, rstd,
-                                                                              N, C);
+        const int nr = kb_norm_param_ranges(N);
+        const size_t items = (size_t)nr * C;
+        if (items > (size_t)INT32_MAX)
+            return core_error("%s: %d row ranges x C = %d columns exceed 2^31 work items", op, nr, C);
+        double *pw = (double *)kc_scratch(KC_SLOT_REDUCE, 2 * items * sizeof(double));
+        if (!pw) return -1;
+        norm_param_range_kernel<<<kc_blocks(items), KC_THREADS, 0, kc_stream>>>(pw, pw + items, dout, x,
+                                                                               rms ? NULL : mean, rstd, N, C, nr);
+        if (kc_launched(op)) return -1;
+        norm_param_combine_kernel<<<kc_blocks((size_t)C), KC_THREADS, 0, kc_stream>>>(dw, db, pw, pw + items, nr, C);
         if (kc_launched(op)) return -1;
     }
     return 0;
@@ -147,10 +171,10 @@ extern "C" int kc_rmsnorm_backward(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb
 
 /* ---- RoPE ---- */
 
-__global__ void rope_kernel(int backward, kb_out out, kb_in x, const float *cos, const float *sin, int S, int H,
-                            int half, size_t pairs) {
+__global__ void rope_kernel(int backward, kb_out out, kb_in x, const float *cos, const float *sin, kb_rope_div v,
+                            size_t pairs) {
     KC_FOR(p, pairs) {
-        const size_t t = kb_rope_table_index(p, S, H, half);
+        const size_t t = kb_rope_table_index32((uint32_t)p, &v);
         const float a = kb_get(x, 2 * p), b = kb_get(x, 2 * p + 1);
         float y1, y2;
         if (backward) {
@@ -171,7 +195,9 @@ static int rope(int backward, kb_out out, kb_in x, const float *cos, const float
         return core_error("%s: B %d, S %d, H %d, Dh %d (Dh must be even)", op, B, S, H, Dh);
     const size_t pairs = (size_t)B * S * H * (Dh / 2);
     if (!pairs) return 0;
-    rope_kernel<<<kc_blocks(pairs), KC_THREADS, 0, kc_stream>>>(backward, out, x, cos, sin, S, H, Dh / 2, pairs);
+    if (too_big(op, 2 * pairs)) return -1;
+    rope_kernel<<<kc_blocks(pairs), KC_THREADS, 0, kc_stream>>>(backward, out, x, cos, sin,
+                                                                kb_rope_div_make(S, H, Dh / 2), pairs);
     return kc_launched(op);
 }
 
@@ -217,20 +243,20 @@ extern "C" int kc_silu_backward(kb_out dx, kb_in dout, kb_in x, int64_t n) { ret
 
 /* ---- AdaLN modulation, gated residual ---- */
 
-/* Element i of [B, S, D] -> (b, s, d). */
-__device__ static inline void bsd_of(size_t i, int S, int D, int *b, int *s, int *d) {
-    *d = (int)(i % (size_t)D);
-    const size_t t = i / (size_t)D;
-    *s = (int)(t % (size_t)S);
-    *b = (int)(t / (size_t)S);
+/* Element i of [B, S, D] -> (b, s, d), in 32 bits (i < 2^31; divisors fS = S, fD = D prepared at the launch). */
+__device__ static inline void bsd_of(size_t i, kb_fdiv fS, kb_fdiv fD, int *b, int *s, int *d) {
+    uint32_t dd, ss;
+    const uint32_t t = kb_fdiv_qr((uint32_t)i, fD, &dd);
+    *b = (int)kb_fdiv_qr(t, fS, &ss);
+    *s = (int)ss, *d = (int)dd;
 }
 
 /* kind 0: modulate x*(1+scale)+shift (a = shift, c = scale); kind 1: gated residual x + y*gate (a = y, c = gate). */
-__global__ void mod_forward_kernel(int kind, kb_out out, kb_in x, kb_in a, kb_in c, int S, int D, int per_token,
-                                   int mod_stride, size_t n) {
+__global__ void mod_forward_kernel(int kind, kb_out out, kb_in x, kb_in a, kb_in c, int S, kb_fdiv fS, kb_fdiv fD,
+                                   int per_token, int mod_stride, size_t n) {
     KC_FOR(i, n) {
         int b, s, d;
-        bsd_of(i, S, D, &b, &s, &d);
+        bsd_of(i, fS, fD, &b, &s, &d);
         const size_t m = kb_mod_row(b, s, S, per_token, mod_stride) + (size_t)d;
         const float xv = kb_get(x, i);
         kb_set(out, i, kind ? kb_gate_residual_elem(xv, kb_get(a, i), kb_get(c, m))
@@ -242,10 +268,11 @@ __global__ void mod_forward_kernel(int kind, kb_out out, kb_in x, kb_in a, kb_in
  * kind 1 (gate): dx += g; dy += g gate; per token: dgate += g y. For kind 1, "x" is y and "scale" is gate; d1 is dy,
  * d2 dgate (d3 unused); for kind 0, d2 is dscale, d3 dshift. */
 __global__ void mod_backward_elem_kernel(int kind, kb_out dx, kb_out d1, kb_out d2, kb_out d3, kb_in dout, kb_in x,
-                                         kb_in sc, int S, int D, int per_token, int mod_stride, size_t n) {
+                                         kb_in sc, int S, kb_fdiv fS, kb_fdiv fD, int per_token, int mod_stride,
+                                         size_t n) {
     KC_FOR(i, n) {
         int b, s, d;
-        bsd_of(i, S, D, &b, &s, &d);
+        bsd_of(i, fS, fD, &b, &s, &d);
         const size_t m = kb_mod_row(b, s, S, per_token, mod_stride) + (size_t)d;
         const float g = kb_get(dout, i);
         if (kind == 0) {
@@ -260,17 +287,48 @@ __global__ void mod_backward_elem_kernel(int kind, kb_out dx, kb_out d1, kb_out 
     }
 }
 
-/* Broadcast rows: one thread per (sample, column); sums over s in order (kb_mod_col_sums). dgx += sum g x (p may be
- * NULL), dg += sum g (p may be NULL). */
-__global__ void mod_col_kernel(kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
-    KC_FOR(j, (size_t)B * D) {
-        const int b = (int)(j / (size_t)D), d = (int)(j % (size_t)D);
+/* Broadcast rows (kb_modulate.h's range reduction): the (sample, range, column) partials, item i = (b nr + r) D + d
+ * (adjacent threads: adjacent columns, coalesced), then one thread per (sample, column) adding its ranges in order:
+ * dgx[b, d] += sum g x (p may be NULL), dg[b, d] += sum g (p may be NULL). Items < 2^31 (checked at the launch). */
+__global__ void mod_col_range_kernel(double *pa, double *pc, int want_gx, int want_g, kb_in dout, kb_in x, int S,
+                                     int D, kb_fdiv fD, kb_fdiv fnr, size_t items) {
+    KC_FOR(i, items) {
+        uint32_t d, r;
+        const uint32_t b = kb_fdiv_qr(kb_fdiv_qr((uint32_t)i, fD, &d), fnr, &r);
+        kb_mod_col_range(dout, x, (size_t)b * S * D, S, D, (int)d, (int)r, want_gx ? &pa[i] : NULL,
+                         want_g ? &pc[i] : NULL);
+    }
+}
+
+__global__ void mod_col_combine_kernel(kb_out dgx, kb_out dg, const double *pa, const double *pc, int nr, int D,
+                                       kb_fdiv fD, int mod_stride, size_t n) {
+    KC_FOR(j, n) {
+        uint32_t d;
+        const uint32_t b = kb_fdiv_qr((uint32_t)j, fD, &d);
+        const size_t off = (size_t)b * nr * D;
         double sgx = 0.0, sg = 0.0;
-        kb_mod_col_sums(dout, x, (size_t)b * S * D, S, D, d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
-        const size_t m = (size_t)b * mod_stride + (size_t)d;
+        kb_mod_col_combine(pa + off, pc + off, nr, D, (int)d, dgx.p ? &sgx : NULL, dg.p ? &sg : NULL);
+        const size_t m = (size_t)b * mod_stride + d;
         if (dgx.p) kb_acc(dgx, m, (float)sgx);
         if (dg.p) kb_acc(dg, m, (float)sg);
     }
+}
+
+static int mod_cols(const char *op, kb_out dgx, kb_out dg, kb_in dout, kb_in x, int B, int S, int D, int mod_stride) {
+    const int nr = kb_mod_col_ranges(S);
+    const size_t items = (size_t)B * nr * D;
+    if (!items) return 0;
+    if (too_big(op, items)) return -1;
+    double *pa = (double *)kc_scratch(KC_SLOT_REDUCE, 2 * items * sizeof(double));
+    if (!pa) return -1;
+    mod_col_range_kernel<<<kc_blocks(items), KC_THREADS, 0, kc_stream>>>(pa, pa + items, dgx.p != NULL, dg.p != NULL,
+                                                                         dout, x, S, D, kb_fdiv_make(D),
+                                                                         kb_fdiv_make(nr), items);
+    if (kc_launched(op)) return -1;
+    mod_col_combine_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dgx, dg, pa, pa + items, nr, D,
+                                                                                  kb_fdiv_make(D), mod_stride,
+                                                                                  (size_t)B * D);
+    return kc_launched(op);
 }
 
 static int bad_mod_args(const char *op, int B, int S, int D, int per_token, int mod_stride) {
@@ -285,8 +343,9 @@ extern "C" int kc_modulate_forward(kb_out out, kb_in x, kb_in shift, kb_in scale
     if (bad_mod_args("modulate_forward", B, S, D, per_token, mod_stride)) return -1;
     const size_t n = (size_t)B * S * D;
     if (!n) return 0;
-    mod_forward_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(0, out, x, shift, scale, S, D, per_token,
-                                                                   mod_stride, n);
+    if (too_big("modulate_forward", n)) return -1;
+    mod_forward_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(0, out, x, shift, scale, S, kb_fdiv_make(S),
+                                                                   kb_fdiv_make(D), per_token, mod_stride, n);
     return kc_launched("modulate_forward");
 }
 
@@ -295,14 +354,14 @@ extern "C" int kc_modulate_backward(kb_out dx, kb_out dshift, kb_out dscale, kb_
     if (bad_mod_args("modulate_backward", B, S, D, per_token, mod_stride)) return -1;
     const size_t n = (size_t)B * S * D;
     if (!n) return 0;
+    if (too_big("modulate_backward", n)) return -1;
     kb_out none = {NULL, KB_F32};
     mod_backward_elem_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(0, dx, none, dscale, dshift, dout, x, scale,
-                                                                         S, D, per_token, mod_stride, n);
+                                                                         S, kb_fdiv_make(S), kb_fdiv_make(D),
+                                                                         per_token, mod_stride, n);
     if (kc_launched("modulate_backward")) return -1;
     if (per_token || (!dscale.p && !dshift.p)) return 0;
-    mod_col_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dscale, dshift, dout, x, B, S, D,
-                                                                           mod_stride);
-    return kc_launched("modulate_backward");
+    return mod_cols("modulate_backward", dscale, dshift, dout, x, B, S, D, mod_stride);
 }
 
 extern "C" int kc_gate_residual_forward(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D, int per_token,
@@ -310,8 +369,9 @@ extern "C" int kc_gate_residual_forward(kb_out out, kb_in x, kb_in y, kb_in gate
     if (bad_mod_args("gate_residual_forward", B, S, D, per_token, mod_stride)) return -1;
     const size_t n = (size_t)B * S * D;
     if (!n) return 0;
-    mod_forward_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(1, out, x, y, gate, S, D, per_token, mod_stride,
-                                                                   n);
+    if (too_big("gate_residual_forward", n)) return -1;
+    mod_forward_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(1, out, x, y, gate, S, kb_fdiv_make(S),
+                                                                   kb_fdiv_make(D), per_token, mod_stride, n);
     return kc_launched("gate_residual_forward");
 }
 
@@ -320,13 +380,14 @@ extern "C" int kc_gate_residual_backward(kb_out dx, kb_out dy, kb_out dgate, kb_
     if (bad_mod_args("gate_residual_backward", B, S, D, per_token, mod_stride)) return -1;
     const size_t n = (size_t)B * S * D;
     if (!n) return 0;
+    if (too_big("gate_residual_backward", n)) return -1;
     kb_out none = {NULL, KB_F32};
-    mod_backward_elem_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(1, dx, dy, dgate, none, dout, y, gate, S, D,
-                                                                         per_token, mod_stride, n);
+    mod_backward_elem_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(1, dx, dy, dgate, none, dout, y, gate, S,
+                                                                         kb_fdiv_make(S), kb_fdiv_make(D), per_token,
+                                                                         mod_stride, n);
     if (kc_launched("gate_residual_backward")) return -1;
     if (per_token || !dgate.p) return 0;
-    mod_col_kernel<<<kc_blocks((size_t)B * D), KC_THREADS, 0, kc_stream>>>(dgate, none, dout, y, B, S, D, mod_stride);
-    return kc_launched("gate_residual_backward");
+    return mod_cols("gate_residual_backward", dgate, none, dout, y, B, S, D, mod_stride);
 }
 
 /* ---- patchify / unpatchify: one thread per element of the op's output ---- */
@@ -357,6 +418,7 @@ static int patch(int kind, kb_out y, kb_in x, int B, int C, int F, int H, int W,
     kb_patch_dims d = kb_patch_dims_make(B, C, F, H, W, pt, ph, pw);
     const size_t n = kind < 2 ? kb_patch_tokens_n(&d) : kb_patch_video_n(&d);
     if (!n) return 0;
+    if (too_big(names[kind], kb_patch_tokens_n(&d)) || too_big(names[kind], kb_patch_video_n(&d))) return -1;
     patch_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(kind, y, x, d, n);
     return kc_launched(names[kind]);
 }
@@ -394,6 +456,7 @@ extern "C" int kc_lse_merge_forward(kb_out o, float *lse, kb_in o1, const float 
     if (B < 0 || S < 0 || H < 1 || Dh < 1) return core_error("lse_merge_forward: B %d S %d H %d Dh %d", B, S, H, Dh);
     const size_t rows = (size_t)B * S * H;
     if (!rows) return 0;
+    if (too_big("lse_merge_forward", rows * (size_t)Dh)) return -1;
     lse_merge_fwd_kernel<<<kc_blocks(rows), KC_THREADS, 0, kc_stream>>>(o, lse, o1, lse1, o2, lse2, S, H, Dh, rows);
     return kc_launched("lse_merge_forward");
 }
@@ -404,6 +467,7 @@ extern "C" int kc_lse_merge_backward(kb_out do1, float *dlse1, kb_out do2, float
     if (B < 0 || S < 0 || H < 1 || Dh < 1) return core_error("lse_merge_backward: B %d S %d H %d Dh %d", B, S, H, Dh);
     const size_t rows = (size_t)B * S * H;
     if (!rows) return 0;
+    if (too_big("lse_merge_backward", rows * (size_t)Dh)) return -1;
     lse_merge_bwd_kernel<<<kc_blocks(rows), KC_THREADS, 0, kc_stream>>>(do1, dlse1, do2, dlse2, dout, dlse, o1, lse1,
                                                                         o2, lse2, S, H, Dh, rows);
     return kc_launched("lse_merge_backward");
@@ -441,6 +505,7 @@ extern "C" int kc_add_table_forward(kb_out out, kb_in table, kb_in src, int R, i
     if (bad_table_args("add_table_forward", R, nj, D, src_nj)) return -1;
     const size_t n = (size_t)R * nj * D;
     if (!n) return 0;
+    if (too_big("add_table_forward", n)) return -1;
     add_table_fwd_kernel<<<kc_blocks(n), KC_THREADS, 0, kc_stream>>>(out, table, src, nj, D, src_nj, n);
     return kc_launched("add_table_forward");
 }
@@ -448,6 +513,7 @@ extern "C" int kc_add_table_forward(kb_out out, kb_in table, kb_in src, int R, i
 extern "C" int kc_add_table_backward(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj) {
     if (bad_table_args("add_table_backward", R, nj, D, src_nj)) return -1;
     if (!R) return 0;
+    if (too_big("add_table_backward", (size_t)R * nj * D)) return -1;
     if (dtable.p) {
         add_table_col_kernel<<<kc_blocks((size_t)nj * D), KC_THREADS, 0, kc_stream>>>(dtable, dmod, R, nj * D);
         if (kc_launched("add_table_backward")) return -1;

@@ -11,6 +11,7 @@
 #include "kernels/body/kb_host.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/emu/k_emu.h"
+#include "kernels/cuda/precond/kc_precond.h"
 
 /* ---- memory ---- */
 /* The bytes mem_alloc was asked for, now held and at most (k_emu_mem_stats): each block carries its size in a
@@ -37,13 +38,23 @@ void k_emu_mem_stats(size_t *held, size_t *peak) {
     if (held) *held = g_held;
     if (peak) *peak = g_peak;
 }
-static int e_upload(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
-static int e_download(void *d, const void *s, size_t b) { return memcpy(d, s, b), 0; }
+static k_emu_traffic traffic;
+void k_emu_traffic_get(k_emu_traffic *t) { *t = traffic; }
+static int e_upload(void *d, const void *s, size_t b) {
+    traffic.uploads++, traffic.upload_bytes += b;
+    return memcpy(d, s, b), 0;
+}
+static int e_download(void *d, const void *s, size_t b) {
+    traffic.downloads++, traffic.download_bytes += b;
+    return memcpy(d, s, b), 0;
+}
 static int e_upload_bf16(kb_bf16 *d, const float *s, size_t n) {
+    traffic.uploads++, traffic.upload_bytes += n * sizeof(kb_bf16);
     for (size_t i = 0; i < n; i++) d[i] = kb_bf16_from_f32(s[i]);
     return 0;
 }
 static int e_download_bf16(float *d, const kb_bf16 *s, size_t n) {
+    traffic.downloads++, traffic.download_bytes += n * sizeof(kb_bf16);
     for (size_t i = 0; i < n; i++) d[i] = kb_f32_from_bf16(s[i]);
     return 0;
 }
@@ -70,6 +81,7 @@ static void store(kb_out y, const float *f, size_t n) {
 
 /* ---- GEMM: fp32 k_cpu_ops.gemm on the widened operands ---- */
 static int emu_gemm(const k_gemm_args *g) {
+    if (kc_precond_gemm(g)) return -1; /* what cuBLASLt on the GPU refuses */
     const size_t na = (size_t)(g->transA ? g->K : g->M) * g->lda, nb = (size_t)(g->transB ? g->N : g->K) * g->ldb;
     const size_t nc = (size_t)g->M * g->ldc;
     float *a = widen(kb_in_bf16(g->A), na), *b = widen(kb_in_bf16(g->B), nb), *c = widen(kb_as_in(g->C), nc);
@@ -114,6 +126,7 @@ static int emu_gemm(const k_gemm_args *g) {
 /* ---- attention: fp32 k_cpu_ops on the widened operands ---- */
 static int emu_attn_fwd(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
                         int Skv, int H, int Dh, float scale) {
+    if (kc_precond_attention_forward(o, lse, q, k, v, B, Sq, Skv, H, Dh)) return -1; /* what cuDNN refuses */
     size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
     float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
     float *fo = malloc(nq * sizeof(float));
@@ -125,12 +138,19 @@ static int emu_attn_fwd(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 
 static int emu_attn_bwd(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q, const kb_bf16 *k,
                         const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq, int Skv, int H, int Dh,
                         float scale) {
+    if (kc_precond_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh)) return -1;
     size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
     float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
     float *fo = widen(kb_in_bf16(o), nq), *fd = widen(kb_in_bf16(dout), nq);
-    float *gq = widen(kb_in_bf16(dq), nq), *gk = widen(kb_in_bf16(dk), nk), *gv = widen(kb_in_bf16(dv), nk);
+    /* a gradient not wanted (NULL, as the GPU path allows) goes to a zeroed buffer that is dropped */
+    float *gq = dq ? widen(kb_in_bf16(dq), nq) : calloc(nq, sizeof(float));
+    float *gk = dk ? widen(kb_in_bf16(dk), nk) : calloc(nk, sizeof(float));
+    float *gv = dv ? widen(kb_in_bf16(dv), nk) : calloc(nk, sizeof(float));
+    if (!gq || !gk || !gv) abort();
     k_cpu_ops.attention_backward(gq, gk, gv, fd, fq, fk, fv, fo, lse, B, Sq, Skv, H, Dh, scale);
-    store(kb_out_bf16(dq), gq, nq), store(kb_out_bf16(dk), gk, nk), store(kb_out_bf16(dv), gv, nk);
+    if (dq) store(kb_out_bf16(dq), gq, nq);
+    if (dk) store(kb_out_bf16(dk), gk, nk);
+    if (dv) store(kb_out_bf16(dv), gv, nk);
     free(fq), free(fk), free(fv), free(fo), free(fd), free(gq), free(gk), free(gv);
     return 0;
 }
@@ -151,9 +171,11 @@ static int e_rms_b(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb_in w, const flo
     return kbh_norm_backward(1, dx, dw, none, dout, x, w, NULL, rstd, N, C), 0;
 }
 static int e_rope_f(kb_out out, kb_in x, const float *c, const float *s, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("rope_forward", (size_t)B * S * H * Dh)) return -1; /* as the kernel's launcher */
     return kbh_rope(0, out, x, c, s, B, S, H, Dh), 0;
 }
 static int e_rope_b(kb_out dx, kb_in dout, const float *c, const float *s, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("rope_backward", (size_t)B * S * H * Dh)) return -1;
     return kbh_rope(1, dx, dout, c, s, B, S, H, Dh), 0;
 }
 static int e_gelu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(1, out, x, n), 0; }
@@ -161,34 +183,42 @@ static int e_gelu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_
 static int e_silu_f(kb_out out, kb_in x, int64_t n) { return kbh_act_forward(0, out, x, n), 0; }
 static int e_silu_b(kb_out dx, kb_in dout, kb_in x, int64_t n) { return kbh_act_backward(0, dx, dout, x, n), 0; }
 static int e_mod_f(kb_out out, kb_in x, kb_in sh, kb_in sc, int B, int S, int D, int pt, int ms) {
+    if (kc_precond_index32("modulate_forward", (size_t)B * S * D)) return -1;
     return kbh_modulate_forward(out, x, sh, sc, B, S, D, pt, ms), 0;
 }
 static int e_mod_b(kb_out dx, kb_out dsh, kb_out dsc, kb_in dout, kb_in x, kb_in sc, int B, int S, int D, int pt,
                    int ms) {
+    if (kc_precond_index32("modulate_backward", (size_t)B * S * D)) return -1;
     return kbh_modulate_backward(dx, dsh, dsc, dout, x, sc, B, S, D, pt, ms), 0;
 }
 static int e_gate_f(kb_out out, kb_in x, kb_in y, kb_in g, int B, int S, int D, int pt, int ms) {
+    if (kc_precond_index32("gate_residual_forward", (size_t)B * S * D)) return -1;
     return kbh_gate_residual_forward(out, x, y, g, B, S, D, pt, ms), 0;
 }
 static int e_gate_b(kb_out dx, kb_out dy, kb_out dg, kb_in dout, kb_in y, kb_in g, int B, int S, int D, int pt,
                     int ms) {
+    if (kc_precond_index32("gate_residual_backward", (size_t)B * S * D)) return -1;
     return kbh_gate_residual_backward(dx, dy, dg, dout, y, g, B, S, D, pt, ms), 0;
 }
-#define PATCH_FN(name, drv)                                                                                    \
+#define PATCH_FN(name, drv, op)                                                                                \
     static int name(kb_out y, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw) {            \
         kb_patch_dims d = kb_patch_dims_make(B, C, F, H, W, pt, ph, pw);                                        \
+        if (kc_precond_index32(op, kb_patch_tokens_n(&d)) || kc_precond_index32(op, kb_patch_video_n(&d)))      \
+            return -1;                                                                                          \
         return drv(y, x, &d), 0;                                                                                \
     }
-PATCH_FN(e_pf, kbh_patchify_forward)
-PATCH_FN(e_pb, kbh_patchify_backward)
-PATCH_FN(e_uf, kbh_unpatchify_forward)
-PATCH_FN(e_ub, kbh_unpatchify_backward)
+PATCH_FN(e_pf, kbh_patchify_forward, "patchify_forward")
+PATCH_FN(e_pb, kbh_patchify_backward, "patchify_backward")
+PATCH_FN(e_uf, kbh_unpatchify_forward, "unpatchify_forward")
+PATCH_FN(e_ub, kbh_unpatchify_backward, "unpatchify_backward")
 static int e_lse_f(kb_out o, float *l, kb_in o1, const float *l1, kb_in o2, const float *l2, int B, int S, int H,
                    int Dh) {
+    if (kc_precond_index32("lse_merge_forward", (size_t)B * S * H * Dh)) return -1;
     return kbh_lse_merge_forward(o, l, o1, l1, o2, l2, B, S, H, Dh), 0;
 }
 static int e_lse_b(kb_out do1, float *dl1, kb_out do2, float *dl2, kb_in dout, const float *dl, kb_in o1,
                    const float *l1, kb_in o2, const float *l2, int B, int S, int H, int Dh) {
+    if (kc_precond_index32("lse_merge_backward", (size_t)B * S * H * Dh)) return -1;
     return kbh_lse_merge_backward(do1, dl1, do2, dl2, dout, dl, o1, l1, o2, l2, B, S, H, Dh), 0;
 }
 static int e_sde(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean, kb_out xn, float cx, float cv, float sd,
@@ -225,11 +255,13 @@ static int e_add(kb_out y, kb_in x, int64_t n) {
 static int e_table_f(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj) {
     if (R < 0 || nj < 1 || D < 1 || (src_nj != 1 && src_nj != nj))
         return core_error("add_table_forward: R %d, nj %d, D %d, src_nj %d (1 or nj)", R, nj, D, src_nj);
+    if (kc_precond_index32("add_table_forward", (size_t)R * nj * D)) return -1;
     return kbh_add_table_forward(out, table, src, R, nj, D, src_nj), 0;
 }
 static int e_table_b(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj) {
     if (R < 0 || nj < 1 || D < 1 || (src_nj != 1 && src_nj != nj))
         return core_error("add_table_backward: R %d, nj %d, D %d, src_nj %d (1 or nj)", R, nj, D, src_nj);
+    if (kc_precond_index32("add_table_backward", (size_t)R * nj * D)) return -1;
     return kbh_add_table_backward(dtable, dsrc, dmod, R, nj, D, src_nj), 0;
 }
 

@@ -31,4 +31,11 @@ extern const k_dev_ops k_emu_ops;
  * against (tests/test_dev_budget.c). Either pointer may be NULL. */
 void k_emu_mem_stats(size_t *held, size_t *peak);
 
+/* What crossed between host and emulated device through the mem_upload* / mem_download* entries since the process
+ * started (tests: e.g. that the trainer's master weights stay on the device between steps). Not thread-safe. */
+typedef struct {
+    unsigned long long uploads, upload_bytes, downloads, download_bytes;
+} k_emu_traffic;
+void k_emu_traffic_get(k_emu_traffic *t);
+
 #endif
