@@ -247,14 +247,15 @@ $(BUILD)/gpucheck/%.o: %.c
 $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
 
-# `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/emu/: host memory, the kernel bodies,
-# k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/emulate.c: the rest of
-# k_cuda.h) to test the check's own logic without a GPU or CUDA toolkit. `make test` links the same table as k_emu_ops.
+# `make gpu-check-emu`: scripts/gpu_check.sh, both stages, over an emulated device (kernels/cuda/emu/: host memory, the
+# kernel bodies, k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/
+# emulate.c: the rest of k_cuda.h) to test the check's own logic and the script without a GPU or CUDA toolkit; the
+# log, the JSON of the rows and the summary land in $(BUILD)/gpu-check/. `make test` links the same table as k_emu_ops.
 GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
 gpu-check-emu: $(BUILD)/gpu_check_emu
-	$(BUILD)/gpu_check_emu --tiny --rows 16
+	scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
 
 $(BUILD)/gpuemu/%.o: %.c
 	@mkdir -p $(dir $@)
