@@ -3,7 +3,7 @@
 # repository). One short run tells everything, and its LAST 40 LINES are a summary that reads alone (environment,
 # rows failed with their first error, the speed table), since a remote run may return only the end of the output.
 #
-#   scripts/gpu_check.sh [--stage 1|2|all] [--out DIR] [--bin PATH] [--emulated] [--seed N] [--rows R]
+#   scripts/gpu_check.sh [--stage 1|2|all] [--groups G,G..] [--out DIR] [--bin PATH] [--emulated] [--seed N] [--rows R]
 #
 # Stage 1 (about 2 minutes; small shapes with Wan's head dim: dim 1024 = 8 x 128, 960 tokens): the smallest checks
 # that show the path works at all — the GPU, driver and libraries (versions, paths) and a memory round trip; every
@@ -33,6 +33,8 @@
 # the newest libcublasLt.so.13 / libcudnn.so.9 among python3's nvidia-* wheels (PyTorch's), torch/lib, the CUDA
 # toolkit and the ldconfig cache. The full CLI ($VGRPO_BIN, else build-cuda/vgrpo) links Debian libraries (libzmq,
 # ffmpeg, ...); where they are missing its row says which and is skipped: every GPU row above runs in gpu_check.
+# --groups: only these groups of the stages chosen (a rerun after a fix, e.g. --stage 1 --groups attention,invariance;
+# names: gpu_check --list-groups, plus torch and cli).
 # --emulated: the binary is the emulated device (make gpu-check-emu: build/gpu_check_emu): tiny shapes, no library
 # search, no PyTorch or CLI rows; it tests this script and the check's plumbing, nothing about CUDA.
 set -u
@@ -40,12 +42,13 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 2
 T0=$(date +%s)
 
-STAGES="1 2" OUT="" BIN="${GPU_CHECK_BIN:-}" EMU=0 SEED=1 ROWS=64
-usage() { echo "usage: scripts/gpu_check.sh [--stage 1|2|all] [--out DIR] [--bin PATH] [--emulated] [--seed N] [--rows R]" >&2; exit 2; }
+STAGES="1 2" OUT="" BIN="${GPU_CHECK_BIN:-}" EMU=0 SEED=1 ROWS=64 ONLY=""
+usage() { echo "usage: scripts/gpu_check.sh [--stage 1|2|all] [--groups G,G..] [--out DIR] [--bin PATH] [--emulated] [--seed N] [--rows R]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
     --stage) [ $# -ge 2 ] || usage; case "$2" in 1) STAGES=1 ;; 2) STAGES=2 ;; all) STAGES="1 2" ;; *) usage ;; esac; shift ;;
     --out) [ $# -ge 2 ] || usage; OUT="$2"; shift ;;
+    --groups) [ $# -ge 2 ] || usage; ONLY=",$2,"; shift ;;
     --bin) [ $# -ge 2 ] || usage; BIN="$2"; shift ;;
     --seed) [ $# -ge 2 ] || usage; SEED="$2"; shift ;;
     --rows) [ $# -ge 2 ] || usage; ROWS="$2"; shift ;;
@@ -172,6 +175,10 @@ PLAN="1 env       $S1 5  30
 2 cli         -   5  20"
 # the emulated device: tiny shapes, and twice the caps (its CPU does the GPU's work too)
 [ $EMU -eq 1 ] && PLAN=$(printf '%s\n' "$PLAN" | awk '{ if ($3 != "-") $3 = "tiny"; $5 *= 2; print }')
+if [ -n "$ONLY" ]; then
+    PLAN=$(printf '%s\n' "$PLAN" | awk -v only="$ONLY" 'index(only, "," $2 ",")')
+    [ -n "$PLAN" ] || { echo "gpu_check.sh: --groups ${ONLY//,/ }: no such group" >&2; exit 2; }
+fi
 STAGE1_S=${GPU_CHECK_STAGE1_S:-120}
 STAGE2_S=${GPU_CHECK_STAGE2_S:-175}
 NOGPU=""          # the reason the env group gave for "could not run"
@@ -395,7 +402,7 @@ SUMMARY="$WORK/summary.txt"
 {
     printf '==================== gpu_check summary: stage %s, %s s, exit %s (%s) ====================\n' \
         "${STAGES// /+}" "$ELAPSED" "$EXIT" "$MEANING"
-    awk -v smi="$SMI" -v bin="${BIN:-none}" -v emu=$EMU '
+    awk -v smi="$SMI" -v bin="${BIN:-none}" -v emu=$EMU -v lt="${VGRPO_CUBLASLT_LIB:-}" -v dnn="${VGRPO_CUDNN_LIB:-}" '
     function field(s, k,   m) {   # the string value of key k in the JSON line s
         if (!match(s, "\"" k "\":\"([^\"\\\\]|\\\\.)*\"")) return ""
         m = substr(s, RSTART + length(k) + 4, RLENGTH - length(k) - 5)
@@ -409,7 +416,7 @@ SUMMARY="$WORK/summary.txt"
         printf "cuDNN    %s from %s\n", num($0, "cudnn_version"), field($0, "cudnn_path") }
     /"type":"torch"/ { torch = field($0, "info") }
     END {
-        if (!env) printf "GPU      (no environment line: the check did not start%s)\n", smi == "" ? "" : "; nvidia-smi: " smi
+        if (!env) printf "GPU      (no environment line: the check did not start%s)\nlibs     found by this script: cuBLASLt %s; cuDNN %s\n", smi == "" ? "" : "; nvidia-smi: " smi, lt == "" ? "-" : lt, dnn == "" ? "-" : dnn
         printf "PyTorch  %s\n", torch == "" ? (emu ? "(not run: emulated device)" : "(not run or not found)") : torch
         printf "binary   %s%s\n", bin, emu ? " (EMULATED device: tests the plumbing, not CUDA)" : "" }' "$JL"
     for st in 1 2; do

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tests/test.h"
 
@@ -145,4 +146,40 @@ TEST(gpu_check_sh_no_gpu_and_no_binary) {
     CHECK_MSG(rc == 2, "exit status %d, want 2; output:\n%s", rc, out);
     CHECK(strstr(out, "is not an executable file") != NULL);
     CHECK(strstr(out, "gpu_check.sh: exit 2 (could not run") != NULL);
+}
+
+/* The CUDA build's gpu_check (beside $VGRPO_BIN: make test's cuda-smoke part runs this with build-cuda/vgrpo):
+ * `ldd` lists only libc, libm and the loader, so it runs on a GPU machine without the build's Debian libraries; and
+ * on this machine without a GPU the script ends with exit 2 and the driver's absence in its summary. Skipped, saying
+ * so, beside a plain build. */
+TEST(gpu_check_sh_cuda_binary) {
+    char bin[1024];
+    snprintf(bin, sizeof bin, "%s", test_vgrpo_bin());
+    char *slash = strrchr(bin, '/');
+    snprintf(slash ? slash + 1 : bin, sizeof bin - (slash ? (size_t)(slash + 1 - bin) : 0), "gpu_check");
+    if (access(bin, X_OK) != 0) {
+        test_skip("no gpu_check beside $VGRPO_BIN (the CUDA build's: make test runs this in its cuda-smoke part)");
+        return;
+    }
+    static char out[1 << 16];
+    REQUIRE(test_run(out, sizeof out, "ldd %s", bin) == 0);
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        while (*line == ' ' || *line == '\t') line++;
+        const int ok = !strncmp(line, "linux-vdso", 10) || !strncmp(line, "libc.so", 7) ||
+                       !strncmp(line, "libm.so", 7) || strstr(line, "ld-linux") || !strncmp(line, "libdl.so", 8) ||
+                       !strncmp(line, "libpthread.so", 13) || !strncmp(line, "librt.so", 8);
+        CHECK_MSG(ok, "%s needs a library beyond libc/libm: %s", bin, line);
+    }
+    if (access("/dev/nvidiactl", F_OK) == 0) {
+        test_skip("this machine has an NVIDIA device node: the no-GPU exit is not what runs here");
+        return;
+    }
+    const char *dir = test_tmpdir();
+    int rc = test_run(out, sizeof out, "scripts/gpu_check.sh --stage 1 --bin %s --out %s/gc", bin, dir);
+    CHECK_MSG(rc == 2, "exit status %d, want 2 (no GPU here); output:\n%s", rc, out);
+    const char *sum = strstr(out, "==================== gpu_check summary");
+    REQUIRE(sum != NULL);
+    CHECK(strstr(sum, "FAIL [1 env] group env: could not run: the CUDA backend cannot run here: CUDA:") != NULL);
+    CHECK(strstr(sum, "not run  6 groups:") != NULL);
+    CHECK(strstr(sum, "gpu_check.sh: exit 2 (could not run") != NULL);
 }
