@@ -3,7 +3,8 @@
  * shows in the summary with its first error and the exit status is 1; a group that crashes (SIGSEGV) or hangs costs
  * only itself (a "group G" row says crashed / timeout, after which row) and the groups after it still run; the
  * summary is the last lines printed and at most 40; DIR/gpu_check.json parses, with per row name, stage, status and
- * error; no usable GPU, or no binary, exits 2 with the reason in the summary. Each case runs in a few seconds. */
+ * error; --groups runs only those and the speed figures reach the summary's table; no usable GPU, or no binary, exits
+ * 2 with the reason in the summary. Each case runs in a few seconds. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@ static const char *FAKE =
     "rowfail:1:attention) row 'attention self fwd O' ok null; echo 'about to crash'; kill -SEGV $$;;\n"
     "rowfail:1:invariance) row 'gemm M-invariance linear fwd' ok null; sleep 60;;\n"
     "esac\n"
+    "[ \"$g\" = perf ] && printf '{\"type\":\"speed\",\"source\":\"vgrpo\",\"stage\":%s,\"key\":\"gemm_nt\","
+    "\"label\":\"x\",\"tflops\":612.5,\"ms\":1.795,\"note\":null}\\n' \"$st\" >>\"$j\"\n"
     "row \"$g fake row\" ok null\n"
     "exit 0\n";
 
@@ -146,6 +149,24 @@ TEST(gpu_check_sh_no_gpu_and_no_binary) {
     CHECK_MSG(rc == 2, "exit status %d, want 2; output:\n%s", rc, out);
     CHECK(strstr(out, "is not an executable file") != NULL);
     CHECK(strstr(out, "gpu_check.sh: exit 2 (could not run") != NULL);
+}
+
+/* --groups runs only those groups; the speed figures reach the summary's table; all ok gives exit 0. */
+TEST(gpu_check_sh_groups_and_speed_table) {
+    const char *dir = test_tmpdir();
+    const char *fake = write_fake(dir);
+    static char out[1 << 16];
+    int rc = test_run(out, sizeof out, "scripts/gpu_check.sh --stage 2 --groups perf,dit --emulated --bin %s", fake);
+    CHECK_MSG(rc == 0, "exit status %d, want 0; output:\n%s", rc, out);
+    int lines = 0;
+    const char *sum = summary_of(out, &lines);
+    REQUIRE(sum != NULL);
+    CHECK(strstr(sum, "stage 2  dit ok") != NULL);
+    CHECK(strstr(out, "group grpo") == NULL && strstr(out, "group layers") == NULL);
+    CHECK(strstr(sum, "GEMM 8192^3 C = A B^T (NT, linear)       612.5") != NULL);
+    CHECK(strstr(sum, "gpu_check.sh: exit 0 (every row ok)") != NULL);
+    CHECK(test_run(out, sizeof out, "scripts/gpu_check.sh --groups nosuch --emulated --bin %s", fake) == 2);
+    CHECK(strstr(out, "no such group") != NULL);
 }
 
 /* The CUDA build's gpu_check (beside $VGRPO_BIN: make test's cuda-smoke part runs this with build-cuda/vgrpo):

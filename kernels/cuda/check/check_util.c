@@ -272,7 +272,8 @@ void ck_row_figures(const char *op, const char *shape, const char *dtype, double
     const int fail = !(rel <= band) || repeat == 0 || !extra_ok;
     char why[300] = "";
     if (!(rel <= band))
-        snprintf(why, sizeof why, "%.3e above its band %.1e (worst %.3e)", rel, band, worst);
+        snprintf(why, sizeof why, "%.3e above its band %.1e (worst %.3e)%s%s", rel, band, worst, note ? "; " : "",
+                 note ? note : "");
     else if (repeat == 0)
         snprintf(why, sizeof why, "the repeat run gave different bits (repeat DIFFER)");
     else if (!extra_ok)

@@ -12,7 +12,8 @@
  *             [--perf-only] [--gemm-n N] [--attn-s S] [--rows R] [--seed N] [--quick] [--tiny] [--list-groups]
  *
  * --group: one group of rows (--list-groups prints them): env (the GPU, driver and libraries, a device memory round
- * trip), layers, flow, gemm, attention, invariance, block (one DiT block), dit, grpo, perf; default: all of them in that order. --shapes (check.h): wan (default), quick (= --quick), small, tiny (= --tiny).
+ * trip), layers, flow, gemm, attention, invariance, block (one DiT block), dit, grpo, perf; default: all of them in
+ * that order. --shapes (check.h): wan (default), quick (= --quick), small, tiny (= --tiny).
  * --json FILE: every row also appended to FILE as a JSON line (check_util.h), labelled with --stage N and the group.
  * --only: rows whose name contains SUBSTR. */
 #include <omp.h>
