@@ -297,7 +297,9 @@ run_group() { # $1 stage, $2 group, $3 shapes, $4 time-out (s)
     local after=" before its first row"
     [ -n "$last" ] && after=" after row '$last'"
     status=ok
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    # 124: stopped at its time-out (137: killed 2 s after that; 137 well before it is a kill from elsewhere, e.g. the
+    # kernel's out-of-memory killer, reported as a crash below)
+    if [ $rc -eq 124 ] || { [ $rc -eq 137 ] && [ $(($(date +%s) - t)) -ge "$to" ]; }; then
         status=timeout
         row "$st" "$g" "group $g" timeout "ran past its time-out of $to s and was stopped$after"
     elif [ $rc -eq 2 ]; then
