@@ -105,7 +105,7 @@ test: deps
 # `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ gemm_plan_ dev_budget_one_gpu run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
+CUDA_SMOKE := kbody_ gemm_plan_ dev_budget_one_gpu run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names gpu_check_sh_cuda_binary
 # With TALLY=FILE (make test passes its $(TEST_TALLY)), it records "start cuda-smoke" before the build, so a build that fails counts.
 .PHONY: test-cuda-build
 test-cuda-build:
@@ -249,14 +249,15 @@ $(BUILD)/gpucheck/%.o: %.c
 $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 	$(CC) -Wl,--gc-sections -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -Wl,-Bstatic -lgomp -Wl,-Bdynamic -ldl -lrt -lpthread -lm -Wl,-rpath,$(CUDA_HOME)/lib64
 
-# `make gpu-check-emu`: the same check over an emulated device (kernels/cuda/emu/: host memory, the kernel bodies,
-# k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/emulate.c: the rest of
-# k_cuda.h) to test the check's own logic without a GPU or CUDA toolkit. `make test` links the same table as k_emu_ops.
+# `make gpu-check-emu`: scripts/gpu_check.sh, both stages, over an emulated device (kernels/cuda/emu/: host memory, the
+# kernel bodies, k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/
+# emulate.c: the rest of k_cuda.h) to test the check's own logic and the script without a GPU or CUDA toolkit; the
+# log, the JSON of the rows and the summary land in $(BUILD)/gpu-check/. `make test` links the same table as k_emu_ops.
 GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
 gpu-check-emu: $(BUILD)/gpu_check_emu
-	$(BUILD)/gpu_check_emu --tiny --rows 16
+	scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
 
 $(BUILD)/gpuemu/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -253,4 +253,4 @@ out:
     free(emb);
 }
 
-__attribute__((constructor)) static void register_check_grpo(void) { ck_register_part(check_grpo); }
+__attribute__((constructor)) static void register_check_grpo(void) { ck_register_part("grpo", check_grpo); }

@@ -176,7 +176,7 @@ void check_flow(const ck_shapes *s, const char *only) {
     if (ck_selected("adamw", only) || ck_selected("sumsq", only)) {
         opt_case c;
         memset(&c, 0, sizeof c);
-        c.n = (int64_t)64 << 20;
+        c.n = s->adamw_n > 0 ? (int64_t)s->adamw_n : (int64_t)64 << 20;
         c.sc = kb_adamw_prepare(3e-5, 0.9, 0.999, 1e-8, 1e-4, 7);
         char sh[48];
         snprintf(sh, sizeof sh, "%lld params", (long long)c.n);

@@ -5,7 +5,8 @@
  * independent; a query row of attention depends only on its own q; a key row's dK/dV only on that key given the
  * forward's O and LSE) and compares those rows. Every GEMM of one DiT block's linear layers is here: the linear
  * forward with bias (NT), the FFN's first layer with GELU-aux + bias, its backward with dGELU + bias gradient (NN),
- * the weight gradient with the bias gradient from dY and an fp32 accumulating output (TN, beta 1).
+ * the linear backward to the input (NN, bf16, beta 1), the weight gradient with the bias gradient from dY and an fp32
+ * accumulating output (TN, beta 1).
  * Bands (rel-L2; CK_BAND: accumulation order and bf16 intermediates differ from the CPU's fp32 fixed order):
  *   bf16 GEMM outputs 1e-2 (one bf16 rounding ~1.6e-3, plus the fp32 K-sum order);  fp32 GEMM outputs 1e-4;
  *   attention O 2e-2 and dQ/dK/dV 3e-2 (cuDNN rounds P and dS to bf16 before its second GEMMs); LSE 1e-5 (fp32).
@@ -131,6 +132,37 @@ void check_gemm(const ck_shapes *s, const char *only) {
             free(xs), free(ref), free(gs);
         }
         free(g);
+    }
+    /* 1b. linear backward to the input: dx (bf16, +=) = dy W (NN, beta 1, no epilogue): wan_dev_linear_bwd's dX */
+    {
+        ct_t dxin, dyl;
+        memset(&dxin, 0, sizeof dxin), memset(&dyl, 0, sizeof dyl);
+        if (ct_alloc(&dxin, (size_t)S * D, 1) || ct_alloc(&dyl, (size_t)S * D, 1) || ct_rand(&dyl, sd + 20, -1, 1)) {
+            ck_row_error("gemm linear bwd dx", "", core_last_error());
+        } else {
+            ck_fill(dxin.h, (size_t)S * D, sd + 21, -1, 1, 1);
+            gemm_case c;
+            memset(&c, 0, sizeof c);
+            c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = D, .K = D, .alpha = 1, .beta = 1, .A = dyl.d,
+                                .lda = D, .B = w.d, .ldb = D, .C = ct_out(&dxin), .ldc = D, .epi = K_EPI_NONE};
+            c.reset[0] = &dxin;
+            float *g = ck_floats((size_t)S * D);
+            ct_t *o[1] = {&dxin};
+            float *gg[1] = {g};
+            int rep = ck_run_twice("gemm linear bwd dx", gemm_gpu, &c, o, gg, 1);
+            if (rep >= 0) {
+                float *dys = gather_rows(dyl.h, rows, R, D), *ref = gather_rows(dxin.h, rows, R, D);
+                float *gs = gather_rows(g, rows, R, D);
+                k_cpu_ops.gemm(0, 0, R, D, D, 1.0f, dys, D, w.h, D, 1.0f, ref, D, NULL);
+                snprintf(shape, sizeof shape, "%dx%dx%d NN", S, D, D);
+                algo_note(&c.g, note, sizeof note);
+                ck_row("gemm linear bwd dx (bf16 +=)", shape, 1, gs, ref, (size_t)R * D, CK_BAND, GEMM_BF16_BAND, rep,
+                       note);
+                free(dys), free(ref), free(gs);
+            }
+            free(g);
+        }
+        ct_free(&dxin), ct_free(&dyl);
     }
     /* 2. FFN up: h = gelu(x W1^T + b1), aux = pre-activation (NT, GELU_AUX_BIAS) */
     if (ct_alloc(&w1, (size_t)F * D, 1) || ct_alloc(&b1, F, 1) || ct_alloc(&h, (size_t)S * F, 1) ||
@@ -384,27 +416,51 @@ static int perf_attn_run(void *p) {
                                          a->H, a->Dh, a->scale);
 }
 
+/* A speed figure that could not be measured: a skip on the emulated device (no speed to report), else a failed row. */
+static void perf_failed(const char *op, const char *shape) {
+#ifdef CK_EMULATE
+    ck_row_skip(op, shape, "the emulated device has no speed to report");
+#else
+    ck_row_error(op, shape, core_last_error());
+#endif
+}
+
 void check_perf(int n, int S, const char *only) {
+    char shape[48];
+#ifdef CK_EMULATE /* no speed to report: skip without allocating the GiBs of the GPU's shapes in host memory */
+    snprintf(shape, sizeof shape, "%dx%dx%d", n, n, n);
+    if (ck_selected("perf gemm", only)) perf_failed("perf gemm NN", shape), perf_failed("perf gemm NT", shape);
+    snprintf(shape, sizeof shape, "B1 H40 S%d D128", S);
+    if (ck_selected("perf attention", only))
+        perf_failed("perf attention fwd", shape), perf_failed("perf attention fwd+bwd", shape);
+    return;
+#endif
     if (ck_selected("perf gemm", only)) {
         size_t nn = (size_t)n * n;
         ct_t a, b, c;
         memset(&a, 0, sizeof a), memset(&b, 0, sizeof b), memset(&c, 0, sizeof c);
+        snprintf(shape, sizeof shape, "%dx%dx%d", n, n, n);
         if (ct_alloc(&a, nn, 1) || ct_alloc(&b, nn, 1) || ct_alloc(&c, nn, 1) || ct_rand(&a, 901, -1, 1) ||
             ct_rand(&b, 902, -1, 1)) {
-            printf("perf gemm: %s\n", core_last_error());
+            ck_row_error("perf gemm", shape, core_last_error());
         } else {
             for (int tb = 0; tb < 2; tb++) {
                 perf_gemm p = {{.transA = 0, .transB = tb, .M = n, .N = n, .K = n, .alpha = 1, .beta = 0, .A = a.d,
                                 .lda = n, .B = b.d, .ldb = n, .C = ct_out(&c), .ldc = n}};
                 double t = ck_time(perf_gemm_run, &p, 3, 20);
-                char note[160];
-                algo_note(&p.g, note, sizeof note);
+                char note[160], op[48];
+                snprintf(op, sizeof op, "perf gemm %s", tb ? "NT" : "NN");
                 if (t > 0) {
+                    algo_note(&p.g, note, sizeof note);
+                    const double tf = 2.0 * n * (double)n * n / t / 1e12;
                     printf("perf  cuBLASLt bf16 GEMM %dx%dx%d %s (fp32 accumulate, bf16 out): %7.3f ms  %6.1f TFLOP/s  "
-                           "[%s]\n", n, n, n, tb ? "NT" : "NN", t * 1e3, 2.0 * n * (double)n * n / t / 1e12, note);
-                    printf("PERF gemm_%s %.1f\n", tb ? "nt" : "nn", 2.0 * n * (double)n * n / t / 1e12);
-                } else
-                    printf("perf  cuBLASLt bf16 GEMM %s: failed: %s\n", tb ? "NT" : "NN", core_last_error());
+                           "[%s]\n", n, n, n, tb ? "NT" : "NN", t * 1e3, tf, note);
+                    printf("PERF gemm_%s %.1f\n", tb ? "nt" : "nn", tf);
+                    ck_speed(tb ? "gemm_nt" : "gemm_nn", tb ? "GEMM 8192^3 C = A B^T (NT)" : "GEMM 8192^3 C = A B (NN)",
+                             tf, t * 1e3, note);
+                } else {
+                    perf_failed(op, shape);
+                }
             }
         }
         ct_free(&a), ct_free(&b), ct_free(&c);
@@ -416,6 +472,7 @@ void check_perf(int n, int S, const char *only) {
         perf_attn p;
         memset(&p, 0, sizeof p);
         p.S = S, p.H = H, p.Dh = Dh, p.scale = 1.0f / sqrtf((float)Dh);
+        snprintf(shape, sizeof shape, "B1 H%d S%d D%d", H, S, Dh);
         kb_bf16 **bufs[8] = {&p.q, &p.k, &p.v, &p.o, &p.dout, &p.dq, &p.dk, &p.dv};
         int ok = 1;
         for (int i = 0; i < 8 && ok; i++) ok = (*bufs[i] = k_dev_alloc(nq * sizeof(kb_bf16))) != NULL;
@@ -431,31 +488,39 @@ void check_perf(int n, int S, const char *only) {
         }
         const double fwd_flop = 4.0 * H * (double)S * S * Dh;
         if (!ok) {
-            printf("perf attention: %s\n", core_last_error());
+            ck_row_error("perf attention", shape, core_last_error());
         } else {
             double tf = ck_time(perf_attn_run, &p, 2, 10);
             if (tf > 0) {
                 printf("perf  cuDNN SDPA fwd      B1 H%d S%d D%d bf16: %8.3f ms  %6.1f TFLOP/s (4*B*H*S^2*D)\n", H, S, Dh,
                        tf * 1e3, fwd_flop / tf / 1e12);
                 printf("PERF attn_fwd %.1f\n", fwd_flop / tf / 1e12);
-            } else
-                printf("perf  cuDNN SDPA fwd: failed: %s\n", core_last_error());
+                ck_speed("attn_fwd", "attention fwd B1 H40 S32768 D128", fwd_flop / tf / 1e12, tf * 1e3, NULL);
+            } else {
+                perf_failed("perf attention fwd", shape);
+            }
             p.bwd = 1;
             double tb = ck_time(perf_attn_run, &p, 2, 10);
             const char *label = "";
+#ifndef CK_EMULATE
             if (tb < 0) {
                 printf("perf  cuDNN SDPA fwd+bwd: deterministic plan failed: %s\n", core_last_error());
+                ck_row_error("perf attention fwd+bwd deterministic", shape, core_last_error());
                 k_attention_allow_nondeterministic(1);
                 tb = ck_time(perf_attn_run, &p, 2, 10);
                 k_attention_allow_nondeterministic(0);
                 label = " [NONDETERMINISTIC engine allowed for this figure]";
             }
+#endif
             if (tb > 0) {
                 printf("perf  cuDNN SDPA fwd+bwd  B1 H%d S%d D%d bf16: %8.3f ms  %6.1f TFLOP/s (3.5 x fwd FLOPs; bwd "
                        "includes our dQ/dK/dV accumulate)%s\n", H, S, Dh, tb * 1e3, 3.5 * fwd_flop / tb / 1e12, label);
                 printf("PERF attn_fwdbwd %.1f%s\n", 3.5 * fwd_flop / tb / 1e12, *label ? " nondeterministic" : "");
-            } else
-                printf("perf  cuDNN SDPA fwd+bwd: failed: %s\n", core_last_error());
+                ck_speed("attn_fwdbwd", "attention fwd+bwd (3.5 x fwd FLOPs)", 3.5 * fwd_flop / tb / 1e12, tb * 1e3,
+                         *label ? "nondeterministic engine allowed" : NULL);
+            } else {
+                perf_failed("perf attention fwd+bwd", shape);
+            }
         }
         for (int i = 0; i < 8; i++) k_dev_free(*bufs[i]);
         k_dev_free(p.lse);

@@ -64,6 +64,8 @@ void ck_row(const char *op, const char *shape, int bf16, const float *got, const
 void ck_row_error(const char *op, const char *shape, const char *msg);
 /* A row that only informs (no pass/fail). */
 void ck_row_info(const char *op, const char *shape, const char *text);
+/* A row that cannot run here, and why (not a failure: e.g. speed on the emulated device). */
+void ck_row_skip(const char *op, const char *shape, const char *why);
 /* A row of figures measured elsewhere (the Wan DiT rows): rel (rel-L2, or whatever note says), band, worst,
  * repeat (1 same, 0 DIFFER, -1 not run), vs (the "vs CPU" column), fails when !(rel <= band) or repeat == 0 or
  * !extra_ok. */
@@ -72,6 +74,21 @@ void ck_row_figures(const char *op, const char *shape, const char *dtype, double
 void ck_table_header(void);
 int ck_rows(void);
 int ck_failures(void);
+int ck_skips(void);
+
+/* ---- the rows as JSON lines (gpu_check --json FILE; scripts/gpu_check.sh gathers them into gpu_check.json) ----
+ * After ck_json_open every row above is also appended to path as one JSON object per line and flushed:
+ *   {"type":"row","stage":S,"group":G,"name":..,"status":"ok"|"FAIL"|"skip"|"info","shape":..,"dtype":..,
+ *    "figures":{"rel_l2":..,"band":..,"worst":..,"repeat":"same"|"DIFFER"|"-"} or null,"vs":..,"note":..,
+ *    "error": the first reason the row failed (or why it was skipped), else null}
+ * (non-finite figures as null), the environment once ({"type":"env",...}: ck_json_env) and each speed figure
+ * ({"type":"speed","key":..,"label":..,"tflops":..,"ms":..,"note":..}: ck_speed). stage and group label every line.
+ * Returns 0 or -1 (the file cannot be opened; message in core_error). */
+int ck_json_open(const char *path, int stage, const char *group);
+void ck_json_close(void);
+void ck_json_env(const k_cuda_info *in, int omp_threads);
+/* A speed figure (key e.g. "gemm_nn"; tflops and ms of one call; note may be NULL). */
+void ck_speed(const char *key, const char *label, double tflops, double ms, const char *note);
 
 /* ---- timing ---- */
 

@@ -53,13 +53,14 @@ static void perturb(wan_model *m, uint64_t seed) {
     }
 }
 
-static void one_case(const ck_shapes *s, int per_token, const char *only) {
-    const char *tag = per_token ? "wan dit (ti2v)" : "wan dit";
+/* blocks: 2 (the "dit" group), or 1 (the "block" group of stage 1: one DiT block, rows named "wan dit block"). */
+static void one_case(const ck_shapes *s, int per_token, int blocks, const char *only) {
+    const char *tag = blocks == 1 ? "wan dit block" : per_token ? "wan dit (ti2v)" : "wan dit";
     if (!ck_selected(tag, only)) return;
-    wan_config c = {{1, 2, 2}, 2, 128, 16, 16, 256, 256, 768, 2, !per_token, 1e-6, 1024};
+    wan_config c = {{1, 2, 2}, 2, 128, 16, 16, 256, 256, 768, blocks, !per_token, 1e-6, 1024};
     wan_shape sh = {2, 3, 16, 16, 32, per_token};
     char shape[48], op[64], note[160];
-    snprintf(shape, sizeof shape, "2blk d256 S192 L32 B2");
+    snprintf(shape, sizeof shape, "%dblk d256 S192 L32 B2", blocks);
     wan_model m;
     memset(&m, 0, sizeof m);
     if (wan_model_init(&m, &c)) {
@@ -255,9 +256,15 @@ out:
 
 static void check_dit(const ck_shapes *s, const char *only) {
     check_glue(s, only);
-    one_case(s, 0, only);
-    one_case(s, 1, only);
+    one_case(s, 0, 2, only);
+    one_case(s, 1, 2, only);
     lora_case(s, only);
 }
 
-__attribute__((constructor)) static void register_check_dit(void) { ck_register_part(check_dit); }
+/* Stage 1's smallest DiT check: one block of the Wan 2.1 case, forward and backward, with its repeat columns. */
+static void check_dit_block(const ck_shapes *s, const char *only) { one_case(s, 0, 1, only); }
+
+__attribute__((constructor)) static void register_check_dit(void) {
+    ck_register_part("block", check_dit_block);
+    ck_register_part("dit", check_dit);
+}
