@@ -18,6 +18,7 @@ int cmd_trainer(int argc, char **argv);
 int cmd_mpi_rank(int argc, char **argv);
 int cmd_parity(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_gpu_plans(int argc, char **argv);
 /* `vgrpo --version` (cli/cmd_version.c): prints the version, the git commit and the build flags; returns 0. */
 int cmd_version(int argc, char **argv);
 

@@ -418,7 +418,7 @@ int kc_attn_plan_build(kc_attn_plan *p, cudnnHandle_t handle, cudnnBackendDescri
         dnn_check(kc_dnn.cudnnBackendFinalize(graph), "operation graph finalize"))
         return core_error_push("attention plan %s: ", ks);
     const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
-    for (int mi = 0; mi < 2 && !p->plan; mi++) {
+    for (int mi = 0; mi < 2 && !p->plan && !p->load_blocked; mi++) {
         cudnnBackendDescriptor_t heur = new_desc(p, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
         if (!heur || set_desc(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "heuristics graph") ||
             set_attr(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[mi], "heuristics mode") ||
@@ -487,6 +487,16 @@ int kc_attn_plan_build(kc_attn_plan *p, cudnnHandle_t handle, cudnnBackendDescri
             info.status = (int)st;
             if (st != CUDNN_STATUS_SUCCESS) {
                 kc_dnn.cudnnGetLastErrorString(info.message, sizeof info.message);
+                if (p->stop_at_load && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER &&
+                    strstr(info.message, "cuLibraryLoadData")) {
+                    if (plan) kc_dnn.cudnnBackendDestroyDescriptor(plan);
+                    info.chosen = 1;
+                    p->load_blocked = 1, p->engine = info.engine, p->workspace = info.cfg_workspace;
+                    snprintf(p->notes, sizeof p->notes, "%s", info.notes);
+                    snprintf(p->knobs, sizeof p->knobs, "%s", info.knobs);
+                    if (p->on_cfg) p->on_cfg(p->on_cfg_ctx, &info);
+                    break;
+                }
                 dnn_check(st, "execution plan finalize"); /* kept as the message if no configuration finalises */
                 if (plan) kc_dnn.cudnnBackendDestroyDescriptor(plan);
                 p->n_fail++;
@@ -512,7 +522,7 @@ int kc_attn_plan_build(kc_attn_plan *p, cudnnHandle_t handle, cudnnBackendDescri
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     p->build_s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (!p->plan) {
+    if (!p->plan && !p->load_blocked) {
         char last[CORE_ERROR_MAX];
         snprintf(last, sizeof last, "%s", core_last_error());
         return core_error("cuDNN: no engine configuration for attention %s: %d offered by heuristics (A, FALLBACK), "

@@ -71,6 +71,11 @@ typedef struct kc_attn_plan {
     int n_fail;              /* configurations whose plan did not finalise */
     int n_ws;                /* configurations skipped: workspace above the limit */
     double build_s;          /* wall seconds: graph, heuristics, finalisation (NVRTC compiles included) */
+    /* Planning without a GPU driver (the toolkit's stub libcuda): a configuration whose finalisation compiled and
+     * stopped only at loading the module (EXECUTION_FAILED_CUDA_DRIVER from cuLibraryLoadData) is taken as the
+     * answer: engine, knobs, notes and the configuration's workspace recorded, p->plan NULL, load_blocked 1. */
+    int stop_at_load;
+    int load_blocked;
     /* Optional: called for every configuration the heuristics offer, in order, with what became of it. */
     void (*on_cfg)(void *ctx, const kc_attn_cfg_info *info);
     void *on_cfg_ctx;
@@ -97,7 +102,8 @@ void kc_attn_key_str(const kc_attn_key *k, char *out, size_t cap);
 /* The workspace budget of one attention call in bytes: $VGRPO_ATTN_WORKSPACE_GIB GiB, default 4. */
 int64_t kc_attn_workspace_budget(void);
 /* Heads per call: H for the forward and the non-deterministic backward; for the deterministic backward the largest
- * divisor of H whose dP workspace (heads * pad128(Sq) * pad128(Skv) * 2 bytes) fits budget, at least 1. */
+ * divisor of H whose dP workspace (heads * pad128(Sq) * pad128(Skv) * 2 bytes, plus 1 MiB of slack) fits
+ * budget, at least 1. */
 int kc_attn_heads_per_call(int bwd, int deterministic, int Sq, int Skv, int H, int64_t budget);
 /* The plan key of an attention call: no batch size in it (the batch is a loop over one plan). */
 kc_attn_key kc_attn_key_for(int bwd, int Sq, int Skv, int H, int Dh, int deterministic, int64_t budget);

@@ -25,6 +25,7 @@
 #define KERNELS_CUDA_K_CUDA_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "kernels/body/kb_base.h"
@@ -145,6 +146,16 @@ int k_attention_engine_of(int backward, int B, int Sq, int Skv, int H, int Dh, i
 /* Measurements only (the GPU check): allow (1) engines carrying cuDNN's NONDETERMINISTIC note for plans built from
  * now on, so that a speed can be reported where no deterministic engine exists. Training never calls this. */
 void k_attention_allow_nondeterministic(int allow);
+
+/* `vgrpo gpu-plans` (attn_plans.c): builds every cuDNN attention graph the Wan DiT runs (self and cross, forward
+ * and deterministic backward, tiny / Wan 1.3B / A14B shapes) for a described GPU (gpu "h100" or "h200") and
+ * prints one line per plan to out: "plan <gpu> <shape> <self|cross> <key>: finalised|compiled engine E knobs K
+ * notes N workspace W extra X configs C build T s", "compiled" meaning NVRTC built the kernel and only loading it
+ * needed a GPU driver. fused: also the fused SDPA_FWD/SDPA_BWD operations and the atomic-dQ backward at the tiny
+ * shape (their failures are reported, not counted); verbose: every configuration the heuristics offered. Needs no
+ * GPU (the toolkit's driver stub stands in when libcuda.so.1 is absent); never call it in a process using the GPU.
+ * 0, or -1 with core_error (cuDNN or NVRTC missing or too old, a DiT plan failed). */
+int k_cuda_attention_plans(FILE *out, const char *gpu, int fused, int verbose);
 
 /* ---- The device op table ---- */
 
