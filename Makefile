@@ -104,7 +104,7 @@ test: deps
 # `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
+CUDA_SMOKE := kbody_ gpu_plans_ run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names
 # With TALLY=FILE (make test passes its $(TEST_TALLY)), it records "start cuda-smoke" before the build, so a build that fails counts.
 .PHONY: test-cuda-build
 test-cuda-build:
