@@ -100,4 +100,11 @@ TEST(gpu_plans_usage) {
     char out[4096];
     int rc = test_run(out, sizeof out, "%s gpu-plans --gpu a100", test_vgrpo_bin());
     CHECK_MSG(rc == 2 && strstr(out, "--gpu: expected h100, h200 or all, got \"a100\""), "rc %d: %s", rc, out);
+    /* an NVRTC that cannot be loaded is named, before any plan is tried (the CUDA build only) */
+    rc = test_run(out, sizeof out, "VGRPO_NVRTC_LIB=/nonexistent/libnvrtc.so.13 %s gpu-plans --gpu h100",
+                  test_vgrpo_bin());
+    if (strstr(out, "built without the CUDA backend") || strstr(out, "cuDNN: cannot load")) return;
+    CHECK_MSG(rc == 1 && strstr(out, "NVRTC: cannot load $VGRPO_NVRTC_LIB=/nonexistent/libnvrtc.so.13") &&
+                  !strstr(out, "plan h100"),
+              "rc %d: %s", rc, out);
 }

@@ -16,7 +16,7 @@
 
 /* The oldest cuDNN the attention graphs were verified with (make test: gpu_plans_*): 9.19.0. */
 #define KC_ATTN_CUDNN_MIN 91900
-/* NVRTC's soname major: the CUDA major this build was compiled for (libnvrtc.so.13). */
+/* NVRTC's soname major when cuDNN does not say which CUDA it was built for: this build's (libnvrtc.so.13). */
 #define KC_NVRTC_MAJOR (CUDART_VERSION / 1000)
 
 /* Tensor unique ids of the variant pack (the graph's non-virtual tensors). */
@@ -110,7 +110,8 @@ kc_attn_key kc_attn_key_for(int bwd, int Sq, int Skv, int H, int Dh, int determi
 
 /* ---- the libraries around cuDNN (attn_libs.c) ---- */
 
-/* Opens libnvrtc (RTLD_GLOBAL) before cuDNN needs it: $VGRPO_NVRTC_LIB, else the soname through the loader, else
+/* Opens libnvrtc.so.<major of cudnnGetCudartVersion> (RTLD_GLOBAL) before cuDNN needs it: $VGRPO_NVRTC_LIB, else
+ * the soname through the loader, else
  * beside cuDNN (cudnn_path: the file cuDNN was loaded from), the pip-wheel layout ../../cuda_nvrtc/lib,
  * $CUDA_HOME/lib64, /usr/local/cuda/lib64. 0, or -1 with a message listing what was searched. */
 int kc_attn_nvrtc_preload(const char *cudnn_path);

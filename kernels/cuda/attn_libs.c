@@ -26,6 +26,7 @@
 
 static void *nvrtc_lib;
 static char nvrtc_path[512], nvrtc_searched[1536];
+static int nvrtc_major = KC_NVRTC_MAJOR;
 
 static int try_open(const char *file) {
     void *h = dlopen(file, RTLD_NOW | RTLD_GLOBAL);
@@ -41,7 +42,7 @@ static int try_open(const char *file) {
 
 static int try_dir(const char *dir, const char *rel) {
     char file[1024];
-    snprintf(file, sizeof file, "%s%s%s/libnvrtc.so.%d", dir, rel[0] ? "/" : "", rel, KC_NVRTC_MAJOR);
+    snprintf(file, sizeof file, "%s%s%s/libnvrtc.so.%d", dir, rel[0] ? "/" : "", rel, nvrtc_major);
     size_t n = strlen(nvrtc_searched);
     if (n + 2 < sizeof nvrtc_searched)
         snprintf(nvrtc_searched + n, sizeof nvrtc_searched - n, "%s%s", n ? ", " : "", file);
@@ -51,6 +52,11 @@ static int try_dir(const char *dir, const char *rel) {
 int kc_attn_nvrtc_preload(const char *cudnn_path) {
     if (nvrtc_lib) return 0;
     nvrtc_searched[0] = 0;
+    /* cuDNN asks for the NVRTC of the CUDA it was built for (cudnnGetCudartVersion: 12080 -> libnvrtc.so.12) */
+    void *dnn = cudnn_path && *cudnn_path ? dlopen(cudnn_path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    size_t (*cudart_version)(void) = dnn ? (size_t(*)(void))dlsym(dnn, "cudnnGetCudartVersion") : NULL;
+    if (cudart_version && cudart_version() >= 1000) nvrtc_major = (int)(cudart_version() / 1000);
+    if (dnn) dlclose(dnn); /* drops the reference NOLOAD took; cuDNN stays loaded */
     const char *env = getenv("VGRPO_NVRTC_LIB");
     if (env && *env) {
         if (try_open(env)) return 0;
@@ -58,7 +64,7 @@ int kc_attn_nvrtc_preload(const char *cudnn_path) {
         return core_error("NVRTC: cannot load $VGRPO_NVRTC_LIB=%s (%s)", env, e ? e : "unknown reason");
     }
     char soname[32];
-    snprintf(soname, sizeof soname, "libnvrtc.so.%d", KC_NVRTC_MAJOR);
+    snprintf(soname, sizeof soname, "libnvrtc.so.%d", nvrtc_major);
     snprintf(nvrtc_searched, sizeof nvrtc_searched, "%s (loader search path)", soname);
     if (try_open(soname)) return 0;
     char dir[512] = "";
@@ -73,7 +79,7 @@ int kc_attn_nvrtc_preload(const char *cudnn_path) {
     return core_error("NVRTC: libnvrtc.so.%d not found (searched %s); cuDNN's attention engines compile their kernels "
                       "with it: install the CUDA toolkit's NVRTC or the nvidia-cuda-nvrtc wheel, or set "
                       "VGRPO_NVRTC_LIB to the file",
-                      KC_NVRTC_MAJOR, nvrtc_searched);
+                      nvrtc_major, nvrtc_searched);
 }
 
 const char *kc_attn_nvrtc_path(void) { return nvrtc_path; }
