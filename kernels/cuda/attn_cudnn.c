@@ -21,7 +21,8 @@
  * this). The head group is the largest divisor of H whose deterministic dP workspace fits the workspace budget
  * (VGRPO_ATTN_WORKSPACE_GIB, default 4; every process of a run must use the same value): at 32,760 tokens, H 12
  * the whole-call workspace would be 24 GiB (A14B, H 40: 80 GiB), so both run one head per call (2 GiB + 256
- * bytes, measured from cuDNN's configuration); at 14,040 tokens the 1.3B runs 6 heads per call (2.3 GiB). The forward's workspace is tiny: all heads in one call.
+ * bytes, measured from cuDNN's configuration); at 14,040 tokens the 1.3B runs 6 heads per call (2.3 GiB). The
+ * forward's workspace is tiny: all heads in one call.
  *
  * Plans: one per kc_attn_key (direction, Sq, Skv, heads per call, heads, Dh, dtype, determinism, build), built on
  * first use (NVRTC compiles the kernel: about 1-2 s per plan on a CPU core) and cached until shutdown; the first
@@ -131,7 +132,6 @@ static kc_attn_plan *get_plan(int bwd, int Sq, int Skv, int H, int Dh) {
         int hc = k.H - 1;
         while (hc > 1 && H % hc) hc--;
         if (!over_budget_only || k.H == 1) {
-            if (kc_attn_nvrtc_path()[0] == 0) core_error_push("(no libnvrtc loaded) ");
             free(p);
             return NULL;
         }
@@ -196,7 +196,8 @@ int kc_attention_backward(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *
     kc_attn_plan *p = get_plan(1, Sq, Skv, H, Dh);
     if (!p) return -1;
     const int hc = p->key.H, det = p->key.deterministic;
-    kb_bf16 *sq = kc_scratch(KC_SLOT_ATTN_DQ, nq * sizeof(kb_bf16)), *sk = kc_scratch(KC_SLOT_ATTN_DK, nk * sizeof(kb_bf16)),
+    kb_bf16 *sq = kc_scratch(KC_SLOT_ATTN_DQ, nq * sizeof(kb_bf16)),
+            *sk = kc_scratch(KC_SLOT_ATTN_DK, nk * sizeof(kb_bf16)),
             *sv = kc_scratch(KC_SLOT_ATTN_DV, nk * sizeof(kb_bf16));
     /* softmax_sum (and dQ_accum) after cuDNN's workspace in the workspace slot */
     const size_t ws_off = ((size_t)p->workspace + 255) / 256 * 256;

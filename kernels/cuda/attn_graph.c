@@ -236,13 +236,16 @@ static void graph_backward(gb *g, const kc_attn_key *k) {
     const int64_t *ds = D4(1, H, Sq, Skv), *ss = D4(H * Sq * Skv, Sq * Skv, Skv, 1);
     const int64_t *dst = D4(1, H, Skv, Sq), *sst = D4(H * Sq * Skv, Sq * Skv, 1, Skv);
     const int64_t *dr = D4(1, H, Sq, 1);
-    cudnnBackendDescriptor_t q = tensor(g, KC_ATTN_Q, io, dq_, sq_, T_IO), kt = tensor(g, KC_ATTN_K, io, dkt, skt, T_IO),
-                             vt = tensor(g, KC_ATTN_V, io, dkt, skt, T_IO), o = tensor(g, KC_ATTN_O, io, dq_, sq_, T_IO),
+    cudnnBackendDescriptor_t q = tensor(g, KC_ATTN_Q, io, dq_, sq_, T_IO),
+                             kt = tensor(g, KC_ATTN_K, io, dkt, skt, T_IO),
+                             vt = tensor(g, KC_ATTN_V, io, dkt, skt, T_IO),
+                             o = tensor(g, KC_ATTN_O, io, dq_, sq_, T_IO),
                              dO = tensor(g, KC_ATTN_DO, io, dq_, sq_, T_IO),
                              stats = tensor(g, KC_ATTN_STATS, f32, dr, srow, st_kind),
                              scale = tensor(g, KC_ATTN_SCALE, f32, one, one, T_BY_VALUE),
                              unit = tensor(g, KC_ATTN_ONE, f32, one, one, T_BY_VALUE),
-                             dQ = tensor(g, KC_ATTN_DQ, io, dq_, sq_, T_IO), dK = tensor(g, KC_ATTN_DK, io, dkv, skv, T_IO),
+                             dQ = tensor(g, KC_ATTN_DQ, io, dq_, sq_, T_IO),
+                             dK = tensor(g, KC_ATTN_DK, io, dkv, skv, T_IO),
                              dV = tensor(g, KC_ATTN_DV, io, dkv, skv, T_IO),
                              ssum = tensor(g, KC_ATTN_SOFTMAX_SUM, f32, dr, row, T_IO);
     /* softmax_sum = rowsum(dO * O) * 1 */
@@ -290,7 +293,8 @@ static void graph_fused(gb *g, const kc_attn_key *k) {
     const cudnnDataType_t io = (cudnnDataType_t)k->dtype, f32 = CUDNN_DATA_FLOAT;
     const int64_t *dq_ = D4(1, H, Sq, D), *sq_ = D4(Sq * Hs * D, D, Hs * D, 1);
     const int64_t *dkv = D4(1, H, Skv, D), *skv = D4(Skv * Hs * D, D, Hs * D, 1), *one = D4(1, 1, 1, 1);
-    cudnnBackendDescriptor_t q = tensor(g, KC_ATTN_Q, io, dq_, sq_, T_IO), kk = tensor(g, KC_ATTN_K, io, dkv, skv, T_IO),
+    cudnnBackendDescriptor_t q = tensor(g, KC_ATTN_Q, io, dq_, sq_, T_IO),
+                             kk = tensor(g, KC_ATTN_K, io, dkv, skv, T_IO),
                              v = tensor(g, KC_ATTN_V, io, dkv, skv, T_IO), o = tensor(g, KC_ATTN_O, io, dq_, sq_, T_IO),
                              st = tensor(g, KC_ATTN_STATS, f32, D4(1, H, Sq, 1), D4(Hs * Sq, Sq, 1, 1),
                                          Sq % 4 ? T_IO_ALIGN4 : T_IO),
@@ -311,8 +315,10 @@ static void graph_fused(gb *g, const kc_attn_key *k) {
         add_op(g, op, "SDPA_FWD finalize");
         return;
     }
-    cudnnBackendDescriptor_t dO = tensor(g, KC_ATTN_DO, io, dq_, sq_, T_IO), dQ = tensor(g, KC_ATTN_DQ, io, dq_, sq_, T_IO),
-                             dK = tensor(g, KC_ATTN_DK, io, dkv, skv, T_IO), dV = tensor(g, KC_ATTN_DV, io, dkv, skv, T_IO);
+    cudnnBackendDescriptor_t dO = tensor(g, KC_ATTN_DO, io, dq_, sq_, T_IO),
+                             dQ = tensor(g, KC_ATTN_DQ, io, dq_, sq_, T_IO),
+                             dK = tensor(g, KC_ATTN_DK, io, dkv, skv, T_IO),
+                             dV = tensor(g, KC_ATTN_DV, io, dkv, skv, T_IO);
     if (g->err) return;
     op = new_desc(g->p, CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR, "SDPA_BWD descriptor");
     if (!op || set_desc(op, CUDNN_ATTR_OPERATION_SDPA_BWD_QDESC, q, "SDPA_BWD Q") ||
