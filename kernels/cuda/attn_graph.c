@@ -20,7 +20,10 @@
  * Plans are built for the GPU in use (handle) or for a described device (CUDNN_ATTR_ENGINEHEUR_DEVICEPROP and
  * CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, cuDNN >= 9.8): then the operation graph gets no handle, as in the
  * frontend's deviceless ahead-of-time path (samples/cpp/misc/deviceless_aot_compilation.cpp). The JSON keys of the
- * device property descriptor are those cuDNN 9.19 requires when finalising it. */
+ * device property descriptor are those cuDNN 9.19 requires when finalising it.
+ * Checked by hand against cudnn-frontend 1.23 (C++, deviceless, the same described H100, cuDNN 9.19): its
+ * sdpa_backward(set_deterministic_algorithm(true)) gets engine 6 then 7 with knob 24 (KERNEL_CFG) = 26, its sdpa
+ * engine 2 knob 24 = 7 first: the configurations these graphs get (`vgrpo gpu-plans --verbose`). */
 #include "kernels/cuda/attn_graph.h"
 
 #include <stdbool.h>
