@@ -36,6 +36,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/attn_graph.h"
+#include "kernels/cuda/attn_sched.h"
 #include "kernels/cuda/dynload.h"
 #include "kernels/cuda/internal.h"
 
@@ -76,14 +77,6 @@ int64_t kc_attn_workspace_budget(void) {
     double gib = e && *e ? atof(e) : 4.0;
     if (gib <= 0) gib = 4.0;
     return (int64_t)(gib * 1073741824.0);
-}
-
-int kc_attn_heads_per_call(int bwd, int deterministic, int Sq, int Skv, int H, int64_t budget) {
-    if (!bwd || !deterministic) return H;
-    const int64_t per_head = ((int64_t)Sq + 127) / 128 * 128 * (((int64_t)Skv + 127) / 128 * 128) * 2;
-    for (int hc = H; hc > 1; hc--)
-        if (H % hc == 0 && hc * per_head + (1 << 20) <= budget) return hc; /* cuDNN adds a few hundred bytes */
-    return 1;
 }
 
 static int same_key(const kc_attn_key *a, const kc_attn_key *b) {
@@ -178,13 +171,11 @@ int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16
     if (!p) return -1;
     const int hc = p->key.H;
     const int64_t uids[6] = {KC_ATTN_Q, KC_ATTN_K, KC_ATTN_V, KC_ATTN_O, KC_ATTN_STATS, KC_ATTN_SCALE};
-    for (int b = 0; b < B; b++)
-        for (int h0 = 0; h0 < H; h0 += hc) {
-            const size_t oq = ((size_t)b * Sq * H + h0) * Dh, ok = ((size_t)b * Skv * H + h0) * Dh;
-            void *ptrs[6] = {(void *)(q + oq), (void *)(k + ok), (void *)(v + ok), o + oq,
-                             lse + ((size_t)b * H + h0) * Sq, &scale};
-            if (execute(p, uids, ptrs, 6, "attention forward execute")) return -1;
-        }
+    for (int i = 0; i < kc_attn_executions(B, H, hc); i++) {
+        const kc_attn_exec e = kc_attn_execution(i, Sq, Skv, H, hc, Dh);
+        void *ptrs[6] = {(void *)(q + e.q), (void *)(k + e.kv), (void *)(v + e.kv), o + e.q, lse + e.lse, &scale};
+        if (execute(p, uids, ptrs, 6, "attention forward execute")) return -1;
+    }
     return 0;
 }
 
@@ -208,14 +199,13 @@ int kc_attention_backward(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *
     const int64_t uids[13] = {KC_ATTN_Q,  KC_ATTN_K,     KC_ATTN_V,   KC_ATTN_O,  KC_ATTN_DO,
                               KC_ATTN_STATS, KC_ATTN_SCALE, KC_ATTN_ONE, KC_ATTN_DQ, KC_ATTN_DK,
                               KC_ATTN_DV, KC_ATTN_SOFTMAX_SUM, KC_ATTN_DQ_ACCUM};
-    for (int b = 0; b < B; b++)
-        for (int h0 = 0; h0 < H; h0 += hc) {
-            const size_t oq = ((size_t)b * Sq * H + h0) * Dh, ok = ((size_t)b * Skv * H + h0) * Dh;
-            void *ptrs[13] = {(void *)(q + oq), (void *)(k + ok), (void *)(v + ok), (void *)(o + oq),
-                              (void *)(dout + oq), (void *)(lse + ((size_t)b * H + h0) * Sq), &scale, &one,
-                              sq + oq, sk + ok, sv + ok, ssum, acc};
-            if (execute(p, uids, ptrs, det ? 12 : 13, "attention backward execute")) return -1;
-        }
+    for (int i = 0; i < kc_attn_executions(B, H, hc); i++) {
+        const kc_attn_exec e = kc_attn_execution(i, Sq, Skv, H, hc, Dh);
+        void *ptrs[13] = {(void *)(q + e.q), (void *)(k + e.kv), (void *)(v + e.kv), (void *)(o + e.q),
+                          (void *)(dout + e.q), (void *)(lse + e.lse), &scale, &one, sq + e.q, sk + e.kv, sv + e.kv,
+                          ssum, acc};
+        if (execute(p, uids, ptrs, det ? 12 : 13, "attention backward execute")) return -1;
+    }
     if (dq && kc_add(kb_out_bf16(dq), kb_in_bf16(sq), (int64_t)nq)) return -1;
     if (dk && kc_add(kb_out_bf16(dk), kb_in_bf16(sk), (int64_t)nk)) return -1;
     if (dv && kc_add(kb_out_bf16(dv), kb_in_bf16(sv), (int64_t)nk)) return -1;

@@ -101,10 +101,7 @@ void kc_attn_key_str(const kc_attn_key *k, char *out, size_t cap);
 
 /* The workspace budget of one attention call in bytes: $VGRPO_ATTN_WORKSPACE_GIB GiB, default 4. */
 int64_t kc_attn_workspace_budget(void);
-/* Heads per call: H for the forward and the non-deterministic backward; for the deterministic backward the largest
- * divisor of H whose dP workspace (heads * pad128(Sq) * pad128(Skv) * 2 bytes, plus 1 MiB of slack) fits
- * budget, at least 1. */
-int kc_attn_heads_per_call(int bwd, int deterministic, int Sq, int Skv, int H, int64_t budget);
+/* Heads per call: kc_attn_heads_per_call (attn_sched.h). */
 /* The plan key of an attention call: no batch size in it (the batch is a loop over one plan). */
 kc_attn_key kc_attn_key_for(int bwd, int Sq, int Skv, int H, int Dh, int deterministic, int64_t budget);
 
