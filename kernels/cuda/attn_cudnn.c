@@ -44,6 +44,9 @@ static cudnnHandle_t dnn;
 static kc_attn_plan **plans;
 static int nplans, cap_plans;
 static int allow_nondet;
+/* Why attention cannot run here (cuDNN too old, no NVRTC), "" when it can: recorded at start-up and returned by every
+ * attention call, so that the rest of the backend (GEMMs, our kernels) still starts and can be checked. */
+static char unavailable[CORE_ERROR_MAX];
 
 static int dnn_check(cudnnStatus_t st, const char *what) {
     if (st == CUDNN_STATUS_SUCCESS) return 0;
@@ -54,7 +57,11 @@ static int dnn_check(cudnnStatus_t st, const char *what) {
 
 int kc_attn_init(void) {
     if (dnn) return 0;
-    if (kc_attn_cudnn_version_ok(kc_dnn.cudnnGetVersion()) || kc_attn_nvrtc_preload(kc_dynload_path(1))) return -1;
+    unavailable[0] = 0;
+    const char *unverified = getenv("VGRPO_CUDNN_UNVERIFIED");
+    if ((kc_attn_cudnn_version_ok(kc_dnn.cudnnGetVersion()) && !(unverified && !strcmp(unverified, "1"))) ||
+        kc_attn_nvrtc_preload(kc_dynload_path(1)))
+        snprintf(unavailable, sizeof unavailable, "%s", core_last_error());
     if (dnn_check(kc_dnn.cudnnCreate(&dnn), "cudnnCreate")) return -1;
     return dnn_check(kc_dnn.cudnnSetStream(dnn, kc_stream), "cudnnSetStream");
 }
@@ -100,6 +107,10 @@ static kc_attn_plan *find_plan(const kc_attn_key *k) {
 /* The cached plan of (direction, Sq, Skv, H, Dh) under the current determinism setting: built on first use. When
  * the chosen head group's configurations all need more workspace than the budget, smaller groups are tried. */
 static kc_attn_plan *get_plan(int bwd, int Sq, int Skv, int H, int Dh) {
+    if (unavailable[0]) {
+        core_error("attention on cuDNN is unavailable: %s", unavailable);
+        return NULL;
+    }
     const int64_t budget = kc_attn_workspace_budget();
     kc_attn_key k = kc_attn_key_for(bwd, Sq, Skv, H, Dh, !allow_nondet, budget);
     kc_attn_plan *p = find_plan(&k);

@@ -114,7 +114,8 @@ kc_attn_key kc_attn_key_for(int bwd, int Sq, int Skv, int H, int Dh, int determi
 int kc_attn_nvrtc_preload(const char *cudnn_path);
 /* The NVRTC file loaded ("" if none). */
 const char *kc_attn_nvrtc_path(void);
-/* 0 when cuDNN's version (cudnnGetVersion) is at least KC_ATTN_CUDNN_MIN and below 10.0, else -1 with a message. */
+/* 0 when cuDNN's version (cudnnGetVersion) is at least KC_ATTN_CUDNN_MIN and below 10.0, else -1 with a message.
+ * attn_cudnn.c refuses attention (only attention) on an unverified cuDNN unless VGRPO_CUDNN_UNVERIFIED=1. */
 int kc_attn_cudnn_version_ok(size_t version);
 /* For planning on a machine that may have no GPU driver (`vgrpo gpu-plans`): opens libcuda.so.1, else the toolkit's
  * stub lib64/stubs/libcuda.so ($CUDA_HOME, /usr/local/cuda). Returns 1 (a driver: plans can finalise), 0 (the stub:

@@ -87,7 +87,8 @@ const char *kc_attn_nvrtc_path(void) { return nvrtc_path; }
 int kc_attn_cudnn_version_ok(size_t version) {
     if (version >= KC_ATTN_CUDNN_MIN && version < 100000) return 0;
     return core_error("cuDNN %zu.%zu.%zu is not supported: the attention graphs were verified with cuDNN %d.%d.%d "
-                      "(make test: gpu_plans_*) and need the 9.x ABI; use cuDNN >= %d.%d (set VGRPO_CUDNN_LIB)",
+                      "(make test: gpu_plans_*) and need the 9.x ABI; use cuDNN >= %d.%d (set VGRPO_CUDNN_LIB), or "
+                      "VGRPO_CUDNN_UNVERIFIED=1 to try this one",
                       version / 10000, version / 100 % 100, version % 100, KC_ATTN_CUDNN_MIN / 10000,
                       KC_ATTN_CUDNN_MIN / 100 % 100, KC_ATTN_CUDNN_MIN % 100, KC_ATTN_CUDNN_MIN / 10000,
                       KC_ATTN_CUDNN_MIN / 100 % 100);
