@@ -105,7 +105,7 @@ test: deps
 # `make cuda` into $(BUILD)-cuda/ (build-cuda/ by default) and runs a smoke subset of the suite against that binary (CPU paths: recipes, run,
 # generate, eval, the kernel bodies and the one-line refusals of cuda on a machine without a GPU, dit-forward
 # --device cuda's among them). Skipped, saying so, without nvcc.
-CUDA_SMOKE := kbody_ gemm_plan_ dev_budget_one_gpu run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names gpu_check_sh_cuda_binary
+CUDA_SMOKE := kbody_ gemm_plan_ gpu_plans_ dev_budget_one_gpu run_recipe_errors fault_dry_run gen_checkpoint eval_one_vs_two colocated_equals_local wan_dev_cli bench_device version_names gpu_check_sh_cuda_binary
 # With TALLY=FILE (make test passes its $(TEST_TALLY)), it records "start cuda-smoke" before the build, so a build that fails counts.
 .PHONY: test-cuda-build
 test-cuda-build:

@@ -21,6 +21,7 @@ int cmd_export(int argc, char **argv);
 /* `vgrpo gemm-plan` (cli/cmd_gemm_plan.c): the real cuBLASLt's descriptors for the DiT's GEMMs, and with a GPU their
  * batch-invariant algorithms (kernels/cuda/k_cuda.h k_gemm_plan_selftest). */
 int cmd_gemm_plan(int argc, char **argv);
+int cmd_gpu_plans(int argc, char **argv);
 /* `vgrpo --version` (cli/cmd_version.c): prints the version, the git commit and the build flags; returns 0. */
 int cmd_version(int argc, char **argv);
 

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"trainer", cmd_trainer, "the trainer rank(s) of a colocated run (started by run; rank 0 is the controller)"},
     {"mpi-rank", cmd_mpi_rank, "one rank of a run launched as one MPI job (run --launcher mpirun, or srun)"},
     {"rollout-worker", cmd_rollout_worker, "a rollout worker process (started by eval/run; serves a controller)"},
+    {"gpu-plans", cmd_gpu_plans, "cuDNN attention plans of the Wan DiT for a described H100/H200 (CUDA build, no GPU)"},
     {"reward-server", cmd_reward_server, "serve reward scorers over ZeroMQ (protocol: reward/PROTOCOL.md)"},
     {"gemm-plan", cmd_gemm_plan, "cuBLASLt's GEMM descriptors for the DiT read back (and, on a GPU, their algorithms)"},
 };

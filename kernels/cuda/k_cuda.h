@@ -18,14 +18,16 @@
  * a bad argument, a launch failure, or for GEMM and attention a shape no deterministic algorithm supports.
  *
  * Determinism: every kernel of ours writes each output element from one thread in a fixed order (no atomics);
- * GEMM algorithms are pinned per problem class (all but M: batch-invariant) with no split-K; attention engines
- * carrying cuDNN's NONDETERMINISTIC numerical note are never chosen. All work runs on one stream (k_cuda_stream);
+ * GEMM algorithms are pinned per problem class (all but M: batch-invariant) with no split-K; the attention backward is
+ * cuDNN's deterministic variant (no atomic dQ accumulation; the engine notes cannot tell, attn_cudnn.c), one plan per
+ * (sequence lengths, heads, head dimension) for every batch size. All work runs on one stream (k_cuda_stream);
  * entries return without waiting, except those that hand a scalar back to the host (sde_step, sq_diff_sum, sumsq),
  * which wait for it. */
 #ifndef KERNELS_CUDA_K_CUDA_H
 #define KERNELS_CUDA_K_CUDA_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -162,14 +164,25 @@ int k_gemm_bgrad_compare(FILE *out, int reps);
 
 /* ---- Attention ---- */
 
-/* The cuDNN engine an attention problem was pinned to (global engine index, workspace bytes). Returns 0 for a
- * deterministic engine, 1 for one carrying the NONDETERMINISTIC note (only chosen after the call below), -1 when the
- * problem has not run. */
+/* The cuDNN engine an attention problem was pinned to (global engine index, workspace bytes of one call). B is
+ * ignored: one plan serves every batch size. Returns 0 for the deterministic backward (and every forward), 1 for the
+ * atomic-dQ backward (only built after the call below), -1 when the problem has not run. */
 int k_attention_engine_of(int backward, int B, int Sq, int Skv, int H, int Dh, int64_t *engine_id, size_t *workspace);
 
-/* Measurements only (the GPU check): allow (1) engines carrying cuDNN's NONDETERMINISTIC note for plans built from
- * now on, so that a speed can be reported where no deterministic engine exists. Training never calls this. */
+/* Measurements only (the GPU check): 1 = backwards from now on use cuDNN's atomic-dQ graph (fp32 dQ accumulated
+ * with atomics: not bitwise repeatable, small workspace), so that a speed can be reported where the deterministic
+ * plan fails. Training never calls this. */
 void k_attention_allow_nondeterministic(int allow);
+
+/* `vgrpo gpu-plans` (attn_plans.c): builds every cuDNN attention graph the Wan DiT runs (self and cross, forward
+ * and deterministic backward, tiny / Wan 1.3B / A14B shapes) for a described GPU (gpu "h100" or "h200") and
+ * prints one line per plan to out: "plan <gpu> <shape> <self|cross> <key>: finalised|compiled engine E knobs K
+ * notes N workspace W extra X configs C build T s", "compiled" meaning NVRTC built the kernel and only loading it
+ * needed a GPU driver. fused: also the fused SDPA_FWD/SDPA_BWD operations and the atomic-dQ backward at the tiny
+ * shape (their failures are reported, not counted); verbose: every configuration the heuristics offered. Needs no
+ * GPU (the toolkit's driver stub stands in when libcuda.so.1 is absent); never call it in a process using the GPU.
+ * 0, or -1 with core_error (cuDNN or NVRTC missing or too old, a DiT plan failed). */
+int k_cuda_attention_plans(FILE *out, const char *gpu, int fused, int verbose);
 
 /* ---- The device op table ---- */
 
