@@ -333,7 +333,7 @@ static int setup_device(trainer_state *S) {
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
-    S->dev.lazy_host = local && !(r->ema_decay > 0);
+    S->dev.lazy_host = !strcmp(r->mode, "local") && !(r->ema_decay > 0);
     for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
