@@ -51,7 +51,8 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
  * the workers or written to a checkpoint (whose load would refuse them): the error names the step, the tensor and the
  * update that made it. The loss and the gradient norm were finite (trainer_update_experts refuses a non-finite one
  * before updating), so the cause is the AdamW update itself (optim.lr, optim.weight_decay, optim.eps). One read of
- * the trained parameters (host copies; under model.device cuda they are downloaded after every step anyway). */
+ * the trained parameters' host copies (under model.device cuda with trainer_dev's lazy_host the host copy is made
+ * only when the master's sum of squares on the device is not finite: trainer_dev_opt_step). */
 static int check_updated(trainer_state *S, int64_t k, int u, const optim_step_info *info) {
     char label[600];
     for (int e = 0; e < S->n_experts; e++) {

@@ -145,6 +145,13 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         wan_model *m = policy[e];
         D->host_stale[e] = 1;
         if (!D->lazy_host && download_master(D, e)) return -1;
+        if (D->lazy_host) { /* the caller checks the host copy for non-finite weights (trainer/loop.c check_updated):
+                             * one sum of squares on the device says whether the master may hold one, and only then
+                             * is it brought to the host, where the check names the tensor and element */
+            double w2;
+            if (dev->sumsq(kb_in_f32(D->master[e]), n, &w2)) return -1;
+            if (!isfinite(w2) && download_master(D, e)) return -1;
+        }
         const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
         const size_t pb = (size_t)pout * sizeof(float);
         if (!d[e]->lora && D->host_stale[e] &&

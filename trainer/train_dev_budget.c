@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/cuda/attn_sched.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
 #include "trainer/lora.h"
@@ -55,11 +56,23 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!ta || (q->ref_forward && !ra)) return -1;
         b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank) : 0);
         const double S = tokens(c, ts), D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
-        /* cuDNN's SDPA backward: its workspace (the deterministic backward's fp32 dQ accumulator and row sums, as the
-         * composite graph of TransformerEngine's fused_attn_f16_arbitrary_seqlen.cu holds them), attn_cudnn.c's
-         * bf16 dQ, dK, dV scratch */
-        b->attn_ws = 4.0 * ts->B * S * D + 4.0 * ts->B * c->num_attention_heads * S + 2.0 * ts->B * S * D +
-                     2.0 * 2.0 * ts->B * Sk * D;
+        /* cuDNN's deterministic attention backward (kernels/cuda/attn_cudnn.c): per call a head group's dP
+         * workspace (hc x pad128(Sq) x pad128(Skv) bf16, hc the heads that fit the call's budget,
+         * kernels/cuda/attn_sched.h) and 1 MiB of cuDNN's own, then the group's fp32 row sums; the larger of the
+         * self- and cross-attention calls (one workspace slot serves both); then attn_cudnn.c's bf16 dQ, dK, dV
+         * scratch for the whole batch */
+        const int H = c->num_attention_heads, iS = (int)S, iL = (int)ts->L;
+        const int64_t budget = kc_attn_workspace_budget();
+        double ws = 0;
+        for (int x = 0; x < 2; x++) {
+            const int Skv = x ? iL : iS;
+            if (Skv < 1) continue;
+            const int hc = kc_attn_heads_per_call(1, 1, iS, Skv, H, budget);
+            const double w = (double)hc * (double)((iS + 127) / 128 * 128) * (double)((Skv + 127) / 128 * 128) *
+                                 2.0 + (double)(1 << 20) + 4.0 * hc * S;
+            if (w > ws) ws = w;
+        }
+        b->attn_ws = ws + 2.0 * ts->B * S * D + 2.0 * 2.0 * ts->B * Sk * D;
     }
     for (int i = 0; i < q->n_rollout; i++) {
         const size_t ro = wan_dev_acts_estimate(c, &q->rollout[i], WAN_ACTS_INFER);
@@ -143,7 +156,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
     fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n", "allocated by the DiT code", size_str(b->alloc),
             b->alloc);
     fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));
-    if (b->attn_ws > 0) fprintf(f, "    %-48s %11s\n", "cuDNN SDPA backward workspace + dQ/dK/dV", size_str(b->attn_ws));
+    if (b->attn_ws > 0) fprintf(f, "    %-48s %11s\n", "cuDNN attention backward workspace + dQ/dK/dV", size_str(b->attn_ws));
     fprintf(f, "    %-48s %11s\n", "backend scratch (reductions, bias gradient)", size_str(b->scratch));
     char what[64];
     snprintf(what, sizeof what, "margin (%d%%, at least %d MiB)", TRAINER_DEV_MARGIN_PCT, TRAINER_DEV_MARGIN_MIN_MIB);

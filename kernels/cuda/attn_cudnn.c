@@ -80,13 +80,6 @@ void kc_attn_shutdown(void) {
 
 void k_attention_allow_nondeterministic(int allow) { allow_nondet = allow; }
 
-int64_t kc_attn_workspace_budget(void) {
-    const char *e = getenv("VGRPO_ATTN_WORKSPACE_GIB");
-    double gib = e && *e ? atof(e) : 4.0;
-    if (gib <= 0) gib = 4.0;
-    return (int64_t)(gib * 1073741824.0);
-}
-
 static int same_key(const kc_attn_key *a, const kc_attn_key *b) {
     return a->bwd == b->bwd && a->Sq == b->Sq && a->Skv == b->Skv && a->H == b->H && a->Hs == b->Hs &&
            a->Dh == b->Dh && a->dtype == b->dtype && a->deterministic == b->deterministic && a->build == b->build;

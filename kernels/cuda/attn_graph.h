@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/attn_sched.h"
 #include "kernels/cuda/dynload.h"
 
 /* The oldest cuDNN the attention graphs were verified with (make test: gpu_plans_*): 9.19.0. */
@@ -99,8 +100,7 @@ void kc_attn_key_str(const kc_attn_key *k, char *out, size_t cap);
 
 /* ---- the plan choice of attn_cudnn.c (pure functions: the same answers on every machine and process) ---- */
 
-/* The workspace budget of one attention call in bytes: $VGRPO_ATTN_WORKSPACE_GIB GiB, default 4. */
-int64_t kc_attn_workspace_budget(void);
+/* The workspace budget of one attention call: kc_attn_workspace_budget (kernels/cuda/attn_sched.h). */
 /* Heads per call: kc_attn_heads_per_call (attn_sched.h). */
 /* The plan key of an attention call: no batch size in it (the batch is a loop over one plan). */
 kc_attn_key kc_attn_key_for(int bwd, int Sq, int Skv, int H, int Dh, int deterministic, int64_t budget);

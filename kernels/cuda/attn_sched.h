@@ -11,6 +11,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+
+/* The workspace budget of one attention call in bytes: $VGRPO_ATTN_WORKSPACE_GIB GiB, default 4 (a value <= 0 or
+ * not a number: 4). Here, not in attn_cudnn.c, so the device-memory estimate (trainer/train_dev_budget.c) reads the
+ * same figure without the CUDA build. Every process of a run must see the same value (its head groups follow). */
+static inline int64_t kc_attn_workspace_budget(void) {
+    const char *e = getenv("VGRPO_ATTN_WORKSPACE_GIB");
+    double gib = e && *e ? atof(e) : 4.0;
+    if (!(gib > 0)) gib = 4.0;
+    return (int64_t)(gib * 1073741824.0);
+}
 
 /* Heads per execution: H for the forward and the non-deterministic backward; for the deterministic backward the
  * largest divisor of H whose dP workspace (hc * pad128(Sq) * pad128(Skv) * 2 bytes, measured from cuDNN 9.19's
