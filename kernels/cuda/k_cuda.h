@@ -224,7 +224,7 @@ typedef struct k_dev_ops {
      * fp32 natural log (cuDNN's softmax statistics). Dh a multiple of 8, at most 128 for the backward. */
     int (*attention_forward)(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B,
                              int Sq, int Skv, int H, int Dh, float scale);
-    /* dq, dk, dv += (through scratch buffers: cuDNN writes its gradients). Needs cuDNN >= 9.17. */
+    /* dq, dk, dv += (through scratch buffers: cuDNN writes its gradients). Needs cuDNN >= 9.19 (attn_libs.c: the version the composite graphs are verified with). */
     int (*attention_backward)(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
                               const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
                               int Skv, int H, int Dh, float scale);

@@ -79,8 +79,8 @@ static void check_env(const k_cuda_info *in) {
     snprintf(txt, sizeof txt, "cuBLASLt %zu from %s", in->cublaslt_version, in->cublaslt_path);
     ck_row_info("env cublaslt", "", txt);
     snprintf(txt, sizeof txt, "cuDNN %zu from %s", in->cudnn_version, in->cudnn_path);
-    if (in->cudnn_version < 91700) {
-        snprintf(txt, sizeof txt, "cuDNN %zu (< 9.17: no SDPA backward; attention backward rows will fail) from %s",
+    if (in->cudnn_version < 91900) {
+        snprintf(txt, sizeof txt, "cuDNN %zu (< 9.19, the version the attention graphs are verified with: attention rows will fail unless VGRPO_CUDNN_UNVERIFIED=1) from %s",
                  in->cudnn_version, in->cudnn_path);
         ck_row_error("env cudnn", "", txt);
     } else {
@@ -183,7 +183,7 @@ int main(int argc, char **argv) {
            in.runtime_version, omp_get_max_threads());
     printf("gpu_check: cuBLASLt %zu from %s\n", in.cublaslt_version, in.cublaslt_path);
     printf("gpu_check: cuDNN %zu from %s%s\n", in.cudnn_version, in.cudnn_path,
-           in.cudnn_version < 91700 ? " (< 9.17: no SDPA backward descriptor; attention backward rows will fail)" : "");
+           in.cudnn_version < 91900 ? " (< 9.19: attention refused unless VGRPO_CUDNN_UNVERIFIED=1)" : "");
     fflush(stdout);
     ck_json_env(&in, omp_get_max_threads());
     double t0 = now();
