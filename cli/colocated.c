@@ -52,7 +52,7 @@ int colocated_check(const core_recipe *r) {
     char path[4200];
     if ((int64_t)r->height * r->width > 256 * 256)
         return core_error("a %dx%d, %d-frame run is the size of the full Wan models' recipes: it needs the CUDA backend "
-                          "(a later issue), and this build trains on the CPU (this machine has no GPU). `vgrpo run "
+                          "(model.device: cuda), and this build trains on the CPU (this machine has no GPU). `vgrpo run "
                           "--dry-run` checks the recipe; recipes/tiny-cpu.yaml runs here", r->height, r->width, r->frames);
     if (rollout_decoder_check(r)) return -1; /* else each worker would refuse it as it starts */
     snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
@@ -64,7 +64,7 @@ int colocated_check(const core_recipe *r) {
     const int dim = c.num_attention_heads * c.attention_head_dim;
     if (dim >= 1536)
         return core_error("model.path: %s is a full-size Wan transformer (%d layers, dim %d): training it needs the CUDA "
-                          "backend (a later issue) and this build runs on the CPU; `vgrpo run --dry-run` checks the "
+                          "backend (model.device: cuda) and this build runs on the CPU; `vgrpo run --dry-run` checks the "
                           "recipe", r->model_path, c.num_layers, dim);
     /* vgrpo trainer refuses this too, but only after every process has started */
     if ((int64_t)r->prompts_per_step * r->samples_per_prompt < r->trainer_ranks)

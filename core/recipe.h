@@ -1,7 +1,7 @@
 /* core/recipe.h — the recipe: the YAML file `vgrpo run` reads (docs/design.md section 7), its schema, defaults and the
  * checks that need no weights on disk. Keys (defaults in core/recipe.c's schema; `vgrpo run --help-config` lists them):
  *
- *   mode: local | colocated        local: rollout, reward and training in one process (colocated: later issue)
+ *   mode: local | colocated        local: rollout, reward and training in one process (colocated: separate processes)
  *   model.path                     pipeline folder (model_index.json, transformer/, text_encoder/, tokenizer/,
  *                                  vae/; latent_rgb.safetensors for the tiny preset's latent_rgb decoder)
  *   model.init_preset              a preset name (tiny): when model.path/model_index.json is missing, run, eval and

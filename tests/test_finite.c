@@ -1,5 +1,5 @@
-/* tests/test_finite.c — non-finite weights are refused where they enter and before they are written (issue 24 item
- * 14), each with the file or message, the tensor, the element and the value:
+/* tests/test_finite.c — non-finite weights are refused where they enter and before they are written, each
+ * with the file or message, the tensor, the element and the value:
  *   reading: st_read_f32 (every weight the program loads: transformer, adapter, VAE, text encoder) refuses a NaN or
  *     inf of F32, BF16 and F16 tensors; `vgrpo generate` and `vgrpo eval` of a transformer holding a NaN fail naming
  *     the file; `vgrpo export --merge` of an adapter holding a NaN fails, and one whose finite values overflow in
@@ -290,28 +290,31 @@ TEST(finite_checkpoint_save_refuses_nonfinite) {
 
 /* `vgrpo run` on the tiny preset into dir/a (3 prompts, B 2, G 4, 4 denoising steps, constant lr, one update per
  * step, a checkpoint every step) with extra options. */
+static const char *run_env = ""; /* e.g. VGRPO_EMULATE_DEVICE=1 for the device variant */
 static int run(const char *dir, const char *extra, char *out, size_t cap) {
     return test_run(out, cap,
-                    "OMP_NUM_THREADS=2 %s run recipes/tiny-cpu.yaml --set model.path=%s/model --set "
+                    "OMP_NUM_THREADS=2 %s %s run recipes/tiny-cpu.yaml --set model.path=%s/model --set "
                     "data.prompt_file=%s/prompts.txt --set data.eval_prompt_file=%s/prompts.txt --set "
                     "logging.run_dir=%s/a --set model.text_encoder=word_embed --set model.decoder=latent_rgb --set "
                     "rollout.num_steps=4 --set rollout.prompts_per_step=2 --set rollout.samples_per_prompt=4 --set "
                     "data.eval_samples_per_prompt=1 --set logging.eval_every=0 --set optim.total_steps=2 --set "
                     "algorithm.optimizer_steps_per_rollout=1 --set checkpoint.every=1 %s 2>&1",
-                    test_vgrpo_bin(), dir, dir, dir, dir, extra);
+                    run_env, test_vgrpo_bin(), dir, dir, dir, dir, extra);
 }
 
 /* A run resumed from a checkpoint whose Adam first moment holds a finite 3e38 (it verifies): the next AdamW update
  * divides it by a small second moment and the weight becomes -inf. The run stops at that step naming it, the update
  * and the tensor; checkpoint-1 is kept and no checkpoint of the weights is written (checkpoint-2 was written, and
  * its resume refused). */
-TEST(finite_run_stops_when_the_update_goes_nonfinite) {
+static void run_stops_when_the_update_goes_nonfinite(const char *dev) {
     const char *dir = test_tmpdir();
     char out[16384], p[700], name[256], x[700];
     REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 2 && "
                                       "printf 'a red kite\\na green frog\\na blue boat\\n' > %s/prompts.txt",
                      test_vgrpo_bin(), dir, dir) == 0);
-    int rc = run(dir, "--steps 1", out, sizeof out);
+    char first[300];
+    snprintf(first, sizeof first, "--steps 1 %s", dev);
+    int rc = run(dir, first, out, sizeof out);
     REQUIRE_OK(rc ? (test_fail(__FILE__, __LINE__, "%s", out), -1) : 0);
     char ck[700];
     snprintf(ck, sizeof ck, "%s/a/checkpoint-1", dir);
@@ -322,7 +325,7 @@ TEST(finite_run_stops_when_the_update_goes_nonfinite) {
     poke(p, name, 0, &big, sizeof big, 0);
     reseal(ck);
     REQUIRE_OK(trainer_ckpt_verify(ck, NULL));
-    snprintf(x, sizeof x, "--resume %s/a", dir);
+    snprintf(x, sizeof x, "--resume %s/a %s", dir, dev);
     rc = run(dir, x, out, sizeof out);
     char want[512];
     snprintf(want, sizeof want,
@@ -334,6 +337,20 @@ TEST(finite_run_stops_when_the_update_goes_nonfinite) {
     snprintf(p, sizeof p, "%s/a/checkpoint-2", dir);
     CHECK(!exists(p));
     REQUIRE_OK(trainer_ckpt_verify(ck, NULL));
+}
+
+TEST(finite_run_stops_when_the_update_goes_nonfinite) {
+    run_env = "";
+    run_stops_when_the_update_goes_nonfinite("");
+}
+
+/* The same on the (emulated) device in local mode without EMA, where the master weights stay on the device between
+ * steps (trainer_dev lazy_host): the device's sum of squares of the master finds the non-finite update and brings the
+ * master to the host, where the same check names the tensor (it had checked the stale host copy). */
+TEST(finite_run_stops_when_the_update_goes_nonfinite_device) {
+    run_env = "VGRPO_EMULATE_DEVICE=1";
+    run_stops_when_the_update_goes_nonfinite("--set model.device=cuda");
+    run_env = "";
 }
 
 /* ---- decoding ---- */

@@ -1,4 +1,4 @@
-/* tests/test_gpu_check_sh.c — the contract of scripts/gpu_check.sh (issue 25 item 9), on a fake gpu_check: a shell
+/* tests/test_gpu_check_sh.c — the contract of scripts/gpu_check.sh, on a fake gpu_check: a shell
  * script that answers --group/--json/--stage as the real binary does and fails on purpose. Proves: a row that fails
  * shows in the summary with its first error and the exit status is 1; a group that crashes (SIGSEGV) or hangs costs
  * only itself (a "group G" row says crashed / timeout, after which row) and the groups after it still run; the

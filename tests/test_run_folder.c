@@ -1,4 +1,4 @@
-/* tests/test_run_folder.c — what a run does to the folders it writes (issue 24):
+/* tests/test_run_folder.c — what a run does to the folders it writes:
  *   - checkpoint.dir is locked as logging.run_dir is: a second run whose checkpoint.dir is a live run's folder is
  *     refused (it removed that run's checkpoints before); a checkpoint records its run (run id, seed, recipe hash),
  *     and eval and --resume print it; a checkpoint without a run id (older) still resumes;

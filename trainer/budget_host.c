@@ -221,7 +221,7 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
     fprintf(f, "  job total %s; available %s (%s)%s\n", a, b, m->source,
             e->cuda_only == 2 ? "; not checked: model.device cuda (the transformer's memory is the device's: its estimate "
                                 "follows, the one the trainer checks at start-up)"
-            : e->cuda_only    ? "; not checked: a full-size transformer runs on the CUDA backend (later issue)"
+            : e->cuda_only    ? "; not checked: a full-size transformer runs on the CUDA backend (model.device: cuda)"
                               : "");
     const double step = e->flop_rollout + e->flop_train;
     char t[32] = "?", fs[32], fr[32], ft[32];

@@ -1,6 +1,6 @@
 /* kernels/cuda/check/check_invariance.c — batch invariance of cuBLASLt GEMM and cuDNN attention on the device: the
  * rows of one sample must come out with the same bits whatever else shares the call, since the rollout and the
- * trainer batch samples differently and `vgrpo parity` on the GPU needs exactly 0 (issue 25 item 4: one algorithm per
+ * trainer batch samples differently and `vgrpo parity` on the GPU needs exactly 0 (one algorithm per
  * GEMM problem class, one attention plan per (S, H, D, dtype)).
  *
  * Rows (each FAILs when a bit differs, or when the pinned algorithm / engine differs between the sizes):
