@@ -128,7 +128,7 @@ static int one_step(step_ctx *S, int k, step_times *st) {
     }
     double t3 = omp_get_wtime();
     k_prof_set_phase("train");
-    if (grpo_advantages(S->reward, S->B, S->G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP,
+    if (grpo_advantages(S->reward, S->B, S->G, r->choice.std_mode == CORE_STD_BATCH ? GRPO_STD_BATCH : GRPO_STD_GROUP,
                         r->adv_clip_max, S->adv, S->mask, NULL))
         goto done;
     trainer_batch b = {.n = S->n, .traj = S->traj, .cond = S->cond, .neg = S->p.rc.neg, .text_len = r->text_len,
@@ -162,9 +162,9 @@ static int setup(step_ctx *S, const core_recipe *r) {
     S->tc.clip_eps = r->clip_range;
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
-    S->tc.acts_mode = !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
-    S->tc.kind.type = !strcmp(r->sde_type, "cps") ? FLOW_CPS : FLOW_SDE;
-    S->tc.kind.logp = !strcmp(r->cps_logprob, "flow_grpo") ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT;
+    S->tc.acts_mode = r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE : WAN_ACTS_STORE;
+    S->tc.kind.type = r->choice.sde_type == CORE_SDE_TYPE_CPS ? FLOW_CPS : FLOW_SDE;
+    S->tc.kind.logp = r->choice.cps_logprob == CORE_CPS_LOGP_FLOW_GRPO ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT;
     S->p.rc.kind = S->tc.kind;
     S->oc = (optim_config){.lr = r->lr, .beta1 = r->beta1, .beta2 = r->beta2, .eps = r->eps,
                            .weight_decay = r->weight_decay, .max_grad_norm = r->max_grad_norm,

@@ -152,7 +152,7 @@ int cmd_run(int argc, char **argv) {
     const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) || trainer_check_recipe(&r) ||
-        (!strcmp(r.mode, "local") && source_local_check(&r))) {
+        (r.choice.mode == CORE_MODE_LOCAL && source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
         /* the estimate to stderr: stdout stays the resolved recipe */
@@ -166,14 +166,15 @@ int cmd_run(int argc, char **argv) {
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }
-    } else if (budget_preflight(&r, &q, force, stdout) || ensure_model(&r) || (!strcmp(r.mode, "colocated") && colocated_check(&r)) ||
+    } else if (budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
+               (r.choice.mode == CORE_MODE_COLOCATED && colocated_check(&r)) ||
                trainer_claim_folders(&r, o.resume, overwrite, &lk)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else {
         /* colocated: the run's processes hold the folder's lock too, so it stays locked while any of them lives */
         const int rc = mpi ? (core_run_locks_share(&lk) ||
                               launch_mpi_exec(path, sets.v, sets.n, &r, o.steps, o.resume, hostfile, bind_host)) /* returns on failure only */
-                       : !strcmp(r.mode, "colocated")
+                       : r.choice.mode == CORE_MODE_COLOCATED
                            ? (core_run_locks_share(&lk) || colocated_run(path, sets.v, sets.n, &r, o.steps, o.resume, NULL, max_restarts))
                            : run_local(&r, &o);
         if (rc) fprintf(stderr, "vgrpo run: %s\n", core_last_error());

@@ -116,7 +116,7 @@ typedef struct {
 /* ---- the launcher: `vgrpo run --launcher mpirun` ---- */
 
 int launch_mpi_check(const core_recipe *r) {
-    if (strcmp(r->mode, "colocated"))
+    if (r->choice.mode != CORE_MODE_COLOCATED)
         return core_error("--launcher mpirun starts the processes of mode: colocated (trainer ranks, rollout workers, "
                           "the reward server); this recipe has mode: %s (add --set mode=colocated)", r->mode);
     return 0;

@@ -14,7 +14,7 @@
 #include "model/dit/wan_dev_exec.h"
 
 int ensure_model(const core_recipe *r) {
-    if (r->device && !strcmp(r->device, "cuda")) { /* the emulated device (tests only: wan_dev_exec.h) needs none */
+    if (r->choice.device == CORE_CUDA) { /* the emulated device (tests only: wan_dev_exec.h) needs none */
         char why[K_WHY_MAX];
         if (!wan_dev_exec_emulating() && !k_cuda_available(why)) return core_error("model.device: cuda: %s", why);
     }

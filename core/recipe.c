@@ -164,6 +164,51 @@ const core_cfg_entry core_recipe_schema[] = {
     {0},
 };
 
+/* The index of text among the choices ("a|b|c") of the schema's key. -1 naming the key and its choices when text is
+ * none of them (core_config_apply refuses those first; this covers a recipe filled some other way). */
+static int choice_index(const char *key, const char *text, int *out) {
+    const core_cfg_entry *e = core_recipe_schema;
+    while (e->key && strcmp(e->key, key)) e++;
+    if (!e->key || !e->choices) return core_error("%s: not a key with choices (core/recipe.c)", key);
+    if (!text) return core_error("%s: must be one of %s, got null", key, e->choices);
+    const size_t n = strlen(text);
+    int i = 0;
+    for (const char *c = e->choices;; i++) {
+        const char *bar = strchr(c, '|');
+        const size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && !strncmp(c, text, n)) return *out = i, 0;
+        if (!bar) break;
+        c = bar + 1;
+    }
+    return core_error("%s: must be one of %s, got \"%s\"", key, e->choices, text);
+}
+
+/* Parses every choice key of r into r->choice (model.dtype after its default is filled, by the caller). */
+static int parse_choices(core_recipe *r) {
+    core_recipe_choices *c = &r->choice;
+    int v;
+#define CHOICE(key, field)                                                                                             \
+    do {                                                                                                               \
+        if (choice_index(key, r->field, &v)) return -1;                                                                \
+        c->field = v;                                                                                                  \
+    } while (0)
+    CHOICE("mode", mode);
+    CHOICE("model.text_encoder", text_encoder);
+    CHOICE("model.decoder", decoder);
+    CHOICE("model.device", device);
+    CHOICE("rollout.sde_type", sde_type);
+    CHOICE("rollout.sde_window.schedule", sde_window_schedule);
+    CHOICE("rollout.sde_window.at_end", sde_window_at_end);
+    CHOICE("algorithm.std_mode", std_mode);
+    CHOICE("algorithm.loss", loss);
+    CHOICE("algorithm.cps_logprob", cps_logprob);
+    CHOICE("algorithm.train_experts", train_experts);
+    CHOICE("algorithm.activations", activations);
+    CHOICE("optim.schedule", schedule);
+#undef CHOICE
+    return 0;
+}
+
 int core_recipe_check(core_recipe *r) {
     const int f = r->vae_scale_factor_spatial, m = 2 * f; /* every Wan DiT patchifies 2 x 2 latent pixels */
     if (f != 8 && f != 16)
@@ -176,14 +221,19 @@ int core_recipe_check(core_recipe *r) {
                           m, f, r->width);
     if ((r->frames - 1) % 4) return core_error("rollout.frames: must be 4k+1 (1, 5, 9, ...), got %d", r->frames);
     if (!r->device) return core_error("model.device: must be cpu or cuda, got null");
-    const int cuda = !strcmp(r->device, "cuda");
+    if (parse_choices(r)) return -1;
+    const core_recipe_choices *c = &r->choice;
+    const int cuda = c->device == CORE_CUDA;
     if (!r->dtype && !(r->dtype = strdup(cuda ? "bf16" : "fp32"))) return core_error("out of memory");
-    if (!cuda && strcmp(r->dtype, "fp32"))
+    int dt;
+    if (choice_index("model.dtype", r->dtype, &dt)) return -1;
+    r->choice.dtype = dt;
+    if (!cuda && c->dtype != CORE_COMPUTE_FP32)
         return core_error("model.dtype: %s needs model.device cuda (the CPU path computes in fp32)", r->dtype);
-    if (cuda && strcmp(r->dtype, "bf16"))
+    if (cuda && c->dtype != CORE_COMPUTE_BF16)
         return core_error("model.dtype: %s on model.device cuda is not implemented (the device model computes in "
                           "bf16 with fp32 statistics, master weights and optimizer state)", r->dtype);
-    if (!cuda && r->activations && !strcmp(r->activations, "checkpoint"))
+    if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");
     /* With reward.endpoint the scorers and weights are the server's (its hello reply, trainer/scorers.c): the
@@ -238,13 +288,13 @@ int core_recipe_check(core_recipe *r) {
     if (r->guard_patience > 0 && r->gold_scorers.n == 0)
         return core_error("guard.patience: %d needs guard.gold_scorers (the early stop watches the gold eval)",
                           r->guard_patience);
-    if (!strcmp(r->sde_type, "cps") && r->eta > 1.0f)
+    if (c->sde_type == CORE_SDE_TYPE_CPS && r->eta > 1.0f)
         return core_error("rollout.eta: %g with rollout.sde_type cps, whose noise is sigma_next x sin(eta pi / 2): eta "
                           "must be in [0, 1]", (double)r->eta);
-    if (!strcmp(r->cps_logprob, "flow_grpo") && strcmp(r->sde_type, "cps"))
+    if (c->cps_logprob == CORE_CPS_LOGP_FLOW_GRPO && c->sde_type != CORE_SDE_TYPE_CPS)
         return core_error("algorithm.cps_logprob: flow_grpo is Flow-GRPO's log-prob of the cps step; rollout.sde_type "
                           "is %s (use exact)", r->sde_type);
-    if (!strcmp(r->loss, "grpo_guard") && strcmp(r->sde_type, "sde"))
+    if (c->loss == CORE_LOSS_GRPO_GUARD && c->sde_type != CORE_SDE_TYPE_SDE)
         return core_error("algorithm.loss: grpo_guard is defined for rollout.sde_type sde (its ratio is scaled by the "
                           "sde step's std sqrt(-dt) std_t); rollout.sde_type is %s", r->sde_type);
     if (r->sde_window_range.n == 0) {
@@ -266,7 +316,7 @@ int core_recipe_check(core_recipe *r) {
                               "steps)", sz, (long long)lo, (long long)hi, (long long)(hi - lo));
     }
     if (!r->eval_prompt_file && !(r->eval_prompt_file = strdup(r->prompt_file))) return core_error("out of memory");
-    if (!strcmp(r->mode, "local")) {
+    if (c->mode == CORE_MODE_LOCAL) {
         if (r->trainer_ranks != 1) return core_error("parallel.trainer_ranks: local mode trains in one process (1), got %d", r->trainer_ranks);
         if (r->sp != 1) return core_error("parallel.sp: local mode has no sequence parallelism (1), got %d", r->sp);
         if (r->ulysses_degree != 1) return core_error("parallel.ulysses_degree: must be 1 in local mode, got %d", r->ulysses_degree);
@@ -289,7 +339,7 @@ int core_recipe_check(core_recipe *r) {
         return core_error("optim.weight_decay: %g x optim.lr %g = %g, over 1: each update multiplies the weights by 1 - "
                           "lr x weight_decay, which would flip their sign (past 2: grow them to inf)", r->weight_decay,
                           r->lr, r->lr * r->weight_decay);
-    if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && strcmp(r->schedule, "constant"))
+    if (r->warmup_steps > r->total_steps * r->optimizer_steps_per_rollout && c->schedule != CORE_SCHED_CONSTANT)
         return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
                           (long long)(r->total_steps * r->optimizer_steps_per_rollout));
     return 0;

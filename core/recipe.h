@@ -127,8 +127,49 @@
 
 #include "core/config.h"
 #include "core/prompts.h"
+#include "core/tensor.h"
+
+/* The recipe's choices, parsed once from their text by core_recipe_check (core_recipe_load) into r->choice. Each
+ * enum lists its key's choices in core_recipe_schema's order ("local|colocated": CORE_MODE_LOCAL = 0, ...); the text
+ * fields stay for printing and config.resolved.yaml. algorithm.timestep_selection, which carries numbers, is parsed
+ * by trainer/grpo.h's grpo_selection_parse. */
+typedef enum { CORE_MODE_LOCAL = 0, CORE_MODE_COLOCATED } core_run_mode;               /* mode */
+typedef enum { CORE_TEXT_UMT5 = 0, CORE_TEXT_WORD_EMBED } core_text_encoder;           /* model.text_encoder */
+typedef enum { CORE_DECODER_VAE = 0, CORE_DECODER_LATENT_RGB } core_decoder;           /* model.decoder */
+typedef enum { CORE_COMPUTE_FP32 = 0, CORE_COMPUTE_BF16 } core_compute_dtype;          /* model.dtype */
+typedef enum { CORE_SDE_TYPE_SDE = 0, CORE_SDE_TYPE_CPS } core_sde_type;               /* rollout.sde_type */
+typedef enum { CORE_WINDOW_RANDOM = 0, CORE_WINDOW_PROGRESSIVE } core_window_schedule; /* rollout.sde_window.schedule */
+typedef enum { CORE_WINDOW_CLAMP = 0, CORE_WINDOW_RESTART } core_window_at_end;        /* rollout.sde_window.at_end */
+typedef enum { CORE_STD_GROUP = 0, CORE_STD_BATCH } core_std_mode;                     /* algorithm.std_mode */
+typedef enum { CORE_LOSS_GRPO = 0, CORE_LOSS_GRPO_GUARD } core_loss;                   /* algorithm.loss */
+typedef enum { CORE_CPS_LOGP_EXACT = 0, CORE_CPS_LOGP_FLOW_GRPO } core_cps_logprob;    /* algorithm.cps_logprob */
+typedef enum {
+    CORE_EXPERTS_ALL = 0,
+    CORE_EXPERTS_TRANSFORMER,  /* the high-noise expert, transformer/ */
+    CORE_EXPERTS_TRANSFORMER_2 /* the low-noise expert, transformer_2/ */
+} core_train_experts;          /* algorithm.train_experts */
+typedef enum { CORE_ACTS_STORE = 0, CORE_ACTS_RECOMPUTE, CORE_ACTS_CHECKPOINT } core_activations; /* activations */
+typedef enum { CORE_SCHED_CONSTANT = 0, CORE_SCHED_LINEAR, CORE_SCHED_COSINE } core_schedule;     /* optim.schedule */
 
 typedef struct {
+    core_run_mode mode;
+    core_text_encoder text_encoder;
+    core_decoder decoder;
+    core_device device; /* core/tensor.h: CORE_CPU, CORE_CUDA */
+    core_compute_dtype dtype;
+    core_sde_type sde_type;
+    core_window_schedule sde_window_schedule;
+    core_window_at_end sde_window_at_end;
+    core_std_mode std_mode;
+    core_loss loss;
+    core_cps_logprob cps_logprob;
+    core_train_experts train_experts;
+    core_activations activations;
+    core_schedule schedule;
+} core_recipe_choices;
+
+typedef struct {
+    core_recipe_choices choice; /* the choice keys below, parsed (core_recipe_check); read these, print the text */
     char *mode;
     char *model_path, *text_encoder, *decoder, *init_preset;
     char *device, *dtype;
@@ -193,8 +234,16 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
  * eval_prompt_file default, parallel degrees (local mode: trainer_ranks, sp, ulysses_degree 1; else trainer_ranks %
  * sp, sp % ulysses_degree, tokens % sp),
  * Fills defaults that depend on other keys
- * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent). -1 naming the key. */
+ * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent) and parses the choice keys into r->choice
+ * (a text outside the key's choices: -1, "KEY: must be one of A|B, got \"X\""). -1 naming the key. */
 int core_recipe_check(core_recipe *r);
+
+/* Whether algorithm.train_experts trains expert e (0: transformer/, 1: transformer_2/). Whether the pipeline has
+ * expert 1 at all is the caller's to check. */
+static inline int core_recipe_trains_expert(const core_recipe *r, int e) {
+    return r->choice.train_experts == CORE_EXPERTS_ALL ||
+           r->choice.train_experts == (e ? CORE_EXPERTS_TRANSFORMER_2 : CORE_EXPERTS_TRANSFORMER);
+}
 
 /* Latent frames, height, width of the recipe's video size: (frames - 1) / 4 + 1, height / factor, width / factor
  * (factor = model.vae_scale_factor_spatial). */

@@ -10,7 +10,7 @@
 #include "core/fs.h"
 
 int rollout_decoder_check(const core_recipe *r) {
-    if (!strcmp(r->decoder, "latent_rgb") && r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
+    if (r->choice.decoder == CORE_DECODER_LATENT_RGB && r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
         return core_error("model.vae_scale_factor_spatial: %d, but model.decoder latent_rgb paints %d x %d pixels per "
                           "latent pixel (set %d, or model.decoder: vae)", r->vae_scale_factor_spatial,
                           WAN_LATENT_RGB_FACTOR, WAN_LATENT_RGB_FACTOR, WAN_LATENT_RGB_FACTOR);
@@ -23,7 +23,7 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
     int F, H, W, fac;
     core_recipe_latent_size(r, &F, &H, &W);
     if (rollout_decoder_check(r)) return -1;
-    if (!strcmp(r->decoder, "latent_rgb")) {
+    if (r->choice.decoder == CORE_DECODER_LATENT_RGB) {
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", r->model_path);
         if (wan_latent_rgb_load(&d->map, path, wc->out_channels)) return core_error_push("model.decoder (latent_rgb): ");
         d->frames = F;
@@ -84,9 +84,8 @@ static int recipe_adapters(rollout_pipeline *p, const core_recipe *r) {
                                "model.lora.targets") ||
         wan_lora_config_validate(&c, &p->model[0].cfg, "model.lora.rank"))
         return -1;
-    const char *te = r->train_experts;
     for (int e = 0; e < p->experts.n; e++) {
-        const int trained = !strcmp(te, "all") || !strcmp(te, e ? "transformer_2" : "transformer");
+        const int trained = core_recipe_trains_expert(r, e);
         if (trained && (wan_lora_init(&p->lora[e], &p->model[e].cfg, &c, e) ||
                         wan_model_attach_lora(&p->model[e], &p->lora[e])))
             return -1;
@@ -138,7 +137,8 @@ static int pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *
         }
     }
     const wan_config *wc = &p->model[0].cfg;
-    if (rollout_decoder_load(&p->dec, r, wc) || !(p->text = text_cond_load(r->text_encoder, r->model_path, r->text_len, wc->text_dim)))
+    if (rollout_decoder_load(&p->dec, r, wc) ||
+        !(p->text = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, wc->text_dim)))
         goto fail;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);

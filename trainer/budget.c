@@ -260,7 +260,7 @@ static int find_model(budget_estimate *e, const core_recipe *r) {
     if (wan_layout_init(&lay, &e->dit)) return -1;
     e->params = lay.numel;
     wan_layout_free(&lay);
-    if (!strcmp(r->text_encoder, "umt5")) {
+    if (r->choice.text_encoder == CORE_TEXT_UMT5) {
         snprintf(path, sizeof path, "%s/text_encoder/config.json", r->model_path);
         if (!access(path, R_OK)) {
             snprintf(path, sizeof path, "%s/text_encoder", r->model_path);
@@ -282,7 +282,7 @@ static int find_model(budget_estimate *e, const core_recipe *r) {
         if (preset_vae(&e->vae, preset, e->dit.out_channels)) return -1;
         e->have_vae_config = 1;
     }
-    e->have_vae = e->have_vae_config && !strcmp(r->decoder, "vae");
+    e->have_vae = e->have_vae_config && r->choice.decoder == CORE_DECODER_VAE;
     return 0;
 }
 
@@ -426,8 +426,8 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     const int cap = (int)(r->micro_batch_size < mine ? r->micro_batch_size : mine);
     const int rows = cap * (z->cfg_train ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
     const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
-                               : !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE
-                                                                      : WAN_ACTS_STORE;
+                               : r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE
+                                                                               : WAN_ACTS_STORE;
     add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
         budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp) + lora_scratch(z, rows, sp));
     if (r->beta > 0)
@@ -532,8 +532,8 @@ static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, do
     }
     if (flow_schedule(N, r->shift, sig, ts) || grpo_selection_parse(r->timestep_selection, &sel)) goto done;
     *cfg_steps = 0;
-    const flow_kind kind = {!strcmp(r->sde_type, "cps") ? FLOW_CPS : FLOW_SDE,
-                            !strcmp(r->cps_logprob, "flow_grpo") ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
+    const flow_kind kind = {r->choice.sde_type == CORE_SDE_TYPE_CPS ? FLOW_CPS : FLOW_SDE,
+                            r->choice.cps_logprob == CORE_CPS_LOGP_FLOW_GRPO ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
     const int wlo = r->sde_window_size > 0 && r->sde_window_range.n == 2 ? (int)r->sde_window_range.v[0] : 0;
     const int whi = r->sde_window_size > 0 ? wlo + r->sde_window_size : N; /* a window's first position */
     for (int i = 0; i < N; i++) {
@@ -545,9 +545,7 @@ static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, do
         *cfg_steps += cfg[i] ? 2 : 1;
         z->cfg_any |= cfg[i], z->nocfg_any |= !cfg[i];
     }
-    const char *te = r->train_experts;
-    const uint8_t trained[2] = {!strcmp(te, "all") || !strcmp(te, "transformer"),
-                                e->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"))};
+    const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), e->n_experts == 2 && core_recipe_trains_expert(r, 1)};
     int64_t per = 0;
     /* a recipe the trainer refuses (checked before) leaves no transitions: estimate rollout only */
     if ((trained[0] || trained[1]) &&
@@ -655,7 +653,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     z.nin = (int64_t)c->in_channels * e->F * e->H * e->W;
     z.ne = (int64_t)r->text_len * c->text_dim;
     const int N = r->num_steps;
-    const int guard = !strcmp(r->loss, "grpo_guard"), W = r->sde_window_size;
+    const int guard = r->choice.loss == CORE_LOSS_GRPO_GUARD, W = r->sde_window_size;
     /* ... and TI2V's its first-frame condition [C, 1, H, W] (core_traj.condition) */
     const double concat = F32 * (double)(z.nin - z.nl) +
                           (e->n_images > 0 && z.nin == z.nl ? F32 * (double)(z.nl / e->F) : 0);
@@ -666,16 +664,14 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     z.weights = F32 * (double)e->params;
     if (trainer_lora_config(r, c, &z.lora) < 0) return -1;
     if (z.lora.rank > 0) {
-        const char *te = r->train_experts;
-        const int n_ad = (!strcmp(te, "all") || !strcmp(te, "transformer")) +
-                         (e->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2")));
+        const int n_ad = core_recipe_trains_expert(r, 0) + (e->n_experts == 2 && core_recipe_trains_expert(r, 1));
         e->lora_params = wan_lora_numel(c, &z.lora);
         e->n_adapters = n_ad;
         z.adapters = F32 * (double)e->lora_params * n_ad;
     }
     /* AdamW m and v of every buffer that has them (trainer/zero.h): whole, and the largest rank's shard */
     e->zero_stage = r->zero_stage;
-    e->zero_ranks = !strcmp(r->mode, "local") ? 1 : r->trainer_ranks;
+    e->zero_ranks = r->choice.mode == CORE_MODE_LOCAL ? 1 : r->trainer_ranks;
     {
         const int64_t nb = z.lora.rank > 0 ? e->lora_params : e->params;
         const int nbuf = z.lora.rank > 0 ? e->n_adapters : e->n_experts;
@@ -696,8 +692,8 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const int n_eval = e->n_eval_prompts * r->eval_samples_per_prompt;
     const double fwd = budget_dit_flop(c, e->tokens, r->text_len);
     const double train_pass = rows * n_step * fwd * (3.0 + (r->beta > 0 ? 1.0 : 0.0));
-    const int local = job == BUDGET_JOB_RUN && !strcmp(r->mode, "local");
-    e->cuda_only = r->device && !strcmp(r->device, "cuda") ? 2 : !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
+    const int local = job == BUDGET_JOB_RUN && r->choice.mode == CORE_MODE_LOCAL;
+    e->cuda_only = r->choice.device == CORE_CUDA ? 2 : !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
     if (job == BUDGET_JOB_EVAL) {
         const int M = q->workers > 0 ? q->workers : r->rollout_workers;
         e->flop_rollout = cfg_steps * n_eval * fwd;

@@ -304,7 +304,7 @@ int budget_check(const budget_estimate *e, const core_recipe *r, const budget_me
  * start-up), and per GPU where a trainer rank and its rollout workers share one. 0 or -1 (a config the device
  * refuses). */
 static int print_device(FILE *out, const budget_estimate *e, const core_recipe *r) {
-    const int i2v = e->n_images > 0, local = e->job == BUDGET_JOB_RUN && !strcmp(r->mode, "local");
+    const int i2v = e->n_images > 0, local = e->job == BUDGET_JOB_RUN && r->choice.mode == CORE_MODE_LOCAL;
     trainer_dev_budget t, w;
     fprintf(out, "device memory (model.device cuda), computed from the configs without a GPU; the trainer checks the "
                  "same estimate at start-up (trainer/train_dev.h):\n");

@@ -51,7 +51,8 @@ int ctl_max_frame_bytes(const core_recipe *r, size_t *bytes) {
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
     /* the decoded video as rollout/pipeline.c's decoder makes it: the latent frames (latent_rgb) or the recipe's */
-    const int rgb = !strcmp(r->decoder, "latent_rgb"), fac = rgb ? WAN_LATENT_RGB_FACTOR : r->vae_scale_factor_spatial;
+    const int rgb = r->choice.decoder == CORE_DECODER_LATENT_RGB;
+    const int fac = rgb ? WAN_LATENT_RGB_FACTOR : r->vae_scale_factor_spatial;
     const size_t video = (size_t)(rgb ? F : r->frames) * (size_t)(H * fac) * (size_t)(W * fac) * 3;
     *bytes = core_rollout_reply_max_frame(r->num_steps, cfg.in_channels, cfg.out_channels ? cfg.out_channels : cfg.in_channels,
                                           F, H, W, r->batch_size, video);

@@ -198,8 +198,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     }
     if (core_metrics_f64(S->metrics, "trajectory_mib", traj_bytes / 1048576.0)) goto done;
     grpo_adv_stats as;
-    if (grpo_advantages(rew, B, G, !strcmp(r->std_mode, "batch") ? GRPO_STD_BATCH : GRPO_STD_GROUP, r->adv_clip_max,
-                        adv, mask, &as))
+    const int std_mode = r->choice.std_mode == CORE_STD_BATCH ? GRPO_STD_BATCH : GRPO_STD_GROUP;
+    if (grpo_advantages(rew, B, G, std_mode, r->adv_clip_max, adv, mask, &as))
         goto done;
     t2 = trainer_now_s();
     trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .neg = S->emb_neg, .text_len = r->text_len, .adv = adv,

@@ -33,9 +33,9 @@ int trainer_optim_config(const core_recipe *r, optim_config *oc) {
     memset(oc, 0, sizeof *oc);
     oc->lr = r->lr, oc->beta1 = r->beta1, oc->beta2 = r->beta2, oc->eps = r->eps, oc->weight_decay = r->weight_decay;
     oc->max_grad_norm = r->max_grad_norm;
-    oc->schedule = !strcmp(r->schedule, "linear") ? OPTIM_SCHED_LINEAR
-                   : !strcmp(r->schedule, "cosine") ? OPTIM_SCHED_COSINE
-                                                    : OPTIM_SCHED_CONSTANT;
+    oc->schedule = r->choice.schedule == CORE_SCHED_LINEAR   ? OPTIM_SCHED_LINEAR
+                   : r->choice.schedule == CORE_SCHED_COSINE ? OPTIM_SCHED_COSINE
+                                                             : OPTIM_SCHED_CONSTANT;
     oc->warmup_steps = r->warmup_steps;
     oc->total_steps = r->total_steps * r->optimizer_steps_per_rollout;
     return optim_config_validate(oc);
@@ -44,7 +44,7 @@ int trainer_optim_config(const core_recipe *r, optim_config *oc) {
 int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
     int need_color = 0;
     for (int i = 0; i < r->scorers.n; i++) need_color |= !strcmp(r->scorers.v[i], "color_match");
-    const int words = !strcmp(r->text_encoder, "word_embed");
+    const int words = r->choice.text_encoder == CORE_TEXT_WORD_EMBED;
     for (int i = 0; i < p->n; i++) {
         int n = wan_word_count(p->text[i]), c;
         char at[4200];
@@ -78,9 +78,7 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
     char t2[4200];
     snprintf(t2, sizeof t2, "%s/transformer_2", r->model_path);
     const int n_experts = core_is_dir(t2) ? 2 : 1;
-    const char *te = r->train_experts;
-    const uint8_t trained[2] = {!strcmp(te, "all") || !strcmp(te, "transformer"),
-                                n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"))};
+    const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
     int any = 0;
     for (int i = 0; i < N; i++) {
         flow_step st;
@@ -96,7 +94,8 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
     }
     int64_t count;
     if (!trained[0] && !trained[1]) {
-        core_error("algorithm.train_experts: %s, but %s has one expert (no transformer_2/)", te, r->model_path);
+        core_error("algorithm.train_experts: %s, but %s has one expert (no transformer_2/)", r->train_experts,
+                   r->model_path);
         goto done;
     }
     if (win->size == 0) {
@@ -130,7 +129,7 @@ static int check_lora(const core_recipe *r) {
 
 /* model.device cuda: one device, every weight trained; what is not there yet is refused. */
 static int check_device(const core_recipe *r) {
-    if (!r->device || strcmp(r->device, "cuda")) return 0;
+    if (r->choice.device != CORE_CUDA) return 0;
     if (r->trainer_ranks != 1 || r->sp != 1)
         return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
                           "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
@@ -249,10 +248,9 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
             return core_error("model.path: %s/transformer and transformer_2 have different configs", r->model_path);
         S->n_experts = 2;
     }
-    const char *te = r->train_experts;
-    S->trained[0] = !strcmp(te, "all") || !strcmp(te, "transformer");
-    S->trained[1] = S->n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"));
-    if (!strcmp(te, "transformer_2") && S->n_experts == 1)
+    S->trained[0] = core_recipe_trains_expert(r, 0);
+    S->trained[1] = S->n_experts == 2 && core_recipe_trains_expert(r, 1);
+    if (r->choice.train_experts == CORE_EXPERTS_TRANSFORMER_2 && S->n_experts == 1)
         return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
     S->first = S->trained[0] ? 0 : 1;
     S->have_ref = r->beta > 0;
@@ -288,7 +286,7 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
 static int embed_all(trainer_state *S, const core_recipe *r) {
     const int td = S->pol[0].cfg.text_dim;
     S->ne = (int64_t)r->text_len * td;
-    text_cond *tc = text_cond_load(r->text_encoder, r->model_path, r->text_len, td);
+    text_cond *tc = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, td);
     if (!tc) return -1;
     const float *neg = text_cond_negative(tc);
     int bad = !(S->emb_train = embed_prompts(tc, &S->train, S->ne)) || !(S->emb_eval = embed_prompts(tc, &S->eval, S->ne));
@@ -333,7 +331,7 @@ static int setup_device(trainer_state *S) {
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
-    S->dev.lazy_host = !strcmp(r->mode, "local") && !(r->ema_decay > 0);
+    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0);
     for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
@@ -375,18 +373,18 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->tc.clip_eps = r->clip_range;
     S->tc.beta = r->beta;
     S->tc.micro_batch_size = r->micro_batch_size;
-    S->tc.acts_mode = !strcmp(r->activations, "recompute")    ? WAN_ACTS_RECOMPUTE
-                      : !strcmp(r->activations, "checkpoint") ? WAN_ACTS_CHECKPOINT
-                                                              : WAN_ACTS_STORE;
+    S->tc.acts_mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
+                      : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
+                                                                      : WAN_ACTS_STORE;
     S->tc.kind = trainer_flow_kind(r);
-    S->tc.guard = !strcmp(r->loss, "grpo_guard");
+    S->tc.guard = r->choice.loss == CORE_LOSS_GRPO_GUARD;
     if (S->dx && setup_device(S)) return -1;
     return sde_window_from_recipe(r, &S->win);
 }
 
 flow_kind trainer_flow_kind(const core_recipe *r) {
-    flow_kind k = {!strcmp(r->sde_type, "cps") ? FLOW_CPS : FLOW_SDE,
-                   !strcmp(r->cps_logprob, "flow_grpo") ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
+    flow_kind k = {r->choice.sde_type == CORE_SDE_TYPE_CPS ? FLOW_CPS : FLOW_SDE,
+                   r->choice.cps_logprob == CORE_CPS_LOGP_FLOW_GRPO ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
     return k;
 }
 

@@ -13,10 +13,10 @@ int sde_window_from_recipe(const core_recipe *r, sde_window *w) {
     w->size = r->sde_window_size;
     w->lo = r->sde_window_range.n == 2 ? (int)r->sde_window_range.v[0] : 0;
     w->hi = r->sde_window_range.n == 2 ? (int)r->sde_window_range.v[1] : r->num_steps - 1;
-    w->schedule = !strcmp(r->sde_window_schedule, "progressive") ? SDE_WINDOW_PROGRESSIVE : SDE_WINDOW_RANDOM;
+    w->schedule = r->choice.sde_window_schedule == CORE_WINDOW_PROGRESSIVE ? SDE_WINDOW_PROGRESSIVE : SDE_WINDOW_RANDOM;
     w->shift = r->sde_window_shift > 0 ? r->sde_window_shift : (w->size > 0 ? w->size : 1);
     w->iters = r->sde_window_iters;
-    w->restart = !strcmp(r->sde_window_at_end, "restart");
+    w->restart = r->choice.sde_window_at_end == CORE_WINDOW_RESTART;
     w->updates_per_round = r->optimizer_steps_per_rollout;
     w->seed = (uint64_t)r->seed;
     if (w->size == 0) return 0;

@@ -101,13 +101,11 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
 
 int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
                                 trainer_dev_budget *b) {
-    const char *te = r->train_experts;
-    const uint8_t trained[2] = {!strcmp(te, "all") || !strcmp(te, "transformer"),
-                                n_experts == 2 && (!strcmp(te, "all") || !strcmp(te, "transformer_2"))};
+    const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
     wan_lora_config lc;
     const int lora = trainer_lora_config(r, c, &lc);
     if (lora < 0) return -1;
-    const int local = !strcmp(r->mode, "local");
+    const int local = r->choice.mode == CORE_MODE_LOCAL;
     const int cfg1 = flow_cfg_active(r->guidance_scale), cfg2 = n_experts == 2 && flow_cfg_active(r->guidance_scale_2);
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -117,9 +115,9 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                              .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
                              .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base};
     q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
-    q.mode = !strcmp(r->activations, "recompute")    ? WAN_ACTS_RECOMPUTE
-             : !strcmp(r->activations, "checkpoint") ? WAN_ACTS_CHECKPOINT
-                                                     : WAN_ACTS_STORE;
+    q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
+             : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
+                                                             : WAN_ACTS_STORE;
     if (worker || local) { /* the engine's activations per CFG setting in use (rollout/engine.c) */
         const int used[2] = {!cfg1 || (n_experts == 2 && !cfg2), cfg1 || cfg2};
         for (int k = 0; k < 2; k++)

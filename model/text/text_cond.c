@@ -28,14 +28,14 @@ struct text_cond {
     tc_entry *bucket[TC_BUCKETS];
 };
 
-text_cond *text_cond_load(const char *kind, const char *pipeline_dir, int text_len, int text_dim) {
+text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim) {
     text_cond *t = calloc(1, sizeof *t);
     if (!t) return core_error("out of memory"), NULL;
     t->text_len = text_len, t->text_dim = text_dim;
-    if (!strcmp(kind, "word_embed")) return t;
-    if (strcmp(kind, "umt5")) {
+    if (kind == CORE_TEXT_WORD_EMBED) return t;
+    if (kind != CORE_TEXT_UMT5) {
         free(t);
-        return core_error("model.text_encoder: \"%s\" is not umt5 or word_embed", kind), NULL;
+        return core_error("model.text_encoder: %d is not umt5 (0) or word_embed (1)", (int)kind), NULL;
     }
     char path[4200];
     struct stat sb;

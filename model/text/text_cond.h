@@ -5,11 +5,14 @@
 #ifndef MODEL_TEXT_COND_H
 #define MODEL_TEXT_COND_H
 
+#include "core/recipe.h"
+
 typedef struct text_cond text_cond;
 
-/* kind "umt5" (pipeline_dir/tokenizer/tokenizer.json + text_encoder/, whose d_model must equal text_dim) or
- * "word_embed". Returns the encoder, or NULL with core_error naming model.text_encoder and the path. */
-text_cond *text_cond_load(const char *kind, const char *pipeline_dir, int text_len, int text_dim);
+/* kind (model.text_encoder, parsed by core/recipe.h) CORE_TEXT_UMT5 (pipeline_dir/tokenizer/tokenizer.json +
+ * text_encoder/, whose d_model must equal text_dim) or CORE_TEXT_WORD_EMBED. Returns the encoder, or NULL with
+ * core_error naming model.text_encoder and the path. */
+text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim);
 
 /* The embedding [text_len, text_dim] fp32 of `prompt`, owned by the cache (valid until text_cond_free). Errors
  * (-1): a word_embed prompt longer than text_len words (names rollout.text_len), tokenizer or encoder failure, out
