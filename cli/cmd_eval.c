@@ -152,7 +152,7 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         snprintf(cp, sizeof cp, "%s/config.json", transformer[0] && !lora ? transformer : tp);
         core_recipe_latent_size(r, &F, &h, &w);
         if (wan_config_load(&wc, cp)) goto done;
-        const int64_t K = wc.in_channels - wc.out_channels; /* Wan 2.2 I2V-A14B: [K, F, h, w] concatenated */
+        const int64_t K = wan_cond_channels(&wc); /* Wan 2.2 I2V-A14B: [K, F, h, w] concatenated */
         if (trainer_images_encode(r, wc.out_channels, K, lists, 1, &img)) goto done;
         cshape[0] = K ? K : wc.out_channels, cshape[1] = K ? F : 1, cshape[2] = h, cshape[3] = w;
     }

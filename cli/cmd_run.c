@@ -7,7 +7,7 @@
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
  *                  the estimate of trainer/budget.h goes to stderr (stdout stays a valid recipe);
  *   mode: local    the GRPO loop (trainer/run.h) in this process with the in-process rollout source
- *                  (cli/source_local.h: rollout engine, decoder and scorers here);
+ *                  (rollout/source_local.h: rollout engine, decoder and scorers here);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
  *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe);
  *   --launcher mpirun: the same processes as ONE MPI job (cli/launch_mpi.c): this process becomes `mpirun`
@@ -31,20 +31,20 @@
 #include "cli/model_init.h"
 #include "cli/opts.h"
 #include "cli/run_recipe.h"
-#include "cli/source_local.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/recipe.h"
 #include "core/run_lock.h"
+#include "rollout/source_local.h"
 #include "trainer/budget.h"
 #include "trainer/run.h"
 
 /* Local mode: the in-process source and the loop. */
 static int run_local(const core_recipe *r, const trainer_run_opts *o) {
-    trainer_source *src = source_local_open(r);
+    core_rollout_source *src = rollout_source_local_open(r);
     if (!src) return -1;
     const int rc = trainer_run(r, o, src, NULL);
-    source_local_close(src);
+    rollout_source_local_close(src);
     return rc;
 }
 
@@ -152,7 +152,7 @@ int cmd_run(int argc, char **argv) {
     const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
     if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) || trainer_check_recipe(&r) ||
-        (r.choice.mode == CORE_MODE_LOCAL && source_local_check(&r))) {
+        (r.choice.mode == CORE_MODE_LOCAL && rollout_source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
         /* the estimate to stderr: stdout stays the resolved recipe */

@@ -2,7 +2,7 @@
  * [--set key=value ...]`: the trainer process(es) of a colocated run (docs/design.md section 3). `vgrpo run` starts it
  * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
  * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
- * (trainer/run.h: trainer_run over the remote rollout source, trainer/source.h); ranks > 0 train on their share of
+ * (trainer/run.h: trainer_run over the remote rollout source, core/rollout_source.h); ranks > 0 train on their share of
  * every batch (trainer_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
  * SIGINT/SIGTERM: a step stopped before its optimizer update is discarded (after it: the step finishes), the checkpoint
@@ -25,7 +25,7 @@
 #include "sp/comm.h"
 #include "trainer/controller.h"
 #include "trainer/run.h"
-#include "trainer/source.h"
+#include "trainer/source_remote.h"
 
 #define TRAINER_HELLO_TIMEOUT_S 600.0
 #define TRAINER_CTL_TIMEOUT_S 3600.0
@@ -135,7 +135,7 @@ int cmd_trainer(int argc, char **argv) {
             /* a worker lost mid-run: its chunk goes to the others; with none left, wait for `vgrpo run` to restart one
              * (as long as for the first hellos); `vgrpo run` stops the run itself (SIGUSR1) when it restarts no more */
             ctl_set_rejoin_wait(ctl, TRAINER_HELLO_TIMEOUT_S);
-            trainer_source *src = trainer_source_remote(ctl, r.batch_size, TRAINER_CTL_TIMEOUT_S, r.model_path);
+            core_rollout_source *src = trainer_source_remote(ctl, r.batch_size, TRAINER_CTL_TIMEOUT_S, r.model_path);
             const int prc = !src ? -1
                             : parity ? trainer_parity_opts(&r, &o, src, world, strcmp(parity, "auto") ? atof(parity) : -1.0)
                                      : trainer_run(&r, &o, src, world);

@@ -44,7 +44,7 @@ static int image_condition(const core_recipe *r, const rollout_pipeline *p, cons
     core_prompts one = {.n = 1, .text = &text, .line = &line, .meta = &meta, .image = &img, .n_images = 1,
                         .path = "--image"};
     const core_prompts *lists[1] = {&one};
-    const int rc = meta ? trainer_images_encode(r, wc->out_channels, wc->in_channels - wc->out_channels, lists, 1, cond)
+    const int rc = meta ? trainer_images_encode(r, wc->out_channels, wan_cond_channels(wc), lists, 1, cond)
                         : core_error("out of memory");
     json_decref(meta);
     return rc;
@@ -76,7 +76,7 @@ int gen_recipe_generate(const gen_recipe_args *a, gen_recipe_video *out) {
     if (neg) rc_.neg = neg;
     const float *const conds[1] = {cond_img};
     const wan_config *wc = &p.experts.expert[0]->cfg;
-    if (cond_img && wc->in_channels != wc->out_channels) rc_.concat_conditions = conds;
+    if (cond_img && wan_cond_kind(wc) == WAN_COND_CONCAT) rc_.concat_conditions = conds;
     else if (cond_img) rc_.conditions = conds;
     progress_args = a, progress_polls = 0, progress_steps = rc_.n_steps;
     rc_.should_stop = progress_hook;

@@ -85,7 +85,7 @@
 #include "trainer/budget.h"
 #include "trainer/controller.h"
 #include "trainer/run.h"
-#include "trainer/source.h"
+#include "trainer/source_remote.h"
 
 #define HELLO_TIMEOUT_S 600.0 /* as `vgrpo trainer` */
 #define CTL_TIMEOUT_S 3600.0
@@ -429,7 +429,7 @@ static int run_trainer(launch *L, const trainer_run_opts *o, ctl_server *ctl, in
         return -1;
     }
     core_stop_restore();
-    trainer_source *src = trainer_source_remote(ctl, r->batch_size, CTL_TIMEOUT_S, r->model_path);
+    core_rollout_source *src = trainer_source_remote(ctl, r->batch_size, CTL_TIMEOUT_S, r->model_path);
     const int rc = !src ? -1 : trainer_run(r, o, src, L->group);
     trainer_source_remote_free(src);
     *clean_fail = rc == 1;

@@ -311,3 +311,17 @@ const reward_scorer *reward_find(const char *name)
     core_error("unknown reward scorer '%.60s' (known: %s)", name ? name : "(null)", known);
     return NULL;
 }
+
+int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                          const reward_meta *meta, double *vals, double *total, int *failed) {
+    double t = 0;
+    for (int i = 0; i < n; i++) {
+        if (sc[i].scorer->fn(video, prompt, meta, &vals[i])) {
+            *failed = i;
+            return -1;
+        }
+        t += sc[i].weight * vals[i];
+    }
+    *total = t;
+    return 0;
+}

@@ -80,6 +80,20 @@ const reward_scorer *reward_find(const char *name);
 int reward_scorer_count(void);
 const reward_scorer *reward_scorer_at(int i);
 
+/* A scorer and its weight in the total (reward.scorers, reward.weights; a reward server's --scorer NAME:W). */
+typedef struct {
+    const reward_scorer *scorer;
+    double weight;
+} reward_weighted;
+
+/* Scores one video with n weighted scorers in their order: vals[i] = scorer i's reward and *total = the sum of
+ * weight x reward in double, in scorer order. This is the one place the weighted total is summed: the reward server's
+ * reply (reward/server_requests.c) and the in-process rollout source (rollout/source_local.c) both take it from here,
+ * so a local run's totals equal a colocated one's. 0, or -1 with the failing scorer's error (not prefixed; *failed =
+ * its index, for the caller's prefix). */
+int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                          const reward_meta *meta, double *vals, double *total, int *failed);
+
 /* ---- Colour classes ---- */
 
 typedef enum {

@@ -18,11 +18,6 @@
 #define REWARD_SERVER_MAX_SCORERS 16
 
 typedef struct {
-    const reward_scorer *scorer;
-    double weight;
-} reward_weighted;
-
-typedef struct {
     const char *endpoint;   /* ipc://PATH (PATH < 100 bytes) or tcp://HOST:PORT */
     int n_scorers;
     reward_weighted scorers[REWARD_SERVER_MAX_SCORERS];

@@ -104,6 +104,8 @@ int reward_check_score_request(const core_wire_msg *m) {
 }
 
 json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scorers, int n_scorers) {
+    if (n_scorers > REWARD_SERVER_MAX_SCORERS)
+        return core_error("score_request: %d scorers (at most %d)", n_scorers, REWARD_SERVER_MAX_SCORERS), NULL;
     const core_wire_tensor *v = core_wire_find(m, "videos");
     json_t *items = json_object_get(m->header, "items");
     json_t *rewards = json_array(), *names = json_array();
@@ -123,18 +125,14 @@ json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scor
         reward_meta meta = {nm, keys, vals};
         reward_video vid = {(const uint8_t *)v->data + (size_t)i * per, v->shape[1], v->shape[2], v->shape[3]};
         json_t *sc = json_object();
-        double total = 0;
-        int bad = !keys || !vals;
-        for (int s = 0; s < n_scorers && !bad; s++) {
-            double r;
-            if (scorers[s].scorer->fn(&vid, json_string_value(json_object_get(it, "prompt")), &meta, &r) != 0) {
-                core_error_push("items[%lld], scorer %s: ", (long long)i, scorers[s].scorer->name);
-                bad = 1;
-                break;
-            }
-            total += scorers[s].weight * r;
-            json_object_set_new(sc, scorers[s].scorer->name, json_real(r));
+        double r[REWARD_SERVER_MAX_SCORERS], total = 0;
+        int bad = !keys || !vals, failed = 0;
+        if (!bad && reward_score_weighted(scorers, n_scorers, &vid, json_string_value(json_object_get(it, "prompt")),
+                                          &meta, r, &total, &failed)) {
+            core_error_push("items[%lld], scorer %s: ", (long long)i, scorers[failed].scorer->name);
+            bad = 1;
         }
+        for (int s = 0; s < n_scorers && !bad; s++) json_object_set_new(sc, scorers[s].scorer->name, json_real(r[s]));
         free(keys);
         free(vals);
         if (bad) {

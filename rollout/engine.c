@@ -164,20 +164,20 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
     if (rc->concat_conditions) {
         if (rc->conditions)
             return core_error("rollout: a call gives first-frame (TI2V) and concatenated (I2V-A14B) conditions");
-        if (rc->shape[0] != m->cfg.out_channels || m->cfg.in_channels <= m->cfg.out_channels)
-            return core_error("rollout: concatenated image conditions need a model with more input than output "
-                              "channels and a latent of its output channels: latent %lld, model %d in / %d out",
+        if (rc->shape[0] != m->cfg.out_channels || wan_cond_kind(&m->cfg) != WAN_COND_CONCAT)
+            return core_error("rollout: concatenated image conditions need a Wan 2.2 I2V-A14B model (2 x out + 4 input "
+                              "channels) and a latent of its output channels: latent %lld, model %d in / %d out",
                               (long long)rc->shape[0], m->cfg.in_channels, m->cfg.out_channels);
         for (int j = 0; j < n; j++)
             if (!rc->concat_conditions[j])
                 return core_error("rollout: sample %d has no image condition (every sample of a conditioned call "
                                   "needs one)", j);
-    } else if (m->cfg.in_channels == 2 * m->cfg.out_channels + 4)
+    } else if (wan_cond_kind(&m->cfg) == WAN_COND_CONCAT)
         return core_error("rollout: the transformer takes %d channels for %d out: a Wan 2.2 I2V-A14B model (latents, "
                           "a 4-channel mask and the condition video's latents concatenated), which samples only with an "
                           "image condition per sample (prompt files with an image per prompt)", m->cfg.in_channels,
                           m->cfg.out_channels);
-    if (!rc->concat_conditions && (rc->shape[0] != m->cfg.in_channels || m->cfg.out_channels != m->cfg.in_channels))
+    if (!rc->concat_conditions && (rc->shape[0] != m->cfg.in_channels || wan_cond_kind(&m->cfg) != WAN_COND_LATENT))
         return core_error("rollout: latent has %lld channels, the model %d in / %d out", (long long)rc->shape[0],
                           m->cfg.in_channels, m->cfg.out_channels);
     for (int j = 0; j < n; j++)
@@ -211,7 +211,7 @@ int rollout_generate(const rollout_config *rc, const rollout_experts *E, const w
         if (rc->noise0) memcpy(core_traj_latent(t, 0), rc->noise0[j], sizeof(float) * (size_t)nl);
         else core_philox_normal(core_traj_latent(t, 0), nl, rc->seed, 0, (uint32_t)uids[j], rc->stream);
         if (rc->concat_conditions) { /* I2V-A14B: the trajectory keeps the condition its inputs were built from */
-            const int64_t cc = m->cfg.in_channels - rc->shape[0], ncc = cc * (nl / rc->shape[0]);
+            const int64_t cc = wan_cond_channels(&m->cfg), ncc = cc * (nl / rc->shape[0]);
             if (!(t->concat = malloc(sizeof(float) * (size_t)ncc))) {
                 core_error("rollout: out of memory for the image condition");
                 goto fail;

@@ -182,14 +182,18 @@ int rollout_pipeline_embed(rollout_pipeline *p, const char *prompt, const float 
 int64_t rollout_pipeline_video_bytes(const rollout_pipeline *p) { return rollout_decoder_video_bytes(&p->dec); }
 
 int rollout_pipeline_decode(rollout_pipeline *p, const core_traj *t, uint8_t *video) {
-    if (memcmp(t->shape, p->dec.latent, sizeof t->shape))
+    return rollout_decoder_decode_traj(&p->dec, t, video);
+}
+
+int rollout_decoder_decode_traj(rollout_decoder *d, const core_traj *t, uint8_t *video) {
+    if (memcmp(t->shape, d->latent, sizeof t->shape))
         return core_error("model.decoder: trajectory latent [%lld, %lld, %lld, %lld] is not the pipeline's",
                           (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
     if (!core_traj_has_latent(t, t->n_steps))
         return core_error("model.decoder: trajectory uid %llu stores latents[%d .. %d], not the final latents[%d]: decode "
                           "before trimming it (core_traj_trim)", (unsigned long long)t->uid, t->latent_first,
                           t->latent_first + t->n_latents - 1, t->n_steps);
-    return rollout_decoder_decode(&p->dec, core_traj_latent(t, t->n_steps), video);
+    return rollout_decoder_decode(d, core_traj_latent(t, t->n_steps), video);
 }
 
 void rollout_pipeline_free(rollout_pipeline *p) {

@@ -47,6 +47,9 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
 /* Decodes z [C, F, h, w] (the recipe's latent shape) into video [frames, height, width, 3] U8 (caller's buffer).
  * -1 naming model.decoder on failure. */
 int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video);
+/* Decodes a finished trajectory's final latent (rollout_decoder_decode). -1 naming model.decoder when its latent is
+ * not the decoder's shape or the trajectory no longer holds its final latent (trimmed before it was decoded). */
+int rollout_decoder_decode_traj(rollout_decoder *d, const core_traj *t, uint8_t *video);
 /* Bytes of one decoded video. */
 int64_t rollout_decoder_video_bytes(const rollout_decoder *d);
 void rollout_decoder_free(rollout_decoder *d);

@@ -207,7 +207,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         goto done;
     }
     /* Wan 2.2 I2V-A14B (model/vae/wan_vae_i2v.h): latents, a 4-channel mask and the condition video's latents in */
-    const int cat = dc->in_channels == 2 * dc->out_channels + VAE_I2V_MASK_CHANNELS;
+    const int cat = wan_cond_kind(dc) == WAN_COND_CONCAT;
     if (a->image && ff_pipe != 1 && !cat) {
         core_error("--image: %s is a text-to-video pipeline (its model_index.json has no \"expand_timesteps\": "
                    "true and its transformer takes as many channels as it gives); image to video needs a Wan 2.2 TI2V "
@@ -223,7 +223,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     snprintf(path, sizeof path, "%s/vae", a->pipeline);
     if (!(vae = vae_load(path))) goto done;
     const vae_config *vc = vae_get_config(vae);
-    if (vc->z_dim != dc->out_channels || (dc->out_channels != dc->in_channels && !cat)) {
+    if (vc->z_dim != dc->out_channels || wan_cond_kind(dc) == WAN_COND_UNKNOWN) {
         core_error("%s: the VAE's z_dim is %d but the transformer's out_channels is %d (in_channels %d): the VAE does "
                    "not belong to this transformer",
                    path, vc->z_dim, dc->out_channels, dc->in_channels);
@@ -251,7 +251,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     }
 
     /* text */
-    const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->out_channels, cc = dc->in_channels - C;
+    const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->out_channels, cc = wan_cond_channels(dc);
     const int T = (a->frames - 1) / ft + 1, h = a->height / sf, w = a->width / sf;
     const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w, nin = (int64_t)dc->in_channels * T * h * w;
     const int ti2v = a->image && !cat; /* first-frame conditioning; else cat: the condition concatenated */

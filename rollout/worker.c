@@ -20,6 +20,7 @@
 #include "core/wire_zmq.h"
 #include "model/dit/wan_lora.h"
 #include "reward/client.h"
+#include "rollout/batch.h"
 #include "rollout/worker_msg.h"
 
 typedef struct {
@@ -66,8 +67,43 @@ static int check_f32_rewards(const worker *w, const reward_result *res, int ns, 
     return 0;
 }
 
-/* rollout_worker_io.rollout: generates, decodes and scores the request's samples and sends the trajectory reply
- * (or an error `rollout_failed`; none when the process's stop flag cut it short). */
+/* The batch's scorer (rollout/batch.h): the whole batch in one score request to the reward server (reward/client.h),
+ * whose rewards and weighted total (reward_score_weighted, summed there) go into the trajectories. */
+typedef struct {
+    worker *w;
+    const core_rollout_request *req;
+} worker_score_ctx;
+
+static int worker_score(void *ctx, int j0, int n, const uint8_t *videos, const int64_t vshape[4], core_traj *tr) {
+    const worker_score_ctx *c = ctx;
+    const char **prompts = calloc((size_t)n, sizeof *prompts);
+    const json_t **meta = calloc((size_t)n, sizeof *meta);
+    reward_result *res = calloc((size_t)n, sizeof *res);
+    int rc = -1;
+    if (!prompts || !meta || !res) {
+        core_error("out of memory for %d samples", n);
+        goto done;
+    }
+    for (int j = 0; j < n; j++) prompts[j] = c->req->samples[j0 + j].prompt, meta[j] = c->req->samples[j0 + j].metadata;
+    if (reward_client_score(c->w->reward, videos, n, vshape[0], vshape[1], vshape[2], c->w->cfg->fps, prompts, meta,
+                            res))
+        goto done;
+    for (int j = 0; j < n; j++) {
+        const char *names[CORE_TRAJ_MAX_REWARDS];
+        float vals[CORE_TRAJ_MAX_REWARDS];
+        const int ns = res[j].n_scores < CORE_TRAJ_MAX_REWARDS ? res[j].n_scores : CORE_TRAJ_MAX_REWARDS;
+        if (check_f32_rewards(c->w, &res[j], ns, j0 + j)) goto done;
+        for (int k = 0; k < ns; k++) names[k] = res[j].scores[k].name, vals[k] = (float)res[j].scores[k].value;
+        if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
+    }
+    rc = 0;
+done:
+    free(prompts), free(meta), free(res);
+    return rc;
+}
+
+/* rollout_worker_io.rollout: rolls out and scores the request's samples (rollout/batch.h) and sends the trajectory
+ * reply (or an error `rollout_failed`; none when the process's stop flag cut it short). */
 static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_request *reqp) {
     worker *w = ctx;
     rollout_pipeline *p = w->p;
@@ -76,36 +112,28 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     const int64_t vb = rollout_pipeline_video_bytes(p);
     core_traj *tr = calloc((size_t)n, sizeof *tr);
     const float **cond = calloc((size_t)n, sizeof *cond);
-    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n), *vh = malloc(sizeof(uint64_t) * (size_t)n);
-    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
+    uint64_t *vh = malloc(sizeof(uint64_t) * (size_t)n);
     uint8_t *videos = malloc((size_t)(vb * n));
-    const char **prompts = calloc((size_t)n, sizeof *prompts);
-    const json_t **meta = calloc((size_t)n, sizeof *meta);
     const float **conds = NULL;
-    reward_result *res = calloc((size_t)n, sizeof *res);
     const int64_t nstep_el = (int64_t)p->rc.n_steps * p->rc.shape[0] * p->rc.shape[1] * p->rc.shape[2] * p->rc.shape[3];
     float **vel = req.return_velocities ? calloc((size_t)n, sizeof(float *)) : NULL;
     float *vel_buf = req.return_velocities ? malloc(sizeof(float) * (size_t)(nstep_el * n)) : NULL;
     int have = 0, rc = 0, failed = 1;
     core_wire_built b = {0};
-    if (!tr || !cond || !uids || !vh || !pidx || !videos || !prompts || !meta || !res ||
-        (req.return_velocities && (!vel || !vel_buf))) {
+    if (!tr || !cond || !vh || !videos || (req.return_velocities && (!vel || !vel_buf))) {
         core_error("out of memory for %d samples", n);
         goto done;
     }
-    for (int j = 0; j < n; j++) {
-        uids[j] = req.samples[j].uid, pidx[j] = req.samples[j].prompt_index;
-        prompts[j] = req.samples[j].prompt, meta[j] = req.samples[j].metadata;
-        if (rollout_pipeline_embed(p, prompts[j], &cond[j])) goto done;
-    }
+    for (int j = 0; j < n; j++)
+        if (rollout_pipeline_embed(p, req.samples[j].prompt, &cond[j])) goto done;
     rollout_config rc_ = p->rc;
     if (rollout_config_apply_request(&rc_, &req)) goto done;
-    if (req.cond_shape[0]) { /* image to video: each sample's first-frame condition came with the request */
+    if (req.cond_shape[0]) { /* image to video: each sample's condition came with the request */
         const int64_t *s = rc_.shape, *c = req.cond_shape;
-        /* Wan 2.2 I2V-A14B (in = out + K): [K, F, h, w] concatenated to every input; else TI2V's [C, 1, h, w] */
+        /* Wan 2.2 I2V-A14B: [K, F, h, w] concatenated to every input; else TI2V's first frame [C, 1, h, w] */
         const wan_config *mc = &p->experts.expert[0]->cfg;
-        const int cat = mc->in_channels != mc->out_channels;
-        if (cat ? c[0] != mc->in_channels - s[0] || c[1] != s[1] || c[2] != s[2] || c[3] != s[3]
+        const int cat = wan_cond_kind(mc) == WAN_COND_CONCAT;
+        if (cat ? c[0] != wan_cond_channels(mc) || c[1] != s[1] || c[2] != s[2] || c[3] != s[3]
                 : c[0] != s[0] || c[1] != 1 || c[2] != s[2] || c[3] != s[3]) {
             core_error("image conditions [%lld, %lld, %lld, %lld], but this worker's latent is [%lld, %lld, %lld, "
                        "%lld]", (long long)c[0], (long long)c[1], (long long)c[2], (long long)c[3], (long long)s[0],
@@ -117,8 +145,6 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
             goto done;
         }
         for (int j = 0; j < n; j++) conds[j] = req.samples[j].condition;
-        if (cat) rc_.concat_conditions = conds;
-        else rc_.conditions = conds;
     }
     if (vel) {
         for (int j = 0; j < n; j++) vel[j] = vel_buf + nstep_el * j;
@@ -126,23 +152,12 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
     }
     for (int e = 0; p->dx && e < p->experts.n; e++) /* the device copies hold the weights of this version */
         if (wan_dev_exec_sync(p->dx, p->experts.expert[e], w->st.version)) goto done;
-    if (rollout_generate(&rc_, &p->experts, rollout_pipeline_exec(p), n, cond, uids, pidx, tr)) goto done;
-    have = 1;
-    for (int j = 0; j < n; j++) {
-        if (rollout_pipeline_decode(p, &tr[j], videos + vb * j) || rollout_trim_to_window(&rc_, &tr[j])) goto done;
-        vh[j] = core_xxh64(videos + vb * j, (size_t)vb, 0);
-    }
-    if (reward_client_score(w->reward, videos, n, p->dec.frames, p->dec.height, p->dec.width, w->cfg->fps,
-                            prompts, meta, res))
+    worker_score_ctx sctx = {w, &req};
+    const rollout_scorer sc = {worker_score, &sctx, 0};
+    if (rollout_batch_run(&rc_, &p->experts, rollout_pipeline_exec(p), &p->dec, n, req.samples, cond, conds, &sc,
+                          videos, vh, tr))
         goto done;
-    for (int j = 0; j < n; j++) {
-        const char *names[CORE_TRAJ_MAX_REWARDS];
-        float vals[CORE_TRAJ_MAX_REWARDS];
-        const int ns = res[j].n_scores < CORE_TRAJ_MAX_REWARDS ? res[j].n_scores : CORE_TRAJ_MAX_REWARDS;
-        if (check_f32_rewards(w, &res[j], ns, j)) goto done;
-        for (int k = 0; k < ns; k++) names[k] = res[j].scores[k].name, vals[k] = (float)res[j].scores[k].value;
-        if (core_traj_set_rewards(&tr[j], ns, names, vals, (float)res[j].total)) goto done;
-    }
+    have = 1;
     const int64_t vshape[4] = {p->dec.frames, p->dec.height, p->dec.width, 3};
     if (core_trajectory_reply_build_v(m->id, req.policy_version, n, tr, vh, req.return_trajectories,
                                       (const float *const *)vel, req.return_videos ? videos : NULL, vshape, &b))
@@ -163,8 +178,7 @@ done:
     core_wire_built_free(&b);
     if (have)
         for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
-    free(tr), free(cond), free(uids), free(vh), free(pidx), free(videos), free(prompts), free(meta), free(res);
-    free(vel), free(vel_buf), free(conds);
+    free(tr), free(cond), free(vh), free(videos), free(vel), free(vel_buf), free(conds);
     return rc;
 }
 

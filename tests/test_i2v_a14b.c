@@ -34,6 +34,22 @@ TEST(i2v_a14b_preset_config) {
     CHECK(wan_config_equal(&c, &t));
 }
 
+/* wan_cond_kind: every preset's input from its config alone (TI2V's first frame is no transformer matter) */
+TEST(i2v_a14b_cond_kind_of_the_presets) {
+    const char *const *names = wan_preset_names();
+    for (int i = 0; names[i]; i++) {
+        wan_config c;
+        REQUIRE_OK(wan_config_preset(&c, names[i]));
+        const int a14b = !strcmp(names[i], "wan2.2-i2v-a14b") || !strcmp(names[i], "tiny-i2v");
+        CHECK_MSG(wan_cond_kind(&c) == (a14b ? WAN_COND_CONCAT : WAN_COND_LATENT), "%s", names[i]);
+        CHECK_MSG(wan_cond_channels(&c) == (a14b ? VAE_I2V_MASK_CHANNELS + c.out_channels : 0), "%s", names[i]);
+    }
+    wan_config c;
+    REQUIRE_OK(wan_config_preset(&c, "tiny"));
+    c.in_channels = c.out_channels + 3; /* neither: no Wan model */
+    CHECK(wan_cond_kind(&c) == WAN_COND_UNKNOWN && wan_cond_channels(&c) == 0);
+}
+
 TEST(i2v_a14b_image_dim_refused) {
     wan_config c;
     const char *j = "{\"in_channels\": 36, \"out_channels\": 16, \"image_dim\": 1280}";

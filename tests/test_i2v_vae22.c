@@ -144,7 +144,7 @@ TEST(i2v_vae22_rollout_decodes_final_latents) {
     core_recipe_release(&r);
 }
 
-/* `vgrpo parity` exactly 0; a local run (its decoder: cli/source_local.c) equals a colocated one (the workers':
+/* `vgrpo parity` exactly 0; a local run (its decoder: rollout/source_local.c) equals a colocated one (the workers':
  * rollout/pipeline.c) bit for bit, the sample videos (64 x 64, logging.video_every) included; the start-up refusal. */
 TEST(i2v_vae22_parity_and_runs) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();

@@ -191,3 +191,23 @@ TEST(reward_registry_and_errors) {
     CHECK(reward_color_match(&null, "red", NULL, &r) == -1 && strstr(core_last_error(), "color_match: video data"));
     free(v);
 }
+
+/* reward_score_weighted: each scorer's reward in order and the total sum of weight x reward in double (the sum the
+ * reward server and the in-process source both take); a failing scorer is named by its index. */
+TEST(reward_score_weighted_total_in_scorer_order) {
+    const int64_t F = 2, H = 3, W = 4;
+    uint8_t *v = make_video(F, H, W);
+    REQUIRE(v);
+    fill(v, F * H * W, solid[REWARD_RED]);
+    const reward_video vid = {v, F, H, W};
+    const reward_weighted sc[2] = {{reward_find("color_match"), 0.25}, {reward_find("brightness"), -3.0}};
+    REQUIRE(sc[0].scorer && sc[1].scorer);
+    double vals[2], total = 0, b;
+    int failed = -1;
+    REQUIRE_OK(reward_score_weighted(sc, 2, &vid, "a red car", NULL, vals, &total, &failed));
+    REQUIRE_OK(sc[1].scorer->fn(&vid, "a red car", NULL, &b));
+    CHECK(vals[0] == 1.0 && vals[1] == b && failed == -1);
+    CHECK(total == 0.25 * 1.0 + -3.0 * b);
+    CHECK(reward_score_weighted(sc, 2, &vid, "no colour word", NULL, vals, &total, &failed) == -1 && failed == 0);
+    free(v);
+}

@@ -306,8 +306,7 @@ static int check_limits(const budget_estimate *e, const core_recipe *r) {
                           "most %d", r->width, Wp, rope, e->source, rope * p[2] * fac);
     /* Wan 2.2 I2V-A14B: latents, a 4-channel mask and the condition video's latents in (36), the latents out (16);
      * the estimate takes it (the sampler runs it with an image condition per sample: rollout/engine.c) */
-    const int i2v_concat = c->in_channels == 2 * c->out_channels + 4;
-    if (c->out_channels != c->in_channels && !i2v_concat)
+    if (wan_cond_kind(c) == WAN_COND_UNKNOWN)
         return core_error("model.path: the transformer has %d input and %d output channels (%s); sampling needs them "
                           "equal (or 2 x out + 4: Wan 2.2 I2V-A14B)", c->in_channels, c->out_channels, e->source);
     if (e->have_vae || e->have_enc) { /* the decoder's, or the image encoder's (the same config) */
@@ -605,15 +604,15 @@ static double image_buffers(double src_px, int H, int W, int cat, int frames) {
 /* Floats of one prompt's condition on latent T x h x w: I2V-A14B's [in - out, T, h, w] (mask and condition video
  * latents), else TI2V's first frame [out, 1, h, w]. */
 static int64_t cond_floats(const wan_config *c, int64_t T, int64_t h, int64_t w) {
-    return c->in_channels != c->out_channels ? (int64_t)(c->in_channels - c->out_channels) * T * h * w
-                                             : (int64_t)c->out_channels * h * w;
+    return wan_cond_kind(c) == WAN_COND_CONCAT ? (int64_t)wan_cond_channels(c) * T * h * w
+                                               : (int64_t)c->out_channels * h * w;
 }
 
 /* Image to video: the encoder's sizes and work (e->n_images distinct images, conditions per prompt) from the VAE
  * config (vae_encoder_estimate); TI2V encodes the image alone, I2V-A14B [image, zeros] as a rollout.frames video. */
 static int image_encoder(budget_estimate *e, const core_recipe *r) {
     const wan_config *c = &e->dit;
-    const int cat = c->in_channels != c->out_channels; /* I2V-A14B: K = in - out channels concatenated */
+    const int cat = wan_cond_kind(c) == WAN_COND_CONCAT; /* I2V-A14B: K = in - out channels concatenated */
     const int frames = cat ? r->frames : 1;
     double flop;
     if (vae_encoder_estimate(&e->vae, frames, r->height, r->width, &e->enc_params, &e->enc_state, &flop))
@@ -784,7 +783,7 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     const double nl = (double)c.out_channels * T * h * w, nin = (double)c.in_channels * T * h * w;
     g->other = F32 * (rows * (nin + nl) + 6.0 * nl) + (double)frames * height * width * 3 * (1 + F32);
     if (image_px > 0) { /* rollout/text_to_video.c: the encoder is kept to the end; as image_encoder above */
-        const int cat = c.in_channels != c.out_channels;
+        const int cat = wan_cond_kind(&c) == WAN_COND_CONCAT;
         double ep, es, flop;
         if (vae_encoder_estimate(&v, cat ? frames : 1, height, width, &ep, &es, &flop))
             return core_error_push("--image: %s/vae: ", pipeline);

@@ -1,6 +1,6 @@
 /* trainer/ema.c — algorithm.ema_decay: an exponential moving average of the trained experts' weights, updated after
  * every optimizer step and used by in-run eval and sample videos (never by training or the rollouts it trains on).
- * The EMA is pushed to the rollout source as the policy version + TRAINER_EVAL_VERSION_OFFSET for an eval and the
+ * The EMA is pushed to the rollout source as the policy version + CORE_EVAL_VERSION_OFFSET for an eval and the
  * policy pushed back after it; in process that is a pointer swap, remote it is a weight sync.
  * With LoRA (trainer/lora.h) the trained weights are the adapters: the EMA averages the adapters (as Flow-GRPO's
  * EMAModuleWrapper averages its LoRA parameters), and the eval weights are the frozen base with the EMA adapter
@@ -42,7 +42,7 @@ void trainer_ema_update(trainer_state *S) {
 int trainer_eval_weights_begin(trainer_state *S, int64_t *version) {
     *version = TRAINER_VERSION(S);
     if (!S->ema_on) return 0;
-    *version += TRAINER_EVAL_VERSION_OFFSET;
+    *version += CORE_EVAL_VERSION_OFFSET;
     const wan_model *mm[2] = {S->lora_on ? &S->ema_view[0] : &S->ema[0], S->lora_on ? &S->ema_view[1] : &S->ema[1]};
     int match;
     int64_t bytes;

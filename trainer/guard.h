@@ -113,7 +113,8 @@ int trainer_guard_active(const trainer_guard *G);
 /* Before a training rollout of n samples with uids uid0 .. uid0 + n - 1: sizes the per-video buffer. -1 on out of
  * memory. */
 int trainer_guard_begin_step(trainer_guard *G, int n, uint64_t uid0);
-/* The rollout's chunk callback (trainer/source.h trainer_chunk_fn; ctx = the guard): the statistics of each video. */
+/* The rollout's chunk callback (core/rollout_source.h core_rollout_chunk_fn; ctx = the guard): the statistics of each
+ * video. */
 int trainer_guard_on_chunk(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
                            const uint8_t *videos, const int64_t vshape[4]);
 /* After step `step` completed (its optimizer update done): the means over the step's videos (vstats [n][GUARD_NSTATS],

@@ -20,7 +20,7 @@ static int is_i2v_a14b(const char *model_path, wan_config *wc) {
     char cfg_path[4200];
     snprintf(cfg_path, sizeof cfg_path, "%s/transformer/config.json", model_path);
     if (access(cfg_path, F_OK)) return 0;
-    if (!wan_config_load(wc, cfg_path) && wc->in_channels == 2 * wc->out_channels + VAE_I2V_MASK_CHANNELS) return 1;
+    if (!wan_config_load(wc, cfg_path) && wan_cond_kind(wc) == WAN_COND_CONCAT) return 1;
     core_error_clear();
     return 0;
 }
@@ -43,7 +43,7 @@ static int pipeline_kind(const core_recipe *r, wan_config *wc, char *what, size_
     snprintf(what, cap, "%s %s (%s has no pipeline yet)", p == r->init_preset ? "model.init_preset" : "the preset", p,
              r->model_path);
     if (!strcmp(p, "tiny-ti2v") || !strcmp(p, "wan2.2-ti2v-5b")) return PIPE_TI2V; /* init-model's expand_timesteps */
-    return wc->in_channels == 2 * wc->out_channels + VAE_I2V_MASK_CHANNELS ? PIPE_I2V_A14B : PIPE_T2V;
+    return wan_cond_kind(wc) == WAN_COND_CONCAT ? PIPE_I2V_A14B : PIPE_T2V;
 }
 
 int trainer_images_check(const core_recipe *r, const core_prompts *const *lists, int n_lists, const char *key) {

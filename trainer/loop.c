@@ -1,5 +1,5 @@
 /* trainer/loop.c — the GRPO loop (trainer/run.h has the step's data flow): trainer_run on rank 0, written against the
- * rollout source (trainer/source.h), and trainer_follow on the other trainer ranks, which train on their share of
+ * rollout source (core/rollout_source.h), and trainer_follow on the other trainer ranks, which train on their share of
  * every batch rank 0 broadcasts. Timing fields are all under "time/" so runs can be compared bit for bit without
  * them. A checkpoint holds everything the loop carries from one step to the next (weights, Adam state, EMA, the step,
  * the sampler's epoch and position, the reward-hacking guard's state: trainer/guard.h), so a resumed run repeats a
@@ -303,7 +303,7 @@ static int guard_save(trainer_state *S, int64_t k, const char *config_text) {
     return 0;
 }
 
-int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp) {
+int trainer_run(const core_recipe *r, const trainer_run_opts *o, core_rollout_source *src, sp_comm *dp) {
     trainer_state S;
     memset(&S, 0, sizeof S);
     S.src = src;

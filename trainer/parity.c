@@ -137,11 +137,11 @@ static int report(trainer_state *S, const core_rollout_result *res, const float 
     return 1;
 }
 
-int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, double tolerance) {
+int trainer_parity(const core_recipe *r, core_rollout_source *src, sp_comm *dp, double tolerance) {
     return trainer_parity_opts(r, NULL, src, dp, tolerance);
 }
 
-int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp,
+int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, core_rollout_source *src, sp_comm *dp,
                         double tolerance) {
     trainer_state S;
     memset(&S, 0, sizeof S);

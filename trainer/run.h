@@ -1,6 +1,6 @@
 /* trainer/run.h — the jobs of the trainer process: the GRPO loop (`vgrpo run` in both modes: trainer/loop.c), the
  * follower ranks of data/sequence parallelism, and the parity job (trainer/parity.c), all written against a rollout
- * source (trainer/source.h) so they never depend on where rollouts come from.
+ * source (core/rollout_source.h) so they never depend on where rollouts come from.
  *
  * One GRPO step k (rollout round k; docs/design.md sections 4 and 7):
  *   prompts : B distinct prompts (trainer/sampler.h: epoch order from Philox stream 2, uid = epoch)
@@ -39,7 +39,7 @@
 #include "core/recipe.h"
 #include "core/run_lock.h"
 #include "sp/comm.h"
-#include "trainer/source.h"
+#include "core/rollout_source.h"
 
 typedef struct {
     int64_t steps;      /* > 0: the number of GRPO steps to run instead of optim.total_steps (the lr schedule keeps
@@ -75,7 +75,7 @@ int trainer_claim_folders(const core_recipe *r, const char *resume, int overwrit
  * fields aside). Returns 0; 1 when stopped by SIGINT/SIGTERM, between steps or inside one (a step stopped before its
  * optimizer update is discarded and the checkpoint of the steps before it saved; error set; the other ranks were told
  * to stop, so no MPI abort is needed); -1 with an error. */
-int trainer_run(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp);
+int trainer_run(const core_recipe *r, const trainer_run_opts *o, core_rollout_source *src, sp_comm *dp);
 
 /* Trainer ranks > 0: the same model, optimizer and (with resume) checkpoint as rank 0; trains on its share of each
  * batch rank 0 broadcasts until rank 0 says stop. -1 with an error (the caller aborts the MPI job). */
@@ -91,12 +91,12 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
  * maxima over the rollout's batch): the LSE merge of R partial attentions reassociates fp32 sums (sp/ measures at most
  * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output). Otherwise both maxima must
  * be <= tolerance. Returns 0 (pass), 1 (all computed, a maximum past the tolerance: error set), -1 (failure). */
-int trainer_parity(const core_recipe *r, trainer_source *src, sp_comm *dp, double tolerance);
+int trainer_parity(const core_recipe *r, core_rollout_source *src, sp_comm *dp, double tolerance);
 /* trainer_parity on the weights of a checkpoint (o->resume, as trainer_run resumes: the recipe must be the
  * checkpoint's; the other trainer ranks resume it in trainer_follow): the rollout at its policy version, the prompts
  * of its next step. o NULL or without resume: trainer_parity. With LoRA the checkpoint's adapters reach the workers
  * through the source's start (an adapter sync), so the parity covers trained adapters, not just B = 0. */
-int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, trainer_source *src, sp_comm *dp,
+int trainer_parity_opts(const core_recipe *r, const trainer_run_opts *o, core_rollout_source *src, sp_comm *dp,
                         double tolerance);
 
 /* Recipe keys that may change when a run is resumed (NULL-terminated): optim.total_steps, checkpoint.*, logging.*,

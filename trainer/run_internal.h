@@ -23,13 +23,13 @@
 #include "trainer/run.h"
 #include "trainer/sampler.h"
 #include "trainer/sde_window.h"
-#include "trainer/source.h"
+#include "core/rollout_source.h"
 #include "trainer/train_dev.h"
 #include "trainer/train_step.h"
 
 typedef struct {
     const core_recipe *r;
-    trainer_source *src;       /* NULL on follower ranks */
+    core_rollout_source *src;  /* NULL on follower ranks */
     /* models: expert 0 (transformer/), expert 1 (transformer_2/, two-expert pipelines) */
     wan_model pol[2], ref[2];  /* policy; KL reference = the initial weights (algorithm.beta > 0; never with LoRA) */
     wan_model ema[2];          /* algorithm.ema_decay > 0 (rank 0): moving average of the weights, used for eval */
@@ -56,7 +56,7 @@ typedef struct {
     trainer_sampler smp;
     float *emb_train, *emb_eval, *emb_neg; /* conditioning [P, L, td], [E, L, td], [L, td] (NULL: zeros) */
     float *img_train, *img_eval; /* image to video (rank 0): each prompt's image condition [P | E, C, 1, h, w], on
-                                    the source as its trainer_image_conds; NULL for text prompts */
+                                    the source as its core_rollout_images; NULL for text prompts */
     int64_t shape[4];          /* latent [C, F, H, W] */
     int64_t nl, ne;            /* latent elements, conditioning elements per prompt (L x td) */
     /* outputs (rank 0) */
@@ -151,7 +151,7 @@ int trainer_ema_init(trainer_state *S);
 /* ema = d * ema + (1 - d) * weights for every trained expert, after an optimizer step. */
 void trainer_ema_update(trainer_state *S);
 /* The experts and version eval and sample videos run with (the EMA's, pushed to the source as version +
- * TRAINER_EVAL_VERSION_OFFSET; else the policy's); trainer_eval_weights_end pushes the policy back. */
+ * CORE_EVAL_VERSION_OFFSET; else the policy's); trainer_eval_weights_end pushes the policy back. */
 int trainer_eval_weights_begin(trainer_state *S, int64_t *version);
 int trainer_eval_weights_end(trainer_state *S);
 

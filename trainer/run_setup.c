@@ -297,15 +297,15 @@ static int embed_all(trainer_state *S, const core_recipe *r) {
 }
 
 /* Image to video: the prompts' image conditions (rank 0, which rolls out; trainer/images.h), set on the rollout source
- * (trainer/source.h). */
+ * (core/rollout_source.h). */
 static int setup_images(trainer_state *S, const core_recipe *r) {
     if (!S->train.n_images || !S->src) return 0;
     const core_prompts *lists[2] = {&S->train, &S->eval};
     float *tab[2];
-    const int64_t K = S->pol[0].cfg.in_channels - S->pol[0].cfg.out_channels; /* I2V-A14B: concatenated channels */
+    const int64_t K = wan_cond_channels(&S->pol[0].cfg); /* I2V-A14B: concatenated channels */
     if (trainer_images_encode(r, S->shape[0], K, lists, 2, tab)) return -1;
     S->img_train = tab[0], S->img_eval = tab[1];
-    S->src->images = (trainer_image_conds){.train = S->img_train, .eval = S->img_eval, .n_train = S->train.n,
+    S->src->images = (core_rollout_images){.train = S->img_train, .eval = S->img_eval, .n_train = S->train.n,
                                            .n_eval = S->eval.n, .shape = {S->shape[0], 1, S->shape[2], S->shape[3]},
                                            .numel = S->shape[0] * S->shape[2] * S->shape[3]};
     if (K) {
@@ -357,7 +357,7 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
-    if (S->pol[0].cfg.in_channels != S->pol[0].cfg.out_channels && !S->train.n_images)
+    if (wan_cond_kind(&S->pol[0].cfg) == WAN_COND_CONCAT && !S->train.n_images)
         return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
                           "the condition video's latents): it needs prompt files with an image per prompt (JSON lines)",
                           path, S->pol[0].cfg.in_channels, S->pol[0].cfg.out_channels);

@@ -1,17 +1,18 @@
-/* trainer/source_remote.c — the rollout source of colocated runs and `vgrpo parity` (trainer/source.h): rollouts,
- * rewards and weight syncs through the controller and the rollout workers behind it (trainer/controller.h). A worker
- * lost mid-run has its chunk re-issued by the controller, and one back from a restart is synced to the weights the
- * others hold (the last push, or start's) before it gets work. */
+/* trainer/source_remote.c — the rollout source of colocated runs and `vgrpo parity` (trainer/source_remote.h):
+ * rollouts, rewards and weight syncs through the controller and the rollout workers behind it (trainer/controller.h).
+ * A worker lost mid-run has its chunk re-issued by the controller, and one back from a restart is synced to the
+ * weights the others hold (the last push, or start's) before it gets work. */
+#include "trainer/source_remote.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "trainer/controller.h"
 #include "trainer/lora.h"
-#include "trainer/source.h"
 
 typedef struct {
-    trainer_source src;
+    core_rollout_source src;
     ctl_server *ctl;
     int chunk;
     double timeout_s;
@@ -20,12 +21,12 @@ typedef struct {
 
 static int remote_rollout(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
                           const float *const *cond, const float *neg, int n, core_rollout_result *res,
-                          trainer_chunk_fn on_chunk, void *cctx) {
+                          core_rollout_chunk_fn on_chunk, void *cctx) {
     (void)cond, (void)neg; /* the workers condition the prompt text themselves (the same bytes) */
     remote *R = ctx;
     const float **cc = malloc(sizeof(float *) * (size_t)n);
     if (!cc) return core_error("out of memory");
-    const int img = trainer_source_conditions(&R->src.images, tmpl, samples, n, cc);
+    const int img = core_rollout_conditions(&R->src.images, tmpl, samples, n, cc);
     if (img <= 0) {
         free(cc);
         return img < 0 ? -1 : ctl_rollout(R->ctl, tmpl, samples, n, R->chunk, R->timeout_s, res, on_chunk, cctx);
@@ -110,16 +111,17 @@ static int remote_start(void *ctx, const wan_model *const *experts, int n_expert
     return ctl_set_weights(R->ctl, experts, n_experts, trained, version);
 }
 
-trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s, const char *model_path) {
+core_rollout_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s,
+                                           const char *model_path) {
     remote *R = calloc(1, sizeof *R);
     if (!R) return core_error("out of memory"), NULL;
     R->ctl = ctl, R->chunk = chunk, R->timeout_s = timeout_s, R->model_path = model_path;
-    R->src = (trainer_source){.mode = "colocated", .n_workers = ctl_n_workers(ctl), .ctx = R,
+    R->src = (core_rollout_source){.mode = "colocated", .n_workers = ctl_n_workers(ctl), .ctx = R,
                               .rollout = remote_rollout, .push_weights = remote_push, .start = remote_start};
     return &R->src;
 }
 
-void trainer_source_remote_free(trainer_source *s) {
+void trainer_source_remote_free(core_rollout_source *s) {
     if (!s) return;
     remote *R = s->ctx;
     ctl_set_weights(R->ctl, NULL, 0, NULL, 0); /* the experts it pointed at belong to the loop that is ending */

@@ -211,6 +211,16 @@ int wan_config_equal(const wan_config *a, const wan_config *b) {
            a->eps == b->eps && a->rope_max_seq_len == b->rope_max_seq_len;
 }
 
+wan_cond wan_cond_kind(const wan_config *c) {
+    if (c->in_channels == c->out_channels) return WAN_COND_LATENT;
+    if (c->in_channels == 2 * c->out_channels + 4) return WAN_COND_CONCAT; /* 4: VAE_I2V_MASK_CHANNELS */
+    return WAN_COND_UNKNOWN;
+}
+
+int wan_cond_channels(const wan_config *c) {
+    return wan_cond_kind(c) == WAN_COND_CONCAT ? c->in_channels - c->out_channels : 0;
+}
+
 /* Presets. Real sizes: the official Wan-AI/<model>-Diffusers transformer/config.json files; the tiny one is ours. */
 typedef struct {
     const char *name;

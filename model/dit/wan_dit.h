@@ -104,6 +104,16 @@ int wan_config_validate(const wan_config *c, const char *label);
 int wan_config_save(const wan_config *c, const char *path);
 /* 1 if every field of a and b is equal (not memcmp: the struct has padding). */
 int wan_config_equal(const wan_config *a, const wan_config *b);
+/* What the transformer's input holds besides the latent, from its config: WAN_COND_LATENT when in_channels ==
+ * out_channels (text to video, and Wan 2.2 TI2V, whose first frame is written into the latent itself:
+ * model/flow/first_frame.h; the pipeline's expand_timesteps, not the transformer, tells TI2V apart), WAN_COND_CONCAT
+ * when in_channels == 2 out_channels + 4 (Wan 2.2 I2V-A14B: a 4-channel mask and the condition video's latents,
+ * model/vae/wan_vae_i2v.h, concatenated to every step's input; their in_channels - out_channels channels are
+ * wan_cond_channels), WAN_COND_UNKNOWN for any other pair (no Wan model; refused where a model is checked). */
+typedef enum { WAN_COND_UNKNOWN = -1, WAN_COND_LATENT = 0, WAN_COND_CONCAT = 1 } wan_cond;
+wan_cond wan_cond_kind(const wan_config *c);
+/* The channels concatenated after the latent: in_channels - out_channels for WAN_COND_CONCAT, else 0. */
+int wan_cond_channels(const wan_config *c);
 /* Fills c with preset `name` (see the top comment). -1 with the list of presets if unknown. */
 int wan_config_preset(wan_config *c, const char *name);
 /* NULL-terminated list of preset names. */
@@ -175,8 +185,9 @@ void wan_weights_free(wan_weights *w);
 
 typedef struct wan_lora wan_lora; /* a LoRA adapter: model/dit/wan_lora.h */
 
-/* The model: config, table, flat parameters and (on request) gradients and Adam moments. */
-typedef struct {
+/* The model: config, table, flat parameters and (on request) gradients and Adam moments. (Tagged: the rollout source
+ * interface, core/rollout_source.h, names it without including this header.) */
+typedef struct wan_model {
     wan_config cfg;
     wan_layout layout;
     float *params;               /* [layout.numel] */

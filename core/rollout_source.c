@@ -1,11 +1,11 @@
-/* trainer/source_cond.c — which image condition each sample of a rollout request carries (trainer/source.h). */
+/* core/rollout_source.c — which image condition each sample of a rollout request carries (core/rollout_source.h). */
 #include <stdlib.h>
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "trainer/source.h"
+#include "core/rollout_source.h"
 
-int trainer_source_conditions(const trainer_image_conds *images, const core_rollout_request *tmpl,
+int core_rollout_conditions(const core_rollout_images *images, const core_rollout_request *tmpl,
                               const core_rollout_sample *samples, int n, const float **out) {
     const int eval = tmpl->stream == CORE_STREAM_EVAL_NOISE;
     const float *tab = images->numel ? (eval ? images->eval : images->train) : NULL;

@@ -1,44 +1,45 @@
-/* cli/source_local.c — the in-process rollout source of local mode (trainer/source.h): the rollout engine
- * (rollout/engine.h) on the trainer's own experts, the decoder from final latents to video (rollout/pipeline.h:
- * model.decoder) and the recipe's scorers (reward/scorers.h), all in the trainer's process. This file is wiring:
- * cli/ is the one folder that composes rollout/ and trainer/.
+/* rollout/source_local.c — the in-process rollout source of local mode (core/rollout_source.h): the rollout-batch
+ * path (rollout/batch.h: the engine on the trainer's own experts, the decoder from final latents to video,
+ * model.decoder) with the recipe's scorers (reward/scorers.h) as its callback, all in the trainer's process. The GRPO loop calls it
+ * through the interface (trainer -> rollout, nothing in between); cli/ only opens it and hands it to the loop.
  *
- * Samples are those a rollout worker would make (the same engine, the conditioning bytes the trainer passes, the
- * same decoder and scorers): a local run equals a colocated one bit for bit. Weights are never copied: push_weights
+ * Samples are those a rollout worker makes (the same batch path, the conditioning bytes the trainer passes, the same
+ * decoder and scorers, the total summed by reward_score_weighted as a reward server's): a local run equals a
+ * colocated one bit for bit. Weights are never copied: push_weights
  * and start point the engine at the trainer's experts (the policy, or the EMA for an eval). With LoRA those experts
  * carry their adapters (model/dit/wan_lora.h), which the engine's forward applies: nothing to sync.
  * model.device cuda: the engine's DiT runs on the process's device executor (model/dit/wan_dev_exec.h), the one the
  * trainer trains on, so push_weights only brings a device copy to the pushed version (wan_dev_exec_sync): a no-op
  * for the policy the trainer's device optimizer step just wrote, an upload for the EMA of an eval. */
+#include "rollout/source_local.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/source_local.h"
-#include "core/checksum.h"
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/stop.h"
 #include "model/dit/wan_dev_exec.h"
 #include "reward/scorers.h"
+#include "rollout/batch.h"
 #include "rollout/engine.h"
 #include "rollout/pipeline.h"
 
 typedef struct {
-    trainer_source src;
+    core_rollout_source src;
     const core_recipe *r;
     rollout_config rc;
     rollout_decoder dec;
     int n_scorers;
-    const reward_scorer *sc[CORE_TRAJ_MAX_REWARDS];
+    reward_weighted sc[CORE_TRAJ_MAX_REWARDS]; /* reward.scorers with reward.weights */
     const char *names[CORE_TRAJ_MAX_REWARDS];
-    double weight[CORE_TRAJ_MAX_REWARDS];
     const wan_model *experts[2];
     int n_experts;
     wan_dev_exec *dx; /* model.device cuda: the device executor (NULL: the CPU) */
     wan_exec exec;    /* .dev = dx */
 } local_src;
 
-int source_local_check(const core_recipe *r) {
+int rollout_source_local_check(const core_recipe *r) {
     if (r->rollout_workers != 1)
         return core_error("parallel.rollout_workers: local mode rolls out in its own process (1), got %d", r->rollout_workers);
     if (r->reward_endpoint)
@@ -49,13 +50,22 @@ int source_local_check(const core_recipe *r) {
     return rollout_decoder_check(r);
 }
 
-/* Decodes sample t's final latent into video and scores it with the sample's prompt and metadata (an object of
- * strings or NULL: the scorers get its entries as a reward server gets a score_request's, reward/server_requests.c):
- * rewards per scorer and the total (sum of weight x reward in double, scorer order, rounded to float once), stored
- * into the trajectory. */
-static int score(local_src *L, core_traj *t, const char *prompt, const json_t *meta, uint8_t *video) {
-    if (rollout_decoder_decode(&L->dec, core_traj_latent(t, t->n_steps), video)) return -1;
-    reward_video v = {.data = video, .frames = L->dec.frames, .height = L->dec.height, .width = L->dec.width};
+/* The batch's scorer (rollout/batch.h), one sample at a time: sample j0's video scored with its prompt and metadata
+ * (an object of strings or NULL: the scorers get its entries as a reward server gets a score_request's,
+ * reward/server_requests.c); rewards per scorer and the total (reward_score_weighted: weight x reward summed in double,
+ * scorer order, rounded to float once), stored into the trajectory. */
+typedef struct {
+    local_src *L;
+    const core_rollout_sample *samples;
+} local_score_ctx;
+
+static int local_score(void *ctx, int j0, int n, const uint8_t *video, const int64_t vshape[4], core_traj *t) {
+    const local_score_ctx *c = ctx;
+    const local_src *L = c->L;
+    const char *prompt = c->samples[j0].prompt;
+    const json_t *meta = c->samples[j0].metadata;
+    (void)n; /* per sample: 1 */
+    const reward_video v = {.data = video, .frames = vshape[0], .height = vshape[1], .width = vshape[2]};
     const size_t nm = meta ? json_object_size(meta) : 0;
     const char **keys = calloc(nm + 1, sizeof *keys), **vals_s = calloc(nm + 1, sizeof *vals_s);
     if (!keys || !vals_s) return free(keys), free(vals_s), core_error("out of memory");
@@ -66,84 +76,66 @@ static int score(local_src *L, core_traj *t, const char *prompt, const json_t *m
         if (json_is_string(jv)) keys[k] = key, vals_s[k++] = json_string_value(jv);
     }
     const reward_meta md = {k, keys, vals_s};
+    double x[CORE_TRAJ_MAX_REWARDS], total;
     float vals[CORE_TRAJ_MAX_REWARDS];
-    double total = 0;
-    int rc = 0;
-    for (int i = 0; i < L->n_scorers; i++) {
-        double x;
-        if (L->sc[i]->fn(&v, prompt, &md, &x)) {
-            rc = core_error_push("scoring \"%s\": ", prompt);
-            break;
-        }
-        vals[i] = (float)x;
-        total += L->weight[i] * x;
-    }
+    int failed;
+    int rc = reward_score_weighted(L->sc, L->n_scorers, &v, prompt, &md, x, &total, &failed);
     free(keys), free(vals_s);
-    return rc ? rc : core_traj_set_rewards(t, L->n_scorers, L->names, vals, (float)total);
+    if (rc) return core_error_push("scoring \"%s\": ", prompt);
+    for (int i = 0; i < L->n_scorers; i++) vals[i] = (float)x[i];
+    return core_traj_set_rewards(t, L->n_scorers, L->names, vals, (float)total);
 }
 
 static int local_rollout(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
                          const float *const *cond, const float *neg, int n, core_rollout_result *res,
-                         trainer_chunk_fn on_chunk, void *cctx) {
+                         core_rollout_chunk_fn on_chunk, void *cctx) {
     local_src *L = ctx;
     rollout_config rc = L->rc;
     if (rollout_config_apply_request(&rc, tmpl)) return -1;
     rc.neg = neg;
     const int64_t vb = rollout_decoder_video_bytes(&L->dec), per = (int64_t)rc.n_steps * rc.shape[0] * rc.shape[1] *
                                                                      rc.shape[2] * rc.shape[3];
-    uint64_t *uids = malloc(sizeof(uint64_t) * (size_t)n);
-    int64_t *pidx = malloc(sizeof(int64_t) * (size_t)n);
     core_traj *tr = calloc((size_t)n, sizeof *tr);
     float **vel = tmpl->return_velocities ? calloc((size_t)n, sizeof(float *)) : NULL;
-    uint8_t *videos = malloc((size_t)(vb * (tmpl->return_videos ? n : 1)));
-    int rc_ = -1, have = 0;
-    if (!uids || !pidx || !tr || !videos || (tmpl->return_velocities && !vel)) {
+    /* the videos and their hashes only where they are asked for: the training rollouts never read them */
+    uint8_t *videos = tmpl->return_videos ? malloc((size_t)(vb * n)) : NULL;
+    uint64_t *vh = tmpl->return_videos ? calloc((size_t)n, sizeof *vh) : NULL;
+    const float **conds = malloc(sizeof(float *) * (size_t)n); /* image to video: the prompts' conditions */
+    int rc_ = -1;
+    if (!tr || !conds || (tmpl->return_velocities && !vel) || (tmpl->return_videos && (!videos || !vh))) {
         core_error("out of memory");
         goto done;
     }
-    for (int j = 0; j < n; j++) {
-        uids[j] = samples[j].uid, pidx[j] = samples[j].prompt_index;
-        if (vel && !(vel[j] = malloc(sizeof(float) * (size_t)per))) {
+    for (int j = 0; vel && j < n; j++)
+        if (!(vel[j] = malloc(sizeof(float) * (size_t)per))) {
             core_error("out of memory");
             goto done;
         }
-    }
     rc.velocities = vel;
-    const float **conds = malloc(sizeof(float *) * (size_t)n); /* image to video: the prompts' conditions */
-    const int img = conds ? trainer_source_conditions(&L->src.images, tmpl, samples, n, conds) : -1;
-    if (img < 0) {
-        if (!conds) core_error("out of memory");
-        free(conds);
-        goto done;
-    }
-    /* Wan 2.2 I2V-A14B (more input than output channels): the conditions are concatenated to every input */
-    const int cat = L->experts[0]->cfg.in_channels != L->experts[0]->cfg.out_channels;
-    if (img && cat) rc.concat_conditions = conds;
-    else rc.conditions = img ? conds : (free(conds), NULL);
+    const int img = core_rollout_conditions(&L->src.images, tmpl, samples, n, conds);
+    if (img < 0) goto done;
     const rollout_experts ex = {L->n_experts, {L->experts[0], L->experts[1]}};
-    if (rollout_generate(&rc, &ex, L->dx ? &L->exec : NULL, n, cond, uids, pidx, tr)) goto done;
-    have = 1;
-    for (int j = 0; j < n; j++) {
-        uint8_t *v = videos + (tmpl->return_videos ? vb * j : 0);
-        if (score(L, &tr[j], samples[j].prompt, samples[j].metadata, v) || rollout_trim_to_window(&rc, &tr[j])) goto done;
-        /* the video's hash only where videos are asked for: the training rollouts never read it */
-        res[j] = (core_rollout_result){.traj = tr[j],
-                                       .video_hash = tmpl->return_videos ? core_xxh64(v, (size_t)vb, 0) : 0,
-                                       .velocity = vel ? vel[j] : NULL};
-    }
+    local_score_ctx sctx = {L, samples};
+    const rollout_scorer sc = {local_score, &sctx, 1};
+    if (rollout_batch_run(&rc, &ex, L->dx ? &L->exec : NULL, &L->dec, n, samples, cond, img ? conds : NULL, &sc,
+                          videos, vh, tr))
+        goto done;
+    for (int j = 0; j < n; j++)
+        res[j] = (core_rollout_result){.traj = tr[j], .video_hash = vh ? vh[j] : 0, .velocity = vel ? vel[j] : NULL};
     if (on_chunk) {
         const int64_t vshape[4] = {L->dec.frames, L->dec.height, L->dec.width, 3};
-        if (on_chunk(cctx, samples, res, n, tmpl->return_videos ? videos : NULL, vshape)) goto done;
+        if (on_chunk(cctx, samples, res, n, videos, vshape)) {
+            for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
+            goto done;
+        }
     }
     rc_ = 0;
 done:
     if (rc_) {
-        if (have)
-            for (int j = 0; j < n; j++) core_traj_free(&tr[j]);
         for (int j = 0; vel && j < n; j++) free(vel[j]);
         memset(res, 0, sizeof *res * (size_t)n);
     }
-    free(uids), free(pidx), free(tr), free(vel), free(videos), free((void *)rc.conditions), free((void *)rc.concat_conditions);
+    free(tr), free(vel), free(videos), free(vh), free(conds);
     return rc_;
 }
 
@@ -169,11 +161,11 @@ static int local_start(void *ctx, const wan_model *const *experts, int n_experts
     return local_push(ctx, experts, n_experts, NULL, version, &match, &bytes);
 }
 
-trainer_source *source_local_open(const core_recipe *r) {
+core_rollout_source *rollout_source_local_open(const core_recipe *r) {
     char path[4300];
     wan_config cfg;
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
-    if (source_local_check(r)) return NULL;
+    if (rollout_source_local_check(r)) return NULL;
     if (!core_is_dir(path))
         return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "
                           "--preset tiny --out DIR`)", path), NULL;
@@ -187,12 +179,12 @@ trainer_source *source_local_open(const core_recipe *r) {
         goto fail;
     }
     for (int i = 0; i < r->scorers.n; i++) {
-        if (!(L->sc[i] = reward_find(r->scorers.v[i]))) {
+        if (!(L->sc[i].scorer = reward_find(r->scorers.v[i]))) {
             core_error_push("reward.scorers.%d: ", i);
             goto fail;
         }
-        L->names[i] = L->sc[i]->name;
-        L->weight[i] = r->weights.v[i];
+        L->names[i] = L->sc[i].scorer->name;
+        L->sc[i].weight = r->weights.v[i];
     }
     L->n_scorers = r->scorers.n;
     int F, H, W;
@@ -207,7 +199,7 @@ trainer_source *source_local_open(const core_recipe *r) {
     L->rc.should_stop = core_stop_interrupt; /* SIGINT/SIGTERM inside a step of trainer_run (core/stop.h) */
     if (wan_dev_exec_open(r->device, &L->dx)) goto fail;
     L->exec = (wan_exec){.dev = L->dx};
-    L->src = (trainer_source){.mode = "local", .n_workers = 1, .ctx = L, .rollout = local_rollout,
+    L->src = (core_rollout_source){.mode = "local", .n_workers = 1, .ctx = L, .rollout = local_rollout,
                               .push_weights = local_push, .start = local_start};
     return &L->src;
 fail:
@@ -216,7 +208,7 @@ fail:
     return NULL;
 }
 
-void source_local_close(trainer_source *s) {
+void rollout_source_local_close(core_rollout_source *s) {
     if (!s) return;
     local_src *L = s->ctx;
     rollout_decoder_free(&L->dec);

@@ -1,10 +1,12 @@
-/* trainer/source.h — the rollout source: where the GRPO loop (trainer/loop.c) gets its scored trajectories from and
- * where it sends its weights. The loop is written against this interface only; it never includes rollout/.
- * Two implementations:
+/* core/rollout_source.h — the rollout source: where the GRPO loop (trainer/loop.c) gets its scored trajectories from
+ * and where it sends its weights. The loop is written against this interface only; it never includes rollout/. The
+ * interface stands in core/, below both trainer/ and rollout/ (next to the rollout messages, core/wire_rollout.h), so
+ * that each side implements it where its parts live and cli/ only opens one and hands it to the loop:
  *   - in process (local mode): the rollout engine, the decoder and the scorers in the trainer's own process
- *     (cli/source_local.c wires rollout/ and reward/ in; cli/ is the only folder that composes rollout/ and trainer/);
+ *     (rollout/source_local.c, over the rollout-batch path rollout/batch.h that the rollout worker runs too);
  *   - remote (colocated mode, `vgrpo parity`): the controller and the rollout workers behind it
- *     (trainer/source_remote.c over trainer/controller.h).
+ *     (trainer/source_remote.h over trainer/controller.h).
+ * The experts are the model's (model/dit/wan_dit.h), named here by their struct only: core/ includes nothing above it.
  *
  * The contract (both implementations keep it; docs/design.md sections 3 and 4):
  *   rollout      n samples, sample j = (uid, prompt index, prompt text); tmpl gives the policy version the weights
@@ -20,29 +22,30 @@
  *   push_weights the weights later rollouts use are `experts` (send[e]: expert e changed) as policy `version`.
  *                Remote: sent to every worker and checked by xxh64 (*hash_match = 1 when every worker's hash equals
  *                ours; *bytes = the tensor bytes sent to each worker); in process: the experts are used where they are
- *                (*hash_match = -1, *bytes = 0: nothing crossed a process). A version >= TRAINER_EVAL_VERSION_OFFSET
+ *                (*hash_match = -1, *bytes = 0: nothing crossed a process). A version >= CORE_EVAL_VERSION_OFFSET
  *                marks eval-only weights (the EMA). Experts carrying a LoRA adapter (model/dit/wan_lora.h) send the
  *                adapter only: the base never changes and was checked once by start.
  *   start        once, before the first rollout: a fresh run checks that the source holds the trainer's initial
  *                weights (remote: every worker's hello hash; with LoRA also its adapters' hash), a resumed run pushes
  *                its own (version = steps done; with LoRA the adapters, after the base's hello hash is checked).
  * Errors are -1 with core_error set (naming the worker, the reward server or the sample). */
-#ifndef TRAINER_SOURCE_H
-#define TRAINER_SOURCE_H
+#ifndef CORE_ROLLOUT_SOURCE_H
+#define CORE_ROLLOUT_SOURCE_H
 
 #include <stdint.h>
 
 #include "core/wire_rollout.h"
-#include "model/dit/wan_dit.h"
+
+struct wan_model; /* model/dit/wan_dit.h */
 
 /* Eval-only weights (the EMA) are pushed as the policy version + 2^40, so a rollout request can never mix them up with
  * the policy's. */
-#define TRAINER_EVAL_VERSION_OFFSET ((int64_t)1 << 40)
+#define CORE_EVAL_VERSION_OFFSET ((int64_t)1 << 40)
 
 /* A chunk of finished samples (results in sample order; videos [n, vshape] U8 borrowed for the call, NULL unless the
  * request asked for videos). Non-zero aborts the rollout. */
-typedef int (*trainer_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res, int n,
-                                const uint8_t *videos, const int64_t vshape[4]);
+typedef int (*core_rollout_chunk_fn)(void *ctx, const core_rollout_sample *samples, const core_rollout_result *res,
+                                     int n, const uint8_t *videos, const int64_t vshape[4]);
 
 /* Image conditions of the run's prompts (Wan 2.2 TI2V, model/flow/first_frame.h; Wan 2.2 I2V-A14B,
  * model/vae/wan_vae_i2v.h): set on the source by trainer_setup
@@ -55,7 +58,7 @@ typedef struct {
     int n_train, n_eval;
     int64_t shape[4];          /* [C, 1, h, w], or I2V-A14B's [K, F, h, w] */
     int64_t numel;             /* their product (0: no table) */
-} trainer_image_conds;
+} core_rollout_images;
 
 typedef struct {
     const char *mode; /* "local" or "colocated": printed and written nowhere else */
@@ -63,26 +66,18 @@ typedef struct {
     void *ctx;
     int (*rollout)(void *ctx, const core_rollout_request *tmpl, const core_rollout_sample *samples,
                    const float *const *cond, const float *neg, int n, core_rollout_result *res,
-                   trainer_chunk_fn on_chunk, void *cctx);
-    int (*push_weights)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                   core_rollout_chunk_fn on_chunk, void *cctx);
+    int (*push_weights)(void *ctx, const struct wan_model *const *experts, int n_experts, const uint8_t *send,
                         int64_t version, int *hash_match, int64_t *bytes);
-    int (*start)(void *ctx, const wan_model *const *experts, int n_experts, const uint8_t *trained, int64_t version,
-                 int resumed);
-    trainer_image_conds images; /* the prompts' image conditions (TI2V, I2V-A14B), or zeroed */
-} trainer_source;
+    int (*start)(void *ctx, const struct wan_model *const *experts, int n_experts, const uint8_t *trained,
+                 int64_t version, int resumed);
+    core_rollout_images images; /* the prompts' image conditions (TI2V, I2V-A14B), or zeroed */
+} core_rollout_source;
 
 /* The image conditions of a request's samples, for the source implementations: out[j] = samples[j].condition when
  * set, else the entry of images for (tmpl->stream, prompt_index). Returns 1 when every sample has one, 0 when none
  * has (text to video; out all NULL), -1 (a prompt index outside its table, some samples with and some without). */
-int trainer_source_conditions(const trainer_image_conds *images, const core_rollout_request *tmpl,
-                              const core_rollout_sample *samples, int n, const float **out);
-
-/* The remote source over a connected controller whose workers said hello (trainer/controller.h: ctl_wait_workers
- * done). chunk: samples per request (rollout.batch_size); timeout_s: seconds one chunk or weight sync may take.
- * model_path names the folder both sides load, for the start-up hash error. The returned source borrows ctl; free it
- * with trainer_source_remote_free. NULL on out of memory. */
-struct ctl_server;
-trainer_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s, const char *model_path);
-void trainer_source_remote_free(trainer_source *s);
+int core_rollout_conditions(const core_rollout_images *images, const core_rollout_request *tmpl,
+                            const core_rollout_sample *samples, int n, const float **out);
 
 #endif
