@@ -1,7 +1,7 @@
 /* trainer/budget.c — the estimate of trainer/budget.h: the model's configs found without loading weights, the model's
- * limits, memory per process and phase, and the FLOPs of a step. The activation and VAE-state sizes replay the
- * layouts of model/dit/wan_acts.c and model/vae/wan_vae_decode.c (tests/test_budget.c holds them equal), so a
- * change there needs the same change here. */
+ * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes are the model's own
+ * (wan_acts_plan_bytes: the counting pass of model/dit/wan_acts.c); the VAE decode state replays the layout of
+ * model/vae/wan_vae_decode.c (tests/test_budget.c holds it equal), so a change there needs the same change here. */
 #include "trainer/budget.h"
 
 #include <ctype.h>
@@ -27,37 +27,12 @@
 /* ---------------------------------------------------------------------------------------------------------------
  * DiT: activations and FLOPs */
 
-static double take(int64_t n) { return (double)((((size_t)(n > 0 ? n : 1) * sizeof(float)) + 63) & ~(size_t)63); }
-
-double budget_acts_bytes(const wan_config *c, int B, int64_t S_full, int L, wan_acts_mode mode, int sp) {
-    const int64_t S = S_full / (sp > 0 ? sp : 1), D = wan_dim(c), Dh = c->attention_head_dim, H = c->num_attention_heads;
-    const int64_t Fd = c->ffn_dim, R = B, td = c->text_dim, nl = c->num_layers;
-    const int64_t Pin = (int64_t)c->in_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    const int64_t Pout = (int64_t)c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    const int64_t BS = B * S, X = BS * D, T = (int64_t)B * L * D, BHS = B * H * S;
-    const int train = mode != WAN_ACTS_INFER, store = mode == WAN_ACTS_STORE, can = c->cross_attn_norm;
-    double b = 2 * take(S * (Dh / 2)) + take(BS * Pin);
-    if (sp > 1) b += take(B * S_full * (Pin > Pout ? Pin : Pout)) + (train ? take(B * L * td) : 0);
-    b += take(R * c->freq_dim) + 4 * take(R * D) + take(R * 6 * D) + take(B * L * td) + 3 * take(T);
-    b += take(R * 6 * D) + take(R * 2 * D) + 2 * take(BS) + 2 * take(X) + take(BS * Pout);
-    if (!train) b += 2 * take(X);
-    if (train) b += (double)(nl + 1) * take(X);
-    if (!store) b += 5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd);
-    if (!train)
-        b += 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) + 2 * take(BS) + take(X) +
-             take(BS) + take(T) + take(B * L) + take(T) + take(X) + take(BHS) + take(X) + 2 * take(BS) +
-             take(BS * Fd) + take(X);
-    if (train) {
-        const double per = 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) +
-                           (can ? 2 * take(BS) : 0) + take(X) + take(BS) + take(T) + take(B * L) + take(T) + take(X) +
-                           take(BHS) + take(X) + 2 * take(BS) + take(BS * Fd) + take(X);
-        b += (double)nl * per;
-    }
-    if (store) b += (double)nl * (5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd));
-    if (train)
-        b += 7 * take(X) + 2 * take(BS * Fd) + 6 * take(T) + take(R * 6 * D) + take(R * 2 * D) + 4 * take(R * D) +
-             take(R * 6 * D) + take(BS * Pout) + take(BS * Pin);
-    return b + 1024 + (double)(nl + 1) * 256; /* the struct and its per-layer tables */
+/* Bytes of the DiT's activations for a call of this shape: what wan_acts_new_sp allocates (wan_acts_plan_bytes);
+ * 0 for a shape the model refuses (it says so when the job allocates). */
+static double dit_acts(const wan_config *c, const wan_shape *shape, wan_acts_mode mode, int sp) {
+    const size_t b = wan_acts_plan_bytes(c, shape, mode, sp);
+    if (!b) core_error_clear();
+    return (double)b;
 }
 
 double budget_dit_flop(const wan_config *c, int64_t S, int L) {
@@ -376,10 +351,15 @@ typedef struct {
     double adapters;       /* LoRA: bytes of the trained experts' adapters together (0 without LoRA) */
 } sizes;
 
+/* The DiT's shape for a call of B rows (timestep [B]). */
+static wan_shape dit_shape(const sizes *z, int B) {
+    return (wan_shape){.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+}
+
 /* LoRA's two [rows, r] scratch buffers of one wan_acts (model/dit/wan_lora.h: wan_lora_scratch_floats). */
 static double lora_scratch(const sizes *z, int B, int sp) {
     if (z->lora.rank < 1) return 0;
-    const wan_shape sh = {.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+    const wan_shape sh = dit_shape(z, B);
     return F32 * (double)wan_lora_scratch_floats(&z->e->dit, &z->lora, &sh, sp);
 }
 
@@ -387,9 +367,10 @@ static double lora_scratch(const sizes *z, int B, int sp) {
 static double rollout_bytes(const sizes *z, int n) {
     const int b = n < z->r->batch_size ? n : z->r->batch_size;
     const wan_config *c = &z->e->dit;
+    const wan_shape two = dit_shape(z, 2 * b), one = dit_shape(z, b);
     double a = 0;
-    if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
-    if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
+    if (z->cfg_any) a += dit_acts(c, &two, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
+    if (z->nocfg_any) a += dit_acts(c, &one, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
     return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
 }
 
@@ -428,11 +409,12 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
                                : !strcmp(r->activations, "recompute") ? WAN_ACTS_RECOMPUTE
                                                                       : WAN_ACTS_STORE;
+    const wan_shape sh = dit_shape(z, rows);
     add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
-        budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp) + lora_scratch(z, rows, sp));
+        dit_acts(&e->dit, &sh, mode, sp) + lora_scratch(z, rows, sp));
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
-            budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, WAN_ACTS_INFER, sp));
+            dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
         F32 * (2.0 * cap * (3.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
 }
@@ -773,7 +755,8 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     const int64_t T = 1 + (frames > 1 ? (frames - 1) / 4 : 0), h = height / fac, w = width / fac;
     g->tokens = (T / c.patch_size[0]) * (h / c.patch_size[1]) * (w / c.patch_size[2]);
     g->weights = F32 * params * g->experts;
-    g->acts = g->experts * budget_acts_bytes(&c, rows, g->tokens, text_len, WAN_ACTS_INFER, 1);
+    const wan_shape sh = {.B = rows, .F = (int)T, .H = (int)h, .W = (int)w, .L = text_len};
+    g->acts = g->experts * dit_acts(&c, &sh, WAN_ACTS_INFER, 1);
     g->flop_step = rows * budget_dit_flop(&c, g->tokens, text_len);
     double vp, vs;
     budget_vae_bytes(&v, (int)h, (int)w, &vp, &vs);
