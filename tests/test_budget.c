@@ -2,8 +2,8 @@
  * limits (core/prompts.h):
  *   - the sizes the estimate takes equal what the code allocates: DiT activations (wan_acts_plan_bytes, the model's
  *     count, against wan_acts_bytes) in every mode, with and without cross_attn_norm and sequence parallelism, and a
- *     refused shape giving 0; the VAE decode state replayed (vae_state_bytes) of the Wan 2.1 and 2.2 fixtures and the
- *     tiny VAE;
+ *     refused shape giving 0; the VAE decoder's parameters and decode state (vae_decoder_estimate against
+ *     vae_state_bytes and the file's tensors) of the Wan 2.1 and 2.2 fixtures and the tiny VAE;
  *   - the estimate of a whole tiny run against its measured peak RSS (wait4 of a child `vgrpo run`), within
  *     BUDGET_TOLERANCE;
  *   - refusals at --dry-run: 8192 x 8192 (memory, naming rollout.height / rollout.width and the figures), 2048 x 2048
@@ -77,7 +77,7 @@ static void check_vae(const char *dir, int h, int w) {
     test_fill_uniform(lat, (size_t)z * T * h * w, 7, -1, 1);
     REQUIRE_OK(vae_decode(m, lat, 1, z, T, h, w, vid));
     double params, state;
-    budget_vae_bytes(c, h, w, &params, &state);
+    REQUIRE_OK(vae_decoder_estimate(c, h, w, &params, &state));
     CHECK_MSG(state == (double)vae_state_bytes(m), "%s %d x %d: estimated state %.0f, vae_state_bytes %zu", dir, h, w,
               state, vae_state_bytes(m));
     /* the parameters: every tensor the decoder loads (the fixtures also hold the encoder, which it skips) */

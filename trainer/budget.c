@@ -1,7 +1,7 @@
 /* trainer/budget.c — the estimate of trainer/budget.h: the model's configs found without loading weights, the model's
- * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes are the model's own
- * (wan_acts_plan_bytes: the counting pass of model/dit/wan_acts.c); the VAE decode state replays the layout of
- * model/vae/wan_vae_decode.c (tests/test_budget.c holds it equal), so a change there needs the same change here. */
+ * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes and the VAE decoder's
+ * parameters and decode state are the models' own (wan_acts_plan_bytes: the counting pass of model/dit/wan_acts.c;
+ * vae_decoder_estimate: the planning walk of model/vae/wan_vae_decode.c), not replayed here. */
 #include "trainer/budget.h"
 
 #include <ctype.h>
@@ -46,82 +46,15 @@ double budget_dit_flop(const wan_config *c, int64_t S, int L) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * VAE decoder: parameters and decode state (wan_vae_model.c vae_build, wan_vae_decode.c state_begin) */
+ * VAE decoder: parameters and decode state */
 
-static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
-
-void budget_vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes) {
-    const int d = c->decoder_base_dim > 0 ? c->decoder_base_dim : c->base_dim, L = c->n_mult;
-    int dims[VAE_MAX_LEVELS + 1];
-    dims[0] = d * c->dim_mult[L - 1];
-    for (int i = 0; i < L; i++) dims[i + 1] = d * c->dim_mult[L - 1 - i];
-    const size_t hw = (size_t)h * w;
-    double p = 0, cache = 0;
-    /* conv params; a cached conv keeps 2 frames of its input at its resolution */
-#define CONV(ci, co, kt, k, cached, scale)                                                                   \
-    do {                                                                                                     \
-        p += (double)(ci) * (co) * (kt) * (k) * (k) + (co);                                                  \
-        if (cached) cache += 2.0 * hw * (double)(scale) * (scale) * (ci) * sizeof(float);                   \
-    } while (0)
-#define RES(ci, co, scale)                                                                                   \
-    do {                                                                                                     \
-        p += (ci) + (co); /* norm gammas */                                                                  \
-        CONV(ci, co, 3, 3, 1, scale);                                                                        \
-        CONV(co, co, 3, 3, 1, scale);                                                                        \
-        if ((ci) != (co)) CONV(ci, co, 1, 1, 0, scale);                                                      \
-    } while (0)
-    const int z = c->z_dim, d0 = dims[0];
-    CONV(z, z, 1, 1, 0, 1);
-    CONV(z, d0, 3, 3, 1, 1);
-    RES(d0, d0, 1);
-    p += d0 + 3.0 * d0 * d0 + 3 * d0 + (double)d0 * d0 + d0; /* mid attention: norm, to_qkv, proj */
-    RES(d0, d0, 1);
-    /* state_begin's buffer sizes, walked with the up-blocks */
-    size_t act = hw * zmax((size_t)z, (size_t)d0), kn = hw * 27 * zmax((size_t)z, (size_t)d0), kmax = 27 * (size_t)d0;
-    size_t nf = 1, s2 = 1;
-    int scale = 1, cur = 0;
-    for (int i = 0; i < L; i++) {
-        int in_dim = dims[i], out_dim = dims[i + 1];
-        if (i > 0 && !c->is_residual) in_dim /= 2;
-        const int up_flag = i != L - 1, temporal = up_flag && c->temperal_downsample[L - 2 - i];
-        const int up_out = c->is_residual ? out_dim : out_dim / 2;
-        int ch = in_dim;
-        for (int j = 0; j < c->num_res_blocks + 1; j++) {
-            RES(ch, out_dim, scale);
-            ch = out_dim;
-        }
-        const size_t cm = zmax((size_t)in_dim, (size_t)out_dim);
-        act = zmax(act, nf * s2 * hw * cm);
-        kn = zmax(kn, nf * s2 * hw * 27 * cm);
-        kmax = zmax(kmax, 27 * cm);
-        if (up_flag) {
-            if (temporal) {
-                CONV(out_dim, 2 * out_dim, 3, 1, 1, scale);
-                act = zmax(act, nf * s2 * hw * 2 * (size_t)out_dim);
-                nf *= 2;
-            }
-            p += 9.0 * out_dim * up_out + up_out; /* resample.1: Conv2d 3x3 */
-            s2 *= 4;
-            act = zmax(act, nf * s2 * hw * (size_t)up_out);
-            kn = zmax(kn, nf * s2 * hw * 9 * (size_t)out_dim);
-            scale *= 2;
-            cur = up_out;
-        } else {
-            cur = out_dim;
-        }
+/* The model's own figures (vae_decoder_estimate: the layer list vae_load builds, the decode state's planning walk);
+ * 0 and 0 for a config the decoder refuses (it says so when the job loads it). */
+static void vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+    if (vae_decoder_estimate(c, h, w, params, state_bytes)) {
+        core_error_clear();
+        *params = *state_bytes = 0;
     }
-    p += cur; /* norm_out */
-    CONV(cur, c->out_channels, 3, 3, 1, scale);
-#undef RES
-#undef CONV
-    act = zmax(act, nf * s2 * hw * (size_t)c->out_channels);
-    kmax = zmax(kmax, 27 * (size_t)cur);
-    kn = zmax(kn, nf * s2 * hw * kmax);
-    const size_t col = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
-    const size_t attn = 8 * hw * (size_t)d0 + hw;
-    const int nbuf = c->is_residual ? 5 : 4;
-    *params = p;
-    *state_bytes = cache + ((double)nbuf * act + (double)col + (double)attn) * sizeof(float);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -379,7 +312,7 @@ static void decoder_parts(budget_proc *p, const sizes *z, unsigned phases) {
     const budget_estimate *e = z->e;
     if (e->have_vae) {
         double params, state;
-        budget_vae_bytes(&e->vae, e->H, e->W, &params, &state);
+        vae_bytes(&e->vae, e->H, e->W, &params, &state);
         add(p, "VAE decoder (weights, decode state)", "model.decoder, rollout.height, rollout.width", 0,
             F32 * params + state);
         add(p, "decoded video (fp32, one sample)", K_SIZE, phases, F32 * z->video);
@@ -450,11 +383,13 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
     add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
 }
 
+/* umT5's weights (t5_param_floats: the embedding stays mapped), its activations for L tokens (the hidden states,
+ * q, k, v, attention output, the gated FFN's, one head's scores: an estimate, not the allocations one by one) and the
+ * tokenizer's pieces. */
 static double t5_bytes(const t5_config *t, int L) {
     const double d = t->d_model, inner = (double)t->num_heads * t->d_kv;
-    const double layer = 4 * d * inner + (double)t->num_buckets * t->num_heads + 2 * d + 3 * d * t->d_ff;
     const double acts = (double)L * (8 * d + 3.0 * t->d_ff + 4 * inner) + (double)t->num_heads * L * L;
-    return F32 * (t->num_layers * layer + d + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
+    return F32 * ((double)t5_param_floats(t) + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
 }
 
 static void text_encoder_part(budget_proc *p, const sizes *z, unsigned phases) {
@@ -759,7 +694,7 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     g->acts = g->experts * dit_acts(&c, &sh, WAN_ACTS_INFER, 1);
     g->flop_step = rows * budget_dit_flop(&c, g->tokens, text_len);
     double vp, vs;
-    budget_vae_bytes(&v, (int)h, (int)w, &vp, &vs);
+    vae_bytes(&v, (int)h, (int)w, &vp, &vs);
     g->vae = F32 * vp + vs;
     t5_config t;
     snprintf(path, sizeof path, "%s/text_encoder/config.json", pipeline);

@@ -31,7 +31,7 @@
  *   doubled by CFG, with sp the token slice; the reference's WAN_ACTS_INFER beside it) and the sampler's and
  *   trainer's scratch buffers; the text encoder (umT5 weights except the token embedding, which stays in the mapped
  *   file; the trainer frees it after encoding, a worker keeps it) and its tokenizer; the VAE decoder (weights, its
- *   decode state replaying model/vae/wan_vae_decode.c's, the fp32 video of one sample) and the U8 videos; a worker's
+ *   decode state: the model's vae_decoder_estimate, the fp32 video of one sample) and the U8 videos; a worker's
  *   second copy of the weights while a sync is staged, and its reply message; image to video (prompt files with
  *   images, trainer/images.h): every prompt's condition (TI2V [C, 1, h, w], I2V-A14B [K, F, h, w]) held the whole
  *   job by the trainer (counted on every rank; rank 0 encodes) or the eval process, and at start-up the VAE
@@ -44,9 +44,9 @@
  *   worker's staged sync of the adapters only.
  * Not counted: file pages of mapped safetensors while a model loads (reclaimable page cache), allocator
  * fragmentation, ZeroMQ queues beyond one message, the reward scorers' own buffers. How close it is: the activations
- * are what the model allocates (wan_acts_plan_bytes runs wan_acts.c's counting pass; tests/test_budget.c compares it
- * with wan_acts_bytes), the VAE state replayed from the code equals what it allocates (tests/test_budget.c compares it
- * with vae_state_bytes, tests/test_budget_images.c the encoder's with vae_encoder_state_bytes);
+ * and the VAE states are what the models allocate, counted by the models' own planning passes (wan_acts_plan_bytes,
+ * vae_decoder_estimate, vae_encoder_estimate; tests/test_budget.c compares them with wan_acts_bytes and
+ * vae_state_bytes, tests/test_budget_images.c the encoder's with vae_encoder_state_bytes);
  * the whole is checked against the peak RSS of real tiny runs (getrusage of a child `vgrpo run`): within a factor
  * BUDGET_TOLERANCE (1.25) either way; measured on 2 cores, estimate / peak RSS = 1.02 (recipes/tiny-cpu.yaml, 96.5 vs 94.6 MiB), 1.03 (96 x 96, 9 frames: 525 vs 509 MiB), 1.06
  * (64 x 64, recompute, beta 0.01: 246 vs 232 MiB), 1.08 (128 x 128, word_embed, latent_rgb: 125 vs 115 MiB); the
@@ -176,10 +176,6 @@ const char *budget_model_preset(const core_recipe *r);
 
 /* DiT FLOPs of one forward of one sample: S video tokens, L text tokens (see the top comment). */
 double budget_dit_flop(const wan_config *c, int64_t S, int L);
-
-/* The VAE decoder's parameter count and the bytes of its decode state for latent h x w (model/vae/wan_vae_model.c's
- * layer list and wan_vae_decode.c's state replayed; equals vae_state_bytes after a decode at that size). */
-void budget_vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes);
 
 /* Memory available to this process (see the top comment); root prefixes /proc and /sys (NULL or "": the real ones;
  * tests pass a fake tree). limit_mb > 0 caps it (limits.memory_mb). Never fails: with nothing readable, physical
