@@ -1,7 +1,8 @@
 /* trainer/budget.c — the estimate of trainer/budget.h: the model's configs found without loading weights, the model's
- * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes and the VAE decoder's
- * parameters and decode state are the models' own (wan_acts_plan_bytes: the counting pass of model/dit/wan_acts.c;
- * vae_decoder_estimate: the planning walk of model/vae/wan_vae_decode.c), not replayed here. */
+ * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes, the VAE decoder's
+ * parameters and decode state and umT5's weights are the models' own (wan_acts_plan_bytes: the counting pass of
+ * model/dit/wan_acts.c; vae_decoder_estimate: the planning walk of model/vae/wan_vae_decode.c; t5_param_floats), not
+ * replayed here. */
 #include "trainer/budget.h"
 
 #include <ctype.h>

@@ -52,6 +52,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     double big = 0; /* the largest forward's staging */
     if (q->train) {
         const wan_shape *ts = &q->train_shape;
+        /* the device model's own count (its planning pass); kept as the one public entry while the DiT's CPU and
+         * device layouts become one (then wan_acts_plan_bytes' device twin) */
         const size_t ta = wan_dev_acts_estimate(c, ts, q->mode);
         const size_t ra = q->ref_forward ? wan_dev_acts_estimate(c, ts, WAN_ACTS_INFER) : 0;
         if (!ta || (q->ref_forward && !ra)) return -1;
