@@ -1,8 +1,9 @@
 /* tests/test_budget.c — resources estimated before anything is allocated (trainer/budget.h) and the prompt-file
  * limits (core/prompts.h):
- *   - the parts replayed from the code equal what the code allocates: DiT activations (wan_acts_bytes) in every mode,
- *     with and without cross_attn_norm and sequence parallelism; the VAE decode state (vae_state_bytes) of the Wan
- *     2.1 and 2.2 fixtures and the tiny VAE;
+ *   - the sizes the estimate takes equal what the code allocates: DiT activations (wan_acts_plan_bytes, the model's
+ *     count, against wan_acts_bytes) in every mode, with and without cross_attn_norm and sequence parallelism, and a
+ *     refused shape giving 0; the VAE decoder's parameters and decode state (vae_decoder_estimate against
+ *     vae_state_bytes and the file's tensors) of the Wan 2.1 and 2.2 fixtures and the tiny VAE;
  *   - the estimate of a whole tiny run against its measured peak RSS (wait4 of a child `vgrpo run`), within
  *     BUDGET_TOLERANCE;
  *   - refusals at --dry-run: 8192 x 8192 (memory, naming rollout.height / rollout.width and the figures), 2048 x 2048
@@ -20,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "core/prompts.h"
 #include "core/safetensors.h"
 #include "core/recipe.h"
@@ -29,7 +31,7 @@
 #include "tests/test.h"
 #include "trainer/budget.h"
 
-/* ---- replayed layouts ---- */
+/* ---- the sizes the estimate takes ---- */
 
 TEST(budget_acts_match_wan_acts) {
     wan_config cfgs[3];
@@ -51,13 +53,17 @@ TEST(budget_acts_match_wan_acts) {
                     wan_acts *a = wan_acts_new_sp(&cfgs[c], &sh, modes[m], sp, 0);
                     REQUIRE_OK(a ? 0 : -1);
                     const double got = (double)wan_acts_bytes(a);
-                    const double est = budget_acts_bytes(&cfgs[c], x[0], wan_tokens(&cfgs[c], &sh), x[4], modes[m], sp);
+                    const double est = (double)wan_acts_plan_bytes(&cfgs[c], &sh, modes[m], sp);
                     wan_acts_free(a);
                     compared++;
-                    CHECK_MSG(fabs(est - got) <= 0.005 * got, "config %d mode %d shape %d sp %d: estimate %.0f, "
+                    CHECK_MSG(est == got, "config %d mode %d shape %d sp %d: wan_acts_plan_bytes %.0f, "
                               "wan_acts_bytes %.0f", c, m, s, sp, est, got);
                 }
     CHECK(compared >= 45); /* every (config, mode, shape) with sp 1, and with sp 2 where the tokens split */
+    const wan_shape odd = {.B = 1, .F = 3, .H = 4, .W = 4, .L = 8}; /* 3 x 2 x 2 tokens: not split by sp 5 */
+    CHECK(wan_acts_plan_bytes(&cfgs[0], &odd, WAN_ACTS_INFER, 5) == 0);
+    CHECK(wan_acts_plan_bytes(&cfgs[0], &odd, WAN_ACTS_CHECKPOINT, 1) == 0); /* the device model's mode */
+    core_error_clear();
 }
 
 static void check_vae(const char *dir, int h, int w) {
@@ -71,7 +77,7 @@ static void check_vae(const char *dir, int h, int w) {
     test_fill_uniform(lat, (size_t)z * T * h * w, 7, -1, 1);
     REQUIRE_OK(vae_decode(m, lat, 1, z, T, h, w, vid));
     double params, state;
-    budget_vae_bytes(c, h, w, &params, &state);
+    REQUIRE_OK(vae_decoder_estimate(c, h, w, &params, &state));
     CHECK_MSG(state == (double)vae_state_bytes(m), "%s %d x %d: estimated state %.0f, vae_state_bytes %zu", dir, h, w,
               state, vae_state_bytes(m));
     /* the parameters: every tensor the decoder loads (the fixtures also hold the encoder, which it skips) */

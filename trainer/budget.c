@@ -1,7 +1,8 @@
 /* trainer/budget.c — the estimate of trainer/budget.h: the model's configs found without loading weights, the model's
- * limits, memory per process and phase, and the FLOPs of a step. The activation and VAE-state sizes replay the
- * layouts of model/dit/wan_acts.c and model/vae/wan_vae_decode.c (tests/test_budget.c holds them equal), so a
- * change there needs the same change here. */
+ * limits, memory per process and phase, and the FLOPs of a step. The DiT's activation sizes, the VAE decoder's
+ * parameters and decode state and umT5's weights are the models' own (wan_acts_plan_bytes: the counting pass of
+ * model/dit/wan_acts.c; vae_decoder_estimate: the planning walk of model/vae/wan_vae_decode.c; t5_param_floats), not
+ * replayed here. */
 #include "trainer/budget.h"
 
 #include <ctype.h>
@@ -27,37 +28,12 @@
 /* ---------------------------------------------------------------------------------------------------------------
  * DiT: activations and FLOPs */
 
-static double take(int64_t n) { return (double)((((size_t)(n > 0 ? n : 1) * sizeof(float)) + 63) & ~(size_t)63); }
-
-double budget_acts_bytes(const wan_config *c, int B, int64_t S_full, int L, wan_acts_mode mode, int sp) {
-    const int64_t S = S_full / (sp > 0 ? sp : 1), D = wan_dim(c), Dh = c->attention_head_dim, H = c->num_attention_heads;
-    const int64_t Fd = c->ffn_dim, R = B, td = c->text_dim, nl = c->num_layers;
-    const int64_t Pin = (int64_t)c->in_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    const int64_t Pout = (int64_t)c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    const int64_t BS = B * S, X = BS * D, T = (int64_t)B * L * D, BHS = B * H * S;
-    const int train = mode != WAN_ACTS_INFER, store = mode == WAN_ACTS_STORE, can = c->cross_attn_norm;
-    double b = 2 * take(S * (Dh / 2)) + take(BS * Pin);
-    if (sp > 1) b += take(B * S_full * (Pin > Pout ? Pin : Pout)) + (train ? take(B * L * td) : 0);
-    b += take(R * c->freq_dim) + 4 * take(R * D) + take(R * 6 * D) + take(B * L * td) + 3 * take(T);
-    b += take(R * 6 * D) + take(R * 2 * D) + 2 * take(BS) + 2 * take(X) + take(BS * Pout);
-    if (!train) b += 2 * take(X);
-    if (train) b += (double)(nl + 1) * take(X);
-    if (!store) b += 5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd);
-    if (!train)
-        b += 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) + 2 * take(BS) + take(X) +
-             take(BS) + take(T) + take(B * L) + take(T) + take(X) + take(BHS) + take(X) + 2 * take(BS) +
-             take(BS * Fd) + take(X);
-    if (train) {
-        const double per = 2 * take(BS) + 3 * take(X) + 2 * take(BS) + take(X) + take(BHS) + take(X) +
-                           (can ? 2 * take(BS) : 0) + take(X) + take(BS) + take(T) + take(B * L) + take(T) + take(X) +
-                           take(BHS) + take(X) + 2 * take(BS) + take(BS * Fd) + take(X);
-        b += (double)nl * per;
-    }
-    if (store) b += (double)nl * (5 * take(X) + (can ? take(X) : 0) + take(X) + take(T) + 2 * take(X) + take(BS * Fd));
-    if (train)
-        b += 7 * take(X) + 2 * take(BS * Fd) + 6 * take(T) + take(R * 6 * D) + take(R * 2 * D) + 4 * take(R * D) +
-             take(R * 6 * D) + take(BS * Pout) + take(BS * Pin);
-    return b + 1024 + (double)(nl + 1) * 256; /* the struct and its per-layer tables */
+/* Bytes of the DiT's activations for a call of this shape: what wan_acts_new_sp allocates (wan_acts_plan_bytes);
+ * 0 for a shape the model refuses (it says so when the job allocates). */
+static double dit_acts(const wan_config *c, const wan_shape *shape, wan_acts_mode mode, int sp) {
+    const size_t b = wan_acts_plan_bytes(c, shape, mode, sp);
+    if (!b) core_error_clear();
+    return (double)b;
 }
 
 double budget_dit_flop(const wan_config *c, int64_t S, int L) {
@@ -71,82 +47,15 @@ double budget_dit_flop(const wan_config *c, int64_t S, int L) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * VAE decoder: parameters and decode state (wan_vae_model.c vae_build, wan_vae_decode.c state_begin) */
+ * VAE decoder: parameters and decode state */
 
-static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
-
-void budget_vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes) {
-    const int d = c->decoder_base_dim > 0 ? c->decoder_base_dim : c->base_dim, L = c->n_mult;
-    int dims[VAE_MAX_LEVELS + 1];
-    dims[0] = d * c->dim_mult[L - 1];
-    for (int i = 0; i < L; i++) dims[i + 1] = d * c->dim_mult[L - 1 - i];
-    const size_t hw = (size_t)h * w;
-    double p = 0, cache = 0;
-    /* conv params; a cached conv keeps 2 frames of its input at its resolution */
-#define CONV(ci, co, kt, k, cached, scale)                                                                   \
-    do {                                                                                                     \
-        p += (double)(ci) * (co) * (kt) * (k) * (k) + (co);                                                  \
-        if (cached) cache += 2.0 * hw * (double)(scale) * (scale) * (ci) * sizeof(float);                   \
-    } while (0)
-#define RES(ci, co, scale)                                                                                   \
-    do {                                                                                                     \
-        p += (ci) + (co); /* norm gammas */                                                                  \
-        CONV(ci, co, 3, 3, 1, scale);                                                                        \
-        CONV(co, co, 3, 3, 1, scale);                                                                        \
-        if ((ci) != (co)) CONV(ci, co, 1, 1, 0, scale);                                                      \
-    } while (0)
-    const int z = c->z_dim, d0 = dims[0];
-    CONV(z, z, 1, 1, 0, 1);
-    CONV(z, d0, 3, 3, 1, 1);
-    RES(d0, d0, 1);
-    p += d0 + 3.0 * d0 * d0 + 3 * d0 + (double)d0 * d0 + d0; /* mid attention: norm, to_qkv, proj */
-    RES(d0, d0, 1);
-    /* state_begin's buffer sizes, walked with the up-blocks */
-    size_t act = hw * zmax((size_t)z, (size_t)d0), kn = hw * 27 * zmax((size_t)z, (size_t)d0), kmax = 27 * (size_t)d0;
-    size_t nf = 1, s2 = 1;
-    int scale = 1, cur = 0;
-    for (int i = 0; i < L; i++) {
-        int in_dim = dims[i], out_dim = dims[i + 1];
-        if (i > 0 && !c->is_residual) in_dim /= 2;
-        const int up_flag = i != L - 1, temporal = up_flag && c->temperal_downsample[L - 2 - i];
-        const int up_out = c->is_residual ? out_dim : out_dim / 2;
-        int ch = in_dim;
-        for (int j = 0; j < c->num_res_blocks + 1; j++) {
-            RES(ch, out_dim, scale);
-            ch = out_dim;
-        }
-        const size_t cm = zmax((size_t)in_dim, (size_t)out_dim);
-        act = zmax(act, nf * s2 * hw * cm);
-        kn = zmax(kn, nf * s2 * hw * 27 * cm);
-        kmax = zmax(kmax, 27 * cm);
-        if (up_flag) {
-            if (temporal) {
-                CONV(out_dim, 2 * out_dim, 3, 1, 1, scale);
-                act = zmax(act, nf * s2 * hw * 2 * (size_t)out_dim);
-                nf *= 2;
-            }
-            p += 9.0 * out_dim * up_out + up_out; /* resample.1: Conv2d 3x3 */
-            s2 *= 4;
-            act = zmax(act, nf * s2 * hw * (size_t)up_out);
-            kn = zmax(kn, nf * s2 * hw * 9 * (size_t)out_dim);
-            scale *= 2;
-            cur = up_out;
-        } else {
-            cur = out_dim;
-        }
+/* The model's own figures (vae_decoder_estimate: the layer list vae_load builds, the decode state's planning walk);
+ * 0 and 0 for a config the decoder refuses (it says so when the job loads it). */
+static void vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+    if (vae_decoder_estimate(c, h, w, params, state_bytes)) {
+        core_error_clear();
+        *params = *state_bytes = 0;
     }
-    p += cur; /* norm_out */
-    CONV(cur, c->out_channels, 3, 3, 1, scale);
-#undef RES
-#undef CONV
-    act = zmax(act, nf * s2 * hw * (size_t)c->out_channels);
-    kmax = zmax(kmax, 27 * (size_t)cur);
-    kn = zmax(kn, nf * s2 * hw * kmax);
-    const size_t col = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
-    const size_t attn = 8 * hw * (size_t)d0 + hw;
-    const int nbuf = c->is_residual ? 5 : 4;
-    *params = p;
-    *state_bytes = cache + ((double)nbuf * act + (double)col + (double)attn) * sizeof(float);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -375,10 +284,15 @@ typedef struct {
     double adapters;       /* LoRA: bytes of the trained experts' adapters together (0 without LoRA) */
 } sizes;
 
+/* The DiT's shape for a call of B rows (timestep [B]). */
+static wan_shape dit_shape(const sizes *z, int B) {
+    return (wan_shape){.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+}
+
 /* LoRA's two [rows, r] scratch buffers of one wan_acts (model/dit/wan_lora.h: wan_lora_scratch_floats). */
 static double lora_scratch(const sizes *z, int B, int sp) {
     if (z->lora.rank < 1) return 0;
-    const wan_shape sh = {.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+    const wan_shape sh = dit_shape(z, B);
     return F32 * (double)wan_lora_scratch_floats(&z->e->dit, &z->lora, &sh, sp);
 }
 
@@ -386,9 +300,10 @@ static double lora_scratch(const sizes *z, int B, int sp) {
 static double rollout_bytes(const sizes *z, int n) {
     const int b = n < z->r->batch_size ? n : z->r->batch_size;
     const wan_config *c = &z->e->dit;
+    const wan_shape two = dit_shape(z, 2 * b), one = dit_shape(z, b);
     double a = 0;
-    if (z->cfg_any) a += budget_acts_bytes(c, 2 * b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
-    if (z->nocfg_any) a += budget_acts_bytes(c, b, z->e->tokens, z->r->text_len, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
+    if (z->cfg_any) a += dit_acts(c, &two, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
+    if (z->nocfg_any) a += dit_acts(c, &one, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
     return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
 }
 
@@ -397,7 +312,7 @@ static void decoder_parts(budget_proc *p, const sizes *z, unsigned phases) {
     const budget_estimate *e = z->e;
     if (e->have_vae) {
         double params, state;
-        budget_vae_bytes(&e->vae, e->H, e->W, &params, &state);
+        vae_bytes(&e->vae, e->H, e->W, &params, &state);
         add(p, "VAE decoder (weights, decode state)", "model.decoder, rollout.height, rollout.width", 0,
             F32 * params + state);
         add(p, "decoded video (fp32, one sample)", K_SIZE, phases, F32 * z->video);
@@ -427,11 +342,12 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
                                : r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE
                                                                                : WAN_ACTS_STORE;
+    const wan_shape sh = dit_shape(z, rows);
     add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
-        budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, mode, sp) + lora_scratch(z, rows, sp));
+        dit_acts(&e->dit, &sh, mode, sp) + lora_scratch(z, rows, sp));
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
-            budget_acts_bytes(&e->dit, rows, e->tokens, r->text_len, WAN_ACTS_INFER, sp));
+            dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
         F32 * (2.0 * cap * (3.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
 }
@@ -467,11 +383,13 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
     add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
 }
 
+/* umT5's weights (t5_param_floats: the embedding stays mapped), its activations for L tokens (the hidden states,
+ * q, k, v, attention output, the gated FFN's, one head's scores: an estimate, not the allocations one by one) and the
+ * tokenizer's pieces. */
 static double t5_bytes(const t5_config *t, int L) {
     const double d = t->d_model, inner = (double)t->num_heads * t->d_kv;
-    const double layer = 4 * d * inner + (double)t->num_buckets * t->num_heads + 2 * d + 3 * d * t->d_ff;
     const double acts = (double)L * (8 * d + 3.0 * t->d_ff + 4 * inner) + (double)t->num_heads * L * L;
-    return F32 * (t->num_layers * layer + d + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
+    return F32 * ((double)t5_param_floats(t) + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
 }
 
 static void text_encoder_part(budget_proc *p, const sizes *z, unsigned phases) {
@@ -768,10 +686,11 @@ int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, 
     const int64_t T = 1 + (frames > 1 ? (frames - 1) / 4 : 0), h = height / fac, w = width / fac;
     g->tokens = (T / c.patch_size[0]) * (h / c.patch_size[1]) * (w / c.patch_size[2]);
     g->weights = F32 * params * g->experts;
-    g->acts = g->experts * budget_acts_bytes(&c, rows, g->tokens, text_len, WAN_ACTS_INFER, 1);
+    const wan_shape sh = {.B = rows, .F = (int)T, .H = (int)h, .W = (int)w, .L = text_len};
+    g->acts = g->experts * dit_acts(&c, &sh, WAN_ACTS_INFER, 1);
     g->flop_step = rows * budget_dit_flop(&c, g->tokens, text_len);
     double vp, vs;
-    budget_vae_bytes(&v, (int)h, (int)w, &vp, &vs);
+    vae_bytes(&v, (int)h, (int)w, &vp, &vs);
     g->vae = F32 * vp + vs;
     t5_config t;
     snprintf(path, sizeof path, "%s/text_encoder/config.json", pipeline);

@@ -26,12 +26,12 @@
  *   gradients still whole: trainer/zero.h), the KL reference (algorithm.beta > 0), the EMA (algorithm.ema_decay > 0); prompt embeddings
  *   (training + eval prompts + the negative, x text_len x text_dim); the trajectories of a step (B x G samples x
  *   ((N+1) latents [C, F, H, W] + sigmas, timesteps, log-probs)) and of a local in-run eval (every eval sample at
- *   once); DiT activations, replaying model/dit/wan_acts.c's layout (rollout: WAN_ACTS_INFER for min(batch_size, n)
- *   samples, doubled by CFG; training: algorithm.activations for min(micro_batch_size, transitions) transitions,
+ *   once); DiT activations, the model's own count (wan_acts_plan_bytes; rollout: WAN_ACTS_INFER for min(batch_size,
+ *   n) samples, doubled by CFG; training: algorithm.activations for min(micro_batch_size, transitions) transitions,
  *   doubled by CFG, with sp the token slice; the reference's WAN_ACTS_INFER beside it) and the sampler's and
  *   trainer's scratch buffers; the text encoder (umT5 weights except the token embedding, which stays in the mapped
  *   file; the trainer frees it after encoding, a worker keeps it) and its tokenizer; the VAE decoder (weights, its
- *   decode state replaying model/vae/wan_vae_decode.c's, the fp32 video of one sample) and the U8 videos; a worker's
+ *   decode state: the model's vae_decoder_estimate, the fp32 video of one sample) and the U8 videos; a worker's
  *   second copy of the weights while a sync is staged, and its reply message; image to video (prompt files with
  *   images, trainer/images.h): every prompt's condition (TI2V [C, 1, h, w], I2V-A14B [K, F, h, w]) held the whole
  *   job by the trainer (counted on every rank; rank 0 encodes) or the eval process, and at start-up the VAE
@@ -43,9 +43,10 @@
  *   their gradients and AdamW moments (and their EMA), LoRA's [rows, r] scratch beside each set of activations, and a
  *   worker's staged sync of the adapters only.
  * Not counted: file pages of mapped safetensors while a model loads (reclaimable page cache), allocator
- * fragmentation, ZeroMQ queues beyond one message, the reward scorers' own buffers. How close it is: the parts
- * replayed from the code (activations, VAE state) equal what the code allocates (tests/test_budget.c compares them
- * with wan_acts_bytes and vae_state_bytes, tests/test_budget_images.c the encoder's with vae_encoder_state_bytes);
+ * fragmentation, ZeroMQ queues beyond one message, the reward scorers' own buffers. How close it is: the activations
+ * and the VAE states are what the models allocate, counted by the models' own planning passes (wan_acts_plan_bytes,
+ * vae_decoder_estimate, vae_encoder_estimate; tests/test_budget.c compares them with wan_acts_bytes and
+ * vae_state_bytes, tests/test_budget_images.c the encoder's with vae_encoder_state_bytes);
  * the whole is checked against the peak RSS of real tiny runs (getrusage of a child `vgrpo run`): within a factor
  * BUDGET_TOLERANCE (1.25) either way; measured on 2 cores, estimate / peak RSS = 1.02 (recipes/tiny-cpu.yaml, 96.5 vs 94.6 MiB), 1.03 (96 x 96, 9 frames: 525 vs 509 MiB), 1.06
  * (64 x 64, recompute, beta 0.01: 246 vs 232 MiB), 1.08 (128 x 128, word_embed, latent_rgb: 125 vs 115 MiB); the
@@ -176,14 +177,6 @@ const char *budget_model_preset(const core_recipe *r);
 /* DiT FLOPs of one forward of one sample: S video tokens, L text tokens (see the top comment). */
 double budget_dit_flop(const wan_config *c, int64_t S, int L);
 
-/* Bytes wan_acts_new_sp(c, {B, F, H, W, L}, mode, sp, 0) allocates for S_full tokens (model/dit/wan_acts.c's
- * layout replayed, 64-byte aligned pieces, plus its tables). */
-double budget_acts_bytes(const wan_config *c, int B, int64_t S_full, int L, wan_acts_mode mode, int sp);
-
-/* The VAE decoder's parameter count and the bytes of its decode state for latent h x w (model/vae/wan_vae_model.c's
- * layer list and wan_vae_decode.c's state replayed; equals vae_state_bytes after a decode at that size). */
-void budget_vae_bytes(const vae_config *c, int h, int w, double *params, double *state_bytes);
-
 /* Memory available to this process (see the top comment); root prefixes /proc and /sys (NULL or "": the real ones;
  * tests pass a fake tree). limit_mb > 0 caps it (limits.memory_mb). Never fails: with nothing readable, physical
  * memory. */
@@ -199,7 +192,7 @@ void budget_memory_available(budget_memory *m, int64_t limit_mb, const char *roo
  * text_len: the prompt's tokens (ROLLOUT_T2V_TEXT_LEN). Bytes: */
 typedef struct {
     double weights; /* the transformer(s), fp32 */
-    double acts;    /* each expert's inference activations for `rows` rows (model/dit/wan_acts.c's layout) */
+    double acts;    /* each expert's inference activations for `rows` rows (wan_acts_plan_bytes) */
     double vae;     /* the VAE decoder's weights and decode state */
     double text;    /* umT5 and its activations (text_encoder/config.json; 0 without one) */
     double image;   /* --image: the VAE encoder's weights and encode state, the image's buffers (the PNG decoded at its

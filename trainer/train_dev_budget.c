@@ -1,7 +1,8 @@
 /* trainer/train_dev_budget.c — the device-memory estimate of trainer/train_dev.h: one function for the trainer's
  * start-up check and for `vgrpo run --dry-run`. The activation sizes are wan_dev_acts_estimate's (the layout
- * model/dit/wan_dev_acts.c allocates); everything else replays the allocations of model/dit/wan_dev.c (weights,
- * gradients), wan_dev_exec.c (staging), wan_dev_layers.c (LoRA scratch) and trainer/train_dev.c (master, moments),
+ * model/dit/wan_dev_acts.c allocates, counted by its own planning pass) and the LoRA scratch wan_lora_scratch_floats'
+ * rows in bf16; everything else replays the allocations of model/dit/wan_dev.c (weights, gradients),
+ * wan_dev_exec.c (staging) and trainer/train_dev.c (master, moments),
  * so a change there needs the same change here (tests/test_dev_budget.c holds the emulated device's peak equal). */
 #include "trainer/train_dev.h"
 
@@ -18,11 +19,11 @@
 #define MIB 1048576.0
 #define GIB (1024.0 * MIB)
 
-/* wan_dev_lora_prepare's scratch: 2 x max(B x max(S, L), R) x rank bf16 */
+/* The device's LoRA scratch (wan_dev_lora_prepare): the CPU model's two [maxM, rank] buffers
+ * (wan_lora_scratch_floats, one device: sp 1), in bf16. */
 static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank) {
-    const double S = (double)(sh->F / c->patch_size[0]) * (sh->H / c->patch_size[1]) * (sh->W / c->patch_size[2]);
-    const double rows = (double)sh->B * (S > sh->L ? S : sh->L), R = sh->per_token_timestep ? sh->B * S : sh->B;
-    return 2.0 * 2.0 * (rows > R ? rows : R) * rank;
+    const wan_lora_config lc = {.rank = rank};
+    return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, 1);
 }
 
 static double tokens(const wan_config *c, const wan_shape *sh) {
@@ -51,6 +52,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     double big = 0; /* the largest forward's staging */
     if (q->train) {
         const wan_shape *ts = &q->train_shape;
+        /* the device model's own count (its planning pass); kept as the one public entry while the DiT's CPU and
+         * device layouts become one (then wan_acts_plan_bytes' device twin) */
         const size_t ta = wan_dev_acts_estimate(c, ts, q->mode);
         const size_t ra = q->ref_forward ? wan_dev_acts_estimate(c, ts, WAN_ACTS_INFER) : 0;
         if (!ta || (q->ref_forward && !ra)) return -1;

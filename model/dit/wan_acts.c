@@ -296,3 +296,34 @@ size_t wan_acts_bytes(const wan_acts *a) {
     return a ? a->bytes + (size_t)(2 * a->lora_cap) * sizeof(float) + sizeof *a + (size_t)(a->cfg.num_layers + 1) * (sizeof(float *) + sizeof(wan_block_acts))
              : 0;
 }
+
+size_t wan_acts_plan_bytes(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp) {
+    /* The fields plan() reads, set as wan_acts_new_sp sets them; the same refusals, in one message (the allocation
+     * names the failing check). */
+    const int *p = cfg->patch_size;
+    if (wan_config_validate(cfg, "wan config")) return 0;
+    const int ok = shape->B >= 1 && shape->F >= 1 && shape->H >= 1 && shape->W >= 1 && shape->L >= 1 && sp >= 1 &&
+                   !(shape->F % p[0]) && !(shape->H % p[1]) && !(shape->W % p[2]) &&
+                   (mode == WAN_ACTS_INFER || mode == WAN_ACTS_STORE || mode == WAN_ACTS_RECOMPUTE);
+    const int Fp = ok ? shape->F / p[0] : 0, Hp = ok ? shape->H / p[1] : 0, Wp = ok ? shape->W / p[2] : 0;
+    const int rope = cfg->rope_max_seq_len;
+    if (!ok || (Fp * Hp * Wp) % sp || Fp > rope || Hp > rope || Wp > rope) {
+        core_error("wan acts: B %d, F %d, H %d, W %d, L %d, mode %d, sp %d is a shape wan_acts_new_sp refuses",
+                   shape->B, shape->F, shape->H, shape->W, shape->L, (int)mode, sp);
+        return 0;
+    }
+    wan_acts A;
+    memset(&A, 0, sizeof A);
+    A.cfg = *cfg, A.shape = *shape, A.mode = mode;
+    A.Fp = Fp, A.Hp = Hp, A.Wp = Wp;
+    A.S_full = Fp * Hp * Wp, A.sp = sp, A.S = A.S_full / sp;
+    A.D = wan_dim(cfg), A.Dh = cfg->attention_head_dim, A.H = cfg->num_attention_heads;
+    A.Fd = cfg->ffn_dim, A.L = shape->L;
+    A.R = shape->per_token_timestep ? shape->B * A.S : shape->B;
+    A.Pin = cfg->in_channels * p[0] * p[1] * p[2];
+    A.Pout = cfg->out_channels * p[0] * p[1] * p[2];
+    arena count = {NULL, 0};
+    plan(&A, &count);
+    A.bytes = count.off;
+    return wan_acts_bytes(&A);
+}

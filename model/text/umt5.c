@@ -74,6 +74,12 @@ void t5_free(t5_encoder *e) {
     free(e);
 }
 
+size_t t5_param_floats(const t5_config *c) {
+    const size_t D = (size_t)c->d_model, I = (size_t)c->num_heads * c->d_kv, F = (size_t)c->d_ff;
+    const size_t per = 4 * I * D + (size_t)c->num_buckets * c->num_heads + 2 * D + 3 * F * D; /* one block */
+    return per * (size_t)c->num_layers + D;
+}
+
 t5_encoder *t5_load(const char *dir) {
     t5_encoder *e = calloc(1, sizeof *e);
     if (!e) {
@@ -90,11 +96,10 @@ t5_encoder *t5_load(const char *dir) {
         goto fail;
     }
     size_t D = (size_t)c->d_model, I = (size_t)c->num_heads * c->d_kv, F = (size_t)c->d_ff, H = (size_t)c->num_heads;
-    size_t per = 4 * I * D + (size_t)c->num_buckets * H + 2 * D + 3 * F * D;
-    e->params = malloc((per * (size_t)c->num_layers + D) * sizeof(float));
+    e->params = malloc(t5_param_floats(c) * sizeof(float));
     e->layers = calloc((size_t)c->num_layers, sizeof *e->layers);
     if (!e->params || !e->layers) {
-        core_error("umt5: out of memory for %zu parameters", per * (size_t)c->num_layers + D);
+        core_error("umt5: out of memory for %zu parameters", t5_param_floats(c));
         goto fail;
     }
     float *p = e->params;

@@ -12,6 +12,7 @@
 #ifndef MODEL_UMT5_H
 #define MODEL_UMT5_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -29,6 +30,10 @@ int t5_config_load(const char *dir, t5_config *cfg);
 /* Loads the encoder from a transformers folder. NULL with core_error naming the folder, tensor and fault. */
 t5_encoder *t5_load(const char *dir);
 void t5_free(t5_encoder *e);
+/* Floats of the weights t5_load copies into its own buffer: per block q, k, v, o [heads * d_kv, d_model], the
+ * relative attention bias [num_buckets, heads], two layer norms, wi_0, wi_1, wo (d_ff x d_model each); plus the final
+ * norm. The token embedding is not among them (it stays in the mapped safetensors). */
+size_t t5_param_floats(const t5_config *c);
 const t5_config *t5_get_config(const t5_encoder *e);
 
 /* The bucket of relative position rel = key position - query position (bidirectional: the encoder's rule),

@@ -76,6 +76,11 @@ int vae_decode(vae_model *m, const float *latents, int B, int z, int T, int h, i
 size_t vae_state_bytes(const vae_model *m);
 /* Bytes of the feature cache alone (2 frames per cached causal convolution at its resolution). */
 size_t vae_cache_bytes(const vae_model *m);
+/* The decoder's sizes from its config alone, without weights or a decode (the memory estimate of trainer/budget.h):
+ * *params its floats (the tensors vae_load reads: post_quant_conv and decoder.*), *state_bytes what vae_state_bytes
+ * reports after a decode of latent h x w (the same planning walk state_begin allocates by, so equal). Errors:
+ * vae_load's config refusals (vae_build). */
+int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes);
 
 /* The rollout's path to pixels: un-normalise as WanPipeline does (latents / (1 / latents_std) + latents_mean, per
  * channel), decode, then map each value x to uint8 as diffusers' VideoProcessor does: v = clamp(x / 2 + 0.5, 0, 1)

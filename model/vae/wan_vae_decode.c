@@ -16,12 +16,17 @@
 
 static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Allocates the decode state for latent size h x w (kept while h, w stay the same). */
-static int state_begin(vae_model *m, int h, int w) {
-    vae_state *st = &m->st;
-    if (st->buf[0] && st->h == h && st->w == w) return 0;
-    vae_state_free(st);
-    st->h = h, st->w = w;
+/* Floats of feature-cache slot i for latent h x w: VAE_CACHE_T frames at the slot's resolution and channels. */
+static size_t slot_floats(const vae_model *m, int i, size_t hw) {
+    return VAE_CACHE_T * hw * (size_t)m->slots[i].scale * m->slots[i].scale * m->slots[i].c;
+}
+
+/* Buffers of the decode loop: buf[4] keeps a residual up-block's input (DupUp3D). */
+static int state_nbuf(const vae_model *m) { return m->cfg.is_residual ? 5 : 4; }
+
+/* The decode state's sizes for latent h x w, walked with the up-blocks: st's buf_floats, col_floats, attn_floats,
+ * cache_bytes and bytes (what state_begin allocates and vae_decoder_estimate reports). */
+static void plan_state(const vae_model *m, int h, int w, vae_state *st) {
     const size_t hw = (size_t)h * w;
     size_t act = hw * zmax((size_t)m->cfg.z_dim, (size_t)m->dims[0]);
     size_t kn = hw * 27 * zmax((size_t)m->cfg.z_dim, (size_t)m->dims[0]), kmax = 27 * (size_t)m->dims[0];
@@ -48,26 +53,50 @@ static int state_begin(vae_model *m, int h, int w) {
     st->buf_floats = act;
     st->col_floats = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
     st->attn_floats = 8 * hw * (size_t)m->dims[0] + hw;
+    st->cache_bytes = 0;
+    for (int i = 0; i < m->nslots; i++) st->cache_bytes += slot_floats(m, i, hw) * sizeof(float);
+    st->bytes = st->cache_bytes +
+                ((size_t)state_nbuf(m) * st->buf_floats + st->col_floats + st->attn_floats) * sizeof(float);
+}
+
+/* Allocates the decode state for latent size h x w (kept while h, w stay the same). */
+static int state_begin(vae_model *m, int h, int w) {
+    vae_state *st = &m->st;
+    if (st->buf[0] && st->h == h && st->w == w) return 0;
+    vae_state_free(st);
+    st->h = h, st->w = w;
+    const size_t hw = (size_t)h * w;
+    plan_state(m, h, w, st);
     st->cache = calloc((size_t)m->nslots + 1, sizeof *st->cache);
     st->cache_n = calloc((size_t)m->nslots + 1, sizeof *st->cache_n);
     st->time_seen = calloc((size_t)m->ntime + 1, sizeof *st->time_seen);
     if (!st->cache || !st->cache_n || !st->time_seen) goto oom;
-    st->cache_bytes = 0;
-    for (int i = 0; i < m->nslots; i++) {
-        size_t n = VAE_CACHE_T * hw * (size_t)m->slots[i].scale * m->slots[i].scale * m->slots[i].c;
-        if (!(st->cache[i] = malloc(n * sizeof(float)))) goto oom;
-        st->cache_bytes += n * sizeof(float);
-    }
-    const int nbuf = m->cfg.is_residual ? 5 : 4; /* buf[4] keeps a residual up-block's input (DupUp3D) */
-    for (int i = 0; i < nbuf; i++)
+    for (int i = 0; i < m->nslots; i++)
+        if (!(st->cache[i] = malloc(slot_floats(m, i, hw) * sizeof(float)))) goto oom;
+    for (int i = 0; i < state_nbuf(m); i++)
         if (!(st->buf[i] = malloc(st->buf_floats * sizeof(float)))) goto oom;
     if (!(st->col = malloc(st->col_floats * sizeof(float))) || !(st->attn = malloc(st->attn_floats * sizeof(float))))
         goto oom;
-    st->bytes = st->cache_bytes + ((size_t)nbuf * st->buf_floats + st->col_floats + st->attn_floats) * sizeof(float);
     return 0;
 oom:
     vae_state_free(st);
     return core_error("vae: out of memory for the decode state of a %d x %d latent", h, w);
+}
+
+int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+    vae_model *m = calloc(1, sizeof *m);
+    if (!m) return core_error("out of memory");
+    m->cfg = *c;
+    const int rc = vae_build(m);
+    if (!rc) {
+        vae_state st;
+        memset(&st, 0, sizeof st);
+        plan_state(m, h, w, &st);
+        *params = (double)m->nfloats;
+        *state_bytes = (double)st.bytes;
+    }
+    vae_free(m);
+    return rc;
 }
 
 size_t vae_state_bytes(const vae_model *m) { return m->st.bytes; }
