@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_executor.h"
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_i2v.h"
@@ -397,12 +396,7 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         return core_error("trainer: the model is on a device, whose optimizer step is trainer/train_dev.h's "
                           "(trainer_config.opt_step)");
     for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
-        if (!trained || trained[e]) {
-            if (ex && ex->dev) {
-                if (wan_dev_exec_zero_grads(ex->dev, policy[e])) return -1;
-            } else if (trainer_trained_buffer(policy[e]).params == policy[e]->params) wan_model_zero_grads(policy[e]);
-            else wan_lora_zero_grads(policy[e]->lora);
-        }
+        if ((!trained || trained[e]) && wan_exec_zero_grads(ex, policy[e])) return -1;
     grpo_loss_stats local = {0};
     if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
     /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */

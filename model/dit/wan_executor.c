@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_executor.h"
+#include "model/dit/wan_lora.h"
 #include "sp/comm.h"
 
 struct wan_exec_acts {
@@ -55,4 +56,11 @@ int wan_exec_backward(wan_model *m, wan_exec_acts *a, const wan_exec *ex, const 
     if (check_where(ex, a, "wan_exec_backward")) return -1;
     if (a->dev) return wan_dev_exec_backward(ex->dev, m, a->dev, dout);
     return wan_backward(m, a->cpu, ex, NULL, NULL, dout);
+}
+
+int wan_exec_zero_grads(const wan_exec *ex, wan_model *m) {
+    if (ex && ex->dev) return wan_dev_exec_zero_grads(ex->dev, m);
+    if (m->lora && !m->grads) wan_lora_zero_grads(m->lora);
+    else wan_model_zero_grads(m);
+    return 0;
 }

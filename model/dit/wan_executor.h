@@ -26,5 +26,9 @@ int wan_exec_forward(const wan_model *m, wan_exec_acts *a, const wan_exec *ex, f
 /* wan_backward's contract without dx / d enc: the parameter gradients ACCUMULATE into m->grads (or its adapter's)
  * on the CPU, into m's device gradients on the device (wan_dev_exec_backward). 0 or -1. */
 int wan_exec_backward(wan_model *m, wan_exec_acts *a, const wan_exec *ex, const float *dout);
+/* Zeroes the gradients wan_exec_backward accumulates into: on the device m's device gradients (allocated on first
+ * use: wan_dev_exec_zero_grads); on the CPU the attached adapter's when m trains one (a LoRA adapter and no base
+ * gradients: wan_lora.h's frozen base), else m's own (allocated: wan_model_alloc_grads). 0 or -1. */
+int wan_exec_zero_grads(const wan_exec *ex, wan_model *m);
 
 #endif
