@@ -231,7 +231,8 @@ endif
 # hashes) would need jansson/xxhash, so every object is built with one section per function and the link drops the
 # unused ones (--gc-sections): still libc/libm only.
 GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_dev*.c) \
-  $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c) \
+  $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c \
+  wan_executor.c) \
   sp/shard.c sp/comm.c core/philox.c
 # The GRPO rows (cli/check/check_grpo.c): the rollout engine and the training step on the device
 # against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).

@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_executor.h"
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
@@ -75,9 +75,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
     const int i2v = tr[0].condition != NULL;
     const int64_t tpf = (rc->shape[2] / m0->cfg.patch_size[1]) * (rc->shape[3] / m0->cfg.patch_size[2]);
     const int64_t nts = i2v ? rc->shape[1] * tpf : 1;
-    wan_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
-    wan_dev_exec *dx = ex ? ex->dev : NULL;
-    wan_dev_acts *dacts[2] = {NULL, NULL};
+    wan_exec_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
     float *x = malloc(sizeof(float) * (size_t)(2 * b * nin));
     float *vout = malloc(sizeof(float) * (size_t)(2 * b * nl));
     float *enc = calloc((size_t)(2 * b * ne), sizeof(float)); /* unconditional rows stay zero without rc->neg */
@@ -103,12 +101,10 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
         const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
         const int cfg = flow_cfg_active(g);
         const int rows = b * (cfg ? 2 : 1);
-        if (dx ? !dacts[cfg] : !acts[cfg]) {
+        if (!acts[cfg]) {
             wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3],
                             .L = rc->text_len, .per_token_timestep = i2v};
-            if (dx ? !(dacts[cfg] = wan_dev_exec_acts(dx, &m0->cfg, &sh, WAN_ACTS_INFER))
-                   : !(acts[cfg] = wan_acts_new(&m0->cfg, &sh, WAN_ACTS_INFER)))
-                goto done;
+            if (!(acts[cfg] = wan_exec_acts_new(ex, &m0->cfg, &sh, WAN_ACTS_INFER))) goto done;
         }
         for (int r = 0; r < rows; r++) { /* a conditioned latent's frame 0 is its condition: it is the model input */
             if (ccond)
@@ -118,9 +114,7 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
             if (i2v) flow_ff_timesteps(rc->shape[1], tpf, rc->timesteps[i], ts + r * nts);
             else ts[r] = rc->timesteps[i];
         }
-        if (dx ? wan_dev_exec_forward(dx, E->expert[e], dacts[cfg], vout, x, ts, enc)
-               : wan_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc))
-            goto done;
+        if (wan_exec_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc)) goto done;
         for (int j = 0; j < b; j++) {
             const float *vc = vout + j * nl;
             if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
@@ -141,10 +135,8 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
     }
     rc_ = 0;
 done:
-    wan_acts_free(acts[0]);
-    wan_acts_free(acts[1]);
-    wan_dev_acts_free(dacts[0]);
-    wan_dev_acts_free(dacts[1]);
+    wan_exec_acts_free(acts[0]);
+    wan_exec_acts_free(acts[1]);
     free(x), free(vout), free(enc), free(ts), free(v), free(eps), free(work);
     return rc_;
 }

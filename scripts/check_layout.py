@@ -18,6 +18,11 @@ Second part, from the object files' symbols (`nm` on DIR/<folder>/*.o, DIR from 
 Without object files this part is skipped, with a note; a .c file without an object is left out. The objects are
 what the last build made: build first, or the graph may be stale.
 
+Third part, from the file names: a model file written twice, once per backend. A file model/<sub>/<p>_dev_<rest>.c
+beside model/<sub>/<p>_<rest>.c is a device twin of it (the same layer or model again on the device table): an error,
+since the model is written once over the backend interface and the executor picks where it runs. KNOWN_TWINS lists
+the twins not folded in yet, printed as warnings; the list only shrinks.
+
 Also printed, as a warning only: cli/ files over 300 lines.
 
 Exit 0 when there is no error, 1 when there is one (each printed as `file:line: ...`), 2 on bad usage.
@@ -37,6 +42,11 @@ MODEL_SUBS = ["dit", "vae", "text", "flow"]
 # model/). Empty: no folder had one when this check was written, so any new cycle is an error.
 KNOWN_CYCLES = set()
 CLI_LINES_WARN = 300
+# Device twins of model files that still exist (the DiT's forward, backward, activations and layers on k_dev_ops):
+# warnings until they are folded into their CPU files; any other twin, or one of these added back, is an error.
+KNOWN_TWINS = {"model/dit/wan_dev_forward.c", "model/dit/wan_dev_backward.c", "model/dit/wan_dev_acts.c",
+               "model/dit/wan_dev_layers.c"}
+TWIN_RE = re.compile(r"^(model/[^/]+/[A-Za-z0-9]+)_dev_([A-Za-z0-9_]+\.c)$")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
@@ -273,6 +283,26 @@ def cli_long_files(root, files):
     return out
 
 
+def model_twins(files):
+    """Errors and warnings for the device twins of model files among files (see the top)."""
+    errors, warnings = [], []
+    present = set(files)
+    for rel in files:
+        m = TWIN_RE.match(rel)
+        if not m:
+            continue
+        twin_of = "%s_%s" % (m.group(1), m.group(2))
+        if twin_of not in present:
+            continue
+        msg = "%s:1: a device twin of %s (the same model code again for another backend: write it once over the " \
+              "backend interface, and let the executor choose where it runs)" % (rel, twin_of)
+        if rel in KNOWN_TWINS:
+            warnings.append("warning: %s (known; in KNOWN_TWINS)" % msg)
+        else:
+            errors.append(msg)
+    return errors, warnings
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description="vgrpo layering check: include order between folders, file-level "
                                  "cycles inside a folder.")
@@ -292,7 +322,9 @@ def main(argv):
     if not args.no_objects:
         cerr, warnings, notes = check_objects(root, files, build)
         errors += cerr
-    warnings += cli_long_files(root, files)
+    terr, twarn = model_twins(files)
+    errors += terr
+    warnings += twarn + cli_long_files(root, files)
     for line in notes + warnings:
         print(line)
     for line in errors:

@@ -1,5 +1,6 @@
 /* tests/test_layout.c — the layering check (scripts/check_layout.py): the tree passes it, and a small fake tree
- * with a bad include, a model/ subfolder reaching into its peer and a file-level cycle fails it, naming file:line. */
+ * with a bad include, a model/ subfolder reaching into its peer, a file-level cycle and a device twin of a model file
+ * fails it, naming file:line. */
 #include <libgen.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +35,10 @@ TEST(layout_bad_tree_fails) {
     test_write_text(d, "trainer/step.c", "/* a trainer file */\n#include \"core/a.h\"\n#include \"cli/app.h\"\nint step;\n");
     test_write_text(d, "model/dit/dit.c", "#include <stdio.h>\n#include \"model/vae/vae.h\"\n#include \"model/dit/x.h\"\n");
     test_write_text(d, "model/vae/vae.h", "int vae(void);\n");
+    /* the DiT's forward again for the device: a twin (model/vae's lone dev file has none) */
+    test_write_text(d, "model/dit/dit_forward.c", "int dit_forward;\n");
+    test_write_text(d, "model/dit/dit_dev_forward.c", "int dit_dev_forward;\n");
+    test_write_text(d, "model/vae/vae_dev_run.c", "int vae_dev_run;\n");
     /* core/a.c and core/b.c call each other: a file-level cycle, found from their objects. */
     test_write_text(d, "core/a.h", "int a(void);\nint b(void);\n");
     test_write_text(d, "core/a.c", "#include \"core/a.h\"\nint a(void) { return b() + 1; }\n");
@@ -47,12 +52,15 @@ TEST(layout_bad_tree_fails) {
     CHECK_MSG(strstr(out, "model/dit/dit.c:2: folder model/dit includes folder model/vae") != NULL, "%s", out);
     CHECK_MSG(strstr(out, "core/a.c:1: file-level cycle in core/: core/a.c -> core/b.c -> core/a.c") != NULL, "%s",
               out);
+    CHECK_MSG(strstr(out, "model/dit/dit_dev_forward.c:1: a device twin of model/dit/dit_forward.c") != NULL, "%s",
+              out);
     CHECK(strstr(out, "trainer/step.c:2") == NULL); /* core is below trainer */
     CHECK(strstr(out, "dit.c:3") == NULL);          /* its own subfolder */
-    CHECK(strstr(out, "3 error(s)") != NULL);
+    CHECK(strstr(out, "vae_dev_run.c") == NULL);    /* no vae_run.c beside it */
+    CHECK(strstr(out, "4 error(s)") != NULL);
     /* Without objects the cycle part is skipped with a note; the include errors remain. */
     rc = test_run(out, sizeof out, "python3 scripts/check_layout.py --root '%s' --build '%s/none'", d, d);
     CHECK(rc == 1);
     CHECK_MSG(strstr(out, "note: no object files under") != NULL, "%s", out);
-    CHECK(strstr(out, "2 error(s)") != NULL);
+    CHECK(strstr(out, "3 error(s)") != NULL);
 }

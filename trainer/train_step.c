@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_executor.h"
 #include "model/flow/first_frame.h"
 #include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
@@ -105,20 +105,15 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
     }
     wan_shape sh = {.B = rows, .F = (int)T[0].shape[1], .H = (int)T[0].shape[2], .W = (int)T[0].shape[3], .L = b->text_len,
                     .per_token_timestep = i2v};
-    /* Sequence parallel (ex->sp of more than one rank): activations for this rank's token slice; the output is the
-     * full gathered velocity on every SP rank. */
-    const int spn = ex && ex->sp ? ex->sp->size : 1, spr = ex && ex->sp ? ex->sp->rank : 0;
-    /* On a device (ex->dev, model/dit/wan_dev_exec.h) the forward and backward run there; the velocity comes back in
-     * fp32 and everything between them (flow step, log-prob, KL, loss, dv) is the host code below, as on the CPU. */
-    wan_dev_exec *dx = ex ? ex->dev : NULL;
+    /* The activations ex runs on (wan_exec_acts_new): under sequence parallelism (ex->sp of more than one rank) this
+     * rank's token slice, the output being the full gathered velocity on every SP rank; on a device (ex->dev,
+     * model/dit/wan_dev_exec.h) the forward and backward run there and the velocity comes back in fp32, so
+     * everything between them (flow step, log-prob, KL, loss, dv) is the host code below, as on the CPU. */
     const wan_acts_mode mode = backward ? tc->acts_mode : WAN_ACTS_INFER;
-    wan_acts *acts = dx ? NULL : wan_acts_new_sp(&policy->cfg, &sh, mode, spn, spr), *racts = NULL;
-    wan_dev_acts *dacts = dx ? wan_dev_exec_acts(dx, &policy->cfg, &sh, mode) : NULL, *dracts = NULL;
-    if (!acts && !dacts) return -1;
+    wan_exec_acts *acts = wan_exec_acts_new(ex, &policy->cfg, &sh, mode), *racts = NULL;
+    if (!acts) return -1;
     int rc = -1;
-    if (dx ? wan_dev_exec_forward(dx, policy, dacts, w->vout, w->x, w->ts, w->enc)
-           : wan_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc))
-        goto done;
+    if (wan_exec_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc)) goto done;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
@@ -154,11 +149,8 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         /* the reference is the policy itself under LoRA: its base, the adapter switched off for this forward */
         wan_exec rex = ex ? *ex : (wan_exec){0};
         rex.lora_off = ref == policy;
-        if (dx ? !(dracts = wan_dev_exec_acts(dx, &ref->cfg, &sh, WAN_ACTS_INFER))
-               : !(racts = wan_acts_new_sp(&ref->cfg, &sh, WAN_ACTS_INFER, spn, spr)))
-            goto done;
-        if (dx ? wan_dev_exec_forward_lora(dx, ref, dracts, w->vref, w->x, w->ts, w->enc, ref != policy)
-               : wan_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc))
+        if (!(racts = wan_exec_acts_new(ex, &ref->cfg, &sh, WAN_ACTS_INFER)) ||
+            wan_exec_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc))
             goto done;
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
@@ -200,15 +192,12 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
             else
                 memcpy(w->dout + (int64_t)t * nl, w->dv, sizeof(float) * nl);
         }
-        if (dx ? wan_dev_exec_backward(dx, policy, dacts, w->dout) : wan_backward(policy, acts, ex, NULL, NULL, w->dout))
-            goto done;
+        if (wan_exec_backward(policy, acts, ex, w->dout)) goto done;
     }
     rc = 0;
 done:
-    wan_acts_free(acts);
-    wan_acts_free(racts);
-    wan_dev_acts_free(dacts);
-    wan_dev_acts_free(dracts);
+    wan_exec_acts_free(acts);
+    wan_exec_acts_free(racts);
     return rc;
 }
 
@@ -407,12 +396,7 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         return core_error("trainer: the model is on a device, whose optimizer step is trainer/train_dev.h's "
                           "(trainer_config.opt_step)");
     for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
-        if (!trained || trained[e]) {
-            if (ex && ex->dev) {
-                if (wan_dev_exec_zero_grads(ex->dev, policy[e])) return -1;
-            } else if (trainer_trained_buffer(policy[e]).params == policy[e]->params) wan_model_zero_grads(policy[e]);
-            else wan_lora_zero_grads(policy[e]->lora);
-        }
+        if ((!trained || trained[e]) && wan_exec_zero_grads(ex, policy[e])) return -1;
     grpo_loss_stats local = {0};
     if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
     /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */

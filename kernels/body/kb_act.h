@@ -1,8 +1,9 @@
 /* kernels/body/kb_act.h — GELU (tanh approximation) and SiLU per element, forward and backward.
  *
- * The arithmetic of kernels/cpu/activation.c, operation for operation, including its own exp (kb_expf: Cody-Waite
- * reduction and a degree-7 polynomial from plain fp32 multiplies and adds, no maths library), so results are
- * bit-identical to k_cpu_ops on the CPU and, compiled without contraction, on the GPU too:
+ * The one source of this arithmetic: kernels/cpu/activation.c's loops (k_cpu_ops) and the device kernels (CUDA, the
+ * emulated device) call these bodies, including their own exp (kb_expf: Cody-Waite reduction and a degree-7
+ * polynomial from plain fp32 multiplies and adds, no maths library), so results are the same bits on the CPU and,
+ * compiled without contraction, on the GPU too:
  *   gelu_tanh(x) = x * s(2u), u = sqrt(2/pi) (x + 0.044715 x^3), s(z) = 1 / (1 + exp(-z))
  *   silu(x)      = x / (1 + exp(-x))
  * Reference: torch gelu(approximate="tanh"), torch silu. */
@@ -13,11 +14,15 @@
 
 #include "kernels/body/kb_base.h"
 
-/* sqrt(2/pi) as torch rounds it, and the cubic coefficient (activation.c's GELU_BETA, GELU_KAPPA). */
+/* sqrt(2/pi) (torch computes M_SQRT2 * M_2_SQRTPI * 0.5 in double and rounds it to fp32), and the cubic term. */
 #define KB_GELU_BETA ((float)(1.41421356237309504880 * 1.12837916709551257390 * 0.5))
 #define KB_GELU_KAPPA 0.044715f
 
-/* exp(x) in fp32, max error ~2 ulp; +inf above 88, 0 below -87: activation.c's k_expf. */
+/* exp(x) in fp32, max error ~2 ulp; +inf above 88, 0 below -87 (the sigmoids only need it saturated there).
+ * x = n ln2 + r, |r| <= ln2/2: n by round-to-nearest (adding 1.5 * 2^23 leaves n in the low mantissa bits of t,
+ * which also gives 2^n without a float-to-int conversion, so CPU loops vectorise), ln2 split in a 9-bit high part
+ * (n * hi exact) and a low part; exp(r) by its Taylor series to r^7 (truncation < 0.15 ulp). Plain multiplies and
+ * adds, no fma: the same results with or without FMA hardware. */
 KB_FN float kb_expf(float x) {
     float xc = x > 88.0f ? 88.0f : x;
     xc = xc < -87.0f ? -87.0f : xc;

@@ -1,6 +1,6 @@
 /* kernels/body/kb_lse.h — merge of two partial attention results through their log-sum-exp (ring attention), one
- * query row (Dh values of one token and head) per body call. kernels/cpu/lse_merge.c's arithmetic in the same order;
- * the weights use the maths library (expf, log1pf): on the CPU the body therefore equals k_cpu_ops bit for bit, on
+ * query row (Dh values of one token and head) per body call; kernels/cpu/lse_merge.c's loop calls these bodies.
+ * The weights use the maths library (expf, log1pf): on the CPU the body therefore equals k_cpu_ops bit for bit, on
  * the GPU CUDA's expf/log1pf (within 2 ulp) make it differ by rounding, so the GPU check uses a band there.
  *   L = max + log1p(exp(min - max)), w_k = exp(lse_k - L); o = w1 o1 + w2 o2 (a term with w_k == 0 is skipped, so
  *   an empty partial's o_k is never read); backward: do_k += w_k dout, dlse_k += w_k (dlse + dout . (o_k - o)).

@@ -1,7 +1,7 @@
 /* kernels/body/kb_modulate.h — AdaLN modulation x * (1 + scale) + shift and the gated residual x + y * gate, per
  * element, and the column sums behind the gradients of broadcast modulation rows.
  *
- * kernels/cpu/modulate.c's arithmetic: each product and sum rounded as written (fp32); the gradients of a row
+ * kernels/cpu/modulate.c's loops call the element bodies (each product and sum rounded as written, fp32); the gradients of a row
  * broadcast over S tokens (per_token 0) are sums over s = 0..S-1 in order, in double, rounded once and added. So fp32
  * results are bit-identical to k_cpu_ops. Modulation rows sit at row b (per_token 0) or b*S + s (per_token 1) with
  * a row stride of mod_stride floats (kernels.h). Reference: diffusers WanTransformerBlock. */

@@ -1,8 +1,8 @@
 /* kernels/body/kb_norm.h — LayerNorm and RMSNorm bodies (forward, backward, weight/bias gradients), one row split
  * over KB_NORM_LANES = 16 lanes.
  *
- * The order is kernels/cpu/norm.c's, operation for operation, so with fp32 storage a body reproduces k_cpu_ops bit
- * for bit (tests/test_kernel_bodies.c checks it):
+ * The order is kernels/cpu/norm.c's, operation for operation (its loops call the element bodies, the statistics and
+ * the lane tree below), so with fp32 storage a body reproduces k_cpu_ops bit for bit (tests/test_kernel_bodies.c):
  * - Row statistics and the backward's two row sums accumulate in double over 16 lanes: lane j adds elements
  *   j, j+16, j+32, ... in order, then the 16 lane sums are added in a fixed pairwise tree (kb_norm_combine).
  *   On the GPU the 16 lanes are 16 threads of a warp; each computes its lane sum with the same function and the

@@ -1,5 +1,5 @@
 /* kernels/body/kb_rope.h — rotary embedding on interleaved pairs, one pair (x[2j], x[2j+1]) per body call.
- * Same products and sums as kernels/cpu/rope.c (each product rounded before the add, as torch's fp32 kernel), so
+ * Each product rounded before the add, as torch's fp32 kernel; kernels/cpu/rope.c's loops call these bodies, so
  * fp32 results are bit-identical to k_cpu_ops. cos, sin [S, Dh/2] fp32 from k_wan_rope_table (always fp32, also on
  * the GPU). Reference: diffusers WanAttnProcessor apply_rotary_emb. */
 #ifndef KERNELS_BODY_KB_ROPE_H

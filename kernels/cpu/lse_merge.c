@@ -7,27 +7,15 @@
  * (d L / d lse_k = w_k; d w_1 / d lse_1 = w1 w2, d w_2 / d lse_1 = -w1 w2, and w2 (o1 - o2) = o1 - o).
  * An empty partial (lse_k = -inf, e.g. attention over zero keys) has weight 0 and its o_k is never read, so it
  * cannot inject NaN; two empty partials give o = 0, lse = -inf and zero gradients. Each row is independent, so
- * results do not depend on the thread count. */
+ * results do not depend on the thread count. The row arithmetic is kernels/body/kb_lse.h's (the device kernels'
+ * too), on fp32 views; this file adds the loop over rows. */
 #include <math.h>
 #include <stddef.h>
 
 #include "kernels/kernels.h"
+#include "kernels/body/kb_lse.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/prof.h"
-
-/* Merged lse and the two weights of one row; returns 0 when both partials are empty (L = -inf). */
-static int merge_weights(float l1, float l2, float *L, float *w1, float *w2) {
-    float mx = l1 > l2 ? l1 : l2, mn = l1 > l2 ? l2 : l1;
-    if (mx == -INFINITY || isnan(mx)) {
-        *L = isnan(mx) ? mx : -INFINITY;
-        *w1 = *w2 = 0.0f;
-        return 0;
-    }
-    *L = mx + log1pf(expf(mn - mx));
-    *w1 = expf(l1 - *L);
-    *w2 = expf(l2 - *L);
-    return 1;
-}
 
 /* Forward: see kernels.h (lse_merge_forward). o, o1, o2 [B,S,H,Dh]; lse, lse1, lse2 [B,H,S] natural log.
  * o may alias o1 (or o2) and lse may alias lse1 (or lse2). Reference: the log-sum-exp combine of
@@ -39,17 +27,7 @@ static void lse_merge_forward_run(float *o, float *lse, const float *o1, const f
     for (long r = 0; r < rows; r++) {
         const long b = r / ((long)S * H), s = r / H % S, h = r % H;
         const ptrdiff_t li = (b * H + h) * S + s, oi = r * Dh;
-        float L, w1, w2;
-        int live = merge_weights(lse1[li], lse2[li], &L, &w1, &w2);
-        for (int e = 0; e < Dh; e++) {
-            float x = 0.0f;
-            if (live) {
-                if (w1 != 0.0f) x += w1 * o1[oi + e];
-                if (w2 != 0.0f) x += w2 * o2[oi + e];
-            }
-            o[oi + e] = x;
-        }
-        lse[li] = L;
+        kb_lse_merge_fwd_row(kb_out_f32(o), lse, kb_in_f32(o1), lse1, kb_in_f32(o2), lse2, (size_t)oi, (size_t)li, Dh);
     }
 }
 
@@ -64,28 +42,8 @@ static void lse_merge_backward_run(float *do1, float *dlse1, float *do2, float *
     for (long r = 0; r < rows; r++) {
         const long b = r / ((long)S * H), s = r / H % S, h = r % H;
         const ptrdiff_t li = (b * H + h) * S + s, oi = r * Dh;
-        float L, w1, w2;
-        if (!merge_weights(lse1[li], lse2[li], &L, &w1, &w2)) continue;
-        const float g = dlse ? dlse[li] : 0.0f;
-        float dot1 = 0.0f, dot2 = 0.0f;
-        for (int e = 0; e < Dh; e++) {
-            float a = w1 != 0.0f ? o1[oi + e] : 0.0f, c = w2 != 0.0f ? o2[oi + e] : 0.0f;
-            float x = 0.0f;
-            if (w1 != 0.0f) x += w1 * a;
-            if (w2 != 0.0f) x += w2 * c;
-            dot1 += dout[oi + e] * (a - x);
-            dot2 += dout[oi + e] * (c - x);
-        }
-        if (w1 != 0.0f) {
-            if (do1)
-                for (int e = 0; e < Dh; e++) do1[oi + e] += w1 * dout[oi + e];
-            if (dlse1) dlse1[li] += w1 * (g + dot1);
-        }
-        if (w2 != 0.0f) {
-            if (do2)
-                for (int e = 0; e < Dh; e++) do2[oi + e] += w2 * dout[oi + e];
-            if (dlse2) dlse2[li] += w2 * (g + dot2);
-        }
+        kb_lse_merge_bwd_row(kb_out_f32(do1), dlse1, kb_out_f32(do2), dlse2, kb_in_f32(dout), dlse, kb_in_f32(o1), lse1,
+                             kb_in_f32(o2), lse2, (size_t)oi, (size_t)li, Dh);
     }
 }
 

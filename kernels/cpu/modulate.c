@@ -7,12 +7,15 @@
  * tokens; with per_token == 1 a row per token, at row b*S + s (Wan 2.2 TI2V). mod_stride lets the rows sit inside
  * a [.., 6, D] modulation table (mod_stride = 6*D).
  * Gradients of broadcast rows are sums over s: each thread owns (sample, range of columns) and adds the tokens in
- * order 0..S-1 in double, so no value depends on the thread count. */
+ * order 0..S-1 in double, so no value depends on the thread count. The per-element arithmetic and the modulation
+ * row offsets are kernels/body/kb_modulate.h's (the device kernels' too); this file adds the loops and the CPU's
+ * column sums. */
 #include <omp.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/body/kb_modulate.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/prof.h"
 
@@ -24,10 +27,6 @@ enum { COL_BLOCK = 2048 };
 /* below this many elements a parallel region costs more than it saves */
 #define PAR ((size_t)B * S * D >= K_PAR_MIN_ELEMS)
 
-static inline size_t mod_row(int b, int s, int S, int per_token, int mod_stride) {
-    return (per_token ? (size_t)b * S + s : (size_t)b) * (size_t)mod_stride;
-}
-
 /* out = x * (1 + scale) + shift. x, out [B, S, D]; shift, scale rows of D floats at stride mod_stride
  * ([B, .] or [B, S, .] with per_token). out may alias x. */
 static void modulate_forward_run(float *out, const float *x, const float *shift, const float *scale, int B, int S, int D,
@@ -35,22 +34,15 @@ static void modulate_forward_run(float *out, const float *x, const float *shift,
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
-            size_t r = ((size_t)b * S + s) * D, m = mod_row(b, s, S, per_token, mod_stride);
+            size_t r = ((size_t)b * S + s) * D, m = kb_mod_row(b, s, S, per_token, mod_stride);
             const float *sh = shift + m, *sc = scale + m;
-            for (int d = 0; d < D; d++) {
-                float one_sc = 1.0f + sc[d];
-                float y = x[r + d] * one_sc;
-                out[r + d] = y + sh[d];
-            }
+            for (int d = 0; d < D; d++) out[r + d] = kb_modulate_elem(x[r + d], sh[d], sc[d]);
         }
 }
 
 /* Row helpers (restrict: gradients never overlap dout or the inputs). */
 static void row_axpy1(float *restrict dx, const float *restrict g, const float *restrict sc, int D) {
-    for (int d = 0; d < D; d++) { /* dx += g * (1 + sc) */
-        float one_sc = 1.0f + sc[d];
-        dx[d] += g[d] * one_sc;
-    }
+    for (int d = 0; d < D; d++) dx[d] += kb_modulate_dx_elem(g[d], sc[d]); /* dx += g * (1 + sc) */
 }
 static void row_add(float *restrict dx, const float *restrict g, int D) {
     for (int d = 0; d < D; d++) dx[d] += g[d];
@@ -90,14 +82,14 @@ static void modulate_backward_run(float *dx, float *dshift, float *dscale, const
         for (int b = 0; b < B; b++)
             for (int s = 0; s < S; s++) {
                 size_t r = ((size_t)b * S + s) * D;
-                row_axpy1(dx + r, dout + r, scale + mod_row(b, s, S, per_token, mod_stride), D);
+                row_axpy1(dx + r, dout + r, scale + kb_mod_row(b, s, S, per_token, mod_stride), D);
             }
     }
     if (per_token) { /* one modulation row per token: elementwise */
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
         for (int b = 0; b < B; b++)
             for (int s = 0; s < S; s++) {
-                size_t r = ((size_t)b * S + s) * D, m = mod_row(b, s, S, 1, mod_stride);
+                size_t r = ((size_t)b * S + s) * D, m = kb_mod_row(b, s, S, 1, mod_stride);
                 if (dscale) row_mul_add(dscale + m, dout + r, x + r, D);
                 if (dshift) row_add(dshift + m, dout + r, D);
             }
@@ -130,11 +122,8 @@ static void gate_residual_forward_run(float *out, const float *x, const float *y
     for (int b = 0; b < B; b++)
         for (int s = 0; s < S; s++) {
             size_t r = ((size_t)b * S + s) * D;
-            const float *gt = gate + mod_row(b, s, S, per_token, mod_stride);
-            for (int d = 0; d < D; d++) {
-                float t = y[r + d] * gt[d];
-                out[r + d] = x[r + d] + t;
-            }
+            const float *gt = gate + kb_mod_row(b, s, S, per_token, mod_stride);
+            for (int d = 0; d < D; d++) out[r + d] = kb_gate_residual_elem(x[r + d], y[r + d], gt[d]);
         }
 }
 
@@ -146,7 +135,7 @@ static void gate_residual_backward_run(float *dx, float *dy, float *dgate, const
 #pragma omp parallel for collapse(2) schedule(static) if (PAR)
         for (int b = 0; b < B; b++)
             for (int s = 0; s < S; s++) {
-                size_t r = ((size_t)b * S + s) * D, m = mod_row(b, s, S, per_token, mod_stride);
+                size_t r = ((size_t)b * S + s) * D, m = kb_mod_row(b, s, S, per_token, mod_stride);
                 if (dx) row_add(dx + r, dout + r, D);
                 if (dy) row_mul_add(dy + r, dout + r, gate + m, D);
                 if (per_token && dgate) row_mul_add(dgate + m, dout + r, y + r, D);

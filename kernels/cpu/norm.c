@@ -8,6 +8,8 @@
  *   backward agree on x_hat = (x - mean) * rstd bit for bit.
  * - One row per OpenMP iteration (static schedule); weight and bias gradients are reduced over rows by threads
  *   that each own a range of columns and add rows in order 0..N-1 in double. No result depends on the thread count.
+ * The per-element arithmetic, the statistics from the sums and the lane tree are kernels/body/kb_norm.h's (the device
+ * kernels' too); this file adds the vectorised lane loops and the CPU's column sums.
  * Reference: torch.nn.LayerNorm (biased variance, eps inside the sqrt), torch.nn.RMSNorm / diffusers RMSNorm
  * (out = (x * rstd) * w). */
 #include <math.h>
@@ -16,20 +18,17 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/body/kb_norm.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/prof.h"
 
-enum { LANES = 16, COL_BLOCK = 2048 };
+enum { LANES = KB_NORM_LANES, COL_BLOCK = 2048 };
 
 /* below this many elements a parallel region costs more than it saves */
 #define PAR(N, C) ((size_t)(N) * (size_t)(C) >= K_PAR_MIN_ELEMS)
 
 /* Adds the 16 lanes in a fixed pairwise tree. */
-static inline double lanes_sum(double *l) {
-    for (int w = LANES / 2; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) l[j] = l[j] + l[j + w];
-    return l[0];
-}
+static inline double lanes_sum(const double *l) { return kb_norm_combine(l); }
 
 static double row_sum(const float *x, int C) {
     double l[LANES] = {0};
@@ -85,20 +84,12 @@ static void layernorm_forward_run(float *out, float *mean, float *rstd, const fl
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C;
         float *yr = out + (size_t)n * C;
-        double m = row_sum(xr, C) / C;
-        double var = row_sq_dev(xr, m, C) / C;
-        float mf = (float)m, rf = (float)(1.0 / sqrt(var + (double)eps));
+        double m = kb_norm_mean(row_sum(xr, C), C);
+        float mf = (float)m, rf = kb_norm_rstd(row_sq_dev(xr, m, C), C, eps);
         mean[n] = mf;
         rstd[n] = rf;
-        for (int c = 0; c < C; c++) {
-            float xh = (xr[c] - mf) * rf;
-            if (w) {
-                float t = xh * w[c];
-                yr[c] = b ? t + b[c] : t;
-            } else {
-                yr[c] = xh;
-            }
-        }
+        for (int c = 0; c < C; c++)
+            yr[c] = kb_layernorm_elem(xr[c], mf, rf, w != NULL, w ? w[c] : 0.0f, b != NULL, b ? b[c] : 0.0f);
     }
 }
 
@@ -156,11 +147,8 @@ static void layernorm_backward_run(float *dx, float *dw, float *db, const float 
             double sgx, sg;
             row_grad_sums(xr, gr, w, &mf, rf, C, &sgx, &sg);
             double mgx = sgx / C, mg = sg / C;
-            for (int c = 0; c < C; c++) {
-                float xh = (xr[c] - mf) * rf;
-                float g = w ? gr[c] * w[c] : gr[c];
-                dr[c] += (float)((double)rf * ((double)g - mg - (double)xh * mgx));
-            }
+            for (int c = 0; c < C; c++)
+                dr[c] += kb_layernorm_dx_elem(xr[c], gr[c], w != NULL, w ? w[c] : 0.0f, mf, rf, mg, mgx);
         }
     }
     if (dw || db) norm_param_grads(dw, db, dout, x, mean, rstd, N, C);
@@ -173,13 +161,9 @@ static void rmsnorm_forward_run(float *out, float *rstd, const float *x, const f
     for (int n = 0; n < N; n++) {
         const float *xr = x + (size_t)n * C;
         float *yr = out + (size_t)n * C;
-        double ms = row_sq_dev(xr, 0.0, C) / C;
-        float rf = (float)(1.0 / sqrt(ms + (double)eps));
+        float rf = kb_norm_rstd(row_sq_dev(xr, 0.0, C), C, eps);
         rstd[n] = rf;
-        for (int c = 0; c < C; c++) {
-            float xh = xr[c] * rf;
-            yr[c] = w ? xh * w[c] : xh;
-        }
+        for (int c = 0; c < C; c++) yr[c] = kb_rmsnorm_elem(xr[c], rf, w != NULL, w ? w[c] : 0.0f);
     }
 }
 
@@ -196,11 +180,7 @@ static void rmsnorm_backward_run(float *dx, float *dw, const float *dout, const 
             double sgx, sg;
             row_grad_sums(xr, gr, w, NULL, rf, C, &sgx, &sg);
             double mgx = sgx / C;
-            for (int c = 0; c < C; c++) {
-                float xh = xr[c] * rf;
-                float g = w ? gr[c] * w[c] : gr[c];
-                dr[c] += (float)((double)rf * ((double)g - (double)xh * mgx));
-            }
+            for (int c = 0; c < C; c++) dr[c] += kb_rmsnorm_dx_elem(xr[c], gr[c], w != NULL, w ? w[c] : 0.0f, rf, mgx);
         }
     }
     if (dw) norm_param_grads(dw, NULL, dout, x, NULL, rstd, N, C);

@@ -3,13 +3,15 @@
  *
  * Reference: diffusers WanAttnProcessor.apply_rotary_emb (pairs (2j, 2j+1) rotated by angle theta_sj:
  * out = (x1*cos - x2*sin, x1*sin + x2*cos), each product rounded before the add, as torch does in fp32) and
- * diffusers WanRotaryPosEmbed / get_1d_rotary_pos_embed (freqs and angles in float64, cos/sin cast to float32). */
+ * diffusers WanRotaryPosEmbed / get_1d_rotary_pos_embed (freqs and angles in float64, cos/sin cast to float32).
+ * The pair arithmetic is kernels/body/kb_rope.h's (the device kernels' too); this file adds the loops. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
 #include "core/error.h"
+#include "kernels/body/kb_rope.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/prof.h"
 
@@ -28,10 +30,10 @@ static void rope_forward_run(float *out, const float *x, const float *cos, const
                 const float *xr = x + off;
                 float *yr = out + off;
                 for (int j = 0; j < half; j++) {
-                    float x1 = xr[2 * j], x2 = xr[2 * j + 1];
-                    float a = x1 * cr[j], bb = x2 * sr[j], c = x1 * sr[j], d = x2 * cr[j];
-                    yr[2 * j] = a - bb;
-                    yr[2 * j + 1] = c + d;
+                    float y1, y2;
+                    kb_rope_fwd_pair(xr[2 * j], xr[2 * j + 1], cr[j], sr[j], &y1, &y2);
+                    yr[2 * j] = y1;
+                    yr[2 * j + 1] = y2;
                 }
             }
         }
@@ -52,9 +54,8 @@ static void rope_backward_run(float *dx, const float *dout, const float *cos, co
                 const float *gr = dout + off;
                 float *dr = dx + off;
                 for (int j = 0; j < half; j++) {
-                    float g1 = gr[2 * j], g2 = gr[2 * j + 1];
-                    float a = g1 * cr[j], bb = g2 * sr[j], c = g2 * cr[j], d = g1 * sr[j];
-                    float d1 = a + bb, d2 = c - d;
+                    float d1, d2;
+                    kb_rope_bwd_pair(gr[2 * j], gr[2 * j + 1], cr[j], sr[j], &d1, &d2);
                     dr[2 * j] += d1;
                     dr[2 * j + 1] += d2;
                 }

@@ -1,6 +1,6 @@
-/* model/dit/wan_dev_exec.h — the DiT executor on a device (the CUDA backend's GRPO stage): what the rollout engine
- * (rollout/engine.c) and the training step (trainer/train_step.c) call instead of wan_forward / wan_backward when the
- * recipe says model.device: cuda. It holds the device copies of the host models it is shown (wan_dev.h: bf16 weights
+/* model/dit/wan_dev_exec.h — the DiT executor on a device (the CUDA backend's GRPO stage): where wan_executor.h's
+ * calls (the rollout engine's and the training step's) go instead of wan_forward / wan_backward when the recipe says
+ * model.device: cuda. It holds the device copies of the host models it is shown (wan_dev.h: bf16 weights
  * at the host table's offsets, fp32 gradients), keyed by the host model's address and a weights version, and runs
  * the device model with HOST fp32 tensors in and out: x, timestep and enc are uploaded, the velocity (proj_out's
  * fp32 GEMM result) is downloaded as fp32, the output gradient dout uploaded.

@@ -280,8 +280,8 @@ typedef struct {
     sp_comm *sp;
     int lora_off;            /* 1: run without the model's LoRA adapter (the KL reference = the base model) */
     struct wan_dev_exec *dev; /* not NULL: the model runs on a device (model/dit/wan_dev_exec.h, model.device cuda):
-                                the rollout engine and the training step call that executor instead of wan_forward /
-                                wan_backward (which ignore this field); NULL: the fp32 CPU model */
+                                wan_exec_forward / wan_exec_backward (model/dit/wan_executor.h) hand the call to that
+                                executor (wan_forward / wan_backward ignore this field); NULL: the fp32 CPU model */
 } wan_exec;
 
 /* Problem size of one call. */
