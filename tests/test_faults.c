@@ -46,13 +46,15 @@ TEST(fault_run_folder_locked) {
     CHECK_MSG(strstr(out, "third=0") && strstr(out, "took over the lock"), "got: %s", out);
 }
 
+/* 64 samples per prompt (1,152 in all): the eval must still be running when its reward server is killed after the
+ * first two videos (with 8, a loaded machine's polling loop sometimes saw the eval end first: killed=1). */
 TEST(fault_eval_reward_server_killed) {
     const char *dir = test_tmpdir();
     char out[16384];
     make_model(dir);
     test_run(out, sizeof out,
              "%s eval recipes/tiny-cpu.yaml --set model.path=%s/model --set rollout.num_steps=4 --set rollout.batch_size=1 "
-             "--set data.eval_samples_per_prompt=8 --set reward.timeout_s=0.5 --out %s/ev > %s/ev.log 2>&1 & pid=$!; "
+             "--set data.eval_samples_per_prompt=64 --set reward.timeout_s=0.5 --out %s/ev > %s/ev.log 2>&1 & pid=$!; "
              "i=0; while [ \"$(ls %s/ev/videos 2>/dev/null | wc -l)\" -lt 2 ] && [ $i -lt 1200 ]; do sleep 0.05; "
              "i=$((i+1)); done; pkill -KILL -P $pid -f 'vgrpo reward-server'; echo killed=$?; wait $pid; echo status=$?; "
              "cat %s/ev.log",
