@@ -129,9 +129,14 @@ int cmd_trainer(int argc, char **argv) {
             ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
             core_stop_restore();
             fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
+        } else if (core_stop_restore(), core_stop_pending()) {
+            /* a stop that came as the last hello arrived (the check above had passed): trainer_run installs its own
+             * handlers afresh, which would forget it, and the run went on to its end. Restored first: a signal from
+             * here on takes the default action, which `vgrpo run` reports as a stop too */
+            fprintf(stderr, "vgrpo trainer: stopped by signal %d while waiting for the rollout workers\n",
+                    core_stop_pending());
         } else {
             in_hello = 0;
-            core_stop_restore();
             /* a worker lost mid-run: its chunk goes to the others; with none left, wait for `vgrpo run` to restart one
              * (as long as for the first hellos); `vgrpo run` stops the run itself (SIGUSR1) when it restarts no more */
             ctl_set_rejoin_wait(ctl, TRAINER_HELLO_TIMEOUT_S);

@@ -429,6 +429,8 @@ static int run_trainer(launch *L, const trainer_run_opts *o, ctl_server *ctl, in
         return -1;
     }
     core_stop_restore();
+    if (core_stop_pending()) /* a stop as the last hello arrived: trainer_run's own handlers would forget it */
+        return core_error("stopped by signal %d while waiting for the rollout workers", core_stop_pending());
     core_rollout_source *src = trainer_source_remote(ctl, r->batch_size, CTL_TIMEOUT_S, r->model_path);
     const int rc = !src ? -1 : trainer_run(r, o, src, L->group);
     trainer_source_remote_free(src);

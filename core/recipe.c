@@ -256,7 +256,8 @@ int core_recipe_check(core_recipe *r) {
                 return core_error("reward.scorers: \"%s\" is listed twice", r->scorers.v[i]);
     }
     if (r->weights.n == 0) {
-        r->weights.v = malloc(sizeof(double) * (size_t)r->scorers.n);
+        free(r->weights.v); /* an empty list's ([] given) */
+        r->weights.v = malloc(sizeof(double) * (size_t)(r->scorers.n ? r->scorers.n : 1));
         if (!r->weights.v) return core_error("out of memory");
         r->weights.n = r->scorers.n;
         for (int i = 0; i < r->scorers.n; i++) r->weights.v[i] = 1.0;
@@ -272,6 +273,7 @@ int core_recipe_check(core_recipe *r) {
                               "all-linear)");
     }
     if (r->gold_weights.n == 0 && r->gold_scorers.n > 0) {
+        free(r->gold_weights.v); /* an empty list's ([] given) */
         r->gold_weights.v = malloc(sizeof(double) * (size_t)r->gold_scorers.n);
         if (!r->gold_weights.v) return core_error("out of memory");
         r->gold_weights.n = r->gold_scorers.n;
@@ -360,6 +362,7 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
     if (!rc) rc = core_config_apply(root, core_recipe_schema, r);
     core_config_free(root);
     if (!rc && core_recipe_check(r)) rc = core_error_push("%s: ", path);
+    if (rc) core_recipe_release(r); /* nothing for the caller to release after a refusal */
     return rc;
 }
 

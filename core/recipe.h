@@ -226,7 +226,7 @@ extern const core_cfg_entry core_recipe_schema[];
 
 /* Loads path, applies the n --set assignments in order, extracts against the schema and runs core_recipe_check.
  * On success *r owns its strings (core_recipe_release). Errors (-1) name the file and line or the --set, and the
- * key. *r is always safe to release afterwards. */
+ * key. After a failure *r holds nothing (it is released; releasing it again is harmless). */
 int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, int n_sets);
 
 /* The cross-field checks that need no weights: size divisibility (rollout.height/width multiple of 2 x
