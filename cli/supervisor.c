@@ -49,9 +49,24 @@ static int start(sup_procs *s, int i, int restart) {
     if (note_len < 0 || (size_t)note_len >= sizeof note) note_len = 0;
     fflush(stdout);
     fflush(stderr);
+    /* SIGINT and SIGTERM are held across the fork: until execv the child runs the supervisor's handlers, and a stop
+     * the supervisor forwards at once (a Ctrl-C while the job starts) was eaten by the child's copy of them, so the
+     * trainer never saw it. The child gives them the dispositions execv would before it lets them through. */
+    sigset_t stops, old_mask;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGTERM);
+    sigprocmask(SIG_BLOCK, &stops, &old_mask);
     pid_t pid = fork();
+    if (pid != 0) sigprocmask(SIG_SETMASK, &old_mask, NULL);
     if (pid < 0) return core_error("%s: fork failed: %s", name, strerror(errno));
     if (pid == 0) {
+        const int held[2] = {SIGINT, SIGTERM};
+        for (int k = 0; k < 2; k++) { /* what execv will do anyway: a caught signal to its default, an ignored one kept */
+            struct sigaction cur;
+            if (sigaction(held[k], NULL, &cur) == 0 && cur.sa_handler != SIG_IGN) signal(held[k], SIG_DFL);
+        }
+        sigprocmask(SIG_SETMASK, &old_mask, NULL);
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(127); /* the parent died before prctl */
         /* Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group) reaches only the supervisor,
