@@ -206,3 +206,23 @@ TEST(run_folder_sigint_at_start_is_a_stop) {
     CHECK_MSG(strstr(out, "status=1") && strstr(out, "stopped by signal") && !strstr(out, "the trainer died") &&
               !strstr(out, "killed by signal"), "got: %s", out);
 }
+
+/* checkpoint.every: 0 saves only at the end (and on a signal), -1 never (0 had meant never, and every Wan recipe had
+ * it: a run lost its weights at the end and on Ctrl-C). */
+TEST(run_folder_checkpoint_every_zero_and_minus_one) {
+    const char *dir = test_tmpdir();
+    char out[16384], p[800];
+    make_model(dir);
+    int st = test_run(out, sizeof out, RUN "--set logging.run_dir=%s/z --set checkpoint.every=0 --steps 2",
+                      test_vgrpo_bin(), dir, dir);
+    CHECK_MSG(st == 0, "every=0: status %d: %s", st, out);
+    snprintf(p, sizeof p, "%s/z/checkpoint-2/trainer_state.json", dir);
+    CHECK_MSG(access(p, F_OK) == 0, "every=0: no %s", p);
+    snprintf(p, sizeof p, "%s/z/checkpoint-1", dir);
+    CHECK_MSG(access(p, F_OK) != 0, "every=0: %s was written", p);
+    st = test_run(out, sizeof out, RUN "--set logging.run_dir=%s/n --set checkpoint.every=-1 --steps 2",
+                  test_vgrpo_bin(), dir, dir);
+    CHECK_MSG(st == 0, "every=-1: status %d: %s", st, out);
+    char names[64];
+    CHECK(test_run(names, sizeof names, "ls -d %s/n/checkpoint-* 2>/dev/null | wc -l", dir) == 0 && atoi(names) == 0);
+}
