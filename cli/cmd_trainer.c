@@ -124,15 +124,16 @@ int cmd_trainer(int argc, char **argv) {
         if (!krc && !keyed)
             core_log_warn("vgrpo trainer: no keys (--keys-fd / --keys-file): the controller channel is not authenticated");
         size_t max_frame = 0;
-        if (krc || ctl_max_frame_bytes(&r, &max_frame) ||
-            !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, max_frame, abort_check, NULL)) ||
-            ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S)) {
-            core_stop_restore();
+        const int hello_failed = krc || ctl_max_frame_bytes(&r, &max_frame) ||
+                                 !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, max_frame, abort_check, NULL)) ||
+                                 ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S);
+        /* the hello's handlers go before trainer_run installs its own (afresh: they would forget a signal already
+         * received, so a stop that came as the last hello arrived is taken here); from here until then a signal takes
+         * the default action, which `vgrpo run` reports as a stop too */
+        core_stop_restore();
+        if (hello_failed) {
             fprintf(stderr, "vgrpo trainer: %s\n", core_last_error());
-        } else if (core_stop_restore(), core_stop_pending()) {
-            /* a stop that came as the last hello arrived (the check above had passed): trainer_run installs its own
-             * handlers afresh, which would forget it, and the run went on to its end. Restored first: a signal from
-             * here on takes the default action, which `vgrpo run` reports as a stop too */
+        } else if (core_stop_pending()) {
             fprintf(stderr, "vgrpo trainer: stopped by signal %d while waiting for the rollout workers\n",
                     core_stop_pending());
         } else {

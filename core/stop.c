@@ -5,7 +5,6 @@
 #include "core/stop.h"
 
 static volatile sig_atomic_t pending_signal, held;
-static int installed; /* our handlers are in place (core_stop_install without core_stop_restore since) */
 static struct sigaction old_int, old_term;
 
 static void on_signal(int sig) { pending_signal = sig; }
@@ -16,11 +15,8 @@ void core_stop_install(void) {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second signal takes the default action: stop at once */
-    /* A second install while ours are in place (the trainer's start-up, then its loop) keeps a signal that already
-     * arrived: clearing it lost a stop sent in between, and the run went on to its end with status 0. */
-    if (!installed) pending_signal = 0;
+    pending_signal = 0;
     held = 0;
-    installed = 1;
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
 }
@@ -32,7 +28,6 @@ int core_stop_interrupt(void) { return held ? 0 : pending_signal; }
 void core_stop_hold(int on) { held = on != 0; }
 
 void core_stop_restore(void) {
-    installed = 0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
 }

@@ -8,8 +8,7 @@
 #ifndef CORE_STOP_H
 #define CORE_STOP_H
 
-/* Installs the handlers for SIGINT and SIGTERM and releases any hold; clears the flag unless handlers installed here
- * are still in place (an install inside another keeps a signal already received). */
+/* Installs the handlers for SIGINT and SIGTERM, clears the flag and releases any hold. */
 void core_stop_install(void);
 /* The signal number received since core_stop_install (0: none), held or not. */
 int core_stop_pending(void);

@@ -10,13 +10,11 @@
  *     saved: continue with --resume", leaves checkpoint-1 complete (it verifies, no leftovers) and byte-identical to
  *     a straight run's checkpoint-1, metrics.jsonl with row 0 only, and --resume from it reproduces the straight
  *     run's metrics rows bit for bit (time/ and weight_sync/ fields aside). */
-#include <signal.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "core/stop.h"
 #include "model/dit/wan_dit.h"
 #include "model/text/word_embed.h"
 #include "rollout/engine.h"
@@ -275,17 +273,3 @@ TEST(stop_colocated_mid_step_exits_and_resumes_exactly) {
                     0.5, 8.0);
 }
 
-/* The trainer installs the stop handlers at start-up and again when its loop begins: a signal that arrived in
- * between must survive the second install (it was cleared, and a run stopped while starting ran to its end). */
-TEST(stop_install_inside_install_keeps_the_signal) {
-    core_stop_install();
-    raise(SIGTERM);
-    CHECK(core_stop_pending() == SIGTERM);
-    core_stop_install();
-    CHECK(core_stop_pending() == SIGTERM);
-    CHECK(core_stop_interrupt() == SIGTERM);
-    core_stop_restore();
-    core_stop_install(); /* after a restore: a fresh start */
-    CHECK(core_stop_pending() == 0);
-    core_stop_restore();
-}

@@ -213,44 +213,29 @@ wan_acts *wan_acts_new(const wan_config *cfg, const wan_shape *shape, wan_acts_m
     return wan_acts_new_sp(cfg, shape, mode, 1, 0);
 }
 
-wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp, int sp_rank) {
-    if (wan_config_validate(cfg, "wan config")) return NULL;
+/* The checks of a shape and the fields plan() reads, for wan_acts_new_sp and wan_acts_plan_bytes alike: 0, or -1
+ * with core_error naming what is refused. */
+static int setup(wan_acts *A, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp, int sp_rank) {
+    if (wan_config_validate(cfg, "wan config")) return -1;
     const int *p = cfg->patch_size;
-    if (shape->B < 1 || shape->F < 1 || shape->H < 1 || shape->W < 1 || shape->L < 1) {
-        core_error("wan shape: B %d, F %d, H %d, W %d, L %d: every size must be >= 1", shape->B, shape->F, shape->H,
-                   shape->W, shape->L);
-        return NULL;
-    }
-    if (shape->F % p[0] || shape->H % p[1] || shape->W % p[2]) {
-        core_error("wan shape: latent F x H x W = %d x %d x %d is not divisible by the patch size (%d, %d, %d)",
-                   shape->F, shape->H, shape->W, p[0], p[1], p[2]);
-        return NULL;
-    }
+    if (shape->B < 1 || shape->F < 1 || shape->H < 1 || shape->W < 1 || shape->L < 1)
+        return core_error("wan shape: B %d, F %d, H %d, W %d, L %d: every size must be >= 1", shape->B, shape->F,
+                          shape->H, shape->W, shape->L);
+    if (shape->F % p[0] || shape->H % p[1] || shape->W % p[2])
+        return core_error("wan shape: latent F x H x W = %d x %d x %d is not divisible by the patch size (%d, %d, %d)",
+                          shape->F, shape->H, shape->W, p[0], p[1], p[2]);
     const int Fp = shape->F / p[0], Hp = shape->H / p[1], Wp = shape->W / p[2];
     const int S_full = Fp * Hp * Wp;
-    if (sp < 1 || sp_rank < 0 || sp_rank >= sp) {
-        core_error("wan acts: sequence-parallel rank %d of %d is out of range", sp_rank, sp);
-        return NULL;
-    }
-    if (S_full % sp) {
-        core_error("wan shape: video tokens per sample (%d) are not a multiple of the sequence-parallel degree (%d)",
-                   S_full, sp);
-        return NULL;
-    }
-    if (Fp > cfg->rope_max_seq_len || Hp > cfg->rope_max_seq_len || Wp > cfg->rope_max_seq_len) {
-        core_error("wan shape: patch grid %d x %d x %d exceeds rope_max_seq_len %d", Fp, Hp, Wp,
-                   cfg->rope_max_seq_len);
-        return NULL;
-    }
-    if (mode != WAN_ACTS_INFER && mode != WAN_ACTS_STORE && mode != WAN_ACTS_RECOMPUTE) {
-        core_error("wan acts: unknown mode %d", (int)mode);
-        return NULL;
-    }
-    wan_acts *A = calloc(1, sizeof *A);
-    if (!A) {
-        core_error("wan acts: out of memory");
-        return NULL;
-    }
+    if (sp < 1 || sp_rank < 0 || sp_rank >= sp)
+        return core_error("wan acts: sequence-parallel rank %d of %d is out of range", sp_rank, sp);
+    if (S_full % sp)
+        return core_error("wan shape: video tokens per sample (%d) are not a multiple of the sequence-parallel degree "
+                          "(%d)", S_full, sp);
+    if (Fp > cfg->rope_max_seq_len || Hp > cfg->rope_max_seq_len || Wp > cfg->rope_max_seq_len)
+        return core_error("wan shape: patch grid %d x %d x %d exceeds rope_max_seq_len %d", Fp, Hp, Wp,
+                          cfg->rope_max_seq_len);
+    if (mode != WAN_ACTS_INFER && mode != WAN_ACTS_STORE && mode != WAN_ACTS_RECOMPUTE)
+        return core_error("wan acts: unknown mode %d", (int)mode);
     A->cfg = *cfg;
     A->shape = *shape;
     A->mode = mode;
@@ -262,7 +247,19 @@ wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_act
     A->R = shape->per_token_timestep ? shape->B * A->S : shape->B;
     A->Pin = cfg->in_channels * p[0] * p[1] * p[2];
     A->Pout = cfg->out_channels * p[0] * p[1] * p[2];
+    return 0;
+}
 
+wan_acts *wan_acts_new_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp, int sp_rank) {
+    wan_acts *A = calloc(1, sizeof *A);
+    if (!A) {
+        core_error("wan acts: out of memory");
+        return NULL;
+    }
+    if (setup(A, cfg, shape, mode, sp, sp_rank)) {
+        free(A);
+        return NULL;
+    }
     arena count = {NULL, 0};
     plan(A, &count);
     A->res = calloc((size_t)cfg->num_layers + 1, sizeof *A->res);
@@ -298,30 +295,9 @@ size_t wan_acts_bytes(const wan_acts *a) {
 }
 
 size_t wan_acts_plan_bytes(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp) {
-    /* The fields plan() reads, set as wan_acts_new_sp sets them; the same refusals, in one message (the allocation
-     * names the failing check). */
-    const int *p = cfg->patch_size;
-    if (wan_config_validate(cfg, "wan config")) return 0;
-    const int ok = shape->B >= 1 && shape->F >= 1 && shape->H >= 1 && shape->W >= 1 && shape->L >= 1 && sp >= 1 &&
-                   !(shape->F % p[0]) && !(shape->H % p[1]) && !(shape->W % p[2]) &&
-                   (mode == WAN_ACTS_INFER || mode == WAN_ACTS_STORE || mode == WAN_ACTS_RECOMPUTE);
-    const int Fp = ok ? shape->F / p[0] : 0, Hp = ok ? shape->H / p[1] : 0, Wp = ok ? shape->W / p[2] : 0;
-    const int rope = cfg->rope_max_seq_len;
-    if (!ok || (Fp * Hp * Wp) % sp || Fp > rope || Hp > rope || Wp > rope) {
-        core_error("wan acts: B %d, F %d, H %d, W %d, L %d, mode %d, sp %d is a shape wan_acts_new_sp refuses",
-                   shape->B, shape->F, shape->H, shape->W, shape->L, (int)mode, sp);
-        return 0;
-    }
     wan_acts A;
     memset(&A, 0, sizeof A);
-    A.cfg = *cfg, A.shape = *shape, A.mode = mode;
-    A.Fp = Fp, A.Hp = Hp, A.Wp = Wp;
-    A.S_full = Fp * Hp * Wp, A.sp = sp, A.S = A.S_full / sp;
-    A.D = wan_dim(cfg), A.Dh = cfg->attention_head_dim, A.H = cfg->num_attention_heads;
-    A.Fd = cfg->ffn_dim, A.L = shape->L;
-    A.R = shape->per_token_timestep ? shape->B * A.S : shape->B;
-    A.Pin = cfg->in_channels * p[0] * p[1] * p[2];
-    A.Pout = cfg->out_channels * p[0] * p[1] * p[2];
+    if (setup(&A, cfg, shape, mode, sp, 0)) return 0;
     arena count = {NULL, 0};
     plan(&A, &count);
     A.bytes = count.off;
