@@ -237,7 +237,8 @@ GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_de
 # The GRPO rows (cli/check/check_grpo.c): the rollout engine and the training step on the device
 # against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).
 GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/train_step.c trainer/train_dev.c trainer/grpo.c \
-  trainer/optim.c model/flow/flow.c model/flow/first_frame.c model/vae/wan_vae_i2v.c core/trajectory.c core/reduce.c
+  trainer/optim.c model/flow/flow.c model/flow/first_frame.c model/flow/denoise.c model/vae/wan_vae_i2v.c \
+  core/trajectory.c core/reduce.c
 GPU_CHECK_DIT_SRC += $(GPU_CHECK_GRPO_SRC)
 GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)

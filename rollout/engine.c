@@ -7,9 +7,8 @@
 
 #include "core/error.h"
 #include "core/philox.h"
-#include "model/dit/wan_executor.h"
+#include "model/flow/denoise.h"
 #include "model/flow/first_frame.h"
-#include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 
@@ -60,36 +59,27 @@ int rollout_trim_to_window(const rollout_config *rc, core_traj *t) {
 }
 
 /* Runs samples [s0, s0+b) through all steps; their trajectories are already allocated and filled with metadata.
- * Activations are allocated per row count (b, or 2b with CFG), since the experts' guidance may differ. On the device
- * (ex->dev: model/dit/wan_dev_exec.h) the DiT forward runs there and hands back the fp32 velocity; everything after it
- * (CFG, the noise, the SDE step and its log-prob) is the same host code as on the CPU. */
+ * The step's rows, forward and guidance are model/flow/denoise.h's; activations are allocated per row count (b, or 2b
+ * with CFG), since the experts' guidance may differ. On the device (ex->dev: model/dit/wan_dev_exec.h) the DiT forward
+ * runs there and hands back the fp32 velocity; everything after it (CFG, the noise, the SDE step and its log-prob) is
+ * the same host code as on the CPU. */
 static int run_chunk(const rollout_config *rc, const rollout_experts *E, const wan_exec *ex, int b,
                      const float *const *cond, const float *const *ccond, core_traj *tr, float *const *vel) {
-    const wan_model *m0 = E->expert[0];
     const int64_t nl = rc->shape[0] * rc->shape[1] * rc->shape[2] * rc->shape[3];
-    /* I2V-A14B (ccond): each row's input is cat(latent, its condition), in_channels per voxel; else the latent */
-    const int64_t nvox = rc->shape[1] * rc->shape[2] * rc->shape[3];
-    const int64_t nin = ccond ? (int64_t)m0->cfg.in_channels * nvox : nl;
-    const int64_t ne = (int64_t)rc->text_len * m0->cfg.text_dim;
-    /* TI2V (first-frame conditioning): per-token timesteps [rows, S], S = F x tokens per frame (patch depth 1) */
-    const int i2v = tr[0].condition != NULL;
-    const int64_t tpf = (rc->shape[2] / m0->cfg.patch_size[1]) * (rc->shape[3] / m0->cfg.patch_size[2]);
-    const int64_t nts = i2v ? rc->shape[1] * tpf : 1;
-    wan_exec_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
-    float *x = malloc(sizeof(float) * (size_t)(2 * b * nin));
-    float *vout = malloc(sizeof(float) * (size_t)(2 * b * nl));
-    float *enc = calloc((size_t)(2 * b * ne), sizeof(float)); /* unconditional rows stay zero without rc->neg */
-    float *ts = malloc(sizeof(float) * (size_t)(2 * b * nts));
-    float *v = malloc(sizeof(float) * (size_t)nl), *eps = malloc(sizeof(float) * (size_t)nl);
+    const int i2v = tr[0].condition != NULL; /* TI2V: per-token timesteps, the step over frames 1 .. F-1 */
+    wan_exec_acts *acts[2] = {NULL, NULL};  /* [cfg off, cfg on] */
+    flow_denoise d;
+    float *eps = malloc(sizeof(float) * (size_t)nl);
     float *work = i2v ? malloc(sizeof(float) * (size_t)(5 * nl)) : NULL;
     int rc_ = -1;
-    if (!x || !vout || !enc || !ts || !v || !eps || (i2v && !work)) {
+    if (flow_denoise_init(&d, &E->expert[0]->cfg, rc->shape, rc->text_len, i2v, b, 0)) {
+        core_error_push("rollout: ");
+        goto done;
+    }
+    if (!eps || (i2v && !work)) {
         core_error("rollout: out of memory");
         goto done;
     }
-    for (int j = 0; j < b; j++) memcpy(enc + j * ne, cond[j], sizeof(float) * (size_t)ne);
-    if (rc->neg)
-        for (int j = b; j < 2 * b; j++) memcpy(enc + j * ne, rc->neg, sizeof(float) * (size_t)ne);
     for (int i = 0; i < rc->n_steps; i++) {
         const int sig = rc->should_stop ? rc->should_stop() : 0;
         if (sig) {
@@ -100,25 +90,15 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
         const float eta_i = rc->window_hi <= 0 || (i >= rc->window_lo && i < rc->window_hi) ? rc->eta : 0.0f;
         const float g = e ? rc->guidance_scale_2 : rc->guidance_scale;
         const int cfg = flow_cfg_active(g);
-        const int rows = b * (cfg ? 2 : 1);
-        if (!acts[cfg]) {
-            wan_shape sh = {.B = rows, .F = (int)rc->shape[1], .H = (int)rc->shape[2], .W = (int)rc->shape[3],
-                            .L = rc->text_len, .per_token_timestep = i2v};
-            if (!(acts[cfg] = wan_exec_acts_new(ex, &m0->cfg, &sh, WAN_ACTS_INFER))) goto done;
-        }
-        for (int r = 0; r < rows; r++) { /* a conditioned latent's frame 0 is its condition: it is the model input */
-            if (ccond)
-                vae_i2v_input(rc->shape[0], m0->cfg.in_channels - rc->shape[0], nvox, core_traj_latent(&tr[r % b], i),
-                               ccond[r % b], x + r * nin);
-            else memcpy(x + r * nl, core_traj_latent(&tr[r % b], i), sizeof(float) * (size_t)nl);
-            if (i2v) flow_ff_timesteps(rc->shape[1], tpf, rc->timesteps[i], ts + r * nts);
-            else ts[r] = rc->timesteps[i];
-        }
-        if (wan_exec_forward(E->expert[e], acts[cfg], ex, vout, x, ts, enc)) goto done;
+        for (int j = 0; j < b; j++) /* a conditioned latent's frame 0 is its condition: it is the model input */
+            d.in[j] = (flow_denoise_sample){core_traj_latent(&tr[j], i), ccond ? ccond[j] : NULL, cond[j],
+                                            rc->timesteps[i], g};
+        const int rows = flow_denoise_build(&d, b, rc->neg);
+        if (rows < 0 || (!acts[cfg] && !(acts[cfg] = flow_denoise_acts_new(&d, ex, rows, WAN_ACTS_INFER))) ||
+            flow_denoise_forward(&d, E->expert[e], acts[cfg], ex))
+            goto done;
         for (int j = 0; j < b; j++) {
-            const float *vc = vout + j * nl;
-            if (cfg) flow_cfg_combine(v, vc, vout + (b + j) * nl, g, nl);
-            else memcpy(v, vc, sizeof(float) * (size_t)nl);
+            const float *v = flow_denoise_velocity(&d, j);
             if (vel) memcpy(vel[j] + (int64_t)i * nl, v, sizeof(float) * (size_t)nl);
             /* an ODE step (eta 0) uses no noise: none drawn (the step is the mean either way) */
             if (eta_i > 0.0f) core_philox_normal(eps, nl, rc->seed, (uint32_t)(i + 1), (uint32_t)tr[j].uid, rc->stream);
@@ -137,7 +117,8 @@ static int run_chunk(const rollout_config *rc, const rollout_experts *E, const w
 done:
     wan_exec_acts_free(acts[0]);
     wan_exec_acts_free(acts[1]);
-    free(x), free(vout), free(enc), free(ts), free(v), free(eps), free(work);
+    flow_denoise_free(&d);
+    free(eps), free(work);
     return rc_;
 }
 

@@ -15,6 +15,7 @@
 #include "model/dit/wan_lora.h"
 #include "media/image.h"
 #include "model/vae/wan_vae_i2v.h"
+#include "model/flow/denoise.h"
 #include "model/flow/first_frame.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
@@ -167,8 +168,9 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     wan_lora lora[2];
     memset(lora, 0, sizeof lora);
     int n_dit = 0;
-    wan_acts *acts[2] = {NULL, NULL};
-    float *emb = NULL, *x = NULL, *xin = NULL, *vout = NULL, *v = NULL, *ts = NULL, *cond = NULL, *work = NULL;
+    wan_exec_acts *acts[2] = {NULL, NULL}; /* [cfg off, cfg on] */
+    flow_denoise step = {0};
+    float *emb = NULL, *x = NULL, *cond = NULL, *work = NULL;
     float *eps = NULL, *xn = NULL; /* eta > 0: the step's noise and the next latent */
     vae_encoder *venc = NULL;
     if (!(a->eta >= 0 && a->eta <= 1e6)) return core_error("--eta %g: must be finite and >= 0", a->eta);
@@ -253,27 +255,23 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     /* text */
     const int L = ROLLOUT_T2V_TEXT_LEN, D = dc->text_dim, C = dc->out_channels, cc = wan_cond_channels(dc);
     const int T = (a->frames - 1) / ft + 1, h = a->height / sf, w = a->width / sf;
-    const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w, nin = (int64_t)dc->in_channels * T * h * w;
+    const int64_t ne = (int64_t)L * D, nl = (int64_t)C * T * h * w;
     const int ti2v = a->image && !cat; /* first-frame conditioning; else cat: the condition concatenated */
-    const int cfg_on = flow_cfg_active((float)a->guidance) || (two && flow_cfg_active((float)a->guidance2));
-    const int rows = cfg_on ? 2 : 1;
-    /* image to video: per-token timesteps over S = T x tokens per frame, the step over frames 1 .. T-1 */
-    const int64_t tpf = (int64_t)(h / dc->patch_size[1]) * (w / dc->patch_size[2]), nts = ti2v ? T * tpf : 1;
+    /* image to video: per-token timesteps over S = T x tokens per frame (one-frame patches), the step over frames
+     * 1 .. T-1 */
     if (ti2v && (T < 2 || dc->patch_size[0] != 1)) {
         core_error("--image: %s", T < 2 ? "--frames must give at least 2 latent frames (5 or more): the first is the "
                                          "image's" : "the transformer's patch must be one frame deep");
         goto done;
     }
+    const int64_t shape[4] = {C, T, h, w};
+    if (flow_denoise_init(&step, dc, shape, L, ti2v, 1, 0)) goto done;
     emb = malloc(sizeof(float) * (size_t)(2 * ne));
     x = malloc(sizeof(float) * (size_t)nl);
-    xin = malloc(sizeof(float) * (size_t)(rows * nin));
-    vout = malloc(sizeof(float) * (size_t)(rows * nl));
-    v = malloc(sizeof(float) * (size_t)nl);
-    ts = malloc(sizeof(float) * (size_t)(rows * nts));
     if (ti2v) cond = malloc(sizeof(float) * (size_t)(nl / T)), work = malloc(sizeof(float) * (size_t)(5 * nl));
     if (cat) cond = malloc(sizeof(float) * (size_t)cc * T * h * w);
     if (a->eta > 0) eps = malloc(sizeof(float) * (size_t)nl), xn = malloc(sizeof(float) * (size_t)nl);
-    if (!emb || !x || !xin || !vout || !v || !ts || (a->image && !cond) || (ti2v && !work) || (a->eta > 0 && (!eps || !xn))) {
+    if (!emb || !x || (a->image && !cond) || (ti2v && !work) || (a->eta > 0 && (!eps || !xn))) {
         core_error("out of memory for a %d x %d x %d video", a->frames, a->height, a->width);
         goto done;
     }
@@ -312,11 +310,11 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
         core_error_push("--shift / --steps: ");
         goto done;
     }
-    wan_shape sh = {.B = rows, .F = T, .H = h, .W = w, .L = L, .per_token_timestep = ti2v};
-    const int64_t shape[4] = {C, T, h, w};
     const flow_ff ff = flow_ff_make(shape, ti2v ? cond : NULL);
-    for (int e = 0; e < n_dit; e++)
-        if (!(acts[e] = wan_acts_new(&dit[e].cfg, &sh, WAN_ACTS_INFER))) goto done;
+    for (int e = 0; e < n_dit; e++) { /* one or two rows (CFG) per forward: the activations of each form in use */
+        const int k = flow_cfg_active((float)(e ? a->guidance2 : a->guidance));
+        if (!acts[k] && !(acts[k] = flow_denoise_acts_new(&step, NULL, 1 + k, WAN_ACTS_INFER))) goto done;
+    }
     core_philox_normal(x, nl, a->seed, 0, (uint32_t)a->uid, CORE_STREAM_EVAL_NOISE);
     flow_ff_apply(&ff, x); /* frame 0 is the image's latent (no-op without --image) */
     t0 = now_s();
@@ -324,16 +322,11 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
     for (int i = 0; i < a->steps; i++) {
         const int e = two ? flow_expert(timesteps[i], boundary) : 0;
         const float g = (float)(e ? a->guidance2 : a->guidance);
-        const int r = flow_cfg_active(g) ? rows : 1;
-        for (int k = 0; k < rows; k++) {
-            if (cat) vae_i2v_input(C, cc, (int64_t)T * h * w, x, cond, xin + k * nin);
-            else memcpy(xin + k * nl, x, sizeof(float) * (size_t)nl);
-            if (ti2v) flow_ff_timesteps(T, tpf, timesteps[i], ts + k * nts);
-            else ts[k] = timesteps[i];
-        }
-        if (wan_forward(&dit[e], acts[e], NULL, vout, xin, ts, emb)) goto done;
-        if (r == 2) flow_cfg_combine(v, vout, vout + nl, g, nl);
-        else memcpy(v, vout, sizeof(float) * (size_t)nl);
+        const int k = flow_cfg_active(g);
+        step.in[0] = (flow_denoise_sample){x, cat ? cond : NULL, emb, timesteps[i], g};
+        if (flow_denoise_build(&step, 1, emb + ne) < 0 || flow_denoise_forward(&step, &dit[e], acts[k], NULL))
+            goto done; /* emb + ne: the negative prompt's, the unconditional row's text */
+        const float *v = flow_denoise_velocity(&step, 0);
         flow_step st;
         if (a->eta > 0) { /* the SDE step with the eval's noise of this step (rollout/engine.c: slot i + 1) */
             core_philox_normal(eps, nl, a->seed, (uint32_t)(i + 1), (uint32_t)a->uid, CORE_STREAM_EVAL_NOISE);
@@ -362,9 +355,10 @@ done:
     tok_free(tok);
     t5_free(enc);
     vae_free(vae);
-    for (int e = 0; e < n_dit; e++) wan_acts_free(acts[e]), wan_model_free(&dit[e]);
-    for (int e = 0; e < 2; e++) wan_lora_free(&lora[e]);
-    free(emb), free(x), free(xin), free(vout), free(v), free(ts), free(cond), free(work), free(eps), free(xn);
+    for (int e = 0; e < n_dit; e++) wan_model_free(&dit[e]);
+    for (int e = 0; e < 2; e++) wan_lora_free(&lora[e]), wan_exec_acts_free(acts[e]);
+    flow_denoise_free(&step);
+    free(emb), free(x), free(cond), free(work), free(eps), free(xn);
     vae_encoder_free(venc);
     return rc;
 }

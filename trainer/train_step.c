@@ -7,10 +7,9 @@
 
 #include "core/error.h"
 #include "model/dit/wan_executor.h"
+#include "model/flow/denoise.h"
 #include "model/flow/first_frame.h"
-#include "model/vae/wan_vae_i2v.h"
 #include "model/flow/flow.h"
-#include "model/flow/guidance.h"
 #include "trainer/lora.h"
 
 typedef struct {
@@ -18,106 +17,81 @@ typedef struct {
     float g;     /* the step's guidance: guidance_scale (expert 0) or guidance_scale_2 (expert 1) */
 } transition;
 
-/* Scratch of one micro-batch of up to cap transitions (rows <= 2 cap). */
+/* Scratch of one micro-batch of up to cap transitions (the DiT's rows, up to 2 cap, are step's). */
 typedef struct {
-    float *x, *ts, *enc, *vout, *vref, *dout; /* [rows, nin], [rows], [rows, ne], [rows, nl] x3 */
+    flow_denoise step;                        /* the rows, the forward's velocities and their gradient */
     float *mean, *mean_ref;                   /* [cap, nl] */
-    float *v, *dv;                            /* [nl] */
+    float *dv;                                /* [nl] */
     float *gx, *gv, *gn;                      /* [nl]: a conditioned step's generated elements (first_frame.h) */
     float *logp_new, *logp_old, *adv, *kl, *dlogp, *dkl; /* [cap] */
     float *bias, *sstd, *dt, *dbias;          /* [cap]: GRPO-Guard's mean bias, step std, dt and d loss / d bias */
     uint8_t *mask;                            /* [cap] */
-    int *urow;                                /* [cap]: row of the unconditional forward, or -1 */
     flow_step *st;                            /* [cap] */
 } scratch;
 
 static void scratch_free(scratch *w) {
-    free(w->x), free(w->ts), free(w->enc), free(w->vout), free(w->vref), free(w->dout), free(w->mean);
-    free(w->mean_ref), free(w->v), free(w->dv), free(w->logp_new), free(w->logp_old), free(w->adv), free(w->kl);
-    free(w->dlogp), free(w->dkl), free(w->mask), free(w->urow), free(w->st);
+    flow_denoise_free(&w->step);
+    free(w->mean), free(w->mean_ref), free(w->dv), free(w->logp_new), free(w->logp_old), free(w->adv), free(w->kl);
+    free(w->dlogp), free(w->dkl), free(w->mask), free(w->st);
     free(w->bias), free(w->sstd), free(w->dt), free(w->dbias), free(w->gx), free(w->gv), free(w->gn);
     memset(w, 0, sizeof *w);
 }
 
-/* nts: timesteps per row (1, or the tokens of a sample with per-token timesteps); i2v: the gathering buffers; nin:
- * a row's model input (nl, or I2V-A14B's latent and concatenated condition). */
-static int scratch_alloc(scratch *w, int cap, int64_t nl, int64_t nin, int64_t ne, int64_t nts, int i2v) {
+/* T0: the batch's first trajectory (its latent shape; a first-frame condition: per-token timesteps and the
+ * gathering buffers). */
+static int scratch_alloc(scratch *w, int cap, const wan_config *cfg, const core_traj *T0, int text_len) {
     memset(w, 0, sizeof *w);
-    const size_t rows = 2 * (size_t)cap, f = sizeof(float);
-    w->x = malloc(f * rows * nin), w->ts = malloc(f * rows * nts), w->enc = calloc(rows * ne, f);
+    const size_t f = sizeof(float);
+    const int i2v = T0->condition != NULL;
+    const int64_t nl = core_traj_latent_numel(T0);
+    if (flow_denoise_init(&w->step, cfg, T0->shape, text_len, i2v, cap, 1))
+        return core_error_push("trainer: a micro-batch of %d transitions: ", cap);
     if (i2v && (!(w->gx = malloc(f * nl)) || !(w->gv = malloc(f * nl)) || !(w->gn = malloc(f * nl)))) {
         scratch_free(w);
         return core_error("trainer: out of memory for a micro-batch of %d transitions", cap);
     }
-    w->vout = malloc(f * rows * nl), w->vref = malloc(f * rows * nl), w->dout = malloc(f * rows * nl);
-    w->mean = malloc(f * cap * nl), w->mean_ref = malloc(f * cap * nl), w->v = malloc(f * nl), w->dv = malloc(f * nl);
+    w->mean = malloc(f * cap * nl), w->mean_ref = malloc(f * cap * nl), w->dv = malloc(f * nl);
     w->logp_new = malloc(f * cap), w->logp_old = malloc(f * cap), w->adv = malloc(f * cap), w->kl = malloc(f * cap);
-    w->dlogp = malloc(f * cap), w->dkl = malloc(f * cap), w->mask = malloc(cap), w->urow = malloc(sizeof(int) * cap);
+    w->dlogp = malloc(f * cap), w->dkl = malloc(f * cap), w->mask = malloc(cap);
     w->st = malloc(sizeof(flow_step) * cap);
     w->bias = malloc(f * cap), w->sstd = malloc(f * cap), w->dt = malloc(f * cap), w->dbias = malloc(f * cap);
-    if (!w->bias || !w->sstd || !w->dt || !w->dbias ||!w->x || !w->ts || !w->enc || !w->vout || !w->vref || !w->dout || !w->mean || !w->mean_ref || !w->v ||
-        !w->dv || !w->logp_new || !w->logp_old || !w->adv || !w->kl || !w->dlogp || !w->dkl || !w->mask || !w->urow ||
-        !w->st) {
+    if (!w->bias || !w->sstd || !w->dt || !w->dbias || !w->mean || !w->mean_ref || !w->dv || !w->logp_new ||
+        !w->logp_old || !w->adv || !w->kl || !w->dlogp || !w->dkl || !w->mask || !w->st) {
         scratch_free(w);
         return core_error("trainer: out of memory for a micro-batch of %d transitions", cap);
     }
     return 0;
 }
 
-/* Velocity of transition t from a forward's output rows (guided when its step's g != 1). */
-static const float *guided(const scratch *w, const float *out, int t, float g, int64_t nl) {
-    if (w->urow[t] < 0) return out + (int64_t)t * nl;
-    flow_cfg_combine(w->v, out + (int64_t)t * nl, out + (int64_t)w->urow[t] * nl, g, nl);
-    return w->v;
-}
-
 static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,
                        const trainer_batch *b, const transition *tr, int cnt, int64_t denom, int backward, scratch *w,
                        grpo_loss_stats *stats) {
     const core_traj *T = b->traj;
-    const int64_t nl = core_traj_latent_numel(&T[0]), ne = (int64_t)b->text_len * policy->cfg.text_dim;
-    /* TI2V: every trajectory carries its first-frame condition (check_batch); per-token timesteps, and the step, KL
-     * and bias over the generated elements (model/flow/first_frame.h), as the rollout did */
-    const int i2v = T[0].condition != NULL;
-    const int64_t tpf = (T[0].shape[2] / policy->cfg.patch_size[1]) * (T[0].shape[3] / policy->cfg.patch_size[2]);
-    const int64_t nts = i2v ? T[0].shape[1] * tpf : 1;
-    /* I2V-A14B: a row's input is cat(latent, the trajectory's condition) (model/vae/wan_vae_i2v.h), as the rollout's */
-    const int64_t cc = T[0].concat ? T[0].concat_channels : 0, vox = nl / T[0].shape[0], nin = nl + cc * vox;
-    int rows = cnt;
-    for (int t = 0; t < cnt; t++) w->urow[t] = flow_cfg_active(tr[t].g) ? rows++ : -1;
+    const int64_t nl = core_traj_latent_numel(&T[0]);
+    /* The rows (model/flow/denoise.h) as the rollout built them: TI2V's per-token timesteps (every trajectory carries
+     * its first-frame condition: check_batch; the step, KL and bias then run over the generated elements,
+     * model/flow/first_frame.h), I2V-A14B's input cat(latent, the trajectory's condition), the unconditional rows. */
+    flow_denoise *d = &w->step;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
-        const int i = tr[t].i;
-        if (cc) vae_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)t * nin);
-        else memcpy(w->x + (int64_t)t * nl, core_traj_latent(s, i), sizeof(float) * nl);
-        memcpy(w->enc + (int64_t)t * ne, b->cond[tr[t].s], sizeof(float) * ne);
-        if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)t * nts);
-        else w->ts[t] = s->timesteps[i];
-        if (w->urow[t] >= 0) {
-            const int u = w->urow[t];
-            if (cc) vae_i2v_input(T[0].shape[0], cc, vox, core_traj_latent(s, i), s->concat, w->x + (int64_t)u * nin);
-            else memcpy(w->x + (int64_t)u * nl, core_traj_latent(s, i), sizeof(float) * nl);
-            if (b->neg) memcpy(w->enc + (int64_t)u * ne, b->neg, sizeof(float) * ne);
-            else memset(w->enc + (int64_t)u * ne, 0, sizeof(float) * ne);
-            if (i2v) flow_ff_timesteps(T[0].shape[1], tpf, s->timesteps[i], w->ts + (int64_t)u * nts);
-            else w->ts[u] = s->timesteps[i];
-        }
+        d->in[t] = (flow_denoise_sample){core_traj_latent(s, tr[t].i), s->concat, b->cond[tr[t].s],
+                                         s->timesteps[tr[t].i], tr[t].g};
     }
-    wan_shape sh = {.B = rows, .F = (int)T[0].shape[1], .H = (int)T[0].shape[2], .W = (int)T[0].shape[3], .L = b->text_len,
-                    .per_token_timestep = i2v};
+    const int rows = flow_denoise_build(d, cnt, b->neg);
+    if (rows < 0) return -1;
     /* The activations ex runs on (wan_exec_acts_new): under sequence parallelism (ex->sp of more than one rank) this
      * rank's token slice, the output being the full gathered velocity on every SP rank; on a device (ex->dev,
      * model/dit/wan_dev_exec.h) the forward and backward run there and the velocity comes back in fp32, so
      * everything between them (flow step, log-prob, KL, loss, dv) is the host code below, as on the CPU. */
     const wan_acts_mode mode = backward ? tc->acts_mode : WAN_ACTS_INFER;
-    wan_exec_acts *acts = wan_exec_acts_new(ex, &policy->cfg, &sh, mode), *racts = NULL;
+    wan_exec_acts *acts = flow_denoise_acts_new(d, ex, rows, mode), *racts = NULL;
     if (!acts) return -1;
     int rc = -1;
-    if (wan_exec_forward(policy, acts, ex, w->vout, w->x, w->ts, w->enc)) goto done;
+    if (flow_denoise_forward(d, policy, acts, ex)) goto done;
     for (int t = 0; t < cnt; t++) {
         const core_traj *s = &T[tr[t].s];
         const int i = tr[t].i;
-        const float *v = guided(w, w->vout, t, tr[t].g, nl);
+        const float *v = flow_denoise_velocity(d, t);
         const flow_ff ff = flow_ff_make(s->shape, s->condition);
         const int64_t ng = flow_ff_generated(&ff); /* w->mean[t] holds the generated elements (all without an image) */
         if (flow_sde_step_kind(tc->kind, flow_ff_view(&ff, core_traj_latent(s, i), w->gx), flow_ff_view(&ff, v, w->gv),
@@ -149,13 +123,13 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
         /* the reference is the policy itself under LoRA: its base, the adapter switched off for this forward */
         wan_exec rex = ex ? *ex : (wan_exec){0};
         rex.lora_off = ref == policy;
-        if (!(racts = wan_exec_acts_new(ex, &ref->cfg, &sh, WAN_ACTS_INFER)) ||
-            wan_exec_forward(ref, racts, ref == policy ? &rex : ex, w->vref, w->x, w->ts, w->enc))
+        if (!(racts = flow_denoise_acts_new(d, ex, rows, WAN_ACTS_INFER)) ||
+            flow_denoise_forward(d, ref, racts, ref == policy ? &rex : ex)) /* the policy's velocities: used */
             goto done;
         for (int t = 0; t < cnt; t++) {
             const core_traj *s = &T[tr[t].s];
             const int i = tr[t].i;
-            const float *v = guided(w, w->vref, t, tr[t].g, nl);
+            const float *v = flow_denoise_velocity(d, t);
             const flow_ff ff = flow_ff_make(s->shape, s->condition);
             const int64_t ng = flow_ff_generated(&ff);
             flow_step sr;
@@ -187,12 +161,9 @@ static int micro_batch(wan_model *policy, const wan_model *ref, const wan_exec *
                                           gkl, tc->guard ? w->dbias[t] : 0.0f, ff.cond ? w->gv : w->dv))
                 goto done;
             if (ff.cond) flow_ff_scatter_grad(&ff, w->gv, w->dv);
-            if (w->urow[t] >= 0)
-                flow_cfg_backward(w->dout + (int64_t)t * nl, w->dout + (int64_t)w->urow[t] * nl, w->dv, tr[t].g, nl);
-            else
-                memcpy(w->dout + (int64_t)t * nl, w->dv, sizeof(float) * nl);
+            if (flow_denoise_grad(d, t, w->dv)) goto done;
         }
-        if (wan_exec_backward(policy, acts, ex, w->dout)) goto done;
+        if (flow_denoise_backward(d, policy, acts, ex)) goto done;
     }
     rc = 0;
 done:
@@ -305,13 +276,7 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
         rc = 0;
         goto done;
     }
-    const core_traj *T0 = &b->traj[0];
-    const int64_t nts = T0->condition ? T0->shape[1] * (T0->shape[2] / policy[0]->cfg.patch_size[1]) *
-                                            (T0->shape[3] / policy[0]->cfg.patch_size[2])
-                                      : 1;
-    const int64_t nl0 = core_traj_latent_numel(T0);
-    const int64_t nin0 = nl0 + (T0->concat ? T0->concat_channels * (nl0 / T0->shape[0]) : 0);
-    if (scratch_alloc(&w, cap, nl0, nin0, (int64_t)b->text_len * policy[0]->cfg.text_dim, nts, T0->condition != NULL))
+    if (scratch_alloc(&w, cap, &policy[0]->cfg, &b->traj[0], b->text_len))
         goto done;
     int n_mb = 0, mb = 0;
     for (int e = 0; e < n_experts; e++) n_mb += (per[e] + cap - 1) / cap;
