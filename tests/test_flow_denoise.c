@@ -79,7 +79,8 @@ TEST(flow_denoise_rows_and_guidance) {
     CHECK(strstr(core_last_error(), "without grads") != NULL);
     d.in[0].concat = lat[1];
     CHECK(flow_denoise_build(&d, 1, NULL) == -1);
-    CHECK(strstr(core_last_error(), "sample 0 has a concatenated image condition but the transformer takes 16") != NULL);
+    CHECK(strstr(core_last_error(), "sample 0 has a concatenated image condition but the transformer takes 16") !=
+          NULL);
     wan_acts_free(a1);
     wan_exec_acts_free(a);
     flow_denoise_free(&d);
@@ -123,7 +124,8 @@ TEST(flow_denoise_backward_through_guidance) {
     tiny(&m, "tiny", 13);
     REQUIRE_OK(wan_model_alloc_grads(&m));
     const int64_t ne = (int64_t)DL * m.cfg.text_dim, np = m.layout.numel;
-    float *lat[2] = {normals(DNL, 1), normals(DNL, 2)}, *txt = normals(ne, 3), *dv[2] = {normals(DNL, 4), normals(DNL, 5)};
+    float *lat[2] = {normals(DNL, 1), normals(DNL, 2)}, *txt = normals(ne, 3);
+    float *dv[2] = {normals(DNL, 4), normals(DNL, 5)};
     flow_denoise d;
     REQUIRE_OK(flow_denoise_init(&d, &m.cfg, DSHAPE, DL, 0, 2, 1));
     d.in[0] = (flow_denoise_sample){lat[0], NULL, txt, 800.0f, 1.0f};

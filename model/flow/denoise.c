@@ -65,7 +65,8 @@ int flow_denoise_build(flow_denoise *d, int n, const float *neg) {
     const int cat = d->nin != d->nl;
     for (int j = 0; j < n; j++) {
         const flow_denoise_sample *s = &d->in[j];
-        if (!s->latent || !s->text) return core_error("flow_denoise: sample %d has no %s", j, s->latent ? "text" : "latent");
+        if (!s->latent || !s->text)
+            return core_error("flow_denoise: sample %d has no %s", j, s->latent ? "text" : "latent");
         if (!s->concat != !cat)
             return core_error("flow_denoise: sample %d %s a concatenated image condition but the transformer takes %d "
                               "channels for %d out", j, s->concat ? "has" : "lacks", d->cfg.in_channels,
