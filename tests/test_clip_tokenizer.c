@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <utf8proc.h>
 
 #include "model/clip/clip_tokenizer.h"
 #include "tests/test.h"
@@ -277,5 +278,43 @@ TEST(clip_tok_errors_name_the_problem) {
     CHECK_MSG(strstr(core_last_error(), "UTF-8") != NULL, "error: %s", core_last_error());
     CHECK(clip_tok_encode_padded(t, "a", 1, 1, buf, &n) == -1);
     CHECK_MSG(strstr(core_last_error(), "max_length 1") != NULL, "error: %s", core_last_error());
+    clip_tok_free(t);
+}
+
+/* Random code points from every plane (controls, marks, unassigned, private use, emoji) and random bytes: valid
+ * UTF-8 encodes to in-range ids framed by <|startoftext|> ... <|endoftext|>, invalid UTF-8 is refused. */
+TEST(clip_tok_random_text) {
+    clip_tokenizer *t = clip_tok_load(CLIP_TOK_DIR);
+    REQUIRE_OK(t ? 0 : -1);
+    uint64_t s = 12345;
+    int bad = 0, refused = 0;
+    for (int k = 0; k < 300; k++) {
+        char buf[256];
+        size_t n = 0;
+        int raw = k % 3 == 2; /* every third string: raw bytes, mostly invalid UTF-8 */
+        while (n < sizeof buf - 4) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint32_t r = (uint32_t)(s >> 33);
+            if (raw) {
+                buf[n++] = (char)(r & 0xFF);
+                continue;
+            }
+            uint32_t cp = r % 4 == 0 ? r % 0x80 : r % 4 == 1 ? r % 0x800 : r % 4 == 2 ? r % 0x10000 : r % 0x110000;
+            if (cp >= 0xD800 && cp < 0xE000) continue;
+            n += (size_t)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)buf + n);
+        }
+        int32_t ids[CLIP_TOK_CONTEXT];
+        int nr;
+        if (clip_tok_encode_padded(t, buf, n, CLIP_TOK_CONTEXT, ids, &nr)) {
+            refused++;
+            bad += !raw;
+            continue;
+        }
+        int ok = nr >= 2 && ids[0] == 49406 && ids[nr - 1] == 49407;
+        for (int i = 0; i < CLIP_TOK_CONTEXT; i++) ok = ok && ids[i] >= 0 && ids[i] < 49408;
+        bad += !ok;
+    }
+    CHECK_MSG(bad == 0, "%d random strings gave bad ids (or valid UTF-8 was refused)", bad);
+    CHECK_MSG(refused >= 90, "only %d of the 100 raw-byte strings were refused as invalid UTF-8", refused);
     clip_tok_free(t);
 }

@@ -320,8 +320,11 @@ static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *
             return core_error("%s: vocab[\"%s\"] is not a valid id", file, key);
         if (json_integer_value(v) > maxid) maxid = (int)json_integer_value(v);
     }
-    json_array_foreach(added, i, e) if (json_integer_value(json_object_get(e, "id")) > maxid) maxid =
-        (int)json_integer_value(json_object_get(e, "id"));
+    json_array_foreach(added, i, e) {
+        json_int_t id = json_integer_value(json_object_get(e, "id"));
+        if (id < 0 || id >= INT_MAX / 2) return core_error("%s: added_tokens[%zu]: id %lld out of range", file, i, (long long)id);
+        if (id > maxid) maxid = (int)id;
+    }
     t->nvocab = maxid + 1;
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)t->nvocab) cap *= 2;
@@ -493,15 +496,14 @@ clip_tokenizer *clip_tok_load(const char *path) {
         clip_tok_free(t);
         return NULL;
     }
-    for (int i = 0; i < t->npre; i++)
-        if (t->pre[i] < 0 || t->pre[i] >= t->nvocab) t->npre = -1;
-    for (int i = 0; i < t->npost; i++)
-        if (t->post[i] < 0 || t->post[i] >= t->nvocab) t->npost = -1;
     json_decref(root);
-    if (t->npre < 0 || t->npost < 0) {
-        core_error("%s: post_processor: a special token id is out of the vocabulary", file);
-        clip_tok_free(t);
-        return NULL;
+    for (int i = 0; i < t->npre + t->npost; i++) {
+        int32_t id = i < t->npre ? t->pre[i] : t->post[i - t->npre];
+        if (id < 0 || id >= t->nvocab) {
+            core_error("%s: post_processor: special token id %d is outside the vocabulary", file, id);
+            clip_tok_free(t);
+            return NULL;
+        }
     }
     return t;
 }

@@ -49,6 +49,7 @@ int32_t clip_tok_eos_id(const clip_tokenizer *t);
 int32_t clip_tok_pad_id(const clip_tokenizer *t);
 
 /* Encodes UTF-8 text[0..len) (NUL bytes allowed inside) with the special tokens, as tokenizer(text).input_ids.
+ * Thread-safe: the tokenizer is read-only after loading (no cache).
  * With max_len > 0 the text's tokens are cut to max_len minus the number of special tokens before the special
  * tokens are added (truncation=True, max_length=max_len: the end-of-text token stays last). On success *ids is a
  * malloc'd int32 array of *n ids (free() it; never NULL on success). Returns 0, or -1: text not valid UTF-8,
