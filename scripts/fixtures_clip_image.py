@@ -3,9 +3,14 @@
 tests/test_clip_image.c), from the three references clip_image.h names:
   hf         transformers' CLIPImageProcessor as AutoImageProcessor loads it by default (torchvision backend)
   hf_pil     transformers' CLIPImageProcessorPil (backend="pil")
-  open_clip  open_clip's eval transform (HPSv2): torchvision Resize(BICUBIC) + CenterCrop on a PIL image, ToTensor,
+  open_clip  open_clip's eval transform: torchvision Resize(BICUBIC) + CenterCrop on a PIL image, ToTensor,
              Normalize (built by hand for the small non-square crop; checked equal to open_clip's own
              image_transform at 224 here).
+  hpsv2      HPSv2's preprocess_val: the open_clip 2.x image_transform it vendors, with resize_longest_max=True
+             (ResizeMaxSize: torchvision F.resize of the PIL image to round(side * size / longer), F.pad with zeros to
+             a square, pad // 2 first), ToTensor, Normalize; written out here with the same torchvision calls, as
+             that open_clip version is not installed (open_clip 3's resize_mode="longest" is compared with it and
+             the difference printed).
 Input frames are not stored: they are a formula both sides compute (frame_pixels: splitmix64 noise in the top half,
 gradients in the bottom half).
 
@@ -15,8 +20,9 @@ Writes, under tests/fixtures/:
   clip_image_224/preprocessor_config.json     openai/clip-vit-*'s file (old-style integer size / crop_size)
   clip_image_io.safetensors                   for small case i (__metadata__ "small": [[n, h, w, seed], ...]) and
                                               variant v: small.<i>.out.<v> F32 [n, 3, 12, 16] (pixel_values);
+                                              (hpsv2: [n, 3, 16, 16], the square of side 16);
                                               small.<i>.resized.<r> U8 [n, oh, ow, 3] (the full resize) for r = hf
-                                              (torch) and pil (Pillow: hf_pil and open_clip);
+                                              (torch), pil (Pillow: hf_pil and open_clip) and hpsv2;
                                               for 224 case i (__metadata__ "real"): real.<i>.hash.<v> I64 [2]: FNV-1a
                                               64 of the resized u8 image's bytes and of pixel_values' float32 bytes
                                               (little-endian), as the C test computes them (bit-exact check at 224).
@@ -35,7 +41,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIX = os.path.join(ROOT, "tests", "fixtures")
 MEAN = [0.48145466, 0.4578275, 0.40821073]
 STD = [0.26862954, 0.26130258, 0.27577711]
-VARIANTS = ["hf", "hf_pil", "open_clip"]
+VARIANTS = ["hf", "hf_pil", "open_clip", "hpsv2"]
 
 # (n frames, h, w, seed): odd sizes, landscape, portrait, upscaling (smaller than the crop), square, large downscale
 # (211, 37) and (40, 18): Pillow runs the height pass first (the height shrinks more than twice the width)
@@ -77,6 +83,9 @@ def write_config(folder, cfg):
         f.write("\n")
 
 
+diffs_oc3 = []  # max |open_clip 3 resize_mode="longest" - hpsv2| per case
+
+
 def references(folder, se, ch, cw):
     from PIL import Image
     import torchvision.transforms as T
@@ -89,6 +98,27 @@ def references(folder, se, ch, cw):
         type(hf).__name__, type(hf_pil).__name__)
     oc = T.Compose([T.Resize(se, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop((ch, cw)), T.ToTensor(),
                     T.Normalize(MEAN, STD)])
+    hs = max(ch, cw)  # HPSv2: the square side (crop 12 x 16 -> 16 for the small config)
+    to_pixels = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+
+    def hps_resized(p):
+        import torchvision.transforms.functional as F1
+        w0, h0 = p.size
+        scale = hs / float(max(h0, w0))
+        if scale == 1.0:
+            return p
+        return F1.resize(p, [round(h0 * scale), round(w0 * scale)], T.InterpolationMode.BICUBIC)
+
+    def hps_padded(r):
+        import torchvision.transforms.functional as F1
+        w1, h1 = r.size
+        if (w1, h1) == (hs, hs):
+            return r
+        ph, pw = hs - h1, hs - w1
+        return F1.pad(r, [pw // 2, ph // 2, pw - pw // 2, ph - ph // 2], fill=0)
+
+    import open_clip
+    oc3 = open_clip.transform.image_transform((hs, hs), is_train=False, resize_mode="longest")
 
     def resized_size(h, w):
         return (int(se * h / w), se) if w <= h else (se, int(se * w / h))
@@ -104,8 +134,13 @@ def references(folder, se, ch, cw):
         pil_resized = np.stack([np.asarray(p.resize((ow, oh), Image.BICUBIC)) for p in pil])
         out["hf_pil"] = (pil_resized, hf_pil(images=list(frames), return_tensors="np").pixel_values)
         out["open_clip"] = (pil_resized, torch.stack([oc(p) for p in pil]).numpy())
+        hr = [hps_resized(p) for p in pil]
+        out["hpsv2"] = (np.stack([np.asarray(r) for r in hr]), torch.stack([to_pixels(hps_padded(r)) for r in hr]).numpy())
+        oc3_out = torch.stack([oc3(p) for p in pil]).numpy()
+        diffs_oc3.append(float(np.abs(oc3_out - out["hpsv2"][1]).max()))
         for v in VARIANTS:
-            assert out[v][1].dtype == np.float32 and out[v][1].shape == (len(frames), 3, ch, cw), (v, out[v][1].shape)
+            shape = (len(frames), 3, hs, hs) if v == "hpsv2" else (len(frames), 3, ch, cw)
+            assert out[v][1].dtype == np.float32 and out[v][1].shape == shape, (v, out[v][1].shape)
         # the transformers pipeline as understood: crop int((H - c) / 2) of the resized u8, (x - m*255) / (s*255)
         r = out["hf"][0]
         top, left = (oh - ch) // 2, (ow - cw) // 2
@@ -151,6 +186,7 @@ def main():
         assert np.array_equal(out["hf_pil"][0], out["open_clip"][0])
         tensors[f"small.{i}.resized.hf"] = np.ascontiguousarray(out["hf"][0])
         tensors[f"small.{i}.resized.pil"] = np.ascontiguousarray(out["hf_pil"][0])
+        tensors[f"small.{i}.resized.hpsv2"] = np.ascontiguousarray(out["hpsv2"][0])
         for v in VARIANTS:
             tensors[f"small.{i}.out.{v}"] = np.ascontiguousarray(out[v][1])
 
@@ -168,6 +204,7 @@ def main():
                                                        fnv64(np.ascontiguousarray(p).astype("<f4").tobytes())],
                                                       dtype=np.int64)
         print(f"real case {i}: {n} x {h}x{w} done")
+    diffs["max_abs"]["open_clip3_longest_vs_hpsv2"] = max(diffs_oc3)
     meta = {"small": json.dumps([list(c) for c in SMALL]), "real": json.dumps([list(c) for c in REAL]),
             "diffs": json.dumps(diffs)}
     save_file(tensors, os.path.join(FIX, "clip_image_io.safetensors"), metadata=meta)

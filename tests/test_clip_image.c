@@ -11,7 +11,8 @@
 #include "tests/test.h"
 
 #define IO_PATH "tests/fixtures/clip_image_io.safetensors"
-static const char *VNAME[3] = {"hf", "hf_pil", "open_clip"};
+static const char *VNAME[4] = {"hf", "hf_pil", "open_clip", "hpsv2"};
+static const char *RNAME[4] = {"hf", "pil", "pil", "hpsv2"}; /* the fixture's resized images */
 
 static uint64_t splitmix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ULL;
@@ -67,9 +68,10 @@ TEST(clip_image_matches_transformers_and_open_clip) {
     REQUIRE_OK(io ? 0 : -1);
     int cases[16][4], ncase = parse_cases(st_metadata(io, "small"), cases, 16);
     REQUIRE(ncase >= 6);
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         cfg.variant = (clip_image_variant)v;
-        int u8_bad = 0;
+        if (v == CLIP_IMAGE_HPSV2) cfg.crop_h = cfg.crop_w = 16; /* HPSv2: a 16 x 16 square (the longer crop side) */
+        int ph = cfg.crop_h, pw = cfg.crop_w, u8_bad = 0;
         double maxerr = 0.0;
         for (int i = 0; i < ncase; i++) {
             int n = cases[i][0], h = cases[i][1], w = cases[i][2], oh, ow;
@@ -78,7 +80,7 @@ TEST(clip_image_matches_transformers_and_open_clip) {
             clip_image_resized_size(&cfg, h, w, &oh, &ow);
             char name[64];
             core_tensor want;
-            snprintf(name, sizeof name, "small.%d.resized.%s", i, v ? "pil" : "hf");
+            snprintf(name, sizeof name, "small.%d.resized.%s", i, RNAME[v]);
             REQUIRE_OK(st_get(io, name, &want));
             REQUIRE(want.ndim == 4 && want.shape[1] == oh && want.shape[2] == ow);
             uint8_t *got = malloc((size_t)oh * ow * 3);
@@ -89,13 +91,13 @@ TEST(clip_image_matches_transformers_and_open_clip) {
                 for (size_t k = 0; k < (size_t)oh * ow * 3; k++) u8_bad += got[k] != ref[k];
             }
             free(got);
-            float *out = malloc((size_t)n * 3 * 12 * 16 * sizeof *out);
+            float *out = malloc((size_t)n * 3 * ph * pw * sizeof *out);
             REQUIRE(out);
             REQUIRE_OK(clip_image_preprocess(&cfg, frames, n, h, w, out));
             snprintf(name, sizeof name, "small.%d.out.%s", i, VNAME[v]);
             REQUIRE_OK(st_get(io, name, &want));
-            REQUIRE(want.dtype == CORE_F32 && core_tensor_numel(&want) == (int64_t)n * 3 * 12 * 16);
-            for (size_t k = 0; k < (size_t)n * 3 * 12 * 16; k++) {
+            REQUIRE(want.dtype == CORE_F32 && core_tensor_numel(&want) == (int64_t)n * 3 * ph * pw);
+            for (size_t k = 0; k < (size_t)n * 3 * ph * pw; k++) {
                 double d = fabs((double)out[k] - ((const float *)want.data)[k]);
                 if (d > maxerr) maxerr = d;
             }
@@ -124,12 +126,13 @@ TEST(clip_image_224_bit_exact) {
         int n = cases[i][0], h = cases[i][1], w = cases[i][2], oh, ow;
         uint8_t *frames = frame_pixels(n, h, w, (uint64_t)cases[i][3]);
         REQUIRE(frames);
-        clip_image_resized_size(&cfg, h, w, &oh, &ow);
-        uint8_t *rs = malloc((size_t)n * oh * ow * 3);
         float *out = malloc((size_t)n * 3 * 224 * 224 * sizeof *out);
-        REQUIRE(rs && out);
-        for (int v = 0; v < 3; v++) {
+        REQUIRE(out);
+        for (int v = 0; v < 4; v++) {
             cfg.variant = (clip_image_variant)v;
+            clip_image_resized_size(&cfg, h, w, &oh, &ow);
+            uint8_t *rs = malloc((size_t)n * oh * ow * 3);
+            REQUIRE(rs);
             for (int f = 0; f < n; f++)
                 REQUIRE_OK(clip_image_resize_u8(&cfg, frames + (size_t)f * h * w * 3, h, w, rs + (size_t)f * oh * ow * 3, oh, ow));
             REQUIRE_OK(clip_image_preprocess(&cfg, frames, n, h, w, out));
@@ -144,12 +147,12 @@ TEST(clip_image_224_bit_exact) {
                         h0 == (uint64_t)hw[0] ? "equal" : "DIFFERS", h1 == (uint64_t)hw[1] ? "equal" : "DIFFER");
                 bad++;
             }
+            free(rs);
         }
-        free(rs);
         free(out);
         free(frames);
     }
-    CHECK_MSG(bad == 0, "%d of %d (size, variant) cases differ from the references at 224", bad, 3 * ncase);
+    CHECK_MSG(bad == 0, "%d of %d (size, variant) cases differ from the references at 224", bad, 4 * ncase);
     st_close(io);
 }
 
@@ -186,6 +189,36 @@ TEST(clip_image_by_hand) {
         double x0 = (o[0] * cfg.image_std[0] + cfg.image_mean[0]) * 255.0;
         CHECK_MSG(fabs(x0 - 10.0 * want_left[v]) < 1e-3, "%s: first column %.3f, want %d", VNAME[v], x0, 10 * want_left[v]);
     }
+}
+
+/* HPSv2's letterbox by hand: a constant 8 x 16 frame into an 8 x 8 square is resized to 4 x 8 and padded with two
+ * zero rows above and below; its refusals. */
+TEST(clip_image_hpsv2_letterbox_by_hand) {
+    clip_image_config cfg;
+    clip_image_config_default(&cfg);
+    cfg.variant = CLIP_IMAGE_HPSV2, cfg.crop_h = cfg.crop_w = 8;
+    uint8_t frame[8 * 16 * 3];
+    memset(frame, 100, sizeof frame);
+    int oh, ow;
+    clip_image_resized_size(&cfg, 8, 16, &oh, &ow);
+    CHECK(oh == 4 && ow == 8);
+    float out[3 * 64];
+    REQUIRE_OK(clip_image_preprocess(&cfg, frame, 1, 8, 16, out));
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++) {
+                double want = ((y >= 2 && y < 6 ? 100.0 : 0.0) / 255.0 - cfg.image_mean[c]) / cfg.image_std[c];
+                CHECK_NEAR(out[(c * 8 + y) * 8 + x], want, 1e-6);
+            }
+    /* a 13 x 8 frame: 8 x 5 (round(8 * 8 / 13) = round(4.92) = 5); the padding would be 1 column left, 2 right */
+    clip_image_resized_size(&cfg, 13, 8, &oh, &ow);
+    CHECK(oh == 8 && ow == 5);
+    cfg.crop_w = 7;
+    CHECK(clip_image_preprocess(&cfg, frame, 1, 8, 16, out) == -1);
+    CHECK_MSG(strstr(core_last_error(), "square crop") != NULL, "error: %s", core_last_error());
+    cfg.crop_w = 8;
+    CHECK(clip_image_preprocess(&cfg, frame, 1, 4, 8, out) == -1); /* longer side already 8: left as 4 x 8 */
+    CHECK_MSG(strstr(core_last_error(), "leaves a 4x8 frame") != NULL, "error: %s", core_last_error());
 }
 
 static void expect_cfg_error(const char *json, const char *needle) {

@@ -139,6 +139,15 @@ out:
 }
 
 void clip_image_resized_size(const clip_image_config *cfg, int h, int w, int *oh, int *ow) {
+    if (cfg->variant == CLIP_IMAGE_HPSV2) { /* round(side * (size / longer)): Python's round, half to even */
+        double scale = (double)cfg->crop_h / (double)(h > w ? h : w);
+        if (scale == 1.0) {
+            *oh = h, *ow = w;
+        } else {
+            *oh = (int)nearbyint((double)h * scale), *ow = (int)nearbyint((double)w * scale);
+        }
+        return;
+    }
     int s = cfg->shortest_edge;
     if (w <= h) { /* int(size * long / short): Python's true division, then truncation */
         *ow = s, *oh = (int)((double)s * h / w);
@@ -324,18 +333,29 @@ int clip_image_resize_u8(const clip_image_config *cfg, const uint8_t *src, int h
     return resize_region(cfg, src, h, w, oh, ow, 0, oh, 0, ow, dst);
 }
 
-/* The crop's first row or column: transformers int((n - crop) / 2.0); open_clip int(round(...)), half to even. */
+/* The crop's first row or column in the resized image: transformers int((n - crop) / 2.0); open_clip
+ * int(round(...)), half to even; HPSv2's padding puts (crop - n) // 2 zeros first (a negative offset). */
 static int crop_offset(const clip_image_config *cfg, int n, int crop) {
+    if (cfg->variant == CLIP_IMAGE_HPSV2) return -((crop - n) / 2);
     return cfg->variant == CLIP_IMAGE_OPEN_CLIP ? (int)nearbyint((n - crop) / 2.0) : (n - crop) / 2;
 }
 
 int clip_image_preprocess(const clip_image_config *cfg, const uint8_t *src, int n, int h, int w, float *out) {
     if (n < 0 || h < 1 || w < 1) return core_error("clip image: %d frames of %dx%d: bad shape", n, h, w);
-    int oh, ow, ch = cfg->crop_h, cw = cfg->crop_w;
+    int oh, ow, ch = cfg->crop_h, cw = cfg->crop_w, hps = cfg->variant == CLIP_IMAGE_HPSV2;
     clip_image_resized_size(cfg, h, w, &oh, &ow);
-    if (oh < ch || ow < cw)
+    if (hps && ch != cw) return core_error("clip image: HPSv2's preprocessing needs a square crop, not %dx%d", ch, cw);
+    if (hps && (h > w ? h : w) == ch && h != w)
+        return core_error("clip image: HPSv2's preprocessing leaves a %dx%d frame as it is (its longer side is already "
+                          "%d): not a %dx%d image", h, w, ch, ch, ch);
+    if (!hps && (oh < ch || ow < cw))
         return core_error("clip image: a %dx%d frame resizes to %dx%d, smaller than the %dx%d crop", h, w, oh, ow, ch, cw);
+    if (hps && (oh > ch || ow > cw || oh < 1 || ow < 1))
+        return core_error("clip image: a %dx%d frame resizes to %dx%d for a %dx%d square", h, w, oh, ow, ch, cw);
     int top = crop_offset(cfg, oh, ch), left = crop_offset(cfg, ow, cw);
+    /* the part of the crop window [top, top + ch) x [left, left + cw) inside the resized image (all of it but
+     * HPSv2's padding) */
+    int r0 = top < 0 ? 0 : top, r1 = top + ch > oh ? oh : top + ch, c0 = left < 0 ? 0 : left, c1 = left + cw > ow ? ow : left + cw;
     /* per-channel affine maps, in each reference's float32 operations */
     float sub[3], div[3];
     float inv = (float)(1.0 / cfg->rescale_factor);
@@ -349,13 +369,18 @@ int clip_image_preprocess(const clip_image_config *cfg, const uint8_t *src, int 
     size_t plane = (size_t)ch * cw, fsize = (size_t)h * w * 3;
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
     for (int f = 0; f < n; f++) {
-        uint8_t *crop = malloc(plane * 3);
-        if (!crop || resize_region(cfg, src + (size_t)f * fsize, h, w, oh, ow, top, top + ch, left, left + cw, crop)) {
+        uint8_t *crop = calloc(plane * 3, 1), *part = malloc((size_t)(r1 - r0) * (size_t)(c1 - c0) * 3 + 1);
+        if (!crop || !part || resize_region(cfg, src + (size_t)f * fsize, h, w, oh, ow, r0, r1, c0, c1, part)) {
             free(crop);
+            free(part);
 #pragma omp atomic write
             failed = 1;
             continue;
         }
+        for (int r = r0; r < r1; r++) /* into the window; the rest stays zero (the padding) */
+            memcpy(crop + ((size_t)(r - top) * cw + (size_t)(c0 - left)) * 3, part + (size_t)(r - r0) * (c1 - c0) * 3,
+                   (size_t)(c1 - c0) * 3);
+        free(part);
         float *o = out + (size_t)f * 3 * plane;
         for (size_t p = 0; p < plane; p++) {
             for (int c = 0; c < 3; c++) {

@@ -1,7 +1,7 @@
 /* model/clip/clip_image.h — CLIP image preprocessing: u8 RGB frames to the normalised fp32 pixels a CLIP vision
  * tower takes (resize of the shorter side with antialiased bicubic, centre crop, rescale, normalise).
  *
- * Three references, chosen by clip_image_config.variant; each is matched exactly on the resized u8 image and to
+ * Four references, chosen by clip_image_config.variant; each is matched exactly on the resized u8 image and to
  * the last float32 rounding after it (tests/test_clip_image.c; fixtures from scripts/fixtures_clip_image.py):
  *   CLIP_IMAGE_HF          transformers 5.x CLIPImageProcessor, the class AutoImageProcessor loads by default for a
  *                          CLIP folder (the torchvision backend): torchvision's resize of a u8 tensor, i.e. torch's
@@ -16,14 +16,20 @@
  *                          resize), CenterCrop with the offset int(round((H - crop) / 2)) (half to even: one pixel
  *                          further than transformers when H - crop is 3 mod 4), ToTensor (x / 255 in float32),
  *                          Normalize ((x - mean) / std in float32).
- * The output size of the resize is transformers' and torchvision's: the shorter side becomes shortest_edge, the
- * longer int(shortest_edge * long / short). crop_size may not exceed shortest_edge (no zero padding needed). */
+ *   CLIP_IMAGE_HPSV2       HPSv2's preprocess_val (its vendored open_clip 2.x image_transform with
+ *                          resize_longest_max=True): ResizeMaxSize to crop_h (= crop_w) on a PIL image, i.e. the
+ *                          longer side becomes crop_h, each side round(side * crop_h / longer) (half to even), with
+ *                          PIL's resize, then zero padding to a square (left / top get pad // 2); no resize and no
+ *                          padding when the longer side already equals crop_h (refused unless the frame is square:
+ *                          the reference then returns a non-square image); ToTensor and Normalize as open_clip.
+ * For the first three the output size of the resize is transformers' and torchvision's: the shorter side becomes
+ * shortest_edge, the longer int(shortest_edge * long / short); crop_size may not exceed shortest_edge. */
 #ifndef MODEL_CLIP_IMAGE_H
 #define MODEL_CLIP_IMAGE_H
 
 #include <stdint.h>
 
-typedef enum { CLIP_IMAGE_HF = 0, CLIP_IMAGE_HF_PIL = 1, CLIP_IMAGE_OPEN_CLIP = 2 } clip_image_variant;
+typedef enum { CLIP_IMAGE_HF = 0, CLIP_IMAGE_HF_PIL = 1, CLIP_IMAGE_OPEN_CLIP = 2, CLIP_IMAGE_HPSV2 = 3 } clip_image_variant;
 
 /* What preprocessor_config.json says (only what CLIPImageProcessor reads for CLIP). */
 typedef struct {
@@ -48,7 +54,8 @@ void clip_image_config_default(clip_image_config *cfg);
  * of 1..4096, a zero std. */
 int clip_image_config_load(const char *path, clip_image_config *cfg);
 
-/* The size (*oh, *ow) of the resized image for an h x w input (before the crop). */
+/* The size (*oh, *ow) of the resized image for an h x w input (before the crop or, for CLIP_IMAGE_HPSV2, the
+ * padding). */
 void clip_image_resized_size(const clip_image_config *cfg, int h, int w, int *oh, int *ow);
 
 /* Resizes one u8 RGB image src [h, w, 3] to dst [oh, ow, 3] with the variant's resampler (antialiased bicubic; a
@@ -59,7 +66,8 @@ int clip_image_resize_u8(const clip_image_config *cfg, const uint8_t *src, int h
 /* Preprocesses n frames src [n, h, w, 3] (u8 RGB, row-major, as a rollout's video) into out [n, 3, crop_h,
  * crop_w] float32 (channel-first, the vision tower's pixel_values). Only the rows and columns the crop keeps are
  * resampled (the values are those of the full resize). Frames run in parallel (OpenMP). Returns 0, or -1 with
- * core_error (n < 0, sizes < 1, out of memory). */
+ * core_error (n < 0, sizes < 1, a crop the resized frame cannot hold, CLIP_IMAGE_HPSV2 with a non-square crop or
+ * a non-square frame whose longer side is already crop_h, out of memory). */
 int clip_image_preprocess(const clip_image_config *cfg, const uint8_t *src, int n, int h, int w, float *out);
 
 #endif
