@@ -255,7 +255,11 @@ static void pass_h(const axis_coeffs *a, const uint8_t *src, int sw, int xoff, i
             const int32_t *k = a->k + (size_t)c * a->ksize;
             const uint8_t *p = in + (size_t)(a->xmin[c] - xoff) * 3;
             int32_t s0 = 1 << (a->prec - 1), s1 = s0, s2 = s0;
-            for (int j = 0; j < a->xsize[c]; j++) s0 += p[3 * j] * k[j], s1 += p[3 * j + 1] * k[j], s2 += p[3 * j + 2] * k[j];
+            for (int j = 0; j < a->xsize[c]; j++) {
+                s0 += p[3 * j] * k[j];
+                s1 += p[3 * j + 1] * k[j];
+                s2 += p[3 * j + 2] * k[j];
+            }
             o[3 * (c - c0)] = clamp_shift(s0, a->prec);
             o[3 * (c - c0) + 1] = clamp_shift(s1, a->prec);
             o[3 * (c - c0) + 2] = clamp_shift(s2, a->prec);
@@ -314,7 +318,8 @@ static int resize_region(const clip_image_config *cfg, const uint8_t *src, int h
     } else if (need_v) {
         pass_v(&ay, src, w, 0, c0, dw, r0, r1, dst);
     } else {
-        for (int r = r0; r < r1; r++) memcpy(dst + (size_t)(r - r0) * dw * 3, src + ((size_t)r * w + c0) * 3, (size_t)dw * 3);
+        for (int r = r0; r < r1; r++)
+            memcpy(dst + (size_t)(r - r0) * dw * 3, src + ((size_t)r * w + c0) * 3, (size_t)dw * 3);
     }
     rc = 0;
     goto out;
@@ -355,7 +360,8 @@ int clip_image_preprocess(const clip_image_config *cfg, const uint8_t *src, int 
     int top = crop_offset(cfg, oh, ch), left = crop_offset(cfg, ow, cw);
     /* the part of the crop window [top, top + ch) x [left, left + cw) inside the resized image (all of it but
      * HPSv2's padding) */
-    int r0 = top < 0 ? 0 : top, r1 = top + ch > oh ? oh : top + ch, c0 = left < 0 ? 0 : left, c1 = left + cw > ow ? ow : left + cw;
+    int r0 = top < 0 ? 0 : top, r1 = top + ch > oh ? oh : top + ch;
+    int c0 = left < 0 ? 0 : left, c1 = left + cw > ow ? ow : left + cw;
     /* per-channel affine maps, in each reference's float32 operations */
     float sub[3], div[3];
     float inv = (float)(1.0 / cfg->rescale_factor);

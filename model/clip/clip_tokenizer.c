@@ -104,8 +104,8 @@ static int is_number(int32_t c) {
 /* Unicode White_Space: what Oniguruma's \s matches in tokenizers' regexes (U+0085 and U+00A0 in, U+200B and
  * U+180E out; checked by the fixtures). utf8proc has the categories but not this property list. */
 static int is_space(int32_t c) {
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 /* 0: letter, 1: number, 2: other non-space, 3: space */
 static int char_class(int32_t c) { return is_space(c) ? 3 : is_letter(c) ? 0 : is_number(c) ? 1 : 2; }
@@ -299,7 +299,8 @@ static int set_token(clip_tokenizer *t, int id, const char *s, size_t len, const
 
 static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *file) {
     const char *type = jstr(m, "type");
-    if (!type || strcmp(type, "BPE")) return core_error("%s: model type %s: only BPE is supported", file, type ? type : "none");
+    if (!type || strcmp(type, "BPE"))
+        return core_error("%s: model type %s: only BPE is supported", file, type ? type : "none");
     json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges"), *v, *e;
     if (!json_is_object(vocab) || !json_is_array(merges))
         return core_error("%s: BPE model without \"vocab\" object or \"merges\" list", file);
@@ -322,7 +323,8 @@ static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *
     }
     json_array_foreach(added, i, e) {
         json_int_t id = json_integer_value(json_object_get(e, "id"));
-        if (id < 0 || id >= INT_MAX / 2) return core_error("%s: added_tokens[%zu]: id %lld out of range", file, i, (long long)id);
+        if (id < 0 || id >= INT_MAX / 2)
+            return core_error("%s: added_tokens[%zu]: id %lld out of range", file, i, (long long)id);
         if (id > maxid) maxid = (int)id;
     }
     t->nvocab = maxid + 1;
@@ -378,7 +380,8 @@ static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *
                 break;
             }
             la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
-        } else if (json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) && json_is_string(json_array_get(e, 1))) {
+        } else if (json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
+                   json_is_string(json_array_get(e, 1))) {
             a = json_string_value(json_array_get(e, 0)), b = json_string_value(json_array_get(e, 1));
             la = strlen(a), lb = strlen(b);
         } else {
