@@ -13,7 +13,7 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 # --- end MPI ---
 CFLAGS   := $(OPT) -std=c11 -ffp-contract=off -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fopenmp -I. -I$(BLAS_INC) $(MPI_CFLAGS) $(EXTRA_CFLAGS)
-LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lavformat -lavcodec -lswscale -lavutil -lpng16 -lzmq $(MPI_LIBS) -lm $(EXTRA_LDLIBS)
+LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lxxhash -lutf8proc -lavformat -lavcodec -lswscale -lavutil -lpng16 -lzmq $(MPI_LIBS) -lm $(EXTRA_LDLIBS)
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
@@ -94,6 +94,8 @@ TEST_TALLY := $(BUILD)/test-tally.txt
 # VBench's colour suite (Apache-2.0, not in this repository) for tests/test_eval.c eval_vbench_color_suite, where a
 # checkout has the project's data folder beside it; the test skips, saying so, without it.
 export VGRPO_VBENCH_COLOR ?= $(wildcard ../shared/data/vbench/color.json)
+# VBench's prompt files, for tests/test_clip_tokenizer.c clip_tok_vbench_prompts_match_transformers (skips without).
+export VGRPO_VBENCH_DIR ?= $(wildcard ../shared/data/vbench)
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/vgrpo $(BUILD)/vgrpo_tests $(BUILD)/vgrpo_mpi_tests
 	@rm -f $(TEST_TALLY)

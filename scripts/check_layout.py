@@ -38,7 +38,7 @@ import sys
 
 ORDER = [["cli"], ["bench"], ["trainer", "rollout"], ["reward"], ["media"], ["model"], ["sp"], ["kernels"], ["core"]]
 RANK = {f: i for i, group in enumerate(ORDER) for f in group}
-MODEL_SUBS = ["dit", "vae", "text", "flow"]
+MODEL_SUBS = ["dit", "vae", "text", "flow", "clip"]
 # The sub-order inside model/: a subfolder may include the ones listed for it (and those never include it).
 MODEL_ABOVE = {"flow": {"dit", "vae"}}
 # Top folders whose .c files may keep file-level cycles for now: reported as warnings, not errors (never for

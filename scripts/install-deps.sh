@@ -10,6 +10,7 @@ pkgs=(
   libyaml-dev                # recipes and configs
   libjansson-dev             # JSON: safetensors headers, configs, wire headers, metrics
   libxxhash-dev              # xxh64 checksums (weight sync, fixtures)
+  libutf8proc-dev            # Unicode NFC and categories (the CLIP tokenizer)
   libzmq3-dev                # process channels
   libavcodec-dev libavformat-dev libswscale-dev libavutil-dev   # mp4 writer
   libpng-dev                 # PNG contact sheets
