@@ -73,7 +73,6 @@ typedef struct {
     clip_want *w;
     int n, cap;
     const clip_src *src;
-    const char *dir;
 } clip_table;
 
 static int want(clip_table *t, const char *keys, float *dst, int ndim, int64_t d0, int64_t d1, int64_t d2, int64_t d3,
@@ -111,9 +110,9 @@ static int table_run(clip_table *t) {
     for (int i = 0; i < t->n; i++) {
         const clip_want *e = &t->w[i];
         const st_info *in = src_info(t->src, e->name);
-        if (!in) return core_error("%s: tensor \"%s\" is missing", t->dir, e->name);
+        if (!in) return core_error("tensor \"%s\" is missing", e->name);
         if (in->dtype != CORE_F32 && in->dtype != CORE_BF16 && in->dtype != CORE_F16)
-            return core_error("%s: tensor \"%s\" is %s; F32, BF16 or F16 expected", t->dir, e->name,
+            return core_error("tensor \"%s\" is %s; F32, BF16 or F16 expected", e->name,
                               core_dtype_name(in->dtype));
         int ok = in->ndim == e->ndim;
         for (int d = 0; ok && d < e->ndim; d++) ok = in->shape[d] == e->shape[d];
@@ -122,8 +121,7 @@ static int table_run(clip_table *t) {
             char got[128], exp[128];
             shape_str(got, sizeof got, in->ndim, in->shape);
             shape_str(exp, sizeof exp, e->ndim, e->shape);
-            return core_error("%s: tensor \"%s\" has shape %s; the config gives %s (%s)", t->dir, e->name, got, exp,
-                              e->keys);
+            return core_error("tensor \"%s\" has shape %s; the config gives %s (%s)", e->name, got, exp, e->keys);
         }
     }
     float *tmp = NULL;
@@ -301,7 +299,7 @@ static int alloc_towers(clip_model *m) {
 static clip_model *load(const char *dir, clip_format fmt) {
     clip_model *m = calloc(1, sizeof *m);
     clip_src src = {0};
-    clip_table t = {.src = &src, .dir = dir};
+    clip_table t = {.src = &src};
     char path[4096];
     if (!m) {
         core_error("clip: out of memory");
@@ -333,7 +331,7 @@ static clip_model *load(const char *dir, clip_format fmt) {
         char lb[32];
         snprintf(lb, sizeof lb, "%slogit_bias", src.prefix);
         if (src_info(&src, lb)) {
-            core_error("%s: the checkpoint has \"%s\": a logit bias (SigLIP) is not supported", dir, lb);
+            core_error("the checkpoint has \"%s\": a logit bias (SigLIP) is not supported", lb);
             goto fail;
         }
     }
