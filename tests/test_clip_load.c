@@ -1,7 +1,7 @@
 /* tests/test_clip_load.c — model/clip's loaders on bad and unusual input: a config that disagrees with the weights
  * (the error names the tensor, both shapes and the config keys), a missing tensor, unsupported configs of both
  * formats, bad token ids; and the layouts that must load: sharded transformers checkpoints, open_clip names with
- * "module.", a hub folder holding both formats. Also the memory estimate at ViT-B/32's shapes. */
+ * "module." or CustomTextCLIP's "text.", a hub folder holding both formats. Also the memory estimate at ViT-B/32's shapes. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -59,8 +59,10 @@ static void expect_error(const char *dir, ...) {
     va_end(ap);
 }
 
-/* Rewrites dir/file keeping every tensor except `drop` (may be NULL), names prefixed with `prefix`. */
-static void rewrite_weights(const char *dir, const char *file, const char *drop, const char *prefix) {
+/* Rewrites dir/file keeping every tensor except `drop` (may be NULL), names prefixed with `prefix` (all names, or
+ * with skip != NULL those not starting with skip). */
+static void rewrite_weights_some(const char *dir, const char *file, const char *drop, const char *prefix,
+                                 const char *skip) {
     char path[1024], tmp[1024], name[256];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     snprintf(tmp, sizeof tmp, "%s/%s.orig", dir, file);
@@ -72,7 +74,8 @@ static void rewrite_weights(const char *dir, const char *file, const char *drop,
     for (int i = 0; i < st_count(f); i++) {
         if (drop && !strcmp(st_name(f, i), drop)) continue;
         REQUIRE_OK(st_get(f, st_name(f, i), &views[i]));
-        snprintf(name, sizeof name, "%s%s", prefix, st_name(f, i));
+        const int keep = skip && (!strncmp(st_name(f, i), skip, strlen(skip)) || !strcmp(st_name(f, i), "logit_scale"));
+        snprintf(name, sizeof name, "%s%s", keep ? "" : prefix, st_name(f, i));
         REQUIRE_OK(st_writer_add_tensor(w, name, &views[i]));
     }
     REQUIRE_OK(st_writer_write(w, path));
@@ -81,6 +84,10 @@ static void rewrite_weights(const char *dir, const char *file, const char *drop,
     st_writer_free(w);
     st_close(f);
     remove(tmp);
+}
+
+static void rewrite_weights(const char *dir, const char *file, const char *drop, const char *prefix) {
+    rewrite_weights_some(dir, file, drop, prefix, NULL);
 }
 
 /* Image and text embeddings of a model on fixed inputs (the model's own sizes). */
@@ -209,7 +216,7 @@ TEST(clip_load_bad_token_ids) {
     clip_free(m);
 }
 
-/* Layouts that must load to the same model: transformers shards + index, open_clip with "module." names, a hub
+/* Layouts that must load to the same model: transformers shards + index, open_clip with "module." or "text." names, a hub
  * folder with both formats' files (config.json wins: the transformers weights are read). */
 TEST(clip_load_layouts) {
     float ref_img[24], ref_txt[24], img[24], txt[24];
@@ -240,6 +247,11 @@ TEST(clip_load_layouts) {
     embeds_of(FIX "clip_oc_gelu", oref_img, oref_txt);
     d = copy_fixture("oc_gelu", "oc_module");
     rewrite_weights(d, "open_clip_model.safetensors", NULL, "module.");
+    embeds_of(d, oimg, otxt);
+    CHECK(memcmp(oimg, oref_img, sizeof oimg) == 0 && memcmp(otxt, oref_txt, sizeof otxt) == 0);
+    /* CustomTextCLIP: the text tower's names under "text." */
+    d = copy_fixture("oc_gelu", "oc_custom_text");
+    rewrite_weights_some(d, "open_clip_model.safetensors", NULL, "text.", "visual.");
     embeds_of(d, oimg, otxt);
     CHECK(memcmp(oimg, oref_img, sizeof oimg) == 0 && memcmp(otxt, oref_txt, sizeof otxt) == 0);
 

@@ -234,7 +234,10 @@ static int table_open_clip(clip_table *t, clip_model *m, const clip_keys *k) {
     const clip_tower *v = &m->vision, *x = &m->text;
     const int64_t Wv = c->vision.width, Wt = c->text.width, E = c->projection_dim, P = c->patch;
     const int64_t N = (int64_t)clip_grid_h(c) * clip_grid_w(c) + 1;
-    char pre[96];
+    char pre[96], probe[64];
+    /* CustomTextCLIP (custom_text) keeps the text tower under "text."; CLIP flattens it into the root */
+    snprintf(probe, sizeof probe, "%stext.token_embedding.weight", t->src->prefix);
+    const char *tp = src_info(t->src, probe) ? "text." : "";
     int rc = want(t, k->vis, v->embed, 4, Wv, c->channels, P, P, "visual.conv1.weight") ||
              want(t, k->vis, v->class_emb, 1, Wv, 0, 0, 0, "visual.class_embedding") ||
              want(t, k->vis, v->pos, 2, N, Wv, 0, 0, "visual.positional_embedding");
@@ -248,21 +251,21 @@ static int table_open_clip(clip_table *t, clip_model *m, const clip_keys *k) {
     rc = rc || want(t, k->vis, v->post_w, 1, Wv, 0, 0, 0, "visual.ln_post.weight") ||
          want(t, k->vis, v->post_b, 1, Wv, 0, 0, 0, "visual.ln_post.bias") ||
          want(t, k->proj, v->proj_w, 2, Wv, E, 0, 0, "visual.proj") ||
-         want(t, k->txt, x->embed, 2, c->vocab_size, Wt, 0, 0, "token_embedding.weight") ||
-         want(t, k->txt, x->pos, 2, c->max_positions, Wt, 0, 0, "positional_embedding");
+         want(t, k->txt, x->embed, 2, c->vocab_size, Wt, 0, 0, "%stoken_embedding.weight", tp) ||
+         want(t, k->txt, x->pos, 2, c->max_positions, Wt, 0, 0, "%spositional_embedding", tp);
     if (!rc) t->w[t->n - 3].transpose = 1; /* visual.proj is [W, E]: x @ proj */
     for (int l = 0; l < c->text.layers && !rc; l++) {
-        snprintf(pre, sizeof pre, "transformer.resblocks.%d.", l);
+        snprintf(pre, sizeof pre, "%stransformer.resblocks.%d.", tp, l);
         rc = want_oc_layer(t, &c->text, &x->layers[l], pre, k->txt);
     }
-    rc = rc || want(t, k->txt, x->post_w, 1, Wt, 0, 0, 0, "ln_final.weight") ||
-         want(t, k->txt, x->post_b, 1, Wt, 0, 0, 0, "ln_final.bias");
+    rc = rc || want(t, k->txt, x->post_w, 1, Wt, 0, 0, 0, "%sln_final.weight", tp) ||
+         want(t, k->txt, x->post_b, 1, Wt, 0, 0, 0, "%sln_final.bias", tp);
     if (rc) return rc;
     if (c->text_proj_bias) /* nn.Linear(width, output_dim) */
-        return want(t, k->proj, x->proj_w, 2, E, Wt, 0, 0, "text_projection.weight") ||
-               want(t, k->proj, x->proj_b, 1, E, 0, 0, 0, "text_projection.bias") ||
+        return want(t, k->proj, x->proj_w, 2, E, Wt, 0, 0, "%stext_projection.weight", tp) ||
+               want(t, k->proj, x->proj_b, 1, E, 0, 0, 0, "%stext_projection.bias", tp) ||
                want(t, "a scalar", &m->logit_scale, 0, 0, 0, 0, 0, "logit_scale");
-    rc = want(t, k->proj, x->proj_w, 2, Wt, E, 0, 0, "text_projection");
+    rc = want(t, k->proj, x->proj_w, 2, Wt, E, 0, 0, "%stext_projection", tp);
     if (!rc) t->w[t->n - 1].transpose = 1; /* a [width, output_dim] parameter: x @ text_projection */
     return rc || want(t, "a scalar", &m->logit_scale, 0, 0, 0, 0, 0, "logit_scale");
 }

@@ -78,7 +78,8 @@ int clip_config_load_open_clip(const char *path, clip_config *cfg);
  *     and its shards, or else the folder's one *.safetensors file. Tensor names as CLIPModel.state_dict().
  *   - else open_clip_config.json present: an open_clip CLIP; weights open_clip_model.safetensors, or else the
  *     folder's one *.safetensors file (a .pt/.bin checkpoint must be converted first: torch.load, then
- *     safetensors.torch.save_file of its state_dict). Names as CLIP.state_dict(), a leading "module." removed.
+ *     safetensors.torch.save_file of its state_dict). Names as CLIP.state_dict() (or CustomTextCLIP's, the text
+ *     tower under "text."), a leading "module." removed.
  * Every tensor the model uses is checked against the config before any is read: NULL with core_error naming the
  * folder and the tensor, for a missing tensor, or the tensor, its shape in the file and the shape the config gives
  * (with the config keys it comes from); also non-finite values and other dtypes than F32/BF16/F16. Tensors the
