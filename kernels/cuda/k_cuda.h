@@ -113,15 +113,16 @@ typedef enum {
 } k_epilogue;
 
 /* One GEMM, with kernels.h's gemm conventions: C[M, N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M, K]
- * (A stored [M, K], or [K, M] with transA); op(B) is [K, N] (B stored [K, N], or [N, K] with transB). A, B bf16;
- * C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading dimensions in elements; pointers 16-byte aligned,
+ * (A stored [M, K], or [K, M] with transA); op(B) is [K, N] (B stored [K, N], or [N, K] with transB). A, B typed
+ * views: bf16 on the CUDA table and the emulated device (cuBLASLt's operands; an fp32 A or B is refused, naming it),
+ * fp32 on the CPU table (kernels/cpu/dev_table.h); C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading dimensions in elements; pointers 16-byte aligned,
  * leading dimensions multiples of 8 (cuBLASLt's fast paths need both; refused otherwise). */
 typedef struct k_gemm_args {
     int transA, transB, M, N, K;
     float alpha, beta;
-    const kb_bf16 *A;
+    kb_in A;
     int lda;
-    const kb_bf16 *B;
+    kb_in B;
     int ldb;
     kb_out C;
     int ldc;
@@ -220,14 +221,15 @@ typedef struct k_dev_ops {
     int (*unpatchify_forward)(kb_out out, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
     int (*unpatchify_backward)(kb_out dx, kb_in dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
 
-    /* cuDNN fused attention (SDPA): q [B, Sq, H, Dh], k, v [B, Skv, H, Dh], o [B, Sq, H, Dh] bf16; lse [B, H, Sq]
-     * fp32 natural log (cuDNN's softmax statistics). Dh a multiple of 8, at most 128 for the backward. */
-    int (*attention_forward)(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B,
-                             int Sq, int Skv, int H, int Dh, float scale);
-    /* dq, dk, dv += (through scratch buffers: cuDNN writes its gradients). Needs cuDNN >= 9.19 (attn_libs.c: the version the composite graphs are verified with). */
-    int (*attention_backward)(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
-                              const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
-                              int Skv, int H, int Dh, float scale);
+    /* Attention (SDPA): q [B, Sq, H, Dh], k, v [B, Skv, H, Dh], o [B, Sq, H, Dh] typed views; lse [B, H, Sq] fp32
+     * natural log (softmax statistics). On the CUDA table cuDNN's fused attention: every view bf16 (an fp32 one is
+     * refused, naming it), Dh a multiple of 8, at most 128 for the backward; on the CPU table every view fp32. */
+    int (*attention_forward)(kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv, int H, int Dh,
+                             float scale);
+    /* dq, dk, dv += (.p NULL: not wanted; on the GPU through scratch buffers: cuDNN writes its gradients). Needs
+     * cuDNN >= 9.19 (attn_libs.c: the version the composite graphs are verified with). */
+    int (*attention_backward)(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
+                              const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
 
     int (*lse_merge_forward)(kb_out o, float *lse, kb_in o1, const float *lse1, kb_in o2, const float *lse2, int B,
                              int S, int H, int Dh);

@@ -113,7 +113,7 @@ void wan_dev_model_free(wan_dev_model *d);
 /* ---------------------------------------------------------------------------------------------------------------
  * Activations (model/dit/wan_dev_acts.c): what wan_acts keeps, in device memory, for one (config, shape, mode) */
 
-typedef struct wan_dev_acts wan_dev_acts;
+typedef struct wan_acts wan_dev_acts; /* the one activation struct (model/dit/wan_internal.h) on a device */
 
 /* Allocates device activations (checked like wan_acts_new, plus wan_dev_config_check) and uploads the RoPE table.
  * NULL with core_error on a bad shape or when the device is out of memory. */
