@@ -1,7 +1,7 @@
 /* model/dit/wan_dev.c — the Wan transformer's weights and gradients on a device (wan_dev.h): the bf16 copy of the
- * host's fp32 master at the table's offsets, the fp32 copy of proj_out.bias, the fp32 gradients; the device's
- * constraints on a config; and the device entries of the one forward and backward (wan_forward.c, wan_backward.c)
- * with the device model as the table sees it. */
+ * host's fp32 master at the table's offsets, the fp32 copy of proj_out.bias, the fp32 gradients; and the device
+ * entries of the one forward and backward (wan_forward.c, wan_backward.c) with the device model as the table sees
+ * it. The device's constraints on a config (wan_dev_config_check) are in wan_config.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,31 +9,6 @@
 #include "model/dit/wan_dev.h"
 #include "model/dit/wan_internal.h"
 #include "model/dit/wan_lora.h"
-
-int wan_dev_config_check(const wan_config *c, const char *label) {
-    if (wan_config_validate(c, label)) return -1;
-    const int *p = c->patch_size;
-    const struct {
-        const char *key;
-        long v;
-    } dims[] = {
-        {"dim (num_attention_heads x attention_head_dim)", (long)wan_dim(c)},
-        {"attention_head_dim", c->attention_head_dim},
-        {"ffn_dim", c->ffn_dim},
-        {"text_dim", c->text_dim},
-        {"freq_dim", c->freq_dim},
-        {"in_channels x patch_size", (long)c->in_channels * p[0] * p[1] * p[2]},
-        {"out_channels x patch_size", (long)c->out_channels * p[0] * p[1] * p[2]},
-    };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].v % 8)
-            return core_error("%s: %s %ld is not a multiple of 8 (cuBLASLt's leading dimensions and cuDNN's head "
-                              "dim on the device)", label, dims[i].key, dims[i].v);
-    if (c->attention_head_dim > 128)
-        return core_error("%s: attention_head_dim %d is above 128 (cuDNN's fused attention backward)", label,
-                          c->attention_head_dim);
-    return 0;
-}
 
 static void lora_free(wan_dev_model *d) {
     d->dev->mem_free(d->lora_w);
