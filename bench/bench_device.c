@@ -94,7 +94,8 @@ static double time_gemm(const k_dev_ops *dev, int M, int N, int K, plan pl) {
     double t[16], res = -1;
     if (!a || !b || !c || fill_bf16(dev, a, (size_t)M * K, 1) || fill_bf16(dev, b, (size_t)N * K, 2)) goto out;
     const k_gemm_args g = {.transA = 0, .transB = 1, .M = M, .N = N, .K = K, .alpha = 1.0f, .beta = 0.0f,
-                           .A = kb_in_bf16(a), .lda = K, .B = kb_in_bf16(b), .ldb = K, .C = kb_out_bf16(c), .ldc = N, .epi = K_EPI_NONE};
+                           .A = kb_in_bf16(a), .lda = K, .B = kb_in_bf16(b), .ldb = K, .C = kb_out_bf16(c), .ldc = N,
+                           .epi = K_EPI_NONE};
     if (dev->gemm(&g) || dev->mem_sync()) goto out;
     for (int w = 0; w < pl.windows; w++) {
         const double t0 = omp_get_wtime();

@@ -115,8 +115,9 @@ typedef enum {
 /* One GEMM, with kernels.h's gemm conventions: C[M, N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M, K]
  * (A stored [M, K], or [K, M] with transA); op(B) is [K, N] (B stored [K, N], or [N, K] with transB). A, B typed
  * views: bf16 on the CUDA table and the emulated device (cuBLASLt's operands; an fp32 A or B is refused, naming it),
- * fp32 on the CPU table (kernels/cpu/dev_table.h); C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading dimensions in elements; pointers 16-byte aligned,
- * leading dimensions multiples of 8 (cuBLASLt's fast paths need both; refused otherwise). */
+ * fp32 on the CPU table (kernels/cpu/dev_table.h); C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading
+ * dimensions in elements; pointers 16-byte aligned, leading dimensions multiples of 8 (cuBLASLt's fast paths need
+ * both; refused otherwise). */
 typedef struct k_gemm_args {
     int transA, transB, M, N, K;
     float alpha, beta;
@@ -274,12 +275,12 @@ typedef struct k_dev_ops {
     int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 
     /* ---- the glue of the Wan DiT (model/dit/wan_layers.c's helpers on the device; kernels/body/kb_modulate.h) ----
-     * y += x, n elements (wan_axpy1; into a zeroed y: a dtype conversion). */
+     * y += x, n elements (k_cpu_axpy1; into a zeroed y: a dtype conversion). */
     int (*add)(kb_out y, kb_in x, int64_t n);
-    /* out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1): wan_add_table.
+    /* out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1): k_cpu_add_table.
      * out [R, nj, D], table [nj, D], src [R, src_nj, D]. */
     int (*add_table_forward)(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj);
-    /* wan_add_table_bwd: dtable[j, :] += sum over r in order of dmod[r, j, :] (one thread per column);
+    /* k_cpu_add_table_bwd: dtable[j, :] += sum over r in order of dmod[r, j, :] (one thread per column);
      * dsrc[r, j, :] += dmod[r, j, :], or with src_nj == 1 dsrc[r, 0, :] += dmod[r, j, :] for j in order. dtable.p,
      * dsrc.p may be NULL. */
     int (*add_table_backward)(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);

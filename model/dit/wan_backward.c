@@ -1,10 +1,10 @@
-/* model/dit/wan_backward.c — backward of WanTransformer3DModel: the forward of wan_forward.c walked in reverse, written
- * once over the device op table (wan_internal.h). Every parameter gradient accumulates (+=) into the model view's
- * gradients (A->mv: the CPU model's m->grads, a device's fp32 copy; the adapter's under LoRA); the gradient of the
- * residual stream lives in A->dres (fp32; on entry to a block: d(block output); on exit: d(block input)), and where
- * a GEMM reads it, or the text context's and the time embedding's fp32 gradients, it reads their copies in the
- * activations' dtype (on a bf16 device rounded once; on the CPU the same memory). Under WAN_ACTS_RECOMPUTE the
- * block's elementwise results are first recomputed with the forward's own functions (bitwise the same values); under
+/* model/dit/wan_backward.c — backward of WanTransformer3DModel: the forward of wan_forward.c walked in reverse,
+ * written once over the device op table (wan_internal.h). Every parameter gradient accumulates (+=) into the model
+ * view's gradients (A->mv: the CPU model's m->grads, a device's fp32 copy; the adapter's under LoRA); the gradient of
+ * the residual stream lives in A->dres (fp32; on entry to a block: d(block output); on exit: d(block input)), and
+ * where a GEMM reads it, or the text context's and the time embedding's fp32 gradients, it reads their copies in the
+ * activations' dtype (on a bf16 device rounded once; on the CPU the same memory). Under WAN_ACTS_RECOMPUTE the block's
+ * elementwise results are first recomputed with the forward's own functions (bitwise the same values); under
  * WAN_ACTS_CHECKPOINT (a device) the whole block's forward is rerun from its kept input first.
  * Sequence parallel (the CPU, A->sp > 1): the blocks run on this rank's tokens; the input and output ends are
  * described at wan_backward in wan_dit.h (dout rows sliced, dx gathered, d enc summed over the SP group, parameter

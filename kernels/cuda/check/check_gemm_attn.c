@@ -102,7 +102,8 @@ void check_gemm(const ck_shapes *s, const char *only) {
         gemm_case c;
         memset(&c, 0, sizeof c);
         c.g = (k_gemm_args){.transA = 0, .transB = 1, .M = S, .N = D, .K = D, .alpha = 1, .beta = 0, .A = ct_in(&x),
-                            .lda = D, .B = ct_in(&w), .ldb = D, .C = ct_out(&y), .ldc = D, .epi = K_EPI_BIAS, .bias = b.d};
+                            .lda = D, .B = ct_in(&w), .ldb = D, .C = ct_out(&y), .ldc = D, .epi = K_EPI_BIAS,
+                            .bias = b.d};
         float *g = ck_floats((size_t)S * D);
         ct_t *o[1] = {&y};
         float *gg[1] = {g};
@@ -133,7 +134,7 @@ void check_gemm(const ck_shapes *s, const char *only) {
         }
         free(g);
     }
-    /* 1b. linear backward to the input: dx (bf16, +=) = dy W (NN, beta 1, no epilogue): wan_dev_linear_bwd's dX */
+    /* 1b. linear backward to the input: dx (bf16, +=) = dy W (NN, beta 1, no epilogue): wan_linear_bwd's dX */
     {
         ct_t dxin, dyl;
         memset(&dxin, 0, sizeof dxin), memset(&dyl, 0, sizeof dyl);
@@ -143,7 +144,8 @@ void check_gemm(const ck_shapes *s, const char *only) {
             ck_fill(dxin.h, (size_t)S * D, sd + 21, -1, 1, 1);
             gemm_case c;
             memset(&c, 0, sizeof c);
-            c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = D, .K = D, .alpha = 1, .beta = 1, .A = ct_in(&dyl),
+            c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = D, .K = D, .alpha = 1, .beta = 1,
+                                .A = ct_in(&dyl),
                                 .lda = D, .B = ct_in(&w), .ldb = D, .C = ct_out(&dxin), .ldc = D, .epi = K_EPI_NONE};
             c.reset[0] = &dxin;
             float *g = ck_floats((size_t)S * D);
@@ -449,7 +451,8 @@ void check_perf(int n, int S, const char *only) {
             ck_row_error("perf gemm", shape, core_last_error());
         } else {
             for (int tb = 0; tb < 2; tb++) {
-                perf_gemm p = {{.transA = 0, .transB = tb, .M = n, .N = n, .K = n, .alpha = 1, .beta = 0, .A = ct_in(&a),
+                perf_gemm p = {{.transA = 0, .transB = tb, .M = n, .N = n, .K = n, .alpha = 1, .beta = 0,
+                                .A = ct_in(&a),
                                 .lda = n, .B = ct_in(&b), .ldb = n, .C = ct_out(&c), .ldc = n}};
                 double t = ck_time(perf_gemm_run, &p, 3, 20);
                 char note[160], op[48];

@@ -57,7 +57,8 @@ static void gemm_kind(const ck_shapes *s, int kind) {
         goto out;
     }
     k_gemm_args g = {.transA = 0, .transB = kind == 1 ? 0 : 1, .M = S, .N = N, .K = K, .alpha = 1,
-                     .beta = kind == 1 ? 1.0f : 0.0f, .A = ct_in(&a), .lda = K, .B = ct_in(&b), .ldb = K, .C = ct_out(&c),
+                     .beta = kind == 1 ? 1.0f : 0.0f, .A = ct_in(&a), .lda = K, .B = ct_in(&b), .ldb = K,
+                     .C = ct_out(&c),
                      .ldc = N, .epi = kind == 0 ? K_EPI_BIAS : K_EPI_NONE, .bias = kind == 0 ? bias.d : NULL};
     ref = ck_floats((size_t)S * N), got = ck_floats((size_t)S * N);
     if (run_gemm(&g, &c, ref)) {
