@@ -1,5 +1,5 @@
 /* bench/bench_device.c — `vgrpo bench gemm|attention|dit --device cuda`: the GPU's figures through the device op
- * table (kernels/cuda/k_cuda.h: k_dev_ops), the bf16 counterparts of bench/bench_kernels.c and bench/bench_dit.c.
+ * table (kernels/dev_ops.h: k_dev_ops), the bf16 counterparts of bench/bench_kernels.c and bench/bench_dit.c.
  *
  *   gemm       cuBLASLt bf16 GEMMs (bf16 out, fp32 accumulation; B transposed as nn.Linear stores it): 8192^3 and
  *              the Wan linears at 32,760 tokens (81 frames 480x832): the 1.3B's q/k/v/o and FFN, the A14B's. FLOPs

@@ -1,5 +1,5 @@
 /* kernels/cpu/dev_table.h — the fp32 CPU backend as a device op table: k_cpu_dev_ops ("cpu-f32") fills
- * kernels/cuda/k_cuda.h's k_dev_ops with the CPU's own functions, so that the Wan DiT (model/dit/) is written once
+ * kernels/dev_ops.h's k_dev_ops with the CPU's own functions, so that the Wan DiT (model/dit/) is written once
  * over k_dev_ops and runs on the CPU, the emulated device and the GPU alike.
  *
  * Every view must be fp32 and every pointer host memory (the "device" is the host): a bf16 view is refused with an
@@ -17,7 +17,7 @@
 #ifndef KERNELS_CPU_DEV_TABLE_H
 #define KERNELS_CPU_DEV_TABLE_H
 
-#include "kernels/cuda/k_cuda.h"
+#include "kernels/dev_ops.h"
 
 extern const k_dev_ops k_cpu_dev_ops;
 

@@ -11,10 +11,10 @@
  * Files: wan_config.c (config.json, presets), wan_params.c (name/offset/shape table, named pointers, random init),
  * wan_io.c (load/save diffusers folders), wan_acts.c (activation memory), wan_forward.c, wan_backward.c,
  * wan_layers.c (small shared helpers), wan_internal.h (what forward and backward share); LoRA adapters on the
- * linears: wan_lora.h (wan_lora.c, wan_lora_io.c). Forward and backward are written once over the device op table
- * (kernels/cuda/k_cuda.h's k_dev_ops): this header's fp32 model runs them through the CPU's (k_cpu_dev_ops), the
- * same code runs in bf16 on a device table (the CUDA backend, or the emulated device in tests): wan_dev.h (wan_dev.c,
- * its executor wan_dev_exec.c, wan_dev_run.c; check/check_dit.c: its GPU check rows).
+ * linears: wan_lora.h (wan_lora.c, wan_lora_io.c). Forward and backward are written once over the backend
+ * interface (kernels/dev_ops.h's k_dev_ops): this header's fp32 model runs them through the CPU's (k_cpu_dev_ops),
+ * the same code runs in bf16 on a device table (the CUDA backend, or the emulated device in tests): wan_dev.h
+ * (wan_dev.c, its executor wan_dev_exec.c, wan_dev_run.c; check/check_dit.c: its GPU check rows).
  *
  * Forward, x [B, C, F, H, W] -> velocity [B, C_out, F, H, W] (S = F/pt * H/ph * W/pw video tokens, D = dim):
  *   tokens  = patchify(x) @ patch_embedding^T + b                                   [B, S, D]

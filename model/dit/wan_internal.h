@@ -1,6 +1,6 @@
 /* model/dit/wan_internal.h — what the files of the Wan DiT share (wan_acts.c, wan_forward.c, wan_backward.c,
  * wan_layers.c, wan_lora.c and the device executor): the activation layout, the model as the op table sees it, and the
- * layer helpers. The model is written once over kernels/cuda/k_cuda.h's k_dev_ops: on the CPU the table is
+ * layer helpers. The model is written once over kernels/dev_ops.h's k_dev_ops: on the CPU the table is
  * k_cpu_dev_ops (kernels/cpu/dev_table.h: fp32 host memory), on a device the CUDA table or the emulated one (bf16
  * activations). Not for use outside model/dit/. */
 #ifndef MODEL_WAN_INTERNAL_H
