@@ -164,8 +164,8 @@ int wan_to_act(const wan_acts *A, void *y, const float *x, int64_t n);
 
 /* ---- wan_lora.c: the adapter inside forward and backward ---- */
 
-/* A->mv.lora = A->mv's adapter (set by the caller: mv.lora, lw, lg); when not NULL, checks its config and
- * (re)allocates A's LoRA scratch for its rank through A->dev. 0 or -1. */
+/* Readies the adapter the caller put in A->mv (mv.lora, lw, lg; NULL: none): checks its config and (re)allocates A's
+ * LoRA scratch for its rank through A->dev. 0 or -1. */
 int wan_lora_acts_prepare(wan_acts *A);
 /* y[M, N] += scale * (x A^T) B^T with the adapter of target t (wan_lora_target) in block `layer` (ignored for a
  * model-level target) of A->mv.lora; nothing when there is none or t is not targeted. x [M, in]. */
