@@ -1,5 +1,5 @@
 /* bench/bench_device.c — `vgrpo bench gemm|attention|dit --device cuda`: the GPU's figures through the device op
- * table (kernels/cuda/k_cuda.h: k_dev_ops), the bf16 counterparts of bench/bench_kernels.c and bench/bench_dit.c.
+ * table (kernels/dev_ops.h: k_dev_ops), the bf16 counterparts of bench/bench_kernels.c and bench/bench_dit.c.
  *
  *   gemm       cuBLASLt bf16 GEMMs (bf16 out, fp32 accumulation; B transposed as nn.Linear stores it): 8192^3 and
  *              the Wan linears at 32,760 tokens (81 frames 480x832): the 1.3B's q/k/v/o and FFN, the A14B's. FLOPs
@@ -94,7 +94,8 @@ static double time_gemm(const k_dev_ops *dev, int M, int N, int K, plan pl) {
     double t[16], res = -1;
     if (!a || !b || !c || fill_bf16(dev, a, (size_t)M * K, 1) || fill_bf16(dev, b, (size_t)N * K, 2)) goto out;
     const k_gemm_args g = {.transA = 0, .transB = 1, .M = M, .N = N, .K = K, .alpha = 1.0f, .beta = 0.0f,
-                           .A = a, .lda = K, .B = b, .ldb = K, .C = kb_out_bf16(c), .ldc = N, .epi = K_EPI_NONE};
+                           .A = kb_in_bf16(a), .lda = K, .B = kb_in_bf16(b), .ldb = K, .C = kb_out_bf16(c), .ldc = N,
+                           .epi = K_EPI_NONE};
     if (dev->gemm(&g) || dev->mem_sync()) goto out;
     for (int w = 0; w < pl.windows; w++) {
         const double t0 = omp_get_wtime();
@@ -179,9 +180,11 @@ static int time_attention(const k_dev_ops *dev, const attn_shape *s, plan pl, do
             if (dev->mem_sync()) goto out;
             const double t0 = omp_get_wtime();
             for (int i = 0; i < (w < 0 ? 1 : pl.inner); i++) {
-                if (dev->attention_forward(p[3], lse, p[0], p[1], p[2], s->B, s->S, s->S, s->H, s->Dh, scale))
+                const kb_in q = kb_in_bf16(p[0]), k = kb_in_bf16(p[1]), v = kb_in_bf16(p[2]);
+                if (dev->attention_forward(kb_out_bf16(p[3]), lse, q, k, v, s->B, s->S, s->S, s->H, s->Dh, scale))
                     goto out;
-                if (which && dev->attention_backward(p[5], p[6], p[7], p[4], p[0], p[1], p[2], p[3], lse, s->B, s->S,
+                if (which && dev->attention_backward(kb_out_bf16(p[5]), kb_out_bf16(p[6]), kb_out_bf16(p[7]),
+                                                     kb_in_bf16(p[4]), q, k, v, kb_in_bf16(p[3]), lse, s->B, s->S,
                                                      s->S, s->H, s->Dh, scale))
                     goto out;
             }

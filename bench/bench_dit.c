@@ -89,7 +89,8 @@ static int bench_block(const dit_shape *s, int reps, double *ms_fwd, double *ms_
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
         wan_acts *A = wan_acts_new(&cfg, &shape, modes[k]);
-        if (!A) {
+        if (!A || wan_acts_bind_cpu(A, &m, NULL, 0)) {
+            wan_acts_free(A);
             rc = -1;
             break;
         }
@@ -104,7 +105,7 @@ static int bench_block(const dit_shape *s, int reps, double *ms_fwd, double *ms_
             rc = wan_block_forward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
             if (!rc && modes[k] != WAN_ACTS_INFER) {
                 for (int64_t i = 0; i < S * D; i++) A->dres[i] = 1e-3f * (float)((i % 7) - 3);
-                rc = wan_block_backward(&ex, A, &m.w.blocks[0], &m.g.blocks[0], &A->blk[0]);
+                rc = wan_block_backward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
             }
             if (r >= 0) t[r] = omp_get_wtime() - t0;
         }
@@ -143,8 +144,7 @@ static int bench_block_lora(const dit_shape *s, int reps, int rank, double *ms, 
     wan_exec ex;
     wan_exec_resolve(&ex, NULL);
     wan_acts *A = wan_acts_new(&cfg, &shape, WAN_ACTS_STORE);
-    int rc = A ? wan_lora_acts_prepare(A, &lo) : -1;
-    static const wan_block_weights frozen; /* no base gradients */
+    int rc = A ? wan_acts_bind_cpu(A, &m, &lo, 1) : -1; /* the base frozen: no base gradients */
     if (!rc) {
         float *in[3] = {A->res[0], A->tproj, A->ctx};
         int64_t n[3] = {S * D, 6 * D, L * D};
@@ -155,7 +155,7 @@ static int bench_block_lora(const dit_shape *s, int reps, int rank, double *ms, 
             double t0 = omp_get_wtime();
             rc = wan_block_forward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
             for (int64_t i = 0; !rc && i < S * D; i++) A->dres[i] = 1e-3f * (float)((i % 7) - 3);
-            if (!rc) rc = wan_block_backward(&ex, A, &m.w.blocks[0], &frozen, &A->blk[0]);
+            if (!rc) rc = wan_block_backward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
             if (r >= 0) t[r] = omp_get_wtime() - t0;
         }
         *ms = bench_median(t, reps) * 1e3;
@@ -260,7 +260,7 @@ static int profile_block(const dit_shape *s, int reps, double peak) {
     wan_exec_resolve(&ex, NULL);
     wan_acts *A = wan_acts_new(&cfg, &shape, WAN_ACTS_STORE);
     k_prof_row *rows = malloc(sizeof *rows * K_PROF_MAX_ROWS);
-    int rc = A && rows ? 0 : -1;
+    int rc = A && rows && !wan_acts_bind_cpu(A, &m, NULL, 0) ? 0 : -1;
     double wall[2] = {0, 0};
     if (!rc) {
         float *in[3] = {A->res[0], A->tproj, A->ctx};
@@ -276,7 +276,7 @@ static int profile_block(const dit_shape *s, int reps, double peak) {
             for (int64_t i = 0; !rc && i < S * D; i++) A->dres[i] = 1e-3f * (float)((i % 7) - 3);
             double t2 = omp_get_wtime();
             k_prof_set_phase("backward");
-            if (!rc) rc = wan_block_backward(&ex, A, &m.w.blocks[0], &m.g.blocks[0], &A->blk[0]);
+            if (!rc) rc = wan_block_backward(&ex, A, &m.w.blocks[0], &A->blk[0], A->res[1]);
             double t3 = omp_get_wtime();
             if (r >= 0) wall[0] += t1 - t0, wall[1] += t3 - t2;
         }

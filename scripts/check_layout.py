@@ -22,7 +22,7 @@ what the last build made: build first, or the graph may be stale.
 Third part, from the file names: a model file written twice, once per backend. A file model/<sub>/<p>_dev_<rest>.c
 beside model/<sub>/<p>_<rest>.c is a device twin of it (the same layer or model again on the device table): an error,
 since the model is written once over the backend interface and the executor picks where it runs. KNOWN_TWINS lists
-the twins not folded in yet, printed as warnings; the list only shrinks.
+twins not folded in yet, printed as warnings; it is empty, and stays so.
 
 Also printed, as a warning only: cli/ files over 300 lines.
 
@@ -47,8 +47,7 @@ KNOWN_CYCLES = set()
 CLI_LINES_WARN = 300
 # Device twins of model files that still exist (the DiT's forward, backward, activations and layers on k_dev_ops):
 # warnings until they are folded into their CPU files; any other twin, or one of these added back, is an error.
-KNOWN_TWINS = {"model/dit/wan_dev_forward.c", "model/dit/wan_dev_backward.c", "model/dit/wan_dev_acts.c",
-               "model/dit/wan_dev_layers.c"}
+KNOWN_TWINS = set()  # every twin folded in (the DiT's: one forward and backward over the op table)
 TWIN_RE = re.compile(r"^(model/[^/]+/[A-Za-z0-9]+)_dev_([A-Za-z0-9_]+\.c)$")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 

@@ -144,7 +144,7 @@ TEST(gemm_plan_layout_model) {
     CHECK_MSG(strstr(core_last_error(), "a (our B) is 8 x 8 column-major with ld 4 < rows"), "%s", core_last_error());
 }
 
-/* The DiT's GEMMs at the Wan shapes' mapping, named: what cuBLASLt is told for each (model/dit/wan_dev_layers.c). */
+/* The DiT's GEMMs at the Wan shapes' mapping, named: what cuBLASLt is told for each (model/dit/wan_layers.c). */
 TEST(gemm_plan_view_dit) {
     kc_lt_view v;
     /* forward linear y[S, N] = x[S, K] w[N, K]^T + b: cuBLASLt a = w (K x N col-major, op T), b = x (K x S) */

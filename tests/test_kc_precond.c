@@ -44,7 +44,7 @@ static k_gemm_args base_gemm(gemm_bufs *u) {
     k_gemm_args g;
     memset(&g, 0, sizeof g);
     g.M = 8, g.N = 16, g.K = 8, g.alpha = 1.0f, g.beta = 0.0f;
-    g.A = u->a, g.lda = 8, g.B = u->b, g.ldb = 16, g.C = kb_out_f32(u->c), g.ldc = 16;
+    g.A = kb_in_bf16(u->a), g.lda = 8, g.B = kb_in_bf16(u->b), g.ldb = 16, g.C = kb_out_f32(u->c), g.ldc = 16;
     g.bias = u->bias, g.aux = u->aux, g.ldaux = 16, g.dbias = u->dbias;
     return g;
 }
@@ -123,16 +123,27 @@ TEST(emu_precond_gemm_ldc_multiple) {
 TEST(emu_precond_gemm_pointer_alignment) {
     gemm_bufs u = bufs_new();
     k_gemm_args g = base_gemm(&u);
-    g.A = (const kb_bf16 *)u.a + 1;
+    g.A = kb_in_bf16((const kb_bf16 *)u.a + 1);
     EXPECT_REFUSED(gemm(&g), "GEMM: A 0x");
     CHECK(strstr(core_last_error(), "is not 16-byte aligned (address mod 16 = 2)"));
-    g = base_gemm(&u), g.B = (const kb_bf16 *)u.b + 4;
+    g = base_gemm(&u), g.B = kb_in_bf16((const kb_bf16 *)u.b + 4);
     EXPECT_REFUSED(gemm(&g), "(address mod 16 = 8)");
     CHECK(strstr(core_last_error(), "GEMM: B "));
     g = base_gemm(&u), g.C = kb_out_f32((float *)u.c + 1);
     EXPECT_REFUSED(gemm(&g), "GEMM: C ");
-    g = base_gemm(&u), g.B = NULL;
+    g = base_gemm(&u), g.B = kb_in_bf16(NULL);
     EXPECT_REFUSED(gemm(&g), "GEMM: B is NULL");
+    bufs_free(&u);
+}
+
+/* cuBLASLt's operands are bf16: an fp32 A or B (the CPU table's operands) is refused, naming it. */
+TEST(emu_precond_gemm_operands_bf16) {
+    gemm_bufs u = bufs_new();
+    k_gemm_args g = base_gemm(&u);
+    g.A = kb_in_f32((const float *)u.a);
+    EXPECT_REFUSED(gemm(&g), "GEMM: A is fp32: the device GEMM takes bf16 operands A and B");
+    g = base_gemm(&u), g.B = kb_in_f32((const float *)u.b);
+    EXPECT_REFUSED(gemm(&g), "GEMM: B is fp32");
     bufs_free(&u);
 }
 
@@ -223,11 +234,26 @@ static void attn_free(attn_bufs *a) {
     k_emu_ops.mem_free(a->lse);
 }
 static int fwd(attn_bufs *a, int B, int Sq, int Skv, int H, int Dh) {
-    return k_emu_ops.attention_forward(a->o, a->lse, a->q, a->k, a->v, B, Sq, Skv, H, Dh, 0.25f);
+    return k_emu_ops.attention_forward(kb_out_bf16(a->o), a->lse, kb_in_bf16(a->q), kb_in_bf16(a->k), kb_in_bf16(a->v),
+                                       B, Sq, Skv, H, Dh, 0.25f);
 }
 static int bwd(attn_bufs *a, int B, int Sq, int Skv, int H, int Dh) {
-    return k_emu_ops.attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->o, a->lse, B, Sq, Skv, H,
-                                        Dh, 0.25f);
+    return k_emu_ops.attention_backward(kb_out_bf16(a->dq), kb_out_bf16(a->dk), kb_out_bf16(a->dv),
+                                        kb_in_bf16(a->dout), kb_in_bf16(a->q), kb_in_bf16(a->k), kb_in_bf16(a->v),
+                                        kb_in_bf16(a->o), a->lse, B, Sq, Skv, H, Dh, 0.25f);
+}
+
+/* cuDNN's operands are bf16: an fp32 view is refused, naming it. */
+TEST(emu_precond_attn_operands_bf16) {
+    attn_bufs a = attn_new();
+    EXPECT_REFUSED(k_emu_ops.attention_forward(kb_out_bf16(a.o), a.lse, kb_in_bf16(a.q), kb_in_f32((float *)a.k),
+                                               kb_in_bf16(a.v), 1, 8, 8, 2, 16, 0.25f),
+                   "attention_forward: k is fp32: the device attention takes bf16 operands");
+    EXPECT_REFUSED(k_emu_ops.attention_backward(kb_out_bf16(a.dq), kb_out_bf16(a.dk), kb_out_f32((float *)a.dv),
+                                                kb_in_bf16(a.dout), kb_in_bf16(a.q), kb_in_bf16(a.k),
+                                                kb_in_bf16(a.v), kb_in_bf16(a.o), a.lse, 1, 8, 8, 2, 16, 0.25f),
+                   "attention_backward: dv is fp32");
+    attn_free(&a);
 }
 
 TEST(emu_precond_attn_sizes) {

@@ -43,6 +43,9 @@ TEST(layout_bad_tree_fails) {
     test_write_text(d, "model/dit/dit_forward.c", "int dit_forward;\n");
     test_write_text(d, "model/dit/dit_dev_forward.c", "int dit_dev_forward;\n");
     test_write_text(d, "model/vae/vae_dev_run.c", "int vae_dev_run;\n");
+    /* one of the DiT's former mirrors added back: refused like any other (no twin is known any more) */
+    test_write_text(d, "model/dit/wan_backward.c", "int wan_backward;\n");
+    test_write_text(d, "model/dit/wan_dev_backward.c", "int wan_dev_backward;\n");
     /* core/a.c and core/b.c call each other: a file-level cycle, found from their objects. */
     test_write_text(d, "core/a.h", "int a(void);\nint b(void);\n");
     test_write_text(d, "core/a.c", "#include \"core/a.h\"\nint a(void) { return b() + 1; }\n");
@@ -62,6 +65,9 @@ TEST(layout_bad_tree_fails) {
     CHECK(strstr(out, "model/flow/step.c") == NULL); /* flow may include dit and vae */
     CHECK(strstr(out, "trainer/step.c:2") == NULL); /* core is below trainer */
     CHECK(strstr(out, "dit.c:3") == NULL);          /* its own subfolder */
+    CHECK_MSG(strstr(out, "model/dit/wan_dev_backward.c:1: a device twin of model/dit/wan_backward.c") != NULL, "%s",
+              out);
+    CHECK(strstr(out, "KNOWN_TWINS") == NULL);      /* an error, not a known twin's warning */
     CHECK(strstr(out, "vae_dev_run.c") == NULL);    /* no vae_run.c beside it */
     CHECK(strstr(out, "5 error(s)") != NULL);
     /* Without objects the cycle part is skipped with a note; the include errors remain. */

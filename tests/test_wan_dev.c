@@ -297,10 +297,10 @@ TEST(kbody_add_table) {
         test_fill_uniform(dt_c, nj * D, 4, -1, 1);
         test_fill_uniform(ds_c, R * snj * D, 5, -1, 1);
         memcpy(dt_b, dt_c, nj * D * 4), memcpy(ds_b, ds_c, R * snj * D * 4);
-        wan_add_table(o_c, table, src, R, nj, D, snj);
+        k_cpu_add_table(o_c, table, src, R, nj, D, snj);
         kbh_add_table_forward(kb_out_f32(o_b), kb_in_f32(table), kb_in_f32(src), R, nj, D, snj);
         CHECK(memcmp(o_c, o_b, R * nj * D * 4) == 0);
-        wan_add_table_bwd(dt_c, ds_c, dmod, R, nj, D, snj);
+        k_cpu_add_table_bwd(dt_c, ds_c, dmod, R, nj, D, snj);
         kbh_add_table_backward(kb_out_f32(dt_b), kb_out_f32(ds_b), kb_in_f32(dmod), R, nj, D, snj);
         CHECK(memcmp(dt_c, dt_b, nj * D * 4) == 0);
         CHECK(memcmp(ds_c, ds_b, R * snj * D * 4) == 0);

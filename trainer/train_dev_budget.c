@@ -1,6 +1,6 @@
 /* trainer/train_dev_budget.c — the device-memory estimate of trainer/train_dev.h: one function for the trainer's
  * start-up check and for `vgrpo run --dry-run`. The activation sizes are wan_dev_acts_estimate's (the layout
- * model/dit/wan_dev_acts.c allocates, counted by its own planning pass) and the LoRA scratch wan_lora_scratch_floats'
+ * model/dit/wan_acts.c allocates, counted by its own planning pass) and the LoRA scratch wan_lora_scratch_floats'
  * rows in bf16; everything else replays the allocations of model/dit/wan_dev.c (weights, gradients),
  * wan_dev_exec.c (staging) and trainer/train_dev.c (master, moments),
  * so a change there needs the same change here (tests/test_dev_budget.c holds the emulated device's peak equal). */
@@ -52,8 +52,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     double big = 0; /* the largest forward's staging */
     if (q->train) {
         const wan_shape *ts = &q->train_shape;
-        /* the device model's own count (its planning pass); kept as the one public entry while the DiT's CPU and
-         * device layouts become one (then wan_acts_plan_bytes' device twin) */
+        /* the device's count of the DiT's one planning pass (model/dit/wan_acts.c: bf16 activations) */
         const size_t ta = wan_dev_acts_estimate(c, ts, q->mode);
         const size_t ra = q->ref_forward ? wan_dev_acts_estimate(c, ts, WAN_ACTS_INFER) : 0;
         if (!ta || (q->ref_forward && !ra)) return -1;

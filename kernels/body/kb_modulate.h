@@ -70,10 +70,10 @@ KB_FN void kb_mod_col_combine(const double *pa, const double *pc, int nr, int D,
     if (sg) *sg = c;
 }
 
-/* ---- the modulation table plus the embedding rows (model/dit/wan_layers.c: wan_add_table, wan_add_table_bwd) ----
+/* ---- the modulation table plus the embedding rows (kernels/cpu/glue.c: k_cpu_add_table, k_cpu_add_table_bwd) ----
  * out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1: the output norm's temb
  * broadcast over shift and scale); out [R, nj, D], table [nj, D], src [R, src_nj, D]. The CPU's order: the table
- * gradient sums rows r = 0..R-1 in order into an fp32 accumulator that is then added (wan_colsum_acc); the broadcast
+ * gradient sums rows r = 0..R-1 in order into an fp32 accumulator that is then added (k_cpu_colsum_acc); the broadcast
  * source gradient adds j = 0..nj-1 in order straight into the accumulator. So fp32 results are bit-identical. */
 
 /* Index into src of element i of out. */
@@ -88,7 +88,7 @@ KB_FN float kb_add_table_elem(kb_in table, kb_in src, size_t i, int nj, int D, i
     return kb_get(table, (uint32_t)i % ((uint32_t)nj * D)) + kb_get(src, kb_add_table_src(i, nj, D, src_nj));
 }
 
-/* Column c of x [R, ncol] summed over rows 0..R-1 in order, fp32 accumulator (wan_colsum_acc's arithmetic). */
+/* Column c of x [R, ncol] summed over rows 0..R-1 in order, fp32 accumulator (k_cpu_colsum_acc's arithmetic). */
 KB_FN float kb_col_sum_f32(kb_in x, int64_t R, int ncol, int c) {
     float acc = 0.0f;
     for (int64_t r = 0; r < R; r++) acc += kb_get(x, (size_t)r * (size_t)ncol + (size_t)c);

@@ -59,4 +59,16 @@ int k_cpu_conv_small(float *out, int nf, const float *const *src, int kt, int H,
                      const float *w, int ldw, int kh, int kw, int co, const float *bias);
 void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout, const float *dlse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
 
+/* ---- kernels/cpu/glue.c: the DiT's small loops beside the table (the CPU device table's add entries) ---- */
+/* db[N] += sum over rows m of dy[m, n] (row stride ld), rows in order 0..M-1 for every n (thread invariant). */
+void k_cpu_colsum_acc(float *db, const float *dy, int64_t M, int N, int64_t ld);
+/* out[r, j, :] = table[j, :] + src[r, j, :] for j < nj; out, src [R, nj, D], table [nj, D]. With src_nj == 1,
+ * src[r, 0, :] is added to every j (temb broadcast over the output norm's shift and scale). */
+void k_cpu_add_table(float *out, const float *table, const float *src, int R, int nj, int D, int src_nj);
+/* dtable[j,:] += sum_r dmod[r,j,:] (fixed order; skipped when NULL); dsrc[r,j,:] += dmod[r,j,:] (src_nj == nj) or
+ * dsrc[r,0,:] += dmod[r,j,:] for j in order (src_nj == 1; skipped when NULL). */
+void k_cpu_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int nj, int D, int src_nj);
+/* y[n] += x[n] (n floats). */
+void k_cpu_axpy1(float *y, const float *x, int64_t n);
+
 #endif

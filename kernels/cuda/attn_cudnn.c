@@ -162,9 +162,11 @@ static int execute(kc_attn_plan *p, const int64_t *uids, void **ptrs, int n, con
     return rc ? -1 : 0;
 }
 
-int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
-                         int Skv, int H, int Dh, float scale) {
-    if (kc_precond_attention_forward(o, lse, q, k, v, B, Sq, Skv, H, Dh)) return -1;
+int kc_attention_forward(kb_out ov, float *lse, kb_in qv, kb_in kv, kb_in vv, int B, int Sq, int Skv, int H, int Dh,
+                         float scale) {
+    if (kc_precond_attention_forward(ov, lse, qv, kv, vv, B, Sq, Skv, H, Dh)) return -1; /* bf16 views */
+    kb_bf16 *o = ov.p;
+    const kb_bf16 *q = qv.p, *k = kv.p, *v = vv.p;
     kc_attn_plan *p = get_plan(0, Sq, Skv, H, Dh);
     if (!p) return -1;
     const int hc = p->key.H;
@@ -177,10 +179,11 @@ int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16
     return 0;
 }
 
-int kc_attention_backward(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
-                          const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
-                          int Skv, int H, int Dh, float scale) {
-    if (kc_precond_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh)) return -1;
+int kc_attention_backward(kb_out dqv, kb_out dkv, kb_out dvv, kb_in doutv, kb_in qv, kb_in kv, kb_in vv, kb_in ov,
+                          const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale) {
+    if (kc_precond_attention_backward(dqv, dkv, dvv, doutv, qv, kv, vv, ov, lse, B, Sq, Skv, H, Dh)) return -1;
+    kb_bf16 *dq = dqv.p, *dk = dkv.p, *dv = dvv.p; /* bf16 views (NULL: not wanted) */
+    const kb_bf16 *dout = doutv.p, *q = qv.p, *k = kv.p, *v = vv.p, *o = ov.p;
     const size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
     kc_attn_plan *p = get_plan(1, Sq, Skv, H, Dh);
     if (!p) return -1;

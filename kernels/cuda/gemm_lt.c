@@ -326,12 +326,12 @@ int kc_gemm(const k_gemm_args *g) {
     const kc_gemm_plan *p = &plans.v[e->plan];
     cublasLtMatmulAlgo_t algo;
     memcpy(&algo, p->algo.algo, sizeof algo);
-    if (kc_lt_check(kc_lt.cublasLtMatmul(lt, e->d.desc, &g->alpha, g->B, e->d.la, g->A, e->d.lb, &g->beta, g->C.p,
+    if (kc_lt_check(kc_lt.cublasLtMatmul(lt, e->d.desc, &g->alpha, g->B.p, e->d.la, g->A.p, e->d.lb, &g->beta, g->C.p,
                                          e->d.lc, g->C.p, e->d.lc, &algo, ws, WORKSPACE_BYTES, kc_stream),
                     "cublasLtMatmul"))
         return core_error_push("GEMM M %d N %d K %d: ", g->M, g->N, g->K);
     if (e->fallback) /* dbias[m] += sum_k op(A)[m, k]: A is [K, M] (transA) or [M, K] */
-        return kc_colsum_bgrad(g->dbias, kb_in_bf16(g->A), g->transA ? 1 : g->lda, g->transA ? g->lda : 1, g->M,
+        return kc_colsum_bgrad(g->dbias, g->A, g->transA ? 1 : g->lda, g->transA ? g->lda : 1, g->M,
                                g->K);
     if (needs_dbias) {
         kb_in src = {bgrad, g->C.t};

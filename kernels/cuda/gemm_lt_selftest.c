@@ -238,7 +238,8 @@ static int bg_time(k_gemm_bgrad_mode m, int epi, const kb_bf16 *dy, const kb_bf1
         return -1;
     k_gemm_args g;
     memset(&g, 0, sizeof g);
-    g.transA = 1, g.M = M, g.N = N, g.K = K, g.alpha = 1.0f, g.beta = 1.0f, g.A = dy, g.lda = M, g.B = x, g.ldb = N;
+    g.transA = 1, g.M = M, g.N = N, g.K = K, g.alpha = 1.0f, g.beta = 1.0f;
+    g.A = kb_in_bf16(dy), g.lda = M, g.B = kb_in_bf16(x), g.ldb = N;
     g.C = kb_out_f32(dw), g.ldc = N, g.epi = (k_epilogue)epi, g.dbias = epi == K_EPI_BGRAD_A ? db : NULL;
     if (kc_gemm(&g)) return m == K_GEMM_BGRAD_FUSED ? 1 : -1;
     if (k_dev_sync() || k_dev_download(r->dw, dw, (size_t)M * N * 4) || k_dev_download(r->db, db, (size_t)M * 4))

@@ -92,11 +92,10 @@ int kc_scale(kb_out x, float f, int64_t n);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);
-int kc_attention_forward(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
-                         int Skv, int H, int Dh, float scale);
-int kc_attention_backward(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q,
-                          const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq,
-                          int Skv, int H, int Dh, float scale);
+int kc_attention_forward(kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv, int H, int Dh,
+                         float scale);
+int kc_attention_backward(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
+                          const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "model/dit/wan_dev.h"
 
 /* diffusers' __init__ defaults. */
 static const wan_config wan_defaults = {
@@ -256,4 +257,31 @@ int wan_config_preset(wan_config *c, const char *name) {
         }
     return core_error("unknown preset \"%s\" (presets: tiny, tiny-ti2v, tiny-i2v, wan2.1-t2v-1.3b, wan2.2-ti2v-5b, "
                       "wan2.2-t2v-a14b, wan2.2-i2v-a14b)", name);
+}
+
+/* The device's constraints (wan_dev.h): here beside the config's other checks, so that the activation planner
+ * (wan_acts.c) needs no more of the device files. */
+int wan_dev_config_check(const wan_config *c, const char *label) {
+    if (wan_config_validate(c, label)) return -1;
+    const int *p = c->patch_size;
+    const struct {
+        const char *key;
+        long v;
+    } dims[] = {
+        {"dim (num_attention_heads x attention_head_dim)", (long)wan_dim(c)},
+        {"attention_head_dim", c->attention_head_dim},
+        {"ffn_dim", c->ffn_dim},
+        {"text_dim", c->text_dim},
+        {"freq_dim", c->freq_dim},
+        {"in_channels x patch_size", (long)c->in_channels * p[0] * p[1] * p[2]},
+        {"out_channels x patch_size", (long)c->out_channels * p[0] * p[1] * p[2]},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v % 8)
+            return core_error("%s: %s %ld is not a multiple of 8 (cuBLASLt's leading dimensions and cuDNN's head "
+                              "dim on the device)", label, dims[i].key, dims[i].v);
+    if (c->attention_head_dim > 128)
+        return core_error("%s: attention_head_dim %d is above 128 (cuDNN's fused attention backward)", label,
+                          c->attention_head_dim);
+    return 0;
 }

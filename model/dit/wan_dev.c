@@ -1,36 +1,14 @@
 /* model/dit/wan_dev.c — the Wan transformer's weights and gradients on a device (wan_dev.h): the bf16 copy of the
- * host's fp32 master at the table's offsets, the fp32 copy of proj_out.bias, the fp32 gradients; and the device's
- * constraints on a config. */
+ * host's fp32 master at the table's offsets, the fp32 copy of proj_out.bias, the fp32 gradients; and the device
+ * entries of the one forward and backward (wan_forward.c, wan_backward.c) with the device model as the table sees
+ * it. The device's constraints on a config (wan_dev_config_check) are in wan_config.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "model/dit/wan_dev_internal.h"
-
-int wan_dev_config_check(const wan_config *c, const char *label) {
-    if (wan_config_validate(c, label)) return -1;
-    const int *p = c->patch_size;
-    const struct {
-        const char *key;
-        long v;
-    } dims[] = {
-        {"dim (num_attention_heads x attention_head_dim)", (long)wan_dim(c)},
-        {"attention_head_dim", c->attention_head_dim},
-        {"ffn_dim", c->ffn_dim},
-        {"text_dim", c->text_dim},
-        {"freq_dim", c->freq_dim},
-        {"in_channels x patch_size", (long)c->in_channels * p[0] * p[1] * p[2]},
-        {"out_channels x patch_size", (long)c->out_channels * p[0] * p[1] * p[2]},
-    };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].v % 8)
-            return core_error("%s: %s %ld is not a multiple of 8 (cuBLASLt's leading dimensions and cuDNN's head "
-                              "dim on the device)", label, dims[i].key, dims[i].v);
-    if (c->attention_head_dim > 128)
-        return core_error("%s: attention_head_dim %d is above 128 (cuDNN's fused attention backward)", label,
-                          c->attention_head_dim);
-    return 0;
-}
+#include "model/dit/wan_dev.h"
+#include "model/dit/wan_internal.h"
+#include "model/dit/wan_lora.h"
 
 static void lora_free(wan_dev_model *d) {
     d->dev->mem_free(d->lora_w);
@@ -118,5 +96,51 @@ int wan_dev_grads_download(const wan_dev_model *d, float *host) {
     if (!g) return core_error("wan_dev_grads_download: gradients are not allocated (wan_dev_alloc_grads)");
     if (d->dev->mem_download(host, g, (size_t)n * sizeof(float)) || d->dev->mem_sync())
         return core_error_push("wan_dev: downloading the gradients: ");
+    return 0;
+}
+
+/* ---- forward and backward on the device ---- */
+
+/* A->mv = d as the table sees it, with its adapter when with_lora. */
+static void mview_dev(wan_acts *A, const wan_dev_model *d, int with_lora) {
+    wan_mview *mv = &A->mv;
+    memset(mv, 0, sizeof *mv);
+    mv->dev = d->dev;
+    mv->host = d->host;
+    mv->w = d->w, mv->wt = KB_BF16;
+    mv->g = d->grads;
+    mv->proj_out_b = d->proj_out_b;
+    if (with_lora && d->lora) mv->lora = d->lora, mv->lw = d->lora_w, mv->lg = d->lora_grads;
+}
+
+/* 0 when d and A belong together (config, device), else -1 naming who. */
+static int check_pair(const wan_dev_model *d, const wan_dev_acts *A, const char *who) {
+    if (!wan_config_equal(&A->cfg, &d->host->cfg))
+        return core_error("%s: activations were made for another config", who);
+    if (A->dev != d->dev)
+        return core_error("%s: activations live on device %s, the model on %s", who, A->dev->name, d->dev->name);
+    return 0;
+}
+
+int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x, const float *timestep, kb_in enc) {
+    return wan_dev_forward_lora(d, A, out, x, timestep, enc, 1);
+}
+
+int wan_dev_forward_lora(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x, const float *timestep,
+                         kb_in enc, int use_lora) {
+    if (check_pair(d, A, "wan_dev_forward")) return -1;
+    mview_dev(A, d, use_lora); /* the backward follows the forward's adapter choice */
+    if (wan_model_forward(NULL, A, out, x, timestep, enc)) return core_error_push("wan_dev_forward: ");
+    return 0;
+}
+
+int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, kb_in dout) {
+    if (!d->grads && !(A->mv.lora && d->lora_grads)) /* LoRA: the adapter's, the base frozen */
+        return core_error("wan_dev_backward: gradients are not allocated (wan_dev_alloc_grads)");
+    if (A->mode == WAN_ACTS_INFER) return core_error("wan_dev_backward: activations were allocated for inference only");
+    if (!A->have_forward) return core_error("wan_dev_backward: no forward has run on these activations");
+    if (check_pair(d, A, "wan_dev_backward")) return -1;
+    mview_dev(A, d, A->mv.lora != NULL); /* the gradients as they are now */
+    if (wan_model_backward(NULL, A, dx, denc, dout)) return core_error_push("wan_dev_backward: ");
     return 0;
 }

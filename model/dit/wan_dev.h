@@ -2,11 +2,13 @@
  * training activations) and backward of WanTransformer3DModel on k_dev_ops (kernels/cuda/k_cuda.h), the bf16
  * counterpart of the fp32 CPU model of wan_dit.h.
  *
- * Op by op: wan_dev_forward.c / wan_dev_backward.c are wan_forward.c / wan_backward.c with every k_ops call replaced
- * by its k_dev_ops entry, in the same order, and wan_layers.c's helpers by their device forms (nn.Linear = one
- * cuBLASLt GEMM with the bias epilogue; its backward dX then dW with the bias-gradient epilogue; wan_add_table and
- * wan_axpy1 = the table's add_table_* and add entries). Only the timestep's sinusoidal features (wan_timestep_features)
- * and the RoPE table (k_wan_rope_table) are computed on the host, exactly as the CPU computes them, and uploaded.
+ * One model: the forward and backward are wan_forward.c / wan_backward.c, written once over k_dev_ops; the fp32 CPU
+ * model runs the same code through k_cpu_dev_ops (kernels/cpu/dev_table.h), a device through its table with bf16
+ * activations (wan_internal.h: the activation layout, the model view of the weights). nn.Linear is one GEMM with the
+ * bias epilogue (cuBLASLt's on the GPU); its backward dX then dW with the bias-gradient epilogue; the modulation
+ * table and the residual adds are the table's add_table_* and add entries. Only the timestep's sinusoidal features
+ * (wan_timestep_features) and the RoPE table (k_wan_rope_table) are computed on the host, exactly as the CPU computes
+ * them, and uploaded. This file declares the device's entries (wan_dev.c) and its weights and gradients.
  * The code reaches the device only through a `const k_dev_ops *` (memory entries included), so it builds in the
  * plain CPU build and runs there against the emulated device (kernels/cuda/emu/k_emu.h: `make test`,
  * tests/test_wan_dev.c) and on a GPU against k_cuda_ops (`make cuda`; scripts/gpu_check.sh's Wan DiT rows).
@@ -111,9 +113,9 @@ int wan_dev_grads_download(const wan_dev_model *d, float *host);
 void wan_dev_model_free(wan_dev_model *d);
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Activations (model/dit/wan_dev_acts.c): what wan_acts keeps, in device memory, for one (config, shape, mode) */
+ * Activations (model/dit/wan_acts.c): what wan_acts keeps, in device memory, for one (config, shape, mode) */
 
-typedef struct wan_dev_acts wan_dev_acts;
+typedef struct wan_acts wan_dev_acts; /* the one activation struct (model/dit/wan_internal.h) on a device */
 
 /* Allocates device activations (checked like wan_acts_new, plus wan_dev_config_check) and uploads the RoPE table.
  * NULL with core_error on a bad shape or when the device is out of memory. */

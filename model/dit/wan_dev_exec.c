@@ -9,7 +9,8 @@
 #include "core/log.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "model/dit/wan_dev_exec.h"
-#include "model/dit/wan_dev_internal.h"
+#include "model/dit/wan_dev.h"
+#include "model/dit/wan_internal.h"
 
 typedef struct {
     const wan_model *host;
@@ -200,7 +201,7 @@ int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, 
     slot *s = get(x, m);
     float *g_d = s ? staging(x, no) : NULL;
     if (!g_d || wan_dev_alloc_grads(&s->d)) return core_error_push("wan_dev_exec_backward: ");
-    if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward(&s->d, a, WD_NO_OUT, WD_NO_OUT, kb_in_f32(g_d)) ||
+    if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward(&s->d, a, WAN_NO_OUT, WAN_NO_OUT, kb_in_f32(g_d)) ||
         dev->mem_sync())
         return core_error_push("wan_dev_exec_backward (%s): ", wan_dev_exec_name(x));
     return 0;

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "model/dit/wan_dev_internal.h"
+#include "model/dit/wan_dev.h"
+#include "model/dit/wan_internal.h"
 
 /* Device buffers of one host run, freed together. */
 typedef struct {

@@ -11,8 +11,10 @@
  * Files: wan_config.c (config.json, presets), wan_params.c (name/offset/shape table, named pointers, random init),
  * wan_io.c (load/save diffusers folders), wan_acts.c (activation memory), wan_forward.c, wan_backward.c,
  * wan_layers.c (small shared helpers), wan_internal.h (what forward and backward share); LoRA adapters on the
- * linears: wan_lora.h (wan_lora.c, wan_lora_io.c); the same model in bf16 on a device op table (the CUDA backend,
- * or the emulated device in tests), op by op: wan_dev.h (wan_dev*.c; check/check_dit.c: its GPU check rows).
+ * linears: wan_lora.h (wan_lora.c, wan_lora_io.c). Forward and backward are written once over the backend
+ * interface (kernels/dev_ops.h's k_dev_ops): this header's fp32 model runs them through the CPU's (k_cpu_dev_ops),
+ * the same code runs in bf16 on a device table (the CUDA backend, or the emulated device in tests): wan_dev.h
+ * (wan_dev.c, its executor wan_dev_exec.c, wan_dev_run.c; check/check_dit.c: its GPU check rows).
  *
  * Forward, x [B, C, F, H, W] -> velocity [B, C_out, F, H, W] (S = F/pt * H/ph * W/pw video tokens, D = dim):
  *   tokens  = patchify(x) @ patch_embedding^T + b                                   [B, S, D]
@@ -266,12 +268,13 @@ typedef int (*wan_self_attn_bwd_fn)(void *ctx, float *dq, float *dk, float *dv, 
                                      const float *lse, int B, int S, int H, int Dh);
 
 /* How a forward/backward runs: the kernels, the self-attention and (optionally) the sequence-parallel group.
- * ops NULL = &k_cpu_ops; attn_fwd NULL = the default (ops->attention_forward/backward with scale 1/sqrt(Dh); ctx
- * is then the k_ops pointer). sp: the SP group (sp/comm.h; docs/design.md section 6) when the activations were made for
- * one token slice (wan_acts_new_sp with sp > 1): its size and rank must be that sp and sp_rank, and attn_fwd/attn_bwd
- * must be a sequence-parallel self-attention (sp_usp_forward/backward with an sp_usp context: the default
- * attention would only see the local keys). NULL (or a group of one) with sp-1 activations: the whole sequence,
- * exactly the single-rank path (activations from wan_acts_new). */
+ * ops NULL = &k_cpu_ops, the only table taken (the model runs on k_cpu_dev_ops, whose entries are k_cpu_ops'; ops
+ * serves the default self-attention); attn_fwd NULL = the default (ops->attention_forward/backward with scale
+ * 1/sqrt(Dh); ctx is then the k_ops pointer). sp: the SP group (sp/comm.h; docs/design.md section 6) when the
+ * activations were made for one token slice (wan_acts_new_sp with sp > 1): its size and rank must be that sp and
+ * sp_rank, and attn_fwd/attn_bwd must be a sequence-parallel self-attention (sp_usp_forward/backward with an sp_usp
+ * context: the default attention would only see the local keys). NULL (or a group of one) with sp-1 activations: the
+ * whole sequence, exactly the single-rank path (activations from wan_acts_new). */
 typedef struct {
     const k_ops *ops;
     wan_self_attn_fwd_fn attn_fwd;

@@ -1,37 +1,51 @@
-/* model/dit/wan_layers.c — small layers the Wan transformer needs beyond the kernel table: nn.Linear forward and
- * backward on top of ops->gemm, fixed-order column sums (bias gradients), diffusers' sinusoidal timestep
- * features and the scale_shift_table + embedding additions. */
+/* model/dit/wan_layers.c — small layers the Wan transformer needs beyond the op table (wan_internal.h): nn.Linear
+ * forward (one GEMM with the bias epilogue) and backward (dX, then dW with the bias-gradient epilogue: on the CPU
+ * table the GEMM then kernels/cpu/glue.c's fixed-order column sum), zeroing, the copies in the activations' dtype,
+ * and diffusers' sinusoidal timestep features (host). */
 #include <math.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "core/error.h"
 #include "model/dit/wan_internal.h"
 
-void wan_linear_fwd(const k_ops *ops, float *y, const float *x, const float *w, const float *b, int M, int N, int K) {
-    ops->gemm(0, 1, M, N, K, 1.0f, x, K, w, K, 0.0f, y, N, b);
+int wan_linear_fwd(const k_dev_ops *dev, kb_out y, kb_in x, kb_in w, kb_in b, int M, int N, int K) {
+    k_gemm_args g = {0};
+    g.transA = 0, g.transB = 1, g.M = M, g.N = N, g.K = K, g.alpha = 1.0f, g.beta = 0.0f;
+    g.A = x, g.lda = K, g.B = w, g.ldb = K, g.C = y, g.ldc = N;
+    g.epi = b.p ? K_EPI_BIAS : K_EPI_NONE;
+    g.bias = b.p;
+    return dev->gemm(&g);
 }
 
-void wan_linear_bwd(const k_ops *ops, float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
-                    int M, int N, int K) {
-    if (dx) ops->gemm(0, 0, M, K, N, 1.0f, dy, N, w, K, 1.0f, dx, K, NULL);
-    if (dw) ops->gemm(1, 0, N, K, M, 1.0f, dy, N, x, K, 1.0f, dw, K, NULL);
-    if (db) wan_colsum_acc(db, dy, M, N, N);
-}
-
-void wan_colsum_acc(float *db, const float *dy, int64_t M, int N, int64_t ld) {
-    enum { CHUNK = 64 };
-    const int nchunks = (N + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static) if ((size_t)M * (size_t)N >= K_PAR_MIN_ELEMS)
-    for (int c = 0; c < nchunks; c++) {
-        const int n0 = c * CHUNK, n1 = n0 + CHUNK < N ? n0 + CHUNK : N;
-        float acc[CHUNK];
-        for (int n = n0; n < n1; n++) acc[n - n0] = 0.0f;
-        for (int64_t m = 0; m < M; m++) {
-            const float *row = dy + m * ld;
-            for (int n = n0; n < n1; n++) acc[n - n0] += row[n];
-        }
-        for (int n = n0; n < n1; n++) db[n] += acc[n - n0];
+int wan_linear_bwd(const k_dev_ops *dev, kb_out dx, float *dw, float *db, kb_in dy, kb_in x, kb_in w, int M, int N,
+                   int K) {
+    if (db && !dw) return core_error("wan_linear_bwd: a bias gradient without its weight gradient");
+    if (dx.p) { /* dx[M,K] += dy[M,N] @ w[N,K] */
+        k_gemm_args g = {0};
+        g.transA = 0, g.transB = 0, g.M = M, g.N = K, g.K = N, g.alpha = 1.0f, g.beta = 1.0f;
+        g.A = dy, g.lda = N, g.B = w, g.ldb = K, g.C = dx, g.ldc = K;
+        WAN_TRY(dev->gemm(&g));
     }
+    if (dw) { /* dw[N,K] += dy^T @ x; db[N] += column sums of dy (rows of op(A) = dy^T) */
+        k_gemm_args g = {0};
+        g.transA = 1, g.transB = 0, g.M = N, g.N = K, g.K = M, g.alpha = 1.0f, g.beta = 1.0f;
+        g.A = dy, g.lda = N, g.B = x, g.ldb = K, g.C = kb_out_f32(dw), g.ldc = K;
+        g.epi = db ? K_EPI_BGRAD_A : K_EPI_NONE;
+        g.dbias = db;
+        WAN_TRY(dev->gemm(&g));
+    }
+    return 0;
+}
+
+int wan_zero_act(const wan_acts *A, void *p, int64_t n) {
+    return A->dev->mem_zero(p, (size_t)n * (A->at == KB_BF16 ? 2 : 4));
+}
+int wan_zero32(const wan_acts *A, float *p, int64_t n) { return A->dev->mem_zero(p, (size_t)n * sizeof *p); }
+
+int wan_to_act(const wan_acts *A, void *y, const float *x, int64_t n) {
+    if (A->at == KB_F32) return 0; /* y is x */
+    WAN_TRY(wan_zero_act(A, y, n));
+    return A->dev->add(wan_ao(A, y), kb_in_f32(x), n);
 }
 
 void wan_timestep_features(float *out, const float *t, int R, int dim) {
@@ -53,36 +67,4 @@ void wan_timestep_features(float *out, const float *t, int R, int dim) {
         }
         if (dim % 2) o[dim - 1] = 0.0f;
     }
-}
-
-void wan_add_table(float *out, const float *table, const float *src, int R, int nj, int D, int src_nj) {
-#pragma omp parallel for schedule(static) if ((size_t)R * nj * D >= K_PAR_MIN_ELEMS)
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < nj; j++) {
-            float *o = out + ((int64_t)r * nj + j) * D;
-            const float *s = src + ((int64_t)r * src_nj + (src_nj == 1 ? 0 : j)) * D;
-            const float *tb = table + (int64_t)j * D;
-            for (int d = 0; d < D; d++) o[d] = tb[d] + s[d];
-        }
-}
-
-void wan_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, int nj, int D, int src_nj) {
-    if (dtable) wan_colsum_acc(dtable, dmod, R, nj * D, (int64_t)nj * D);
-    if (!dsrc) return;
-    if (src_nj == nj) {
-        wan_axpy1(dsrc, dmod, (int64_t)R * nj * D);
-        return;
-    }
-#pragma omp parallel for schedule(static) if ((size_t)R * nj * D >= K_PAR_MIN_ELEMS)
-    for (int r = 0; r < R; r++)
-        for (int j = 0; j < nj; j++) {
-            const float *g = dmod + ((int64_t)r * nj + j) * D;
-            float *d = dsrc + (int64_t)r * D;
-            for (int k = 0; k < D; k++) d[k] += g[k];
-        }
-}
-
-void wan_axpy1(float *y, const float *x, int64_t n) {
-#pragma omp parallel for schedule(static) if ((size_t)n >= K_PAR_MIN_ELEMS)
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

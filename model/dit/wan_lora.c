@@ -384,52 +384,73 @@ int wan_lora_merge(wan_model *m, const wan_lora *l) {
 
 /* ---- forward and backward of one adapted linear (wan_internal.h) ---- */
 
-int wan_lora_acts_prepare(wan_acts *A, const wan_lora *l) {
-    A->lora = l;
+int wan_lora_acts_prepare(wan_acts *A) {
+    const wan_lora *l = A->mv.lora;
     if (!l) return 0;
     if (!wan_config_equal(&l->model, &A->cfg))
         return core_error("lora: the adapter was made for another transformer config");
     const int64_t need = max_rows(&A->shape, A->S) * l->cfg.rank;
     if (A->lora_cap >= need) return 0;
-    free(A->lora_h);
+    A->dev->mem_free(A->lora_h);
     A->lora_h = A->lora_t = NULL;
     A->lora_cap = 0;
-    float *p = alloc_floats(2 * need);
-    if (!p) return core_error("lora: out of memory for the adapter's scratch (%lld floats)", (long long)(2 * need));
-    A->lora_h = p, A->lora_t = p + need, A->lora_cap = need;
+    const size_t esz = A->at == KB_BF16 ? 2 : 4;
+    char *p = A->dev->mem_alloc((size_t)(2 * need) * esz);
+    if (!p) return core_error_push("lora: the adapter's scratch (%lld values): ", (long long)(2 * need));
+    A->lora_h = p, A->lora_t = p + (size_t)need * esz, A->lora_cap = need;
     return 0;
 }
 
-void wan_lora_fwd(const k_ops *ops, const wan_acts *A, int layer, int t, float *y, const float *x, int M) {
-    const wan_lora *l = A->lora;
-    if (!l) return;
-    const wan_lora_linear *a = wan_lora_get(&l->w, layer, t);
-    if (!a->A) return;
-    const int r = l->cfg.rank, K = a->in, N = a->out;
-    ops->gemm(0, 1, M, r, K, 1.0f, x, K, a->A, K, 0.0f, A->lora_h, r, NULL);     /* h = x A^T        [M, r] */
-    ops->gemm(0, 1, M, N, r, l->scale, A->lora_h, r, a->B, r, 1.0f, y, N, NULL); /* y += scale h B^T [M, N] */
+/* The view of one adapter tensor (host pointer p into lora->params) and its gradient. */
+static kb_in lw(const wan_mview *mv, const float *p) {
+    kb_in v = {(const char *)mv->lw + (size_t)(p - mv->lora->params) * (mv->wt == KB_BF16 ? 2 : 4), mv->wt};
+    return v;
+}
+static float *lg(const wan_mview *mv, const float *p) { return mv->lg ? mv->lg + (p - mv->lora->params) : NULL; }
+
+/* C[M, N] = alpha op(A) op(B) + beta C. */
+static int gemm(const k_dev_ops *dev, int ta, int tb, int M, int N, int K, float alpha, kb_in a, int lda, kb_in b,
+                int ldb, float beta, kb_out c, int ldc) {
+    k_gemm_args g = {0};
+    g.transA = ta, g.transB = tb, g.M = M, g.N = N, g.K = K, g.alpha = alpha, g.beta = beta;
+    g.A = a, g.lda = lda, g.B = b, g.ldb = ldb, g.C = c, g.ldc = ldc;
+    return dev->gemm(&g);
 }
 
-void wan_lora_bwd(const k_ops *ops, const wan_acts *A, int layer, int t, float *dx, const float *dy, const float *x,
-                  int M) {
-    const wan_lora *l = A->lora;
-    if (!l) return;
+int wan_lora_fwd(const wan_acts *A, int layer, int t, kb_out y, kb_in x, int M) {
+    const wan_mview *mv = &A->mv;
+    const wan_lora *l = mv->lora;
+    if (!l) return 0;
     const wan_lora_linear *a = wan_lora_get(&l->w, layer, t);
-    if (!a->A) return;
-    const wan_lora_linear *g = l->grads ? wan_lora_get(&l->g, layer, t) : NULL;
+    if (!a->A) return 0;
+    const int r = l->cfg.rank, K = a->in, N = a->out;
+    const kb_in h = wan_ai(A, A->lora_h);
+    WAN_TRY(gemm(A->dev, 0, 1, M, r, K, 1.0f, x, K, lw(mv, a->A), K, 0.0f, wan_ao(A, A->lora_h), r)); /* h = x A^T */
+    return gemm(A->dev, 0, 1, M, N, r, l->scale, h, r, lw(mv, a->B), r, 1.0f, y, N); /* y += scale h B^T [M, N] */
+}
+
+int wan_lora_bwd(const wan_acts *A, int layer, int t, kb_out dx, kb_in dy, kb_in x, int M) {
+    const wan_mview *mv = &A->mv;
+    const wan_lora *l = mv->lora;
+    if (!l) return 0;
+    const wan_lora_linear *a = wan_lora_get(&l->w, layer, t);
+    if (!a->A) return 0;
+    const k_dev_ops *dev = A->dev;
     const int r = l->cfg.rank, K = a->in, N = a->out;
     const float s = l->scale;
-    float *h = A->lora_h, *tt = A->lora_t;
-    if (g) {
-        ops->gemm(0, 1, M, r, K, 1.0f, x, K, a->A, K, 0.0f, h, r, NULL); /* h = x A^T (the forward's call) */
-        ops->gemm(1, 0, N, r, M, s, dy, N, h, r, 1.0f, g->B, r, NULL);   /* dB += scale dy^T h   [N, r] */
+    float *gA = lg(mv, a->A), *gB = lg(mv, a->B);
+    const kb_in h = wan_ai(A, A->lora_h), tt = wan_ai(A, A->lora_t);
+    if (gA) {
+        WAN_TRY(gemm(dev, 0, 1, M, r, K, 1.0f, x, K, lw(mv, a->A), K, 0.0f, wan_ao(A, A->lora_h), r)); /* h = x A^T */
+        WAN_TRY(gemm(dev, 1, 0, N, r, M, s, dy, N, h, r, 1.0f, kb_out_f32(gB), r)); /* dB += scale dy^T h [N, r] */
     }
-    ops->gemm(0, 0, M, r, N, 1.0f, dy, N, a->B, r, 0.0f, tt, r, NULL); /* t = dy B            [M, r] */
-    if (g) ops->gemm(1, 0, r, K, M, s, tt, r, x, K, 1.0f, g->A, K, NULL); /* dA += scale t^T x [r, K] */
-    if (dx) ops->gemm(0, 0, M, K, r, s, tt, r, a->A, K, 1.0f, dx, K, NULL); /* dx += scale t A  [M, K] */
+    WAN_TRY(gemm(dev, 0, 0, M, r, N, 1.0f, dy, N, lw(mv, a->B), r, 0.0f, wan_ao(A, A->lora_t), r)); /* t = dy B */
+    if (gA) WAN_TRY(gemm(dev, 1, 0, r, K, M, s, tt, r, x, K, 1.0f, kb_out_f32(gA), K)); /* dA += scale t^T x [r, K] */
+    if (dx.p) WAN_TRY(gemm(dev, 0, 0, M, K, r, s, tt, r, lw(mv, a->A), K, 1.0f, dx, K)); /* dx += scale t A [M, K] */
+    return 0;
 }
 
 int wan_lora_active(const wan_acts *A, int t) {
-    const wan_lora *l = A->lora;
+    const wan_lora *l = A->mv.lora;
     return l && (l->cfg.targets & WAN_LORA_MASK(t));
 }

@@ -101,8 +101,9 @@ void check_gemm(const ck_shapes *s, const char *only) {
     {
         gemm_case c;
         memset(&c, 0, sizeof c);
-        c.g = (k_gemm_args){.transA = 0, .transB = 1, .M = S, .N = D, .K = D, .alpha = 1, .beta = 0, .A = x.d,
-                            .lda = D, .B = w.d, .ldb = D, .C = ct_out(&y), .ldc = D, .epi = K_EPI_BIAS, .bias = b.d};
+        c.g = (k_gemm_args){.transA = 0, .transB = 1, .M = S, .N = D, .K = D, .alpha = 1, .beta = 0, .A = ct_in(&x),
+                            .lda = D, .B = ct_in(&w), .ldb = D, .C = ct_out(&y), .ldc = D, .epi = K_EPI_BIAS,
+                            .bias = b.d};
         float *g = ck_floats((size_t)S * D);
         ct_t *o[1] = {&y};
         float *gg[1] = {g};
@@ -133,7 +134,7 @@ void check_gemm(const ck_shapes *s, const char *only) {
         }
         free(g);
     }
-    /* 1b. linear backward to the input: dx (bf16, +=) = dy W (NN, beta 1, no epilogue): wan_dev_linear_bwd's dX */
+    /* 1b. linear backward to the input: dx (bf16, +=) = dy W (NN, beta 1, no epilogue): wan_linear_bwd's dX */
     {
         ct_t dxin, dyl;
         memset(&dxin, 0, sizeof dxin), memset(&dyl, 0, sizeof dyl);
@@ -143,8 +144,9 @@ void check_gemm(const ck_shapes *s, const char *only) {
             ck_fill(dxin.h, (size_t)S * D, sd + 21, -1, 1, 1);
             gemm_case c;
             memset(&c, 0, sizeof c);
-            c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = D, .K = D, .alpha = 1, .beta = 1, .A = dyl.d,
-                                .lda = D, .B = w.d, .ldb = D, .C = ct_out(&dxin), .ldc = D, .epi = K_EPI_NONE};
+            c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = D, .K = D, .alpha = 1, .beta = 1,
+                                .A = ct_in(&dyl),
+                                .lda = D, .B = ct_in(&w), .ldb = D, .C = ct_out(&dxin), .ldc = D, .epi = K_EPI_NONE};
             c.reset[0] = &dxin;
             float *g = ck_floats((size_t)S * D);
             ct_t *o[1] = {&dxin};
@@ -173,8 +175,8 @@ void check_gemm(const ck_shapes *s, const char *only) {
     {
         gemm_case c;
         memset(&c, 0, sizeof c);
-        c.g = (k_gemm_args){.transA = 0, .transB = 1, .M = S, .N = F, .K = D, .alpha = 1, .beta = 0, .A = x.d,
-                            .lda = D, .B = w1.d, .ldb = D, .C = ct_out(&h), .ldc = F, .epi = K_EPI_GELU_AUX_BIAS,
+        c.g = (k_gemm_args){.transA = 0, .transB = 1, .M = S, .N = F, .K = D, .alpha = 1, .beta = 0, .A = ct_in(&x),
+                            .lda = D, .B = ct_in(&w1), .ldb = D, .C = ct_out(&h), .ldc = F, .epi = K_EPI_GELU_AUX_BIAS,
                             .bias = b1.d, .aux = aux.d, .ldaux = F};
         float *g = ck_floats((size_t)S * F), *ga = ck_floats((size_t)S * F);
         ct_t *o[2] = {&h, &aux};
@@ -207,8 +209,8 @@ void check_gemm(const ck_shapes *s, const char *only) {
     {
         gemm_case c;
         memset(&c, 0, sizeof c);
-        c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = F, .K = D, .alpha = 1, .beta = 0, .A = dy.d,
-                            .lda = D, .B = w2.d, .ldb = F, .C = ct_out(&dh), .ldc = F, .epi = K_EPI_DGELU_BGRAD,
+        c.g = (k_gemm_args){.transA = 0, .transB = 0, .M = S, .N = F, .K = D, .alpha = 1, .beta = 0, .A = ct_in(&dy),
+                            .lda = D, .B = ct_in(&w2), .ldb = F, .C = ct_out(&dh), .ldc = F, .epi = K_EPI_DGELU_BGRAD,
                             .aux = aux.d, .ldaux = F, .dbias = db1.d};
         c.reset[0] = &db1;
         float *g = ck_floats((size_t)S * F), *gb = ck_floats(F);
@@ -243,8 +245,8 @@ void check_gemm(const ck_shapes *s, const char *only) {
     {
         gemm_case c;
         memset(&c, 0, sizeof c);
-        c.g = (k_gemm_args){.transA = 1, .transB = 0, .M = D, .N = D, .K = S, .alpha = 1, .beta = 1, .A = dy.d,
-                            .lda = D, .B = x.d, .ldb = D, .C = ct_out(&dw), .ldc = D, .epi = K_EPI_BGRAD_A,
+        c.g = (k_gemm_args){.transA = 1, .transB = 0, .M = D, .N = D, .K = S, .alpha = 1, .beta = 1, .A = ct_in(&dy),
+                            .lda = D, .B = ct_in(&x), .ldb = D, .C = ct_out(&dw), .ldc = D, .epi = K_EPI_BGRAD_A,
                             .dbias = dbias.d};
         c.reset[0] = &dw, c.reset[1] = &dbias;
         float *g = ck_floats((size_t)D * D), *gb = ck_floats(D);
@@ -284,15 +286,16 @@ typedef struct {
 
 static int attn_fwd_gpu(void *p) {
     attn_case *c = p;
-    return k_cuda_ops.attention_forward(c->o.d, c->lse.d, c->q.d, c->k.d, c->v.d, 1, c->Sq, c->Skv, c->H, c->Dh,
-                                        c->scale);
+    return k_cuda_ops.attention_forward(ct_out(&c->o), c->lse.d, ct_in(&c->q), ct_in(&c->k), ct_in(&c->v), 1, c->Sq,
+                                        c->Skv, c->H, c->Dh, c->scale);
 }
 static int attn_bwd_gpu(void *p) {
     attn_case *c = p;
     if (k_dev_zero(c->dq.d, c->dq.n * 2) || k_dev_zero(c->dk.d, c->dk.n * 2) || k_dev_zero(c->dv.d, c->dv.n * 2))
         return -1;
-    return k_cuda_ops.attention_backward(c->dq.d, c->dk.d, c->dv.d, c->dout.d, c->q.d, c->k.d, c->v.d, c->o.d,
-                                         c->lse.d, 1, c->Sq, c->Skv, c->H, c->Dh, c->scale);
+    return k_cuda_ops.attention_backward(ct_out(&c->dq), ct_out(&c->dk), ct_out(&c->dv), ct_in(&c->dout),
+                                         ct_in(&c->q), ct_in(&c->k), ct_in(&c->v), ct_in(&c->o), c->lse.d, 1, c->Sq,
+                                         c->Skv, c->H, c->Dh, c->scale);
 }
 
 /* lse [H, S] -> [H, R] at the sampled rows. */
@@ -410,10 +413,13 @@ typedef struct {
 } perf_attn;
 static int perf_attn_run(void *p) {
     perf_attn *a = p;
-    if (k_cuda_ops.attention_forward(a->o, a->lse, a->q, a->k, a->v, 1, a->S, a->S, a->H, a->Dh, a->scale)) return -1;
+    const kb_in q = kb_in_bf16(a->q), k = kb_in_bf16(a->k), v = kb_in_bf16(a->v);
+    if (k_cuda_ops.attention_forward(kb_out_bf16(a->o), a->lse, q, k, v, 1, a->S, a->S, a->H, a->Dh, a->scale))
+        return -1;
     if (!a->bwd) return 0;
-    return k_cuda_ops.attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->o, a->lse, 1, a->S, a->S,
-                                         a->H, a->Dh, a->scale);
+    return k_cuda_ops.attention_backward(kb_out_bf16(a->dq), kb_out_bf16(a->dk), kb_out_bf16(a->dv),
+                                         kb_in_bf16(a->dout), q, k, v, kb_in_bf16(a->o), a->lse, 1, a->S, a->S, a->H,
+                                         a->Dh, a->scale);
 }
 
 /* A speed figure that could not be measured: a skip on the emulated device (no speed to report), else a failed row. */
@@ -445,8 +451,9 @@ void check_perf(int n, int S, const char *only) {
             ck_row_error("perf gemm", shape, core_last_error());
         } else {
             for (int tb = 0; tb < 2; tb++) {
-                perf_gemm p = {{.transA = 0, .transB = tb, .M = n, .N = n, .K = n, .alpha = 1, .beta = 0, .A = a.d,
-                                .lda = n, .B = b.d, .ldb = n, .C = ct_out(&c), .ldc = n}};
+                perf_gemm p = {{.transA = 0, .transB = tb, .M = n, .N = n, .K = n, .alpha = 1, .beta = 0,
+                                .A = ct_in(&a),
+                                .lda = n, .B = ct_in(&b), .ldb = n, .C = ct_out(&c), .ldc = n}};
                 double t = ck_time(perf_gemm_run, &p, 3, 20);
                 char note[160], op[48];
                 snprintf(op, sizeof op, "perf gemm %s", tb ? "NT" : "NN");

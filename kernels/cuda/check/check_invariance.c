@@ -57,7 +57,8 @@ static void gemm_kind(const ck_shapes *s, int kind) {
         goto out;
     }
     k_gemm_args g = {.transA = 0, .transB = kind == 1 ? 0 : 1, .M = S, .N = N, .K = K, .alpha = 1,
-                     .beta = kind == 1 ? 1.0f : 0.0f, .A = a.d, .lda = K, .B = b.d, .ldb = K, .C = ct_out(&c),
+                     .beta = kind == 1 ? 1.0f : 0.0f, .A = ct_in(&a), .lda = K, .B = ct_in(&b), .ldb = K,
+                     .C = ct_out(&c),
                      .ldc = N, .epi = kind == 0 ? K_EPI_BIAS : K_EPI_NONE, .bias = kind == 0 ? bias.d : NULL};
     ref = ck_floats((size_t)S * N), got = ck_floats((size_t)S * N);
     if (run_gemm(&g, &c, ref)) {
@@ -125,8 +126,11 @@ static void attention_batches(const ck_shapes *s) {
         kb_bf16 *dq = (kb_bf16 *)t.dq.d + off, *dk = (kb_bf16 *)t.dk.d + off, *dv = (kb_bf16 *)t.dv.d + off;
         float *lse = (float *)t.lse.d + loff;
         if (k_dev_zero(t.dq.d, t.dq.n * 2) || k_dev_zero(t.dk.d, t.dk.n * 2) || k_dev_zero(t.dv.d, t.dv.n * 2) ||
-            k_cuda_ops.attention_forward(o, lse, q, k, v, B, S, S, H, Dh, scale) ||
-            k_cuda_ops.attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, S, S, H, Dh, scale) ||
+            k_cuda_ops.attention_forward(kb_out_bf16(o), lse, kb_in_bf16(q), kb_in_bf16(k), kb_in_bf16(v), B, S, S,
+                                         H, Dh, scale) ||
+            k_cuda_ops.attention_backward(kb_out_bf16(dq), kb_out_bf16(dk), kb_out_bf16(dv), kb_in_bf16(dout),
+                                          kb_in_bf16(q), kb_in_bf16(k), kb_in_bf16(v), kb_in_bf16(o), lse, B, S, S, H,
+                                          Dh, scale) ||
             k_dev_sync()) {
             ck_row_error(name, shape, core_last_error());
             goto out;

@@ -84,7 +84,7 @@ static int emu_gemm(const k_gemm_args *g) {
     if (kc_precond_gemm(g)) return -1; /* what cuBLASLt on the GPU refuses */
     const size_t na = (size_t)(g->transA ? g->K : g->M) * g->lda, nb = (size_t)(g->transB ? g->N : g->K) * g->ldb;
     const size_t nc = (size_t)g->M * g->ldc;
-    float *a = widen(kb_in_bf16(g->A), na), *b = widen(kb_in_bf16(g->B), nb), *c = widen(kb_as_in(g->C), nc);
+    float *a = widen(g->A, na), *b = widen(g->B, nb), *c = widen(kb_as_in(g->C), nc);
     float *bias = NULL;
     if (g->epi == K_EPI_BIAS || g->epi == K_EPI_GELU_AUX_BIAS) bias = widen((kb_in){g->bias, g->C.t}, g->N);
     if (g->epi == K_EPI_BGRAD_A) {
@@ -124,33 +124,32 @@ static int emu_gemm(const k_gemm_args *g) {
 }
 
 /* ---- attention: fp32 k_cpu_ops on the widened operands ---- */
-static int emu_attn_fwd(kb_bf16 *o, float *lse, const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, int B, int Sq,
-                        int Skv, int H, int Dh, float scale) {
+static int emu_attn_fwd(kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv, int H, int Dh,
+                        float scale) {
     if (kc_precond_attention_forward(o, lse, q, k, v, B, Sq, Skv, H, Dh)) return -1; /* what cuDNN refuses */
     size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
-    float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
+    float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk);
     float *fo = malloc(nq * sizeof(float));
     k_cpu_ops.attention_forward(fo, lse, fq, fk, fv, B, Sq, Skv, H, Dh, scale);
-    store(kb_out_bf16(o), fo, nq);
+    store(o, fo, nq);
     free(fq), free(fk), free(fv), free(fo);
     return 0;
 }
-static int emu_attn_bwd(kb_bf16 *dq, kb_bf16 *dk, kb_bf16 *dv, const kb_bf16 *dout, const kb_bf16 *q, const kb_bf16 *k,
-                        const kb_bf16 *v, const kb_bf16 *o, const float *lse, int B, int Sq, int Skv, int H, int Dh,
-                        float scale) {
+static int emu_attn_bwd(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
+                        const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale) {
     if (kc_precond_attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, Sq, Skv, H, Dh)) return -1;
     size_t nq = (size_t)B * Sq * H * Dh, nk = (size_t)B * Skv * H * Dh;
-    float *fq = widen(kb_in_bf16(q), nq), *fk = widen(kb_in_bf16(k), nk), *fv = widen(kb_in_bf16(v), nk);
-    float *fo = widen(kb_in_bf16(o), nq), *fd = widen(kb_in_bf16(dout), nq);
+    float *fq = widen(q, nq), *fk = widen(k, nk), *fv = widen(v, nk);
+    float *fo = widen(o, nq), *fd = widen(dout, nq);
     /* a gradient not wanted (NULL, as the GPU path allows) goes to a zeroed buffer that is dropped */
-    float *gq = dq ? widen(kb_in_bf16(dq), nq) : calloc(nq, sizeof(float));
-    float *gk = dk ? widen(kb_in_bf16(dk), nk) : calloc(nk, sizeof(float));
-    float *gv = dv ? widen(kb_in_bf16(dv), nk) : calloc(nk, sizeof(float));
+    float *gq = dq.p ? widen(kb_as_in(dq), nq) : calloc(nq, sizeof(float));
+    float *gk = dk.p ? widen(kb_as_in(dk), nk) : calloc(nk, sizeof(float));
+    float *gv = dv.p ? widen(kb_as_in(dv), nk) : calloc(nk, sizeof(float));
     if (!gq || !gk || !gv) abort();
     k_cpu_ops.attention_backward(gq, gk, gv, fd, fq, fk, fv, fo, lse, B, Sq, Skv, H, Dh, scale);
-    if (dq) store(kb_out_bf16(dq), gq, nq);
-    if (dk) store(kb_out_bf16(dk), gk, nk);
-    if (dv) store(kb_out_bf16(dv), gv, nk);
+    if (dq.p) store(dq, gq, nq);
+    if (dk.p) store(dk, gk, nk);
+    if (dv.p) store(dv, gv, nk);
     free(fq), free(fk), free(fv), free(fo), free(fd), free(gq), free(gk), free(gv);
     return 0;
 }

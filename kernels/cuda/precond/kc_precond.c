@@ -6,6 +6,18 @@
 
 #include "core/error.h"
 
+static const char *dtype_name(kb_dtype t) {
+    return t == KB_F32 ? "fp32" : t == KB_BF16 ? "bf16" : "of an unknown dtype";
+}
+
+/* An attention operand (not NULL): bf16, cuDNN SDPA's operand type. */
+static int bf16_ok(const char *op, const char *name, const void *p, kb_dtype t) {
+    if (p && t != KB_BF16)
+        return core_error("%s: %s is %s: the device attention takes bf16 operands (cuDNN SDPA)", op, name,
+                          dtype_name(t));
+    return 0;
+}
+
 static int misaligned(const void *p) { return ((uintptr_t)p) % 16 != 0; }
 
 /* A required (or, with optional, NULL-able) operand pointer: non-NULL and 16-byte aligned. */
@@ -36,7 +48,12 @@ int kc_precond_gemm(const k_gemm_args *g) {
     const int needs_bias = g->epi == K_EPI_BIAS || g->epi == K_EPI_GELU_AUX_BIAS;
     const int needs_aux = g->epi >= K_EPI_GELU_AUX && g->epi <= K_EPI_DGELU_BGRAD;
     const int needs_dbias = g->epi == K_EPI_DGELU_BGRAD || g->epi == K_EPI_BGRAD_A;
-    if (ptr_ok("GEMM", "A", g->A, 0) || ptr_ok("GEMM", "B", g->B, 0) || ptr_ok("GEMM", "C", g->C.p, 0)) return -1;
+    if (ptr_ok("GEMM", "A", g->A.p, 0) || ptr_ok("GEMM", "B", g->B.p, 0) || ptr_ok("GEMM", "C", g->C.p, 0)) return -1;
+    /* cuBLASLt's operands A and B are bf16 on the GPU path (gemm_lt.c's layouts) */
+    if (g->A.t != KB_BF16)
+        return core_error("GEMM: A is %s: the device GEMM takes bf16 operands A and B", dtype_name(g->A.t));
+    if (g->B.t != KB_BF16)
+        return core_error("GEMM: B is %s: the device GEMM takes bf16 operands A and B", dtype_name(g->B.t));
     if (needs_bias && ptr_ok("GEMM", "bias", g->bias, 0)) return core_error_push("epilogue %d: ", (int)g->epi);
     if (needs_aux && ptr_ok("GEMM", "aux", g->aux, 0)) return core_error_push("epilogue %d: ", (int)g->epi);
     /* dbias is ours (fp32, added from a scratch vector by our kernel): only required */
@@ -76,25 +93,31 @@ static int shape_ok(const char *op, int B, int Sq, int Skv, int H, int Dh, int d
     return 0;
 }
 
-int kc_precond_attention_forward(const kb_bf16 *o, const float *lse, const kb_bf16 *q, const kb_bf16 *k,
-                                 const kb_bf16 *v, int B, int Sq, int Skv, int H, int Dh) {
+int kc_precond_attention_forward(kb_out o, const float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv,
+                                 int H, int Dh) {
     const char *op = "attention_forward";
     if (shape_ok(op, B, Sq, Skv, H, Dh, KC_ATTN_DH_MAX_FWD)) return -1;
     /* attn_cudnn.c's tensors declare CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT 16 */
-    if (ptr_ok(op, "q", q, 0) || ptr_ok(op, "k", k, 0) || ptr_ok(op, "v", v, 0) || ptr_ok(op, "o", o, 0) ||
+    if (ptr_ok(op, "q", q.p, 0) || ptr_ok(op, "k", k.p, 0) || ptr_ok(op, "v", v.p, 0) || ptr_ok(op, "o", o.p, 0) ||
         ptr_ok(op, "lse", lse, 0))
+        return -1;
+    if (bf16_ok(op, "q", q.p, q.t) || bf16_ok(op, "k", k.p, k.t) || bf16_ok(op, "v", v.p, v.t) ||
+        bf16_ok(op, "o", o.p, o.t))
         return -1;
     return 0;
 }
 
-int kc_precond_attention_backward(const kb_bf16 *dq, const kb_bf16 *dk, const kb_bf16 *dv, const kb_bf16 *dout,
-                                  const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o,
+int kc_precond_attention_backward(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
                                   const float *lse, int B, int Sq, int Skv, int H, int Dh) {
     const char *op = "attention_backward";
     if (shape_ok(op, B, Sq, Skv, H, Dh, KC_ATTN_DH_MAX_BWD)) return -1;
-    if (ptr_ok(op, "dout", dout, 0) || ptr_ok(op, "q", q, 0) || ptr_ok(op, "k", k, 0) || ptr_ok(op, "v", v, 0) ||
-        ptr_ok(op, "o", o, 0) || ptr_ok(op, "lse", lse, 0) || ptr_ok(op, "dq", dq, 1) || ptr_ok(op, "dk", dk, 1) ||
-        ptr_ok(op, "dv", dv, 1))
+    if (ptr_ok(op, "dout", dout.p, 0) || ptr_ok(op, "q", q.p, 0) || ptr_ok(op, "k", k.p, 0) ||
+        ptr_ok(op, "v", v.p, 0) || ptr_ok(op, "o", o.p, 0) || ptr_ok(op, "lse", lse, 0) ||
+        ptr_ok(op, "dq", dq.p, 1) || ptr_ok(op, "dk", dk.p, 1) || ptr_ok(op, "dv", dv.p, 1))
+        return -1;
+    if (bf16_ok(op, "dout", dout.p, dout.t) || bf16_ok(op, "q", q.p, q.t) || bf16_ok(op, "k", k.p, k.t) ||
+        bf16_ok(op, "v", v.p, v.t) || bf16_ok(op, "o", o.p, o.t) || bf16_ok(op, "dq", dq.p, dq.t) ||
+        bf16_ok(op, "dk", dk.p, dk.t) || bf16_ok(op, "dv", dv.p, dv.t))
         return -1;
     return 0;
 }

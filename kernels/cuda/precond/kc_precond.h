@@ -29,22 +29,22 @@ extern "C" {
 /* The GEMM g (k_cuda.h's k_gemm_args, row-major terms) against cuBLASLt's preconditions: M, N, K >= 1; C's dtype
  * fp32 or bf16; leading dimensions at least the row lengths, lda / ldb multiples of 8 (bf16) and ldc a multiple of 8
  * (bf16) or 4 (fp32) so that every row starts 16-byte aligned; A, B, C, bias and aux pointers 16-byte aligned and not
- * NULL where used; a known epilogue with its bias / aux / dbias; aux's leading dimension >= N and a multiple of 8;
- * beta 0 with the GELU epilogues. Returns 0, or -1 with core_error naming the argument and its value, e.g.
- * "GEMM: lda 12 is not a multiple of 8 (bf16 rows must start 16-byte aligned)". */
+ * NULL where used; A and B bf16 (an fp32 operand is named); a known epilogue with its bias / aux / dbias; aux's
+ * leading dimension >= N and a multiple of 8; beta 0 with the GELU epilogues. Returns 0, or -1 with core_error naming
+ * the argument and its value, e.g. "GEMM: lda 12 is not a multiple of 8 (bf16 rows must start 16-byte aligned)". */
 int kc_precond_gemm(const k_gemm_args *g);
 
 /* Attention forward (k_dev_ops.attention_forward): q [B, Sq, H, Dh], k, v [B, Skv, H, Dh], o [B, Sq, H, Dh] bf16,
  * lse [B, H, Sq] fp32. B, Sq, Skv, H >= 1; Dh a multiple of 8 in 8 .. KC_ATTN_DH_MAX_FWD; every tensor under 2^31
  * elements (int64 descriptors, but the scratch add of the backward and our kernels beside it index in 32 bits);
- * every pointer non-NULL and 16-byte aligned. Returns 0, or -1 with core_error naming the argument and value. */
-int kc_precond_attention_forward(const kb_bf16 *o, const float *lse, const kb_bf16 *q, const kb_bf16 *k,
-                                 const kb_bf16 *v, int B, int Sq, int Skv, int H, int Dh);
+ * every pointer non-NULL and 16-byte aligned; q, k, v, o bf16 views ("attention_forward: q is fp32: ..."). Returns
+ * 0, or -1 with core_error naming the argument and value. */
+int kc_precond_attention_forward(kb_out o, const float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv,
+                                 int H, int Dh);
 
 /* Attention backward (k_dev_ops.attention_backward): as the forward, Dh at most KC_ATTN_DH_MAX_BWD; dout, q, k, v,
- * o, lse required; dq, dk, dv may be NULL (not wanted), else 16-byte aligned. */
-int kc_precond_attention_backward(const kb_bf16 *dq, const kb_bf16 *dk, const kb_bf16 *dv, const kb_bf16 *dout,
-                                  const kb_bf16 *q, const kb_bf16 *k, const kb_bf16 *v, const kb_bf16 *o,
+ * o, lse required; dq, dk, dv may be NULL (.p: not wanted), else 16-byte aligned; every view given bf16. */
+int kc_precond_attention_backward(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
                                   const float *lse, int B, int Sq, int Skv, int H, int Dh);
 
 /* The element-index maps of our own kernels run in 32 bits (kernels/body/kb_index.h; kernels/cuda/kern_layers.cu):

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cuda/check/check.h"
 #include "kernels/cuda/check/check_util.h"
 #include "model/dit/wan_dev.h"
@@ -151,7 +152,7 @@ static void check_glue(const ck_shapes *s, const char *only) {
         ct_t *fo[1] = {&c.out};
         float *fg[1] = {g_out};
         int rep = ck_run_twice("add_table_forward", table_fwd_gpu, &c, fo, fg, 1);
-        wan_add_table(r_out, c.table.h, c.src.h, c.R, c.nj, c.D, c.snj);
+        k_cpu_add_table(r_out, c.table.h, c.src.h, c.R, c.nj, c.D, c.snj);
         snprintf(op, sizeof op, "%s fwd", name);
         if (rep >= 0) ck_row(op, shape, 0, g_out, r_out, no, CK_EXACT, 0.0, rep, NULL);
         float *g_dt = ck_floats(nt), *g_ds = ck_floats(ns), *r_dt = ck_floats(nt), *r_ds = ck_floats(ns);
@@ -160,7 +161,7 @@ static void check_glue(const ck_shapes *s, const char *only) {
         rep = ck_run_twice("add_table_backward", table_bwd_gpu, &c, bo, bg, 2);
         memcpy(r_dt, c.dtable.h, nt * sizeof(float));
         memcpy(r_ds, c.dsrc.h, ns * sizeof(float));
-        wan_add_table_bwd(r_dt, r_ds, c.dmod.h, c.R, c.nj, c.D, c.snj);
+        k_cpu_add_table_bwd(r_dt, r_ds, c.dmod.h, c.R, c.nj, c.D, c.snj);
         if (rep >= 0) {
             snprintf(op, sizeof op, "%s bwd dtable", name);
             ck_row(op, shape, 0, g_dt, r_dt, nt, CK_EXACT, 0.0, rep, NULL);

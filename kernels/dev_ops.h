@@ -1,0 +1,182 @@
+/* kernels/dev_ops.h — the backend interface the Wan DiT (model/dit/) is written over: the device op table k_dev_ops,
+ * with one entry per op on typed tensor views that say their dtype, plus the memory entries, so that one forward and
+ * backward run on any backend that fills it. Its implementations:
+ *   k_cpu_dev_ops  kernels/cpu/dev_table.h: the fp32 CPU backend (host memory; each entry a k_ops call of
+ *                  kernels/kernels.h, so the CPU model keeps its bits);
+ *   k_cuda_ops     kernels/cuda/k_cuda.h: the CUDA backend (bf16 activations, cuBLASLt, cuDNN; `make cuda`);
+ *   k_emu_ops      kernels/cuda/emu/k_emu.h: the emulated device (host memory, the kernel bodies; `make test`).
+ *
+ * Why a table beside k_ops. The GPU keeps activations in bf16 (docs/design.md section 4: weights and activations
+ * bf16, norm statistics, LSE, master weights, optimizer state and parameter gradients fp32), so the float *
+ * signatures of k_ops do not fit. k_dev_ops has one entry per k_ops entry with the same meaning, shapes and
+ * conventions (row-major [B, S, D]; heads [B, S, H, Dh]; LSE [B, H, S]; forwards overwrite; backwards ACCUMULATE
+ * into every gradient; NULL / .p == NULL for gradients not wanted where kernels.h allows it), plus the flow and
+ * optimizer entries model/flow and trainer/ need on the GPU, the memory entries and the Wan DiT's glue (the model
+ * holds the whole backend in one const k_dev_ops *). Tensors whose dtype is the caller's choice are typed views
+ * (kb_in / kb_out of kernels/body/kb_base.h: fp32 or bf16 storage, fp32 arithmetic); the fp32-only ones (statistics,
+ * LSE, RoPE tables, master weights, moments) are float *. A backend refuses a view of a dtype it cannot take, naming
+ * the entry and the argument (the GPU's GEMM operands and attention: bf16; the CPU's: fp32). Every pointer is the
+ * backend's memory. Every entry returns 0, or -1 with a message (core_error). */
+#ifndef KERNELS_DEV_OPS_H
+#define KERNELS_DEV_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/body/kb_base.h"
+#include "kernels/body/kb_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- GEMM ---- */
+
+/* Epilogues of the GEMM, fused by cuBLASLt (row-major terms; C is [M, N]):
+ *   K_EPI_NONE            C = alpha op(A) op(B) + beta C
+ *   K_EPI_BIAS            ... + bias[n]                                  (bias [N], C's dtype)
+ *   K_EPI_GELU_AUX        aux = alpha op(A) op(B); C = gelu_tanh(aux)    (beta must be 0)
+ *   K_EPI_GELU_AUX_BIAS   aux = alpha op(A) op(B) + bias; C = gelu_tanh(aux)
+ *   K_EPI_DGELU           C = (alpha op(A) op(B)) * gelu_tanh'(aux)      (beta 0; aux from the forward)
+ *   K_EPI_DGELU_BGRAD     as K_EPI_DGELU, and dbias[n] += sum_m C[m, n]  (the first FFN linear's bias gradient)
+ *   K_EPI_BGRAD_A         C as K_EPI_NONE, and dbias[m] += sum_k op(A)[m, k] (the weight-gradient GEMM
+ *                         dW = dY^T X, with A = dY stored [tokens, out] and transA: dbias = column sums of dY)
+ * aux: [M, N] bf16 row-major with row stride ldaux (a multiple of 8, >= N). dbias: fp32, accumulated (+=) through a
+ * scratch vector, since cuBLASLt writes its bias gradient (in C's dtype). */
+typedef enum {
+    K_EPI_NONE = 0,
+    K_EPI_BIAS,
+    K_EPI_GELU_AUX,
+    K_EPI_GELU_AUX_BIAS,
+    K_EPI_DGELU,
+    K_EPI_DGELU_BGRAD,
+    K_EPI_BGRAD_A,
+} k_epilogue;
+
+/* One GEMM, with kernels.h's gemm conventions: C[M, N] = alpha op(A) op(B) + beta C, row-major; op(A) is [M, K]
+ * (A stored [M, K], or [K, M] with transA); op(B) is [K, N] (B stored [K, N], or [N, K] with transB). A, B typed
+ * views: bf16 on the CUDA table and the emulated device (cuBLASLt's operands; an fp32 A or B is refused, naming it),
+ * fp32 on the CPU table (kernels/cpu/dev_table.h); C bf16 or fp32 (c.t), fp32 accumulation and scaling. Leading
+ * dimensions in elements; pointers 16-byte aligned, leading dimensions multiples of 8 (cuBLASLt's fast paths need
+ * both; refused otherwise). */
+typedef struct k_gemm_args {
+    int transA, transB, M, N, K;
+    float alpha, beta;
+    kb_in A;
+    int lda;
+    kb_in B;
+    int ldb;
+    kb_out C;
+    int ldc;
+    k_epilogue epi;
+    const void *bias; /* K_EPI_BIAS, K_EPI_GELU_AUX_BIAS: [N] in C's dtype */
+    kb_bf16 *aux;     /* GELU epilogues: [M, N] pre-activation, written (forward) or read (backward) */
+    int ldaux;
+    float *dbias;     /* BGRAD epilogues: fp32, += */
+} k_gemm_args;
+
+/* ---- The table ---- */
+
+typedef struct k_dev_ops {
+    const char *name; /* "cuda-bf16", "cpu-f32", "emulated" */
+
+    int (*gemm)(const k_gemm_args *g);
+
+    int (*layernorm_forward)(kb_out out, float *mean, float *rstd, kb_in x, kb_in w, kb_in b, int N, int C,
+                             float eps);
+    int (*layernorm_backward)(kb_out dx, kb_out dw, kb_out db, kb_in dout, kb_in x, kb_in w, const float *mean,
+                              const float *rstd, int N, int C);
+    int (*rmsnorm_forward)(kb_out out, float *rstd, kb_in x, kb_in w, int N, int C, float eps);
+    int (*rmsnorm_backward)(kb_out dx, kb_out dw, kb_in dout, kb_in x, kb_in w, const float *rstd, int N, int C);
+
+    int (*rope_forward)(kb_out out, kb_in x, const float *cos, const float *sin, int B, int S, int H, int Dh);
+    int (*rope_backward)(kb_out dx, kb_in dout, const float *cos, const float *sin, int B, int S, int H, int Dh);
+
+    int (*gelu_forward)(kb_out out, kb_in x, int64_t n);
+    int (*gelu_backward)(kb_out dx, kb_in dout, kb_in x, int64_t n);
+    int (*silu_forward)(kb_out out, kb_in x, int64_t n);
+    int (*silu_backward)(kb_out dx, kb_in dout, kb_in x, int64_t n);
+
+    int (*modulate_forward)(kb_out out, kb_in x, kb_in shift, kb_in scale, int B, int S, int D, int per_token,
+                            int mod_stride);
+    int (*modulate_backward)(kb_out dx, kb_out dshift, kb_out dscale, kb_in dout, kb_in x, kb_in scale, int B, int S,
+                             int D, int per_token, int mod_stride);
+    int (*gate_residual_forward)(kb_out out, kb_in x, kb_in y, kb_in gate, int B, int S, int D, int per_token,
+                                 int mod_stride);
+    int (*gate_residual_backward)(kb_out dx, kb_out dy, kb_out dgate, kb_in dout, kb_in y, kb_in gate, int B, int S,
+                                  int D, int per_token, int mod_stride);
+
+    int (*patchify_forward)(kb_out out, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*patchify_backward)(kb_out dx, kb_in dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*unpatchify_forward)(kb_out out, kb_in x, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+    int (*unpatchify_backward)(kb_out dx, kb_in dout, int B, int C, int F, int H, int W, int pt, int ph, int pw);
+
+    /* Attention (SDPA): q [B, Sq, H, Dh], k, v [B, Skv, H, Dh], o [B, Sq, H, Dh] typed views; lse [B, H, Sq] fp32
+     * natural log (softmax statistics). On the CUDA table cuDNN's fused attention: every view bf16 (an fp32 one is
+     * refused, naming it), Dh a multiple of 8, at most 128 for the backward; on the CPU table every view fp32. */
+    int (*attention_forward)(kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int Sq, int Skv, int H, int Dh,
+                             float scale);
+    /* dq, dk, dv += (.p NULL: not wanted; on the GPU through scratch buffers: cuDNN writes its gradients). Needs
+     * cuDNN >= 9.19 (attn_libs.c: the version the composite graphs are verified with). */
+    int (*attention_backward)(kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
+                              const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
+
+    int (*lse_merge_forward)(kb_out o, float *lse, kb_in o1, const float *lse1, kb_in o2, const float *lse2, int B,
+                             int S, int H, int Dh);
+    int (*lse_merge_backward)(kb_out do1, float *dlse1, kb_out do2, float *dlse2, kb_in dout, const float *dlse,
+                              kb_in o1, const float *lse1, kb_in o2, const float *lse2, int B, int S, int H, int Dh);
+
+    /* ---- flow (model/flow on the GPU; kernels/body/kb_flow.h) ----
+     * One SDE step (kb_sde_chunk): mean / x_next per element, and in *sum_out (host) the fixed-order sum of
+     * (x_next - mean)^2 when want_sum (the caller forms the log-prob from it as flow_sde_step does). */
+    int (*sde_step)(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean_out, kb_out x_next_out, float coef_x,
+                    float coef_v, float step_std, int want_sum, int64_t n, float *sum_out);
+    /* Fixed-order sum of (a - b)^2 into *sum_out (host): the KL's sum. */
+    int (*sq_diff_sum)(kb_in a, kb_in b, int64_t n, float *sum_out);
+    /* dv = k (g_logp (x_next - mean) + g_kl (mean - mean_ref)) (written, as flow_sde_backward_v). */
+    int (*sde_backward_v)(kb_out dv, kb_in mean, kb_in x_next, kb_in mean_ref, float g_logp, float g_kl, float k,
+                          int64_t n);
+    int (*cfg_combine)(kb_out v, kb_in vc, kb_in vu, float g, int64_t n);
+    int (*cfg_backward)(kb_out dvc, kb_out dvu, kb_in dv, float g, int64_t n);
+
+    /* ---- optimizer (trainer/optim on the GPU; kernels/body/kb_optim.h) ----
+     * AdamW over fp32 master weights and moments; wd_mask (device, may be NULL); p_bf16 (may be NULL) receives the
+     * bf16 compute copy. */
+    int (*adamw_update)(float *p, float *m, float *v, kb_in g, const uint8_t *wd_mask, kb_adamw_scalars s,
+                        kb_bf16 *p_bf16, int64_t n);
+    /* optim_sumsq's fixed-order sum of squares into *out (host, double). */
+    int (*sumsq)(kb_in x, int64_t n, double *out);
+    /* x *= f (gradient clipping; f already rounded to fp32 as optim_scale does). */
+    int (*scale)(kb_out x, float f, int64_t n);
+
+    /* ---- device memory: the k_dev_* helpers above (on the emulated device, kernels/cuda/emu/k_emu.h: host memory),
+     * so that code above kernels/ holds the whole device in one const k_dev_ops * (model/dit/wan_dev.h). ---- */
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p);
+    int (*mem_upload)(void *dst_dev, const void *src_host, size_t bytes);
+    int (*mem_download)(void *dst_host, const void *src_dev, size_t bytes);
+    int (*mem_upload_bf16)(kb_bf16 *dst_dev, const float *src_host, size_t n);
+    int (*mem_download_bf16)(float *dst_host, const kb_bf16 *src_dev, size_t n);
+    int (*mem_zero)(void *p, size_t bytes);
+    int (*mem_sync)(void);
+    /* Free and total device memory (the start-up estimate's bound); -1 when the device has none to say (the emulated
+     * device: host memory, unless its tests set VGRPO_EMULATE_DEVICE_MIB). */
+    int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+
+    /* ---- the glue of the Wan DiT (model/dit/wan_layers.c's helpers on the device; kernels/body/kb_modulate.h) ----
+     * y += x, n elements (k_cpu_axpy1; into a zeroed y: a dtype conversion). */
+    int (*add)(kb_out y, kb_in x, int64_t n);
+    /* out[r, j, :] = table[j, :] + src[r, j, :] (src_nj == nj) or src[r, 0, :] (src_nj == 1): k_cpu_add_table.
+     * out [R, nj, D], table [nj, D], src [R, src_nj, D]. */
+    int (*add_table_forward)(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj);
+    /* k_cpu_add_table_bwd: dtable[j, :] += sum over r in order of dmod[r, j, :] (one thread per column);
+     * dsrc[r, j, :] += dmod[r, j, :], or with src_nj == 1 dsrc[r, 0, :] += dmod[r, j, :] for j in order. dtable.p,
+     * dsrc.p may be NULL. */
+    int (*add_table_backward)(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);
+} k_dev_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
