@@ -30,7 +30,8 @@ TEST(layout_bad_tree_fails) {
     }
     const char *d = test_tmpdir();
     char out[16384];
-    REQUIRE(test_run(out, sizeof out, "cd '%s' && mkdir -p core trainer/run trainer/step cli model/dit model/vae obj/core",
+    REQUIRE(test_run(out, sizeof out,
+                     "cd '%s' && mkdir -p core trainer/run trainer/step trainer/misc cli model/dit model/vae obj/core",
                      d) == 0);
     test_write_text(d, "cli/app.h", "int app(void);\n");
     test_write_text(d, "trainer/step.c", "/* a trainer file */\n#include \"core/a.h\"\n#include \"cli/app.h\"\nint step;\n");
@@ -39,6 +40,7 @@ TEST(layout_bad_tree_fails) {
     /* trainer/step is below trainer/run: run may include step, not the other way round */
     test_write_text(d, "trainer/step/grpo.h", "#include \"trainer/run/run.h\"\n");
     test_write_text(d, "trainer/run/run.h", "#include \"trainer/step/grpo.h\"\n");
+    test_write_text(d, "trainer/misc/misc.c", "#include \"trainer/step/grpo.h\"\n"); /* a subfolder not in the order */
     /* the DiT's forward again for the device: a twin (model/vae's lone dev file has none) */
     test_write_text(d, "model/dit/dit_forward.c", "int dit_forward;\n");
     test_write_text(d, "model/dit/dit_dev_forward.c", "int dit_dev_forward;\n");
@@ -61,14 +63,16 @@ TEST(layout_bad_tree_fails) {
     CHECK_MSG(strstr(out, "trainer/step/grpo.h:1: folder trainer/step includes folder trainer/run (trainer's "
                           "subfolders include only those below them: run > net, checkpoint, budget > dp > step > "
                           "optim)") != NULL, "%s", out);
+    CHECK_MSG(strstr(out, "trainer/misc/misc.c:1: folder trainer/misc is not in trainer's order") != NULL, "%s",
+              out);
     CHECK(strstr(out, "trainer/step.c:2") == NULL); /* core is below trainer */
     CHECK(strstr(out, "trainer/run/run.h") == NULL); /* step is below run */
     CHECK(strstr(out, "dit.c:3") == NULL);          /* its own subfolder */
     CHECK(strstr(out, "vae_dev_run.c") == NULL);    /* no vae_run.c beside it */
-    CHECK(strstr(out, "5 error(s)") != NULL);
+    CHECK(strstr(out, "6 error(s)") != NULL);
     /* Without objects the cycle part is skipped with a note; the include errors remain. */
     rc = test_run(out, sizeof out, "python3 scripts/check_layout.py --root '%s' --build '%s/none'", d, d);
     CHECK(rc == 1);
     CHECK_MSG(strstr(out, "note: no object files under") != NULL, "%s", out);
-    CHECK(strstr(out, "4 error(s)") != NULL);
+    CHECK(strstr(out, "5 error(s)") != NULL);
 }
