@@ -17,7 +17,7 @@ LDLIBS   := -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas -lyaml -ljansson -lx
 LDFLAGS  := -fopenmp $(EXTRA_LDFLAGS)
 BUILD    ?= build
 
-LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c kernels/cuda/emu/*.c kernels/cuda/precond/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*.c bench/*.c cli/opts.c cli/progress.c)
+LIB_SRC  := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c kernels/cuda/emu/*.c kernels/cuda/precond/*.c model/*/*.c sp/*.c rollout/*.c media/*.c reward/*.c trainer/*/*.c bench/*.c cli/opts.c cli/progress.c)
 CLI_SRC  := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 MPI_TEST_SRC := $(wildcard tests/mpi/*.c)
@@ -180,7 +180,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
 FUZZ_LIB_SRC := core/error.c core/fs.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c) \
-  core/log.c core/checksum.c core/json.c core/philox.c trainer/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
+  core/log.c core/checksum.c core/json.c core/philox.c trainer/net/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
   reward/scorers.c reward/server_requests.c
 fuzz: deps
 	@mkdir -p build-fuzz
@@ -238,9 +238,9 @@ GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_de
   sp/shard.c sp/comm.c core/philox.c
 # The GRPO rows (cli/check/check_grpo.c): the rollout engine and the training step on the device
 # against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).
-GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/train_step.c trainer/train_dev.c trainer/grpo.c \
-  trainer/optim.c model/flow/flow.c model/flow/first_frame.c model/flow/denoise.c model/vae/wan_vae_i2v.c \
-  core/trajectory.c core/reduce.c
+GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/step/train_step.c trainer/optim/train_dev.c \
+  trainer/step/grpo.c trainer/optim/optim.c model/flow/flow.c model/flow/first_frame.c model/flow/denoise.c \
+  model/vae/wan_vae_i2v.c core/trajectory.c core/reduce.c
 GPU_CHECK_DIT_SRC += $(GPU_CHECK_GRPO_SRC)
 GPU_CHECK_SRC := $(wildcard kernels/cuda/check/*.c) $(CUDA_C_SRC) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_CHECK_OBJ := $(GPU_CHECK_SRC:%.c=$(BUILD)/gpucheck/%.o)

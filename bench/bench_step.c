@@ -1,7 +1,7 @@
 /* bench/bench_step.c — `vgrpo bench step`: where one GRPO step of a recipe (default recipes/tiny-cpu.yaml, the
  * demo's) spends its time, by phase and by op class, from the per-op table of kernels/cpu/prof.h.
  *
- * The step is composed here from the same library calls local mode makes (rollout/source_local.c and trainer/loop.c):
+ * The step is composed here from the same library calls local mode makes (rollout/source_local.c and trainer/run/loop.c):
  *   rollout  rollout_generate: B x G samples, the recipe's sampler, CFG, batch_size samples per DiT forward;
  *   decode   rollout_pipeline_decode of every final latent (model.decoder: the VAE or latent_rgb);
  *   reward   the recipe's scorers on every video (in process, weighted sum);
@@ -27,9 +27,9 @@
 #include "reward/scorers.h"
 #include "rollout/engine.h"
 #include "rollout/pipeline.h"
-#include "trainer/grpo.h"
-#include "trainer/optim.h"
-#include "trainer/train_step.h"
+#include "trainer/step/grpo.h"
+#include "trainer/optim/optim.h"
+#include "trainer/step/train_step.h"
 
 static const char *const PHASES[] = {"rollout", "decode", "reward", "train"};
 enum { N_PHASES = 4, N_CLASSES = 5, MAX_STEPS = 64 };

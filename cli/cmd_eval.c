@@ -6,16 +6,16 @@
  * OMP_NUM_THREADS = cores / N), binds a ROUTER for the workers, and sends them the fixed eval set in chunks of
  * rollout.batch_size samples: prompt i, sample k has uid i * K + k (K = data.eval_samples_per_prompt), noise stream 3
  * (eval), noise level data.eval_eta (0: the ODE sampler), policy version 0. A LoRA checkpoint (--checkpoint whose
- * transformer/ holds an adapter, trainer/checkpoint.h) is evaluated as its adapters on model.path's base: the workers
+ * transformer/ holds an adapter, trainer/checkpoint/checkpoint.h) is evaluated as its adapters on model.path's base: the workers
  * get `--adapter` (rollout/pipeline.h). The samples, and so the rewards, do not
  * depend on N or on which worker ran which chunk (docs/design.md section 4). What it writes: rollout/eval_report.h
  * (default folder logging.run_dir/eval) and logs/ (one per process); it prints a table. Progress goes to stderr
  * (cli/progress.h: a bar on a terminal, plain lines otherwise). Any process that exits early stops the eval with an
  * error naming it, its exit status or signal and its log; that first failure is the error reported. --prompts takes a text file (one prompt per line) or a
  * VBench-style JSON list, or JSON lines with an image per prompt (core/prompts.h), read under data.max_prompt_file_mb
- * / data.max_prompt_bytes. With images (image to video, trainer/images.h) each prompt's condition is encoded here once
+ * / data.max_prompt_bytes. With images (image to video, trainer/run/images.h) each prompt's condition is encoded here once
  * and sent with the requests. Before
- * anything starts it prints the estimate of memory and work (trainer/budget.h: the workers, the reward server) and
+ * anything starts it prints the estimate of memory and work (trainer/budget/budget.h: the workers, the reward server) and
  * refuses a job that does not fit this machine's memory (--force: runs anyway).
  * Exit status 0, 1 on failure, 2 on a usage error. */
 #include <signal.h>
@@ -38,11 +38,11 @@
 #include "reward/scorers.h"
 #include "rollout/eval_report.h"
 #include "rollout/text_to_video.h"
-#include "trainer/budget.h"
-#include "trainer/checkpoint.h"
-#include "trainer/controller.h"
-#include "trainer/images.h"
-#include "trainer/run.h"
+#include "trainer/budget/budget.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/net/controller.h"
+#include "trainer/run/images.h"
+#include "trainer/run/run.h"
 
 #define EVAL_START_TIMEOUT_S 600.0
 #define EVAL_CHUNK_TIMEOUT_S 3600.0
@@ -231,7 +231,7 @@ int cmd_eval(int argc, char **argv) {
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &A.force,
-         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available\n"
+         .help = "run even when the estimate (trainer/budget/budget.h) exceeds the memory available\n"
                  "(a warning instead of the refusal)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &A.recipe, .required = 1, .help = "the recipe YAML"}, {0}};

@@ -33,7 +33,7 @@
 #include "core/wire_rollout.h"
 #include "core/recipe.h"
 #include "rollout/text_to_video.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 #include "media/png.h"
 #include "media/video.h"
 

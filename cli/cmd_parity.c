@@ -3,13 +3,13 @@
  * (cli/colocated.c: reward server, rollout workers, trainer ranks) run one rollout batch at policy version 0 (with
  * --checkpoint: the checkpoint's weights and version, loaded as `vgrpo run --resume` loads them, so the recipe must
  * be the run's; a LoRA checkpoint's adapters are synced to the workers), and the trainer ranks recompute the velocity
- * and log-prob of every trainable transition through the training code path (trainer/parity.c: trainer_parity). Per
+ * and log-prob of every trainable transition through the training code path (trainer/run/parity.c: trainer_parity). Per
  * step index it prints the transitions, mean and max |logp_trainer - logp_rollout| and max |v_trainer -
  * v_rollout|, writes logging.run_dir/parity.json, and exits 1 when a maximum exceeds the tolerance.
  * Default tolerance: 0 where trainer and rollout compute identically (CPU, fp32, sp = 1 or pure Ulysses: per-sample
  * results do not depend on batch size, batch mates, micro-batch size or thread count), so across processes the
- * differences are exactly 0; with ring attention in the trainer, the fp32 bound documented at trainer_parity (trainer/run.h). The recipe's mode is ignored (parity always runs the separate processes).
- * It first prints the estimate of memory and work (trainer/budget.h) and refuses what does not fit (--force: runs
+ * differences are exactly 0; with ring attention in the trainer, the fp32 bound documented at trainer_parity (trainer/run/run.h). The recipe's mode is ignored (parity always runs the separate processes).
+ * It first prints the estimate of memory and work (trainer/budget/budget.h) and refuses what does not fit (--force: runs
  * anyway). Exit status 0, 1 on failure or a difference past the tolerance, 2 on a usage error. */
 #include <math.h>
 #include <stdio.h>
@@ -24,8 +24,8 @@
 #include "core/recipe.h"
 #include "core/fs.h"
 #include "core/run_lock.h"
-#include "trainer/budget.h"
-#include "trainer/run.h"
+#include "trainer/budget/budget.h"
+#include "trainer/run/run.h"
 
 int cmd_parity(int argc, char **argv) {
     const char *path = NULL, *checkpoint = NULL;
@@ -45,7 +45,7 @@ int cmd_parity(int argc, char **argv) {
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
-         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
+         .help = "run even when the estimate (trainer/budget/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
         {0}};
     const opts_pos pos[] = {{.name = "RECIPE", .dst = &path, .required = 1, .help = "the recipe YAML"}, {0}};

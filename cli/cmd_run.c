@@ -5,15 +5,15 @@
  * Loads and checks the recipe (core/recipe.h; unknown keys and bad values name the key and line; then every check
  * that needs no weights: trainer_check_recipe, and local mode's own), then:
  *   --dry-run      prints the resolved recipe (every key, defaults included) and exits, without touching weights;
- *                  the estimate of trainer/budget.h goes to stderr (stdout stays a valid recipe);
- *   mode: local    the GRPO loop (trainer/run.h) in this process with the in-process rollout source
+ *                  the estimate of trainer/budget/budget.h goes to stderr (stdout stays a valid recipe);
+ *   mode: local    the GRPO loop (trainer/run/run.h) in this process with the in-process rollout source
  *                  (rollout/source_local.h: rollout engine, decoder and scorers here);
  *   mode: colocated: reward server, rollout workers and trainer rank(s) as separate processes (cli/colocated.c);
  *                  a full-size Wan transformer is refused on this CPU build (--dry-run checks its recipe);
  *   --launcher mpirun: the same processes as ONE MPI job (cli/launch_mpi.c): this process becomes `mpirun`
  *                  (exec) after the checks and the lock; --np-trainer / --np-workers set parallel.trainer_ranks /
  *                  parallel.rollout_workers (as --set would).
- * Every run first prints the estimate of memory and work (trainer/budget.h) and refuses, before writing or
+ * Every run first prints the estimate of memory and work (trainer/budget/budget.h) and refuses, before writing or
  * allocating anything, a recipe past the model's limits or (unless --force) past this machine's memory or
  * limits.max_step_minutes. One run per run folder: logging.run_dir and checkpoint.dir are locked (core/run_lock.h) for
  * the whole run; a second run into either is refused naming the holder's pid. A fresh run into a folder holding
@@ -36,8 +36,8 @@
 #include "core/recipe.h"
 #include "core/run_lock.h"
 #include "rollout/source_local.h"
-#include "trainer/budget.h"
-#include "trainer/run.h"
+#include "trainer/budget/budget.h"
+#include "trainer/run/run.h"
 
 /* Local mode: the in-process source and the loop. */
 static int run_local(const core_recipe *r, const trainer_run_opts *o) {
@@ -72,7 +72,7 @@ int cmd_run(int argc, char **argv) {
          .help = "start afresh in a run folder (checkpoint.dir) that holds an earlier run's checkpoints, deleting them\n"
                  "(without it such a run is refused: continue the earlier one with --resume)"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
-         .help = "run even when the estimate (trainer/budget.h) exceeds the memory available or\n"
+         .help = "run even when the estimate (trainer/budget/budget.h) exceeds the memory available or\n"
                  "limits.max_step_minutes (a warning instead of the refusal)"},
         {.name = "max-restarts", .type = OPTS_INT, .i = &max_restarts, .min = 0, .max = 1000000, .meta = "N", .seen = &restarts_seen,
          .help = "mode: colocated: restart a rollout worker or the reward server that dies, at most N times each\n"

@@ -2,11 +2,11 @@
  * [--set key=value ...]`: the trainer process(es) of a colocated run (docs/design.md section 3). `vgrpo run` starts it
  * (alone, or `mpirun -n N --bind-to none vgrpo trainer ...`) after the reward server and the rollout workers.
  * Rank 0 is the controller: it binds the ROUTER the workers connect to, waits for their hello, and runs the GRPO loop
- * (trainer/run.h: trainer_run over the remote rollout source, core/rollout_source.h); ranks > 0 train on their share of
+ * (trainer/run/run.h: trainer_run over the remote rollout source, core/rollout_source.h); ranks > 0 train on their share of
  * every batch (trainer_follow). Without mpirun (no
  * OMPI_COMM_WORLD_SIZE in the environment) it runs as one rank without initialising MPI.
  * SIGINT/SIGTERM: a step stopped before its optimizer update is discarded (after it: the step finishes), the checkpoint
- * of the steps done is saved (checkpoint.every >= 0), and it exits 1 (trainer/run.h).
+ * of the steps done is saved (checkpoint.every >= 0), and it exits 1 (trainer/run/run.h).
  * Exit status 0, 1 on failure (a failing rank > 0 aborts the MPI job), 2 on a usage error. */
 #include <signal.h>
 #include <stdio.h>
@@ -23,9 +23,9 @@
 #include "core/recipe.h"
 #include "core/stop.h"
 #include "sp/comm.h"
-#include "trainer/controller.h"
-#include "trainer/run.h"
-#include "trainer/source_remote.h"
+#include "trainer/net/controller.h"
+#include "trainer/run/run.h"
+#include "trainer/net/source_remote.h"
 
 #define TRAINER_HELLO_TIMEOUT_S 600.0
 #define TRAINER_CTL_TIMEOUT_S 3600.0

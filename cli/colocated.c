@@ -8,7 +8,7 @@
  *     stopped; exit 0;
  *   - a rollout worker or the reward server dies: it is restarted (same command line, keys and endpoint; its log
  *     appended to), at most max_restarts times each. Meanwhile the controller re-issues a lost worker's chunk to the
- *     others and syncs a restarted worker's weights before it gets work again (trainer/controller.h); the workers'
+ *     others and syncs a restarted worker's weights before it gets work again (trainer/net/controller.h); the workers'
  *     reward clients re-send an unanswered request to the restarted reward server after reward.timeout_s (the
  *     server's replies are pure functions of the videos, reward/PROTOCOL.md section 4), so the run's numbers are
  *     those of an undisturbed run. A worker past its restarts is left dead while others remain; when no worker is

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "media/png.h"
 #include "model/flow/guidance.h"
-#include "trainer/budget.h"
+#include "trainer/budget/budget.h"
 
 int gen_memory_check(const rollout_t2v_args *g, int force) {
     const int rows = flow_cfg_active((float)g->guidance) || flow_cfg_active((float)g->guidance2) ? 2 : 1;

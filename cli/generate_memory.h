@@ -4,7 +4,7 @@
 
 #include "rollout/text_to_video.h"
 
-/* Before any weights are read: what the video needs (trainer/budget.h budget_generate_bytes: everything
+/* Before any weights are read: what the video needs (trainer/budget/budget.h budget_generate_bytes: everything
  * rollout/text_to_video.c holds at once) against the memory available (budget_memory_available, as run's start-up
  * estimate). Prints the estimate (memory, a step's FLOPs and time) to stdout. Over the memory available: -1 naming the
  * figures and the options, or with force a warning on stderr. 0 also when the

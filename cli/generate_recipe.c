@@ -14,7 +14,7 @@
 #include "core/prompts.h"
 #include "core/wire_rollout.h"
 #include "rollout/pipeline.h"
-#include "trainer/images.h"
+#include "trainer/run/images.h"
 
 static double now_s(void) {
     struct timespec t;

@@ -21,7 +21,7 @@ typedef struct {
     const char *negative;          /* NULL or "": the text encoder's negative (as the eval); else this prompt's
                                       embedding in the unconditional rows */
     const char *image;             /* NULL, or a PNG: its condition as the eval encodes a prompt file's image
-                                      (trainer/images.h) */
+                                      (trainer/run/images.h) */
     const char *transformer;       /* NULL: model.path/transformer[_2]; else a transformer folder (a checkpoint's) */
     const char *adapter;           /* NULL, or a LoRA adapter path on model.path's experts (a LoRA checkpoint's) */
     uint64_t uid;                  /* the eval sample whose noise is drawn (< 2^32) */

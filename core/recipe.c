@@ -117,7 +117,7 @@ const core_cfg_entry core_recipe_schema[] = {
     {"optim.lr", CORE_CFG_DOUBLE, O(lr), "1e-4", CORE_CFG_MIN_OPEN | MAXV, 0, 10, NULL, "peak learning rate"},
     {"optim.beta1", CORE_CFG_DOUBLE, O(beta1), "0.9", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta1"},
     {"optim.beta2", CORE_CFG_DOUBLE, O(beta2), "0.999", MINV | CORE_CFG_MAX_OPEN, 0, 1, NULL, "AdamW beta2"},
-    /* eps is added to sqrt(v) in fp32 (trainer/optim.c): below FLT_MIN (1.2e-38) it rounds to a subnormal or 0, and
+    /* eps is added to sqrt(v) in fp32 (trainer/optim/optim.c): below FLT_MIN (1.2e-38) it rounds to a subnormal or 0, and
      * a parameter whose gradient is 0 divides 0 by 0; 1e-30 leaves room. No upper bound: a large eps only slows. */
     {"optim.eps", CORE_CFG_DOUBLE, O(eps), "1e-8", MINV, 1e-30, 0, NULL, "AdamW eps"},
     /* the weights are multiplied by 1 - lr x weight_decay each update: past 1 that factor is negative, past 2 the
@@ -236,7 +236,7 @@ int core_recipe_check(core_recipe *r) {
     if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");
-    /* With reward.endpoint the scorers and weights are the server's (its hello reply, trainer/scorers.c): the
+    /* With reward.endpoint the scorers and weights are the server's (its hello reply, trainer/run/scorers.c): the
      * recipe may list them (then they must match) or leave them out. Else absent means [color_match]. */
     r->weights_given = r->weights.n > 0;
     if (r->scorers.n == 0 && r->reward_endpoint && r->weights.n > 0)

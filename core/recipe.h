@@ -53,7 +53,7 @@
  *                                  transformer/ (high noise), below it transformer_2/ (low noise); in (0, 1)
  *   rollout.sde_type               sde | cps: Flow-GRPO's SDE step, or its coefficients-preserving one (model/flow/flow.h;
  *                                  cps needs eta in [0, 1]; algorithm.cps_logprob picks its log-prob)
- *   rollout.sde_window.size, range, schedule, shift, iters_per_window, at_end   SDE windows (trainer/sde_window.h):
+ *   rollout.sde_window.size, range, schedule, shift, iters_per_window, at_end   SDE windows (trainer/step/sde_window.h):
  *                                  size > 0 steps in [lo, hi) are noisy (eta), every other step is the ODE step
  *                                  (eta 0); only window steps are trained and the trajectories keep only their
  *                                  latents. random: Flow-GRPO-Fast's start per rollout round; progressive: MixGRPO's
@@ -74,7 +74,7 @@
  *   algorithm.adv_clip_max         advantages clamped to +- this (.inf: no clamp)
  *   algorithm.std_mode             group | batch
  *   algorithm.timestep_selection   all | first_fraction F | random_k K | from_range A B K
- *   algorithm.loss                 grpo | grpo_guard (trainer/grpo.h: GRPO-Guard's ratio; rollout.sde_type sde only)
+ *   algorithm.loss                 grpo | grpo_guard (trainer/step/grpo.h: GRPO-Guard's ratio; rollout.sde_type sde only)
  *   algorithm.cps_logprob          exact | flow_grpo: the cps step's log-prob (flow_grpo: Flow-GRPO's -(x' - mean)^2)
  *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
  *                                  updates after the first are off-policy)
@@ -93,10 +93,10 @@
  *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode;
  *                                  otherwise sp divides trainer_ranks, ulysses_degree divides sp and sp divides the
  *                                  video's token count (docs/design.md section 6)
- *   parallel.zero_stage            0 | 1 | 2 (trainer/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
+ *   parallel.zero_stage            0 | 1 | 2 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
  *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
- *   checkpoint.every               save checkpoint-N (trainer/checkpoint.h) every N GRPO steps, at the end of the run
+ *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
  *                                  and on SIGINT/SIGTERM (0: only at the end and on a signal; -1, the default: never);
  *                                  checkpoint.dir (default: logging.run_dir); checkpoint.total_limit (keep the
  *                                  newest K; 0: all)
@@ -113,11 +113,11 @@
  *   guard.patience, patience_se    early stop: the run stops (and saves) when the training reward rose while the gold
  *                                  eval stayed more than patience_se standard errors below its best for patience evals
  *   limits.memory_mb               memory the whole job may use on this machine, MiB; 0 (default): what the cgroup
- *                                  or the machine has available less a margin (trainer/budget.h)
+ *                                  or the machine has available less a margin (trainer/budget/budget.h)
  *   limits.max_step_minutes        refuse a recipe whose GRPO step (run) or rollout batch (parity) is estimated to take
- *                                  longer than this on this machine (trainer/budget.h; 0: no bound; default 60)
+ *                                  longer than this on this machine (trainer/budget/budget.h; 0: no bound; default 60)
  * run, eval and parity estimate memory and work before allocating anything and refuse what does not fit
- * (trainer/budget.h; --force overrides). */
+ * (trainer/budget/budget.h; --force overrides). */
 #ifndef CORE_RECIPE_H
 #define CORE_RECIPE_H
 
@@ -132,7 +132,7 @@
 /* The recipe's choices, parsed once from their text by core_recipe_check (core_recipe_load) into r->choice. Each
  * enum lists its key's choices in core_recipe_schema's order ("local|colocated": CORE_MODE_LOCAL = 0, ...); the text
  * fields stay for printing and config.resolved.yaml. algorithm.timestep_selection, which carries numbers, is parsed
- * by trainer/grpo.h's grpo_selection_parse. */
+ * by trainer/step/grpo.h's grpo_selection_parse. */
 typedef enum { CORE_MODE_LOCAL = 0, CORE_MODE_COLOCATED } core_run_mode;               /* mode */
 typedef enum { CORE_TEXT_UMT5 = 0, CORE_TEXT_WORD_EMBED } core_text_encoder;           /* model.text_encoder */
 typedef enum { CORE_DECODER_VAE = 0, CORE_DECODER_LATENT_RGB } core_decoder;           /* model.decoder */

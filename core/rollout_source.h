@@ -1,11 +1,11 @@
-/* core/rollout_source.h — the rollout source: where the GRPO loop (trainer/loop.c) gets its scored trajectories from
+/* core/rollout_source.h — the rollout source: where the GRPO loop (trainer/run/loop.c) gets its scored trajectories from
  * and where it sends its weights. The loop is written against this interface only; it never includes rollout/. The
  * interface stands in core/, below both trainer/ and rollout/ (next to the rollout messages, core/wire_rollout.h), so
  * that each side implements it where its parts live and cli/ only opens one and hands it to the loop:
  *   - in process (local mode): the rollout engine, the decoder and the scorers in the trainer's own process
  *     (rollout/source_local.c, over the rollout-batch path rollout/batch.h that the rollout worker runs too);
  *   - remote (colocated mode, `vgrpo parity`): the controller and the rollout workers behind it
- *     (trainer/source_remote.h over trainer/controller.h).
+ *     (trainer/net/source_remote.h over trainer/net/controller.h).
  * The experts are the model's (model/dit/wan_dit.h), named here by their struct only: core/ includes nothing above it.
  *
  * The contract (both implementations keep it; docs/design.md sections 3 and 4):

@@ -1,5 +1,5 @@
 /* media/video_stats.h — per-video pixel statistics of a decoded U8 RGB video, for watching what training does to the
- * videos (the reward-hacking guard, trainer/guard.h): a policy that games its reward often shows it first as a drift
+ * videos (the reward-hacking guard, trainer/run/guard.h): a policy that games its reward often shows it first as a drift
  * of plain pixel statistics (brighter, washed out or over-saturated, clipped to black or white, frozen, or covered in
  * a fine grid pattern).
  *

@@ -75,7 +75,7 @@ void rollout_decoder_free(rollout_decoder *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* The recipe's model.lora as the trainer reads it (trainer/lora.h: trainer_lora_config), and a fresh adapter for
+/* The recipe's model.lora as the trainer reads it (trainer/optim/lora.h: trainer_lora_config), and a fresh adapter for
  * every trained expert. */
 static int recipe_adapters(rollout_pipeline *p, const core_recipe *r) {
     if (r->lora_rank < 1) return 0;

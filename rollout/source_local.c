@@ -45,7 +45,7 @@ int rollout_source_local_check(const core_recipe *r) {
     if (r->reward_endpoint)
         return core_error("reward.endpoint: local mode scores in its own process; use mode: colocated to score on an "
                           "external reward server");
-    /* the VAE's own factor is checked against the recipe's where its config is read (trainer/budget.c at start-up,
+    /* the VAE's own factor is checked against the recipe's where its config is read (trainer/budget/budget.c at start-up,
      * rollout_decoder_load when the source opens) */
     return rollout_decoder_check(r);
 }

@@ -70,7 +70,7 @@ int rollout_text_to_video(const rollout_t2v_args *a, uint8_t *video, rollout_t2v
 
 /* Resolves a weights folder given for a pipeline's transformer: `dir` itself when it holds config.json (a
  * transformer folder), or dir/transformer when that holds config.json (a checkpoint-N folder written by
- * `vgrpo run`, trainer/checkpoint.h; its transformer_2/, if any, is then the sibling rollout_text_to_video uses).
+ * `vgrpo run`, trainer/checkpoint/checkpoint.h; its transformer_2/, if any, is then the sibling rollout_text_to_video uses).
  * dir/transformer is preferred when both exist. Writes the folder to out. Returns 0, or -1 naming dir when neither
  * dir/transformer/config.json nor dir/config.json exists. */
 int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap);
@@ -82,7 +82,7 @@ int rollout_checkpoint_transformer(const char *dir, char *out, size_t cap);
 int rollout_checkpoint_fits(const char *transformer_dir, const char *pipeline, const char *flag);
 
 /* rollout_checkpoint_transformer (*adapter = 0) or, for a LoRA checkpoint of `vgrpo run` (no config.json, its
- * transformer/ or transformer_2/ holding an adapter wan_lora_inspect accepts: trainer/checkpoint.h), *adapter = 1 and
+ * transformer/ or transformer_2/ holding an adapter wan_lora_inspect accepts: trainer/checkpoint/checkpoint.h), *adapter = 1 and
  * out = "<dir>/transformer", the adapter path of rollout_t2v_args.adapter / `rollout-worker --adapter` (its _2
  * sibling is expert 1's); dir itself an adapter folder or file is taken as expert 0's. -1 naming dir when it holds
  * none of these (or an adapter that is refused, with wan_lora_inspect's reason). */

@@ -167,7 +167,7 @@ static int do_rollout(void *ctx, const core_wire_msg *m, const core_rollout_requ
 done:
     if (failed && worker_should_stop()) {
         /* stopped by a signal: the worker leaves, and its connection closing tells the controller, which re-issues
-         * the chunk (trainer/controller.h); an error reply would end the whole rollout instead */
+         * the chunk (trainer/net/controller.h); an error reply would end the whole rollout instead */
         core_log_warn("%s: request %s abandoned: %s", w->cfg->id, m->id, core_last_error());
     } else if (failed) {
         char why[1024];
@@ -323,7 +323,7 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
      * socket is the net for a retry that never comes). Monitor events are read before each decision, and once more
      * after the monitor stops, so a handshake that has succeeded is torn down only if it completes in between (its
      * success event is queued before the first message can leave); the controller then takes the repeated hello from
-     * the new socket in its hello phase (trainer/ctl_msg.h). */
+     * the new socket in its hello phase (trainer/net/ctl_msg.h). */
     double last = now_s(), connect_at = now_s(), redo_at = hello_rc ? connect_at + 0.25 : 0;
     int heard = 0, failures = 0; /* heard: a message from the controller came */
     int shook = 0;               /* a handshake on the current socket succeeded (the run's controller, or plain) */

@@ -241,7 +241,7 @@ int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const
         core_log_warn("%s: the controller answered %.128s with an error: %.32s: %.300s", s->id ? s->id : "worker",
                       m->id, code ? code : "?", why ? why : "?");
         /* the run's controller is shutting down (this worker's connection came back after its shutdown was sent):
-         * leave as on a shutdown. Only an authenticated controller reaches here (CURVE, trainer/controller.c). */
+         * leave as on a shutdown. Only an authenticated controller reaches here (CURVE, trainer/net/controller.c). */
         return code && !strcmp(code, "shutting_down") ? 1 : 0;
     }
     case CORE_WIRE_SHUTDOWN: return io->send_fields(io->ctx, CORE_WIRE_SHUTDOWN, m->id, NULL) ? -1 : 1;

@@ -6,15 +6,19 @@ The source folders stand in one order, top to bottom:
     cli > bench > trainer, rollout (peers) > reward > media > model > sp > kernels > core
 
 A file (*.c, *.h) may `#include "X/..."` only its own folder or a folder strictly below it: trainer/ and rollout/
-never include each other, and nothing includes cli/. model/'s subfolders dit, vae and text are peers that never
-include each other; flow stands above dit and vae (its denoising step builds the DiT's input and calls it) and they
-never include flow (a file directly in model/, if any, may include them all). tests/ may include anything. A folder
-that does not exist (bench/, while it is being created) is fine.
+never include each other, and nothing includes cli/. model/'s subfolders dit, vae, text and clip are peers that
+never include each other; flow stands above dit and vae (its denoising step builds the DiT's input and calls it) and
+they never include flow (a file directly in model/, if any, may include them all). trainer/'s subfolders stand in
+their own order, top to bottom (peers never include each other; a subfolder not in it is an error):
+
+    run > net, checkpoint, budget (peers) > dp > step > optim
+
+tests/ may include anything. A folder that does not exist (bench/, while it is being created) is fine.
 
 Second part, from the object files' symbols (`nm` on DIR/<folder>/*.o, DIR from --build, default ROOT/build):
-- a graph "a.c uses a function or variable defined in b.c" among the .c files of one folder (one model/ subfolder),
-  and any cycle in it. A cycle inside a model/ subfolder, or in a folder not in KNOWN_CYCLES, is an error; one in a
-  KNOWN_CYCLES folder is printed as a warning.
+- a graph "a.c uses a function or variable defined in b.c" among the .c files of one folder (one model/ or trainer/
+  subfolder), and any cycle in it. A cycle inside a model/ subfolder, or in a folder not in KNOWN_CYCLES, is an
+  error; one in a KNOWN_CYCLES folder is printed as a warning.
 - a file that uses a symbol defined in a folder it may not include (declared by hand, so the include rule missed it).
 Without object files this part is skipped, with a note; a .c file without an object is left out. The objects are
 what the last build made: build first, or the graph may be stale.
@@ -41,6 +45,8 @@ RANK = {f: i for i, group in enumerate(ORDER) for f in group}
 MODEL_SUBS = ["dit", "vae", "text", "flow", "clip"]
 # The sub-order inside model/: a subfolder may include the ones listed for it (and those never include it).
 MODEL_ABOVE = {"flow": {"dit", "vae"}}
+TRAINER_ORDER = [["run"], ["net", "checkpoint", "budget"], ["dp"], ["step"], ["optim"]]
+TRAINER_RANK = {f: i for i, group in enumerate(TRAINER_ORDER) for f in group}
 # Top folders whose .c files may keep file-level cycles for now: reported as warnings, not errors (never for
 # model/). Empty: no folder had one when this check was written, so any new cycle is an error.
 KNOWN_CYCLES = set()
@@ -53,10 +59,11 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
 def unit_of(rel):
-    """The layering unit of a repo-relative path: 'model/dit' for model subfolders, else the top folder."""
+    """The layering unit of a repo-relative path: 'model/dit' or 'trainer/step' for a subfolder of those two, else
+    the top folder."""
     parts = rel.split("/")
-    if parts[0] == "model" and len(parts) > 2:
-        return "model/" + parts[1]
+    if parts[0] in ("model", "trainer") and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
     return parts[0]
 
 
@@ -86,11 +93,26 @@ def include_violation(src_unit, inc_path):
                     and inc_parts[1] not in MODEL_ABOVE.get(src_unit.split("/")[1], ())):
                 return ("folder %s includes folder %s (model's subfolders %s are peers that never include each other, "
                         "except that flow stands above dit and vae)" % (src_unit, dst_unit, ", ".join(MODEL_SUBS)))
+        if src_top == "trainer" and len(inc_parts) > 2:
+            return trainer_violation(src_unit, inc_parts[1])
         return None
     if RANK[dst_top] > RANK[src_top]:
         return None
     return ("folder %s includes folder %s (%s must only include folders below it: %s)"
             % (src_unit, dst_top, src_top, below_text(src_top)))
+
+
+def trainer_violation(src_unit, dst_sub):
+    """None if a file of src_unit ('trainer' or 'trainer/<sub>') may include trainer/<dst_sub>/, else the message."""
+    order = " > ".join(", ".join(group) for group in TRAINER_ORDER)
+    src_sub = src_unit.split("/")[1] if "/" in src_unit else None
+    for sub in (src_sub, dst_sub):
+        if sub is not None and sub not in TRAINER_RANK:
+            return "folder trainer/%s is not in trainer's order (%s): add it to TRAINER_ORDER" % (sub, order)
+    if src_sub is None or src_sub == dst_sub or TRAINER_RANK[dst_sub] > TRAINER_RANK[src_sub]:
+        return None
+    return ("folder %s includes folder trainer/%s (trainer's subfolders include only those below them: %s)"
+            % (src_unit, dst_sub, order))
 
 
 def source_files(root):

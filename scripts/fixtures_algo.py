@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/fixtures_algo.py — reference values for the cps step (model/flow/flow.c, FLOW_CPS) and the GRPO-Guard loss
-(trainer/grpo.c, grpo_guard_loss_terms), for tests/test_flow_cps.c and tests/test_grpo_guard.c.
+(trainer/step/grpo.c, grpo_guard_loss_terms), for tests/test_flow_cps.c and tests/test_grpo_guard.c.
 
 Everything is float64 numpy from float32 inputs, written from the formulas below (no torch needed), independently of
 the C code. Float64 results are stored bit for bit as I64 tensors whose names end in ".f64" (the C reader has no F64

@@ -87,7 +87,7 @@ int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **o
  * duplicate of MPI_COMM_WORLD). */
 void sp_comm_destroy(sp_comm *c);
 
-/* ---- Ranges of one flat buffer (sp/comm_ranges.c; the trainer's ZeRO shards, trainer/zero.h) ----
+/* ---- Ranges of one flat buffer (sp/comm_ranges.c; the trainer's ZeRO shards, trainer/dp/zero.h) ----
  * offs [size + 1]: rank r owns [offs[r], offs[r + 1]) of a buffer of offs[size] elements (offs[0] = 0, ascending;
  * a range may be empty, and ranges need not be equal). Built on sendrecv alone (pairwise exchanges in rounds of at
  * most SP_RANGE_PIECE elements per peer), so every implementation of the table has them with the same arithmetic.

@@ -1,5 +1,5 @@
 /* sp/comm_ranges.c — collectives over uneven ranges of one flat buffer, summing in rank order (see sp/comm.h,
- * "Ranges of one flat buffer"). The trainer's ZeRO stages (trainer/zero.h) shard the gradients and the AdamW state
+ * "Ranges of one flat buffer"). The trainer's ZeRO stages (trainer/dp/zero.h) shard the gradients and the AdamW state
  * this way and must equal its all-reduce bit for bit, so the all-reduce of the gradients is built from the same
  * reduce-scatter (sp_comm_all_reduce_ordered) instead of MPI_Allreduce, whose summation order is the library's.
  *

@@ -1,6 +1,6 @@
 /* tests/ckpt_edit.h — deliberate edits of a checkpoint for tests: a file's bytes, bytes written into one tensor's
  * data (poke), and the integrity record recomputed afterwards (reseal), so that only the checks after the checksums
- * (trainer/checkpoint_sums.h) see the edit. Static helpers for the test files that include it. */
+ * (trainer/checkpoint/checkpoint_sums.h) see the edit. Static helpers for the test files that include it. */
 #ifndef TESTS_CKPT_EDIT_H
 #define TESTS_CKPT_EDIT_H
 
@@ -35,7 +35,7 @@ static inline json_t *hexs(uint64_t h) {
     return json_string(s);
 }
 
-/* Recomputes ck's integrity record in trainer_state.json (as trainer/checkpoint_sums.h defines it) after a deliberate
+/* Recomputes ck's integrity record in trainer_state.json (as trainer/checkpoint/checkpoint_sums.h defines it) after a deliberate
  * edit, so that only the checks after the checksums see the edit. */
 static inline void reseal(const char *ck) {
     char p[1024], fp[1024];

@@ -37,7 +37,7 @@
 #include "rollout/pipeline.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
-#include "trainer/controller.h"
+#include "trainer/net/controller.h"
 
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

@@ -1,4 +1,4 @@
-/* tests/test_budget.c — resources estimated before anything is allocated (trainer/budget.h) and the prompt-file
+/* tests/test_budget.c — resources estimated before anything is allocated (trainer/budget/budget.h) and the prompt-file
  * limits (core/prompts.h):
  *   - the sizes the estimate takes equal what the code allocates: DiT activations (wan_acts_plan_bytes, the model's
  *     count, against wan_acts_bytes) in every mode, with and without cross_attn_norm and sequence parallelism, and a
@@ -29,7 +29,7 @@
 #include "model/vae/tiny_vae.h"
 #include "model/vae/wan_vae.h"
 #include "tests/test.h"
-#include "trainer/budget.h"
+#include "trainer/budget/budget.h"
 
 /* ---- the sizes the estimate takes ---- */
 
@@ -164,7 +164,7 @@ TEST(budget_estimate_matches_peak_rss) {
                   "estimate %.1f MiB, measured peak RSS %.1f MiB: outside x%.2f", est / 1048576, rss / 1048576,
                   BUDGET_TOLERANCE);
     /* the run printed the same estimate before its first step */
-    CHECK_MSG(strstr(out, "estimate (trainer/budget.h") && strstr(out, "local process x1") &&
+    CHECK_MSG(strstr(out, "estimate (trainer/budget/budget.h") && strstr(out, "local process x1") &&
                   strstr(out, "estimate") < strstr(out, "step 0 of 1"), "got: %s", out);
 }
 

@@ -1,4 +1,4 @@
-/* tests/test_budget_images.c — the start-up estimate (trainer/budget.h) of image to video's encoding:
+/* tests/test_budget_images.c — the start-up estimate (trainer/budget/budget.h) of image to video's encoding:
  *   - vae_encoder_estimate (model/vae/wan_vae_encode.h) equals what the encoder holds: the parameters of the files'
  *     encoder.* and quant_conv.* tensors, and vae_encoder_state_bytes after a real encode at that size (the Wan 2.1
  *     and 2.2 fixtures, the encoder-only ones, the tiny preset's); its FLOPs grow by the same amount per 4-frame chunk;
@@ -23,7 +23,7 @@
 #include "model/vae/wan_vae.h"
 #include "model/vae/wan_vae_encode.h"
 #include "tests/test.h"
-#include "trainer/budget.h"
+#include "trainer/budget/budget.h"
 
 /* The encoder of vae folder dir at F x H x W: vae_encoder_estimate against the loaded encoder after an encode. */
 static void check_encoder(const char *dir, int F, int H, int W) {

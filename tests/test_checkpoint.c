@@ -1,4 +1,4 @@
-/* tests/test_checkpoint.c — checkpoints (trainer/checkpoint.h) and `vgrpo run --resume` (trainer/run_files.c).
+/* tests/test_checkpoint.c — checkpoints (trainer/checkpoint/checkpoint.h) and `vgrpo run --resume` (trainer/run/run_files.c).
  * Library level: save/load round trip of weights, Adam m/v and step, bit for bit; list/prune/resolve; the config
  * diff; refusals naming the file, tensor or key. End to end on the tiny preset (word embeddings + latent-to-RGB, 3
  * prompts, B = 2 so the prompt order wraps an epoch before the checkpoint, G = 4, beta > 0, 2 optimizer steps per
@@ -27,8 +27,8 @@
 #include "tests/metrics_rows.h"
 #include "tests/ckpt_cmp.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_sums.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_sums.h"
 
 /* ---- library level ---- */
 

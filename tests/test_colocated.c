@@ -27,7 +27,7 @@
 #include "tests/metrics_rows.h"
 #include "tests/ckpt_cmp.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 /* Bound on ||w_Nranks - w_1rank|| / ||w_1rank|| over every transformer weight after 2 steps, N = 2, 3 (measured
  * 8.1e-8 for 2 ranks, see the test's stderr lines; fp32 summation order of the gradient all-reduce only). */

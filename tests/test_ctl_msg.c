@@ -1,4 +1,4 @@
-/* tests/test_ctl_msg.c — the controller's hello rules (trainer/ctl_msg.h), without sockets: in the hello phase a
+/* tests/test_ctl_msg.c — the controller's hello rules (trainer/net/ctl_msg.h), without sockets: in the hello phase a
  * registered worker's hello from a new routing id with its first hashes moves it there (rollout/worker.c connects
  * afresh when it did not see its handshake succeed, and the first connection may have delivered the hello), with
  * other hashes it is refused as a second worker of that name and keeps its routing id; outside the hello phase it is
@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "core/wire.h"
 #include "tests/test.h"
-#include "trainer/ctl_msg.h"
+#include "trainer/net/ctl_msg.h"
 
 /* ctl_msg_handle of a hello {client, policy_version 0, model_xxh64 hash} from routing id rid. */
 static int hello(ctl_state *s, const char *rid, const char *client, const char *hash, ctl_event *ev, ctl_reply *r) {

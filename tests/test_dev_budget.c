@@ -1,4 +1,4 @@
-/* tests/test_dev_budget.c — the device-memory estimate of trainer/train_dev.h as `vgrpo run --dry-run` prints it:
+/* tests/test_dev_budget.c — the device-memory estimate of trainer/optim/train_dev.h as `vgrpo run --dry-run` prints it:
  *   - it equals what the DiT code allocates: a 1-step run of the tiny model on the EMULATED device (model.device cuda
  *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
  *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated by the DiT code" bytes, exactly, for full

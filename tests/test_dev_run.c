@@ -4,7 +4,7 @@
  * Nothing here runs on a GPU; scripts/gpu_check.sh runs the GPU's counterparts ("grpo ..." rows).
  *   - the engine on the device: a sample's trajectory alone, in a batch of 3 and of 4 (with CFG), bit for bit; close
  *     to the CPU's but not equal (bf16 really happened);
- *   - the device optimizer step (trainer/train_dev.h) equals trainer/optim.c's on the same gradients bit for bit
+ *   - the device optimizer step (trainer/optim/train_dev.h) equals trainer/optim/optim.c's on the same gradients bit for bit
  *     (master, moments, the bf16 copy, norm, clip factor), clipping and weight decay on;
  *   - `vgrpo parity` on the device: the rollout workers' velocities and log-probs recomputed by the trainer exactly
  *     (0), with 3 samples per rollout forward, 5 transitions per training forward, CFG rows and a partial selection;
@@ -32,7 +32,7 @@
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
 #include "tests/wan_test_util.h"
-#include "trainer/train_dev.h"
+#include "trainer/optim/train_dev.h"
 
 #define EMU "VGRPO_EMULATE_DEVICE=1 "
 
@@ -150,7 +150,7 @@ TEST(dev_opt_step_equals_host) {
     wan_model_free(&dm), wan_model_free(&hm);
 }
 
-/* trainer/train_dev.h lazy_host: the master's host copy is made only when the host asks (trainer_dev_sync_host), not
+/* trainer/optim/train_dev.h lazy_host: the master's host copy is made only when the host asks (trainer_dev_sync_host), not
  * at every step. Counted on the emulated device (k_emu_traffic): 3 lazy steps download proj_out.bias's slice only
  * (the eager steps download the whole master each time); after the sync the host params, moments and the device's
  * bf16 copy equal the eager run's bit for bit. */
@@ -235,7 +235,7 @@ TEST(dev_master_stays_on_device) {
     wan_model_free(&ml), wan_model_free(&me);
 }
 
-/* The start-up estimate of device memory (trainer/train_dev.h) at the Wan 2.1 1.3B recipe's sizes (33 frames 480 x
+/* The start-up estimate of device memory (trainer/optim/train_dev.h) at the Wan 2.1 1.3B recipe's sizes (33 frames 480 x
  * 832: 14,040 tokens, 512 text tokens; micro-batch 2 and rollout batch 4, CFG doubling both; a KL reference; local
  * mode), per activation mode: STORE does not fit one 141 GiB GPU, CHECKPOINT fits an 80 GB one; and the Wan 2.2
  * A14B LoRA recipe's (CHECKPOINT fits a 141 GB H200). Figures printed. */

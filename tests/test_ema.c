@@ -1,4 +1,4 @@
-/* tests/test_ema.c — algorithm.ema_decay: the moving average of the weights (trainer/ema.c), kept in
+/* tests/test_ema.c — algorithm.ema_decay: the moving average of the weights (trainer/run/ema.c), kept in
  * checkpoints under ema/ and used for eval and sample videos:
  *   - the saved EMA after steps 1 and 2 equals d * previous + (1 - d) * weights recomputed here in fp32, bit for bit
  *     (previous = the initial weights for step 1);

@@ -30,7 +30,7 @@
 #include "rollout/worker_msg.h"
 #include "tests/ckpt_edit.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 static int exists(const char *path) {
     struct stat sb;

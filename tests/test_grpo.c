@@ -1,4 +1,4 @@
-/* tests/test_grpo.c — GRPO arithmetic of trainer/grpo.h: advantages (hand-computed group and batch std, masked
+/* tests/test_grpo.c — GRPO arithmetic of trainer/step/grpo.h: advantages (hand-computed group and batch std, masked
  * groups, clamping), the clipped policy term at and around 1 +- eps, per-transition loss and gradients, timestep
  * selection and the loss denominator. The micro-batch invariance and finite-difference tests on a synthetic model
  * are in tests/test_grpo_synth.c. */
@@ -8,7 +8,7 @@
 
 #include "core/philox.h"
 #include "tests/test.h"
-#include "trainer/grpo.h"
+#include "trainer/step/grpo.h"
 
 /* ---- Advantages ---- */
 

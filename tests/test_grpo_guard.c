@@ -1,4 +1,4 @@
-/* tests/test_grpo_guard.c — GRPO-Guard's loss terms (trainer/grpo.h, grpo_guard_loss_terms) against float64 numpy
+/* tests/test_grpo_guard.c — GRPO-Guard's loss terms (trainer/step/grpo.h, grpo_guard_loss_terms) against float64 numpy
  * following verl-omni's GRPOGuardLoss (tests/fixtures/algo_cps_guard.safetensors, scripts/fixtures_algo.py), against
  * finite differences of a double forward written here, the first update (ratio exactly 1), the reduction to
  * grpo_loss_terms, errors, and the composed backward: dbias through flow_sde_backward_v_guard to the velocity. */
@@ -11,7 +11,7 @@
 #include "core/tensor.h"
 #include "model/flow/flow.h"
 #include "tests/test.h"
-#include "trainer/grpo.h"
+#include "trainer/step/grpo.h"
 
 #define ALGO_FIXTURE "tests/fixtures/algo_cps_guard.safetensors"
 #define NE 64 /* elements per mean */

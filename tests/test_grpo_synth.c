@@ -13,8 +13,8 @@
 #include "core/philox.h"
 #include "model/flow/flow.h"
 #include "tests/test.h"
-#include "trainer/grpo.h"
-#include "trainer/optim.h"
+#include "trainer/step/grpo.h"
+#include "trainer/optim/optim.h"
 
 #define SD 16        /* latent elements of one sample */
 #define SN 6         /* denoising steps */

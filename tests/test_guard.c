@@ -1,4 +1,4 @@
-/* tests/test_guard.c — the reward-hacking guard (trainer/guard.h, media/video_stats.h): video statistics on synthetic
+/* tests/test_guard.c — the reward-hacking guard (trainer/run/guard.h, media/video_stats.h): video statistics on synthetic
  * videos with known values (constant, checkerboard, two frames, noise; brightness and motion equal their scorers;
  * threads do not change a bit); the drift, its sd floor and when warnings repeat; the best link and the rolling limit
  * that never removes its target; the early stop's decision on synthetic eval sequences (trips, and does not trip
@@ -21,8 +21,8 @@
 #include "reward/scorers.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
-#include "trainer/guard.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/run/guard.h"
 
 /* ------------------------------------------------------------------------------------------------------------
  * video statistics */

@@ -23,7 +23,7 @@
 #include "reward/scorers.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
-#include "trainer/train_step.h"
+#include "trainer/step/train_step.h"
 
 #define I2V_TOL 1e-5
 

@@ -22,8 +22,8 @@
 #include "core/trajectory.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
-#include "trainer/grpo.h"
-#include "trainer/train_step.h"
+#include "trainer/step/grpo.h"
+#include "trainer/step/train_step.h"
 
 TEST(i2v_a14b_preset_config) {
     wan_config c, t;

@@ -1,6 +1,6 @@
 /* tests/test_i2v_run.c — image to video end to end on the `tiny-ti2v` preset (vgrpo init-model: tiny's DiT as a
  * TI2V pipeline, a VAE with an encoder): prompt files of JSON lines with a PNG per prompt (core/prompts.h), the
- * images stretched and encoded at start-up (trainer/run_setup.c), the conditions carried by the rollout requests and
+ * images stretched and encoded at start-up (trainer/run/run_setup.c), the conditions carried by the rollout requests and
  * the trajectories.
  * Checks: `vgrpo parity` exactly 0 with one worker and one trainer rank, with two workers and two trainer ranks
  * (the conditions in the dp broadcast) and with Ulysses sequence parallelism; a local run equals a colocated one bit

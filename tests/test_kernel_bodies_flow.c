@@ -2,7 +2,7 @@
  * launches for them) against the CPU code they restate, run on the CPU through kernels/body/kb_host.h:
  *   kb_flow.h   vs model/flow/flow.c (flow_sde_step with eps, with a recorded x_next, and deterministic; flow_kl;
  *               flow_sde_backward_v) and model/flow/guidance.h (flow_cfg_combine, flow_cfg_backward);
- *   kb_optim.h  vs trainer/optim.c (optim_adamw_update with and without a weight-decay mask, optim_sumsq,
+ *   kb_optim.h  vs trainer/optim/optim.c (optim_adamw_update with and without a weight-decay mask, optim_sumsq,
  *               optim_clip_coef).
  * Band: none. Every result is asserted bit-identical (sums, log-probs, KL, means, next latents, velocity gradients,
  * parameters and moments): the bodies keep the same fp32 operations in the same order and the same fixed-order
@@ -18,7 +18,7 @@
 #include "kernels/body/kb_host.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
-#include "trainer/optim.h"
+#include "trainer/optim/optim.h"
 #include "tests/test.h"
 
 static float *frand(size_t n, unsigned long long seed, float lo, float hi) {

@@ -33,7 +33,7 @@
 #include "core/host_addr.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 #define STEPS 4
 /* mpirun on this machine as the launcher runs it (root allowed, no CMA in containers) */
@@ -286,7 +286,7 @@ TEST(launch_mpi_worker_leaves_run_goes_on) {
 
 /* The run dir/name resumes from its latest checkpoint for one more step (MPMD). mpirun ends the job with SIGTERM,
  * then SIGKILL, so a checkpoint being saved may be cut short: its ".checkpoint-N.tmp" is a leftover the resume
- * skips (trainer/checkpoint.h). */
+ * skips (trainer/checkpoint/checkpoint.h). */
 static void check_resumes(const char *dir, const char *name) {
     char x[2048], out[65536];
     snprintf(x, sizeof x, "%s/%s", dir, name);

@@ -32,8 +32,8 @@
 #include "tests/metrics_rows.h"
 #include "tests/parity_json.h"
 #include "tests/test.h"
-#include "trainer/optim.h"
-#include "trainer/train_step.h"
+#include "trainer/optim/optim.h"
+#include "trainer/step/train_step.h"
 
 #define LORA "--set model.lora.rank=4 --set model.lora.alpha=8 --set model.lora.targets='[to_q, to_k, to_v, to_out.0, ffn.net.0.proj, ffn.net.2]'"
 

@@ -1,5 +1,5 @@
 /* tests/test_lost_worker.c — a colocated `vgrpo run` that loses processes (cli/colocated.c restarts them,
- * trainer/controller.h re-issues a lost worker's chunk and admits a restarted one after a weight sync). Tiny preset,
+ * trainer/net/controller.h re-issues a lost worker's chunk and admits a restarted one after a weight sync). Tiny preset,
  * 3 prompts, B = 2, G = 4 in chunks of 2 samples, 4 denoising steps, 2 rollout workers, checkpoints every step.
  *   - a rollout worker SIGKILLed while it holds a chunk (the reward server is stopped, and the worker's log shows a
  *     request it began after that: it waits for its scores; the server goes on once the restarted worker is
@@ -22,7 +22,7 @@
 
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 /* Kills (SIGKILL) every process whose command line names dir, and returns how many there were. */
 static int reap(const char *dir) {

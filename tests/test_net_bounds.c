@@ -33,7 +33,7 @@
 #include "core/wire_rollout.h"
 #include "reward/client.h"
 #include "tests/test.h"
-#include "trainer/controller.h"
+#include "trainer/net/controller.h"
 
 /* kB of a /proc/PID/status field (VmHWM, VmRSS), or -1. */
 static long proc_kb(pid_t pid, const char *field) {

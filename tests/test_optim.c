@@ -1,4 +1,4 @@
-/* tests/test_optim.c — trainer/optim.h: AdamW trajectories against torch.optim.AdamW (fixture from
+/* tests/test_optim.c — trainer/optim/optim.h: AdamW trajectories against torch.optim.AdamW (fixture from
  * scripts/fixtures_optim.py: without and with weight decay, with clip_grad_norm_, with a transformers cosine
  * schedule), the schedules against hand values of transformers' formulas, fixed-order grad norm and thread
  * invariance, the weight-decay mask, gradient accumulation and the error cases. */
@@ -9,7 +9,7 @@
 
 #include "core/safetensors.h"
 #include "tests/test.h"
-#include "trainer/optim.h"
+#include "trainer/optim/optim.h"
 
 #define FIXTURE "tests/fixtures/optim_adamw.safetensors"
 #define FN 37 /* parameters per case */

@@ -1,4 +1,4 @@
-/* tests/test_parity.c — `vgrpo parity` across processes (cli/cmd_parity.c, trainer/parity.c): the
+/* tests/test_parity.c — `vgrpo parity` across processes (cli/cmd_parity.c, trainer/run/parity.c): the
  * trainer's recomputed log-prob and velocity of every trainable transition equal the rollout workers' bit for bit
  * (table and parity.json all zeros, exit 0): with one worker and one trainer rank, and with two workers (3 samples per
  * forward), two trainer ranks under mpirun (5 transitions per forward) and different OpenMP thread counts in the

@@ -1,5 +1,5 @@
 /* tests/test_prompts_hash.c — core_prompts_xxh64, the prompt list's content hash that checkpoints record and a resume
- * compares (trainer/run_files.c): the same prompts read from a text file and from JSON lines hash the same (comments
+ * compares (trainer/run/run_files.c): the same prompts read from a text file and from JSON lines hash the same (comments
  * and blank lines do not count); a changed word, a changed metadata value, an image file's changed bytes and a
  * changed order each change it; the image's path alone does not (nor whether prompts share one file); an image that
  * cannot be read is named with its file:line. The resume's refusal itself: tests/test_checkpoint.c

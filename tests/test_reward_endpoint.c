@@ -1,5 +1,5 @@
 /* tests/test_reward_endpoint.c — training against an external reward server with its own scorers (reward.endpoint;
- * trainer/scorers.c, core/recipe.c): the Python example server (reward/examples/score_server.py, scorer mean_red)
+ * trainer/run/scorers.c, core/recipe.c): the Python example server (reward/examples/score_server.py, scorer mean_red)
  * behind `vgrpo run` in colocated mode on the tiny preset (a few seconds):
  *   - the recipe may name the server's scorers ([mean_red], unknown to the built-in list) or leave them out; the run
  *     learns: eval mean_red after 8 steps exceeds step 0's by > 3 standard errors of the difference;

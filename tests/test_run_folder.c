@@ -18,8 +18,8 @@
 
 #include "core/fs.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_sums.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/checkpoint_sums.h"
 
 static void make_model(const char *dir) {
     REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", test_vgrpo_bin(), dir) == 0);

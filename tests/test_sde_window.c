@@ -1,5 +1,5 @@
 /* tests/test_sde_window.c — SDE windows, the cps step and GRPO-Guard end to end: the window schedules
- * (trainer/sde_window.h: Flow-GRPO-Fast's random start from Philox stream 7, MixGRPO's progressive window with clamp
+ * (trainer/step/sde_window.h: Flow-GRPO-Fast's random start from Philox stream 7, MixGRPO's progressive window with clamp
  * and restart), the recipe refusals, `vgrpo parity` exactly 0 for every variant (sde/cps, exact/flow_grpo log-prob,
  * windows random/progressive, grpo/grpo_guard, CFG-free), also with 2 workers and 2 trainer ranks, and a resumed run
  * across window shifts equal to a straight one. */
@@ -13,7 +13,7 @@
 #include "tests/metrics_rows.h"
 #include "tests/ckpt_cmp.h"
 #include "tests/test.h"
-#include "trainer/sde_window.h"
+#include "trainer/step/sde_window.h"
 
 static void load(core_recipe *r, const char *const *sets, int n) {
     REQUIRE_OK(core_recipe_load(r, "recipes/tiny-cpu.yaml", sets, n));

@@ -464,7 +464,7 @@ TEST(sp_wan_acts_new_sp_checks) {
     wan_acts_free(A), wan_acts_free(A1), wan_acts_free(A4);
 }
 
-/* Trainer data parallelism (trainer/dp.h): 2 and 3 ranks, the all-reduced gradient of the shares vs one rank's
+/* Trainer data parallelism (trainer/dp/dp.h): 2 and 3 ranks, the all-reduced gradient of the shares vs one rank's
  * whole-batch gradient (relative L2 <= 1e-6: fp32 summation order only). */
 TEST(dp_mpi_reduced_gradient_matches_one_rank) {
     run_mpi(2, "dp");

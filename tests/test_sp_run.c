@@ -1,5 +1,5 @@
-/* tests/test_sp_run.c — sequence parallelism in the trainer (trainer/loop.c
- * setup_parallel, trainer/dp.c, sp/): the colocated run and the parity job with trainer ranks split dp x sp
+/* tests/test_sp_run.c — sequence parallelism in the trainer (trainer/run/loop.c
+ * setup_parallel, trainer/dp/dp.c, sp/): the colocated run and the parity job with trainer ranks split dp x sp
  * (mpirun), against sp = 1:
  *   - parity: pure Ulysses (u2r1) recomputes every transition exactly (0); ring attention (u1r2) differs by a few
  *     fp32 ulps, within the default ring bound, and fails an explicit --tolerance 0 (exit status 1);

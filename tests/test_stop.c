@@ -21,9 +21,9 @@
 #include "tests/metrics_rows.h"
 #include "tests/ckpt_cmp.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
-#include "trainer/grpo.h"
-#include "trainer/train_step.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/step/grpo.h"
+#include "trainer/step/train_step.h"
 
 #define TL 4
 

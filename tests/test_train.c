@@ -1,4 +1,4 @@
-/* tests/test_train.c — the GRPO training pass on the real tiny Wan DiT (trainer/train_step.*), fed by the rollout
+/* tests/test_train.c — the GRPO training pass on the real tiny Wan DiT (trainer/step/train_step.*), fed by the rollout
  * engine: B = 2 prompts x G = 4 samples, latent 16 x 2 x 8 x 8 (32 tokens), 6 steps, CFG 4.5.
  * Checks: (1) parity: on the first update logp_new == logp_old bit for bit for micro-batch sizes 1, 3, 5 (rollout
  * batch 4) and for STORE and RECOMPUTE activations; (2) with beta > 0, the policy moved from the reference and the
@@ -13,7 +13,7 @@
 #include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
-#include "trainer/train_step.h"
+#include "trainer/step/train_step.h"
 
 #define TL 4
 #define TB 2

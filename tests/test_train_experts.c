@@ -18,7 +18,7 @@
 #include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/test.h"
-#include "trainer/train_step.h"
+#include "trainer/step/train_step.h"
 
 #define XL 4
 #define XB 2

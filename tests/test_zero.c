@@ -1,4 +1,4 @@
-/* tests/test_zero.c — ZeRO stages 1 and 2 (parallel.zero_stage, trainer/zero.h): sharded AdamW state and gradients
+/* tests/test_zero.c — ZeRO stages 1 and 2 (parallel.zero_stage, trainer/dp/zero.h): sharded AdamW state and gradients
  * over the trainer ranks, bit-identical to stage 0.
  *   - one process: the shard layout (whole OPTIM_CHUNK chunks, every value owned once, ranks without values), the
  *     gradient norm from chunk sums (optim_sumsq_chunks + optim_sumsq_combine == optim_sumsq, bit for bit, from any
@@ -24,9 +24,9 @@
 #include "core/error.h"
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
-#include "trainer/checkpoint.h"
-#include "trainer/optim.h"
-#include "trainer/zero.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/optim/optim.h"
+#include "trainer/dp/zero.h"
 
 /* ---- one process ---- */
 

@@ -1,5 +1,5 @@
 /* cli/check/check_grpo.c — the GPU check's GRPO rows: the rollout engine (rollout/engine.c) and
- * the training step (trainer/train_step.c with the device optimizer step of trainer/train_dev.h) on the device, with
+ * the training step (trainer/step/train_step.c with the device optimizer step of trainer/optim/train_dev.h) on the device, with
  * the tiny Wan preset, against the same code on the fp32 CPU model in the same binary. It lives in cli/ because it
  * composes rollout/ and trainer/ (the one folder allowed to), and registers itself from a constructor (check.h);
  * linked into gpu_check and gpu_check_emu only, so it needs nothing but libc/libm (no recipe, prompt file, VAE,
@@ -39,9 +39,9 @@
 #include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_lora.h"
 #include "rollout/engine.h"
-#include "trainer/grpo.h"
-#include "trainer/train_dev.h"
-#include "trainer/train_step.h"
+#include "trainer/step/grpo.h"
+#include "trainer/optim/train_dev.h"
+#include "trainer/step/train_step.h"
 
 enum { P = 6, B = 2, G = 8, N = 6, L = 8, STEPS = 10, EVAL_S = 4 };
 static const int64_t SHAPE[4] = {16, 2, 8, 8};

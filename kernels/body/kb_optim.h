@@ -1,7 +1,7 @@
 /* kernels/body/kb_optim.h — the optimizer's elementwise and reduction bodies: the AdamW update of
- * trainer/optim.c's optim_adamw_update (torch.optim.AdamW's single-tensor order), the fixed-order sum of squares of
+ * trainer/optim/optim.c's optim_adamw_update (torch.optim.AdamW's single-tensor order), the fixed-order sum of squares of
  * optim_sumsq behind the global gradient norm, and the clip scaling. kernels/ stands below trainer/, so the formulas
- * are restated here; tests/test_kernel_bodies_flow.c checks them bit for bit against trainer/optim.c.
+ * are restated here; tests/test_kernel_bodies_flow.c checks them bit for bit against trainer/optim/optim.c.
  *
  * AdamW per element, fp32, scalars from kb_adamw_prepare (host, double, rounded to fp32 once as optim.c does):
  *   p = p * decay (where decayed);  m = m + w1 (g - m);  v = v b2 + w2 g g;  d = sqrt(v) / bc2_sqrt + eps;

@@ -52,7 +52,7 @@
 /* Upper bound on the backward's stored dS of one head group (Sq x Skv floats a head, rounded to blocks), in bytes:
  * k_cpu_attn_ds_budget (kernels/cpu/cpu.h; tests set 0 to take the recomputing path). 64 MiB: a group of two heads
  * up to about 2,900 tokens (the Wan-1.3B bench block's 1,560 use 21 MB); like the packed operands, kernel scratch
- * that the start-up estimate (trainer/budget.c) leaves to its tolerance. */
+ * that the start-up estimate (trainer/budget/budget.c) leaves to its tolerance. */
 size_t k_cpu_attn_ds_budget = (size_t)64 << 20;
 
 typedef struct {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 /* The workspace budget of one attention call in bytes: $VGRPO_ATTN_WORKSPACE_GIB GiB, default 4 (a value <= 0 or
- * not a number: 4). Here, not in attn_cudnn.c, so the device-memory estimate (trainer/train_dev_budget.c) reads the
+ * not a number: 4). Here, not in attn_cudnn.c, so the device-memory estimate (trainer/budget/train_dev_budget.c) reads the
  * same figure without the CUDA build. Every process of a run must see the same value (its head groups follow). */
 static inline int64_t kc_attn_workspace_budget(void) {
     const char *e = getenv("VGRPO_ATTN_WORKSPACE_GIB");

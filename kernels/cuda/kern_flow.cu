@@ -162,7 +162,7 @@ __global__ void sumsq_chunks_kernel(double *part, kb_in x, int64_t n, int64_t nc
 }
 
 /* The chunk sums added in chunk order by one thread (kb_sumsq_combine's order: a regrouped sum would change the
- * gradient norm's bits against trainer/optim.c, which the CPU path fixes), fed by the block: 1024 partials at a time
+ * gradient norm's bits against trainer/optim/optim.c, which the CPU path fixes), fed by the block: 1024 partials at a time
  * loaded coalesced into shared memory, so the adding thread waits on shared memory, not on global loads. */
 #define SQ_STAGE 1024
 __global__ void sumsq_combine_kernel(const double *part, int64_t nchunks, double *out) {

@@ -51,11 +51,11 @@
  * RECOMPUTE (the GEMM and attention results of every block are kept); WAN_ACTS_CHECKPOINT (whole-block
  * checkpointing: each block's input kept, 0.31 GiB per block at A14B, plus one block's full set, and the block's
  * forward rerun in its backward, about a third more GEMM work) does. Full fine-tuning adds the trainer's fp32 master
- * weights and two AdamW moments on the device (trainer/train_dev.h): 18 bytes per parameter with the bf16 copy and
+ * weights and two AdamW moments on the device (trainer/optim/train_dev.h): 18 bytes per parameter with the bf16 copy and
  * the gradients, 23.8 GiB for the 1.3B, 240 GiB for one A14B expert; so the A14B trains with LoRA on one device: both
  * experts' frozen bf16 bases (53.2 GiB) and rank-64 adapters on the block linears (18 bytes per adapter parameter,
  * 10.3 GiB) beside CHECKPOINT's activations, 95.4 GiB in all at its recipe's 14,040 tokens with workspaces, margin
- * and context (trainer/train_dev.h's estimate; RECOMPUTE would need 224.9).
+ * and context (trainer/optim/train_dev.h's estimate; RECOMPUTE would need 224.9).
  *
  * Exactness: every op of the table is deterministic (k_cuda.h), so a forward twice gives the same bits;
  * WAN_ACTS_RECOMPUTE and WAN_ACTS_CHECKPOINT give the same gradients as WAN_ACTS_STORE bit for bit (the backward

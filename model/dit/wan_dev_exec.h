@@ -7,7 +7,7 @@
  *
  * Why the flow arithmetic stays on the host: the velocity leaves the device in fp32, so the schedule, SDE step,
  * log-prob, KL, CFG combination, loss and advantages run in the very functions of the CPU path (model/flow,
- * trainer/grpo): docs/design.md section 4's "one function computes mean, std and logp; rollout and trainer both call it"
+ * trainer/step/grpo.h): docs/design.md section 4's "one function computes mean, std and logp; rollout and trainer both call it"
  * holds on the device path too, and exactly (nothing to match bit for bit between a kernel and model/flow). The
  * price is one download of the velocity and one upload of dout per forward/backward: C*F*H*W floats per row
  * (8.4 MB at Wan 2.1's 81 x 480 x 832), next to a forward that moves tens of GB through the GPU's memory. The
@@ -66,7 +66,7 @@ int wan_dev_exec_sync(wan_dev_exec *x, const wan_model *m, int64_t version);
 int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t version);
 /* m's device copy (made and uploaded on first use, version unknown); NULL with an error (out of device memory, a
  * config the device refuses: wan_dev_config_check). The pointer stays valid until m is forgotten. The trainer's
- * device optimizer (trainer/train_dev.h) writes its bf16 weights and reads its gradients through it. */
+ * device optimizer (trainer/optim/train_dev.h) writes its bf16 weights and reads its gradients through it. */
 wan_dev_model *wan_dev_exec_model(wan_dev_exec *x, const wan_model *m);
 /* Frees m's device copy (no-op when there is none). */
 void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m);

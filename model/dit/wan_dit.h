@@ -319,7 +319,7 @@ void wan_acts_free(wan_acts *a);
 size_t wan_acts_bytes(const wan_acts *a);
 /* What wan_acts_bytes reports for the activations wan_acts_new_sp(cfg, shape, mode, sp, any rank) allocates, before
  * any forward (so without the LoRA scratch: wan_lora_scratch_floats), computed by the allocator's own counting pass
- * without allocating: the figure trainer/budget.c estimates with. Bytes; 0 with core_error for a shape, mode or sp
+ * without allocating: the figure trainer/budget/budget.c estimates with. Bytes; 0 with core_error for a shape, mode or sp
  * that wan_acts_new_sp refuses. */
 size_t wan_acts_plan_bytes(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp);
 /* Video tokens S of a shape under cfg's patch size. */

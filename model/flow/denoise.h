@@ -1,7 +1,7 @@
 /* model/flow/denoise.h — one denoising step of a batch through the Wan DiT: the model's input rows built from the
  * samples' latents, the forward on the backend a wan_exec names, and classifier-free guidance; for training, the
  * guidance's backward and the DiT backward over the same rows. The one place the rollout engine (rollout/engine.c),
- * `generate` (rollout/text_to_video.c) and the training step (trainer/train_step.c) build the model input, so the
+ * `generate` (rollout/text_to_video.c) and the training step (trainer/step/train_step.c) build the model input, so the
  * three feed the DiT the same rows and guide its output the same way (what parity 0 rests on).
  *
  * Rows (docs/design.md section 4): for samples j = 0 .. n-1, row j is sample j's conditional forward; then, in sample

@@ -1,5 +1,5 @@
 /* model/flow/first_frame.h — first-frame image conditioning of Wan 2.2 TI2V (the 5B's image-to-video form), the one
- * piece rollout (rollout/engine.c) and trainer (trainer/train_step.c) share, so both build the same model input, the
+ * piece rollout (rollout/engine.c) and trainer (trainer/step/train_step.c) share, so both build the same model input, the
  * same per-token timesteps and the same step over the same elements.
  *
  * Reference: diffusers 0.42.1 pipelines/wan/pipeline_wan_i2v.py, WanImageToVideoPipeline with expand_timesteps=True:

@@ -76,7 +76,7 @@ int vae_decode(vae_model *m, const float *latents, int B, int z, int T, int h, i
 size_t vae_state_bytes(const vae_model *m);
 /* Bytes of the feature cache alone (2 frames per cached causal convolution at its resolution). */
 size_t vae_cache_bytes(const vae_model *m);
-/* The decoder's sizes from its config alone, without weights or a decode (the memory estimate of trainer/budget.h):
+/* The decoder's sizes from its config alone, without weights or a decode (the memory estimate of trainer/budget/budget.h):
  * *params its floats (the tensors vae_load reads: post_quant_conv and decoder.*), *state_bytes what vae_state_bytes
  * reports after a decode of latent h x w (the same planning walk state_begin allocates by, so equal). Errors:
  * vae_load's config refusals (vae_build). */

@@ -62,7 +62,7 @@ size_t vae_encoder_state_bytes(const vae_encoder *e);
 size_t vae_encoder_cache_bytes(const vae_encoder *e);
 
 /* What encoding one F-frame video at H x W takes, from config c alone (nothing loaded or allocated that lasts; the
- * start-up estimate, trainer/budget.h): *params the encoder's floats (encoder.* and quant_conv.*, what
+ * start-up estimate, trainer/budget/budget.h): *params the encoder's floats (encoder.* and quant_conv.*, what
  * vae_encoder_load reads), *state_bytes what vae_encoder_state_bytes reports after that vae_encode (feature cache +
  * scratch; the same layout, so equal), *flop 2 x the multiply-adds of its convolutions and of the mid-block
  * attention's two products, chunk by chunk as vae_encode runs them (norms and activations not counted). Errors:

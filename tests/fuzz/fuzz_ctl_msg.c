@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_ctl_msg.c — libFuzzer target for the controller's message handling (trainer/ctl_msg.c, `make
+/* tests/fuzz/fuzz_ctl_msg.c — libFuzzer target for the controller's message handling (trainer/net/ctl_msg.c, `make
  * fuzz`), in process, no sockets.
  *
  * Input: byte 0 picks the phase (waiting for 3 hellos with 1 registered, a rollout of 2 chunks of 2 samples each
@@ -15,7 +15,7 @@
 
 #include "core/log.h"
 #include "core/wire.h"
-#include "trainer/ctl_msg.h"
+#include "trainer/net/ctl_msg.h"
 #include "tests/fuzz/fuzz_frames.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -1,4 +1,4 @@
-/* tests/mpi/mpi_dp.c — data parallelism over trainer ranks (trainer/dp.h), case "dp": every rank builds the same
+/* tests/mpi/mpi_dp.c — data parallelism over trainer ranks (trainer/dp/dp.h), case "dp": every rank builds the same
  * tiny Wan model and the same GRPO batch (8 samples x 4 steps, rolled out with the engine, rewards fixed), then
  *   reference: the whole batch through trainer_accumulate on one rank (what a single trainer rank computes);
  *   dp:        this rank's contiguous share (dp_share) with the whole batch's denominator
@@ -17,9 +17,9 @@
 #include "model/text/word_embed.h"
 #include "rollout/engine.h"
 #include "tests/mpi/mpi_cases.h"
-#include "trainer/dp.h"
-#include "trainer/grpo.h"
-#include "trainer/train_step.h"
+#include "trainer/dp/dp.h"
+#include "trainer/step/grpo.h"
+#include "trainer/step/train_step.h"
 
 #define DN 8 /* samples */
 #define DG 4 /* group size */

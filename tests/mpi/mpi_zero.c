@@ -1,4 +1,4 @@
-/* tests/mpi/mpi_zero.c — ZeRO stages 1 and 2 (trainer/zero.h) and the rank-order collectives under them (sp/comm.h
+/* tests/mpi/mpi_zero.c — ZeRO stages 1 and 2 (trainer/dp/zero.h) and the rank-order collectives under them (sp/comm.h
  * "Ranges of one flat buffer"), case "zero", checked bit for bit on every rank:
  *   - sp_comm_reduce_scatter_ranges over uneven ranges (rank 0's empty, one range over several SP_RANGE_PIECE
  *     rounds) gives each rank ((x_0 + x_1) + x_2) + ... of its range and leaves the rest untouched;
@@ -18,8 +18,8 @@
 
 #include "core/error.h"
 #include "tests/mpi/mpi_cases.h"
-#include "trainer/dp.h"
-#include "trainer/zero.h"
+#include "trainer/dp/dp.h"
+#include "trainer/dp/zero.h"
 
 static int64_t rank_order_diffs(sp_comm *w, int64_t n) {
     const int P = w->size, me = w->rank;

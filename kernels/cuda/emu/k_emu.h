@@ -27,7 +27,7 @@
 extern const k_dev_ops k_emu_ops;
 
 /* Bytes of emulated device memory (what mem_alloc was asked for, the header and alignment not counted) held now
- * and at most since the process started: the actual allocation that trainer/train_dev.h's estimate is tested
+ * and at most since the process started: the actual allocation that trainer/optim/train_dev.h's estimate is tested
  * against (tests/test_dev_budget.c). Either pointer may be NULL. */
 void k_emu_mem_stats(size_t *held, size_t *peak);
 

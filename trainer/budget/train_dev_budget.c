@@ -1,0 +1,189 @@
+/* trainer/budget/train_dev_budget.c — the device-memory estimate of trainer/optim/train_dev.h: one function for the trainer's
+ * start-up check and for `vgrpo run --dry-run`. The activation sizes are wan_dev_acts_estimate's (the layout
+ * model/dit/wan_acts.c allocates, counted by its own planning pass) and the LoRA scratch wan_lora_scratch_floats'
+ * rows in bf16; everything else replays the allocations of model/dit/wan_dev.c (weights, gradients),
+ * wan_dev_exec.c (staging) and trainer/optim/train_dev.c (master, moments),
+ * so a change there needs the same change here (tests/test_dev_budget.c holds the emulated device's peak equal). */
+#include "trainer/optim/train_dev.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cuda/attn_sched.h"
+#include "model/dit/wan_lora.h"
+#include "model/flow/guidance.h"
+#include "trainer/optim/lora.h"
+
+#define MIB 1048576.0
+#define GIB (1024.0 * MIB)
+
+/* The device's LoRA scratch (wan_dev_lora_prepare): the CPU model's two [maxM, rank] buffers
+ * (wan_lora_scratch_floats, one device: sp 1), in bf16. */
+static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank) {
+    const wan_lora_config lc = {.rank = rank};
+    return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, 1);
+}
+
+static double tokens(const wan_config *c, const wan_shape *sh) {
+    return (double)(sh->F / c->patch_size[0]) * (sh->H / c->patch_size[1]) * (sh->W / c->patch_size[2]);
+}
+
+int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
+    memset(b, 0, sizeof *b);
+    const wan_config *c = q->c;
+    wan_layout lay; /* the parameter count, without allocating weights */
+    if (wan_layout_init(&lay, c)) return -1;
+    const double numel = (double)lay.numel;
+    wan_layout_free(&lay);
+    const double pout = 4.0 * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    const int lora = q->lora_numel > 0;
+    for (int e = 0; e < q->n_experts; e++) {
+        const int tr = !q->trained || q->trained[e];
+        const double t = lora ? (double)q->lora_numel : numel; /* what trains: the adapter, or the model */
+        b->weights += 2.0 * numel + pout;                      /* the policy's copy (or the frozen base, LoRA) */
+        if (!tr) continue;
+        if (lora) b->weights += 2.0 * t;                                   /* the adapter's bf16 copy */
+        else b->weights += q->copies * (2.0 * numel + pout);               /* reference, EMA copies */
+        if (q->train) b->grads += 4.0 * t, b->optim += 12.0 * t;
+    }
+    const int rank = lora ? q->lora_rank : 0;
+    double big = 0; /* the largest forward's staging */
+    if (q->train) {
+        const wan_shape *ts = &q->train_shape;
+        /* the device's count of the DiT's one planning pass (model/dit/wan_acts.c: bf16 activations) */
+        const size_t ta = wan_dev_acts_estimate(c, ts, q->mode);
+        const size_t ra = q->ref_forward ? wan_dev_acts_estimate(c, ts, WAN_ACTS_INFER) : 0;
+        if (!ta || (q->ref_forward && !ra)) return -1;
+        b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank) : 0);
+        const double S = tokens(c, ts), D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
+        /* cuDNN's deterministic attention backward (kernels/cuda/attn_cudnn.c): per call a head group's dP
+         * workspace (hc x pad128(Sq) x pad128(Skv) bf16, hc the heads that fit the call's budget,
+         * kernels/cuda/attn_sched.h) and 1 MiB of cuDNN's own, then the group's fp32 row sums; the larger of the
+         * self- and cross-attention calls (one workspace slot serves both); then attn_cudnn.c's bf16 dQ, dK, dV
+         * scratch for the whole batch */
+        const int H = c->num_attention_heads, iS = (int)S, iL = (int)ts->L;
+        const int64_t budget = kc_attn_workspace_budget();
+        double ws = 0;
+        for (int x = 0; x < 2; x++) {
+            const int Skv = x ? iL : iS;
+            if (Skv < 1) continue;
+            const int hc = kc_attn_heads_per_call(1, 1, iS, Skv, H, budget);
+            const double w = (double)hc * (double)((iS + 127) / 128 * 128) * (double)((Skv + 127) / 128 * 128) *
+                                 2.0 + (double)(1 << 20) + 4.0 * hc * S;
+            if (w > ws) ws = w;
+        }
+        b->attn_ws = ws + 2.0 * ts->B * S * D + 2.0 * 2.0 * ts->B * Sk * D;
+    }
+    for (int i = 0; i < q->n_rollout; i++) {
+        const size_t ro = wan_dev_acts_estimate(c, &q->rollout[i], WAN_ACTS_INFER);
+        if (!ro) return -1;
+        b->roll_acts += (double)ro + (rank ? lora_scratch(c, &q->rollout[i], rank) : 0);
+    }
+    const wan_shape *sh[3] = {q->train ? &q->train_shape : NULL, q->n_rollout > 0 ? &q->rollout[0] : NULL,
+                              q->n_rollout > 1 ? &q->rollout[1] : NULL};
+    for (int i = 0; i < 3; i++) {
+        if (!sh[i]) continue;
+        const double vox = (double)sh[i]->F * sh[i]->H * sh[i]->W;
+        const double st = 4.0 * sh[i]->B * ((c->in_channels + c->out_channels) * vox + (double)sh[i]->L * c->text_dim);
+        big = st > big ? st : big;
+    }
+    b->staging = big;
+    b->alloc = b->weights + b->grads + b->optim + b->staging + fmax(b->train_acts, b->roll_acts);
+    b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
+    b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
+    const double sum = b->alloc + b->lt_ws + b->attn_ws + b->scratch;
+    b->margin = fmax(sum * TRAINER_DEV_MARGIN_PCT / 100.0, TRAINER_DEV_MARGIN_MIN_MIB * MIB);
+    b->need = sum + b->margin;
+    b->context = TRAINER_DEV_CONTEXT_MIB * MIB;
+    b->total = b->need + b->context;
+    return 0;
+}
+
+int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
+                                trainer_dev_budget *b) {
+    const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
+    wan_lora_config lc;
+    const int lora = trainer_lora_config(r, c, &lc);
+    if (lora < 0) return -1;
+    const int local = r->choice.mode == CORE_MODE_LOCAL;
+    const int cfg1 = flow_cfg_active(r->guidance_scale), cfg2 = n_experts == 2 && flow_cfg_active(r->guidance_scale_2);
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const wan_shape base = {.B = 1, .F = F, .H = H, .W = W, .L = r->text_len, .per_token_timestep = i2v};
+    trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
+                             .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
+                             .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
+                             .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base};
+    q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
+    q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
+             : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
+                                                             : WAN_ACTS_STORE;
+    if (worker || local) { /* the engine's activations per CFG setting in use (rollout/engine.c) */
+        const int used[2] = {!cfg1 || (n_experts == 2 && !cfg2), cfg1 || cfg2};
+        for (int k = 0; k < 2; k++)
+            if (used[k]) q.rollout[q.n_rollout] = base, q.rollout[q.n_rollout++].B = r->batch_size * (k ? 2 : 1);
+    }
+    if (trainer_dev_estimate(&q, b)) return core_error_push("model.device cuda: the device estimate: ");
+    return 0;
+}
+
+/* bytes as "812.4 MiB" or "23.81 GiB" into one of eight rotating buffers (for one printf). */
+static const char *size_str(double bytes) {
+    static char buf[8][32];
+    static int k;
+    char *s = buf[k++ & 7];
+    if (bytes < GIB) snprintf(s, 32, "%.1f MiB", bytes / MIB);
+    else snprintf(s, 32, "%.2f GiB", bytes / GIB);
+    return s;
+}
+
+void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget *b, const char *acts) {
+    fprintf(f, "  %s, on its GPU:\n", who);
+    fprintf(f, "    %-48s %11s\n", "weights (bf16 copies, fp32 proj_out.bias)", size_str(b->weights));
+    if (b->grads > 0) {
+        fprintf(f, "    %-48s %11s\n", "gradients (fp32)", size_str(b->grads));
+        fprintf(f, "    %-48s %11s\n", "master weights + AdamW m, v (fp32)", size_str(b->optim));
+    }
+    fprintf(f, "    %-48s %11s\n", "staging (the largest forward's inputs, output)", size_str(b->staging));
+    if (b->train_acts > 0) {
+        char what[96];
+        snprintf(what, sizeof what, "training activations (%s) + reference", acts);
+        fprintf(f, "    %-48s %11s  training phase\n", what, size_str(b->train_acts));
+    }
+    if (b->roll_acts > 0) fprintf(f, "    %-48s %11s  rollout phase\n", "rollout activations (infer)", size_str(b->roll_acts));
+    fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n", "allocated by the DiT code", size_str(b->alloc),
+            b->alloc);
+    fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));
+    if (b->attn_ws > 0) fprintf(f, "    %-48s %11s\n", "cuDNN attention backward workspace + dQ/dK/dV", size_str(b->attn_ws));
+    fprintf(f, "    %-48s %11s\n", "backend scratch (reductions, bias gradient)", size_str(b->scratch));
+    char what[64];
+    snprintf(what, sizeof what, "margin (%d%%, at least %d MiB)", TRAINER_DEV_MARGIN_PCT, TRAINER_DEV_MARGIN_MIN_MIB);
+    fprintf(f, "    %-48s %11s\n", what, size_str(b->margin));
+    fprintf(f, "    %-48s %11s  (must be free at start-up)\n", "need", size_str(b->need));
+    fprintf(f, "    %-48s %11s\n", "CUDA context + libraries' kernels (stated)", size_str(b->context));
+    fprintf(f, "    %-48s %11s: %s on an 80 GB H100 (%s), %s on a 141 GB H200 (%s)\n", "total", size_str(b->total),
+            b->total <= TRAINER_DEV_H100_MIB * MIB ? "fits" : "does NOT fit", size_str(TRAINER_DEV_H100_MIB * MIB),
+            b->total <= TRAINER_DEV_H200_MIB * MIB ? "fits" : "does NOT fit", size_str(TRAINER_DEV_H200_MIB * MIB));
+}
+
+int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const char *acts) {
+    size_t fr = 0, tot = 0;
+    const int known = wan_dev_exec_ops(x)->mem_info(&fr, &tot) == 0;
+    printf("model.device cuda: device memory estimate %s to be free (weights %s, gradients and optimizer state %s, "
+           "training activations %s with algorithm.activations %s, rollout activations %s, workspaces and margin %s; "
+           "%s with the CUDA context)", size_str(b->need), size_str(b->weights), size_str(b->grads + b->optim),
+           size_str(b->train_acts), acts, size_str(b->roll_acts),
+           size_str(b->need - b->alloc), size_str(b->total));
+    if (known) printf("; the device has %s free of %s\n", size_str((double)fr), size_str((double)tot));
+    else printf("; the device states no bound\n");
+    fflush(stdout);
+    if (!known || b->need <= (double)fr) return 0;
+    return core_error("model.device cuda: the estimate of %s of device memory (weights and optimizer state %s, "
+                      "training activations %s, rollout activations %s, workspaces and margin %s) exceeds the %s free "
+                      "on the device: lower algorithm.micro_batch_size or rollout.batch_size, set "
+                      "algorithm.activations checkpoint (now %s), or train a smaller rollout.height / width / frames",
+                      size_str(b->need), size_str(b->weights + b->grads + b->optim), size_str(b->train_acts),
+                      size_str(b->roll_acts), size_str(b->need - b->alloc), size_str((double)fr), acts);
+}

@@ -1,0 +1,625 @@
+/* trainer/net/controller.c — the controller side of the rollout channel (see trainer/net/controller.h). */
+#include "trainer/net/controller.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/wire_zmq.h"
+#include "model/dit/wan_lora.h"
+#include "model/vae/latent_rgb.h"
+#include "trainer/optim/lora.h"
+
+struct ctl_server {
+    void *ctx, *router;
+    void *mon;            /* PAIR receiving the ROUTER's disconnect events: a lost worker */
+    core_curve_zap *zap;  /* NULL without keys */
+    int keyed;            /* messages must come over an authenticated connection */
+    ctl_abort_fn abort_check;
+    void *abort_ctx;
+    ctl_state st;
+    uint64_t seq; /* request ids */
+    double rejoin_wait_s; /* with no worker left: how long to wait for a restarted one (0: fail at once) */
+    /* The weights every worker holds (the last sync, or ctl_set_weights): what a worker back from a restart gets.
+     * cur_send: every expert ever sent (a restarted worker holds model.path's weights). */
+    int have_cur, cur_n, cur_adapters;
+    const wan_model *cur[2];
+    uint8_t cur_send[2];
+    int64_t cur_version;
+    uint64_t cur_hash;
+    uint64_t admit_seq;
+};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int ctl_max_frame_bytes(const core_recipe *r, size_t *bytes) {
+    char path[4200];
+    wan_config cfg;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    if (wan_config_load(&cfg, path)) return core_error_push("controller: the bound on a worker's frames: ");
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    /* the decoded video as rollout/pipeline.c's decoder makes it: the latent frames (latent_rgb) or the recipe's */
+    const int rgb = r->choice.decoder == CORE_DECODER_LATENT_RGB;
+    const int fac = rgb ? WAN_LATENT_RGB_FACTOR : r->vae_scale_factor_spatial;
+    const size_t video = (size_t)(rgb ? F : r->frames) * (size_t)(H * fac) * (size_t)(W * fac) * 3;
+    *bytes = core_rollout_reply_max_frame(r->num_steps, cfg.in_channels, cfg.out_channels ? cfg.out_channels : cfg.in_channels,
+                                          F, H, W, r->batch_size, video);
+    return 0;
+}
+
+ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t max_frame_bytes, ctl_abort_fn abort_check,
+                     void *abort_ctx) {
+    ctl_server *c = calloc(1, sizeof *c);
+    if (!c) return core_error("out of memory"), NULL;
+    c->abort_check = abort_check, c->abort_ctx = abort_ctx;
+    c->ctx = zmq_ctx_new();
+    c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
+    int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
+    if (!c->router) {
+        core_error("zmq: cannot create the controller socket");
+        ctl_close(c);
+        return NULL;
+    }
+    zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
+    /* a connection that has not finished its (CURVE) handshake within 5 s is closed: what a peer without keys may
+     * hold, at most one frame of max_frame_bytes per connection, is held that long at most */
+    zmq_setsockopt(c->router, ZMQ_HANDSHAKE_IVL, &hs_ivl, sizeof hs_ivl);
+    const int64_t maxmsg = max_frame_bytes > 0 && max_frame_bytes <= (size_t)INT64_MAX ? (int64_t)max_frame_bytes : -1;
+    if (maxmsg < 0 || zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg)) {
+        core_error("controller: the frame bound %zu bytes cannot be set (ZMQ_MAXMSGSIZE)", max_frame_bytes);
+        ctl_close(c);
+        return NULL;
+    }
+    if (!strncmp(endpoint, "tcp://", 6)) {
+        zmq_setsockopt(c->router, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+        zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TIMEOUT, &hb_to, sizeof hb_to);
+        zmq_setsockopt(c->router, ZMQ_HEARTBEAT_TTL, &hb_ttl, sizeof hb_ttl);
+    }
+    if (keys) {
+        /* the ZAP handler first: without it libzmq's CURVE accepts any client key */
+        const char *allow[] = {keys->pub[CORE_CURVE_CLIENT]};
+        if (!core_curve_has(keys, CORE_CURVE_CLIENT, 0) ||
+            !(c->zap = core_curve_zap_start(c->ctx, allow, 1, "controller")) ||
+            core_curve_server(c->router, keys, CORE_CURVE_CONTROLLER)) {
+            if (!core_curve_has(keys, CORE_CURVE_CLIENT, 0)) core_error("the keys hold no client public key");
+            core_error_push("controller: ");
+            ctl_close(c);
+            return NULL;
+        }
+        c->keyed = 1;
+    }
+    /* A worker's connection closing (its process died, or TCP heartbeats timed out) is seen by the monitor: the
+     * event carries the connection's descriptor, which each worker's hello recorded (ZMQ_SRCFD). The PAIR has no
+     * receive limit, so a flood of refused connections never stalls libzmq's I/O thread on a full monitor queue. */
+    char mon_ep[64];
+    int hwm = 0;
+    snprintf(mon_ep, sizeof mon_ep, "inproc://ctl-monitor-%p", (void *)c);
+    if (zmq_socket_monitor(c->router, mon_ep, ZMQ_EVENT_DISCONNECTED) || !(c->mon = zmq_socket(c->ctx, ZMQ_PAIR)) ||
+        zmq_setsockopt(c->mon, ZMQ_LINGER, &linger, sizeof linger) ||
+        zmq_setsockopt(c->mon, ZMQ_RCVHWM, &hwm, sizeof hwm) || zmq_connect(c->mon, mon_ep)) {
+        core_error("controller: cannot monitor its socket: %s", zmq_strerror(errno));
+        ctl_close(c);
+        return NULL;
+    }
+    if (core_zmq_bind(c->router, endpoint)) {
+        core_error_push("controller: ");
+        ctl_close(c);
+        return NULL;
+    }
+    return c;
+}
+
+void ctl_close(ctl_server *c) {
+    if (!c) return;
+    if (c->router && c->mon) zmq_socket_monitor(c->router, NULL, 0);
+    if (c->mon) zmq_close(c->mon);
+    if (c->router) zmq_close(c->router);
+    core_curve_zap_stop(c->zap);
+    if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c);
+}
+
+int ctl_endpoint(const ctl_server *c, char *buf, size_t cap) {
+    size_t len = cap;
+    if (!cap || zmq_getsockopt(c->router, ZMQ_LAST_ENDPOINT, buf, &len))
+        return core_error("controller: cannot read its bound endpoint: %s", zmq_strerror(errno));
+    return 0;
+}
+
+int ctl_n_workers(const ctl_server *c) { return c->st.n; }
+const char *ctl_worker_id(const ctl_server *c, int w) { return c->st.w[w].id; }
+uint64_t ctl_worker_hello_hash(const ctl_server *c, int w) { return c->st.w[w].hello_hash; }
+int ctl_worker_hello_adapter(const ctl_server *c, int w, uint64_t *hash) {
+    *hash = c->st.w[w].hello_adapter_hash;
+    return c->st.w[w].hello_has_adapter;
+}
+long ctl_refused(const ctl_server *c) { return c->st.unexpected + core_curve_zap_refused(c->zap); }
+int ctl_worker_lost(const ctl_server *c, int w) { return c->st.w[w].lost; }
+int ctl_worker_rejoins(const ctl_server *c, int w) { return c->st.w[w].rejoins; }
+void ctl_set_rejoin_wait(ctl_server *c, double seconds) { c->rejoin_wait_s = seconds > 0 ? seconds : 0; }
+
+/* "worker-0, worker-1" (the lost ones) into buf. */
+static const char *lost_names(const ctl_server *c, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int w = 0; w < c->st.n && k + 1 < cap; w++)
+        if (c->st.w[w].lost) k += (size_t)snprintf(buf + k, cap - k, "%s%s", k ? ", " : "", c->st.w[w].id);
+    return buf;
+}
+
+/* Worker w is gone (why: "its connection closed", a send error): no more work or waits for it; a chunk it held goes
+ * back to the queue (ctl_rollout re-issues it to the next free worker); a sync or shutdown stops waiting for it. */
+static void lose(ctl_server *c, int w, const char *why) {
+    ctl_state *st = &c->st;
+    ctl_worker *x = &st->w[w];
+    if (x->lost) return;
+    x->lost = 1, x->fd = -1, x->done = 1, x->back = 0;
+    x->admit = CTL_ADMIT_READY, x->admit_id[0] = 0;
+    const int live = ctl_msg_live(st);
+    if (st->phase == CTL_SHUTDOWN) { /* told to leave: it did */
+        core_log_debug("controller: %s left (%s) during the shutdown", x->id, why);
+    } else if (st->phase == CTL_ROLLOUT && x->busy > 0 && x->busy <= st->n_chunks) {
+        const int k = x->busy - 1;
+        core_log_warn("controller: %s lost (%s) with chunk %s (%d sample(s)) in flight: it is re-issued to %s", x->id,
+                      why, st->ids[k], st->reqs[k].n, live ? "the next free worker" : "a worker that comes back");
+    } else {
+        core_log_warn("controller: %s lost (%s); %d rollout worker(s) left", x->id, why, live);
+    }
+    x->busy = 0;
+}
+
+/* Drains the ROUTER's disconnect events: a registered worker whose connection closed is lost. Called before every
+ * receive, so a disconnect is seen before any message of a later connection that reuses its descriptor. */
+static void drain_monitor(ctl_server *c) {
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev), zmq_msg_init(&addr);
+        if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev), zmq_msg_close(&addr);
+            return;
+        }
+        if (zmq_msg_more(&ev)) zmq_msg_recv(&addr, c->mon, 0);
+        uint16_t code = 0;
+        uint32_t fd = 0;
+        if (zmq_msg_size(&ev) >= 6) memcpy(&code, zmq_msg_data(&ev), 2), memcpy(&fd, (char *)zmq_msg_data(&ev) + 2, 4);
+        zmq_msg_close(&ev), zmq_msg_close(&addr);
+        if (code != ZMQ_EVENT_DISCONNECTED) continue;
+        for (int w = 0; w < c->st.n; w++)
+            if (!c->st.w[w].lost && c->st.w[w].fd > 0 && (uint32_t)c->st.w[w].fd == fd) lose(c, w, "its connection closed");
+    }
+}
+
+/* The tensors a sync sends for expert e: the attached LoRA adapter's when the sync is of adapters, else the model's. */
+static const wan_layout *sync_layout(const wan_model *m, int adapters, const float **params) {
+    *params = adapters ? m->lora->params : m->params;
+    return adapters ? &m->lora->layout : &m->layout;
+}
+
+/* What a sync of the experts with send[e] carries: adapters or full weights (LoRA: the experts that change carry
+ * adapters; only those travel, and the hash covers every expert's adapter), the whole-model hash, the tensor count
+ * and the tensor bytes. -1 with core_error on a mix of adapters and full weights. */
+static int sync_plan(const wan_model *const *experts, int n_experts, const uint8_t *send, int *adapters,
+                     uint64_t *model_hash, int *count, int64_t *payload) {
+    int a = -1;
+    for (int e = 0; e < n_experts; e++) {
+        if (!send[e]) continue;
+        const int has = experts[e]->lora != NULL;
+        if (a >= 0 && has != a)
+            return core_error("controller: a weight sync of one expert's LoRA adapter and another's full weights");
+        a = has;
+    }
+    *adapters = a < 0 ? 0 : a;
+    if (*adapters ? wan_models_adapters_hash(experts, n_experts, model_hash) < 0
+                  : wan_models_hash(experts, n_experts, model_hash))
+        return -1;
+    *count = 0, *payload = 0;
+    for (int e = 0; e < n_experts; e++)
+        if (send[e]) {
+            const float *p;
+            const wan_layout *L = sync_layout(experts[e], *adapters, &p);
+            *count += L->count, *payload += (int64_t)sizeof(float) * L->numel;
+        }
+    return 0;
+}
+
+/* Sends one weight sync to worker w: weights_begin "<tag>-begin", weights_tensor "<tag>-<e>-<i>" per tensor of the
+ * experts with send[e] and its xxh64, weights_end "<tag>-end" with the whole-model hash hx. -1 with core_error. */
+static int send_weights(ctl_server *c, int w, const char *tag, const wan_model *const *experts, int n_experts,
+                        const uint8_t *send, int adapters, int count, int64_t version, const char *hx) {
+    const ctl_worker *x = &c->st.w[w];
+    const void *rid = x->rid;
+    const size_t rl = x->rid_len;
+    char id[64];
+    snprintf(id, sizeof id, "%s-begin", tag);
+    json_t *f = json_pack("{s:I, s:i}", "policy_version", (json_int_t)version, "tensors_count", count);
+    if (adapters) json_object_set_new(f, "adapter", json_true());
+    int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
+    json_decref(f);
+    for (int e = 0; !rc && e < n_experts; e++) {
+        if (!send[e]) continue;
+        const wan_model *m = experts[e];
+        const float *params;
+        const wan_layout *L = sync_layout(m, adapters, &params);
+        for (int i = 0; !rc && i < L->count; i++) {
+            const wan_tensor *t = &L->tensors[i];
+            char name[160], th[17];
+            snprintf(name, sizeof name, "%s/%s", wan_expert_folder(e), t->name);
+            core_hash_hex(adapters ? wan_lora_tensor_hash(m->lora, i) : wan_tensor_hash(m, i), th);
+            snprintf(id, sizeof id, "%s-%d-%d", tag, e, i);
+            core_wire_tensor wt = {.name = "value", .dtype = CORE_F32, .ndim = t->ndim,
+                                   .data = params + t->offset, .nbytes = sizeof(float) * (size_t)t->numel};
+            memcpy(wt.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+            json_t *tf = json_pack("{s:s, s:s}", "name", name, "xxh64", th);
+            core_wire_built b;
+            rc = core_wire_build(CORE_WIRE_WEIGHTS_TENSOR, id, tf, &wt, 1, &b);
+            if (!rc) rc = core_zmq_send(c->router, rid, rl, &b);
+            core_wire_built_free(&b);
+            json_decref(tf);
+        }
+    }
+    snprintf(id, sizeof id, "%s-end", tag);
+    f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
+    if (!rc) rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_END, id, f);
+    json_decref(f);
+    return rc ? core_error_push("controller: weights to %s: ", x->id) : 0;
+}
+
+/* Records the weights every worker now holds (the experts' pointers are kept, not their bytes: they must stay
+ * valid and unchanged until the next record). */
+static void set_current(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                        int adapters, int64_t version, uint64_t hash) {
+    if (n_experts < 1 || n_experts > 2) {
+        c->have_cur = 0;
+        return;
+    }
+    if (!c->have_cur || c->cur_n != n_experts || c->cur_adapters != adapters) memset(c->cur_send, 0, sizeof c->cur_send);
+    c->have_cur = 1, c->cur_n = n_experts, c->cur_adapters = adapters;
+    for (int e = 0; e < n_experts; e++) c->cur[e] = experts[e], c->cur_send[e] |= send[e] != 0;
+    c->cur_version = version, c->cur_hash = hash;
+}
+
+/* The workers back from a restart (pending) get the weights every worker holds, under ids of their own
+ * ("j<n>-..."); their weights_ack (any phase) makes them ready. With no weights recorded yet they are ready at once:
+ * they hold what they loaded, as the others do (their hello matched their first one's). */
+static void admit_pending(ctl_server *c) {
+    ctl_state *st = &c->st;
+    for (int w = 0; w < st->n; w++) {
+        ctl_worker *x = &st->w[w];
+        if (x->lost || x->admit != CTL_ADMIT_PENDING) continue;
+        if (!c->have_cur) {
+            x->admit = CTL_ADMIT_READY;
+            core_log_warn("controller: %s is back at work (no weights were synced yet: it holds what it loaded)", x->id);
+            continue;
+        }
+        int adapters, count;
+        int64_t payload;
+        uint64_t hash;
+        char tag[32], hx[17];
+        snprintf(tag, sizeof tag, "j%" PRIu64, ++c->admit_seq);
+        core_hash_hex(c->cur_hash, hx);
+        if (sync_plan(c->cur, c->cur_n, c->cur_send, &adapters, &hash, &count, &payload) ||
+            send_weights(c, w, tag, c->cur, c->cur_n, c->cur_send, adapters, count, c->cur_version, hx)) {
+            char why[600];
+            snprintf(why, sizeof why, "its admission sync failed: %s", core_last_error());
+            core_error_clear();
+            lose(c, w, why);
+            continue;
+        }
+        x->admit = CTL_ADMIT_SYNCING;
+        snprintf(x->admit_id, sizeof x->admit_id, "%s-end", tag);
+        x->admit_version = c->cur_version, x->admit_hash = c->cur_hash;
+        core_log_warn("controller: %s is back (restart %d): sent it the weights of policy version %" PRId64
+                      " (xxh64 %s); it gets work once its hash is acknowledged", x->id, x->rejoins, c->cur_version, hx);
+    }
+}
+
+int ctl_set_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                    int64_t version) {
+    if (!experts) {
+        c->have_cur = 0;
+        return 0;
+    }
+    int adapters, count;
+    int64_t payload;
+    uint64_t hash;
+    if (sync_plan(experts, n_experts, send, &adapters, &hash, &count, &payload)) return -1;
+    set_current(c, experts, n_experts, send, adapters, version, hash);
+    admit_pending(c);
+    return 0;
+}
+
+/* After a handled message: a (re-)registered worker's connection descriptor, a restarted worker's admission. */
+static void after_event(ctl_server *c, core_zmq_msg *zm, const ctl_event *ev) {
+    if (ev->worker < 0) return;
+    ctl_worker *x = &c->st.w[ev->worker];
+    if (ev->registered) x->fd = zmq_msg_get(&zm->frames[zm->n - 1], ZMQ_SRCFD);
+    if (ev->rejoined) {
+        if (x->admit == CTL_ADMIT_READY) core_log_warn("controller: %s is back (restart %d)", x->id, x->rejoins);
+        admit_pending(c);
+    }
+    if (ev->admitted) {
+        x->back = 1;
+        char hx[17];
+        core_hash_hex(c->have_cur ? c->cur_hash : 0, hx);
+        core_log_warn("controller: %s is back at work: its weights of policy version %" PRId64 " hash to %s, as the "
+                      "trainer's", x->id, c->cur_version, hx);
+    }
+}
+
+/* Receives one message within the remaining time and applies the rules of trainer/net/ctl_msg.h: 0 with *zm, *m and
+ * *ev filled (the caller frees zm and m), 1 on nothing to act on yet (a refused message was answered, a worker was
+ * lost or came back, or nothing came: keep waiting), -1 on error, abort or time-out. */
+static int recv_one(ctl_server *c, double deadline, core_zmq_msg *zm, core_wire_msg *m, ctl_event *ev,
+                    const char *waiting_for) {
+    if (c->abort_check && c->abort_check(c->abort_ctx)) return -1;
+    if (now_s() > deadline) return core_error("controller: timed out waiting for %s", waiting_for);
+    zmq_pollitem_t it[2] = {{c->router, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0}};
+    int pr = zmq_poll(it, 2, 100);
+    if (pr < 0 && errno != EINTR) return core_error("controller: zmq poll: %s", zmq_strerror(errno));
+    drain_monitor(c); /* before the message: a disconnect comes before a later connection's messages */
+    if (pr <= 0 || !(it[0].revents & ZMQ_POLLIN)) return 1;
+    int r = core_zmq_recv(c->router, ZMQ_DONTWAIT, zm);
+    if (r) return r;
+    if (zm->n < 2) {
+        core_zmq_msg_close(zm);
+        return 1;
+    }
+    const void *rid = zmq_msg_data(&zm->frames[0]);
+    const size_t rl = zmq_msg_size(&zm->frames[0]);
+    ctl_reply reply;
+    int rc = 1;
+    if (c->keyed && !core_curve_peer(&zm->frames[1])) {
+        ctl_msg_refuse(&c->st, rid, rl, "unauthenticated", "the connection is not authenticated with the run's keys",
+                       &reply);
+    } else if (core_zmq_parse(zm, 1, NULL, m)) {
+        ctl_msg_refuse(&c->st, rid, rl, "bad_request", core_last_error(), &reply);
+        core_error_clear();
+    } else {
+        rc = ctl_msg_handle(&c->st, rid, rl, m, ev, &reply);
+        if (rc == 0) after_event(c, zm, ev);
+        if (rc == 0 && !ev->progress) rc = 1;
+        if (rc != 0) core_wire_msg_free(m);
+    }
+    /* never blocks: a peer that does not read cannot stall the controller; a failed reply is only logged */
+    if (reply.send && core_zmq_send_error_nowait(c->router, rid, rl, reply.id, reply.code, reply.reason))
+        core_log_debug("controller: error reply not delivered: %s", core_last_error());
+    if (rc != 0) core_zmq_msg_close(zm);
+    return rc < 0 ? -1 : rc;
+}
+
+int ctl_wait_workers(ctl_server *c, int n, double timeout_s) {
+    if (n > CTL_MAX_WORKERS) return core_error("controller: more than %d workers", CTL_MAX_WORKERS);
+    const double deadline = now_s() + timeout_s;
+    c->st.phase = CTL_HELLO;
+    c->st.want = n;
+    int rc = 0;
+    /* every worker registered and connected (one lost meanwhile is waited for: its restart takes its place) */
+    while (c->st.n < n || ctl_msg_live(&c->st) < c->st.n) {
+        core_zmq_msg zm;
+        core_wire_msg m;
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "the rollout workers' hello");
+        if (r < 0) {
+            rc = core_error_push("%d of %d workers connected: ", ctl_msg_live(&c->st), n);
+            break;
+        }
+        if (r) continue;
+        core_wire_msg_free(&m);
+        core_zmq_msg_close(&zm);
+    }
+    c->st.phase = CTL_IDLE;
+    return rc;
+}
+
+/* The lowest chunk neither finished nor held by a worker, or -1. */
+static int next_chunk(const ctl_state *st, const uint8_t *done, int n_chunks) {
+    for (int k = 0; k < n_chunks; k++) {
+        if (done[k]) continue;
+        int held = 0;
+        for (int w = 0; w < st->n && !held; w++) held = st->w[w].busy == k + 1;
+        if (!held) return k;
+    }
+    return -1;
+}
+
+int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_rollout_sample *samples, int n, int chunk,
+                double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx) {
+    ctl_state *st = &c->st;
+    if (st->n < 1) return core_error("controller: no rollout workers");
+    if (chunk < 1) chunk = 1;
+    const int n_chunks = (n + chunk - 1) / chunk;
+    core_rollout_request *reqs = calloc((size_t)n_chunks, sizeof *reqs);
+    char (*ids)[40] = calloc((size_t)n_chunks, sizeof *ids);
+    uint8_t *done = calloc((size_t)n_chunks, 1), *issued = calloc((size_t)n_chunks, 1);
+    int n_done = 0, rc = -1;
+    char names[1024];
+    memset(res, 0, sizeof *res * (size_t)n);
+    if (!reqs || !ids || !done || !issued) {
+        core_error("out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n_chunks; k++) {
+        reqs[k] = *tmpl;
+        reqs[k].samples = (core_rollout_sample *)samples + (size_t)k * chunk;
+        reqs[k].n = n - k * chunk < chunk ? n - k * chunk : chunk;
+        snprintf(ids[k], sizeof ids[k], "r%" PRIu64 "-%d", c->seq, k);
+    }
+    c->seq++;
+    for (int w = 0; w < st->n; w++) st->w[w].busy = 0;
+    st->reqs = reqs, st->ids = (const char(*)[40])ids, st->n_chunks = n_chunks, st->chunk = chunk;
+    st->res = res, st->chunk_done = done;
+    st->phase = CTL_ROLLOUT;
+    admit_pending(c);
+    double deadline = now_s() + timeout_s, alone_since = -1;
+    while (n_done < n_chunks) {
+        /* the lowest chunks nobody holds go to the free ready workers, in worker order: a lost worker's chunk again */
+        for (int w = 0; w < st->n; w++) {
+            ctl_worker *x = &st->w[w];
+            if (x->lost || x->admit != CTL_ADMIT_READY || x->busy) continue;
+            const int k = next_chunk(st, done, n_chunks);
+            if (k < 0) break;
+            core_wire_built b;
+            if (core_rollout_request_build(ids[k], &reqs[k], &b)) goto out;
+            int sr = core_zmq_send(c->router, x->rid, x->rid_len, &b);
+            core_wire_built_free(&b);
+            if (sr) { /* the worker is gone (ZMQ_ROUTER_MANDATORY: its routing id no longer reaches anyone) */
+                char why[600];
+                snprintf(why, sizeof why, "sending %s failed: %s", ids[k], core_last_error());
+                core_error_clear();
+                lose(c, w, why);
+                continue;
+            }
+            x->busy = k + 1;
+            if (issued[k]) core_log_warn("controller: chunk %s re-issued to %s", ids[k], x->id);
+            if (x->back) core_log_warn("controller: %s, back after a restart, works again: chunk %s", x->id, ids[k]);
+            issued[k] = 1, x->back = 0;
+        }
+        /* no worker left: a restarted one may come back (the supervisor restarts a dead worker), else the run stops */
+        if (ctl_msg_live(st) == 0) {
+            if (c->rejoin_wait_s <= 0) {
+                core_error("controller: no rollout worker is left (%s lost)", lost_names(c, names, sizeof names));
+                goto out;
+            }
+            if (alone_since < 0) {
+                alone_since = now_s();
+                core_log_warn("controller: no rollout worker is left (%s lost): waiting up to %.0f s for a restarted one",
+                              lost_names(c, names, sizeof names), c->rejoin_wait_s);
+            } else if (now_s() - alone_since > c->rejoin_wait_s) {
+                core_error("controller: no rollout worker is left (%s lost) and none came back within %.0f s",
+                           lost_names(c, names, sizeof names), c->rejoin_wait_s);
+                goto out;
+            }
+        } else {
+            alone_since = -1;
+        }
+        core_zmq_msg zm;
+        core_wire_msg m;
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "rollout results");
+        if (r < 0) goto out;
+        if (r) continue;
+        int bad = 0;
+        if (ev.chunk >= 0) {
+            const int k = ev.chunk;
+            n_done++;
+            deadline = now_s() + timeout_s;
+            if (on_chunk && on_chunk(ctx, reqs[k].samples, res + (size_t)k * chunk, reqs[k].n, ev.videos, ev.vshape)) bad = -1;
+        }
+        core_wire_msg_free(&m);
+        core_zmq_msg_close(&zm);
+        if (bad) goto out;
+    }
+    rc = 0;
+out:
+    if (rc)
+        for (int k = 0; done && k < n_chunks; k++)
+            if (done[k])
+                for (int j = 0; j < reqs[k].n; j++) core_rollout_result_free(&res[(size_t)k * chunk + j]);
+    for (int w = 0; w < st->n; w++) st->w[w].busy = 0;
+    st->phase = CTL_IDLE;
+    st->reqs = NULL, st->ids = NULL, st->n_chunks = 0, st->res = NULL, st->chunk_done = NULL;
+    free(reqs), free(ids), free(done), free(issued);
+    return rc;
+}
+
+/* A worker neither lost nor done: the sync or shutdown still waits for it. */
+static int waiting(const ctl_state *st) {
+    for (int w = 0; w < st->n; w++)
+        if (!st->w[w].lost && !st->w[w].done) return 1;
+    return 0;
+}
+
+int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                     int64_t version, double timeout_s, int *hash_match, int64_t *bytes) {
+    uint64_t model_hash;
+    int adapters, count;
+    int64_t payload;
+    *hash_match = 0;
+    if (bytes) *bytes = 0;
+    if (sync_plan(experts, n_experts, send, &adapters, &model_hash, &count, &payload)) return -1;
+    /* what a worker back from a restart gets from now on (with every expert sent so far) */
+    set_current(c, experts, n_experts, send, adapters, version, model_hash);
+    char hx[17], tag[32];
+    core_hash_hex(model_hash, hx);
+    snprintf(tag, sizeof tag, "w%" PRId64, version);
+    ctl_state *st = &c->st;
+    for (int w = 0; w < st->n; w++) {
+        ctl_worker *x = &st->w[w];
+        x->done = 1;
+        if (x->lost) continue;
+        if (send_weights(c, w, tag, experts, n_experts, send, adapters, count, version, hx)) {
+            char why[600];
+            snprintf(why, sizeof why, "%s", core_last_error());
+            core_error_clear();
+            lose(c, w, why);
+            continue;
+        }
+        x->done = 0;
+    }
+    if (bytes) *bytes = payload;
+    st->version = version, st->model_hash = model_hash;
+    snprintf(st->end_id, sizeof st->end_id, "%s-end", tag);
+    st->phase = CTL_SYNC;
+    int rc = 0;
+    const double deadline = now_s() + timeout_s;
+    while (waiting(st)) {
+        core_zmq_msg zm;
+        core_wire_msg m;
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "weights_ack");
+        if (r < 0) {
+            rc = -1;
+            break;
+        }
+        if (r) continue;
+        core_wire_msg_free(&m);
+        core_zmq_msg_close(&zm);
+    }
+    st->phase = CTL_IDLE;
+    *hash_match = rc == 0;
+    return rc;
+}
+
+void ctl_shutdown(ctl_server *c, double timeout_s) {
+    /* A shutdown follows a failure as often as a success: its own time-out must not replace the first error. */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", core_last_error());
+    ctl_state *st = &c->st;
+    for (int w = 0; w < st->n; w++) {
+        st->w[w].done = st->w[w].lost;
+        if (!st->w[w].lost &&
+            core_zmq_send_fields(c->router, st->w[w].rid, st->w[w].rid_len, CORE_WIRE_SHUTDOWN, "bye", NULL))
+            lose(c, w, "the shutdown could not be sent"); /* gone: no reply to wait for */
+    }
+    st->phase = CTL_SHUTDOWN;
+    const double deadline = now_s() + timeout_s;
+    ctl_abort_fn saved = c->abort_check;
+    c->abort_check = NULL;
+    while (waiting(st)) {
+        core_zmq_msg zm;
+        core_wire_msg m;
+        ctl_event ev;
+        int r = recv_one(c, deadline, &zm, &m, &ev, "shutdown replies");
+        if (r < 0) break;
+        if (r) continue;
+        core_wire_msg_free(&m);
+        core_zmq_msg_close(&zm);
+    }
+    st->phase = CTL_IDLE;
+    c->abort_check = saved;
+    if (first[0]) core_error("%s", first);
+    else core_error_clear();
+}

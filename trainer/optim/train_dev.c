@@ -1,0 +1,167 @@
+/* trainer/optim/train_dev.c — the optimizer step on a device and its host mirrors (see trainer/optim/train_dev.h). */
+#include "trainer/optim/train_dev.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/body/kb_optim.h"
+#include "trainer/optim/lora.h"
+
+/* What a step trains on the host (trainer/optim/lora.h: the adapter under LoRA, else the model) and on the device: the
+ * trained buffer's bf16 compute copy and its fp32 gradients. */
+static trainer_trained_buf host_buf(const wan_model *m) { return trainer_trained_buffer((wan_model *)m); }
+static kb_bf16 *dev_w16(const wan_dev_model *d) { return d->lora ? d->lora_w : d->w; }
+static float *dev_grads(const wan_dev_model *d) { return d->lora ? d->lora_grads : d->grads; }
+
+void trainer_dev_free(trainer_dev *D) {
+    if (D->x) {
+        const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+        for (int e = 0; e < 2; e++) dev->mem_free(D->master[e]), dev->mem_free(D->m[e]), dev->mem_free(D->v[e]);
+    }
+    memset(D, 0, sizeof *D);
+}
+
+int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    for (int e = 0; e < D->n_experts; e++) {
+        if (!D->trained[e]) continue;
+        const wan_model *m = D->pol[e];
+        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
+        if (opt[e]->lo != 0 || opt[e]->len != D->numel[e])
+            return core_error("trainer (model.device cuda): a sharded AdamW state (parallel.zero_stage) is not "
+                              "supported on the device");
+        D->host_stale[e] = 0;
+        if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || dev->mem_upload(D->m[e], opt[e]->m, bytes) ||
+            dev->mem_upload(D->v[e], opt[e]->v, bytes) || dev->mem_sync())
+            return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
+        /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
+         * weights */
+        wan_dev_model *d = wan_dev_exec_model(D->x, m);
+        if (!d || wan_dev_model_upload(d) || wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
+    }
+    D->moments_on_host = 1;
+    return 0;
+}
+
+int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
+                     optim_adamw *const *opt) {
+    memset(D, 0, sizeof *D);
+    D->x = x;
+    D->n_experts = n_experts;
+    const k_dev_ops *dev = wan_dev_exec_ops(x);
+    for (int e = 0; e < n_experts; e++) {
+        D->pol[e] = pol[e];
+        D->trained[e] = !trained || trained[e];
+        if (!D->trained[e]) continue;
+        D->numel[e] = host_buf(pol[e]).n; /* the adapter's under LoRA (a frozen base) */
+        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
+        if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(bytes)) ||
+            !(D->v[e] = dev->mem_alloc(bytes))) {
+            core_error_push("trainer (model.device cuda): %.1f MiB of fp32 master weights and AdamW moments for %s: ",
+                            3.0 * (double)bytes / 1048576.0, e ? "transformer_2" : "transformer");
+            trainer_dev_free(D);
+            return -1;
+        }
+    }
+    if (trainer_dev_upload(D, opt)) {
+        trainer_dev_free(D);
+        return -1;
+    }
+    return 0;
+}
+
+int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt) {
+    if (D->moments_on_host) return 0;
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    for (int e = 0; e < D->n_experts; e++) {
+        if (!D->trained[e]) continue;
+        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
+        if (dev->mem_download(opt[e]->m, D->m[e], bytes) || dev->mem_download(opt[e]->v, D->v[e], bytes))
+            return core_error_push("trainer (model.device cuda): downloading the AdamW moments: ");
+    }
+    if (dev->mem_sync()) return -1;
+    D->moments_on_host = 1;
+    return 0;
+}
+
+/* Expert e's master into its host params (4 bytes per trained parameter). */
+static int download_master(trainer_dev *D, int e) {
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    if (dev->mem_download(host_buf(D->pol[e]).params, D->master[e], (size_t)D->numel[e] * sizeof(float)) ||
+        dev->mem_sync())
+        return core_error_push("trainer (model.device cuda): the master weights' host copy: ");
+    D->host_stale[e] = 0;
+    return 0;
+}
+
+int trainer_dev_sync_host(trainer_dev *D, optim_adamw *const *opt) {
+    for (int e = 0; e < D->n_experts; e++)
+        if (D->trained[e] && D->host_stale[e] && download_master(D, e)) return -1;
+    return trainer_dev_sync_moments(D, opt);
+}
+
+int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                         optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info) {
+    trainer_dev *D = ctx;
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    if (optim_config_validate(ocfg)) return -1;
+    if (n_experts != D->n_experts)
+        return core_error("trainer_dev_opt_step: %d experts, the device state has %d", n_experts, D->n_experts);
+    wan_dev_model *d[2] = {NULL, NULL};
+    int first = -1;
+    double ss = 0.0; /* optim_grad_norm_multi: each trained expert's optim_sumsq, added in expert order */
+    for (int e = 0; e < n_experts; e++) {
+        if (trained && !trained[e]) continue;
+        if (policy[e] != D->pol[e] || !D->trained[e])
+            return core_error("trainer_dev_opt_step: expert %d is not the one whose state is on the device", e);
+        if (!(d[e] = wan_dev_exec_model(D->x, policy[e])) || !dev_grads(d[e]))
+            return core_error("trainer_dev_opt_step: expert %d has no device gradients", e);
+        double s;
+        if (dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s)) return -1;
+        ss += s;
+        if (first < 0) first = e;
+    }
+    if (first < 0) return core_error("algorithm.train_experts: no expert is trained");
+    const double norm = sqrt(ss);
+    if (!isfinite(norm))
+        return core_error("optim: gradient norm is %s at optimizer step %lld; parameters not updated",
+                          isnan(norm) ? "nan" : "inf", (long long)opt[first]->step);
+    const double coef = optim_clip_coef(norm, ocfg->max_grad_norm);
+    for (int e = 0; e < n_experts; e++) { /* optim_adamw_step_coef, on the device */
+        if (!d[e]) continue;
+        const int64_t n = D->numel[e];
+        float *g = dev_grads(d[e]);
+        if (coef < 1.0 && dev->scale(kb_out_f32(g), (float)coef, n)) return -1;
+        const double lr = optim_lr_at(ocfg, opt[e]->step);
+        const kb_adamw_scalars s =
+            kb_adamw_prepare(lr, ocfg->beta1, ocfg->beta2, ocfg->eps, ocfg->weight_decay, opt[e]->step + 1);
+        if (dev->adamw_update(D->master[e], D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]), n))
+            return core_error_push("trainer (model.device cuda): AdamW: ");
+        D->moments_on_host = 0;
+        /* the host mirror of the master (now, or marked stale for trainer_dev_sync_host), and (not under LoRA)
+         * proj_out.bias's fp32 device copy from the master's slice, through its place in the host params */
+        wan_model *m = policy[e];
+        D->host_stale[e] = 1;
+        if (!D->lazy_host && download_master(D, e)) return -1;
+        if (D->lazy_host) { /* the caller checks the host copy for non-finite weights (trainer/run/loop.c check_updated):
+                             * one sum of squares on the device says whether the master may hold one, and only then
+                             * is it brought to the host, where the check names the tensor and element */
+            double w2;
+            if (dev->sumsq(kb_in_f32(D->master[e]), n, &w2)) return -1;
+            if (!isfinite(w2) && download_master(D, e)) return -1;
+        }
+        const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
+        const size_t pb = (size_t)pout * sizeof(float);
+        if (!d[e]->lora && D->host_stale[e] &&
+            (dev->mem_download(m->w.proj_out_b, D->master[e] + (m->w.proj_out_b - m->params), pb) || dev->mem_sync()))
+            return core_error_push("trainer (model.device cuda): proj_out.bias from the master: ");
+        if (!d[e]->lora && dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, pb))
+            return core_error_push("trainer (model.device cuda): proj_out.bias's device copy: ");
+        opt[e]->step++;
+        if (wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
+        if (info) info->grad_norm = norm, info->clip_coef = coef, info->lr = lr;
+    }
+    return 0;
+}

@@ -1,0 +1,154 @@
+/* trainer/optim/train_dev.h — the optimizer half of the training step on a device (model.device cuda):
+ * every trained expert's fp32 master weights and AdamW moments live on the device, and the optimizer step runs there
+ * (kernels/cuda/k_cuda.h: sumsq for the global gradient norm, scale for clipping, adamw_update writing the fp32
+ * master AND the bf16 copy the device model computes with), so no weight crosses to the device after a step.
+ *
+ * The arithmetic is trainer/optim/optim.c's, bit for bit (kernels/body/kb_optim.h restates it; tests/test_kernel_bodies*.c
+ * and tests/test_train_dev.c check): norm = sqrt(sum over the trained experts, in order, of optim_sumsq of their
+ * gradients) (optim_grad_norm_multi), clip factor optim_clip_coef, gradients scaled by (float)factor when it is
+ * below 1, lr = optim_lr_at(step), AdamW at t = step + 1 (kb_adamw_prepare's fp32 scalars), no weight-decay mask
+ * (as the CPU trainer). So a device step on given gradients equals optim_adamw_step_coef on the same gradients.
+ *
+ * Host mirrors, which the rest of the trainer reads as on the CPU path. The fp32 master is downloaded into the host
+ * model's params after every step only when something reads them every step (lazy_host 0: an EMA, pushes to rollout
+ * workers in other processes, and the default); with lazy_host 1 (local mode without EMA: the in-process rollouts
+ * and evals use the device copy) a step only marks the host copy stale and trainer_dev_sync_host downloads it when
+ * the host needs it (before a checkpoint is written). That saves 4 bytes per parameter per step over the bus (5.7 GB
+ * at Wan 1.3B). proj_out.bias's fp32 device copy is refreshed from the master's slice (a few hundred bytes). The
+ * moments are downloaded only when the host needs them (trainer_dev_sync_moments / _sync_host: before a checkpoint
+ * is written), since nothing else reads them; after a resume the host state is uploaded again (trainer_dev_upload).
+ * The host optim_adamw keeps the step count.
+ *
+ * LoRA (model.lora): the trained buffer is each trained expert's adapter (trainer/optim/lora.h's trainer_trained_buffer):
+ * its fp32 master and moments live on the device, the step writes the adapter's bf16 copy, and the base stays a
+ * frozen bf16 copy (no master, no gradients); the KL reference is the same device model with the adapter off.
+ * Not here yet: several trainer ranks (gradients would be reduced over NCCL), ZeRO, an EMA of the adapters evaluated
+ * in process. trainer/run/run_setup.c refuses those recipes with model.device cuda. */
+#ifndef TRAINER_TRAIN_DEV_H
+#define TRAINER_TRAIN_DEV_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/recipe.h"
+
+#include "model/dit/wan_dev_exec.h"
+#include "trainer/optim/optim.h"
+
+typedef struct {
+    wan_dev_exec *x;
+    int n_experts;
+    const wan_model *pol[2];        /* the policy's host models (the keys of their device copies) */
+    uint8_t trained[2];
+    float *master[2], *m[2], *v[2]; /* device [numel] fp32; NULL for a frozen expert */
+    int64_t numel[2];
+    int moments_on_host;            /* 1: the host optim_adamw m, v equal the device's */
+    int lazy_host;                  /* 1: the master's host copy is made on demand (trainer_dev_sync_host) */
+    uint8_t host_stale[2];          /* 1: expert e's host params are older than its device master */
+} trainer_dev;
+
+/* Allocates the device state of every trained expert of pol (trained NULL: all) and uploads it: the master from the
+ * host params, the moments from opt[e] (zero for a fresh run), the device model's bf16 weights (version
+ * opt[e]->step). 0, or -1 (out of device memory; everything freed). */
+int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
+                     optim_adamw *const *opt);
+/* The host state (params, opt m, v, step) uploaded again: after a resume replaced it. */
+int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
+/* The device moments into the host opt[e] m, v (no-op when they are current there). */
+int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
+/* The device master into the host params of every expert whose host copy is stale (lazy_host), then the moments
+ * (trainer_dev_sync_moments): everything a checkpoint reads. No-op for what is current. 0, or -1 (a device error). */
+int trainer_dev_sync_host(trainer_dev *D, optim_adamw *const *opt);
+void trainer_dev_free(trainer_dev *D);
+
+/* The device-memory estimate (trainer/budget/train_dev_budget.c): what one process holds on its GPU, computed from the config
+ * and the recipe without a device. ONE function for both users: the trainer's start-up check (trainer/run/run_setup.c,
+ * against cudaMemGetInfo's free memory) and `vgrpo run --dry-run` (trainer/budget/budget_host.c, against the cards' sizes).
+ *
+ * Parts, in bytes (numel: one expert's parameters; t: what trains, the adapter's parameters under LoRA, else numel):
+ *   weights      bf16 device copies (wan_dev.h): 2 x numel per expert (the policy; a frozen expert; under LoRA the
+ *                frozen base), 2 x t per extra copy of a trained expert (the KL reference's bf16 copy under full
+ *                fine-tuning, an EMA evaluated in this process), the LoRA adapter's bf16 copy 2 x t; plus each
+ *                copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
+ *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
+ *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert
+ *   staging      the executor's one growing buffer: 4 x rows x ((C_in + C_out) F H W + L text_dim) of the largest forward
+ *   training     phase: wan_dev_acts_estimate(train shape, algorithm.activations) + the reference's WAN_ACTS_INFER
+ *                beside it (beta > 0), + LoRA's scratch 2 x rows x max(S, L) x rank bf16 (the policy's forward only)
+ *   rollout      phase (local mode, and a rollout worker): WAN_ACTS_INFER per distinct CFG setting of the experts
+ *                (rows = rollout.batch_size, doubled with CFG), + LoRA's scratch
+ *   allocated    = weights + gradients + optimizer + staging + the larger phase: every byte the DiT code asks
+ *                mem_alloc for at its peak (the emulated device counts exactly this: tests/test_dev_budget.c)
+ *   GPU only (the emulated device has no libraries): cuBLASLt's workspace TRAINER_DEV_LT_WS_MIB (gemm_lt.c's
+ *   WORKSPACE_BYTES); cuDNN's SDPA backward (training only): a workspace stated as the deterministic backward's fp32
+ *   dQ accumulator and fp32 row sums (4 x rows x S x dim + 4 x rows x heads x S), plus attn_cudnn.c's dQ, dK, dV
+ *   scratch (bf16, 2 x rows x S x dim + 2 x 2 x rows x max(S, L) x dim); the other scratch slots (reductions, the
+ *   bias-gradient vector: TRAINER_DEV_SCRATCH_MIB); a margin of TRAINER_DEV_MARGIN_PCT % of all that (at least
+ *   TRAINER_DEV_MARGIN_MIN_MIB) for cudaMalloc's granularity and fragmentation;
+ *   need         = allocated + workspaces + margin: what must be free when the process starts (checked at start-up)
+ *   context      the CUDA context and the libraries' loaded kernels, stated (TRAINER_DEV_CONTEXT_MIB, not measured:
+ *                cudaMemGetInfo's free memory already excludes it at start-up; on a card it counts)
+ *   total        = need + context: a card must hold this; compared with an 80 GB H100 (TRAINER_DEV_H100_MIB, what
+ *                cudaMemGetInfo reports as total) and a 141 GB H200 (TRAINER_DEV_H200_MIB). */
+#define TRAINER_DEV_LT_WS_MIB 32        /* kernels/cuda/gemm_lt.c WORKSPACE_BYTES */
+#define TRAINER_DEV_SCRATCH_MIB 16      /* kc_scratch's reduce, bias-gradient and scalar slots (a few MiB at Wan sizes) */
+#define TRAINER_DEV_CONTEXT_MIB 1024    /* stated: a Hopper CUDA context with lazy loading is 0.3-0.6 GiB, plus the
+                                           cuBLASLt and cuDNN kernels it loads; gpu_check has not measured it yet */
+#define TRAINER_DEV_MARGIN_PCT 5
+#define TRAINER_DEV_MARGIN_MIN_MIB 256
+#define TRAINER_DEV_H100_MIB 81559      /* H100 SXM 80 GB: nvidia-smi's / cudaMemGetInfo's total */
+#define TRAINER_DEV_H200_MIB 143771     /* H200 141 GB */
+
+typedef struct {
+    const wan_config *c;
+    int n_experts;
+    const uint8_t *trained; /* per expert; NULL: all */
+    int64_t lora_numel;     /* one trained expert's adapter parameters; 0: full fine-tuning */
+    int lora_rank;
+    int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA) */
+    int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
+    int train;              /* 0: no training (a rollout worker) */
+    wan_shape train_shape;  /* the largest training forward (B = micro-batch rows, CFG rows included) */
+    wan_acts_mode mode;     /* algorithm.activations */
+    int n_rollout;          /* rollout forwards held at once in the rollout phase (0, 1, or 2 with CFG on one expert
+                               and off on the other) */
+    wan_shape rollout[2];
+} trainer_dev_request;
+
+typedef struct {
+    double weights, grads, optim, staging; /* held the whole job once made */
+    double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
+    double roll_acts;   /* rollout phase */
+    double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
+    double lt_ws, attn_ws, scratch; /* GPU libraries' workspaces and the backend's scratch */
+    double margin, need, context, total;
+} trainer_dev_budget;
+
+/* The estimate of request q (nothing allocated). 0, or -1 with core_error (a config or shape the device refuses). */
+int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b);
+
+/* The request of a process of recipe r with transformer config c (n_experts experts; i2v: image prompts, per-token
+ * timesteps), then its estimate: worker 0 the trainer process (local mode: with the rollout in it; colocated: the
+ * trainer rank), 1 a rollout worker (the policy's bf16 copies, adapters included, and the rollout's activations).
+ * The keys read: mode, model.lora, algorithm.train_experts / micro_batch_size / activations / beta / ema_decay,
+ * rollout.batch_size / guidance_scale(_2) / text_len / frames / height / width. 0 or -1. */
+int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
+                                trainer_dev_budget *b);
+
+/* The estimate as a table (one line per part with its arithmetic, the total against the H100 and H200), to f. who
+ * names the process ("local process", "trainer rank", "rollout worker"); acts: algorithm.activations. */
+void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget *b, const char *acts);
+
+/* Prints the estimate (one line, stdout) and refuses it, naming the keys to change, when the device reports less
+ * free memory than b->need (mem_info; the emulated device reports none unless VGRPO_EMULATE_DEVICE_MIB is set). -1
+ * then. */
+int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const char *acts_key_value);
+
+/* trainer_config.opt_step on the device (ctx: a trainer_dev): the step described above over the trained experts'
+ * device gradients (accumulated by trainer_accumulate_experts with ex->dev), then the host mirrors. Errors (-1, no
+ * weights changed): an invalid config, a non-finite norm ("optim: gradient norm is nan at optimizer step N;
+ * parameters not updated"), policy models other than D's, a device failure. */
+int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                         optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info);
+
+#endif

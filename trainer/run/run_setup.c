@@ -1,0 +1,426 @@
+/* trainer/run/run_setup.c — what the trainer's jobs set up before the first step: the recipe checks that need no weights
+ * (trainer_check_recipe, also `vgrpo run --dry-run`), the parallel layout, the experts (policy, KL reference, Adam
+ * state), the prompts and their conditioning (model/text/text_cond.h: the same bytes a rollout worker computes), and
+ * the training config. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/fs.h"
+#include "model/flow/flow.h"
+#include "model/flow/guidance.h"
+#include "model/text/text_cond.h"
+#include "model/text/word_embed.h"
+#include "reward/scorers.h"
+#include "trainer/budget/budget.h"
+#include "trainer/step/grpo.h"
+#include "trainer/run/images.h"
+#include "trainer/optim/lora.h"
+#include "trainer/run/run_internal.h"
+#include "trainer/dp/zero.h"
+
+double trainer_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int trainer_optim_config(const core_recipe *r, optim_config *oc) {
+    memset(oc, 0, sizeof *oc);
+    oc->lr = r->lr, oc->beta1 = r->beta1, oc->beta2 = r->beta2, oc->eps = r->eps, oc->weight_decay = r->weight_decay;
+    oc->max_grad_norm = r->max_grad_norm;
+    oc->schedule = r->choice.schedule == CORE_SCHED_LINEAR   ? OPTIM_SCHED_LINEAR
+                   : r->choice.schedule == CORE_SCHED_COSINE ? OPTIM_SCHED_COSINE
+                                                             : OPTIM_SCHED_CONSTANT;
+    oc->warmup_steps = r->warmup_steps;
+    oc->total_steps = r->total_steps * r->optimizer_steps_per_rollout;
+    return optim_config_validate(oc);
+}
+
+int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
+    int need_color = 0;
+    for (int i = 0; i < r->scorers.n; i++) need_color |= !strcmp(r->scorers.v[i], "color_match");
+    const int words = r->choice.text_encoder == CORE_TEXT_WORD_EMBED;
+    for (int i = 0; i < p->n; i++) {
+        int n = wan_word_count(p->text[i]), c;
+        char at[4200];
+        if (words && n > r->text_len)
+            return core_error("%s: the prompt \"%s\" has %d words, more than rollout.text_len %d",
+                              core_prompts_where(p, i, at, sizeof at), p->text[i], n, r->text_len);
+        if (need_color) {
+            const char *col = json_string_value(json_object_get(p->meta[i], "color"));
+            const char *keys[1] = {"color"}, *vals[1] = {col};
+            reward_meta md = {col ? 1 : 0, keys, vals};
+            if (reward_target_color(p->text[i], &md, &c))
+                return core_error_push("%s (color_match): ", core_prompts_where(p, i, at, sizeof at));
+        }
+    }
+    return 0;
+}
+
+/* At least one trainable transition per sample, computed as the trainer will: the flow schedule's SDE steps (a
+ * log-prob exists where step_std > 0, so never with rollout.eta 0), each routed to its expert, the frozen ones left
+ * out, then the timestep selection. The number of experts is whether model.path has transformer_2/ (no weights read). */
+static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win) {
+    const int N = r->num_steps;
+    float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
+    uint8_t *has = malloc(2 * (size_t)N), *ex = malloc((size_t)N);
+    int rc = -1;
+    if (!sig || !ts || !has || !ex) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (flow_schedule(N, r->shift, sig, ts)) goto done;
+    char t2[4200];
+    snprintf(t2, sizeof t2, "%s/transformer_2", r->model_path);
+    const int n_experts = core_is_dir(t2) ? 2 : 1;
+    const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
+    int any = 0;
+    for (int i = 0; i < N; i++) {
+        flow_step st;
+        if (flow_step_init_kind(&st, trainer_flow_kind(r), sig[i], sig[i + 1], sig[1], r->eta)) goto done;
+        has[i] = (uint8_t)st.has_std;
+        ex[i] = (uint8_t)(n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
+        any |= has[i];
+    }
+    if (!any) {
+        core_error("rollout.eta: %g gives no SDE step, so no log-prob to train on (eta 0 is the ODE sampler: use it for "
+                   "eval, data.eval_eta)", (double)r->eta);
+        goto done;
+    }
+    int64_t count;
+    if (!trained[0] && !trained[1]) {
+        core_error("algorithm.train_experts: %s, but %s has one expert (no transformer_2/)", r->train_experts,
+                   r->model_path);
+        goto done;
+    }
+    if (win->size == 0) {
+        if (grpo_count_transitions_experts(sel, N, has, ex, 0, 1, trained, n_experts, &count)) goto done;
+    } else { /* every window position (the random draws' and the progressive schedule's) must have a trained step */
+        for (int lo = win->lo; lo + win->size <= win->hi; lo++) {
+            uint8_t *h = has + N; /* has holds N more bytes: the window's mask */
+            for (int i = 0; i < N; i++) h[i] = (uint8_t)(has[i] && i >= lo && i < lo + win->size);
+            if (grpo_count_transitions_experts(sel, N, h, ex, 0, 1, trained, n_experts, &count)) {
+                core_error_push("rollout.sde_window: the window at steps %d..%d: ", lo, lo + win->size - 1);
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+done:
+    free(sig), free(ts), free(has), free(ex);
+    return rc;
+}
+
+/* model.lora: the targets by name and the rank against the transformer's linears (its config.json, or the preset a
+ * dry run would use: trainer/budget/budget.h), without weights. */
+static int check_lora(const core_recipe *r) {
+    wan_lora_config lc;
+    wan_config c;
+    if (r->lora_rank < 1) return 0;
+    const int found = budget_transformer_config(r, &c, NULL, NULL, 0);
+    if (found < 0) return -1;
+    return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
+}
+
+/* model.device cuda: one device, every weight trained; what is not there yet is refused. */
+static int check_device(const core_recipe *r) {
+    if (r->choice.device != CORE_CUDA) return 0;
+    if (r->trainer_ranks != 1 || r->sp != 1)
+        return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
+                          "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
+                          r->trainer_ranks, r->sp);
+    if (r->lora_rank % 8)
+        return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
+                          "dimensions)", r->lora_rank);
+    if (r->lora_rank > 0 && r->ema_decay > 0)
+        return core_error("algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda is not implemented yet "
+                          "(0 with model.lora.rank %d)", r->lora_rank);
+    return 0;
+}
+
+/* The checks of trainer_check_recipe that read no file. */
+static int check_settings(const core_recipe *r) {
+    grpo_selection sel;
+    if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
+    sde_window win;
+    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r) || check_device(r))
+        return -1;
+    for (int i = 0; i < r->gold_scorers.n; i++)
+        if (!reward_find(r->gold_scorers.v[i])) return core_error_push("guard.gold_scorers.%d: ", i);
+    if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
+    /* the built-in scorers serve the in-process source and the reward server a job starts; an external
+     * reward.endpoint serves its own list, checked against its hello reply at the start (trainer/run/scorers.c) */
+    for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
+        if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
+    optim_config oc;
+    return trainer_optim_config(r, &oc);
+}
+
+/* Reads both prompt files (the recipe's limits) and checks them; on error nothing is left to free. */
+static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts *eval) {
+    const core_prompts_limits lim = core_recipe_prompt_limits(r);
+    memset(eval, 0, sizeof *eval);
+    if (core_prompts_read_limited(train, r->prompt_file, &lim)) return -1;
+    int bad = trainer_check_prompts(r, train);
+    if (!bad && r->prompts_per_step > train->n)
+        bad = core_error("rollout.prompts_per_step: %d distinct prompts per step, but %s has %d", r->prompts_per_step,
+                         r->prompt_file, train->n);
+    if (!bad) bad = core_prompts_read_limited(eval, r->eval_prompt_file, &lim) || trainer_check_prompts(r, eval);
+    const core_prompts *lists[2] = {train, eval};
+    if (!bad) bad = trainer_images_check(r, lists, 2, "data.prompt_file");
+    if (bad) core_prompts_free(train), core_prompts_free(eval);
+    return bad ? -1 : 0;
+}
+
+int trainer_check_recipe(const core_recipe *r) {
+    core_prompts train, eval;
+    if (check_settings(r) || read_prompts(r, &train, &eval)) return -1;
+    core_prompts_free(&train);
+    core_prompts_free(&eval);
+    return 0;
+}
+
+/* Every prompt's conditioning [n, L, td], contiguous so a sample's embedding is base + prompt index x L x td. */
+static float *embed_prompts(text_cond *tc, const core_prompts *p, int64_t ne) {
+    float *e = malloc(sizeof(float) * (size_t)p->n * (size_t)ne);
+    if (!e) return core_error("out of memory"), NULL;
+    for (int i = 0; i < p->n; i++) {
+        const float *x;
+        if (text_cond_embed(tc, p->text[i], &x)) return free(e), NULL;
+        memcpy(e + (int64_t)i * ne, x, sizeof(float) * (size_t)ne);
+    }
+    return e;
+}
+
+/* The trainer ranks' layout (parallel.trainer_ranks = dp x sp, parallel.ulysses_degree), validated against the
+ * transformer's config before any weights are read (sp_validate: heads % Ulysses degree, video tokens % sp), then
+ * the groups: the dp group of this rank and, with sp > 1, the SP/Ulysses/ring groups of USP attention. */
+static int setup_parallel(trainer_state *S, const core_recipe *r, const char *transformer_dir) {
+    const int world = S->dp ? S->dp->size : 1, rank = S->dp ? S->dp->rank : 0;
+    if (sp_topology_init(&S->topo, world, r->sp, r->ulysses_degree)) return -1;
+    S->me = sp_topology_rank(&S->topo, rank);
+    char cfgp[4300];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", transformer_dir);
+    wan_config c;
+    if (wan_config_load(&c, cfgp)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    const int pt = c.patch_size[0], ph = c.patch_size[1], pw = c.patch_size[2];
+    sp_attn_request req = {.num_heads = c.num_attention_heads,
+                           .tokens = (int64_t)(F / pt) * (H / ph) * (W / pw)};
+    if (sp_validate(world, r->sp, r->ulysses_degree, &req)) return -1;
+    S->red.grads = S->dp;
+    S->red.stats = S->dp;
+    S->red.zero_stage = r->zero_stage;
+    if (world == 1) return 0;
+    int colour, key;
+    if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
+        sp_comm_split(S->dp, colour, key, "dp", &S->dpg))
+        return core_error_push("trainer rank %d: dp group: ", rank);
+    S->red.stats = S->dpg;
+    if (r->sp > 1) {
+        if (sp_usp_init(&S->usp, S->dp, &S->topo, NULL)) return -1;
+        S->exec = (wan_exec){.ops = NULL, .attn_fwd = sp_usp_forward, .attn_bwd = sp_usp_backward, .attn_ctx = &S->usp,
+                             .sp = S->usp.sp};
+        S->ex = &S->exec;
+    }
+    return 0;
+}
+
+/* The experts of model.path: transformer/ and, when present, transformer_2/ (same config), with gradients, Adam
+ * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). With model.lora (trainer/optim/lora.h):
+ * the base without gradients, and each trained expert's adapter (A from Philox with model.lora.init_seed and the
+ * expert's index, B = 0: the policy equals the base bit for bit) with its gradients and Adam state. With
+ * parallel.zero_stage 1 or 2 the Adam state is this rank's shard (trainer/dp/zero.h). */
+static int load_experts(trainer_state *S, const core_recipe *r, const char *path0) {
+    char path[4200];
+    if (wan_model_load(&S->pol[0], path0)) return -1;
+    S->n_experts = 1;
+    snprintf(path, sizeof path, "%s/transformer_2", r->model_path);
+    if (core_is_dir(path)) {
+        if (wan_model_load(&S->pol[1], path)) return -1;
+        if (!wan_config_equal(&S->pol[0].cfg, &S->pol[1].cfg))
+            return core_error("model.path: %s/transformer and transformer_2 have different configs", r->model_path);
+        S->n_experts = 2;
+    }
+    S->trained[0] = core_recipe_trains_expert(r, 0);
+    S->trained[1] = S->n_experts == 2 && core_recipe_trains_expert(r, 1);
+    if (r->choice.train_experts == CORE_EXPERTS_TRANSFORMER_2 && S->n_experts == 1)
+        return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
+    S->first = S->trained[0] ? 0 : 1;
+    S->have_ref = r->beta > 0;
+    const int lora = trainer_lora_config(r, &S->pol[0].cfg, &S->lc);
+    if (lora < 0) return -1;
+    if (lora) { /* a frozen base: no gradients, no moments, no reference copy; an adapter per trained expert */
+        S->lora_on = 1;
+        const wan_model *mm[2] = {&S->pol[0], &S->pol[1]};
+        if (wan_models_hash(mm, S->n_experts, &S->base_hash)) return -1;
+        for (int e = 0; e < S->n_experts; e++) {
+            if (!S->trained[e]) continue;
+            if (wan_lora_init(&S->lora[e], &S->pol[e].cfg, &S->lc, e) || wan_lora_alloc_grads(&S->lora[e]) ||
+                wan_model_attach_lora(&S->pol[e], &S->lora[e]) ||
+                dp_zero_optim_init(&S->opt[e], S->lora[e].layout.numel, r->zero_stage, S->red.grads))
+                return -1;
+        }
+        return 0;
+    }
+    for (int e = 0; e < S->n_experts; e++) {
+        if ((!S->dx && wan_model_alloc_grads(&S->pol[e])) || /* on a device the gradients live there */
+            dp_zero_optim_init(&S->opt[e], S->pol[e].layout.numel, r->zero_stage, S->red.grads))
+            return -1;
+        if (r->beta > 0) {
+            if (wan_model_init(&S->ref[e], &S->pol[e].cfg)) return -1;
+            memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
+        }
+    }
+    return 0;
+}
+
+/* The conditioning of the training and eval prompts (read by trainer_setup; computed once; the negative prompt's
+ * too). */
+static int embed_all(trainer_state *S, const core_recipe *r) {
+    const int td = S->pol[0].cfg.text_dim;
+    S->ne = (int64_t)r->text_len * td;
+    text_cond *tc = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, td);
+    if (!tc) return -1;
+    const float *neg = text_cond_negative(tc);
+    int bad = !(S->emb_train = embed_prompts(tc, &S->train, S->ne)) || !(S->emb_eval = embed_prompts(tc, &S->eval, S->ne));
+    if (!bad && neg && !(S->emb_neg = malloc(sizeof(float) * (size_t)S->ne))) bad = core_error("out of memory");
+    if (!bad && neg) memcpy(S->emb_neg, neg, sizeof(float) * (size_t)S->ne);
+    text_cond_free(tc);
+    return bad ? -1 : 0;
+}
+
+/* Image to video: the prompts' image conditions (rank 0, which rolls out; trainer/run/images.h), set on the rollout source
+ * (core/rollout_source.h). */
+static int setup_images(trainer_state *S, const core_recipe *r) {
+    if (!S->train.n_images || !S->src) return 0;
+    const core_prompts *lists[2] = {&S->train, &S->eval};
+    float *tab[2];
+    const int64_t K = wan_cond_channels(&S->pol[0].cfg); /* I2V-A14B: concatenated channels */
+    if (trainer_images_encode(r, S->shape[0], K, lists, 2, tab)) return -1;
+    S->img_train = tab[0], S->img_eval = tab[1];
+    S->src->images = (core_rollout_images){.train = S->img_train, .eval = S->img_eval, .n_train = S->train.n,
+                                           .n_eval = S->eval.n, .shape = {S->shape[0], 1, S->shape[2], S->shape[3]},
+                                           .numel = S->shape[0] * S->shape[2] * S->shape[3]};
+    if (K) {
+        const int64_t s[4] = {K, S->shape[1], S->shape[2], S->shape[3]};
+        memcpy(S->src->images.shape, s, sizeof s);
+        S->src->images.numel = K * S->shape[1] * S->shape[2] * S->shape[3];
+    }
+    return 0;
+}
+
+/* model.device cuda: the DiT runs through the device executor (the forwards and backwards of trainer/step/train_step.c),
+ * the trained experts' master weights and moments live on the device and the optimizer step runs there
+ * (trainer/optim/train_dev.h, as tc.opt_step); the KL reference's bf16 copy is uploaded once. */
+static int setup_device(trainer_state *S) {
+    const core_recipe *r = S->r;
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    /* the estimate first (nothing allocated on the device yet): the one `vgrpo run --dry-run` prints */
+    trainer_dev_budget bud;
+    if (trainer_dev_estimate_recipe(r, &S->pol[0].cfg, S->n_experts, S->train.n_images > 0, 0, &bud) ||
+        trainer_dev_check_memory(S->dx, &bud, r->activations))
+        return -1;
+    if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
+    /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
+     * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
+    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0);
+    for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
+        if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
+    S->exec = (wan_exec){.dev = S->dx};
+    S->ex = &S->exec;
+    S->tc.opt_step = trainer_dev_opt_step;
+    S->tc.opt_step_ctx = &S->dev;
+    return 0;
+}
+
+int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
+    char path[4200];
+    S->r = r;
+    S->dp = dp;
+    S->rewards_fd = -1;
+    /* every check that needs no weights, the prompt files read once (and kept) */
+    if (check_settings(r) || read_prompts(r, &S->train, &S->eval) || core_prompts_xxh64(&S->train, &S->data_xxh64))
+        return -1;
+    snprintf(path, sizeof path, "%s/transformer", r->model_path);
+    struct stat sb;
+    if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
+                                           "`vgrpo init-model --preset tiny --out DIR`)", path);
+    if (setup_parallel(S, r, path) || wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
+        trainer_optim_config(r, &S->oc) ||
+        embed_all(S, r))
+        return -1;
+    if (wan_cond_kind(&S->pol[0].cfg) == WAN_COND_CONCAT && !S->train.n_images)
+        return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
+                          "the condition video's latents): it needs prompt files with an image per prompt (JSON lines)",
+                          path, S->pol[0].cfg.in_channels, S->pol[0].cfg.out_channels);
+    if (trainer_sampler_init(&S->smp, S->train.n, r->prompts_per_step, (uint64_t)r->seed)) return -1;
+    int F, H, W;
+    core_recipe_latent_size(r, &F, &H, &W);
+    S->shape[0] = S->pol[0].cfg.out_channels, S->shape[1] = F, S->shape[2] = H, S->shape[3] = W;
+    S->nl = S->shape[0] * F * H * W;
+    if (setup_images(S, r)) return -1;
+    memset(&S->tc, 0, sizeof S->tc);
+    if (grpo_selection_parse(r->timestep_selection, &S->tc.sel)) return -1;
+    S->tc.seed = (uint64_t)r->seed;
+    S->tc.clip_eps = r->clip_range;
+    S->tc.beta = r->beta;
+    S->tc.micro_batch_size = r->micro_batch_size;
+    S->tc.acts_mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
+                      : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
+                                                                      : WAN_ACTS_STORE;
+    S->tc.kind = trainer_flow_kind(r);
+    S->tc.guard = r->choice.loss == CORE_LOSS_GRPO_GUARD;
+    if (S->dx && setup_device(S)) return -1;
+    return sde_window_from_recipe(r, &S->win);
+}
+
+flow_kind trainer_flow_kind(const core_recipe *r) {
+    flow_kind k = {r->choice.sde_type == CORE_SDE_TYPE_CPS ? FLOW_CPS : FLOW_SDE,
+                   r->choice.cps_logprob == CORE_CPS_LOGP_FLOW_GRPO ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
+    return k;
+}
+
+void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollout_request *req) {
+    const core_recipe *r = S->r;
+    req->sde_type = S->tc.kind.type == FLOW_CPS;
+    req->logp_mode = S->tc.kind.logp == FLOW_LOGP_FLOW_GRPO;
+    req->return_means = S->tc.guard && req->return_trajectories;
+    if (S->win.size > 0) sde_window_of_round(&S->win, r->num_steps, round, &req->window_lo, &req->window_hi);
+}
+
+void trainer_teardown(trainer_state *S) {
+    if (S->dx) { /* the executor may outlive us (shared with the local source): our models' device copies go now */
+        trainer_dev_free(&S->dev);
+        for (int e = 0; e < 2; e++) {
+            wan_dev_exec_forget(S->dx, &S->pol[e]);
+            wan_dev_exec_forget(S->dx, &S->ref[e]);
+            wan_dev_exec_forget(S->dx, &S->ema[e]);
+        }
+        wan_dev_exec_close(S->dx);
+        S->dx = NULL;
+    }
+    for (int e = 0; e < 2; e++) {
+        wan_model_free(&S->pol[e]); /* leaves the attached adapter: the trainer's own (wan_lora.h) */
+        wan_model_free(&S->ema[e]);
+        wan_model_free(&S->ref[e]);
+        wan_lora_free(&S->lora[e]);
+        wan_lora_free(&S->ema_lora[e]);
+        optim_adamw_free(&S->opt[e]);
+    }
+    if (S->ex) sp_usp_release(&S->usp);
+    sp_comm_destroy(S->dpg);
+    core_prompts_free(&S->train);
+    core_prompts_free(&S->eval);
+    trainer_sampler_free(&S->smp);
+    free(S->emb_train), free(S->emb_eval), free(S->emb_neg), free(S->img_train), free(S->img_eval);
+    core_metrics_close(S->metrics);
+    if (S->rewards_fd >= 0) close(S->rewards_fd);
+}
