@@ -27,16 +27,19 @@ static long long nth_after(const char *s, const char *key, int n) {
     return p ? atoll(p) : -1;
 }
 
-/* A 1-step emulated run and the dry run of the same recipe; the peak(s) and the estimate(s) compared. */
-static void compare(const char *dir, const char *name, const char *extra, int colocated) {
+/* A 1-step emulated run and the dry run of the same recipe (recipes/<recipe>.yaml with the model at <dir>/<model>);
+ * the peak(s) and the estimate(s) compared. */
+static void compare_recipe(const char *dir, const char *recipe, const char *model, const char *name,
+                           const char *extra, int colocated) {
     char run[16384], dry[16384], log[16384];
     const char *bin = test_vgrpo_bin();
-    const int st = test_run(run, sizeof run, EMU "%s run recipes/tiny-cpu.yaml " SMALL " --set model.path=%s/model "
-                                             "--set logging.run_dir=%s/%s %s 2>&1", bin, dir, dir, name, extra);
+    const int st = test_run(run, sizeof run, EMU "%s run recipes/%s.yaml " SMALL " --set model.path=%s/%s "
+                                             "--set logging.run_dir=%s/%s %s 2>&1", bin, recipe, dir, model, dir,
+                            name, extra);
     if (st) test_fail(__FILE__, __LINE__, "%s: the emulated run failed: %s", name, run);
-    REQUIRE(test_run(dry, sizeof dry, "%s run recipes/tiny-cpu.yaml " SMALL " --set model.path=%s/model "
-                                      "--set logging.run_dir=%s/%s-dry %s --dry-run 2>&1", bin, dir, dir, name,
-                     extra) == 0);
+    REQUIRE(test_run(dry, sizeof dry, "%s run recipes/%s.yaml " SMALL " --set model.path=%s/%s "
+                                      "--set logging.run_dir=%s/%s-dry %s --dry-run 2>&1", bin, recipe, dir, model,
+                     dir, name, extra) == 0);
     const long long peak = nth_after(run, "emulated device: peak ", 0);
     /* the dry run's "(N bytes: always + the larger phase)" figures, in process order */
     long long fig[2] = {-1, -1};
@@ -57,6 +60,10 @@ static void compare(const char *dir, const char *name, const char *extra, int co
     }
 }
 
+static void compare(const char *dir, const char *name, const char *extra, int colocated) {
+    compare_recipe(dir, "tiny-cpu", "model", name, extra, colocated);
+}
+
 TEST(dev_budget_equals_emulated_peak) {
     const char *dir = test_tmpdir();
     char out[4096];
@@ -67,6 +74,19 @@ TEST(dev_budget_equals_emulated_peak) {
     compare(dir, "ckpt-ema-eval", "--set algorithm.activations=checkpoint --set algorithm.ema_decay=0.9 "
                                   "--set logging.eval_every=1 --set rollout.batch_size=8", 0);
     compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0", 1);
+}
+
+/* Image to video: TI2V's first-frame conditioning runs the DiT with a timestep per token, I2V-A14B's concatenated
+ * condition with one per row (model/flow/denoise.h); the estimate sizes each as the step runs it (it sized I2V-A14B
+ * per token: twice the rollout's activations at 14,040 tokens). */
+TEST(dev_budget_image_to_video_equals_emulated_peak) {
+    const char *dir = test_tmpdir();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 3 >/dev/null && "
+                     "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null", test_vgrpo_bin(), dir,
+                     test_vgrpo_bin(), dir) == 0);
+    compare_recipe(dir, "tiny-cpu-i2v", "ti2v", "ti2v", "--set logging.eval_every=0", 0);
+    compare_recipe(dir, "tiny-cpu-i2v-a14b", "a14b", "a14b", "--set logging.eval_every=0 --set parallel.sp=1", 0);
 }
 
 /* The one-GPU recipes: valid without weights, on the device in one process, saving checkpoints, and fitting an 80 GB

@@ -284,9 +284,12 @@ typedef struct {
     double adapters;       /* LoRA: bytes of the trained experts' adapters together (0 without LoRA) */
 } sizes;
 
-/* The DiT's shape for a call of B rows (timestep [B]). */
+/* The DiT's shape for a call of B rows: timesteps [B], or [B, S] for image to video through the latent (TI2V's
+ * first-frame conditioning, model/flow/denoise.h's per_token; I2V-A14B's concatenated condition keeps one per row). */
 static wan_shape dit_shape(const sizes *z, int B) {
-    return (wan_shape){.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len};
+    const int per_token = z->e->n_images > 0 && wan_cond_kind(&z->e->dit) == WAN_COND_LATENT;
+    return (wan_shape){.B = B, .F = z->e->F, .H = z->e->H, .W = z->e->W, .L = z->r->text_len,
+                       .per_token_timestep = per_token};
 }
 
 /* LoRA's two [rows, r] scratch buffers of one wan_acts (model/dit/wan_lora.h: wan_lora_scratch_floats). */
@@ -304,7 +307,7 @@ static double rollout_bytes(const sizes *z, int n) {
     double a = 0;
     if (z->cfg_any) a += dit_acts(c, &two, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
     if (z->nocfg_any) a += dit_acts(c, &one, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
-    return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + 2.0 * z->nl); /* x, vout, enc, v, eps */
+    return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + z->nl); /* the step's x, out, enc; eps */
 }
 
 /* The decoder: its weights and decode state (held once decoded) and, while decoding, the fp32 video. */
@@ -348,8 +351,9 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
             dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
+    /* the step's rows x, enc, out and dout (model/flow/denoise.h); the SDE means and reference means; dv */
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
-        F32 * (2.0 * cap * (3.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + 2.0 * z->nl));
+        F32 * (2.0 * cap * (2.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + z->nl));
 }
 
 /* Weights, gradients, AdamW, reference and EMA of the trainer; prompt embeddings; the text encoder at start-up.

@@ -111,7 +111,9 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
     const int cfg1 = flow_cfg_active(r->guidance_scale), cfg2 = n_experts == 2 && flow_cfg_active(r->guidance_scale_2);
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
-    const wan_shape base = {.B = 1, .F = F, .H = H, .W = W, .L = r->text_len, .per_token_timestep = i2v};
+    /* per-token timesteps for TI2V's first-frame conditioning only; I2V-A14B keeps one per row (model/flow/denoise.h) */
+    const wan_shape base = {.B = 1, .F = F, .H = H, .W = W, .L = r->text_len,
+                            .per_token_timestep = i2v && wan_cond_kind(c) == WAN_COND_LATENT};
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
                              .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
