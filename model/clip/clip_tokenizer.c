@@ -17,6 +17,7 @@
 #include <utf8proc.h>
 
 #include "core/error.h"
+#include "core/strbuf.h"
 
 #define MAX_NORM 8
 #define MAX_SPECIAL 8
@@ -56,25 +57,7 @@ struct clip_tokenizer {
     int32_t pad_id;
 };
 
-/* ---- small buffers ---- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static int sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return core_error("clip tokenizer: out of memory");
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
+/* ---- a growable id buffer (strings: core/strbuf.h) ---- */
 
 typedef struct {
     int32_t *p;
@@ -367,7 +350,7 @@ static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *
     t->mrank = malloc(mcap * sizeof *t->mrank);
     t->mid = malloc(mcap * sizeof *t->mid);
     if (!t->mkey || !t->mrank || !t->mid) return core_error("clip tokenizer: out of memory");
-    sbuf cat = {0};
+    core_sbuf cat = {0};
     int rc = 0;
     json_array_foreach(merges, i, e) {
         const char *a, *b;
@@ -390,7 +373,7 @@ static int parse_model(clip_tokenizer *t, json_t *m, json_t *added, const char *
         }
         int ia = vocab_find(t, a, (int)la), ib = vocab_find(t, b, (int)lb);
         cat.n = 0;
-        if (sb_add(&cat, a, la) || sb_add(&cat, b, lb)) {
+        if (core_sbuf_add(&cat, a, la) || core_sbuf_add(&cat, b, lb)) {
             rc = -1;
             break;
         }
@@ -520,10 +503,10 @@ int32_t clip_tok_pad_id(const clip_tokenizer *t) { return t->pad_id; }
 
 /* The normalizer steps on s[0..n), into *out (malloc'd, NUL-terminated; *outn bytes). */
 static int normalize(const clip_tokenizer *t, const char *s, size_t n, char **out, size_t *outn) {
-    sbuf cur = {0};
-    if (sb_add(&cur, s, n)) return -1;
+    core_sbuf cur = {0};
+    if (core_sbuf_add(&cur, s, n)) return -1;
     for (int k = 0; k < t->nnorm; k++) {
-        sbuf nx = {0};
+        core_sbuf nx = {0};
         if (t->norm[k] == NORM_NFC) {
             utf8proc_uint8_t *m = NULL;
             utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)cur.p, (utf8proc_ssize_t)cur.n, &m,
@@ -532,7 +515,7 @@ static int normalize(const clip_tokenizer *t, const char *s, size_t n, char **ou
                 free(cur.p);
                 return core_error("clip tokenizer: NFC: %s", utf8proc_errmsg(r));
             }
-            int rc = sb_add(&nx, (const char *)m, (size_t)r);
+            int rc = core_sbuf_add(&nx, (const char *)m, (size_t)r);
             free(m);
             if (rc) {
                 free(cur.p);
@@ -546,16 +529,16 @@ static int normalize(const clip_tokenizer *t, const char *s, size_t n, char **ou
                 int rc = 0;
                 if (t->norm[k] == NORM_SPACES) {
                     if (is_space(c)) {
-                        if (!in_space) rc = sb_add(&nx, " ", 1);
+                        if (!in_space) rc = core_sbuf_add(&nx, " ", 1);
                         in_space = 1;
                     } else {
-                        rc = sb_add(&nx, cur.p + i, (size_t)l), in_space = 0;
+                        rc = core_sbuf_add(&nx, cur.p + i, (size_t)l), in_space = 0;
                     }
                 } else if (c == 0x130) { /* the one unconditional multi-character lowercase mapping */
-                    rc = sb_add(&nx, "i\xCC\x87", 3);
+                    rc = core_sbuf_add(&nx, "i\xCC\x87", 3);
                 } else {
                     utf8proc_uint8_t e[4];
-                    rc = sb_add(&nx, (const char *)e, (size_t)utf8proc_encode_char(utf8proc_tolower(c), e));
+                    rc = core_sbuf_add(&nx, (const char *)e, (size_t)utf8proc_encode_char(utf8proc_tolower(c), e));
                 }
                 if (rc) {
                     free(cur.p), free(nx.p);
@@ -566,7 +549,7 @@ static int normalize(const clip_tokenizer *t, const char *s, size_t n, char **ou
         }
         free(cur.p);
         cur = nx;
-        if (!cur.p && sb_add(&cur, "", 0)) return -1;
+        if (!cur.p && core_sbuf_add(&cur, "", 0)) return -1;
     }
     *out = cur.p, *outn = cur.n;
     return 0;
@@ -594,19 +577,19 @@ static size_t run_end(const char *s, size_t n, size_t i, int cls, int single) {
 }
 
 /* BPE of one word (bytes s[0..n)), its ids appended to out; or with dbg, the word appended in byte symbols. */
-static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, sbuf *dbg) {
+static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
     if (!n) return 0;
     if (dbg) {
-        if (dbg->n && sb_add(dbg, "|", 1)) return -1;
+        if (dbg->n && core_sbuf_add(dbg, "|", 1)) return -1;
         for (size_t i = 0; i < n; i++)
-            if (sb_add(dbg, t->sym[(unsigned char)s[i]], (size_t)t->symlen[(unsigned char)s[i]])) return -1;
+            if (core_sbuf_add(dbg, t->sym[(unsigned char)s[i]], (size_t)t->symlen[(unsigned char)s[i]])) return -1;
         return 0;
     }
     if (t->ignore_merges) {
-        sbuf w = {0};
+        core_sbuf w = {0};
         int rc = 0;
-        for (size_t i = 0; i < n && !rc; i++) rc = sb_add(&w, t->sym[(unsigned char)s[i]], (size_t)t->symlen[(unsigned char)s[i]]);
-        if (!rc) rc = sb_add(&w, t->eow, strlen(t->eow));
+        for (size_t i = 0; i < n && !rc; i++) rc = core_sbuf_add(&w, t->sym[(unsigned char)s[i]], (size_t)t->symlen[(unsigned char)s[i]]);
+        if (!rc) rc = core_sbuf_add(&w, t->eow, strlen(t->eow));
         int id = rc ? -1 : vocab_find(t, w.p, (int)w.n);
         free(w.p);
         if (rc) return -1;
@@ -639,7 +622,7 @@ static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out,
 }
 
 /* ByteLevel's GPT-2 split of one word (no whitespace inside): contractions, then runs of letters, numbers, others. */
-static int byte_level(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, sbuf *dbg) {
+static int byte_level(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
     if (!t->byte_regex) return bpe_word(t, s, n, out, dbg);
     for (size_t i = 0; i < n;) {
         size_t e = contraction(s + i, n - i);
@@ -657,7 +640,7 @@ static int byte_level(const clip_tokenizer *t, const char *s, size_t n, ibuf *ou
 }
 
 /* The Split pre-tokenizer (CLIP's pattern, matches kept, the rest dropped) over normalised text. */
-static int pre_tokenize(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, sbuf *dbg) {
+static int pre_tokenize(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
     static const char *lit[2] = {"<|startoftext|>", "<|endoftext|>"};
     for (size_t i = 0; i < n;) {
         int32_t c;
@@ -695,13 +678,13 @@ static int find_added(const clip_tokenizer *t, const char *s, size_t n, int norm
     return -1;
 }
 
-static int emit_added(const clip_tokenizer *t, int k, ibuf *out, sbuf *dbg) {
+static int emit_added(const clip_tokenizer *t, int k, ibuf *out, core_sbuf *dbg) {
     if (!dbg) return ib_add(out, t->added[k].id);
-    return (dbg->n && sb_add(dbg, "|", 1)) || sb_add(dbg, t->added[k].s, (size_t)t->added[k].len) ? -1 : 0;
+    return (dbg->n && core_sbuf_add(dbg, "|", 1)) || core_sbuf_add(dbg, t->added[k].s, (size_t)t->added[k].len) ? -1 : 0;
 }
 
 /* Normalised text: split on the normalized added tokens, the rest pre-tokenised and BPE'd. */
-static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, sbuf *dbg) {
+static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
     while (n) {
         size_t at;
         int k = find_added(t, s, n, 1, &at);
@@ -715,7 +698,7 @@ static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, i
 }
 
 /* The content tokens of text[0..len) (no special tokens of the post-processor). */
-static int encode_content(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, sbuf *dbg) {
+static int encode_content(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
     if (!utf8_valid(s, n)) return core_error("clip tokenizer: the text is not valid UTF-8");
     while (n) {
         size_t at;
@@ -768,8 +751,8 @@ int clip_tok_encode_padded(const clip_tokenizer *t, const char *text, size_t len
 }
 
 char *clip_tok_debug_words(const clip_tokenizer *t, const char *text, size_t len) {
-    sbuf d = {0};
-    if (sb_add(&d, "", 0) || encode_content(t, text, len, NULL, &d)) {
+    core_sbuf d = {0};
+    if (core_sbuf_add(&d, "", 0) || encode_content(t, text, len, NULL, &d)) {
         free(d.p);
         return NULL;
     }

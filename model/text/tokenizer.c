@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/strbuf.h"
 #include "model/text/tok_internal.h"
 
 #define MAX_STEPS 16
@@ -51,26 +52,6 @@ struct tok_tokenizer {
     int32_t pre_ids[MAX_SPECIAL], post_ids[MAX_SPECIAL];
     int npre, npost;
 };
-
-/* ---- growable byte buffer ---- */
-typedef struct {
-    char *p;
-    size_t n, cap;
-} sbuf;
-
-static int sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return core_error("tokenizer: out of memory");
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
 
 /* ---- vocabulary hash (FNV-1a over bytes, built incrementally for prefix search) ---- */
 #define FNV_BASIS 1469598103934665603ULL
@@ -178,20 +159,20 @@ static const char *charsmap_lookup(const tok_tokenizer *t, const unsigned char *
     return NULL;
 }
 
-static int norm_precompiled(const tok_tokenizer *t, const char *s, size_t n, sbuf *out) {
+static int norm_precompiled(const tok_tokenizer *t, const char *s, size_t n, core_sbuf *out) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
         size_t g = tok_grapheme_len(u + i, n - i), rl;
         const char *r;
         if (g < 6 && (r = charsmap_lookup(t, u + i, g, &rl))) {
-            if (sb_add(out, r, rl)) return -1;
+            if (core_sbuf_add(out, r, rl)) return -1;
         } else {
             for (size_t j = i; j < i + g;) {
                 uint32_t cp;
                 size_t cl = (size_t)tok_utf8_decode(u + j, n - j, &cp);
                 r = charsmap_lookup(t, u + j, cl, &rl);
-                if (r ? sb_add(out, r, rl) : sb_add(out, s + j, cl)) return -1;
+                if (r ? core_sbuf_add(out, r, rl) : core_sbuf_add(out, s + j, cl)) return -1;
                 j += cl;
             }
         }
@@ -200,7 +181,7 @@ static int norm_precompiled(const tok_tokenizer *t, const char *s, size_t n, sbu
     return 0;
 }
 
-static int norm_strip(const char *s, size_t n, int left, int right, sbuf *out) {
+static int norm_strip(const char *s, size_t n, int left, int right, core_sbuf *out) {
     const unsigned char *u = (const unsigned char *)s;
     size_t a = 0, b = n, i = 0, last_end = 0, first = n;
     int seen = 0;
@@ -216,34 +197,34 @@ static int norm_strip(const char *s, size_t n, int left, int right, sbuf *out) {
     if (left) a = seen ? first : n;
     if (right) b = seen ? last_end : (left ? n : 0);
     if (b < a) b = a;
-    return sb_add(out, s + a, b - a);
+    return core_sbuf_add(out, s + a, b - a);
 }
 
-static int norm_replace_str(const char *s, size_t n, const char *pat, const char *rep, sbuf *out) {
+static int norm_replace_str(const char *s, size_t n, const char *pat, const char *rep, core_sbuf *out) {
     size_t pl = strlen(pat), rl = strlen(rep), i = 0;
-    if (!pl) return sb_add(out, s, n);
+    if (!pl) return core_sbuf_add(out, s, n);
     while (i < n) {
         if (i + pl <= n && !memcmp(s + i, pat, pl)) {
-            if (sb_add(out, rep, rl)) return -1;
+            if (core_sbuf_add(out, rep, rl)) return -1;
             i += pl;
         } else {
-            if (sb_add(out, s + i, 1)) return -1;
+            if (core_sbuf_add(out, s + i, 1)) return -1;
             i++;
         }
     }
     return 0;
 }
 
-static int norm_replace_spaces(const char *s, size_t n, const char *rep, sbuf *out) { /* Regex " {2,}" */
+static int norm_replace_spaces(const char *s, size_t n, const char *rep, core_sbuf *out) { /* Regex " {2,}" */
     size_t i = 0;
     while (i < n) {
         size_t j = i;
         while (j < n && s[j] == ' ') j++;
         if (j - i >= 2) {
-            if (sb_add(out, rep, strlen(rep))) return -1;
+            if (core_sbuf_add(out, rep, strlen(rep))) return -1;
             i = j;
         } else {
-            if (sb_add(out, s + i, 1)) return -1;
+            if (core_sbuf_add(out, s + i, 1)) return -1;
             i++;
         }
     }
@@ -252,12 +233,12 @@ static int norm_replace_spaces(const char *s, size_t n, const char *rep, sbuf *o
 
 /* Runs the normaliser steps; *res is malloc'd (possibly ""). */
 static int normalize(const tok_tokenizer *t, const char *text, char **res, size_t *reslen) {
-    sbuf cur = {0};
-    if (sb_add(&cur, text, strlen(text))) return -1;
+    core_sbuf cur = {0};
+    if (core_sbuf_add(&cur, text, strlen(text))) return -1;
     for (int k = 0; k < t->nsteps; k++) {
         const norm_step *st = &t->steps[k];
-        sbuf nx = {0};
-        int rc = sb_add(&nx, "", 0);
+        core_sbuf nx = {0};
+        int rc = core_sbuf_add(&nx, "", 0);
         if (!rc) {
             if (st->type == STEP_PRECOMPILED) rc = norm_precompiled(t, cur.p, cur.n, &nx);
             else if (st->type == STEP_STRIP) rc = norm_strip(cur.p, cur.n, st->left, st->right, &nx);
@@ -371,15 +352,15 @@ static int pretokenize(const tok_tokenizer *t, const char *text, int (*fn)(const
     char *norm;
     size_t nl;
     if (normalize(t, text, &norm, &nl)) return -1;
-    sbuf m = {0};
-    int rc = sb_add(&m, "", 0);
+    core_sbuf m = {0};
+    int rc = core_sbuf_add(&m, "", 0);
     if (!rc && t->has_meta) {
         /* spaces become the replacement first; the prefix is added only when the result does not start with it */
         if (t->prepend && nl > 0 && norm[0] != ' ' && !(nl >= (size_t)t->rep_len && !memcmp(norm, t->rep, (size_t)t->rep_len)))
-            rc = sb_add(&m, t->rep, (size_t)t->rep_len);
-        for (size_t i = 0; i < nl && !rc; i++) rc = norm[i] == ' ' ? sb_add(&m, t->rep, (size_t)t->rep_len) : sb_add(&m, norm + i, 1);
+            rc = core_sbuf_add(&m, t->rep, (size_t)t->rep_len);
+        for (size_t i = 0; i < nl && !rc; i++) rc = norm[i] == ' ' ? core_sbuf_add(&m, t->rep, (size_t)t->rep_len) : core_sbuf_add(&m, norm + i, 1);
     } else if (!rc) {
-        rc = sb_add(&m, norm, nl);
+        rc = core_sbuf_add(&m, norm, nl);
     }
     free(norm);
     if (rc) {
@@ -433,14 +414,14 @@ int tok_encode(const tok_tokenizer *t, const char *text, int max_len, int32_t **
 
 static int word_join(const tok_tokenizer *t, const char *w, int n, void *ctx) {
     (void)t;
-    sbuf *b = ctx;
-    if (b->n && sb_add(b, "|", 1)) return -1;
-    return sb_add(b, w, (size_t)n);
+    core_sbuf *b = ctx;
+    if (b->n && core_sbuf_add(b, "|", 1)) return -1;
+    return core_sbuf_add(b, w, (size_t)n);
 }
 
 char *tok_debug_normalize(const tok_tokenizer *t, const char *text) {
-    sbuf b = {0};
-    if (sb_add(&b, "", 0) || pretokenize(t, text, word_join, &b)) {
+    core_sbuf b = {0};
+    if (core_sbuf_add(&b, "", 0) || pretokenize(t, text, word_join, &b)) {
         free(b.p);
         return NULL;
     }
