@@ -83,8 +83,15 @@ $(BUILD)/vgrpo_tests: $(TEST_OBJ) $(BUILD)/libvgrpo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
 
 # Multi-rank test programs (tests/mpi/), one binary, case name as argv[1]; tests/test_sp.c runs it under mpirun.
-$(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
+# The NCCL cases load the fake NCCL beside it (VGRPO_NCCL_LIB), so it is built with it.
+$(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(BUILD)/libfake_nccl.so
 	$(CC) $(LDFLAGS) -o $@ $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
+
+# The fake NCCL (tests/fake_nccl/fake_nccl.c): NCCL's calls over MPI on host memory, checked against NCCL's contract;
+# sp/comm_nccl.c loads it through VGRPO_NCCL_LIB in the tests and in `make gpu-check-emu`.
+$(BUILD)/libfake_nccl.so: tests/fake_nccl/fake_nccl.c sp/nccl_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -shared -I. $(MPI_CFLAGS) -o $@ $< $(MPI_LIBS)
 
 # The suite: unit, fixture-parity and end-to-end tests in one runner, then the CUDA smoke subset (test-cuda-build).
 # Every part runs whatever the one before it gave; each appends its counts to $(TEST_TALLY) (tests/test_main.c), and
