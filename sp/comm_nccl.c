@@ -13,16 +13,18 @@
 #include "sp/nccl_abi.h"
 
 #if defined(VGRPO_CUDA) && defined(__has_include)
-#if __has_include(<nccl.h>)
+#if __has_include(<nccl.h>) && __has_include(<cuda_runtime.h>)
 /* The ABI declared in sp/nccl_abi.h against the real header, where the CUDA build has it. */
 #include <nccl.h>
 _Static_assert(sizeof(ncclUniqueId) == sizeof(sp_nccl_unique_id), "ncclUniqueId's size");
-_Static_assert(ncclSuccess == SP_NCCL_SUCCESS && ncclInvalidArgument == SP_NCCL_INVALID_ARGUMENT &&
-                   ncclInvalidUsage == SP_NCCL_INVALID_USAGE && ncclInProgress == SP_NCCL_IN_PROGRESS,
+#define SAME(a, b) ((int)(a) == (int)(b))
+_Static_assert(SAME(ncclSuccess, SP_NCCL_SUCCESS) && SAME(ncclInvalidArgument, SP_NCCL_INVALID_ARGUMENT) &&
+                   SAME(ncclInvalidUsage, SP_NCCL_INVALID_USAGE) && SAME(ncclInProgress, SP_NCCL_IN_PROGRESS),
                "ncclResult_t");
-_Static_assert(ncclUint8 == SP_NCCL_UINT8 && ncclInt64 == SP_NCCL_INT64 && ncclFloat32 == SP_NCCL_FLOAT32,
+_Static_assert(SAME(ncclUint8, SP_NCCL_UINT8) && SAME(ncclInt64, SP_NCCL_INT64) && SAME(ncclFloat32, SP_NCCL_FLOAT32),
                "ncclDataType_t");
-_Static_assert(ncclSum == SP_NCCL_SUM, "ncclRedOp_t");
+_Static_assert(SAME(ncclSum, SP_NCCL_SUM), "ncclRedOp_t");
+#undef SAME
 #endif
 #endif
 

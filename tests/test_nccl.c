@@ -230,3 +230,18 @@ TEST(nccl_mpi_four_ranks) {
     run_nccl_ranks(4, "0"); /* the default piece: one round */
 }
 TEST(nccl_mpi_three_ranks_small_pieces) { run_nccl_ranks(3, "64"); }
+
+/* --dry-run prints the key and, for nccl, the note that the sums are not bit-identical across rank counts. */
+TEST(nccl_dry_run_parallel_reduce) {
+    static char out[65536];
+    const char *bin = test_vgrpo_bin();
+    CHECK(test_run(out, sizeof out, "%s run recipes/wan2.1-t2v-1.3b-1gpu.yaml --dry-run --set parallel.reduce=nccl",
+                   bin) == 0);
+    CHECK_MSG(strstr(out, "  reduce: nccl") && strstr(out, "note: parallel.reduce nccl") &&
+                  strstr(out, "not bit-identical across trainer rank counts"),
+              "%s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/wan2.1-t2v-1.3b-1gpu.yaml --dry-run", bin) == 0);
+    CHECK_MSG(strstr(out, "  reduce: exact") && !strstr(out, "note: parallel.reduce"), "%s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.reduce=nccl", bin) == 1);
+    CHECK_MSG(strstr(out, "parallel.reduce: nccl") && strstr(out, "model.device cpu"), "%s", out);
+}
