@@ -171,7 +171,7 @@ static int n_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dt, int roo
 
 static int n_barrier(sp_comm *c) {
     nccl_impl *m = impl_of(c);
-    if (!m->one && !(m->one = m->o.dev->mem_alloc(sizeof(float))))
+    if (!m->one && (!(m->one = m->o.dev->mem_alloc(sizeof(float))) || m->o.dev->mem_zero(m->one, sizeof(float))))
         return core_error_push("barrier on group %s: ", c->name);
     if (nc(c, "barrier", api.AllReduce(m->one, m->one, 1, SP_NCCL_FLOAT32, SP_NCCL_SUM, m->comm, m->o.stream)))
         return -1;

@@ -110,6 +110,7 @@ TEST(nccl_one_rank_over_fake) {
     k_emu_ops.mem_free(a), k_emu_ops.mem_free(b);
     sp_comm_destroy(g);
     sp_comm_destroy(host);
+    unsetenv("VGRPO_NCCL_LIB"); /* the library stays loaded in this process; later tests' children do not inherit it */
 }
 
 TEST(nccl_missing_library_refused) {
