@@ -25,7 +25,14 @@
  *     SP_REDUCE_NCCL (recipe parallel.reduce: nccl): ncclReduceScatter, ncclAllReduce, ncclReduce per range: NCCL's
  *       own order (rings, trees, their chunking): deterministic on one group, but not the same bits across rank
  *       counts nor as the CPU path's. The all-gathers are exact in both modes.
- * A failure is -1 with core_error naming the operation, the group and NCCL's message (ncclGetLastError). */
+ * A failure is -1 with core_error naming the operation, the group and NCCL's message (ncclGetLastError).
+ *
+ * Use (the trainer's device path): after k_cuda_init has picked the rank's GPU,
+ *     sp_nccl_opts o = {.stream = k_cuda_stream(), .dev = dev, .reduce = (sp_reduce_mode)r->choice.reduce};
+ *     sp_comm_nccl_world(mpi_group_of_the_trainer_ranks, &o, &nccl);
+ * then the sp_comm_* calls (sp_comm_all_reduce_ordered for the gradients, the ranges ones for ZeRO) on device
+ * buffers, as the CPU path makes them on host buffers. On the emulated device (host memory) the same code runs over
+ * the fake NCCL: VGRPO_NCCL_LIB=$(BUILD)/libfake_nccl.so. */
 #ifndef SP_COMM_NCCL_H
 #define SP_COMM_NCCL_H
 
@@ -40,7 +47,7 @@ typedef enum { SP_REDUCE_EXACT = 0, SP_REDUCE_NCCL = 1 } sp_reduce_mode; /* core
 #define SP_NCCL_PIECE ((int64_t)1 << 22)
 
 typedef struct sp_nccl_opts {
-    void *stream;          /* the cudaStream_t every call is enqueued on: k_cuda_stream() (NULL: the default one) */
+    void *stream;          /* the cudaStream_t every call is enqueued on: k_cuda_stream() (NULL in a plain build) */
     const k_dev_ops *dev;  /* the device the buffers live on: scratch (mem_alloc), block_sum, mem_sync */
     sp_reduce_mode reduce; /* SP_REDUCE_EXACT or SP_REDUCE_NCCL */
     int64_t piece;         /* elements per peer and round of the exact reduction (0: SP_NCCL_PIECE) */
