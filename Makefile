@@ -83,8 +83,15 @@ $(BUILD)/vgrpo_tests: $(TEST_OBJ) $(BUILD)/libvgrpo.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
 
 # Multi-rank test programs (tests/mpi/), one binary, case name as argv[1]; tests/test_sp.c runs it under mpirun.
-$(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a
+# The NCCL cases load the fake NCCL beside it (VGRPO_NCCL_LIB), so it is built with it.
+$(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(BUILD)/libfake_nccl.so
 	$(CC) $(LDFLAGS) -o $@ $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(LDLIBS)
+
+# The fake NCCL (tests/fake_nccl/fake_nccl.c): NCCL's calls over MPI on host memory, checked against NCCL's contract;
+# sp/comm_nccl.c loads it through VGRPO_NCCL_LIB in the tests and in `make gpu-check-emu`.
+$(BUILD)/libfake_nccl.so: tests/fake_nccl/fake_nccl.c sp/nccl_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -shared -I. $(MPI_CFLAGS) -o $@ $< $(MPI_LIBS)
 
 # The suite: unit, fixture-parity and end-to-end tests in one runner, then the CUDA smoke subset (test-cuda-build).
 # Every part runs whatever the one before it gave; each appends its counts to $(TEST_TALLY) (tests/test_main.c), and
@@ -236,6 +243,8 @@ GPU_CHECK_DIT_SRC := $(wildcard model/dit/check/*.c) $(wildcard model/dit/wan_de
   $(addprefix model/dit/,wan_config.c wan_params.c wan_acts.c wan_forward.c wan_backward.c wan_layers.c wan_lora.c \
   wan_executor.c) \
   sp/shard.c sp/comm.c core/philox.c
+# The NCCL row (sp/check/check_nccl.c): the comm table on NCCL with one rank; NCCL itself is dlopen'ed.
+GPU_CHECK_DIT_SRC += sp/comm_ranges.c sp/comm_nccl.c $(wildcard sp/check/*.c)
 # The GRPO rows (cli/check/check_grpo.c): the rollout engine and the training step on the device
 # against the CPU, with what they call (the unused functions of these files go with --gc-sections as above).
 GPU_CHECK_GRPO_SRC := cli/check/check_grpo.c rollout/engine.c trainer/step/train_step.c trainer/optim/train_dev.c \
@@ -257,11 +266,12 @@ $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 # kernel bodies, k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/
 # emulate.c: the rest of k_cuda.h) to test the check's own logic and the script without a GPU or CUDA toolkit; the
 # log, the JSON of the rows and the summary land in $(BUILD)/gpu-check/. `make test` links the same table as k_emu_ops.
+# The nccl group's NCCL is the fake one (tests/fake_nccl/: one rank without MPI copies on the host).
 GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
-gpu-check-emu: $(BUILD)/gpu_check_emu
-	scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
+gpu-check-emu: $(BUILD)/gpu_check_emu $(BUILD)/libfake_nccl.so
+	VGRPO_NCCL_LIB=$(CURDIR)/$(BUILD)/libfake_nccl.so scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
 
 $(BUILD)/gpuemu/%.o: %.c
 	@mkdir -p $(dir $@)

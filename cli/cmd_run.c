@@ -163,6 +163,9 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "note: reward.scorers and reward.weights are the reward server's at %s: the run asks "
                                 "it at the start (its hello reply) and refuses a recipe list that differs\n",
                         r.reward_endpoint);
+            if (r.choice.reduce == CORE_REDUCE_NCCL) /* recipes/README.md, "Gradient sums on GPUs" */
+                fprintf(stderr, "note: parallel.reduce nccl: NCCL's own gradient sums (faster; not bit-identical "
+                                "across trainer rank counts, nor with the CPU path; exact is)\n");
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }

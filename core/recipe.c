@@ -134,6 +134,9 @@ const core_cfg_entry core_recipe_schema[] = {
     {"parallel.rollout_workers", CORE_CFG_INT, O(rollout_workers), "1", MINV, 1, 0, NULL, "rollout processes"},
     {"parallel.zero_stage", CORE_CFG_INT, O(zero_stage), "0", MINV | MAXV, 0, 2, NULL,
      "ZeRO: 0 off, 1 AdamW state sharded over the trainer ranks, 2 gradients too (bit-identical to 0)"},
+    {"parallel.reduce", CORE_CFG_STRING, O(reduce), "exact", 0, 0, 0, "exact|nccl",
+     "gradient sums on GPUs: exact (rank order, the same bits at every rank count) or nccl (NCCL's own; faster, "
+     "not bit-identical across rank counts; model.device cuda only)"},
     {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "-1", MINV, -1, 0, NULL,
      "save every N GRPO steps, at the end and on SIGINT/SIGTERM (0: only at the end and on a signal; -1: never)"},
     {"checkpoint.dir", CORE_CFG_STRING, O(ckpt_dir), NULL, 0, 0, 0, NULL, "default: the run directory"},
@@ -205,6 +208,7 @@ static int parse_choices(core_recipe *r) {
     CHOICE("algorithm.train_experts", train_experts);
     CHOICE("algorithm.activations", activations);
     CHOICE("optim.schedule", schedule);
+    CHOICE("parallel.reduce", reduce);
 #undef CHOICE
     return 0;
 }
@@ -233,6 +237,9 @@ int core_recipe_check(core_recipe *r) {
     if (cuda && c->dtype != CORE_COMPUTE_BF16)
         return core_error("model.dtype: %s on model.device cuda is not implemented (the device model computes in "
                           "bf16 with fp32 statistics, master weights and optimizer state)", r->dtype);
+    if (!cuda && c->reduce == CORE_REDUCE_NCCL)
+        return core_error("parallel.reduce: nccl is NCCL's own reduction of device buffers (model.device cuda); "
+                          "model.device cpu sums over MPI in rank order: use exact");
     if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");

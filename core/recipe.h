@@ -96,6 +96,10 @@
  *   parallel.zero_stage            0 | 1 | 2 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
  *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
+ *   parallel.reduce                exact | nccl: how the trainer ranks sum gradients on GPUs (sp/comm_nccl.h). exact
+ *                                  (default): in rank order (all-to-all, then a fixed-order sum), the same bits at every
+ *                                  rank count and as the CPU path's; nccl: NCCL's own reduce-scatter / all-reduce
+ *                                  (faster, not bit-identical across rank counts). model.device cpu refuses nccl
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
  *                                  and on SIGINT/SIGTERM (0: only at the end and on a signal; -1, the default: never);
  *                                  checkpoint.dir (default: logging.run_dir); checkpoint.total_limit (keep the
@@ -150,6 +154,7 @@ typedef enum {
 } core_train_experts;          /* algorithm.train_experts */
 typedef enum { CORE_ACTS_STORE = 0, CORE_ACTS_RECOMPUTE, CORE_ACTS_CHECKPOINT } core_activations; /* activations */
 typedef enum { CORE_SCHED_CONSTANT = 0, CORE_SCHED_LINEAR, CORE_SCHED_COSINE } core_schedule;     /* optim.schedule */
+typedef enum { CORE_REDUCE_EXACT = 0, CORE_REDUCE_NCCL } core_reduce_mode;                       /* parallel.reduce */
 
 typedef struct {
     core_run_mode mode;
@@ -166,6 +171,7 @@ typedef struct {
     core_train_experts train_experts;
     core_activations activations;
     core_schedule schedule;
+    core_reduce_mode reduce;
 } core_recipe_choices;
 
 typedef struct {
@@ -205,6 +211,7 @@ typedef struct {
     int64_t warmup_steps, total_steps;
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
     int zero_stage;
+    char *reduce; /* parallel.reduce */
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

@@ -173,6 +173,11 @@ typedef struct k_dev_ops {
      * dsrc[r, j, :] += dmod[r, j, :], or with src_nj == 1 dsrc[r, 0, :] += dmod[r, j, :] for j in order. dtable.p,
      * dsrc.p may be NULL. */
     int (*add_table_backward)(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);
+
+    /* ---- the exact gradient reduction (sp/comm_nccl.c; kernels/body/kb_blocksum.h) ----
+     * out [n] = ((b_0 + b_1) + b_2) + ... + b_{nb-1} in fp32, element by element, b_r = blocks + r * stride (the
+     * blocks an all-to-all delivered, in rank order); nb >= 1, stride >= n. out must not overlap blocks. */
+    int (*block_sum)(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
 } k_dev_ops;
 
 #ifdef __cplusplus

@@ -9,7 +9,9 @@
 # that show the path works at all — the GPU, driver and libraries (versions, paths) and a memory round trip; every
 # layer and flow kernel; one GEMM of each kind and epilogue; attention forward and backward, self and cross; batch
 # invariance (GEMM rows at M = 1, 2, 8, S/2 vs M = S; attention sample alone vs in batches of 2 and 8); one Wan DiT
-# block forward+backward vs the fp32 CPU model. Every row runs its op twice and checks the bits repeat.
+# block forward+backward vs the fp32 CPU model; the NCCL comm with one rank (libnccl.so.2 from $VGRPO_NCCL_LIB, else
+# the first found like the libraries below; its rows skip, saying so, without one) and the exact reduction's block
+# sum. Every row runs its op twice and checks the bits repeat.
 # Stage 2: the rest — the op rows at Wan 2.1 14B widths and 7800 tokens (5 latent frames), AdamW over 64 Mi
 # parameters, the 2-block Wan DiT rows (Wan 2.1, TI2V, LoRA rank 16), 10 GRPO steps on the device vs the CPU and
 # rollout/trainer parity (with and without LoRA), speed (cuBLASLt GEMM 8192^3, cuDNN attention B1 H40 S32768 D128)
@@ -143,6 +145,10 @@ if [ $EMU -eq 0 ] && [ -z "$NOBIN" ]; then
         read -r _ P < <(pick libcudnn.so.9 cudnnGetVersion)
         [ -n "${P:-}" ] && export VGRPO_CUDNN_LIB="$P"
     fi
+    if [ -z "${VGRPO_NCCL_LIB:-}" ]; then # the nccl group's (sp/comm_nccl.c dlopens it): the first one found
+        P=$(candidates libnccl.so.2 | awk '!seen[$0]++' | head -n 1)
+        [ -n "${P:-}" ] && export VGRPO_NCCL_LIB="$P"
+    fi
     for L in "${VGRPO_CUBLASLT_LIB:-}" "${VGRPO_CUDNN_LIB:-}"; do
         # cuDNN loads its engine libraries (libcudnn_*.so.9) and NVRTC from the search path: each folder first
         [ -n "$L" ] && export LD_LIBRARY_PATH="$(dirname "$L")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -150,7 +156,7 @@ if [ $EMU -eq 0 ] && [ -z "$NOBIN" ]; then
     command -v nvidia-smi >/dev/null &&
         SMI=$(timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | head -n 1)
 fi
-say "binary ${BIN:-none}; cuBLASLt ${VGRPO_CUBLASLT_LIB:-not searched or not found}; cuDNN ${VGRPO_CUDNN_LIB:-not searched or not found}"
+say "binary ${BIN:-none}; cuBLASLt ${VGRPO_CUBLASLT_LIB:-not searched or not found}; cuDNN ${VGRPO_CUDNN_LIB:-not searched or not found}; NCCL ${VGRPO_NCCL_LIB:-not searched or not found}"
 [ -n "$SMI" ] && say "nvidia-smi: $SMI"
 
 # ---- the groups: stage, group, shapes, reserve (seconds kept for it while earlier groups run), cap (its longest
@@ -164,6 +170,7 @@ PLAN="1 env       $S1 5  30
 1 attention   $S1 15 60
 1 invariance  $S1 12 45
 1 block       $S1 10 40
+1 nccl        $S1 5  20
 2 layers      $S2 12 40
 2 flow        $S2 10 30
 2 gemm        $S2 12 40

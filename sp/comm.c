@@ -103,7 +103,7 @@ static int self_split(sp_comm *c, int colour, int key, const char *name, sp_comm
 static void self_destroy(sp_comm *c) { free(c); }
 
 static const sp_comm_ops self_ops = {self_copy, self_sendrecv, self_copy, self_copy, self_copy,
-                                     self_barrier, self_broadcast, self_split, self_destroy};
+                                     self_barrier, self_broadcast, self_split, self_destroy, NULL, NULL, NULL};
 
 sp_comm *sp_comm_self(const char *name) {
     sp_comm *c = calloc(1, sizeof *c);

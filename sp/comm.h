@@ -3,9 +3,10 @@
  * (The trainer's data parallelism uses the same interface: broadcast of a batch, all-reduce of gradients.)
  * An sp_comm is a group of ranks with a table of operations. Two implementations exist now:
  *   - MPI on host (CPU) memory (sp_comm_mpi_world, sp/comm_mpi.c), the trainer's CPU path and the tests;
- *   - "self", a group of one rank (sp_comm_self), so sp = 1 runs the same code without MPI.
- * A later NCCL implementation fills the same table (device pointers, a stream in impl) and is split from an MPI
- * communicator the same way. Callers only use the sp_comm_* functions below, never MPI directly.
+ *   - "self", a group of one rank (sp_comm_self), so sp = 1 runs the same code without MPI;
+ *   - NCCL on device memory (sp_comm_nccl_world, sp/comm_nccl.h): the GPU path's trainer ranks, its unique id sent
+ *     over an MPI (host) group at start-up, the library loaded at run time.
+ * Callers only use the sp_comm_* functions below, never MPI or NCCL directly.
  *
  * Conventions:
  * - Buffers hold `count` elements of `dtype` (counts are elements, not bytes). For the collectives with one block
@@ -43,6 +44,11 @@ typedef struct sp_comm_ops {
     int (*broadcast)(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int root);
     int (*split)(sp_comm *c, int colour, int key, const char *name, sp_comm **out);
     void (*destroy)(sp_comm *c);
+    /* Optional (NULL: comm_ranges.c's host path, built on sendrecv and host memcpy): the ranges collectives below,
+     * same contract, for an implementation whose buffers the host cannot touch (NCCL's device memory). */
+    int (*reduce_scatter_ranges)(sp_comm *c, float *buf, const int64_t *offs);
+    int (*all_gather_ranges)(sp_comm *c, void *buf, const int64_t *offs, sp_dtype dtype);
+    int (*gather_ranges)(sp_comm *c, const void *mine, void *all, const int64_t *offs, sp_dtype dtype, int root);
 } sp_comm_ops;
 
 struct sp_comm {
@@ -50,7 +56,7 @@ struct sp_comm {
     int rank;          /* this rank within the group */
     int size;          /* ranks in the group */
     char name[48];     /* for messages: "world", "ulysses", "ring", ... */
-    void *impl;        /* implementation state (an MPI_Comm, later an ncclComm_t + stream) */
+    void *impl;        /* implementation state (an MPI_Comm; an ncclComm_t with its stream and scratch) */
 };
 
 /* A group of one rank on host memory: all-to-all, all-gather, reduce-scatter and all-reduce copy send to recv,

@@ -7,7 +7,9 @@
  * the ranges involved with every peer, pairwise: for s = 1 .. size-1, send to rank + s, receive from rank - s (mod
  * size), one sp_comm_sendrecv each. The number of rounds follows from offs alone, so every rank runs the same ones;
  * a piece that is empty on one side is exchanged as 0 elements. The volume is that of a ring: each rank sends and
- * receives (size - 1) / size of the buffer per reduce-scatter or all-gather. */
+ * receives (size - 1) / size of the buffer per reduce-scatter or all-gather.
+ * An implementation on memory the host cannot touch (NCCL's device buffers) brings its own versions through the
+ * table's optional entries (sp/comm.h), with the same sums in the same order (sp/comm_nccl.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,7 @@ int sp_comm_reduce_scatter_ranges(sp_comm *c, float *buf, const int64_t *offs) {
     if (check_offs(c, "reduce_scatter_ranges", offs)) return -1;
     const int size = c->size, me = c->rank;
     if (size == 1) return 0;
+    if (c->ops->reduce_scatter_ranges) return c->ops->reduce_scatter_ranges(c, buf, offs);
     const int64_t P = SP_RANGE_PIECE, R = rounds(offs, size, P), mylen = len_of(offs, me);
     float *tmp = malloc(sizeof(float) * (size_t)P * (size_t)size); /* slot r: rank r's values of my piece */
     if (!tmp) return core_error("reduce_scatter_ranges on group %s: out of memory", c->name);
@@ -79,6 +82,7 @@ int sp_comm_all_gather_ranges(sp_comm *c, void *buf, const int64_t *offs, sp_dty
     if (!es) return core_error("all_gather_ranges on group %s: unknown dtype %d", c->name, (int)dtype);
     const int size = c->size, me = c->rank;
     if (size == 1) return 0;
+    if (c->ops->all_gather_ranges) return c->ops->all_gather_ranges(c, buf, offs, dtype);
     const int64_t P = SP_RANGE_PIECE * 64, R = rounds(offs, size, P); /* no scratch: pieces only bound MPI's count */
     uint8_t *b = buf;
     for (int64_t t = 0; t < R; t++) {
@@ -101,6 +105,7 @@ int sp_comm_gather_ranges(sp_comm *c, const void *mine, void *all, const int64_t
     const size_t es = sp_dtype_size(dtype);
     if (!es) return core_error("gather_ranges on group %s: unknown dtype %d", c->name, (int)dtype);
     if (root < 0 || root >= c->size) return core_error("gather_ranges on group %s: root %d", c->name, root);
+    if (c->ops->gather_ranges) return c->ops->gather_ranges(c, mine, all, offs, dtype, root);
     const int64_t P = SP_RANGE_PIECE * 64;
     const int me = c->rank;
     uint8_t none = 0;

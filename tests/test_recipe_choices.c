@@ -30,6 +30,7 @@ static const struct {
     {"algorithm.train_experts", offsetof(core_recipe_choices, train_experts), NULL},
     {"algorithm.activations", offsetof(core_recipe_choices, activations), "model.device=cuda"}, /* checkpoint */
     {"optim.schedule", offsetof(core_recipe_choices, schedule), NULL},
+    {"parallel.reduce", offsetof(core_recipe_choices, reduce), "model.device=cuda"}, /* nccl: cuda only */
 };
 
 static int choice_value(const core_recipe *r, size_t at) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/body/kb_blocksum.h"
 #include "kernels/cpu/cpu.h"
 
 /* An fp32 view (or an absent one, p NULL), else -1 naming the entry and the argument. */
@@ -205,6 +206,14 @@ static int c_tab_b(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D,
     return k_cpu_add_table_bwd(FO(dtable), FO(dsrc), FI(dmod), R, nj, D, src_nj), 0;
 }
 
+/* ---- the exact reduction's rank-order sum (kernels/body/kb_blocksum.h) ---- */
+static int c_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n) {
+    if (nb < 1 || n < 0 || stride < n)
+        return core_error("cpu-f32 block_sum: nb %d, stride %lld, n %lld", nb, (long long)stride, (long long)n);
+    for (int64_t i = 0; i < n; i++) out[i] = kb_blocksum_at(blocks, nb, stride, i);
+    return 0;
+}
+
 const k_dev_ops k_cpu_dev_ops = {
     .name = "cpu-f32",
     .gemm = c_gemm,
@@ -250,4 +259,5 @@ const k_dev_ops k_cpu_dev_ops = {
     .add = c_add,
     .add_table_forward = c_tab_f,
     .add_table_backward = c_tab_b,
+    .block_sum = c_block_sum,
 };

@@ -26,3 +26,7 @@ int k_gemm_bgrad_compare(FILE *out, int reps) {
     (void)out, (void)reps;
     return core_error("built without the CUDA backend (make cuda)");
 }
+
+/* No stream without the backend: callers that pass the kernels' stream on (sp/comm_nccl.h's sp_nccl_opts) get NULL,
+ * which is what the emulated device takes. */
+void *k_cuda_stream(void) { return NULL; }

@@ -89,6 +89,8 @@ int kc_adamw_update(float *p, float *m, float *v, kb_in g, const uint8_t *wd_mas
                     kb_bf16 *p_bf16, int64_t n);
 int kc_sumsq(kb_in x, int64_t n, double *out);
 int kc_scale(kb_out x, float f, int64_t n);
+/* The exact reduction's rank-order block sum (kern_blocksum.cu; k_dev_ops.block_sum). */
+int kc_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

@@ -46,6 +46,7 @@ const k_dev_ops k_cuda_ops = {
     .add = kc_add,
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
+    .block_sum = kc_block_sum,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

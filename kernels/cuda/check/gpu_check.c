@@ -12,7 +12,7 @@
  *             [--perf-only] [--gemm-n N] [--attn-s S] [--rows R] [--seed N] [--quick] [--tiny] [--list-groups]
  *
  * --group: one group of rows (--list-groups prints them): env (the GPU, driver and libraries, a device memory round
- * trip), layers, flow, gemm, attention, invariance, block (one DiT block), dit, grpo, perf; default: all of them in
+ * trip), layers, flow, gemm, attention, invariance, block (one DiT block), dit, grpo, nccl, perf; default: all of them in
  * that order. --shapes (check.h): wan (default), quick (= --quick), small, tiny (= --tiny).
  * --json FILE: every row also appended to FILE as a JSON line (check_util.h), labelled with --stage N and the group.
  * --only: rows whose name contains SUBSTR. */
@@ -54,6 +54,8 @@ static const char *const GROUPS[][2] = {
     {"block", "one Wan DiT block forward+backward on the device vs the fp32 CPU model (registered part)"},
     {"dit", "2-block Wan DiT (Wan 2.1, TI2V), its glue ops, LoRA rank 16 (registered part)"},
     {"grpo", "10 GRPO steps on the device vs the CPU, rollout/trainer parity, LoRA parity (registered part)"},
+    {"nccl", "the NCCL comm with one rank: every operation, exact and NCCL reductions; the rank-order block sum "
+             "(registered part)"},
     {"perf", "speed: bf16 GEMM 8192^3 NN/NT, attention fwd and fwd+bwd at B1 H40 S32768 D128"},
 };
 enum { N_GROUPS = sizeof GROUPS / sizeof GROUPS[0] };

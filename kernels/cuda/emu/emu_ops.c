@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/body/kb_blocksum.h"
 #include "kernels/body/kb_host.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/emu/k_emu.h"
@@ -264,6 +265,13 @@ static int e_table_b(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int 
     return kbh_add_table_backward(dtable, dsrc, dmod, R, nj, D, src_nj), 0;
 }
 
+static int e_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n) {
+    if (nb < 1 || n < 0 || stride < n)
+        return core_error("block_sum: nb %d, stride %lld, n %lld", nb, (long long)stride, (long long)n);
+    for (int64_t i = 0; i < n; i++) out[i] = kb_blocksum_at(blocks, nb, stride, i);
+    return 0;
+}
+
 const k_dev_ops k_emu_ops = {
     .name = "emulated",
     .gemm = emu_gemm,
@@ -309,4 +317,5 @@ const k_dev_ops k_emu_ops = {
     .add = e_add,
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,
+    .block_sum = e_block_sum,
 };
