@@ -21,6 +21,7 @@
 #include "trainer/run/images.h"
 #include "trainer/optim/lora.h"
 #include "trainer/run/run_internal.h"
+#include "trainer/dp/dp_dev.h"
 #include "trainer/dp/zero.h"
 
 double trainer_now_s(void) {
@@ -127,13 +128,14 @@ static int check_lora(const core_recipe *r) {
     return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
 }
 
-/* model.device cuda: one device, every weight trained; what is not there yet is refused. */
+/* model.device cuda: data parallelism and ZeRO over trainer ranks (trainer/dp/dp_dev.h); what is not there yet is
+ * refused. */
 static int check_device(const core_recipe *r) {
     if (r->choice.device != CORE_CUDA) return 0;
-    if (r->trainer_ranks != 1 || r->sp != 1)
-        return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
-                          "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
-                          r->trainer_ranks, r->sp);
+    if (r->sp != 1)
+        return core_error("parallel.sp: model.device cuda trains with data parallelism only (sp 1), got sp %d: sequence "
+                          "parallelism on the device (Ulysses all-to-all and ring attention over bf16 activations, "
+                          "with the device executor's attention hooks) is not implemented yet", r->sp);
     if (r->lora_rank % 8)
         return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
                           "dimensions)", r->lora_rank);
@@ -218,6 +220,13 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
     S->red.stats = S->dp;
     S->red.zero_stage = r->zero_stage;
     if (world == 1) return 0;
+    /* model.device cuda: device buffers move over the MPI world itself, which only the emulated device's host memory
+     * allows (trainer/dp/dp_dev.h); a GPU needs a comm that takes device pointers (NCCL) */
+    if (r->choice.device == CORE_CUDA && !wan_dev_exec_emulating())
+        return core_error("parallel.trainer_ranks: %d trainer ranks on model.device cuda need a communicator that moves "
+                          "device buffers (NCCL), which this build does not have: train on one GPU (trainer_ranks 1)",
+                          world);
+    if (r->choice.device == CORE_CUDA) S->red.dev = S->dp;
     int colour, key;
     if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
         sp_comm_split(S->dp, colour, key, "dp", &S->dpg))
@@ -338,7 +347,7 @@ static int setup_device(trainer_state *S) {
     S->ex = &S->exec;
     S->tc.opt_step = trainer_dev_opt_step;
     S->tc.opt_step_ctx = &S->dev;
-    return 0;
+    return dp_dev_shards(&S->red_dev, &S->red, &S->dev); /* ZeRO over several ranks (trainer/dp/dp_dev.h) */
 }
 
 int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
