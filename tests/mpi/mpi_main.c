@@ -36,6 +36,8 @@ static const struct {
      "dit SP ULYSSES [F H W B PER_TOKEN RECOMPUTE]  tiny Wan DiT fwd+bwd, sequence-parallel vs single-rank"},
     {"dp", mpi_case_dp, "dp                        trainer data parallelism: batch broadcast, reduced gradient vs one rank"},
     {"zero", mpi_case_zero, "zero                      ZeRO stages 1 and 2 vs stage 0 and the rank-order collectives, bit for bit"},
+    {"zero_dev", mpi_case_zero_dev,
+     "zero_dev                  data parallelism and ZeRO on the emulated device vs the CPU path, bit for bit"},
     {"dit_bench", mpi_case_dit_bench,
      "dit_bench SP ULYSSES [F H W L LAYERS REPS]    per-rank activation bytes and fwd+bwd wall time (benchmark)"},
 };

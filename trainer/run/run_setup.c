@@ -136,6 +136,12 @@ static int check_device(const core_recipe *r) {
         return core_error("parallel.sp: model.device cuda trains with data parallelism only (sp 1), got sp %d: sequence "
                           "parallelism on the device (Ulysses all-to-all and ring attention over bf16 activations, "
                           "with the device executor's attention hooks) is not implemented yet", r->sp);
+    /* the gradients and weights of several ranks move between devices over sp/comm.h: on a GPU that takes a comm
+     * on device pointers (NCCL); the MPI comm moves host memory, which the emulated device's is (trainer/dp/dp_dev.h) */
+    if (r->trainer_ranks > 1 && !wan_dev_exec_emulating())
+        return core_error("parallel.trainer_ranks: %d trainer ranks on model.device cuda need a communicator that moves "
+                          "device buffers (NCCL), which this build does not have: train on one GPU (trainer_ranks 1)",
+                          r->trainer_ranks);
     if (r->lora_rank % 8)
         return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
                           "dimensions)", r->lora_rank);
@@ -220,12 +226,8 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
     S->red.stats = S->dp;
     S->red.zero_stage = r->zero_stage;
     if (world == 1) return 0;
-    /* model.device cuda: device buffers move over the MPI world itself, which only the emulated device's host memory
-     * allows (trainer/dp/dp_dev.h); a GPU needs a comm that takes device pointers (NCCL) */
-    if (r->choice.device == CORE_CUDA && !wan_dev_exec_emulating())
-        return core_error("parallel.trainer_ranks: %d trainer ranks on model.device cuda need a communicator that moves "
-                          "device buffers (NCCL), which this build does not have: train on one GPU (trainer_ranks 1)",
-                          world);
+    /* model.device cuda: the device buffers move over the MPI world itself, which only the emulated device's host
+     * memory allows (check_device refuses a GPU; trainer/dp/dp_dev.h) */
     if (r->choice.device == CORE_CUDA) S->red.dev = S->dp;
     int colour, key;
     if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
