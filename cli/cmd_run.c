@@ -35,12 +35,14 @@
 #include "core/log.h"
 #include "core/recipe.h"
 #include "core/run_lock.h"
+#include "core/gpu_assign.h"
 #include "rollout/source_local.h"
 #include "trainer/budget/budget.h"
 #include "trainer/run/run.h"
 
 /* Local mode: the in-process source and the loop. */
 static int run_local(const core_recipe *r, const trainer_run_opts *o) {
+    if (core_gpu_select(r, CORE_GPU_TRAINER, 0)) return -1; /* model.device cuda: the job's one GPU */
     core_rollout_source *src = rollout_source_local_open(r);
     if (!src) return -1;
     const int rc = trainer_run(r, o, src, NULL);
@@ -163,6 +165,9 @@ int cmd_run(int argc, char **argv) {
                 fprintf(stderr, "note: reward.scorers and reward.weights are the reward server's at %s: the run asks "
                                 "it at the start (its hello reply) and refuses a recipe list that differs\n",
                         r.reward_endpoint);
+            core_gpu_plan gp; /* model.device cuda: who runs on which GPU (core/gpu_assign.h; checked already) */
+            if (r.choice.device == CORE_CUDA && !core_gpu_plan_make(&r, core_gpu_visible(), &gp))
+                core_gpu_plan_print(stderr, &gp);
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }

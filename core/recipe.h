@@ -96,6 +96,9 @@
  *   parallel.zero_stage            0 | 1 | 2 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
  *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
+ *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices the job's processes use (absent: the
+ *                                  visible devices) and whether rollout workers share the trainer ranks' GPUs in
+ *                                  turns (core/gpu_assign.h: who gets which GPU, the refusals)
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
  *                                  and on SIGINT/SIGTERM (0: only at the end and on a signal; -1, the default: never);
  *                                  checkpoint.dir (default: logging.run_dir); checkpoint.total_limit (keep the
@@ -205,6 +208,8 @@ typedef struct {
     int64_t warmup_steps, total_steps;
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
     int zero_stage;
+    core_cfg_ints gpus; /* parallel.gpus (n 0: absent, the visible devices) */
+    bool share_gpus;
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

@@ -41,7 +41,7 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
         const size_t bytes = (size_t)D->numel[e] * sizeof(float), mb = (size_t)D->len[e] * sizeof(float);
         if (opt[e]->n != D->numel[e] || opt[e]->lo != D->lo[e] || opt[e]->len != D->len[e])
             return core_error("trainer (model.device cuda): the AdamW state of %s covers [%lld, %lld) of %lld values, "
-                              "the device's [%lld, %lld) of %lld", wan_expert_folder(e), (long long)opt[e]->lo,
+                              "the device's [%lld, %lld) of %lld", e ? "transformer_2" : "transformer", (long long)opt[e]->lo,
                               (long long)(opt[e]->lo + opt[e]->len), (long long)opt[e]->n, (long long)D->lo[e],
                               (long long)(D->lo[e] + D->len[e]), (long long)D->numel[e]);
         D->host_stale[e] = 0;

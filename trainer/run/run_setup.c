@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/gpu_assign.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "model/text/text_cond.h"
@@ -142,6 +143,8 @@ static int check_device(const core_recipe *r) {
         return core_error("parallel.trainer_ranks: %d trainer ranks on model.device cuda need a communicator that moves "
                           "device buffers (NCCL), which this build does not have: train on one GPU (trainer_ranks 1)",
                           r->trainer_ranks);
+    core_gpu_plan gp; /* who runs on which GPU (core/gpu_assign.h): an impossible assignment is refused here */
+    if (core_gpu_plan_make(r, core_gpu_visible(), &gp)) return -1;
     if (r->lora_rank % 8)
         return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
                           "dimensions)", r->lora_rank);
@@ -364,7 +367,9 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     struct stat sb;
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
-    if (setup_parallel(S, r, path) || wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
+    if (setup_parallel(S, r, path) ||
+        (r->choice.mode == CORE_MODE_COLOCATED && core_gpu_select(r, CORE_GPU_TRAINER, S->dp ? S->dp->rank : 0)) ||
+        wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
