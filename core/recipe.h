@@ -17,9 +17,10 @@
  *                                  model on one GPU (model/dit/wan_dev.h, the sampler's and the trainer's DiT
  *                                  through model/dit/wan_dev_exec.h). `vgrpo run/eval/parity` refuse cuda
  *                                  with one line on a build or machine without a GPU (kernels.h k_cuda_available);
- *                                  cuda trains on one device (parallel.trainer_ranks 1, sp 1; model.lora with a
- *                                  rank that is a multiple of 8, no EMA of adapters); --dry-run checks the recipe on
- *                                  any machine
+ *                                  cuda trains with data parallelism (parallel.sp 1; several trainer ranks on the
+ *                                  emulated device only until a device communicator exists: trainer/dp/dp_dev.h;
+ *                                  model.lora with a rank that is a multiple of 8, no EMA of adapters); --dry-run
+ *                                  checks the recipe on any machine
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
  *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
