@@ -11,7 +11,8 @@
  *     and the bf16 weights and activations carry the difference on: looser than the CPU's 1e-6);
  *   - a stage-2 run of 2 + 1 steps with --resume equals 3 straight steps, and a 2-rank checkpoint resumes at 4 ranks;
  *   - LoRA adapters sharded (2 ranks, stage 2 = stage 0);
- *   - refusals at --dry-run: sequence parallelism on the device, several ranks on a real GPU (no NCCL comm). */
+ *   - refusals at --dry-run: sequence parallelism on the device, several ranks on a real GPU (no NCCL comm);
+ *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -235,4 +236,41 @@ TEST(dev_dp_refusals) {
                           "device buffers (NCCL)"), "got: %s", out);
     CHECK(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run %s --set parallel.trainer_ranks=2 "
                                     "--set parallel.zero_stage=2 >/dev/null 2>&1", bin, tiny) == 0);
+}
+
+/* The n-th (0-based) number after `key` in s, or -1. */
+static long long nth_after(const char *s, const char *key, int n) {
+    const char *p = s;
+    for (int i = 0; p && i <= n; i++)
+        if ((p = strstr(p, key))) p += strlen(key);
+    return p ? atoll(p) : -1;
+}
+
+/* ZeRO on the device keeps m and v of a shard only (trainer/dp/dp_dev.h): the trainer rank's device estimate
+ * (trainer/optim/train_dev.h, the largest shard) equals the larger of the two ranks' emulated peaks exactly at stage 2,
+ * and stage 0's estimate is 8 bytes per parameter more for the half it does not hold (589,248 parameters: 72 chunks,
+ * 36 a rank). */
+TEST(dev_dp_zero_memory_estimate_equals_emulated_peak) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin();
+    static char run[65536], dry[65536];
+    long long est[3] = {0};
+    for (int stage = 0; stage <= 2; stage += 2) {
+        const char *args = "recipes/tiny-cpu.yaml --set mode=colocated --set model.device=cuda --set rollout.num_steps=4 "
+                           "--set parallel.trainer_ranks=2 --set logging.eval_every=0 --set algorithm.beta=0.05";
+        const int st = test_run(run, sizeof run,
+                                "VGRPO_EMULATE_DEVICE=1 VGRPO_EMULATE_DEVICE_REPORT=1 OMP_NUM_THREADS=1 %s run %s "
+                                "--set model.path=%s/model --set logging.run_dir=%s/m%d --set parallel.zero_stage=%d "
+                                "--steps 1 2>&1", bin, args, dir, dir, stage, stage);
+        CHECK_MSG(st == 0, "stage %d run: %s", stage, run);
+        REQUIRE(test_run(dry, sizeof dry, "VGRPO_EMULATE_DEVICE=1 %s run %s --set model.path=%s/model "
+                                          "--set parallel.zero_stage=%d --dry-run 2>&1", bin, args, dir, stage) == 0);
+        const long long p0 = nth_after(run, "emulated device: peak ", 0), p1 = nth_after(run, "emulated device: peak ", 1);
+        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        est[stage] = q ? atoll(q + 1) : -1;
+        printf("  stage %d: emulated peaks %lld and %lld bytes, estimate %lld\n", stage, p0, p1, est[stage]);
+        CHECK_MSG(p0 > 0 && p1 > 0 && est[stage] == (p0 > p1 ? p0 : p1), "stage %d: peaks %lld, %lld; estimate %lld",
+                  stage, p0, p1, est[stage]);
+    }
+    CHECK_MSG(est[0] - est[2] == 8LL * (589248 - 36 * 8192), "stage 0 - stage 2: %lld bytes", est[0] - est[2]);
+    test_run(NULL, 0, "rm -rf %s", dir);
 }

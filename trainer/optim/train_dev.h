@@ -92,7 +92,9 @@ void trainer_dev_free(trainer_dev *D);
  *                fine-tuning, an EMA evaluated in this process), the LoRA adapter's bf16 copy 2 x t; plus each
  *                copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
  *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
- *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert
+ *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
+ *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
+ *                OPTIM_CHUNK values)
  *   staging      the executor's one growing buffer: 4 x rows x ((C_in + C_out) F H W + L text_dim) of the largest forward
  *   training     phase: wan_dev_acts_estimate(train shape, algorithm.activations) + the reference's WAN_ACTS_INFER
  *                beside it (beta > 0), + LoRA's scratch 2 x rows x max(S, L) x rank bf16 (the policy's forward only)
@@ -126,6 +128,7 @@ typedef struct {
     const uint8_t *trained; /* per expert; NULL: all */
     int64_t lora_numel;     /* one trained expert's adapter parameters; 0: full fine-tuning */
     int lora_rank;
+    int zero_ranks;         /* ZeRO over this many trainer ranks: m, v of a shard (0 or 1: whole) */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA) */
     int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
     int train;              /* 0: no training (a rollout worker) */
