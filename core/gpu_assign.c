@@ -86,20 +86,22 @@ int core_gpu_select(const core_recipe *r, core_gpu_role role, int index) {
     if (r->choice.device != CORE_CUDA) return 0;
     core_gpu_plan p;
     if (core_gpu_plan_make(r, core_gpu_visible(), &p)) return -1;
-    const int nproc = role == CORE_GPU_TRAINER ? p.n_trainer : p.n_workers;
-    if (index < 0 || (role == CORE_GPU_TRAINER && index >= nproc))
-        return core_error("parallel.gpus: %s %d is not in this job's %d", role == CORE_GPU_TRAINER ? "trainer rank"
-                          : "rollout worker", index, nproc);
+    const int trainer = role == CORE_GPU_TRAINER, nproc = trainer ? p.n_trainer : p.n_workers;
+    const char *who = trainer ? "trainer rank" : "rollout worker";
+    if (index < 0 || (trainer && index >= nproc))
+        return core_error("parallel.gpus: %s %d is not in this job's %d", who, index, nproc);
     /* a worker past the recipe's (the workers of `vgrpo eval --workers N`, a job without trainer ranks): the GPUs in
      * turn */
-    const int extra = role == CORE_GPU_WORKER && index >= nproc;
-    const int gpu = !extra ? core_gpu_of(&p, role, index) : p.gpus ? (int)p.gpus[index % p.n] : p.visible > 0 ? index % p.visible : index;
+    const int extra = !trainer && index >= nproc;
+    const int gpu = !extra ? core_gpu_of(&p, role, index)
+                    : p.gpus ? (int)p.gpus[index % p.n] : p.visible > 0 ? index % p.visible : index;
     char v[16];
     snprintf(v, sizeof v, "%d", gpu);
     if (setenv(CORE_GPU_ENV, v, 1)) return core_error("setenv %s: out of memory", CORE_GPU_ENV);
-    core_log_info("%s %d: model.device cuda on GPU %d (%s%s)", role == CORE_GPU_TRAINER ? "trainer rank" : "rollout worker",
-                  index, gpu, p.listed ? "parallel.gpus" : "the visible devices",
-                  extra ? ", a job of workers only: the GPUs in turn"
-                  : p.shared && role == CORE_GPU_WORKER ? ", shared with a trainer rank in turns" : "");
+    const char *how = extra                  ? ", a job of workers only: the GPUs in turn"
+                      : p.shared && !trainer ? ", shared with a trainer rank in turns"
+                                             : "";
+    core_log_info("%s %d: model.device cuda on GPU %d (%s%s)", who, index, gpu,
+                  p.listed ? "parallel.gpus" : "the visible devices", how);
     return 0;
 }

@@ -53,7 +53,7 @@ static void compare(const char *dir, const char *name, const char *extra, int co
         const long long wpeak = nth_after(log, "emulated device: peak ", 0);
         printf("  %s rollout worker: emulated peak %lld bytes, dry-run estimate %lld bytes\n", name, wpeak, fig[1]);
         CHECK_MSG(wpeak > 0 && wpeak == fig[1], "%s worker: emulated peak %lld != estimate %lld", name, wpeak, fig[1]);
-        CHECK(strstr(dry, "per GPU (a trainer rank and 1 rollout worker)") != NULL);
+        CHECK(strstr(dry, "per GPU (a trainer rank and 1 rollout worker, parallel.share_gpus true)") != NULL);
     }
 }
 
@@ -66,7 +66,8 @@ TEST(dev_budget_equals_emulated_peak) {
     compare(dir, "lora", "--set algorithm.beta=0.05 --set model.lora.rank=8 --set logging.eval_every=0", 0);
     compare(dir, "ckpt-ema-eval", "--set algorithm.activations=checkpoint --set algorithm.ema_decay=0.9 "
                                   "--set logging.eval_every=1 --set rollout.batch_size=8", 0);
-    compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0", 1);
+    compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0 "
+                              "--set parallel.share_gpus=true", 1);
 }
 
 /* The one-GPU recipes: valid without weights, on the device in one process, saving checkpoints, and fitting an 80 GB
