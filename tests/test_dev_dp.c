@@ -11,6 +11,7 @@
  *     and the bf16 weights and activations carry the difference on: looser than the CPU's 1e-6);
  *   - a stage-2 run of 2 + 1 steps with --resume equals 3 straight steps, and a 2-rank checkpoint resumes at 4 ranks;
  *   - LoRA adapters sharded (2 ranks, stage 2 = stage 0);
+ *   - vgrpo parity with 2 device trainer ranks and 2 workers: exactly 0;
  *   - refusals at --dry-run: sequence parallelism on the device, several ranks on a real GPU (no NCCL comm);
  *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly. */
 #include <jansson.h>
@@ -272,5 +273,22 @@ TEST(dev_dp_zero_memory_estimate_equals_emulated_peak) {
                   stage, p0, p1, est[stage]);
     }
     CHECK_MSG(est[0] - est[2] == 8LL * (589248 - 36 * 8192), "stage 0 - stage 2: %lld bytes", est[0] - est[2]);
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* vgrpo parity with 2 trainer ranks on the device and 2 rollout workers: the trainer's log-probs and velocities equal
+ * the rollout's exactly (each rank recomputes its share of the batch). */
+TEST(dev_dp_parity_2_ranks_zero) {
+    const char *dir = run_dir();
+    static char out[65536];
+    const int st = test_run(out, sizeof out,
+                            "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s parity recipes/tiny-cpu.yaml --set mode=colocated "
+                            "--set model.device=cuda --set model.path=%s/model --set parallel.trainer_ranks=2 "
+                            "--set parallel.rollout_workers=2 --set rollout.num_steps=4 --set logging.run_dir=%s/p 2>&1",
+                            test_vgrpo_bin(), dir, dir);
+    CHECK_MSG(st == 0 && strstr(out, "trainer layout dp 2 x sp 1") && strstr(out, "model.device cuda (emulated)") &&
+                  strstr(out, "max |logp_trainer - logp_rollout| = 0 (tolerance 0), max |v_trainer - v_rollout| = 0 "
+                              "(tolerance 0): PASS"),
+              "parity: exit %d:\n%s", st, out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
