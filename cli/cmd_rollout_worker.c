@@ -12,6 +12,7 @@
 #include "cli/opts.h"
 #include "core/curve.h"
 #include "core/error.h"
+#include "core/gpu_assign.h"
 #include "core/log.h"
 #include "core/recipe.h"
 #include "rollout/worker.h"
@@ -71,7 +72,9 @@ int cmd_rollout_worker(int argc, char **argv) {
         return 1;
     }
     cfg.keys = keyed ? &keys : NULL;
-    if (core_recipe_load(&r, path, sets.v, sets.n) || rollout_pipeline_load_lora(&p, &r, transformer, adapter)) {
+    const int wi = core_gpu_worker_index(cfg.id); /* model.device cuda: its GPU of the job (core/gpu_assign.h) */
+    if (core_recipe_load(&r, path, sets.v, sets.n) || (wi >= 0 && core_gpu_select(&r, CORE_GPU_WORKER, wi)) ||
+        rollout_pipeline_load_lora(&p, &r, transformer, adapter)) {
         fprintf(stderr, "rollout-worker %s: %s\n", cfg.id, core_last_error());
     } else {
         cfg.reward_timeout_s = r.reward_timeout_s;

@@ -35,12 +35,14 @@
 #include "core/log.h"
 #include "core/recipe.h"
 #include "core/run_lock.h"
+#include "core/gpu_assign.h"
 #include "rollout/source_local.h"
 #include "trainer/budget/budget.h"
 #include "trainer/run/run.h"
 
 /* Local mode: the in-process source and the loop. */
 static int run_local(const core_recipe *r, const trainer_run_opts *o) {
+    if (core_gpu_select(r, CORE_GPU_TRAINER, 0)) return -1; /* model.device cuda: the job's one GPU */
     core_rollout_source *src = rollout_source_local_open(r);
     if (!src) return -1;
     const int rc = trainer_run(r, o, src, NULL);
@@ -166,6 +168,9 @@ int cmd_run(int argc, char **argv) {
             if (r.choice.reduce == CORE_REDUCE_NCCL) /* recipes/README.md, "Gradient sums on GPUs" */
                 fprintf(stderr, "note: parallel.reduce nccl: NCCL's own gradient sums (faster; not bit-identical "
                                 "across trainer rank counts, nor with the CPU path; exact is)\n");
+            core_gpu_plan gp; /* model.device cuda: who runs on which GPU (core/gpu_assign.h; checked already) */
+            if (r.choice.device == CORE_CUDA && !core_gpu_plan_make(&r, core_gpu_visible(), &gp))
+                core_gpu_plan_print(stderr, &gp);
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }

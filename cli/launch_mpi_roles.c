@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "cli/launch_mpi_rank.h"
+#include "core/gpu_assign.h"
 #include "cli/supervisor.h"
 #include "core/error.h"
 #include "core/fs.h"
@@ -150,7 +151,7 @@ int launch_run_worker(launch *L, const core_recipe *r) {
                                  .reward_timeout_s = r->reward_timeout_s, .reward_max_attempts = r->reward_max_attempts,
                                  .keys = &L->keys};
     int rc = -2;
-    if (!rollout_pipeline_load_lora(&p, r, NULL, NULL)) {
+    if (!core_gpu_select(r, CORE_GPU_WORKER, L->role_rank) && !rollout_pipeline_load_lora(&p, r, NULL, NULL)) {
         signal(SIGTERM, on_stop);
         signal(SIGINT, on_stop);
         rc = rollout_worker_run(&p, &cfg, &stop_flag) ? -1 : stop_flag ? core_error("stopped by a signal") : 0;

@@ -137,6 +137,10 @@ const core_cfg_entry core_recipe_schema[] = {
     {"parallel.reduce", CORE_CFG_STRING, O(reduce), "exact", 0, 0, 0, "exact|nccl",
      "gradient sums on GPUs: exact (rank order, the same bits at every rank count) or nccl (NCCL's own; faster, "
      "not bit-identical across rank counts; model.device cuda only)"},
+    {"parallel.gpus", CORE_CFG_INTS, O(gpus), NULL, 0, 0, 0, NULL,
+     "model.device cuda: device indices for the job's processes (default: the visible devices)"},
+    {"parallel.share_gpus", CORE_CFG_BOOL, O(share_gpus), "false", 0, 0, 0, NULL,
+     "model.device cuda: rollout workers share the trainer ranks' GPUs in turns (false: a GPU each)"},
     {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "-1", MINV, -1, 0, NULL,
      "save every N GRPO steps, at the end and on SIGINT/SIGTERM (0: only at the end and on a signal; -1: never)"},
     {"checkpoint.dir", CORE_CFG_STRING, O(ckpt_dir), NULL, 0, 0, 0, NULL, "default: the run directory"},

@@ -17,9 +17,10 @@
  *                                  model on one GPU (model/dit/wan_dev.h, the sampler's and the trainer's DiT
  *                                  through model/dit/wan_dev_exec.h). `vgrpo run/eval/parity` refuse cuda
  *                                  with one line on a build or machine without a GPU (kernels.h k_cuda_available);
- *                                  cuda trains on one device (parallel.trainer_ranks 1, sp 1; model.lora with a
- *                                  rank that is a multiple of 8, no EMA of adapters); --dry-run checks the recipe on
- *                                  any machine
+ *                                  cuda trains with data parallelism (parallel.sp 1; several trainer ranks over
+ *                                  NCCL, sp/comm_nccl.h, or the MPI world on the emulated device: trainer/dp/dp_dev.h;
+ *                                  model.lora with a rank that is a multiple of 8, no EMA of adapters); --dry-run
+ *                                  checks the recipe on any machine
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
  *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
@@ -100,6 +101,9 @@
  *                                  (default): in rank order (all-to-all, then a fixed-order sum), the same bits at every
  *                                  rank count and as the CPU path's; nccl: NCCL's own reduce-scatter / all-reduce
  *                                  (faster, not bit-identical across rank counts). model.device cpu refuses nccl
+ *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices the job's processes use (absent: the
+ *                                  visible devices) and whether rollout workers share the trainer ranks' GPUs in
+ *                                  turns (core/gpu_assign.h: who gets which GPU, the refusals)
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
  *                                  and on SIGINT/SIGTERM (0: only at the end and on a signal; -1, the default: never);
  *                                  checkpoint.dir (default: logging.run_dir); checkpoint.total_limit (keep the
@@ -212,6 +216,8 @@ typedef struct {
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
     int zero_stage;
     char *reduce; /* parallel.reduce */
+    core_cfg_ints gpus; /* parallel.gpus (n 0: absent, the visible devices) */
+    bool share_gpus;
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

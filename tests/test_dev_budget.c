@@ -56,7 +56,7 @@ static void compare_recipe(const char *dir, const char *recipe, const char *mode
         const long long wpeak = nth_after(log, "emulated device: peak ", 0);
         printf("  %s rollout worker: emulated peak %lld bytes, dry-run estimate %lld bytes\n", name, wpeak, fig[1]);
         CHECK_MSG(wpeak > 0 && wpeak == fig[1], "%s worker: emulated peak %lld != estimate %lld", name, wpeak, fig[1]);
-        CHECK(strstr(dry, "per GPU (a trainer rank and 1 rollout worker)") != NULL);
+        CHECK(strstr(dry, "per GPU (a trainer rank and 1 rollout worker, parallel.share_gpus true)") != NULL);
     }
 }
 
@@ -73,7 +73,8 @@ TEST(dev_budget_equals_emulated_peak) {
     compare(dir, "lora", "--set algorithm.beta=0.05 --set model.lora.rank=8 --set logging.eval_every=0", 0);
     compare(dir, "ckpt-ema-eval", "--set algorithm.activations=checkpoint --set algorithm.ema_decay=0.9 "
                                   "--set logging.eval_every=1 --set rollout.batch_size=8", 0);
-    compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0", 1);
+    compare(dir, "colocated", "--set mode=colocated --set algorithm.beta=0.05 --set logging.eval_every=0 "
+                              "--set parallel.share_gpus=true", 1);
 }
 
 /* Image to video: TI2V's first-frame conditioning runs the DiT with a timestep per token, I2V-A14B's concatenated

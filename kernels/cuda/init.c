@@ -5,9 +5,11 @@
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/gpu_assign.h"
 #include "kernels/cuda/dynload.h"
 #include "kernels/cuda/internal.h"
 
@@ -42,15 +44,26 @@ int k_cuda_init(char *why) {
         return init_fail(why, "CUDA: no usable GPU here (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
     }
     if (n < 1) return init_fail(why, "CUDA: no GPU found");
+    /* the process's GPU: the one its launcher's plan gave it (core/gpu_assign.h sets the variable), else 0 */
+    int dev = 0;
+    const char *sel = getenv(CORE_GPU_ENV);
+    if (sel && *sel) {
+        char *end;
+        const long v = strtol(sel, &end, 10);
+        if (*end || v < 0 || v >= n)
+            return init_fail(why, "CUDA: %s=%s is not a GPU index here: %d visible device(s) (parallel.gpus, "
+                                  "CUDA_VISIBLE_DEVICES)", CORE_GPU_ENV, sel, n);
+        dev = (int)v;
+    }
     struct cudaDeviceProp p;
-    if ((e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess)
+    if ((e = cudaGetDeviceProperties(&p, dev)) != cudaSuccess)
         return init_fail(why, "CUDA: cudaGetDeviceProperties: %s", cudaGetErrorString(e));
     if (p.major != 9)
-        return init_fail(why, "CUDA: GPU 0 is %s (compute capability %d.%d); this build carries sm_90a code only "
-                              "(Hopper: H100, H200)", p.name, p.major, p.minor);
-    if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&kc_stream, cudaStreamNonBlocking)) !=
-                                                     cudaSuccess)
-        return init_fail(why, "CUDA: cannot create a stream on GPU 0: %s", cudaGetErrorString(e));
+        return init_fail(why, "CUDA: GPU %d is %s (compute capability %d.%d); this build carries sm_90a code only "
+                              "(Hopper: H100, H200)", dev, p.name, p.major, p.minor);
+    if ((e = cudaSetDevice(dev)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&kc_stream, cudaStreamNonBlocking)) != cudaSuccess)
+        return init_fail(why, "CUDA: cannot create a stream on GPU %d: %s", dev, cudaGetErrorString(e));
     if (kc_dynload()) {
         char msg[CORE_ERROR_MAX];
         snprintf(msg, sizeof msg, "%s", core_last_error());
@@ -76,6 +89,9 @@ int k_cuda_init(char *why) {
         return init_fail(why, "%s", msg);
     }
     ready = 1;
+    /* every process that opens the GPU says which (stderr: the GPU check links no logger) */
+    fprintf(stderr, "CUDA: GPU %d of %d: %s (%.1f GiB, %d SMs, compute capability %d.%d)\n", dev, n, p.name,
+            (double)p.totalGlobalMem / 1073741824.0, p.multiProcessorCount, p.major, p.minor);
     return 0;
 }
 

@@ -34,5 +34,6 @@ int mpi_case_dit_bench(sp_comm *world, int argc, char **argv);
 int mpi_case_dp(sp_comm *world, int argc, char **argv);
 int mpi_case_zero(sp_comm *world, int argc, char **argv);
 int mpi_case_nccl(sp_comm *world, int argc, char **argv);
+int mpi_case_zero_dev(sp_comm *world, int argc, char **argv);
 
 #endif

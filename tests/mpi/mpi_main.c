@@ -38,6 +38,8 @@ static const struct {
     {"zero", mpi_case_zero, "zero                      ZeRO stages 1 and 2 vs stage 0 and the rank-order collectives, bit for bit"},
     {"nccl", mpi_case_nccl,
      "nccl [PIECE]              the comm table on the fake NCCL (VGRPO_NCCL_LIB) vs MPI; exact sums bit for bit"},
+    {"zero_dev", mpi_case_zero_dev,
+     "zero_dev                  data parallelism and ZeRO on the emulated device vs the CPU path, bit for bit"},
     {"dit_bench", mpi_case_dit_bench,
      "dit_bench SP ULYSSES [F H W L LAYERS REPS]    per-rank activation bytes and fwd+bwd wall time (benchmark)"},
 };

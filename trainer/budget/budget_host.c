@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/gpu_assign.h"
 #include "kernels/kernels.h"
 #include "trainer/budget/budget.h"
 #include "trainer/optim/train_dev.h"
@@ -301,7 +302,8 @@ int budget_check(const budget_estimate *e, const core_recipe *r, const budget_me
 }
 
 /* model.device cuda: the device estimate per process (trainer/optim/train_dev.h: the function the trainer checks at
- * start-up), and per GPU where a trainer rank and its rollout workers share one. 0 or -1 (a config the device
+ * start-up), and on the busiest GPU of the assignment (core/gpu_assign.h: a process each, or a trainer rank and the
+ * rollout workers that share its GPU). 0 or -1 (a config the device
  * refuses). */
 static int print_device(FILE *out, const budget_estimate *e, const core_recipe *r) {
     const int i2v = e->n_images > 0, local = e->job == BUDGET_JOB_RUN && r->choice.mode == CORE_MODE_LOCAL;
@@ -316,12 +318,19 @@ static int print_device(FILE *out, const budget_estimate *e, const core_recipe *
     if (!local) {
         if (trainer_dev_estimate_recipe(r, &e->dit, e->n_experts, i2v, 1, &w)) return -1;
         trainer_dev_budget_print(out, "rollout worker", &w, r->activations);
-        if (e->job != BUDGET_JOB_EVAL) { /* colocated: a trainer rank and its share of the workers on each GPU */
-            const int R = r->trainer_ranks > 0 ? r->trainer_ranks : 1, per = (r->rollout_workers + R - 1) / R;
-            const double g = t.total + per * w.total, h100 = TRAINER_DEV_H100_MIB * 1048576.0;
-            const double h200 = TRAINER_DEV_H200_MIB * 1048576.0;
-            fprintf(out, "  per GPU (a trainer rank and %d rollout worker%s): %.2f GiB: %s on an 80 GB H100, %s on a "
-                         "141 GB H200\n", per, per > 1 ? "s" : "", g / 1073741824.0,
+        core_gpu_plan gp; /* colocated: the processes on the busiest GPU of the plan (core/gpu_assign.h) */
+        if (e->job != BUDGET_JOB_EVAL && !core_gpu_plan_make(r, core_gpu_visible(), &gp)) {
+            /* shared: worker k on GPU slot k mod n, so slot 0 (a trainer rank's) holds the most workers */
+            const int per = gp.shared ? (gp.n_workers + gp.n - 1) / gp.n : 0;
+            const double g = gp.shared ? t.total + per * w.total : fmax(t.total, w.total);
+            const double h100 = TRAINER_DEV_H100_MIB * 1048576.0, h200 = TRAINER_DEV_H200_MIB * 1048576.0;
+            char who[96];
+            if (gp.shared)
+                snprintf(who, sizeof who, "a trainer rank and %d rollout worker%s, parallel.share_gpus true", per,
+                         per > 1 ? "s" : "");
+            else
+                snprintf(who, sizeof who, "one process each, parallel.share_gpus false: the larger");
+            fprintf(out, "  per GPU (%s): %.2f GiB: %s on an 80 GB H100, %s on a 141 GB H200\n", who, g / 1073741824.0,
                     g <= h100 ? "fits" : "does NOT fit", g <= h200 ? "fits" : "does NOT fit");
         }
     }

@@ -46,7 +46,9 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!tr) continue;
         if (lora) b->weights += 2.0 * t;                                   /* the adapter's bf16 copy */
         else b->weights += q->copies * (2.0 * numel + pout);               /* reference, EMA copies */
-        if (q->train) b->grads += 4.0 * t, b->optim += 12.0 * t;
+        /* the master whole; m, v of the largest ZeRO shard (whole chunks: trainer/dp/zero.h) over zero_ranks */
+        const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
+        if (q->train) b->grads += 4.0 * t, b->optim += 4.0 * t + 8.0 * fmin(t, ceil(chunks / R) * OPTIM_CHUNK);
     }
     const int rank = lora ? q->lora_rank : 0;
     double big = 0; /* the largest forward's staging */
@@ -117,7 +119,8 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
                              .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
-                             .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base};
+                             .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base,
+                             .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1};
     q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
              : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT

@@ -200,13 +200,15 @@ int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uin
         if (bad)
             return core_error_push("dp: gradients of %s%s: ", wan_expert_folder(e), tb.params == policy[e]->params ? "" : "'s LoRA adapter");
     }
-    if (stats) {
-        double x[7] = {(double)stats->n_transitions, (double)stats->n_clipped, stats->loss, stats->policy, stats->kl,
-                       stats->abs_ratio_dev_sum, stats->abs_logp_diff_sum};
-        if (rc->stats && dp_sum_doubles(rc->stats, x, 7)) return -1;
-        stats->n_transitions = (int64_t)x[0], stats->n_clipped = (int64_t)x[1];
-        stats->loss = x[2], stats->policy = x[3], stats->kl = x[4];
-        stats->abs_ratio_dev_sum = x[5], stats->abs_logp_diff_sum = x[6];
-    }
+    return stats ? dp_stats_reduce(rc->stats, stats) : 0;
+}
+
+int dp_stats_reduce(sp_comm *c, grpo_loss_stats *stats) {
+    double x[7] = {(double)stats->n_transitions, (double)stats->n_clipped, stats->loss, stats->policy, stats->kl,
+                   stats->abs_ratio_dev_sum, stats->abs_logp_diff_sum};
+    if (c && dp_sum_doubles(c, x, 7)) return -1;
+    stats->n_transitions = (int64_t)x[0], stats->n_clipped = (int64_t)x[1];
+    stats->loss = x[2], stats->policy = x[3], stats->kl = x[4];
+    stats->abs_ratio_dev_sum = x[5], stats->abs_logp_diff_sum = x[6];
     return 0;
 }

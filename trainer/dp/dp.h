@@ -46,6 +46,8 @@ typedef struct {
     sp_comm *grads;
     sp_comm *stats;
     int zero_stage;  /* parallel.zero_stage (trainer/dp/zero.h): 2 reduce-scatters the gradients instead */
+    sp_comm *dev;    /* model.device cuda: the group over the same ranks as grads that moves DEVICE buffers (gradients,
+                        updated weights: trainer/dp/dp_dev.h); NULL on the CPU path */
 } dp_reduce_ctx;
 
 /* The trainer's gradient hook for data parallelism (trainer_config.grad_reduce, ctx = a dp_reduce_ctx): all-reduces
@@ -56,6 +58,9 @@ typedef struct {
  * not at 4 or more); with ctx->zero_stage 2 it is sp_comm_reduce_scatter_ranges over the ZeRO shards
  * (dp_zero_offsets): the same sums, each rank keeping its shard only. */
 int dp_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained, grpo_loss_stats *stats);
+
+/* The loss statistics' half of dp_grad_reduce: *stats summed over c in rank order (dp_sum_doubles; c NULL: kept). */
+int dp_stats_reduce(sp_comm *c, grpo_loss_stats *stats);
 
 /* Sums a few doubles over the group in rank order (all-gather, then a fixed-order sum; same result on every rank). */
 int dp_sum_doubles(sp_comm *c, double *x, int n);

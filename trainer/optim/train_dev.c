@@ -15,6 +15,16 @@ static trainer_trained_buf host_buf(const wan_model *m) { return trainer_trained
 static kb_bf16 *dev_w16(const wan_dev_model *d) { return d->lora ? d->lora_w : d->w; }
 static float *dev_grads(const wan_dev_model *d) { return d->lora ? d->lora_grads : d->grads; }
 
+float *trainer_dev_grads(trainer_dev *D, int e) {
+    wan_dev_model *d = e >= 0 && e < D->n_experts && D->trained[e] ? wan_dev_exec_model(D->x, D->pol[e]) : NULL;
+    return d ? dev_grads(d) : NULL;
+}
+
+kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e) {
+    wan_dev_model *d = e >= 0 && e < D->n_experts && D->trained[e] ? wan_dev_exec_model(D->x, D->pol[e]) : NULL;
+    return d ? dev_w16(d) : NULL;
+}
+
 void trainer_dev_free(trainer_dev *D) {
     if (D->x) {
         const k_dev_ops *dev = wan_dev_exec_ops(D->x);
@@ -28,13 +38,15 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
     for (int e = 0; e < D->n_experts; e++) {
         if (!D->trained[e]) continue;
         const wan_model *m = D->pol[e];
-        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
-        if (opt[e]->lo != 0 || opt[e]->len != D->numel[e])
-            return core_error("trainer (model.device cuda): a sharded AdamW state (parallel.zero_stage) is not "
-                              "supported on the device");
+        const size_t bytes = (size_t)D->numel[e] * sizeof(float), mb = (size_t)D->len[e] * sizeof(float);
+        if (opt[e]->n != D->numel[e] || opt[e]->lo != D->lo[e] || opt[e]->len != D->len[e])
+            return core_error("trainer (model.device cuda): the AdamW state of %s covers [%lld, %lld) of %lld values, "
+                              "the device's [%lld, %lld) of %lld", e ? "transformer_2" : "transformer", (long long)opt[e]->lo,
+                              (long long)(opt[e]->lo + opt[e]->len), (long long)opt[e]->n, (long long)D->lo[e],
+                              (long long)(D->lo[e] + D->len[e]), (long long)D->numel[e]);
         D->host_stale[e] = 0;
-        if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || dev->mem_upload(D->m[e], opt[e]->m, bytes) ||
-            dev->mem_upload(D->v[e], opt[e]->v, bytes) || dev->mem_sync())
+        if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || (mb && dev->mem_upload(D->m[e], opt[e]->m, mb)) ||
+            (mb && dev->mem_upload(D->v[e], opt[e]->v, mb)) || dev->mem_sync())
             return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
         /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
          * weights */
@@ -56,11 +68,12 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
         D->trained[e] = !trained || trained[e];
         if (!D->trained[e]) continue;
         D->numel[e] = host_buf(pol[e]).n; /* the adapter's under LoRA (a frozen base) */
-        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
-        if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(bytes)) ||
-            !(D->v[e] = dev->mem_alloc(bytes))) {
+        D->lo[e] = opt[e]->lo, D->len[e] = opt[e]->len; /* a ZeRO shard's moments, or the whole */
+        const size_t bytes = (size_t)D->numel[e] * sizeof(float), mb = (size_t)(D->len[e] > 0 ? D->len[e] : 1) * 4;
+        if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(mb)) ||
+            !(D->v[e] = dev->mem_alloc(mb))) {
             core_error_push("trainer (model.device cuda): %.1f MiB of fp32 master weights and AdamW moments for %s: ",
-                            3.0 * (double)bytes / 1048576.0, e ? "transformer_2" : "transformer");
+                            (double)(bytes + 2 * mb) / 1048576.0, e ? "transformer_2" : "transformer");
             trainer_dev_free(D);
             return -1;
         }
@@ -77,8 +90,8 @@ int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt) {
     const k_dev_ops *dev = wan_dev_exec_ops(D->x);
     for (int e = 0; e < D->n_experts; e++) {
         if (!D->trained[e]) continue;
-        const size_t bytes = (size_t)D->numel[e] * sizeof(float);
-        if (dev->mem_download(opt[e]->m, D->m[e], bytes) || dev->mem_download(opt[e]->v, D->v[e], bytes))
+        const size_t bytes = (size_t)D->len[e] * sizeof(float);
+        if (bytes && (dev->mem_download(opt[e]->m, D->m[e], bytes) || dev->mem_download(opt[e]->v, D->v[e], bytes)))
             return core_error_push("trainer (model.device cuda): downloading the AdamW moments: ");
     }
     if (dev->mem_sync()) return -1;
@@ -118,8 +131,10 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
             return core_error("trainer_dev_opt_step: expert %d is not the one whose state is on the device", e);
         if (!(d[e] = wan_dev_exec_model(D->x, policy[e])) || !dev_grads(d[e]))
             return core_error("trainer_dev_opt_step: expert %d has no device gradients", e);
-        double s;
-        if (dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s)) return -1;
+        double s; /* ZeRO stage 2: the whole gradient's from every rank's shard (the hook) */
+        if (D->shards.sumsq ? D->shards.sumsq(D->shards.ctx, D, e, dev_grads(d[e]), &s)
+                            : dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s))
+            return -1;
         ss += s;
         if (first < 0) first = e;
     }
@@ -131,15 +146,16 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
     const double coef = optim_clip_coef(norm, ocfg->max_grad_norm);
     for (int e = 0; e < n_experts; e++) { /* optim_adamw_step_coef, on the device */
         if (!d[e]) continue;
-        const int64_t n = D->numel[e];
-        float *g = dev_grads(d[e]);
-        if (coef < 1.0 && dev->scale(kb_out_f32(g), (float)coef, n)) return -1;
+        const int64_t n = D->numel[e], lo = D->lo[e], len = D->len[e]; /* [lo, lo + len): all of it on one rank */
+        float *g = dev_grads(d[e]) + lo;
+        if (coef < 1.0 && len && dev->scale(kb_out_f32(g), (float)coef, len)) return -1;
         const double lr = optim_lr_at(ocfg, opt[e]->step);
         const kb_adamw_scalars s =
             kb_adamw_prepare(lr, ocfg->beta1, ocfg->beta2, ocfg->eps, ocfg->weight_decay, opt[e]->step + 1);
-        if (dev->adamw_update(D->master[e], D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]), n))
+        if (len && dev->adamw_update(D->master[e] + lo, D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]) + lo, len))
             return core_error_push("trainer (model.device cuda): AdamW: ");
         D->moments_on_host = 0;
+        if (D->shards.gather && D->shards.gather(D->shards.ctx, D, e)) return -1; /* the other ranks' ranges */
         /* the host mirror of the master (now, or marked stale for trainer_dev_sync_host), and (not under LoRA)
          * proj_out.bias's fp32 device copy from the master's slice, through its place in the host params */
         wan_model *m = policy[e];

@@ -22,8 +22,13 @@
  * LoRA (model.lora): the trained buffer is each trained expert's adapter (trainer/optim/lora.h's trainer_trained_buffer):
  * its fp32 master and moments live on the device, the step writes the adapter's bf16 copy, and the base stays a
  * frozen bf16 copy (no master, no gradients); the KL reference is the same device model with the adapter off.
- * Not here yet: several trainer ranks (gradients would be reduced over NCCL), ZeRO, an EMA of the adapters evaluated
- * in process. trainer/run/run_setup.c refuses those recipes with model.device cuda. */
+ * Several trainer ranks (data parallelism, ZeRO stages 1 and 2: trainer/dp/dp_dev.h): the moments may be a SHARD
+ * [lo, lo + len) of the trained buffer (optim_adamw_init_shard's, as the host state), the step then updates the
+ * shard's master, moments and bf16 copy only, and the shard hooks (trainer_dev_shards) supply the whole gradient's
+ * sum of squares and bring the other ranks' updated shards in before the host mirrors are made. Without hooks (one
+ * rank, or ZeRO stage 0) the step is the one-rank step unchanged.
+ * Not here yet: sequence parallelism on the device, an EMA of the adapters evaluated in process. trainer/run/run_setup.c
+ * refuses those recipes with model.device cuda. */
 #ifndef TRAINER_TRAIN_DEV_H
 #define TRAINER_TRAIN_DEV_H
 
@@ -35,24 +40,40 @@
 #include "model/dit/wan_dev_exec.h"
 #include "trainer/optim/optim.h"
 
+typedef struct trainer_dev trainer_dev;
+
+/* How a sharded step (ZeRO over trainer ranks: trainer/dp/dp_dev.h) completes the one-rank step; any hook may be NULL.
+ *   sumsq   *out = optim_sumsq of expert e's WHOLE summed gradient g [D->numel[e]] (device fp32), bit for bit; NULL:
+ *           the device's sumsq of g (every rank holds the whole sum: ZeRO stage 1, after an all-reduce);
+ *   gather  after AdamW updated [D->lo[e], + D->len[e]) of expert e's master and bf16 copy on this rank: every other
+ *           rank's updated range into them, so that both are whole again. */
 typedef struct {
+    void *ctx;
+    int (*sumsq)(void *ctx, trainer_dev *D, int e, const float *g, double *out);
+    int (*gather)(void *ctx, trainer_dev *D, int e);
+} trainer_dev_shards;
+
+struct trainer_dev {
     wan_dev_exec *x;
     int n_experts;
     const wan_model *pol[2];        /* the policy's host models (the keys of their device copies) */
     uint8_t trained[2];
-    float *master[2], *m[2], *v[2]; /* device [numel] fp32; NULL for a frozen expert */
-    int64_t numel[2];
+    float *master[2];               /* device [numel] fp32; NULL for a frozen expert */
+    float *m[2], *v[2];             /* device [len] fp32: the moments of [lo, lo + len) (the whole without ZeRO) */
+    int64_t numel[2], lo[2], len[2];
+    trainer_dev_shards shards;      /* zeroed: one rank (set by the caller after trainer_dev_init) */
     int moments_on_host;            /* 1: the host optim_adamw m, v equal the device's */
     int lazy_host;                  /* 1: the master's host copy is made on demand (trainer_dev_sync_host) */
     uint8_t host_stale[2];          /* 1: expert e's host params are older than its device master */
-} trainer_dev;
+};
 
 /* Allocates the device state of every trained expert of pol (trained NULL: all) and uploads it: the master from the
- * host params, the moments from opt[e] (zero for a fresh run), the device model's bf16 weights (version
- * opt[e]->step). 0, or -1 (out of device memory; everything freed). */
+ * host params, the moments from opt[e] (zero for a fresh run; opt[e]'s range [lo, lo + len): the whole, or a ZeRO
+ * shard), the device model's bf16 weights (version opt[e]->step). 0, or -1 (out of device memory; everything freed). */
 int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
                      optim_adamw *const *opt);
-/* The host state (params, opt m, v, step) uploaded again: after a resume replaced it. */
+/* The host state (params, opt m, v, step) uploaded again: after a resume replaced it (opt's ranges must be those of
+ * trainer_dev_init: -1 naming them otherwise). */
 int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
 /* The device moments into the host opt[e] m, v (no-op when they are current there). */
 int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt);
@@ -71,7 +92,9 @@ void trainer_dev_free(trainer_dev *D);
  *                fine-tuning, an EMA evaluated in this process), the LoRA adapter's bf16 copy 2 x t; plus each
  *                copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
  *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
- *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert
+ *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
+ *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
+ *                OPTIM_CHUNK values)
  *   staging      the executor's one growing buffer: 4 x rows x ((C_in + C_out) F H W + L text_dim) of the largest forward
  *   training     phase: wan_dev_acts_estimate(train shape, algorithm.activations) + the reference's WAN_ACTS_INFER
  *                beside it (beta > 0), + LoRA's scratch 2 x rows x max(S, L) x rank bf16 (the policy's forward only)
@@ -105,6 +128,7 @@ typedef struct {
     const uint8_t *trained; /* per expert; NULL: all */
     int64_t lora_numel;     /* one trained expert's adapter parameters; 0: full fine-tuning */
     int lora_rank;
+    int zero_ranks;         /* ZeRO over this many trainer ranks: m, v of a shard (0 or 1: whole) */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA) */
     int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
     int train;              /* 0: no training (a rollout worker) */
@@ -147,8 +171,15 @@ int trainer_dev_check_memory(wan_dev_exec *x, const trainer_dev_budget *b, const
 /* trainer_config.opt_step on the device (ctx: a trainer_dev): the step described above over the trained experts'
  * device gradients (accumulated by trainer_accumulate_experts with ex->dev), then the host mirrors. Errors (-1, no
  * weights changed): an invalid config, a non-finite norm ("optim: gradient norm is nan at optimizer step N;
- * parameters not updated"), policy models other than D's, a device failure. */
+ * parameters not updated"), policy models other than D's, a device failure. With shard hooks (D->shards) AdamW runs
+ * on this rank's range and the hooks supply the norm and the other ranks' ranges (a hook's failure after an update
+ * leaves the ranks' weights different: the run must stop, as for every collective). */
 int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                          optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info);
+
+/* Expert e's device fp32 gradients [D->numel[e]] (the adapter's under LoRA) and its bf16 compute copy; NULL when the
+ * expert is not trained or has no gradients yet. */
+float *trainer_dev_grads(trainer_dev *D, int e);
+kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e);
 
 #endif

@@ -18,6 +18,7 @@
 #include "trainer/step/grpo.h"
 #include "trainer/optim/lora.h"
 #include "trainer/run/run_internal.h"
+#include "trainer/dp/dp_dev.h"
 #include "trainer/dp/zero.h"
 
 /* One optimizer update over the batch. Alone: trainer_update_experts. Over dp trainer ranks (every rank holds the
@@ -41,7 +42,10 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
         sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
         tc.grad_reduce = dp_grad_reduce;
         tc.grad_reduce_ctx = &S->red;
-        if (S->red.zero_stage > 0) tc.opt_step = dp_zero_step, tc.opt_step_ctx = &S->red; /* trainer/dp/zero.h */
+        if (S->dx) /* on the device: its gradients, and trainer_dev_opt_step with the shard hooks (dp_dev.h) */
+            tc.grad_reduce = dp_dev_grad_reduce, tc.grad_reduce_ctx = &S->red_dev;
+        else if (S->red.zero_stage > 0)
+            tc.opt_step = dp_zero_step, tc.opt_step_ctx = &S->red; /* trainer/dp/zero.h */
     }
     return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
                                   st, info);
@@ -453,8 +457,9 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
         if (sp_comm_broadcast(dp, &cmd, 1, SP_I64, 0)) goto done;
         if (cmd == DP_CMD_STOP) break;
         if (cmd == DP_CMD_ZERO_GATHER) { /* rank 0 writes a checkpoint: its Adam state from every shard */
-            optim_adamw none[2];
-            if (dp_zero_gather(S.red.grads, S.opt, 2, none)) goto done;
+            optim_adamw none[2], *opts[2] = {&S.opt[0], &S.opt[1]};
+            if ((S.dx && trainer_dev_sync_moments(&S.dev, opts)) || dp_zero_gather(S.red.grads, S.opt, 2, none))
+                goto done;
             continue;
         }
         if (cmd != DP_CMD_TRAIN && cmd != DP_CMD_PARITY) {

@@ -37,6 +37,7 @@ const char *const trainer_resume_free_keys[] = {
     "parallel.zero_stage",              /* bit-identical at every stage; checkpoints hold the whole Adam state */
     "parallel.trainer_ranks",           /* nothing in a checkpoint depends on it; the run continues with the new
                                            count's split of the batch (its summation order) */
+    "parallel.gpus", "parallel.share_gpus", /* which GPU a process runs on (core/gpu_assign.h) */
     NULL,
 };
 

@@ -17,7 +17,7 @@
 #include "sp/comm.h"
 #include "sp/topology.h"
 #include "sp/usp_attention.h"
-#include "trainer/dp/dp.h"
+#include "trainer/dp/dp_dev.h"
 #include "trainer/run/guard.h"
 #include "trainer/optim/optim.h"
 #include "trainer/run/run.h"
@@ -67,6 +67,7 @@ typedef struct {
     sp_topology topo;
     sp_rank_info me;
     sp_comm *dpg;              /* this rank's dp group (same sp_rank): loss statistics are summed over it */
+    sp_comm *nccl;             /* model.device cuda, several ranks: the trainer ranks on NCCL (sp/comm_nccl.h) */
     sp_usp usp;                /* SP > 1: the Ulysses x Ring self-attention context (its groups) */
     wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group; model.device cuda:
                                   the device executor (exec.dev) */
@@ -77,6 +78,7 @@ typedef struct {
     wan_dev_exec *dx;
     trainer_dev dev;
     dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
+    dp_dev_ctx red_dev;        /* model.device cuda over several ranks: red and dev (trainer/dp/dp_dev.h) */
     trainer_guard guard;       /* rank 0 (trainer_run): the reward-hacking guard (trainer/run/guard.h); zero elsewhere */
     int n_scorers;             /* rank 0: the run's scorers (trainer_scorers_init), the order of every traj's rewards */
     char scorer_names[CORE_TRAJ_MAX_REWARDS][CORE_TRAJ_NAME_MAX];

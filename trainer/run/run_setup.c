@@ -11,16 +11,21 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
+#include "core/gpu_assign.h"
+#include "kernels/cuda/k_cuda.h"
 #include "model/flow/flow.h"
 #include "model/flow/guidance.h"
 #include "model/text/text_cond.h"
 #include "model/text/word_embed.h"
 #include "reward/scorers.h"
+#include "sp/comm_nccl.h"
 #include "trainer/budget/budget.h"
 #include "trainer/step/grpo.h"
 #include "trainer/run/images.h"
 #include "trainer/optim/lora.h"
 #include "trainer/run/run_internal.h"
+#include "trainer/dp/dp_dev.h"
 #include "trainer/dp/zero.h"
 
 double trainer_now_s(void) {
@@ -127,13 +132,16 @@ static int check_lora(const core_recipe *r) {
     return trainer_lora_config(r, found == 0 ? &c : NULL, &lc) < 0 ? -1 : 0;
 }
 
-/* model.device cuda: one device, every weight trained; what is not there yet is refused. */
+/* model.device cuda: data parallelism and ZeRO over trainer ranks (trainer/dp/dp_dev.h); what is not there yet is
+ * refused. */
 static int check_device(const core_recipe *r) {
     if (r->choice.device != CORE_CUDA) return 0;
-    if (r->trainer_ranks != 1 || r->sp != 1)
-        return core_error("parallel.trainer_ranks: model.device cuda trains on one device (trainer_ranks 1, sp 1), got "
-                          "trainer_ranks %d, sp %d: data and sequence parallelism over GPUs are not implemented yet",
-                          r->trainer_ranks, r->sp);
+    if (r->sp != 1)
+        return core_error("parallel.sp: model.device cuda trains with data parallelism only (sp 1), got sp %d: sequence "
+                          "parallelism on the device (Ulysses all-to-all and ring attention over bf16 activations, "
+                          "with the device executor's attention hooks) is not implemented yet", r->sp);
+    core_gpu_plan gp; /* who runs on which GPU (core/gpu_assign.h): an impossible assignment is refused here */
+    if (core_gpu_plan_make(r, core_gpu_visible(), &gp)) return -1;
     if (r->lora_rank % 8)
         return core_error("model.lora.rank: %d is not a multiple of 8, which model.device cuda needs (cuBLASLt's leading "
                           "dimensions)", r->lora_rank);
@@ -218,6 +226,9 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
     S->red.stats = S->dp;
     S->red.zero_stage = r->zero_stage;
     if (world == 1) return 0;
+    /* model.device cuda: the device buffers move over the MPI world here, which the emulated device's host memory
+     * allows; setup_device puts NCCL in its place on a GPU (trainer/dp/dp_dev.h) */
+    if (r->choice.device == CORE_CUDA) S->red.dev = S->dp;
     int colour, key;
     if (sp_topology_colour(&S->topo, rank, SP_GROUP_DP, &colour, &key) ||
         sp_comm_split(S->dp, colour, key, "dp", &S->dpg))
@@ -338,7 +349,19 @@ static int setup_device(trainer_state *S) {
     S->ex = &S->exec;
     S->tc.opt_step = trainer_dev_opt_step;
     S->tc.opt_step_ctx = &S->dev;
-    return 0;
+    /* several trainer ranks: the gradients and weights move between devices over NCCL (sp/comm_nccl.h: exact
+     * rank-order sums unless parallel.reduce says nccl) on a GPU, and on the emulated device when VGRPO_NCCL_LIB
+     * names a library (the tests' fake NCCL, tests/fake_nccl/); otherwise the emulated device's host memory moves over
+     * the MPI world (setup_parallel) */
+    if (S->red.dev && (!wan_dev_exec_emulating() || getenv("VGRPO_NCCL_LIB"))) {
+        const sp_nccl_opts o = {.stream = k_cuda_stream(), .dev = wan_dev_exec_ops(S->dx),
+                                .reduce = (sp_reduce_mode)r->choice.reduce};
+        if (sp_comm_nccl_world(S->dp, &o, &S->nccl)) return core_error_push("trainer rank %d: ", S->dp->rank);
+        S->red.dev = S->nccl;
+        core_log_info("trainer rank %d: gradients and weights over NCCL %d (%s), parallel.reduce %s", S->dp->rank,
+                      sp_nccl_version(), sp_nccl_lib_path(), r->reduce);
+    }
+    return dp_dev_shards(&S->red_dev, &S->red, &S->dev); /* ZeRO over several ranks (trainer/dp/dp_dev.h) */
 }
 
 int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
@@ -353,7 +376,9 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     struct stat sb;
     if (stat(path, &sb)) return core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run "
                                            "`vgrpo init-model --preset tiny --out DIR`)", path);
-    if (setup_parallel(S, r, path) || wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
+    if (setup_parallel(S, r, path) ||
+        (r->choice.mode == CORE_MODE_COLOCATED && core_gpu_select(r, CORE_GPU_TRAINER, S->dp ? S->dp->rank : 0)) ||
+        wan_dev_exec_open(r->device, &S->dx) || load_experts(S, r, path) ||
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
@@ -417,6 +442,7 @@ void trainer_teardown(trainer_state *S) {
     }
     if (S->ex) sp_usp_release(&S->usp);
     sp_comm_destroy(S->dpg);
+    sp_comm_destroy(S->nccl);
     core_prompts_free(&S->train);
     core_prompts_free(&S->eval);
     trainer_sampler_free(&S->smp);

@@ -1,0 +1,105 @@
+/* trainer/dp/dp_dev.c — data parallelism and ZeRO on the device path (see trainer/dp/dp_dev.h). */
+#include "trainer/dp/dp_dev.h"
+
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "kernels/dev_ops.h"
+#include "trainer/dp/zero.h"
+
+/* ZeRO stage 2's norm: this rank's chunk sums of g (its shard: whole chunks), each by the device's sumsq of one chunk
+ * (optim_sumsq of one chunk is its chunk sum: 0.0 + s), all-gathered over the host group and added in chunk order.
+ * One device call per 8192 values: fine on the emulated device; a GPU wants one chunk-sums launch (kern_flow.cu has
+ * the kernel, k_dev_ops no entry for it yet). */
+static int shard_sumsq(void *ctxp, trainer_dev *D, int e, const float *g, double *out) {
+    dp_dev_ctx *ctx = ctxp;
+    sp_comm *c = ctx->red->grads;
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    const int64_t n = D->numel[e], m = (n + OPTIM_CHUNK - 1) / OPTIM_CHUNK;
+    double *part = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
+    int64_t *coffs = malloc(sizeof(int64_t) * (size_t)(c->size + 1));
+    int rc = -1;
+    if (!part || !coffs) {
+        core_error("zero (device): out of memory for %lld chunk sums", (long long)m);
+        goto done;
+    }
+    for (int r = 0; r <= c->size; r++) coffs[r] = m * r / c->size; /* dp_zero_offsets' chunks */
+    for (int64_t k = coffs[c->rank]; k < coffs[c->rank + 1]; k++) {
+        const int64_t b = k * OPTIM_CHUNK, len = b + OPTIM_CHUNK < n ? OPTIM_CHUNK : n - b;
+        if (dev->sumsq(kb_in_f32(g + b), len, &part[k])) goto done;
+    }
+    if (sp_comm_all_gather_ranges(c, part, coffs, SP_I64)) { /* doubles as 8-byte elements: bits unchanged */
+        core_error_push("zero (device): gradient norm: ");
+        goto done;
+    }
+    *out = optim_sumsq_combine(part, m);
+    rc = 0;
+done:
+    free(part), free(coffs);
+    return rc;
+}
+
+/* After this rank's AdamW on its range: the fp32 master and the bf16 copy of every rank's range, over the device
+ * group (the bf16 copy as bytes: 2 per value). */
+static int shard_gather(void *ctxp, trainer_dev *D, int e) {
+    dp_dev_ctx *ctx = ctxp;
+    sp_comm *c = ctx->red->dev;
+    int64_t *offs = dp_zero_offsets(D->numel[e], c->size), *boffs = malloc(sizeof(int64_t) * (size_t)(c->size + 1));
+    kb_bf16 *w16 = trainer_dev_weights16(D, e);
+    int bad = !offs || !boffs || !w16;
+    if (!bad) {
+        for (int r = 0; r <= c->size; r++) boffs[r] = 2 * offs[r];
+        bad = sp_comm_all_gather_ranges(c, D->master[e], offs, SP_F32) || sp_comm_all_gather_ranges(c, w16, boffs, SP_U8);
+    }
+    free(offs), free(boffs);
+    return bad ? core_error_push("zero (device): all-gather of the updated %s: ", wan_expert_folder(e)) : 0;
+}
+
+int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D) {
+    ctx->red = red, ctx->D = D;
+    D->shards = (trainer_dev_shards){0};
+    if (!red->grads || red->grads->size == 1 || red->zero_stage == 0) return 0;
+    if (!red->dev || red->dev->size != red->grads->size || red->dev->rank != red->grads->rank)
+        return core_error("zero (device): no device group over the %d trainer ranks", red->grads->size);
+    for (int e = 0; e < D->n_experts; e++) {
+        if (!D->trained[e]) continue;
+        int64_t lo, len;
+        dp_zero_shard(D->numel[e], red->grads->rank, red->grads->size, &lo, &len);
+        if (D->lo[e] != lo || D->len[e] != len)
+            return core_error("zero (device): the moments of %s on the device cover [%lld, %lld); rank %d of %d owns "
+                              "[%lld, %lld)", wan_expert_folder(e), (long long)D->lo[e],
+                              (long long)(D->lo[e] + D->len[e]), red->grads->rank, red->grads->size, (long long)lo,
+                              (long long)(lo + len));
+    }
+    D->shards = (trainer_dev_shards){.ctx = ctx, .sumsq = red->zero_stage == 2 ? shard_sumsq : NULL,
+                                     .gather = shard_gather};
+    return 0;
+}
+
+int dp_dev_grad_reduce(void *ctxp, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                       grpo_loss_stats *stats) {
+    (void)policy;
+    dp_dev_ctx *ctx = ctxp;
+    const dp_reduce_ctx *rc = ctx->red;
+    sp_comm *c = rc->dev;
+    if (!rc->grads || rc->grads->size == 1) return 0;
+    if (!c) return core_error("dp (device): no device group over the %d trainer ranks", rc->grads->size);
+    for (int e = 0; e < n_experts; e++) {
+        if (trained && !trained[e]) continue;
+        float *g = trainer_dev_grads(ctx->D, e);
+        const int64_t n = ctx->D->numel[e];
+        if (!g) return core_error("dp (device): %s has no device gradients", wan_expert_folder(e));
+        int bad;
+        if (rc->zero_stage == 2) { /* each rank keeps the sum of its shard only */
+            int64_t *offs = dp_zero_offsets(n, c->size);
+            bad = !offs || sp_comm_reduce_scatter_ranges(c, g, offs);
+            free(offs);
+        } else {
+            bad = sp_comm_all_reduce_ordered(c, g, n);
+        }
+        if (bad)
+            return core_error_push("dp (device): gradients of %s%s: ", wan_expert_folder(e),
+                                   ctx->D->pol[e]->lora ? "'s LoRA adapter" : "");
+    }
+    return stats ? dp_stats_reduce(rc->stats, stats) : 0;
+}

@@ -1,0 +1,50 @@
+/* trainer/dp/dp_dev.h — data parallelism and ZeRO stages 1 and 2 on the device path (model.device cuda, with
+ * parallel.trainer_ranks > 1): the gradients, master weights, AdamW moments and bf16 compute copies live on each
+ * rank's device (trainer/optim/train_dev.h), and what the CPU path does with host buffers (trainer/dp/dp.h,
+ * trainer/dp/zero.h) is done here with the device's, through the comm table (sp/comm.h) only:
+ *   - gradients: summed over the ranks in rank order, sp_comm_all_reduce_ordered (stage 0 and 1) or
+ *     sp_comm_reduce_scatter_ranges over the ZeRO shards (stage 2), on the device buffers;
+ *   - the norm for clipping: stage 0 and 1 the device's sumsq of the whole summed gradient; stage 2 each rank's
+ *     chunk sums of its shard (whole OPTIM_CHUNK chunks: optim_sumsq's own), all-gathered as host doubles and added in
+ *     chunk order (optim_sumsq_combine): optim_sumsq of the whole, bit for bit, as trainer/dp/zero.c does;
+ *   - the step: stage 0 every rank updates everything; stages 1 and 2 each rank's moments are its shard's and it
+ *     updates its range of the fp32 master and the bf16 copy, then both are all-gathered by ranges (the master so that
+ *     every rank's host mirror and proj_out.bias are whole, the bf16 copy for the next forward).
+ * So the ranks' numbers equal each other's at every stage bit for bit (the same sums in the same order, elementwise
+ * AdamW, copies), as on the CPU path, and a rank count gives the same losses and weights at stages 0, 1 and 2. As on
+ * the CPU, they are not the one-rank run's bits: a rank's share accumulates its own micro-batches and the shares are
+ * then added (the one-rank run accumulates every micro-batch into one sum).
+ *
+ * Two groups: the device buffers move over dp_reduce_ctx.dev, the host ones (the statistics, the stage-2 chunk sums:
+ * a few doubles) over .grads / .stats. On the emulated device (VGRPO_EMULATE_DEVICE=1) device memory is host memory
+ * and .dev is the MPI group itself (or the NCCL comm over the tests' fake NCCL when VGRPO_NCCL_LIB is set). On a GPU
+ * .dev is the NCCL comm (sp/comm_nccl.c, made by trainer/run/run_setup.c), whose ranged reduce-scatter sums on the
+ * device; the MPI comm of sp/comm_mpi.c would need every device buffer staged through the host (download, MPI,
+ * upload: 3 x 4 bytes per parameter per step over the bus) and sp/comm_ranges.c's host-side sum.
+ *
+ * Not here: the reduction overlapping the backward (buckets on a second stream): it would reduce per micro-batch or
+ * per bucket and must keep the rank-order sums; sequence parallelism on the device. */
+#ifndef TRAINER_DP_DEV_H
+#define TRAINER_DP_DEV_H
+
+#include "trainer/dp/dp.h"
+#include "trainer/optim/train_dev.h"
+
+/* The state the hooks below share: the reduction groups and the device optimizer they work on. */
+typedef struct {
+    dp_reduce_ctx *red;
+    trainer_dev *D;
+} dp_dev_ctx;
+
+/* Sets up the device optimizer D for ZeRO over red (D->shards; ctx must live as long as D): stage 0 or one rank
+ * leaves the one-rank step; stage 1 gathers the updated ranges; stage 2 also forms the norm from the shards. D's
+ * moments must be the shards of dp_zero_optim_init (trainer_dev_init from those states). 0, or -1 naming the mismatch. */
+int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D);
+
+/* trainer_config.grad_reduce on the device (ctx: a dp_dev_ctx): each trained expert's device gradients summed over
+ * red->dev in rank order (stage 2: reduce-scattered to the shards), then the loss statistics over red->stats
+ * (dp_stats_reduce). -1 with an error naming the expert. */
+int dp_dev_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
+                       grpo_loss_stats *stats);
+
+#endif
