@@ -205,6 +205,7 @@ typedef struct {
     int64_t warmup_steps, total_steps;
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
     int zero_stage;
+    int sync_bucket_mib; /* parallel.sync_bucket_mib: a weight sync's bucket size (trainer/net/sync_bucket.h) */
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

@@ -15,6 +15,7 @@
 #include "core/wire_zmq.h"
 #include "model/dit/wan_lora.h"
 #include "model/vae/latent_rgb.h"
+#include "trainer/net/sync_bucket.h"
 #include "trainer/optim/lora.h"
 
 struct ctl_server {
@@ -35,6 +36,7 @@ struct ctl_server {
     int64_t cur_version;
     uint64_t cur_hash;
     uint64_t admit_seq;
+    int64_t bucket_bytes; /* a weight sync's bucket size (ctl_set_sync_bucket) */
 };
 
 static double now_s(void) {
@@ -64,6 +66,7 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
     ctl_server *c = calloc(1, sizeof *c);
     if (!c) return core_error("out of memory"), NULL;
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
+    c->bucket_bytes = (int64_t)SYNC_BUCKET_MIB_DEFAULT << 20;
     c->ctx = zmq_ctx_new();
     c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
     int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
@@ -151,6 +154,14 @@ int ctl_worker_lost(const ctl_server *c, int w) { return c->st.w[w].lost; }
 int ctl_worker_rejoins(const ctl_server *c, int w) { return c->st.w[w].rejoins; }
 void ctl_set_rejoin_wait(ctl_server *c, double seconds) { c->rejoin_wait_s = seconds > 0 ? seconds : 0; }
 
+int ctl_set_sync_bucket(ctl_server *c, int64_t bytes) {
+    if (bytes < (int64_t)sizeof(float) || bytes > ((int64_t)SYNC_BUCKET_MIB_MAX << 20))
+        return core_error("controller: a weight sync bucket of %lld bytes (4 .. %d MiB)", (long long)bytes,
+                          SYNC_BUCKET_MIB_MAX);
+    c->bucket_bytes = bytes;
+    return 0;
+}
+
 /* "worker-0, worker-1" (the lost ones) into buf. */
 static const char *lost_names(const ctl_server *c, char *buf, size_t cap) {
     size_t k = 0;
@@ -235,41 +246,42 @@ static int sync_plan(const wan_model *const *experts, int n_experts, const uint8
     return 0;
 }
 
-/* Sends one weight sync to worker w: weights_begin "<tag>-begin", weights_tensor "<tag>-<e>-<i>" per tensor of the
- * experts with send[e] and its xxh64, weights_end "<tag>-end" with the whole-model hash hx. -1 with core_error. */
+/* Sends one weight sync to worker w: weights_begin "<tag>-begin" {policy_version, tensors_count, buckets_count},
+ * the experts with send[e] in buckets of c->bucket_bytes (trainer/net/sync_bucket.h: weights_bucket "<tag>-b<k>", each
+ * with the xxh64 of its bytes), weights_end "<tag>-end" with the whole-model hash hx. A bucket's frames point into the
+ * experts' host buffers: nothing is copied here (libzmq copies each message into its queue as it is sent). -1 with
+ * core_error. */
 static int send_weights(ctl_server *c, int w, const char *tag, const wan_model *const *experts, int n_experts,
                         const uint8_t *send, int adapters, int count, int64_t version, const char *hx) {
     const ctl_worker *x = &c->st.w[w];
     const void *rid = x->rid;
     const size_t rl = x->rid_len;
     char id[64];
+    const wan_layout *L[2] = {NULL, NULL};
+    const float *P[2] = {NULL, NULL};
+    for (int e = 0; e < n_experts && e < 2; e++)
+        if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
+    const int nb = sync_bucket_plan(L, send, n_experts, c->bucket_bytes, NULL, 0);
+    sync_bucket *bk = nb > 0 ? malloc(sizeof *bk * (size_t)nb) : NULL;
+    if (nb < 0 || (nb > 0 && (!bk || sync_bucket_plan(L, send, n_experts, c->bucket_bytes, bk, nb) != nb))) {
+        free(bk);
+        if (nb > 0 && !bk) core_error("out of memory");
+        return core_error_push("controller: weights to %s: ", x->id);
+    }
     snprintf(id, sizeof id, "%s-begin", tag);
-    json_t *f = json_pack("{s:I, s:i}", "policy_version", (json_int_t)version, "tensors_count", count);
+    json_t *f = json_pack("{s:I, s:i, s:i}", "policy_version", (json_int_t)version, "tensors_count", count,
+                          "buckets_count", nb);
     if (adapters) json_object_set_new(f, "adapter", json_true());
     int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
     json_decref(f);
-    for (int e = 0; !rc && e < n_experts; e++) {
-        if (!send[e]) continue;
-        const wan_model *m = experts[e];
-        const float *params;
-        const wan_layout *L = sync_layout(m, adapters, &params);
-        for (int i = 0; !rc && i < L->count; i++) {
-            const wan_tensor *t = &L->tensors[i];
-            char name[160], th[17];
-            snprintf(name, sizeof name, "%s/%s", wan_expert_folder(e), t->name);
-            core_hash_hex(adapters ? wan_lora_tensor_hash(m->lora, i) : wan_tensor_hash(m, i), th);
-            snprintf(id, sizeof id, "%s-%d-%d", tag, e, i);
-            core_wire_tensor wt = {.name = "value", .dtype = CORE_F32, .ndim = t->ndim,
-                                   .data = params + t->offset, .nbytes = sizeof(float) * (size_t)t->numel};
-            memcpy(wt.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-            json_t *tf = json_pack("{s:s, s:s}", "name", name, "xxh64", th);
-            core_wire_built b;
-            rc = core_wire_build(CORE_WIRE_WEIGHTS_TENSOR, id, tf, &wt, 1, &b);
-            if (!rc) rc = core_zmq_send(c->router, rid, rl, &b);
-            core_wire_built_free(&b);
-            json_decref(tf);
-        }
+    for (int k = 0; !rc && k < nb; k++) {
+        core_wire_built b;
+        snprintf(id, sizeof id, "%s-b%d", tag, k);
+        rc = sync_bucket_build(id, &bk[k], L[bk[k].expert], P[bk[k].expert], &b);
+        if (!rc) rc = core_zmq_send(c->router, rid, rl, &b);
+        core_wire_built_free(&b);
     }
+    free(bk);
     snprintf(id, sizeof id, "%s-end", tag);
     f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
     if (!rc) rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_END, id, f);
