@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor.h"
+#include "core/wire_sync.h"
+#include "kernels/dev_ops.h"
 #include "model/dit/wan_lora.h"
 
 static void update_reset(rollout_worker_state *w) {
@@ -17,6 +19,7 @@ static void update_reset(rollout_worker_state *w) {
     w->updating = 0;
     w->adapter = 0;
     w->upd_buckets = -1, w->upd_bucket_next = 0;
+    w->upd_ipc = w->upd_ipc_refused = 0;
     w->upd_next[0] = w->upd_next[1] = 0;
     w->upd_error[0] = 0;
 }
@@ -36,6 +39,61 @@ static const wan_layout *update_layout(const rollout_worker_state *w, int e, flo
 void rollout_worker_state_free(rollout_worker_state *s) { update_reset(s); }
 
 /* ---- weights ---- */
+
+/* The IPC half of weights_begin (core/wire_sync.h): each exported expert's buffer, opened through the device table,
+ * is copied whole into the staged copy (on CUDA a device-to-host copy out of the trainer's buffer) and closed; the
+ * whole-model hash at weights_end then covers these bytes. No buckets follow. A handle that cannot be used is kept
+ * as upd_error with upd_ipc_refused: weights_end answers ipc_refused and the controller sends buckets instead. */
+static void ipc_copy(rollout_worker_state *w, const json_t *arr) {
+    core_sync_ipc x[2];
+    int n = 0;
+    w->upd_ipc = 1, w->upd_buckets = 0;
+    const k_dev_ops *dev = w->dev;
+    if (!dev || !dev->ipc_open || !dev->ipc_close) {
+        w->upd_ipc_refused = 1;
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: IPC offered, but this worker has no device that "
+                 "opens IPC handles");
+        return;
+    }
+    if (core_sync_ipc_parse(arr, w->n_experts, x, 2, &n)) {
+        w->upd_ipc_refused = 1;
+        snprintf(w->upd_error, sizeof w->upd_error, "%s", core_last_error());
+        core_error_clear();
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        const int e = x[k].expert;
+        float *params;
+        const wan_layout *L = update_layout(w, e, &params);
+        const void *p = NULL;
+        if (!L || !w->staged[e] || L->numel != x[k].elements) {
+            w->upd_ipc_refused = 1;
+            snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: \"ipc\" %s of %lld elements, this worker's %s "
+                     "has %lld", wan_expert_folder(e), (long long)x[k].elements, w->adapter ? "adapter" : "model",
+                     L ? (long long)L->numel : 0LL);
+            return;
+        }
+        const size_t bytes = sizeof(float) * (size_t)L->numel;
+        if (dev->ipc_open(x[k].handle, bytes, &p) || dev->mem_download(w->staged[e], p, bytes) || dev->mem_sync()) {
+            w->upd_ipc_refused = 1;
+            snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: the IPC handle of %s: %s", wan_expert_folder(e),
+                     core_last_error());
+            core_error_clear();
+            if (p) dev->ipc_close(p);
+            return;
+        }
+        if (dev->ipc_close(p)) core_log_warn("%s: %s", w->id ? w->id : "worker", core_last_error()), core_error_clear();
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s/", wan_expert_folder(e));
+        if (wan_layout_check_finite(L, w->staged[e], "weights (IPC)", prefix)) {
+            snprintf(w->upd_error, sizeof w->upd_error, "%s", core_last_error()); /* not a refusal: the values */
+            core_error_clear();
+            return;
+        }
+        memset(w->seen[e], 1, (size_t)L->count);
+        w->upd_received += L->count;
+    }
+}
 
 static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
     update_reset(w);
@@ -70,6 +128,8 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
     w->upd_announced = (int)json_integer_value(nt);
     w->upd_received = 0;
     w->upd_buckets = nb ? (int)json_integer_value(nb) : -1;
+    const json_t *ipc = json_object_get(m->header, "ipc");
+    if (ipc && !w->upd_error[0]) ipc_copy(w, ipc);
     return 0; /* weights_begin, weights_tensor and weights_bucket are not answered; weights_end is */
 }
 
@@ -243,13 +303,15 @@ static void weights_bucket(rollout_worker_state *w, const core_wire_msg *m) {
 static int ack_update(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io, uint64_t got,
                       const char *what, const char *hash_name) {
     w->version = w->upd_version;
+    const char *how = w->upd_ipc ? "by IPC" : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
     update_reset(w);
     char hx[17];
     core_hash_hex(got, hx);
     json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
     const int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
     json_decref(f);
-    core_log_info("%s: %s of policy version %" PRId64 " applied (%s xxh64 %s)", w->id, what, w->version, hash_name, hx);
+    core_log_info("%s: %s of policy version %" PRId64 " applied (%s; %s xxh64 %s)", w->id, what, w->version, how,
+                  hash_name, hx);
     return rc;
 }
 
@@ -313,9 +375,10 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
             return ack_update(w, m, io, got, "weights", "model");
         }
     }
+    const int refused = w->updating && w->upd_ipc_refused;
     update_reset(w);
     core_log_warn("%s: %s", w->id, why);
-    return io->send_error(io->ctx, m->id, "weights_mismatch", why);
+    return io->send_error(io->ctx, m->id, refused ? CORE_SYNC_IPC_REFUSED : "weights_mismatch", why);
 }
 
 /* ---- dispatch ---- */

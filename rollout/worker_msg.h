@@ -32,8 +32,11 @@
 #include "core/wire_rollout.h"
 #include "model/dit/wan_dit.h"
 
+struct k_dev_ops;
+
 typedef struct {
     wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
+    const struct k_dev_ops *dev; /* a device table with ipc_open (kernels/dev_ops.h), or NULL: no IPC syncs */
     int n_experts;
     const char *id;          /* the worker's client id, for logs */
     int64_t version;         /* policy version of the weights held */
@@ -46,6 +49,8 @@ typedef struct {
     uint8_t *seen[2];        /* per tensor: received (whole) */
     int upd_buckets;         /* weights_begin's buckets_count (-1: weights_tensor messages instead) */
     int upd_bucket_next;     /* the index the next weights_bucket must carry */
+    int upd_ipc;             /* the update came by IPC (weights_begin "ipc", core/wire_sync.h) */
+    int upd_ipc_refused;     /* ... and a handle could not be opened or read: weights_end answers ipc_refused */
     int64_t upd_next[2];     /* per expert: the element the next bucket of it must start at */
     char upd_error[512];
 } rollout_worker_state;

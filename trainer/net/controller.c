@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/wire_sync.h"
 #include "core/wire_zmq.h"
 #include "model/dit/wan_lora.h"
 #include "model/vae/latent_rgb.h"
@@ -37,6 +38,12 @@ struct ctl_server {
     uint64_t cur_hash;
     uint64_t admit_seq;
     int64_t bucket_bytes; /* a weight sync's bucket size (ctl_set_sync_bucket) */
+    /* the same-host path (ctl_set_device_weights): the device, its buffers of the experts dev_model[e] */
+    const k_dev_ops *dev;
+    const wan_model *dev_model[2];
+    const void *dev_buf[2];
+    int64_t dev_elements[2];
+    char host_id[CORE_SYNC_HOST_ID_MAX];
 };
 
 static double now_s(void) {
@@ -67,6 +74,7 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
     if (!c) return core_error("out of memory"), NULL;
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
     c->bucket_bytes = (int64_t)SYNC_BUCKET_MIB_DEFAULT << 20;
+    core_sync_host_id(c->host_id, sizeof c->host_id);
     c->ctx = zmq_ctx_new();
     c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
     int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
@@ -153,6 +161,14 @@ long ctl_refused(const ctl_server *c) { return c->st.unexpected + core_curve_zap
 int ctl_worker_lost(const ctl_server *c, int w) { return c->st.w[w].lost; }
 int ctl_worker_rejoins(const ctl_server *c, int w) { return c->st.w[w].rejoins; }
 void ctl_set_rejoin_wait(ctl_server *c, double seconds) { c->rejoin_wait_s = seconds > 0 ? seconds : 0; }
+
+void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model *const *experts,
+                            const void *const *bufs, const int64_t *elements, int n_experts) {
+    memset(c->dev_model, 0, sizeof c->dev_model);
+    c->dev = dev && dev->ipc_export && dev->ipc_unexport ? dev : NULL;
+    for (int e = 0; c->dev && e < n_experts && e < 2; e++)
+        if (bufs[e]) c->dev_model[e] = experts[e], c->dev_buf[e] = bufs[e], c->dev_elements[e] = elements[e];
+}
 
 int ctl_set_sync_bucket(ctl_server *c, int64_t bytes) {
     if (bytes < (int64_t)sizeof(float) || bytes > ((int64_t)SYNC_BUCKET_MIB_MAX << 20))
@@ -554,6 +570,53 @@ static int waiting(const ctl_state *st) {
     return 0;
 }
 
+/* The same-host exports of one sync (core/wire_sync.h): every expert with send[e], when each is a registered device
+ * buffer of the experts given (not, e.g., an EMA's host copy) of the size of what the sync sends. 0 with *n = 0
+ * when the sync cannot go by IPC (*why says why), or with the handles exported; -1 with core_error when an export
+ * failed (the sync then goes in buckets). */
+static int ipc_export(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send, int adapters,
+                      core_sync_ipc *x, int *n, char *why, size_t cap) {
+    *n = 0;
+    if (!c->dev) return snprintf(why, cap, "the trainer's weights are not on a device that exports them"), 0;
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        if (!send[e]) continue;
+        const float *p;
+        const wan_layout *L = sync_layout(experts[e], adapters, &p);
+        if (experts[e] != c->dev_model[e] || L->numel != c->dev_elements[e])
+            return snprintf(why, cap, "%s's weights of this sync are not its device buffer", wan_expert_folder(e)), 0;
+    }
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        if (!send[e]) continue;
+        x[*n] = (core_sync_ipc){.expert = e, .elements = c->dev_elements[e]};
+        if (c->dev->ipc_export(c->dev_buf[e], sizeof(float) * (size_t)c->dev_elements[e], x[*n].handle)) {
+            for (int k = 0; k < *n; k++) c->dev->ipc_unexport(x[k].handle);
+            *n = 0;
+            return core_error_push("controller: the IPC export of %s: ", wan_expert_folder(e));
+        }
+        (*n)++;
+    }
+    return 0;
+}
+
+/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc"), then weights_end. */
+static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, int adapters,
+                            int count, int64_t version, const char *hx) {
+    const ctl_worker *wk = &c->st.w[w];
+    char id[64];
+    snprintf(id, sizeof id, "%s-begin", tag);
+    json_t *f = json_pack("{s:I, s:i, s:o}", "policy_version", (json_int_t)version, "tensors_count", count, "ipc",
+                          core_sync_ipc_json(x, nx));
+    if (!f) return core_error("out of memory");
+    if (adapters) json_object_set_new(f, "adapter", json_true());
+    int rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_BEGIN, id, f);
+    json_decref(f);
+    snprintf(id, sizeof id, "%s-end", tag);
+    f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
+    if (!rc) rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_END, id, f);
+    json_decref(f);
+    return rc ? core_error_push("controller: weights (IPC) to %s: ", wk->id) : 0;
+}
+
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                      int64_t version, double timeout_s, int *hash_match, int64_t *bytes) {
     uint64_t model_hash;
@@ -568,11 +631,29 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     core_hash_hex(model_hash, hx);
     snprintf(tag, sizeof tag, "w%" PRId64, version);
     ctl_state *st = &c->st;
+    /* same host: the workers that can copy the weights out of the trainer's device buffers (core/wire_sync.h) */
+    core_sync_ipc xs[2];
+    int nx = 0;
+    char why[512];
+    const int want_ipc = c->dev != NULL;
+    if (want_ipc && ipc_export(c, experts, n_experts, send, adapters, xs, &nx, why, sizeof why)) {
+        snprintf(why, sizeof why, "%s", core_last_error());
+        core_error_clear();
+    }
     for (int w = 0; w < st->n; w++) {
         ctl_worker *x = &st->w[w];
         x->done = 1;
+        x->ipc_used = 0;
         if (x->lost) continue;
-        if (send_weights(c, w, tag, experts, n_experts, send, adapters, count, version, hx)) {
+        const core_sync_side me = {.host_id = c->host_id, .ipc = nx > 0},
+                             them = {.host_id = x->host_id, .ipc = x->ipc, .refused = x->ipc_refused[0] ? x->ipc_refused : NULL};
+        char whyw[512];
+        x->ipc_used = nx > 0 && core_sync_ipc_choose(&me, &them, whyw, sizeof whyw);
+        if (want_ipc)
+            core_log_debug("controller: weights of version %" PRId64 " to %s %s (%s)", version, x->id,
+                           x->ipc_used ? "by IPC" : "in buckets", nx > 0 ? whyw : why);
+        if (x->ipc_used ? send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)
+                        : send_weights(c, w, tag, experts, n_experts, send, adapters, count, version, hx)) {
             char why[600];
             snprintf(why, sizeof why, "%s", core_last_error());
             core_error_clear();
@@ -590,16 +671,30 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     while (waiting(st)) {
         core_zmq_msg zm;
         core_wire_msg m;
-        ctl_event ev;
+        ctl_event ev = {0}; /* stays zeroed when nothing came */
         int r = recv_one(c, deadline, &zm, &m, &ev, "weights_ack");
         if (r < 0) {
             rc = -1;
             break;
         }
+        if (r == 1 && ev.ipc_refused && ev.worker >= 0) { /* the same sync again, in buckets */
+            ctl_worker *x = &st->w[ev.worker];
+            core_log_warn("controller: %s cannot take the weights by IPC (%s): version %" PRId64 " goes to it in "
+                          "buckets, as every sync from now on", x->id, x->ipc_refused, version);
+            x->ipc_used = 0;
+            if (send_weights(c, ev.worker, tag, experts, n_experts, send, adapters, count, version, hx)) {
+                char lost_why[600];
+                snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
+                core_error_clear();
+                lose(c, ev.worker, lost_why);
+            }
+        }
         if (r) continue;
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
     }
+    for (int k = 0; k < nx; k++) /* every worker has read (or will never read) the exported buffers */
+        if (c->dev->ipc_unexport(xs[k].handle)) core_log_warn("controller: %s", core_last_error()), core_error_clear();
     st->phase = CTL_IDLE;
     *hash_match = rc == 0;
     return rc;

@@ -35,6 +35,7 @@
 #include "core/curve.h"
 #include "core/recipe.h"
 #include "core/wire_rollout.h"
+#include "kernels/dev_ops.h"
 #include "model/dit/wan_dit.h"
 #include "trainer/net/ctl_msg.h"
 
@@ -95,6 +96,16 @@ void ctl_set_rejoin_wait(ctl_server *c, double seconds);
  * recipe's parallel.sync_bucket_mib), 4 .. SYNC_BUCKET_MIB_MAX MiB, rounded down to whole F32 elements. -1 with
  * core_error outside that range (the size is kept). */
 int ctl_set_sync_bucket(ctl_server *c, int64_t bytes);
+
+/* The same-host path of the weight sync (core/wire_sync.h): the trainer's device dev (a table with ipc_export) holds,
+ * for each expert e with bufs[e] != NULL, the F32 buffer of elements[e] elements that a sync of experts[e] sends (its
+ * fp32 master: the model's params, or with LoRA its adapter's, in the host buffer's layout) and that the host
+ * buffer mirrors when a sync starts. A sync of exactly those experts then goes by IPC to every worker whose hello
+ * named this host and an IPC-capable device (buckets to the others, and to one that answers ipc_refused, for that
+ * sync and every later one); any other sync (an EMA's weights, an admission) goes in buckets. dev NULL: buckets
+ * only (the default). The buffers must stay allocated while the controller may sync. */
+void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model *const *experts,
+                            const void *const *bufs, const int64_t *elements, int n_experts);
 
 /* Records that every worker holds the experts (send[e]: sent, or to be sent to a worker that comes back) as policy
  * `version`, without sending anything: what a fresh run's workers loaded (trainer/net/source_remote.c's start). Each
