@@ -6,11 +6,13 @@
  * the bytes into a new shared-memory object "/vgrpo-ipc-<pid>-<n>" (mode 0600: this user only) at the time of the
  * export, and ipc_unexport removes it. The weight sync exports after the optimizer step and unexports once every
  * reader has acknowledged, so for the sync the two are the same. The handle: "vgrpo-emu-ipc" (16 bytes), the size
- * (u64 little-endian), the object's name. */
+ * (u64 little-endian), the object's name. VGRPO_EMULATE_IPC=refuse makes ipc_open refuse every handle (tests of the
+ * fallback to buckets). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -80,6 +82,10 @@ int k_emu_ipc_open(const uint8_t *handle, size_t bytes, const void **dev) {
     size_t have;
     *dev = NULL;
     if (parse(handle, name, &have)) return -1;
+    /* tests of the fallback to buckets: a worker whose device refuses every handle, as another host's would */
+    const char *env = getenv("VGRPO_EMULATE_IPC");
+    if (env && !strcmp(env, "refuse"))
+        return core_error("emulated device: ipc_open refused (VGRPO_EMULATE_IPC=refuse: a test of the fallback)");
     if (have != bytes)
         return core_error("emulated device: ipc_open %s: it holds %zu bytes, %zu expected", name, have, bytes);
     int slot = -1;
