@@ -258,6 +258,10 @@ static int ctl_connect(worker *w, void *ctx, void **mon, int attempt) {
     if (w->sock) zmq_close(w->sock);
     if (!(w->sock = zmq_socket(ctx, ZMQ_DEALER))) return core_error("zmq: cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    /* one message queued here: a weight sync's buckets wait on the controller's side until this worker has taken
+     * the previous one (trainer/net/controller.c), so a few buckets at most are in flight, not the whole model */
+    const int rcvhwm = 1;
+    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
     if (zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &w->max_frame, sizeof w->max_frame))
         return core_error("zmq: cannot bound the controller socket's frames: %s", zmq_strerror(errno));
     if (!strncmp(cfg->controller, "tcp://", 6)) {

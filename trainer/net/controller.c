@@ -46,6 +46,11 @@ struct ctl_server {
     char host_id[CORE_SYNC_HOST_ID_MAX];
 };
 
+/* Messages queued per worker on the controller's side (ZMQ_SNDHWM; the worker's receive queue is as short,
+ * rollout/worker.c); the seconds an admission sync's sends may wait for a restarted worker. */
+#define CTL_SEND_QUEUE 1
+#define CTL_ADMIT_SEND_S 600.0
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -84,6 +89,9 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
         return NULL;
     }
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    /* one message queued per worker: a weight sync's buckets wait for the worker to take the previous one */
+    const int sndhwm = CTL_SEND_QUEUE;
+    zmq_setsockopt(c->router, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
     zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
     /* a connection that has not finished its (CURVE) handshake within 5 s is closed: what a peer without keys may
      * hold, at most one frame of max_frame_bytes per connection, is held that long at most */
@@ -262,16 +270,33 @@ static int sync_plan(const wan_model *const *experts, int n_experts, const uint8
     return 0;
 }
 
-/* Sends one weight sync to worker w: weights_begin "<tag>-begin" {policy_version, tensors_count, buckets_count},
- * the experts with send[e] in buckets of c->bucket_bytes (trainer/net/sync_bucket.h: weights_bucket "<tag>-b<k>", each
- * with the xxh64 of its bytes), weights_end "<tag>-end" with the whole-model hash hx. A bucket's frames point into the
- * experts' host buffers: nothing is copied here (libzmq copies each message into its queue as it is sent). -1 with
- * core_error. */
-static int send_weights(ctl_server *c, int w, const char *tag, const wan_model *const *experts, int n_experts,
-                        const uint8_t *send, int adapters, int count, int64_t version, const char *hx) {
-    const ctl_worker *x = &c->st.w[w];
-    const void *rid = x->rid;
-    const size_t rl = x->rid_len;
+/* Sends b to worker x, waiting while its queue is full (ZMQ_SNDHWM CTL_SEND_QUEUE: a worker that has not taken the
+ * previous bucket holds this one back), up to deadline, polling abort_check. A multipart message is all or nothing
+ * for libzmq's queue: once its routing-id frame is taken, the rest follow at once. -1 with core_error. */
+static int send_queued(ctl_server *c, const ctl_worker *x, const core_wire_built *b, double deadline) {
+    while (zmq_send(c->router, x->rid, x->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        if (errno != EAGAIN) return core_error("zmq send: %s", zmq_strerror(errno));
+        if (c->abort_check && c->abort_check(c->abort_ctx)) return -1;
+        if (now_s() > deadline) return core_error("timed out: it took no message for the whole sync time-out");
+        const struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    for (int i = 0; i < b->n_frames; i++)
+        if (zmq_send(c->router, b->frames[i].data, b->frames[i].len, i + 1 < b->n_frames ? ZMQ_SNDMORE : 0) < 0)
+            return core_error("zmq send: %s", zmq_strerror(errno));
+    return 0;
+}
+
+/* Sends one weight sync to the workers ws[0..nw) side by side: weights_begin "<tag>-begin" {policy_version,
+ * tensors_count, buckets_count} to each, then bucket after bucket to each in turn (the experts with send[e] in
+ * buckets of c->bucket_bytes, trainer/net/sync_bucket.h: weights_bucket "<tag>-b<k>" with the xxh64 of its bytes),
+ * then weights_end "<tag>-end" with the whole-model hash hx. Memory: a bucket's frames point into the experts' host
+ * buffers, and libzmq copies each message into a queue of CTL_SEND_QUEUE message per worker (the worker's receive
+ * queue holds as few), so a few buckets per worker are in flight, never a second copy of the weights. A worker
+ * whose send fails is lost (lose, with the reason); -1 with core_error only when the buckets cannot be planned. */
+static int send_weights(ctl_server *c, const int *ws, int nw, const char *tag, const wan_model *const *experts,
+                        int n_experts, const uint8_t *send, int adapters, int count, int64_t version, const char *hx,
+                        double deadline) {
     char id[64];
     const wan_layout *L[2] = {NULL, NULL};
     const float *P[2] = {NULL, NULL};
@@ -282,27 +307,42 @@ static int send_weights(ctl_server *c, int w, const char *tag, const wan_model *
     if (nb < 0 || (nb > 0 && (!bk || sync_bucket_plan(L, send, n_experts, c->bucket_bytes, bk, nb) != nb))) {
         free(bk);
         if (nb > 0 && !bk) core_error("out of memory");
-        return core_error_push("controller: weights to %s: ", x->id);
+        return core_error_push("controller: the weights of version %" PRId64 ": ", version);
     }
-    snprintf(id, sizeof id, "%s-begin", tag);
-    json_t *f = json_pack("{s:I, s:i, s:i}", "policy_version", (json_int_t)version, "tensors_count", count,
+    for (int k = -1; k <= nb; k++) { /* -1: weights_begin; nb: weights_end */
+        core_wire_built b = {0};
+        json_t *f = NULL;
+        int rc = 0;
+        if (k < 0) {
+            snprintf(id, sizeof id, "%s-begin", tag);
+            f = json_pack("{s:I, s:i, s:i}", "policy_version", (json_int_t)version, "tensors_count", count,
                           "buckets_count", nb);
-    if (adapters) json_object_set_new(f, "adapter", json_true());
-    int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
-    json_decref(f);
-    for (int k = 0; !rc && k < nb; k++) {
-        core_wire_built b;
-        snprintf(id, sizeof id, "%s-b%d", tag, k);
-        rc = sync_bucket_build(id, &bk[k], L[bk[k].expert], P[bk[k].expert], &b);
-        if (!rc) rc = core_zmq_send(c->router, rid, rl, &b);
+            if (f && adapters) json_object_set_new(f, "adapter", json_true());
+            rc = f ? core_wire_build(CORE_WIRE_WEIGHTS_BEGIN, id, f, NULL, 0, &b) : core_error("out of memory");
+        } else if (k < nb) {
+            snprintf(id, sizeof id, "%s-b%d", tag, k);
+            rc = sync_bucket_build(id, &bk[k], L[bk[k].expert], P[bk[k].expert], &b);
+        } else {
+            snprintf(id, sizeof id, "%s-end", tag);
+            f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
+            rc = f ? core_wire_build(CORE_WIRE_WEIGHTS_END, id, f, NULL, 0, &b) : core_error("out of memory");
+        }
+        json_decref(f);
+        for (int j = 0; j < nw; j++) {
+            const int w = ws[j];
+            if (c->st.w[w].lost) continue;
+            if (rc || send_queued(c, &c->st.w[w], &b, deadline)) {
+                char why[600];
+                snprintf(why, sizeof why, "sending the weights of version %" PRId64 " (%s) failed: %s", version, id,
+                         core_last_error());
+                lose(c, w, why);
+            }
+        }
+        core_error_clear();
         core_wire_built_free(&b);
     }
     free(bk);
-    snprintf(id, sizeof id, "%s-end", tag);
-    f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
-    if (!rc) rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_END, id, f);
-    json_decref(f);
-    return rc ? core_error_push("controller: weights to %s: ", x->id) : 0;
+    return 0;
 }
 
 /* Records the weights every worker now holds (the experts' pointers are kept, not their bytes: they must stay
@@ -339,13 +379,15 @@ static void admit_pending(ctl_server *c) {
         snprintf(tag, sizeof tag, "j%" PRIu64, ++c->admit_seq);
         core_hash_hex(c->cur_hash, hx);
         if (sync_plan(c->cur, c->cur_n, c->cur_send, &adapters, &hash, &count, &payload) ||
-            send_weights(c, w, tag, c->cur, c->cur_n, c->cur_send, adapters, count, c->cur_version, hx)) {
+            send_weights(c, &w, 1, tag, c->cur, c->cur_n, c->cur_send, adapters, count, c->cur_version, hx,
+                         now_s() + CTL_ADMIT_SEND_S)) {
             char why[600];
             snprintf(why, sizeof why, "its admission sync failed: %s", core_last_error());
             core_error_clear();
             lose(c, w, why);
             continue;
         }
+        if (x->lost) continue; /* its send failed: lost, with the reason */
         x->admit = CTL_ADMIT_SYNCING;
         snprintf(x->admit_id, sizeof x->admit_id, "%s-end", tag);
         x->admit_version = c->cur_version, x->admit_hash = c->cur_hash;
@@ -636,6 +678,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     int nx = 0;
     char why[512];
     const int want_ipc = c->dev != NULL;
+    int bw[CTL_MAX_WORKERS], nbw = 0; /* the workers that get this sync in buckets */
     if (want_ipc && ipc_export(c, experts, n_experts, send, adapters, xs, &nx, why, sizeof why)) {
         snprintf(why, sizeof why, "%s", core_last_error());
         core_error_clear();
@@ -652,22 +695,26 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         if (want_ipc)
             core_log_debug("controller: weights of version %" PRId64 " to %s %s (%s)", version, x->id,
                            x->ipc_used ? "by IPC" : "in buckets", nx > 0 ? whyw : why);
-        if (x->ipc_used ? send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)
-                        : send_weights(c, w, tag, experts, n_experts, send, adapters, count, version, hx)) {
-            char why[600];
-            snprintf(why, sizeof why, "%s", core_last_error());
+        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)) {
+            char lost_why[600];
+            snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
             core_error_clear();
-            lose(c, w, why);
+            lose(c, w, lost_why);
             continue;
         }
         x->done = 0;
+        if (!x->ipc_used) bw[nbw++] = w;
+    }
+    const double deadline = now_s() + timeout_s;
+    if (nbw && send_weights(c, bw, nbw, tag, experts, n_experts, send, adapters, count, version, hx, deadline)) {
+        for (int j = 0; j < nbw; j++) lose(c, bw[j], core_last_error());
+        core_error_clear();
     }
     if (bytes) *bytes = payload;
     st->version = version, st->model_hash = model_hash;
     snprintf(st->end_id, sizeof st->end_id, "%s-end", tag);
     st->phase = CTL_SYNC;
     int rc = 0;
-    const double deadline = now_s() + timeout_s;
     while (waiting(st)) {
         core_zmq_msg zm;
         core_wire_msg m;
@@ -682,11 +729,9 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
             core_log_warn("controller: %s cannot take the weights by IPC (%s): version %" PRId64 " goes to it in "
                           "buckets, as every sync from now on", x->id, x->ipc_refused, version);
             x->ipc_used = 0;
-            if (send_weights(c, ev.worker, tag, experts, n_experts, send, adapters, count, version, hx)) {
-                char lost_why[600];
-                snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
+            if (send_weights(c, &ev.worker, 1, tag, experts, n_experts, send, adapters, count, version, hx, deadline)) {
+                lose(c, ev.worker, core_last_error());
                 core_error_clear();
-                lose(c, ev.worker, lost_why);
             }
         }
         if (r) continue;
