@@ -4,7 +4,8 @@
  * what `vgrpo rollout-worker` runs for every message; no pipeline behind it). A sync's seconds are ctl_sync_weights's:
  * the trainer's whole-model hash, the buckets with their xxh64 on both sides, each worker's staged copy, finite check
  * and whole-model hash, and the acks. The model is random (wan_params_init_random) at a preset's shape; the workers
- * start from the same bytes (fork), each sync sends the weights as a new policy version.
+ * (forked first, before any OpenMP ran) start from zeroed weights, and each sync sends the same weights as a new
+ * policy version.
  *
  * --ipc: the same-host path (core/wire_sync.h) on the EMULATED device (the trainer's buffer in emulated device memory,
  * exported as POSIX shared memory; each worker maps it and copies it): a test of the handshake's cost here, not a
@@ -76,33 +77,41 @@ static int worker_main(const char *ep, int k, wan_model *m, uint64_t hash, int i
 
 int bench_sync(const bench_sync_opts *o) {
     wan_config cfg;
-    wan_model m;
-    if (wan_config_preset(&cfg, o->preset) || wan_model_init(&m, &cfg)) {
+    if (wan_config_preset(&cfg, o->preset)) {
         fprintf(stderr, "vgrpo bench sync: %s\n", core_last_error());
         return 1;
     }
-    double t = now_s();
-    wan_params_init_random(&m, 1);
-    const wan_model *ms[1] = {&m};
-    uint64_t hash;
-    if (wan_models_hash(ms, 1, &hash)) return 1;
-    const int64_t bytes = 4 * m.layout.numel;
-    printf("vgrpo bench sync: %s, %" PRId64 " parameters (%.1f MiB F32, %d tensors), random in %.1f s; %d worker "
-           "process(es), %s\n", o->preset, m.layout.numel, bytes / 1048576.0, m.layout.count, now_s() - t, o->workers,
-           o->ipc ? "same-host IPC on the EMULATED device (POSIX shared memory)" : "buckets over ZeroMQ ipc://");
     char dir[] = "/tmp/vgrpo-bench-sync-XXXXXX", ep[128];
     if (!mkdtemp(dir)) return 1;
     snprintf(ep, sizeof ep, "ipc://%s/ctl", dir);
+    /* the workers first: a process forked after OpenMP ran may hang in its first parallel region (libgomp) */
     core_log_set_level(CORE_LOG_WARN); /* the workers' "applied" lines too */
     fflush(NULL);
     pid_t pids[64];
     for (int k = 0; k < o->workers; k++) {
         pids[k] = fork();
-        if (pids[k] == 0) _exit(worker_main(ep, k, &m, hash, o->ipc));
+        if (pids[k] == 0) { /* zeroed weights (untouched pages cost nothing) until the first sync replaces them */
+            wan_model wm;
+            if (wan_model_init(&wm, &cfg)) _exit(1);
+            const wan_model *wms[1] = {&wm};
+            uint64_t h;
+            _exit(wan_models_hash(wms, 1, &h) ? 1 : worker_main(ep, k, &wm, h, o->ipc));
+        }
     }
+    wan_model m = {0};
     int rc = 1;
     void *dev_buf = NULL;
-    ctl_server *c = ctl_open(ep, NULL, (size_t)1 << 20, NULL, NULL);
+    ctl_server *c = NULL;
+    double t = now_s();
+    if (wan_model_init(&m, &cfg)) goto done;
+    wan_params_init_random(&m, 1);
+    const wan_model *ms[1] = {&m};
+    const int64_t bytes = 4 * m.layout.numel;
+    printf("vgrpo bench sync: %s, %" PRId64 " parameters (%.1f MiB F32, %d tensors), random in %.1f s; %d worker "
+           "process(es), %s\n", o->preset, m.layout.numel, bytes / 1048576.0, m.layout.count, now_s() - t, o->workers,
+           o->ipc ? "same-host IPC on the EMULATED device (POSIX shared memory)" : "buckets over ZeroMQ ipc://");
+    fflush(stdout);
+    c = ctl_open(ep, NULL, (size_t)1 << 20, NULL, NULL);
     if (!c || ctl_set_sync_bucket(c, (int64_t)o->bucket_mib << 20) || ctl_wait_workers(c, o->workers, 60)) goto done;
     if (o->ipc) {
         if (!(dev_buf = k_emu_ops.mem_alloc((size_t)bytes)) || k_emu_ops.mem_upload(dev_buf, m.params, (size_t)bytes))
@@ -126,6 +135,7 @@ int bench_sync(const bench_sync_opts *o) {
         const double dt = now_s() - t, gbps = (double)sent * o->workers / dt / 1e9;
         best = gbps > best ? gbps : best;
         printf("  %-6d %14" PRId64 " %10.4f %10.3f\n", s + 1, sent, dt, gbps);
+        fflush(stdout);
     }
     printf("  best %.3f GB/s (bytes x workers / seconds; hashes and copies on both sides included)\n", best);
     rc = 0;
@@ -134,7 +144,7 @@ done:
     if (c) ctl_shutdown(c, 10), ctl_close(c);
     for (int k = 0; k < o->workers; k++) {
         int st = 0;
-        if (rc) kill(pids[k], SIGTERM);
+        if (rc || !c) kill(pids[k], SIGTERM);
         waitpid(pids[k], &st, 0);
         if (!rc && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) rc = 1, fprintf(stderr, "vgrpo bench sync: worker %d failed\n", k);
     }

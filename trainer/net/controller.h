@@ -126,7 +126,8 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
 
 /* Pushes the weights of the experts with send[e] != 0 to every worker not lost as policy `version` (weights_begin,
  * weights_bucket per bucket with its xxh64 (trainer/net/sync_bucket.h), weights_end with the whole-model hash of all
- * n_experts experts) and
+ * n_experts experts; to a worker on this host by IPC instead when ctl_set_device_weights named these experts'
+ * device buffers, core/wire_sync.h, and in buckets again when it answers ipc_refused) and
  * waits for every weights_ack (a worker lost meanwhile is not waited for; one back from a restart is admitted by
  * it). It records the experts as ctl_set_weights does. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
  * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the
