@@ -682,6 +682,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     if (want_ipc && ipc_export(c, experts, n_experts, send, adapters, xs, &nx, why, sizeof why)) {
         snprintf(why, sizeof why, "%s", core_last_error());
         core_error_clear();
+        core_log_warn("%s: this sync goes in buckets", why);
     }
     for (int w = 0; w < st->n; w++) {
         ctl_worker *x = &st->w[w];
