@@ -187,7 +187,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
 FUZZ_LIB_SRC := core/error.c core/fs.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c) \
-  core/log.c core/checksum.c core/json.c core/philox.c trainer/net/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
+  core/log.c core/checksum.c core/json.c core/philox.c core/wire_sync.c trainer/net/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
   reward/scorers.c reward/server_requests.c
 fuzz: deps
 	@mkdir -p build-fuzz

@@ -57,6 +57,19 @@ typedef struct {
  * and checks every reply against in-process scoring. */
 int bench_reward(const bench_reward_opts *o);
 
+/* `vgrpo bench sync`'s settings (bench/bench_sync.c). */
+typedef struct {
+    const char *preset; /* a model preset (wan_config_preset): its shape, random weights */
+    int bucket_mib;     /* parallel.sync_bucket_mib */
+    int workers;        /* worker processes, 1..64 */
+    int syncs;          /* timed syncs */
+    int ipc;            /* the same-host path on the emulated device instead of buckets */
+} bench_sync_opts;
+
+/* The weight sync's bytes, seconds and GB/s per sync: ctl_sync_weights to o->workers forked processes answering
+ * with rollout_worker_handle over an ipc:// socket. */
+int bench_sync(const bench_sync_opts *o);
+
 /* One GRPO step of recipe r (read from recipe_path, its model folder present), profiled: 1 warm-up step, then
  * `steps` timed ones (<= 64); the median step by phase (rollout, decode, reward, train) and op class, then the `top`
  * largest op rows (bench/bench_step.c). */

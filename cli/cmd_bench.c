@@ -17,6 +17,8 @@
  *                                                 one GRPO step by phase and op class (bench/bench_step.c)
  *   vgrpo bench reward  [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]
  *                                                 reward-server videos/s (bench/bench_reward.c)
+ *   vgrpo bench sync [--preset P] [--bucket-mib N] [--workers K] [--syncs N] [--ipc]
+ *                                                 the weight sync's bytes, seconds, GB/s (bench/bench_sync.c)
  *
  * A new benchmark is one entry in `benches` and, when its options differ, a parser like bench_reward_cmd.
  * Exit status: 0, 1 on failure, 2 on a usage error. */
@@ -43,6 +45,7 @@ typedef struct {
 
 static int bench_reward_cmd(int argc, char **argv);
 static int bench_step_cmd(int argc, char **argv);
+static int bench_sync_cmd(int argc, char **argv);
 
 static const bench_entry benches[] = {
     {"peak", bench_peak, NULL, NULL,
@@ -65,6 +68,7 @@ static const bench_entry benches[] = {
     {"step", NULL, NULL, bench_step_cmd,
      "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops", NULL},
     {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched", NULL},
+    {"sync", NULL, NULL, bench_sync_cmd, "the weight sync to rollout worker processes: bytes, seconds, GB/s", NULL},
 };
 #define N_BENCHES (sizeof benches / sizeof benches[0])
 
@@ -179,6 +183,26 @@ static int bench_reward_cmd(int argc, char **argv) {
     if (reward_server_parse_scorers(&c, o.scorers) != 0)
         return opts_exit_status(opts_fail(&cmd, stderr, "%s", core_last_error()));
     return bench_reward(&o);
+}
+
+static int bench_sync_cmd(int argc, char **argv) {
+    bench_sync_opts o = {.preset = "tiny", .bucket_mib = 256, .workers = 1, .syncs = 3};
+    const opts_spec opts[] = {
+        {.name = "preset", .type = OPTS_STRING, .str = &o.preset, .meta = "NAME",
+         .help = "model shape (default tiny; wan2.1-t2v-1.3b: 5.7 GB here and a staged copy per worker)"},
+        {.name = "bucket-mib", .type = OPTS_INT, .i = &o.bucket_mib, .min = 1, .max = 4096, .meta = "N",
+         .help = "bucket size, as parallel.sync_bucket_mib (default 256)"},
+        {.name = "workers", .type = OPTS_INT, .i = &o.workers, .min = 1, .max = 64, .meta = "K",
+         .help = "worker processes (default 1)"},
+        {.name = "syncs", .type = OPTS_INT, .i = &o.syncs, .min = 1, .max = 1000, .meta = "N",
+         .help = "timed syncs (default 3)"},
+        {.name = "ipc", .type = OPTS_FLAG, .flag = &o.ipc,
+         .help = "the same-host IPC path on the emulated device (shared memory), not buckets"},
+        {0}};
+    const opts_cmd cmd = {.name = "bench sync", .about = "the weight sync to rollout worker processes", .opts = opts};
+    int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (rc != OPTS_OK) return opts_exit_status(rc);
+    return bench_sync(&o);
 }
 
 /* `vgrpo bench <name> [options]`: argv[0] is "bench". */

@@ -134,7 +134,7 @@ int cmd_mpi_rank(int argc, char **argv) {
             size_t max_frame = 0;
             ok = !ctl_max_frame_bytes(L.r, &max_frame) && !launch_bind_endpoint(&L, ep, sizeof ep) &&
                  (ctl = ctl_open(ep, &L.keys, max_frame, launch_abort_check, NULL)) &&
-                 !ctl_endpoint(ctl, ep, sizeof ep);
+                 !ctl_set_sync_bucket(ctl, (int64_t)L.r->sync_bucket_mib << 20) && !ctl_endpoint(ctl, ep, sizeof ep);
         }
         if (launch_exchange(&L, ok ? ep : NULL)) goto startup_failed;
         if (L.role_rank == 0) {

@@ -218,6 +218,7 @@ typedef struct {
     char *reduce; /* parallel.reduce */
     core_cfg_ints gpus; /* parallel.gpus (n 0: absent, the visible devices) */
     bool share_gpus;
+    int sync_bucket_mib; /* parallel.sync_bucket_mib: a weight sync's bucket size (trainer/net/sync_bucket.h) */
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

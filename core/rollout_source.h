@@ -37,6 +37,7 @@
 #include "core/wire_rollout.h"
 
 struct wan_model; /* model/dit/wan_dit.h */
+struct k_dev_ops; /* kernels/dev_ops.h */
 
 /* Eval-only weights (the EMA) are pushed as the policy version + 2^40, so a rollout request can never mix them up with
  * the policy's. */
@@ -71,6 +72,11 @@ typedef struct {
                         int64_t version, int *hash_match, int64_t *bytes);
     int (*start)(void *ctx, const struct wan_model *const *experts, int n_experts, const uint8_t *trained,
                  int64_t version, int resumed);
+    /* Optional (NULL: the source has no use for it): the trainer's weights of experts[e] live on the device dev
+     * (model.device cuda) in bufs[e] (elements[e] F32: the fp32 master a sync sends; NULL for a frozen expert), for
+     * the same-host IPC path of the weight sync (trainer/net/controller.h ctl_set_device_weights). */
+    void (*device_weights)(void *ctx, const struct k_dev_ops *dev, const struct wan_model *const *experts,
+                           const void *const *bufs, const int64_t *elements, int n_experts);
     core_rollout_images images; /* the prompts' image conditions (TI2V, I2V-A14B), or zeroed */
 } core_rollout_source;
 

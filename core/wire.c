@@ -12,6 +12,7 @@
 static const char *type_names[CORE_WIRE_TYPE_COUNT] = {
     "hello",          "rollout_request", "trajectory", "score_request", "score_reply", "weights_begin",
     "weights_tensor", "weights_end",     "weights_ack", "error",        "shutdown",
+    "weights_bucket",
 };
 
 core_wire_limits core_wire_limits_default(void) {

@@ -36,6 +36,7 @@ typedef enum {
     CORE_WIRE_WEIGHTS_ACK,
     CORE_WIRE_ERROR,
     CORE_WIRE_SHUTDOWN,
+    CORE_WIRE_WEIGHTS_BUCKET, /* after shutdown: the numbers of the older types stay as they were */
     CORE_WIRE_TYPE_COUNT
 } core_wire_type;
 

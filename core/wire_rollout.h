@@ -19,7 +19,11 @@
  *                   in request order; tensors "<j>/<field>" of sample j's stored trajectory (core/trajectory.h: 7,
  *                   then the optional "<j>/means" and "<j>/condition") when return_trajectories, then "<j>/velocity" when
  *                   return_velocities, and "videos" U8 [n, F, H, W, 3] when return_videos.
- * weights_begin    {"policy_version": int, "tensors_count": tensors that follow}
+ * weights_begin    {"policy_version": int, "tensors_count": tensors that follow, "buckets_count": buckets that follow
+ *                   (optional: with it the tensors come in weights_bucket messages; trainer/net/sync_bucket.h)}
+ * weights_bucket   {"expert": "transformer" | "transformer_2", "index": int, "offset": elements into the expert's
+ *                   flat buffer, "xxh64": of the bucket's bytes} + its pieces in order, each one F32 [n] tensor
+ *                   named after the model tensor it lies in (trainer/net/sync_bucket.h)
  * weights_tensor   {"name": full name "transformer/blocks.0...", "xxh64": "16 hex digits"} + one F32 tensor "value"
  * weights_end      {"policy_version": int, "model_xxh64": whole-model hash of the receiver's complete model after
  *                   the update (every expert, sent or not)}

@@ -75,6 +75,9 @@ typedef struct k_gemm_args {
     float *dbias;     /* BGRAD epilogues: fp32, += */
 } k_gemm_args;
 
+/* Bytes of an ipc_export handle (CUDA's cudaIpcMemHandle_t is 64). */
+#define K_IPC_HANDLE_BYTES 64
+
 /* ---- The table ---- */
 
 typedef struct k_dev_ops {
@@ -162,6 +165,19 @@ typedef struct k_dev_ops {
     /* Free and total device memory (the start-up estimate's bound); -1 when the device has none to say (the emulated
      * device: host memory, unless its tests set VGRPO_EMULATE_DEVICE_MIB). */
     int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+
+    /* ---- inter-process sharing on one host (the weight sync, trainer/net/sync_ipc.h); NULL: none (the CPU table) ----
+     * ipc_export: a handle (K_IPC_HANDLE_BYTES opaque bytes) through which another process on this host reads the
+     * `bytes` at dev (the start of a mem_alloc allocation): CUDA cudaIpcGetMemHandle (the live allocation); the
+     * emulated device a POSIX shared-memory object holding a copy of the bytes as they are now. ipc_unexport ends
+     * what ipc_export began, once the readers are done (CUDA: nothing to do; emulated: the object is removed).
+     * ipc_open maps a handle of `bytes` into this process: *dev is device memory (mem_download and device copies
+     * read it) until ipc_close(*dev). A handle of another backend or host, or one already gone, is refused (-1,
+     * core_error naming why): the caller falls back to the buckets over ZeroMQ. */
+    int (*ipc_export)(const void *dev, size_t bytes, uint8_t *handle);
+    int (*ipc_unexport)(const uint8_t *handle);
+    int (*ipc_open)(const uint8_t *handle, size_t bytes, const void **dev);
+    int (*ipc_close)(const void *dev);
 
     /* ---- the glue of the Wan DiT (model/dit/wan_layers.c's helpers on the device; kernels/body/kb_modulate.h) ----
      * y += x, n elements (k_cpu_axpy1; into a zeroed y: a dtype conversion). */

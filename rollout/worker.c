@@ -17,7 +17,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/wire_rollout.h"
+#include "core/wire_sync.h"
 #include "core/wire_zmq.h"
+#include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_lora.h"
 #include "reward/client.h"
 #include "rollout/batch.h"
@@ -201,6 +203,11 @@ static int send_hello(worker *w) {
     const int n_ad = wan_models_adapters_hash((const wan_model *const *)mm, w->p->experts.n, &h);
     if (n_ad < 0) return json_decref(f), -1;
     if (n_ad > 0) core_hash_hex(h, hx), json_object_set_new(f, "adapter_xxh64", json_string(hx));
+    /* the IPC handshake (core/wire_sync.h): where this worker runs, and whether its device opens IPC handles */
+    char host[CORE_SYNC_HOST_ID_MAX];
+    core_sync_host_id(host, sizeof host);
+    json_object_set_new(f, "host_id", json_string(host));
+    if (w->st.dev) json_object_set_new(f, "ipc", json_true());
     /* without waiting: a socket whose only connection just failed a handshake has no queue, and a blocking send
      * would wait for a peer forever (the loop would never connect afresh) */
     core_wire_built b;
@@ -251,6 +258,10 @@ static int ctl_connect(worker *w, void *ctx, void **mon, int attempt) {
     if (w->sock) zmq_close(w->sock);
     if (!(w->sock = zmq_socket(ctx, ZMQ_DEALER))) return core_error("zmq: cannot create a socket: %s", zmq_strerror(errno));
     zmq_setsockopt(w->sock, ZMQ_LINGER, &linger, sizeof linger);
+    /* one message queued here: a weight sync's buckets wait on the controller's side until this worker has taken
+     * the previous one (trainer/net/controller.c), so a few buckets at most are in flight, not the whole model */
+    const int rcvhwm = 1;
+    zmq_setsockopt(w->sock, ZMQ_RCVHWM, &rcvhwm, sizeof rcvhwm);
     if (zmq_setsockopt(w->sock, ZMQ_MAXMSGSIZE, &w->max_frame, sizeof w->max_frame))
         return core_error("zmq: cannot bound the controller socket's frames: %s", zmq_strerror(errno));
     if (!strncmp(cfg->controller, "tcp://", 6)) {
@@ -297,6 +308,9 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     p->rc.should_stop = stop ? worker_should_stop : NULL;
     int told_to_stop = 0; /* the loop ended on the controller's shutdown */
     w.st = (rollout_worker_state){.model = {&p->model[0], &p->model[1]}, .n_experts = p->experts.n, .id = cfg->id};
+    /* a device that opens another process's buffers: weight syncs from a trainer on this host may come by IPC */
+    const k_dev_ops *dev = p->dx ? wan_dev_exec_ops(p->dx) : NULL;
+    w.st.dev = dev && dev->ipc_open && dev->ipc_close ? dev : NULL;
     const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
     void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;

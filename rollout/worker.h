@@ -5,8 +5,9 @@
  *                      and replies `trajectory` (core/wire_rollout.h) with rewards, per-sample video xxh64 and, as
  *                      asked, trajectories and videos. A request for another policy version than the worker holds
  *                      gets an error (code `version_mismatch`).
- *   weights_begin / weights_tensor... / weights_end -> each tensor's xxh64 is checked on arrival against its
- *                      header, the update is staged in a copy, and at weights_end the whole-model hash of the staged
+ *   weights_begin / weights_bucket... (or weights_tensor..., or by IPC: core/wire_sync.h) / weights_end -> each
+ *                      bucket's (tensor's) xxh64 is checked on arrival against its header, the update is staged in a
+ *                      copy, and at weights_end the whole-model hash of the staged
  *                      model (every expert) must equal the controller's: then it replaces the weights, the policy
  *                      version becomes weights_end's, and the worker answers weights_ack {policy_version,
  *                      model_xxh64}. Any mismatch answers an error naming the tensor (or the two hashes) and keeps

@@ -10,12 +10,17 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/tensor.h"
+#include "core/wire_sync.h"
+#include "kernels/dev_ops.h"
 #include "model/dit/wan_lora.h"
 
 static void update_reset(rollout_worker_state *w) {
     for (int e = 0; e < 2; e++) free(w->staged[e]), free(w->seen[e]), w->staged[e] = NULL, w->seen[e] = NULL;
     w->updating = 0;
     w->adapter = 0;
+    w->upd_buckets = -1, w->upd_bucket_next = 0;
+    w->upd_ipc = w->upd_ipc_refused = 0;
+    w->upd_next[0] = w->upd_next[1] = 0;
     w->upd_error[0] = 0;
 }
 
@@ -35,6 +40,61 @@ void rollout_worker_state_free(rollout_worker_state *s) { update_reset(s); }
 
 /* ---- weights ---- */
 
+/* The IPC half of weights_begin (core/wire_sync.h): each exported expert's buffer, opened through the device table,
+ * is copied whole into the staged copy (on CUDA a device-to-host copy out of the trainer's buffer) and closed; the
+ * whole-model hash at weights_end then covers these bytes. No buckets follow. A handle that cannot be used is kept
+ * as upd_error with upd_ipc_refused: weights_end answers ipc_refused and the controller sends buckets instead. */
+static void ipc_copy(rollout_worker_state *w, const json_t *arr) {
+    core_sync_ipc x[2];
+    int n = 0;
+    w->upd_ipc = 1, w->upd_buckets = 0;
+    const k_dev_ops *dev = w->dev;
+    if (!dev || !dev->ipc_open || !dev->ipc_close) {
+        w->upd_ipc_refused = 1;
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: IPC offered, but this worker has no device that "
+                 "opens IPC handles");
+        return;
+    }
+    if (core_sync_ipc_parse(arr, w->n_experts, x, 2, &n)) {
+        w->upd_ipc_refused = 1;
+        snprintf(w->upd_error, sizeof w->upd_error, "%s", core_last_error());
+        core_error_clear();
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        const int e = x[k].expert;
+        float *params;
+        const wan_layout *L = update_layout(w, e, &params);
+        const void *p = NULL;
+        if (!L || !w->staged[e] || L->numel != x[k].elements) {
+            w->upd_ipc_refused = 1;
+            snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: \"ipc\" %s of %lld elements, this worker's %s "
+                     "has %lld", wan_expert_folder(e), (long long)x[k].elements, w->adapter ? "adapter" : "model",
+                     L ? (long long)L->numel : 0LL);
+            return;
+        }
+        const size_t bytes = sizeof(float) * (size_t)L->numel;
+        if (dev->ipc_open(x[k].handle, bytes, &p) || dev->mem_download(w->staged[e], p, bytes) || dev->mem_sync()) {
+            w->upd_ipc_refused = 1;
+            snprintf(w->upd_error, sizeof w->upd_error, "weights_begin: the IPC handle of %s: %s", wan_expert_folder(e),
+                     core_last_error());
+            core_error_clear();
+            if (p) dev->ipc_close(p);
+            return;
+        }
+        if (dev->ipc_close(p)) core_log_warn("%s: %s", w->id ? w->id : "worker", core_last_error()), core_error_clear();
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%s/", wan_expert_folder(e));
+        if (wan_layout_check_finite(L, w->staged[e], "weights (IPC)", prefix)) {
+            snprintf(w->upd_error, sizeof w->upd_error, "%s", core_last_error()); /* not a refusal: the values */
+            core_error_clear();
+            return;
+        }
+        memset(w->seen[e], 1, (size_t)L->count);
+        w->upd_received += L->count;
+    }
+}
+
 static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io) {
     update_reset(w);
     const json_t *pv = json_object_get(m->header, "policy_version"), *nt = json_object_get(m->header, "tensors_count");
@@ -42,6 +102,9 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"policy_version\" must be an integer >= 0");
     if (!json_is_integer(nt) || json_integer_value(nt) < 1)
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"tensors_count\" must be an integer >= 1");
+    const json_t *nb = json_object_get(m->header, "buckets_count");
+    if (nb && (!json_is_integer(nb) || json_integer_value(nb) < 1 || json_integer_value(nb) > INT32_MAX))
+        return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"buckets_count\" must be an integer >= 1");
     w->adapter = json_is_true(json_object_get(m->header, "adapter"));
     int staged = 0;
     for (int e = 0; e < w->n_experts; e++) {
@@ -64,7 +127,10 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
     w->upd_version = json_integer_value(pv);
     w->upd_announced = (int)json_integer_value(nt);
     w->upd_received = 0;
-    return 0; /* weights_begin and weights_tensor are not answered; weights_end is */
+    w->upd_buckets = nb ? (int)json_integer_value(nb) : -1;
+    const json_t *ipc = json_object_get(m->header, "ipc");
+    if (ipc && !w->upd_error[0]) ipc_copy(w, ipc);
+    return 0; /* weights_begin, weights_tensor and weights_bucket are not answered; weights_end is */
 }
 
 static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
@@ -73,6 +139,10 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
         return;
     }
     if (w->upd_error[0]) return; /* the first error is reported at weights_end */
+    if (w->upd_buckets >= 0) {
+        snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor %s: weights_begin announced buckets", m->id);
+        return;
+    }
     const char *name = json_string_value(json_object_get(m->header, "name"));
     uint64_t want;
     if (!name || core_hash_parse(json_string_value(json_object_get(m->header, "xxh64")), &want)) {
@@ -127,17 +197,121 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
     w->upd_received++;
 }
 
+/* The tensor of L holding element pos (tensors lie back to back in layout order), or -1. */
+static int tensor_at(const wan_layout *L, int64_t pos) {
+    for (int i = 0; i < L->count; i++)
+        if (pos >= L->tensors[i].offset && pos < L->tensors[i].offset + L->tensors[i].numel) return i;
+    return -1;
+}
+
+/* One bucket of a bucketed update (trainer/net/sync_bucket.h): its pieces land in the staged copy at the expert's
+ * next offset, then the worker's side of the bucket hash: xxh64 of the staged bytes [offset, offset + count), which
+ * must equal the header's (computed by the controller over the bytes it sent); then the values must be finite. The
+ * first problem is kept for weights_end, naming the bucket, its element range and the tensors it spans. */
+static void weights_bucket(rollout_worker_state *w, const core_wire_msg *m) {
+    char *err = w->upd_error;
+    const size_t cap = sizeof w->upd_error;
+    if (!w->updating) {
+        if (!err[0]) snprintf(err, cap, "weights_bucket without weights_begin");
+        return;
+    }
+    if (err[0]) return;
+    if (w->upd_buckets < 0) {
+        snprintf(err, cap, "weights_bucket %s: weights_begin announced no buckets_count", m->id);
+        return;
+    }
+    const char *ex = json_string_value(json_object_get(m->header, "expert"));
+    const json_t *ji = json_object_get(m->header, "index"), *jo = json_object_get(m->header, "offset");
+    uint64_t want;
+    if (!ex || !json_is_integer(ji) || !json_is_integer(jo) ||
+        core_hash_parse(json_string_value(json_object_get(m->header, "xxh64")), &want)) {
+        snprintf(err, cap, "weights_bucket %s: needs \"expert\", \"index\", \"offset\" (integers) and \"xxh64\" (16 hex "
+                 "digits)", m->id);
+        return;
+    }
+    const long long idx = json_integer_value(ji), off = json_integer_value(jo);
+    int e = -1;
+    for (int k = 0; k < w->n_experts; k++)
+        if (!strcmp(ex, wan_expert_folder(k))) e = k;
+    float *params;
+    const wan_layout *L = e >= 0 ? update_layout(w, e, &params) : NULL;
+    if (idx != w->upd_bucket_next) {
+        snprintf(err, cap, "weights_bucket %lld: bucket %d was due (buckets come in order)", idx, w->upd_bucket_next);
+        return;
+    }
+    if (!L || !w->staged[e]) {
+        snprintf(err, cap, "weights_bucket %lld: \"%.64s\" names no %s of this worker", idx, ex,
+                 w->adapter ? "expert with a LoRA adapter" : "expert");
+        return;
+    }
+    if (off != w->upd_next[e]) {
+        snprintf(err, cap, "weights_bucket %lld: offset %lld into %s, %lld was due (an expert's buckets are contiguous)",
+                 idx, off, ex, (long long)w->upd_next[e]);
+        return;
+    }
+    int64_t pos = off;
+    int first = -1, last = -1;
+    for (int k = 0; k < m->n_tensors; k++) {
+        const core_wire_tensor *t = &m->tensors[k];
+        const int i = tensor_at(L, pos);
+        if (i < 0) {
+            snprintf(err, cap, "weights_bucket %lld: piece %d runs past the %lld elements of %s", idx, k,
+                     (long long)L->numel, ex);
+            return;
+        }
+        const wan_tensor *lt = &L->tensors[i];
+        const int64_t n = t->ndim == 1 ? t->shape[0] : -1;
+        if (t->dtype != CORE_F32 || n < 1 || strcmp(t->name, lt->name) || pos + n > lt->offset + lt->numel) {
+            snprintf(err, cap, "weights_bucket %lld: piece %d \"%.200s\" must be F32 [n] of %s/%s from its element %lld "
+                     "(at most %lld elements)", idx, k, t->name, ex, lt->name, (long long)(pos - lt->offset),
+                     (long long)(lt->offset + lt->numel - pos));
+            return;
+        }
+        memcpy(w->staged[e] + pos, t->data, t->nbytes);
+        pos += n;
+        if (first < 0) first = i;
+        last = i;
+    }
+    if (pos == off) {
+        snprintf(err, cap, "weights_bucket %lld holds no piece", idx);
+        return;
+    }
+    const uint64_t got = core_xxh64(w->staged[e] + off, sizeof(float) * (size_t)(pos - off), 0);
+    if (got != want) {
+        snprintf(err, cap, "weights_bucket %lld (%s elements [%lld, %lld): %s .. %s): xxh64 of the received bytes is "
+                 "%016" PRIx64 ", the header says %016" PRIx64, idx, ex, off, (long long)pos, L->tensors[first].name,
+                 L->tensors[last].name, got, want);
+        return;
+    }
+    for (int i = first; i <= last; i++) {
+        const wan_tensor *lt = &L->tensors[i];
+        const int64_t lo = lt->offset > off ? lt->offset : off, hi = lt->offset + lt->numel < pos ? lt->offset + lt->numel : pos;
+        char name[200];
+        snprintf(name, sizeof name, "%s/%s", ex, lt->name);
+        if (core_f32_check_finite(w->staged[e] + lo, (size_t)(hi - lo), "weights_bucket", name)) {
+            snprintf(err, cap, "%s (elements from %lld of the tensor)", core_last_error(), (long long)(lo - lt->offset));
+            core_error_clear();
+            return;
+        }
+        if (hi == lt->offset + lt->numel) w->seen[e][i] = 1, w->upd_received++; /* the tensor is complete */
+    }
+    w->upd_next[e] = pos;
+    w->upd_bucket_next++;
+}
+
 /* An update that matched: the worker now serves its version; weights_ack with the hash, and one log line. */
 static int ack_update(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io, uint64_t got,
                       const char *what, const char *hash_name) {
     w->version = w->upd_version;
+    const char *how = w->upd_ipc ? "by IPC" : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
     update_reset(w);
     char hx[17];
     core_hash_hex(got, hx);
     json_t *f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)w->version, "model_xxh64", hx);
     const int rc = io->send_fields(io->ctx, CORE_WIRE_WEIGHTS_ACK, m->id, f);
     json_decref(f);
-    core_log_info("%s: %s of policy version %" PRId64 " applied (%s xxh64 %s)", w->id, what, w->version, hash_name, hx);
+    core_log_info("%s: %s of policy version %" PRId64 " applied (%s; %s xxh64 %s)", w->id, what, w->version, how,
+                  hash_name, hx);
     return rc;
 }
 
@@ -151,6 +325,9 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
         snprintf(why, sizeof why, "weights_end: \"policy_version\" differs from weights_begin's %" PRId64, w->upd_version);
     else if (core_hash_parse(json_string_value(json_object_get(m->header, "model_xxh64")), &want))
         snprintf(why, sizeof why, "weights_end: \"model_xxh64\" must be 16 hex digits");
+    else if (w->upd_buckets >= 0 && w->upd_bucket_next != w->upd_buckets)
+        snprintf(why, sizeof why, "weights_end: %d buckets received, weights_begin announced %d", w->upd_bucket_next,
+                 w->upd_buckets);
     else if (w->upd_received != w->upd_announced)
         snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
                  w->upd_announced);
@@ -198,9 +375,10 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
             return ack_update(w, m, io, got, "weights", "model");
         }
     }
+    const int refused = w->updating && w->upd_ipc_refused;
     update_reset(w);
     core_log_warn("%s: %s", w->id, why);
-    return io->send_error(io->ctx, m->id, "weights_mismatch", why);
+    return io->send_error(io->ctx, m->id, refused ? CORE_SYNC_IPC_REFUSED : "weights_mismatch", why);
 }
 
 /* ---- dispatch ---- */
@@ -232,6 +410,7 @@ int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const
     case CORE_WIRE_ROLLOUT_REQUEST: return rollout_request(s, m, io) ? -1 : 0;
     case CORE_WIRE_WEIGHTS_BEGIN: return weights_begin(s, m, io) ? -1 : 0;
     case CORE_WIRE_WEIGHTS_TENSOR: weights_tensor(s, m); return 0;
+    case CORE_WIRE_WEIGHTS_BUCKET: weights_bucket(s, m); return 0;
     case CORE_WIRE_WEIGHTS_END: return weights_end(s, m, io) ? -1 : 0;
     case CORE_WIRE_HELLO: return 0; /* the controller's greeting: nothing to answer */
     case CORE_WIRE_ERROR: {

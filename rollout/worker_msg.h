@@ -1,6 +1,7 @@
 /* rollout/worker_msg.h — what a rollout worker (rollout/worker.h) does with one parsed message from the controller,
  * without sockets: rollout_request checks (then the caller's rollout), the staged weight update (weights_begin /
- * weights_tensor / weights_end, each tensor's xxh64, its values finite and the whole-model hash checked), shutdown,
+ * weights_tensor or weights_bucket / weights_end, each tensor's or bucket's xxh64, its values finite and the
+ * whole-model hash checked), shutdown,
  * and the answers to anything else. rollout/worker.c calls it for every message; tests/fuzz/fuzz_worker_msg.c calls
  * it with arbitrary messages and a tiny model. Replies go out through the caller's functions (rollout_worker_io).
  *
@@ -15,7 +16,8 @@
  * adapters is refused at weights_end (`weights_mismatch`, naming model.lora.rank).
  *
  * Answers: rollout_request for another policy version: error `version_mismatch`; a request that does not parse:
- * `bad_request`; weights_begin without a valid policy_version / tensors_count: `bad_request`; weights_tensor: no
+ * `bad_request`; weights_begin without a valid policy_version / tensors_count (or a buckets_count < 1): `bad_request`;
+ * weights_tensor, weights_bucket (trainer/net/sync_bucket.h: in index order, each expert's contiguous): no
  * answer (a problem is kept and reported at weights_end); weights_end: weights_ack, or `weights_mismatch` naming
  * the first problem, e.g. "weights_tensor: tensor \"transformer/...\" holds a non-finite value (nan at element i of
  * n): refused" (the old weights and version are kept); hello: none (the controller's greeting); error: none,
@@ -30,8 +32,11 @@
 #include "core/wire_rollout.h"
 #include "model/dit/wan_dit.h"
 
+struct k_dev_ops;
+
 typedef struct {
     wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
+    const struct k_dev_ops *dev; /* a device table with ipc_open (kernels/dev_ops.h), or NULL: no IPC syncs */
     int n_experts;
     const char *id;          /* the worker's client id, for logs */
     int64_t version;         /* policy version of the weights held */
@@ -41,7 +46,12 @@ typedef struct {
     int64_t upd_version;
     int upd_announced, upd_received;
     float *staged[2];        /* copies of the experts' params (or of their adapters' params) */
-    uint8_t *seen[2];        /* per tensor: received */
+    uint8_t *seen[2];        /* per tensor: received (whole) */
+    int upd_buckets;         /* weights_begin's buckets_count (-1: weights_tensor messages instead) */
+    int upd_bucket_next;     /* the index the next weights_bucket must carry */
+    int upd_ipc;             /* the update came by IPC (weights_begin "ipc", core/wire_sync.h) */
+    int upd_ipc_refused;     /* ... and a handle could not be opened or read: weights_end answers ipc_refused */
+    int64_t upd_next[2];     /* per expert: the element the next bucket of it must start at */
     char upd_error[512];
 } rollout_worker_state;
 

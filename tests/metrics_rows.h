@@ -1,5 +1,5 @@
 /* tests/metrics_rows.h — reading a run's metrics.jsonl for comparisons between runs: the rows as JSON objects with
- * the fields that legitimately differ removed (timing under "time/", weight_sync/seconds; with drop_sync every
+ * the fields that legitimately differ removed (timing under "time/", weight_sync/seconds and weight_sync/gb_per_s; with drop_sync every
  * weight_sync/ field, for comparing a colocated run with a local one, which has none). */
 #ifndef TESTS_METRICS_ROWS_H
 #define TESTS_METRICS_ROWS_H
@@ -26,7 +26,7 @@ static inline int read_rows(const char *path, json_t **rows, int cap, int drop_s
         json_t *v;
         void *tmp;
         json_object_foreach_safe(o, tmp, k, v) {
-            if (!strncmp(k, "time/", 5) || !strcmp(k, "weight_sync/seconds") ||
+            if (!strncmp(k, "time/", 5) || !strcmp(k, "weight_sync/seconds") || !strcmp(k, "weight_sync/gb_per_s") ||
                 (drop_sync && !strncmp(k, "weight_sync/", 12)))
                 json_object_del(o, k);
         }

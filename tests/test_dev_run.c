@@ -410,8 +410,27 @@ TEST(dev_run_colocated_equals_local) {
     const int nb = read_rows(path, b, 4, 1);
     CHECK(na == 3 && nb == 3);
     for (int i = 0; i < na && i < nb; i++) CHECK_MSG(json_equal(a[i], b[i]), "row %d: colocated differs from local", i);
-    for (int i = 0; i < na; i++) json_decref(a[i]);
     for (int i = 0; i < nb; i++) json_decref(b[i]);
+    /* the weight sync: the policy's by IPC from the trainer's device master (one host), the EMA's in buckets; a worker
+     * whose device refuses the handles (VGRPO_EMULATE_IPC=refuse) answers ipc_refused and gets buckets, same rows */
+    char grep[64];
+    CHECK(test_run(grep, sizeof grep, "grep -c 'applied (by IPC' %s/coloc/logs/worker-0.log", dir) == 0 && atoi(grep) >= 2);
+    CHECK(test_run(grep, sizeof grep, "grep -c 'applied (in buckets' %s/coloc/logs/worker-0.log", dir) == 0 &&
+          atoi(grep) >= 1);
+    snprintf(y, sizeof y, "%s --set mode=colocated", x);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_IPC=refuse " EMU "OMP_NUM_THREADS=1 %s run recipes/tiny-cpu.yaml "
+                  "--set model.device=cuda --set model.path=%s/model --set logging.run_dir=%s/refuse " SMALL " %s 2>&1",
+                  test_vgrpo_bin(), dir, dir, y);
+    CHECK_MSG(st == 0 && strstr(out, "worker-0 cannot take the weights by IPC (weights_begin: the IPC handle of "
+                                     "transformer: emulated device: ipc_open refused"), "%s", out);
+    test_run(grep, sizeof grep, "grep -c 'applied (by IPC' %s/refuse/logs/worker-0.log", dir);
+    CHECK_MSG(grep[0] == '0', "a refusing worker took IPC syncs: %s", grep);
+    snprintf(path, sizeof path, "%s/refuse/metrics.jsonl", dir);
+    const int nr = read_rows(path, b, 4, 1);
+    CHECK(nr == 3);
+    for (int i = 0; i < na && i < nr; i++) CHECK_MSG(json_equal(a[i], b[i]), "row %d: after ipc_refused differs", i);
+    for (int i = 0; i < na; i++) json_decref(a[i]);
+    for (int i = 0; i < nr; i++) json_decref(b[i]);
 }
 
 /* LoRA on the device (model.lora.rank 8, every linear): the adapter trains on the device (its fp32 master and moments

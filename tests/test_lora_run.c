@@ -324,7 +324,8 @@ TEST(lora_colocated_sync_bytes_and_parity) {
     snprintf(extra, sizeof extra, "%s --steps 2 %s", col, LORA);
     st = job(out, sizeof out, "run", dir, "col", extra);
     if (st) test_fail(__FILE__, __LINE__, "colocated: %s", out);
-    CHECK_MSG(strstr(out, "weight sync: ") && strstr(out, "(LoRA adapters)"), "%s", out);
+    CHECK_MSG(strstr(out, "weight sync: ") && strstr(out, "(LoRA adapters)") && strstr(out, " GB/s to 1 worker(s)"), "%s",
+              out);
     snprintf(extra, sizeof extra, "%s --steps 1 --set checkpoint.every=-1", col);
     st = job(out, sizeof out, "run", dir, "full", extra);
     if (st) test_fail(__FILE__, __LINE__, "colocated without LoRA: %s", out);
@@ -345,6 +346,22 @@ TEST(lora_colocated_sync_bytes_and_parity) {
                   "bytes", i, num(c[i], "weight_sync/bytes"), (long long)want);
         CHECK(num(c[i], "weight_sync/hash_match") == 1);
     }
+    /* the sync's rate: bytes x workers (1 here) over its seconds, the two timing fields of each row (read raw: the
+     * comparisons drop them) */
+    snprintf(p, sizeof p, "%s/col/metrics.jsonl", dir);
+    FILE *mf = fopen(p, "r");
+    char line[1 << 14];
+    int rows = 0;
+    while (mf && fgets(line, sizeof line, mf) && rows < 2) {
+        json_t *o = json_loads(line, 0, NULL);
+        const double gbps = num(o, "weight_sync/gb_per_s"), secs = num(o, "weight_sync/seconds");
+        CHECK_MSG(gbps > 0 && secs > 0 && fabs(gbps * secs * 1e9 / (double)want - 1) < 1e-9,
+                  "row %d: weight_sync/gb_per_s %g, seconds %g, bytes %lld", rows, gbps, secs, (long long)want);
+        json_decref(o);
+        rows++;
+    }
+    if (mf) fclose(mf);
+    CHECK(rows == 2);
     CHECK_MSG(num(f[0], "weight_sync/bytes") == 4.0 * (double)lay.numel, "full sync: %.0f bytes, the model %lld",
               num(f[0], "weight_sync/bytes"), (long long)(4 * lay.numel));
     fprintf(stderr, "  weight sync per step and worker: LoRA rank 4 %lld bytes, full %lld bytes (%.1f%%)\n", (long long)want,

@@ -210,3 +210,35 @@ int k_dev_sync(void) { return kc_check(cudaStreamSynchronize(kc_stream), "stream
 int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes) {
     return kc_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }
+
+/* ---- CUDA IPC (kernels/dev_ops.h ipc_*): the weight sync's same-host path (trainer/net/sync_ipc.h) ---- */
+
+int k_dev_ipc_export(const void *dev, size_t bytes, uint8_t *handle) {
+    (void)bytes; /* the handle covers the whole allocation dev starts */
+    cudaIpcMemHandle_t h;
+    if (kc_check(cudaIpcGetMemHandle(&h, (void *)dev), "cudaIpcGetMemHandle")) return -1;
+    _Static_assert(sizeof h == K_IPC_HANDLE_BYTES, "cudaIpcMemHandle_t is 64 bytes");
+    memcpy(handle, &h, sizeof h);
+    return 0;
+}
+
+int k_dev_ipc_unexport(const uint8_t *handle) {
+    (void)handle; /* a CUDA handle lives as long as its allocation: nothing to release */
+    return 0;
+}
+
+int k_dev_ipc_open(const uint8_t *handle, size_t bytes, const void **dev) {
+    (void)bytes; /* cudaIpcOpenMemHandle does not say the allocation's size: the handshake carries it */
+    cudaIpcMemHandle_t h;
+    void *p = NULL;
+    memcpy(&h, handle, sizeof h);
+    *dev = NULL;
+    /* refused for a handle of this very process, another device's without peer access, or a freed allocation */
+    if (kc_check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle")) return -1;
+    *dev = p;
+    return 0;
+}
+
+int k_dev_ipc_close(const void *dev) {
+    return kc_check(cudaIpcCloseMemHandle((void *)dev), "cudaIpcCloseMemHandle");
+}

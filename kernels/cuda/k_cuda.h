@@ -81,6 +81,12 @@ int k_dev_zero(void *p, size_t bytes);
 int k_dev_sync(void);
 /* Free and total bytes of the device's memory now (cudaMemGetInfo). 0, or -1 with core_error. */
 int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* CUDA IPC (kernels/dev_ops.h ipc_*): cudaIpcGetMemHandle of the allocation dev starts; nothing to release;
+ * cudaIpcOpenMemHandle (lazy peer access) / cudaIpcCloseMemHandle. 0, or -1 with core_error. */
+int k_dev_ipc_export(const void *dev, size_t bytes, uint8_t *handle);
+int k_dev_ipc_unexport(const uint8_t *handle);
+int k_dev_ipc_open(const uint8_t *handle, size_t bytes, const void **dev);
+int k_dev_ipc_close(const void *dev);
 
 /* ---- GEMM ---- */
 

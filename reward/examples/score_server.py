@@ -33,7 +33,7 @@ import zmq.utils.z85
 
 VERSION = 1
 TYPES = {"hello", "rollout_request", "trajectory", "score_request", "score_reply", "weights_begin",
-         "weights_tensor", "weights_end", "weights_ack", "error", "shutdown"}
+         "weights_tensor", "weights_end", "weights_ack", "error", "shutdown", "weights_bucket"}
 DTYPE_SIZE = {"U8": 1, "F32": 4, "BF16": 2, "F16": 2, "I64": 8}
 MAX_HEADER, MAX_TENSORS, MAX_ID, MAX_NAME = 1 << 20, 16, 128, 512
 ZAP_DOMAIN, ZAP_USER = b"vgrpo", b"vgrpo-client"  # as core/curve.h

@@ -9,7 +9,8 @@
  * Checks (abort = finding): the weights change only with a weights_ack, whose policy_version and model_xxh64 are the
  * worker's version and its whole-model hash afterwards; every error reply has a code and a reason; shutdown returns
  * 1. Any crash, sanitizer report or leak is a finding. Seeds: seeds-fuzz_worker_msg/ (a complete update of the one-
- * expert model, a bad tensor hash, a rollout request, shutdown). */
+ * expert model, a bad tensor hash, a rollout request, shutdown; update_buckets: a complete update in 32-byte buckets,
+ * written by tests/fuzz/gen_seed_worker_buckets.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

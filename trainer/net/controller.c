@@ -12,9 +12,11 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/wire_sync.h"
 #include "core/wire_zmq.h"
 #include "model/dit/wan_lora.h"
 #include "model/vae/latent_rgb.h"
+#include "trainer/net/sync_bucket.h"
 #include "trainer/optim/lora.h"
 
 struct ctl_server {
@@ -35,7 +37,19 @@ struct ctl_server {
     int64_t cur_version;
     uint64_t cur_hash;
     uint64_t admit_seq;
+    int64_t bucket_bytes; /* a weight sync's bucket size (ctl_set_sync_bucket) */
+    /* the same-host path (ctl_set_device_weights): the device, its buffers of the experts dev_model[e] */
+    const k_dev_ops *dev;
+    const wan_model *dev_model[2];
+    const void *dev_buf[2];
+    int64_t dev_elements[2];
+    char host_id[CORE_SYNC_HOST_ID_MAX];
 };
+
+/* Messages queued per worker on the controller's side (ZMQ_SNDHWM; the worker's receive queue is as short,
+ * rollout/worker.c); the seconds an admission sync's sends may wait for a restarted worker. */
+#define CTL_SEND_QUEUE 1
+#define CTL_ADMIT_SEND_S 600.0
 
 static double now_s(void) {
     struct timespec t;
@@ -64,6 +78,8 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
     ctl_server *c = calloc(1, sizeof *c);
     if (!c) return core_error("out of memory"), NULL;
     c->abort_check = abort_check, c->abort_ctx = abort_ctx;
+    c->bucket_bytes = (int64_t)SYNC_BUCKET_MIB_DEFAULT << 20;
+    core_sync_host_id(c->host_id, sizeof c->host_id);
     c->ctx = zmq_ctx_new();
     c->router = c->ctx ? zmq_socket(c->ctx, ZMQ_ROUTER) : NULL;
     int one = 1, linger = 0, hb_ivl = 1000, hb_to = 5000, hb_ttl = 10000, hs_ivl = 5000;
@@ -73,6 +89,9 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
         return NULL;
     }
     zmq_setsockopt(c->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    /* one message queued per worker: a weight sync's buckets wait for the worker to take the previous one */
+    const int sndhwm = CTL_SEND_QUEUE;
+    zmq_setsockopt(c->router, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
     zmq_setsockopt(c->router, ZMQ_LINGER, &linger, sizeof linger);
     /* a connection that has not finished its (CURVE) handshake within 5 s is closed: what a peer without keys may
      * hold, at most one frame of max_frame_bytes per connection, is held that long at most */
@@ -150,6 +169,22 @@ long ctl_refused(const ctl_server *c) { return c->st.unexpected + core_curve_zap
 int ctl_worker_lost(const ctl_server *c, int w) { return c->st.w[w].lost; }
 int ctl_worker_rejoins(const ctl_server *c, int w) { return c->st.w[w].rejoins; }
 void ctl_set_rejoin_wait(ctl_server *c, double seconds) { c->rejoin_wait_s = seconds > 0 ? seconds : 0; }
+
+void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model *const *experts,
+                            const void *const *bufs, const int64_t *elements, int n_experts) {
+    memset(c->dev_model, 0, sizeof c->dev_model);
+    c->dev = dev && dev->ipc_export && dev->ipc_unexport ? dev : NULL;
+    for (int e = 0; c->dev && e < n_experts && e < 2; e++)
+        if (bufs[e]) c->dev_model[e] = experts[e], c->dev_buf[e] = bufs[e], c->dev_elements[e] = elements[e];
+}
+
+int ctl_set_sync_bucket(ctl_server *c, int64_t bytes) {
+    if (bytes < (int64_t)sizeof(float) || bytes > ((int64_t)SYNC_BUCKET_MIB_MAX << 20))
+        return core_error("controller: a weight sync bucket of %lld bytes (4 .. %d MiB)", (long long)bytes,
+                          SYNC_BUCKET_MIB_MAX);
+    c->bucket_bytes = bytes;
+    return 0;
+}
 
 /* "worker-0, worker-1" (the lost ones) into buf. */
 static const char *lost_names(const ctl_server *c, char *buf, size_t cap) {
@@ -235,46 +270,79 @@ static int sync_plan(const wan_model *const *experts, int n_experts, const uint8
     return 0;
 }
 
-/* Sends one weight sync to worker w: weights_begin "<tag>-begin", weights_tensor "<tag>-<e>-<i>" per tensor of the
- * experts with send[e] and its xxh64, weights_end "<tag>-end" with the whole-model hash hx. -1 with core_error. */
-static int send_weights(ctl_server *c, int w, const char *tag, const wan_model *const *experts, int n_experts,
-                        const uint8_t *send, int adapters, int count, int64_t version, const char *hx) {
-    const ctl_worker *x = &c->st.w[w];
-    const void *rid = x->rid;
-    const size_t rl = x->rid_len;
-    char id[64];
-    snprintf(id, sizeof id, "%s-begin", tag);
-    json_t *f = json_pack("{s:I, s:i}", "policy_version", (json_int_t)version, "tensors_count", count);
-    if (adapters) json_object_set_new(f, "adapter", json_true());
-    int rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_BEGIN, id, f);
-    json_decref(f);
-    for (int e = 0; !rc && e < n_experts; e++) {
-        if (!send[e]) continue;
-        const wan_model *m = experts[e];
-        const float *params;
-        const wan_layout *L = sync_layout(m, adapters, &params);
-        for (int i = 0; !rc && i < L->count; i++) {
-            const wan_tensor *t = &L->tensors[i];
-            char name[160], th[17];
-            snprintf(name, sizeof name, "%s/%s", wan_expert_folder(e), t->name);
-            core_hash_hex(adapters ? wan_lora_tensor_hash(m->lora, i) : wan_tensor_hash(m, i), th);
-            snprintf(id, sizeof id, "%s-%d-%d", tag, e, i);
-            core_wire_tensor wt = {.name = "value", .dtype = CORE_F32, .ndim = t->ndim,
-                                   .data = params + t->offset, .nbytes = sizeof(float) * (size_t)t->numel};
-            memcpy(wt.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-            json_t *tf = json_pack("{s:s, s:s}", "name", name, "xxh64", th);
-            core_wire_built b;
-            rc = core_wire_build(CORE_WIRE_WEIGHTS_TENSOR, id, tf, &wt, 1, &b);
-            if (!rc) rc = core_zmq_send(c->router, rid, rl, &b);
-            core_wire_built_free(&b);
-            json_decref(tf);
-        }
+/* Sends b to worker x, waiting while its queue is full (ZMQ_SNDHWM CTL_SEND_QUEUE: a worker that has not taken the
+ * previous bucket holds this one back), up to deadline, polling abort_check. A multipart message is all or nothing
+ * for libzmq's queue: once its routing-id frame is taken, the rest follow at once. -1 with core_error. */
+static int send_queued(ctl_server *c, const ctl_worker *x, const core_wire_built *b, double deadline) {
+    while (zmq_send(c->router, x->rid, x->rid_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        if (errno != EAGAIN) return core_error("zmq send: %s", zmq_strerror(errno));
+        if (c->abort_check && c->abort_check(c->abort_ctx)) return -1;
+        if (now_s() > deadline) return core_error("timed out: it took no message for the whole sync time-out");
+        const struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
     }
-    snprintf(id, sizeof id, "%s-end", tag);
-    f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
-    if (!rc) rc = core_zmq_send_fields(c->router, rid, rl, CORE_WIRE_WEIGHTS_END, id, f);
-    json_decref(f);
-    return rc ? core_error_push("controller: weights to %s: ", x->id) : 0;
+    for (int i = 0; i < b->n_frames; i++)
+        if (zmq_send(c->router, b->frames[i].data, b->frames[i].len, i + 1 < b->n_frames ? ZMQ_SNDMORE : 0) < 0)
+            return core_error("zmq send: %s", zmq_strerror(errno));
+    return 0;
+}
+
+/* Sends one weight sync to the workers ws[0..nw) side by side: weights_begin "<tag>-begin" {policy_version,
+ * tensors_count, buckets_count} to each, then bucket after bucket to each in turn (the experts with send[e] in
+ * buckets of c->bucket_bytes, trainer/net/sync_bucket.h: weights_bucket "<tag>-b<k>" with the xxh64 of its bytes),
+ * then weights_end "<tag>-end" with the whole-model hash hx. Memory: a bucket's frames point into the experts' host
+ * buffers, and libzmq copies each message into a queue of CTL_SEND_QUEUE message per worker (the worker's receive
+ * queue holds as few), so a few buckets per worker are in flight, never a second copy of the weights. A worker
+ * whose send fails is lost (lose, with the reason); -1 with core_error only when the buckets cannot be planned. */
+static int send_weights(ctl_server *c, const int *ws, int nw, const char *tag, const wan_model *const *experts,
+                        int n_experts, const uint8_t *send, int adapters, int count, int64_t version, const char *hx,
+                        double deadline) {
+    char id[64];
+    const wan_layout *L[2] = {NULL, NULL};
+    const float *P[2] = {NULL, NULL};
+    for (int e = 0; e < n_experts && e < 2; e++)
+        if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
+    const int nb = sync_bucket_plan(L, send, n_experts, c->bucket_bytes, NULL, 0);
+    sync_bucket *bk = nb > 0 ? malloc(sizeof *bk * (size_t)nb) : NULL;
+    if (nb < 0 || (nb > 0 && (!bk || sync_bucket_plan(L, send, n_experts, c->bucket_bytes, bk, nb) != nb))) {
+        free(bk);
+        if (nb > 0 && !bk) core_error("out of memory");
+        return core_error_push("controller: the weights of version %" PRId64 ": ", version);
+    }
+    for (int k = -1; k <= nb; k++) { /* -1: weights_begin; nb: weights_end */
+        core_wire_built b = {0};
+        json_t *f = NULL;
+        int rc = 0;
+        if (k < 0) {
+            snprintf(id, sizeof id, "%s-begin", tag);
+            f = json_pack("{s:I, s:i, s:i}", "policy_version", (json_int_t)version, "tensors_count", count,
+                          "buckets_count", nb);
+            if (f && adapters) json_object_set_new(f, "adapter", json_true());
+            rc = f ? core_wire_build(CORE_WIRE_WEIGHTS_BEGIN, id, f, NULL, 0, &b) : core_error("out of memory");
+        } else if (k < nb) {
+            snprintf(id, sizeof id, "%s-b%d", tag, k);
+            rc = sync_bucket_build(id, &bk[k], L[bk[k].expert], P[bk[k].expert], &b);
+        } else {
+            snprintf(id, sizeof id, "%s-end", tag);
+            f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
+            rc = f ? core_wire_build(CORE_WIRE_WEIGHTS_END, id, f, NULL, 0, &b) : core_error("out of memory");
+        }
+        json_decref(f);
+        for (int j = 0; j < nw; j++) {
+            const int w = ws[j];
+            if (c->st.w[w].lost) continue;
+            if (rc || send_queued(c, &c->st.w[w], &b, deadline)) {
+                char why[600];
+                snprintf(why, sizeof why, "sending the weights of version %" PRId64 " (%s) failed: %s", version, id,
+                         core_last_error());
+                lose(c, w, why);
+            }
+        }
+        core_error_clear();
+        core_wire_built_free(&b);
+    }
+    free(bk);
+    return 0;
 }
 
 /* Records the weights every worker now holds (the experts' pointers are kept, not their bytes: they must stay
@@ -311,13 +379,15 @@ static void admit_pending(ctl_server *c) {
         snprintf(tag, sizeof tag, "j%" PRIu64, ++c->admit_seq);
         core_hash_hex(c->cur_hash, hx);
         if (sync_plan(c->cur, c->cur_n, c->cur_send, &adapters, &hash, &count, &payload) ||
-            send_weights(c, w, tag, c->cur, c->cur_n, c->cur_send, adapters, count, c->cur_version, hx)) {
+            send_weights(c, &w, 1, tag, c->cur, c->cur_n, c->cur_send, adapters, count, c->cur_version, hx,
+                         now_s() + CTL_ADMIT_SEND_S)) {
             char why[600];
             snprintf(why, sizeof why, "its admission sync failed: %s", core_last_error());
             core_error_clear();
             lose(c, w, why);
             continue;
         }
+        if (x->lost) continue; /* its send failed: lost, with the reason */
         x->admit = CTL_ADMIT_SYNCING;
         snprintf(x->admit_id, sizeof x->admit_id, "%s-end", tag);
         x->admit_version = c->cur_version, x->admit_hash = c->cur_hash;
@@ -542,6 +612,53 @@ static int waiting(const ctl_state *st) {
     return 0;
 }
 
+/* The same-host exports of one sync (core/wire_sync.h): every expert with send[e], when each is a registered device
+ * buffer of the experts given (not, e.g., an EMA's host copy) of the size of what the sync sends. 0 with *n = 0
+ * when the sync cannot go by IPC (*why says why), or with the handles exported; -1 with core_error when an export
+ * failed (the sync then goes in buckets). */
+static int ipc_export(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send, int adapters,
+                      core_sync_ipc *x, int *n, char *why, size_t cap) {
+    *n = 0;
+    if (!c->dev) return snprintf(why, cap, "the trainer's weights are not on a device that exports them"), 0;
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        if (!send[e]) continue;
+        const float *p;
+        const wan_layout *L = sync_layout(experts[e], adapters, &p);
+        if (experts[e] != c->dev_model[e] || L->numel != c->dev_elements[e])
+            return snprintf(why, cap, "%s's weights of this sync are not its device buffer", wan_expert_folder(e)), 0;
+    }
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        if (!send[e]) continue;
+        x[*n] = (core_sync_ipc){.expert = e, .elements = c->dev_elements[e]};
+        if (c->dev->ipc_export(c->dev_buf[e], sizeof(float) * (size_t)c->dev_elements[e], x[*n].handle)) {
+            for (int k = 0; k < *n; k++) c->dev->ipc_unexport(x[k].handle);
+            *n = 0;
+            return core_error_push("controller: the IPC export of %s: ", wan_expert_folder(e));
+        }
+        (*n)++;
+    }
+    return 0;
+}
+
+/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc"), then weights_end. */
+static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, int adapters,
+                            int count, int64_t version, const char *hx) {
+    const ctl_worker *wk = &c->st.w[w];
+    char id[64];
+    snprintf(id, sizeof id, "%s-begin", tag);
+    json_t *f = json_pack("{s:I, s:i, s:o}", "policy_version", (json_int_t)version, "tensors_count", count, "ipc",
+                          core_sync_ipc_json(x, nx));
+    if (!f) return core_error("out of memory");
+    if (adapters) json_object_set_new(f, "adapter", json_true());
+    int rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_BEGIN, id, f);
+    json_decref(f);
+    snprintf(id, sizeof id, "%s-end", tag);
+    f = json_pack("{s:I, s:s}", "policy_version", (json_int_t)version, "model_xxh64", hx);
+    if (!rc) rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_END, id, f);
+    json_decref(f);
+    return rc ? core_error_push("controller: weights (IPC) to %s: ", wk->id) : 0;
+}
+
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                      int64_t version, double timeout_s, int *hash_match, int64_t *bytes) {
     uint64_t model_hash;
@@ -556,38 +673,74 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     core_hash_hex(model_hash, hx);
     snprintf(tag, sizeof tag, "w%" PRId64, version);
     ctl_state *st = &c->st;
+    /* same host: the workers that can copy the weights out of the trainer's device buffers (core/wire_sync.h) */
+    core_sync_ipc xs[2];
+    int nx = 0;
+    char why[512];
+    const int want_ipc = c->dev != NULL;
+    int bw[CTL_MAX_WORKERS], nbw = 0; /* the workers that get this sync in buckets */
+    if (want_ipc && ipc_export(c, experts, n_experts, send, adapters, xs, &nx, why, sizeof why)) {
+        snprintf(why, sizeof why, "%s", core_last_error());
+        core_error_clear();
+        core_log_warn("%s: this sync goes in buckets", why);
+    }
     for (int w = 0; w < st->n; w++) {
         ctl_worker *x = &st->w[w];
         x->done = 1;
+        x->ipc_used = 0;
         if (x->lost) continue;
-        if (send_weights(c, w, tag, experts, n_experts, send, adapters, count, version, hx)) {
-            char why[600];
-            snprintf(why, sizeof why, "%s", core_last_error());
+        const core_sync_side me = {.host_id = c->host_id, .ipc = nx > 0},
+                             them = {.host_id = x->host_id, .ipc = x->ipc, .refused = x->ipc_refused[0] ? x->ipc_refused : NULL};
+        char whyw[512];
+        x->ipc_used = nx > 0 && core_sync_ipc_choose(&me, &them, whyw, sizeof whyw);
+        if (want_ipc)
+            core_log_debug("controller: weights of version %" PRId64 " to %s %s (%s)", version, x->id,
+                           x->ipc_used ? "by IPC" : "in buckets", nx > 0 ? whyw : why);
+        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)) {
+            char lost_why[600];
+            snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
             core_error_clear();
-            lose(c, w, why);
+            lose(c, w, lost_why);
             continue;
         }
         x->done = 0;
+        if (!x->ipc_used) bw[nbw++] = w;
+    }
+    const double deadline = now_s() + timeout_s;
+    if (nbw && send_weights(c, bw, nbw, tag, experts, n_experts, send, adapters, count, version, hx, deadline)) {
+        for (int j = 0; j < nbw; j++) lose(c, bw[j], core_last_error());
+        core_error_clear();
     }
     if (bytes) *bytes = payload;
     st->version = version, st->model_hash = model_hash;
     snprintf(st->end_id, sizeof st->end_id, "%s-end", tag);
     st->phase = CTL_SYNC;
     int rc = 0;
-    const double deadline = now_s() + timeout_s;
     while (waiting(st)) {
         core_zmq_msg zm;
         core_wire_msg m;
-        ctl_event ev;
+        ctl_event ev = {0}; /* stays zeroed when nothing came */
         int r = recv_one(c, deadline, &zm, &m, &ev, "weights_ack");
         if (r < 0) {
             rc = -1;
             break;
         }
+        if (r == 1 && ev.ipc_refused && ev.worker >= 0) { /* the same sync again, in buckets */
+            ctl_worker *x = &st->w[ev.worker];
+            core_log_warn("controller: %s cannot take the weights by IPC (%s): version %" PRId64 " goes to it in "
+                          "buckets, as every sync from now on", x->id, x->ipc_refused, version);
+            x->ipc_used = 0;
+            if (send_weights(c, &ev.worker, 1, tag, experts, n_experts, send, adapters, count, version, hx, deadline)) {
+                lose(c, ev.worker, core_last_error());
+                core_error_clear();
+            }
+        }
         if (r) continue;
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
     }
+    for (int k = 0; k < nx; k++) /* every worker has read (or will never read) the exported buffers */
+        if (c->dev->ipc_unexport(xs[k].handle)) core_log_warn("controller: %s", core_last_error()), core_error_clear();
     st->phase = CTL_IDLE;
     *hash_match = rc == 0;
     return rc;

@@ -1,6 +1,6 @@
 /* trainer/net/controller.h — the controller's side of the controller <-> rollout worker channel (docs/design.md section 3,
  * reward/PROTOCOL.md section 8): a ROUTER that the workers (rollout/worker.h) connect to, the registry of workers
- * from their `hello`, rollouts spread over the workers in chunks, weight syncs with per-tensor and whole-model
+ * from their `hello`, rollouts spread over the workers in chunks, weight syncs in buckets with per-bucket and whole-model
  * xxh64 checked on both sides, and shutdown. Used by `vgrpo eval`, `vgrpo trainer` (rank 0) and `vgrpo parity`.
  *
  * Every wait polls `abort_check` (when set) every 100 ms: a non-zero return stops the wait with an error (the
@@ -35,6 +35,7 @@
 #include "core/curve.h"
 #include "core/recipe.h"
 #include "core/wire_rollout.h"
+#include "kernels/dev_ops.h"
 #include "model/dit/wan_dit.h"
 #include "trainer/net/ctl_msg.h"
 
@@ -91,6 +92,21 @@ int ctl_worker_rejoins(const ctl_server *c, int w);
  * workers, and stops the run itself when it restarts no more. */
 void ctl_set_rejoin_wait(ctl_server *c, double seconds);
 
+/* The size of a weight sync's buckets in bytes (trainer/net/sync_bucket.h; default SYNC_BUCKET_MIB_DEFAULT MiB, a
+ * recipe's parallel.sync_bucket_mib), 4 .. SYNC_BUCKET_MIB_MAX MiB, rounded down to whole F32 elements. -1 with
+ * core_error outside that range (the size is kept). */
+int ctl_set_sync_bucket(ctl_server *c, int64_t bytes);
+
+/* The same-host path of the weight sync (core/wire_sync.h): the trainer's device dev (a table with ipc_export) holds,
+ * for each expert e with bufs[e] != NULL, the F32 buffer of elements[e] elements that a sync of experts[e] sends (its
+ * fp32 master: the model's params, or with LoRA its adapter's, in the host buffer's layout) and that the host
+ * buffer mirrors when a sync starts. A sync of exactly those experts then goes by IPC to every worker whose hello
+ * named this host and an IPC-capable device (buckets to the others, and to one that answers ipc_refused, for that
+ * sync and every later one); any other sync (an EMA's weights, an admission) goes in buckets. dev NULL: buckets
+ * only (the default). The buffers must stay allocated while the controller may sync. */
+void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model *const *experts,
+                            const void *const *bufs, const int64_t *elements, int n_experts);
+
 /* Records that every worker holds the experts (send[e]: sent, or to be sent to a worker that comes back) as policy
  * `version`, without sending anything: what a fresh run's workers loaded (trainer/net/source_remote.c's start). Each
  * ctl_sync_weights records its weights the same way. The experts are kept by pointer and must stay valid and
@@ -109,7 +125,9 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
                 double timeout_s, core_rollout_result *res, ctl_chunk_fn on_chunk, void *ctx);
 
 /* Pushes the weights of the experts with send[e] != 0 to every worker not lost as policy `version` (weights_begin,
- * weights_tensor per tensor with its xxh64, weights_end with the whole-model hash of all n_experts experts) and
+ * weights_bucket per bucket with its xxh64 (trainer/net/sync_bucket.h), weights_end with the whole-model hash of all
+ * n_experts experts; to a worker on this host by IPC instead when ctl_set_device_weights named these experts'
+ * device buffers, core/wire_sync.h, and in buckets again when it answers ipc_refused) and
  * waits for every weights_ack (a worker lost meanwhile is not waited for; one back from a restart is admitted by
  * it). It records the experts as ctl_set_weights does. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
  * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the

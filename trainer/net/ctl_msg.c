@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/wire_sync.h"
 
 int ctl_msg_find(const ctl_state *s, const void *rid, size_t rid_len) {
     for (int w = 0; w < s->n; w++)
@@ -54,6 +55,15 @@ static int valid_client_id(const char *cid) {
     return 1;
 }
 
+/* The hello's IPC handshake fields (core/wire_sync.h): where the worker runs and whether its device opens IPC
+ * handles. Optional: a bad or missing host_id is unknown (no IPC), never a refusal. A new process starts afresh. */
+static void hello_sync(ctl_worker *x, const core_wire_msg *m) {
+    const char *host = json_string_value(json_object_get(m->header, "host_id"));
+    snprintf(x->host_id, sizeof x->host_id, "%s", host && strlen(host) < sizeof x->host_id ? host : "");
+    x->ipc = json_is_true(json_object_get(m->header, "ipc"));
+    x->ipc_refused[0] = 0;
+}
+
 /* A hello naming lost worker k (see trainer/net/ctl_msg.h): the same model and adapter hashes as its first hello. */
 static void rejoin(ctl_state *s, int k, const void *rid, size_t rid_len, const core_wire_msg *m, ctl_event *ev,
                    ctl_reply *r) {
@@ -79,6 +89,7 @@ static void rejoin(ctl_state *s, int k, const void *rid, size_t rid_len, const c
     memcpy(x->rid, rid, rid_len);
     x->rid_len = rid_len;
     x->lost = 0, x->fd = -1, x->busy = 0, x->rejoins++;
+    hello_sync(x, m);
     x->done = s->phase == CTL_SYNC; /* a sync in flight did not reach it: its admission sync follows */
     x->admit = s->phase == CTL_HELLO ? CTL_ADMIT_READY : CTL_ADMIT_PENDING;
     x->admit_id[0] = 0;
@@ -106,6 +117,7 @@ static void take_over(ctl_state *s, int k, const void *rid, size_t rid_len, cons
     memcpy(x->rid, rid, rid_len);
     x->rid_len = rid_len;
     x->fd = -1;
+    hello_sync(x, m);
     ev->worker = k;
     ev->registered = 1; /* its new connection's descriptor is recorded; the old one's close is then not a loss */
 }
@@ -173,6 +185,7 @@ static void on_hello(ctl_state *s, int w, const void *rid, size_t rid_len, const
     x->hello_adapter_hash = adapter;
     x->hello_has_adapter = ah != NULL;
     x->fd = -1;
+    hello_sync(x, m);
     ev->worker = s->n++;
     ev->registered = 1;
     ev->progress = 1;
@@ -237,12 +250,19 @@ static int on_ack(ctl_state *s, int w, const core_wire_msg *m, ctl_event *ev, ct
 }
 
 /* An error from a worker: the end of the operation when it answers that worker's request in flight. */
-static int on_error(ctl_state *s, int w, const core_wire_msg *m) {
+static int on_error(ctl_state *s, int w, const core_wire_msg *m, ctl_event *ev) {
     const char *code = json_string_value(json_object_get(m->header, "code"));
     const char *why = json_string_value(json_object_get(m->header, "reason"));
     if (w >= 0 && s->phase == CTL_ROLLOUT && s->w[w].busy > 0 && s->w[w].busy <= s->n_chunks &&
         !strcmp(m->id, s->ids[s->w[w].busy - 1]))
         return core_error("%s: request %s failed: %s: %s", s->w[w].id, m->id, code ? code : "?", why ? why : "?");
+    if (w >= 0 && s->phase == CTL_SYNC && !s->w[w].done && !strcmp(m->id, s->end_id) && s->w[w].ipc_used && code &&
+        !strcmp(code, CORE_SYNC_IPC_REFUSED)) {
+        /* the same-host path failed on its side: the controller sends it this sync again in buckets */
+        snprintf(s->w[w].ipc_refused, sizeof s->w[w].ipc_refused, "%s", why ? why : "?");
+        ev->ipc_refused = 1;
+        return 0;
+    }
     if (w >= 0 && s->phase == CTL_SYNC && !s->w[w].done && !strcmp(m->id, s->end_id))
         return core_error("%s refused the weights of version %" PRId64 ": %s: %s", s->w[w].id, s->version,
                           code ? code : "?", why ? why : "?");
@@ -264,7 +284,7 @@ int ctl_msg_handle(ctl_state *s, const void *rid, size_t rid_len, const core_wir
     const int w = ev->worker = ctl_msg_find(s, rid, rid_len);
     switch (m->type) {
     case CORE_WIRE_HELLO: on_hello(s, w, rid, rid_len, m, ev, reply); return 0;
-    case CORE_WIRE_ERROR: return on_error(s, w, m);
+    case CORE_WIRE_ERROR: return on_error(s, w, m, ev);
     default: break;
     }
     if (w < 0) {

@@ -15,7 +15,8 @@
  *     another id, a worker not working, a second ack);
  * and an `error` that answers nothing is logged only (an error is never answered with an error: no ping-pong).
  * What ends the operation (-1 with core_error, as before): an `error` a worker sends in answer to its own request
- * (a failed rollout chunk, refused weights), a malformed trajectory for the request in flight, a weights_ack with
+ * (a failed rollout chunk, refused weights; but not `ipc_refused` answering a sync that went to it by IPC: the event
+ * says ipc_refused, and the controller sends it the sync again in buckets, core/wire_sync.h), a malformed trajectory for the request in flight, a weights_ack with
  * another model hash or version. Those come from the run's own workers: with keys (core/curve.h) no other process
  * can reach the controller.
  *
@@ -42,6 +43,7 @@
 
 #include "core/wire.h"
 #include "core/wire_rollout.h"
+#include "core/wire_sync.h"
 
 #define CTL_MAX_WORKERS 64
 
@@ -62,6 +64,10 @@ typedef struct {
     uint64_t admit_hash;
     int rejoins;        /* times it came back */
     int back;           /* admitted after coming back and given no chunk yet (for one log line) */
+    char host_id[CORE_SYNC_HOST_ID_MAX]; /* its hello's host_id ("": unknown; core/wire_sync.h) */
+    int ipc;            /* its hello said "ipc": its device opens IPC handles */
+    int ipc_used;       /* the sync in flight went to it by IPC */
+    char ipc_refused[256]; /* why it refused IPC (an ipc_refused error); "": never. It then gets buckets only */
 } ctl_worker;
 
 enum { CTL_ADMIT_READY = 0, CTL_ADMIT_PENDING, CTL_ADMIT_SYNCING };
@@ -105,6 +111,7 @@ typedef struct {
     int registered;  /* a hello (re-)registered the sender: its connection's fd is to be recorded */
     int rejoined;    /* ... and it is a lost worker back (now pending, or ready in the hello phase) */
     int admitted;    /* an admission sync was acknowledged: the worker is ready */
+    int ipc_refused; /* the worker answered the sync in flight with ipc_refused: it is to get it again in buckets */
     const uint8_t *videos;
     int64_t vshape[4];
 } ctl_event;

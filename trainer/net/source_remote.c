@@ -111,13 +111,20 @@ static int remote_start(void *ctx, const wan_model *const *experts, int n_expert
     return ctl_set_weights(R->ctl, experts, n_experts, trained, version);
 }
 
+static void remote_device_weights(void *ctx, const struct k_dev_ops *dev, const wan_model *const *experts,
+                                  const void *const *bufs, const int64_t *elements, int n_experts) {
+    remote *R = ctx;
+    ctl_set_device_weights(R->ctl, dev, experts, bufs, elements, n_experts);
+}
+
 core_rollout_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s,
                                            const char *model_path) {
     remote *R = calloc(1, sizeof *R);
     if (!R) return core_error("out of memory"), NULL;
     R->ctl = ctl, R->chunk = chunk, R->timeout_s = timeout_s, R->model_path = model_path;
     R->src = (core_rollout_source){.mode = "colocated", .n_workers = ctl_n_workers(ctl), .ctx = R,
-                              .rollout = remote_rollout, .push_weights = remote_push, .start = remote_start};
+                              .rollout = remote_rollout, .push_weights = remote_push, .start = remote_start,
+                                   .device_weights = remote_device_weights};
     return &R->src;
 }
 
@@ -125,5 +132,6 @@ void trainer_source_remote_free(core_rollout_source *s) {
     if (!s) return;
     remote *R = s->ctx;
     ctl_set_weights(R->ctl, NULL, 0, NULL, 0); /* the experts it pointed at belong to the loop that is ending */
+    ctl_set_device_weights(R->ctl, NULL, NULL, NULL, NULL, 0); /* and so do the device buffers */
     free(R);
 }

@@ -236,12 +236,15 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     int64_t sync_bytes = 0;
     if (S->src->push_weights(S->src->ctx, ex, S->n_experts, S->trained, TRAINER_VERSION(S), &match, &sync_bytes))
         goto done;
-    double sync_s = 0;
+    double sync_s = 0, sync_gbps = 0;
     if (match >= 0) { /* weights crossed to other processes: with LoRA the adapters only */
         sync_s = trainer_now_s() - t3;
+        /* GB/s: what crossed to all workers over the sync's wall time (a timing field, like weight_sync/seconds) */
+        sync_gbps = sync_s > 0 ? (double)sync_bytes * S->src->n_workers / sync_s / 1e9 : 0.0;
         if (core_metrics_f64(S->metrics, "weight_sync/seconds", sync_s) ||
             core_metrics_i64(S->metrics, "weight_sync/hash_match", match) ||
-            core_metrics_i64(S->metrics, "weight_sync/bytes", sync_bytes))
+            core_metrics_i64(S->metrics, "weight_sync/bytes", sync_bytes) ||
+            core_metrics_f64(S->metrics, "weight_sync/gb_per_s", sync_gbps))
             goto done;
     }
     if (put_step_metrics(S, res, rew, per, &as, &first, &last, &info0, &info)) goto done;
@@ -259,8 +262,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
            first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
            as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
     if (match >= 0) /* on the step's line: what the weight sync sent each worker */
-        printf("  weight sync: %.1f KiB to each worker (%s) in %.3fs\n", sync_bytes / 1024.0,
-               S->lora_on ? "LoRA adapters" : "full weights", sync_s);
+        printf("  weight sync: %.1f KiB to each worker (%s) in %.3fs, %.3f GB/s to %d worker(s)\n", sync_bytes / 1024.0,
+               S->lora_on ? "LoRA adapters" : "full weights", sync_s, sync_gbps, S->src->n_workers);
     fflush(stdout);
     /* the guard: stats/... fields, drift warnings, the early stop's training-reward sums (the step is complete) */
     if (trainer_guard_step(gd, round, gd->vstats, gd->vn, as.reward_mean, S->metrics, stdout)) goto done;

@@ -404,6 +404,11 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->tc.kind = trainer_flow_kind(r);
     S->tc.guard = r->choice.loss == CORE_LOSS_GRPO_GUARD;
     if (S->dx && setup_device(S)) return -1;
+    if (S->dx && S->src && S->src->device_weights) { /* same-host workers may copy synced weights out of the masters */
+        const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
+        const void *bufs[2] = {S->dev.master[0], S->dev.master[1]};
+        S->src->device_weights(S->src->ctx, wan_dev_exec_ops(S->dx), ex, bufs, S->dev.numel, S->n_experts);
+    }
     return sde_window_from_recipe(r, &S->win);
 }
 

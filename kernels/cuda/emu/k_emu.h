@@ -38,4 +38,10 @@ typedef struct {
 } k_emu_traffic;
 void k_emu_traffic_get(k_emu_traffic *t);
 
+/* The table's ipc_* entries (kernels/cuda/emu/emu_ipc.c: POSIX shared memory between processes of one host). */
+int k_emu_ipc_export(const void *dev, size_t bytes, uint8_t *handle);
+int k_emu_ipc_unexport(const uint8_t *handle);
+int k_emu_ipc_open(const uint8_t *handle, size_t bytes, const void **dev);
+int k_emu_ipc_close(const void *dev);
+
 #endif
