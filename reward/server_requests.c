@@ -34,7 +34,7 @@ size_t reward_server_held_bound(const reward_server_config *cfg) {
 
 size_t reward_server_memory_budget(const reward_server_config *cfg) {
     if (cfg->max_memory_bytes) return cfg->max_memory_bytes;
-    return 4 * reward_server_held_bound(cfg) + REWARD_SERVER_CACHE_BYTES + ((size_t)64 << 20);
+    return 4 * reward_server_held_bound(cfg) + REWARD_SERVER_CACHE_BYTES + ((size_t)64 << 20) + cfg->model_act_bytes;
 }
 
 int reward_server_parse_scorers(reward_server_config *cfg, const char *spec) {
@@ -65,7 +65,7 @@ int reward_server_parse_scorers(reward_server_config *cfg, const char *spec) {
             if (cfg->scorers[i].scorer == sc) rc = core_error("--scorers: scorer \"%s\" is named twice", tok);
         if (!rc && cfg->n_scorers == REWARD_SERVER_MAX_SCORERS)
             rc = core_error("--scorers: more than %d scorers", REWARD_SERVER_MAX_SCORERS);
-        if (!rc) cfg->scorers[cfg->n_scorers++] = (reward_weighted){sc, w};
+        if (!rc) cfg->scorers[cfg->n_scorers++] = (reward_weighted){.scorer = sc, .weight = w};
     }
     free(s);
     if (!rc && cfg->n_scorers == 0) rc = core_error("--scorers: empty list (expected NAME:WEIGHT,...)");
