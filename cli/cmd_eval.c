@@ -127,15 +127,13 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
         trainer_images_check(r, lists, 1, A->prompts ? "--prompts" : "data.eval_prompt_file") || ensure_model(r))
         goto done;
     /* The scorers of a server we start must exist; an external server (reward.endpoint) serves its own. */
-    reward_weighted sc[CORE_TRAJ_MAX_REWARDS];
-    for (int i = 0; !r->reward_endpoint && i < r->scorers.n && i < CORE_TRAJ_MAX_REWARDS; i++)
-        if (!(sc[i] = (reward_weighted){.scorer = reward_find(r->scorers.v[i]), .weight = r->weights.v[i]}).scorer) {
+    for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
+        if (!reward_find(r->scorers.v[i])) {
             core_error_push("reward.scorers.%d: ", i);
             goto done;
         }
     /* learned scorers: their folders and reward.frames (the server loads the weights) */
-    const int n_sc = r->scorers.n < CORE_TRAJ_MAX_REWARDS ? r->scorers.n : CORE_TRAJ_MAX_REWARDS;
-    if (!r->reward_endpoint && reward_recipe_models(r, sc, n_sc, 0)) goto done;
+    if (reward_recipe_check(r, 1)) goto done;
     snprintf(tp, sizeof tp, "%s/transformer", r->model_path);
     if (!A->checkpoint && !core_is_dir(tp)) {
         core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "

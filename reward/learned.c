@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/clip/clip_aesthetic.h"
 #include "model/clip/clip_image.h"
 #include "model/clip/clip_tokenizer.h"
@@ -379,7 +380,8 @@ static int match(const reward_weighted *sc, int n, int n_models, const char *con
 }
 
 int reward_models_check(const reward_weighted *sc, int n, int n_models, const char *const *names,
-                        const char *const *dirs, const reward_frames *frames, int64_t video_frames, const char *prefix) {
+                        const char *const *dirs, const reward_frames *frames, int64_t video_frames, const char *prefix,
+                        int absent_ok) {
     const char *dir_of[64];
     if (n > 64) return core_error("%s: more than 64 scorers", prefix);
     if (match(sc, n, n_models, names, dirs, frames, video_frames, prefix, dir_of)) return -1;
@@ -387,6 +389,12 @@ int reward_models_check(const reward_weighted *sc, int n, int n_models, const ch
     for (int i = 0; i < n; i++) {
         if (!dir_of[i]) continue;
         snprintf(key, sizeof key, "%s.%s", prefix, sc[i].scorer->name);
+        struct stat st;
+        if (absent_ok && stat(dir_of[i], &st) != 0 && errno == ENOENT) {
+            core_log_warn("%s: %s does not exist yet (checked when the run starts; the model folder of %s)", key,
+                          dir_of[i], sc[i].scorer->name);
+            continue;
+        }
         if (reward_model_check(sc[i].scorer->name, dir_of[i], key, NULL)) return -1;
     }
     return 0;
@@ -459,8 +467,19 @@ int reward_recipe_models(const core_recipe *r, reward_weighted *sc, int n, int l
     for (int i = 0; i < nm; i++) dirs[i] = mm->items[i]->text;
     const char *const *names = nm ? (const char *const *)mm->keys : NULL;
     const int64_t F = reward_recipe_video_frames(r);
-    return load ? reward_models_attach(sc, n, nm, names, dirs, &fr, F, "reward.models")
-                : reward_models_check(sc, n, nm, names, dirs, &fr, F, "reward.models");
+    return load > 0 ? reward_models_attach(sc, n, nm, names, dirs, &fr, F, "reward.models")
+                : reward_models_check(sc, n, nm, names, dirs, &fr, F, "reward.models", load < 0);
+}
+
+int reward_recipe_check(const core_recipe *r, int strict) {
+    if (r->reward_endpoint) return 0;
+    reward_weighted sc[64];
+    if (r->scorers.n > 64) return core_error("reward.scorers: more than 64");
+    for (int i = 0; i < r->scorers.n; i++) {
+        sc[i] = (reward_weighted){.scorer = reward_find(r->scorers.v[i]), .weight = 1.0};
+        if (!sc[i].scorer) return core_error_push("reward.scorers.%d: ", i);
+    }
+    return reward_recipe_models(r, sc, r->scorers.n, strict ? 0 : -1);
 }
 
 int reward_recipe_models_spec(const core_recipe *r, char *buf, size_t cap) {

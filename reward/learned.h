@@ -106,19 +106,26 @@ int reward_model_estimate(const char *name, const char *dir, const reward_frames
  * ("reward.models" or "--models"). With video_frames >= 1, a reward.frames K larger than it is refused too. */
 int reward_models_attach(reward_weighted *sc, int n, int n_models, const char *const *names, const char *const *dirs,
                          const reward_frames *frames, int64_t video_frames, const char *prefix);
-/* The same checks without loading weights (reward_model_check), for --dry-run and start-up checks. */
+/* The same checks without loading weights (reward_model_check), for --dry-run and start-up checks. With
+ * absent_ok, a folder that does not exist yet is not an error but a warning line (core_log_warn, naming the key
+ * and folder): a recipe's placeholder path passes --dry-run, as an absent model.path does. */
 int reward_models_check(const reward_weighted *sc, int n, int n_models, const char *const *names,
-                        const char *const *dirs, const reward_frames *frames, int64_t video_frames, const char *prefix);
+                        const char *const *dirs, const reward_frames *frames, int64_t video_frames, const char *prefix,
+                        int absent_ok);
 /* Frees the models attached to sc[0 .. n) and sets them to NULL. */
 void reward_models_detach(reward_weighted *sc, int n);
 
 /* The decoded video's frame count of a recipe: rollout.frames, or (frames - 1) / 4 + 1 with model.decoder
  * latent_rgb (one frame per latent frame). */
 int64_t reward_recipe_video_frames(const core_recipe *r);
-/* The recipe's reward.models and reward.frames applied to sc[0 .. n) (the recipe's scorers, in order): load 0
- * checks without weights (reward_models_check: --dry-run, start-up), 1 loads (reward_models_attach). Messages name
- * reward.models.<scorer> and reward.frames. 0 or -1. */
+/* The recipe's reward.models and reward.frames applied to sc[0 .. n) (the recipe's scorers, in order): load 1
+ * loads (reward_models_attach), 0 checks (reward_models_check), -1 checks letting an absent folder pass. Messages
+ * name reward.models.<scorer> and reward.frames. 0 or -1. */
 int reward_recipe_models(const core_recipe *r, reward_weighted *sc, int n, int load);
+/* The checks of the recipe's learned scorers without weights (reward.scorers found, reward_models_check): strict 0
+ * lets an absent folder pass with a warning (--dry-run, trainer_check_recipe), strict 1 refuses it (a run's or an
+ * eval's start, before any process starts). Nothing to check with reward.endpoint (the server's own). 0 or -1. */
+int reward_recipe_check(const core_recipe *r, int strict);
 /* Bytes of the recipe's learned models (parameters, F32) and of their largest scratch at once (every model's
  * reward_model_estimate for the recipe's video; the models run one after another, so the largest), from the
  * configs alone; folders that fail their checks count 0 (the checks report them). */

@@ -240,15 +240,15 @@ TEST(learned_bad_inputs) {
     reward_weighted sc[2] = {{.scorer = reward_find("pickscore"), .weight = 1},
                              {.scorer = reward_find("brightness"), .weight = 1}};
     const char *names[2] = {"pickscore", "hpsv2"}, *dirs[2] = {FIX "clip_score_tf", FIX "clip_score_oc"};
-    CHECK(reward_models_check(sc, 2, 0, NULL, NULL, &fr, 5, "reward.models") == -1 &&
+    CHECK(reward_models_check(sc, 2, 0, NULL, NULL, &fr, 5, "reward.models", 0) == -1 &&
           strstr(core_last_error(), "reward.models.pickscore: scorer pickscore needs a model folder"));
-    CHECK(reward_models_check(sc, 2, 2, names, dirs, &fr, 5, "reward.models") == -1 &&
+    CHECK(reward_models_check(sc, 2, 2, names, dirs, &fr, 5, "reward.models", 0) == -1 &&
           strstr(core_last_error(), "reward.models.hpsv2: scorer \"hpsv2\" is not in the scorer list"));
     reward_frames k9;
     REQUIRE_OK(reward_frames_parse("9", &k9));
-    CHECK(reward_models_check(sc, 2, 1, names, dirs, &k9, 5, "reward.models") == -1 &&
+    CHECK(reward_models_check(sc, 2, 1, names, dirs, &k9, 5, "reward.models", 0) == -1 &&
           strstr(core_last_error(), "9 frames asked, the video has 5"));
-    REQUIRE_OK(reward_models_check(sc, 2, 1, names, dirs, &fr, 5, "reward.models"));
+    REQUIRE_OK(reward_models_check(sc, 2, 1, names, dirs, &fr, 5, "reward.models", 0));
     /* an unattached learned scorer is refused when scored; a video with fewer frames than K too */
     double r;
     uint8_t px[2 * 8 * 8 * 3] = {0};
@@ -280,7 +280,7 @@ TEST(learned_recipe_checks) {
     static const struct {
         const char *sets, *want;
     } bad[] = {
-        {"--set reward.models.clip_score=%s/none", "reward.models.clip_score: %s/none is not a folder"},
+        {"--set reward.models.clip_score=%s/clip/config.json", "reward.models.clip_score: %s/clip/config.json is not a folder"},
         {"--set reward.models=null --set logging.run_dir=%s/r", "reward.models.clip_score: scorer clip_score needs a model folder"},
         {"--set reward.models.pickscore=%s/clip", "reward.models.pickscore: scorer pickscore is not in reward.scorers"},
         {"--set reward.frames=9 --set reward.models.clip_score=%s/clip", "9 frames asked, the video has 5"},
@@ -303,6 +303,17 @@ TEST(learned_recipe_checks) {
     snprintf(cmd, sizeof cmd, "%s run recipes/tiny-cpu-clip.yaml --dry-run --set model.path=%s/model "
              "--set reward.models.clip_score=%s/clip", bin, dir, dir);
     CHECK_MSG(test_run(out, sizeof out, "%s", cmd) == 0 && strstr(out, "learned reward models (F32)"), "%.3000s", out);
+    /* a folder not there yet: --dry-run warns and passes (a recipe's placeholder), the run refuses it at the start */
+    snprintf(cmd, sizeof cmd, "%s run recipes/tiny-cpu-clip.yaml --set model.path=%s/model --set reward.models.clip_score=%s/none "
+             "--set logging.run_dir=%s/r", bin, dir, dir, dir);
+    CHECK_MSG(test_run(out, sizeof out, "%s --dry-run", cmd) == 0 &&
+                  strstr(out, "reward.models.clip_score: ") && strstr(out, "none does not exist yet"), "%.3000s", out);
+    CHECK_MSG(test_run(out, sizeof out, "%s", cmd) == 1 && strstr(out, "reward.models.clip_score: ") &&
+                  strstr(out, "none is not a folder"), "%.3000s", out);
+    CHECK(test_run(out, sizeof out, "%s --set mode=colocated", cmd) == 1 && strstr(out, "none is not a folder"));
+    CHECK(test_run(out, sizeof out, "%s eval recipes/tiny-cpu-clip.yaml --set model.path=%s/model "
+                   "--set reward.models.clip_score=%s/none --out %s/ev", bin, dir, dir, dir) != 0 &&
+          strstr(out, "none is not a folder"));
     CHECK(test_run(out, sizeof out, "%s reward-server --bind ipc://%s/r.sock --scorers hpsv2:1 --models hpsv2=%s/none",
                    bin, dir, dir) == 1 &&
           strstr(out, "--models.hpsv2: ") && strstr(out, "none is not a folder"));
@@ -338,4 +349,36 @@ TEST(learned_local_equals_colocated) {
         CHECK_MSG(strstr(b, key) != NULL, "local %s not in the colocated run's metrics", key);
     }
     CHECK(strstr(a, "\"reward/mean\"") != NULL);
+}
+
+/* Learning (make test-slow): recipes/tiny-cpu-clip.yaml as written (150 steps, the tiny CLIP of seed 0 as `make
+ * demo-clip` makes it): eval clip_score at the end exceeds the start by more than 3 standard errors of the
+ * difference, sqrt(se_start^2 + se_end^2). */
+TEST(learned_run_learns_clip_score_slow) {
+    TEST_SLOW();
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    static char out[1 << 20];
+    char path[1200];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 0", bin, dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s init-clip --preset tiny --out %s/clip --seed 0", bin, dir) == 0);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu-clip.yaml --set model.path=%s/model "
+                     "--set reward.models.clip_score=%s/clip --set logging.run_dir=%s/run", bin, dir, dir, dir) == 0);
+    snprintf(path, sizeof path, "%s/run/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    double m[2] = {NAN, NAN}, se[2] = {NAN, NAN};
+    int seen = 0;
+    static char line[1 << 16];
+    while (fgets(line, sizeof line, f)) {
+        const char *a = strstr(line, "\"eval/clip_score/mean\":"), *b = strstr(line, "\"eval/clip_score/se\":");
+        if (!a || !b) continue;
+        const int k = seen++ ? 1 : 0;
+        m[k] = strtod(a + strlen("\"eval/clip_score/mean\":"), NULL);
+        se[k] = strtod(b + strlen("\"eval/clip_score/se\":"), NULL);
+    }
+    fclose(f);
+    REQUIRE(seen >= 2);
+    const double z = (m[1] - m[0]) / sqrt(se[0] * se[0] + se[1] * se[1]);
+    fprintf(stderr, "  eval clip_score %.4f +- %.4f -> %.4f +- %.4f (%.1f standard errors)\n", m[0], se[0], m[1], se[1], z);
+    CHECK(z > 3);
 }

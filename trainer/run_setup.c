@@ -161,13 +161,11 @@ static int check_settings(const core_recipe *r) {
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
     /* the built-in scorers serve the in-process source and the reward server a job starts; an external
      * reward.endpoint serves its own list, checked against its hello reply at the start (trainer/scorers.c) */
-    reward_weighted sc[CORE_TRAJ_MAX_REWARDS];
-    for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++) {
-        if (!(sc[i].scorer = reward_find(r->scorers.v[i]))) return core_error_push("reward.scorers.%d: ", i);
-        sc[i].weight = r->weights.v[i], sc[i].model = NULL, sc[i].model_fn = NULL;
-    }
-    /* learned scorers: their folders (config, tokenizer, processor; no weights read) and reward.frames */
-    if (!r->reward_endpoint && reward_recipe_models(r, sc, r->scorers.n, 0)) return -1;
+    for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
+        if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
+    /* learned scorers: their folders (config, tokenizer, processor; no weights read; one not there yet is a warning
+     * here, an error where a run or eval starts) and reward.frames */
+    if (reward_recipe_check(r, 0)) return -1;
     optim_config oc;
     return trainer_optim_config(r, &oc);
 }
