@@ -131,7 +131,8 @@ static int image_config(int k, const char *dir, const clip_config *c, clip_image
 /* The checks of reward_model_check, also giving the image preprocessing. */
 static int check_folder(const char *name, const char *dir, const char *key, clip_config *c, clip_image_config *ic) {
     const int k = reward_learned_kind_of(name);
-    if (k < 0) return core_error("%s: \"%.60s\" is not a learned scorer (clip_score, pickscore, hpsv2, aesthetic)", key, name);
+    if (k < 0)
+        return core_error("%s: \"%.60s\" is not a learned scorer (clip_score, pickscore, hpsv2, aesthetic)", key, name);
     char path[4200];
     struct stat st;
     if (!dir || !*dir) return core_error("%s: empty folder", key);
@@ -193,7 +194,9 @@ struct reward_model {
     pthread_mutex_t mu;
 };
 
-static int text_len_of(const clip_config *c) { return c->max_positions < CLIP_TOK_CONTEXT ? c->max_positions : CLIP_TOK_CONTEXT; }
+static int text_len_of(const clip_config *c) {
+    return c->max_positions < CLIP_TOK_CONTEXT ? c->max_positions : CLIP_TOK_CONTEXT;
+}
 
 reward_model *reward_model_load(const char *name, const char *dir, const reward_frames *frames, const char *key) {
     clip_config c;
