@@ -466,7 +466,7 @@ static int run_reward(launch *L, const core_recipe *r) {
         return exchange(L, NULL), -1;
     for (int i = 0; i < cfg.n_scorers; i++) /* learned scorers: their scratch in the memory budget */
         if (cfg.scorers[i].model)
-            cfg.model_act_bytes += reward_model_act_bytes(cfg.scorers[i].model, reward_recipe_video_frames(r));
+            cfg.model_act_bytes += reward_model_act_bytes(cfg.scorers[i].model, reward_recipe_video_frames(r), 1);
     if (bind_endpoint(L, ep, sizeof ep)) return reward_server_detach_models(&cfg), exchange(L, NULL), -1;
     cfg.endpoint = ep;
     struct sigaction sa;

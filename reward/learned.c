@@ -250,79 +250,128 @@ void reward_model_free(reward_model *m) {
     free(m);
 }
 
-/* Scores the n frames at idx: score[i] per frame (float, as the references). Called under m->mu. */
-static int score_frames(reward_model *m, const reward_video *v, const int64_t *idx, int n, const char *prompt,
-                        float *score) {
+/* Scores a block of frames src [T, H, W, 3] (u8) holding nv videos' scored frames one after another, counts[v] of
+ * video v, against prompts[v]: score[T] per frame (float, as the references). One image forward for the block (rows
+ * do not depend on batch mates: clip_encode_image), then per video its prompt's text forward, the logits of its rows
+ * (or the MLP of its rows), exactly as for the video alone. Called under m->mu. */
+static int score_block(reward_model *m, const uint8_t *src, int T, int H, int W, const int *counts, int nv,
+                       const char *const *prompts, float *score) {
     const clip_config *c = clip_get_config(m->clip);
-    const int64_t fp = v->height * v->width * 3, px = (int64_t)3 * m->image.crop_h * m->image.crop_w;
+    const int64_t px = (int64_t)3 * m->image.crop_h * m->image.crop_w;
     const int E = c->projection_dim;
-    uint8_t *sel = NULL;
-    float *pix = malloc(sizeof(float) * (size_t)(n * px)), *img = malloc(sizeof(float) * (size_t)n * (size_t)E);
+    float *pix = malloc(sizeof(float) * (size_t)(T * px)), *img = malloc(sizeof(float) * (size_t)T * (size_t)E);
     float txt[4096], *txt_h = E > 4096 ? malloc(sizeof(float) * (size_t)E) : txt;
     int rc = -1;
-    const uint8_t *src = v->data;
-    if (n < (int)v->frames || idx[0] != 0) { /* gather the scored frames */
-        if (!(sel = malloc((size_t)(n * fp)))) goto done;
-        for (int i = 0; i < n; i++) memcpy(sel + i * fp, v->data + idx[i] * fp, (size_t)fp);
-        src = sel;
-    }
     if (!pix || !img || !txt_h) {
         core_error("%s: out of memory", m->name);
         goto done;
     }
-    if (clip_image_preprocess(&m->image, src, n, (int)v->height, (int)v->width, pix) ||
-        clip_encode_image(m->clip, pix, n, img))
-        goto done;
-    if (m->kind == REWARD_AESTHETIC) {
-        rc = clip_aesthetic_score(m->mlp, img, n, score);
-        goto done;
-    }
-    int32_t ids[CLIP_TOK_CONTEXT];
-    const char *p = prompt ? prompt : "";
-    if (clip_tok_encode_padded(m->tok, p, strlen(p), m->text_len, ids, NULL) ||
-        clip_encode_text(m->clip, ids, 1, m->text_len, txt_h))
-        goto done;
-    /* logits_per_image [n, 1] = exp(logit_scale) cos; hpsv2 the plain cosine (a scale of exp(0) = 1) */
-    clip_logits(score, img, n, txt_h, 1, E, m->kind == REWARD_HPSV2 ? 0.0f : clip_logit_scale(m->clip));
+    if (clip_image_preprocess(&m->image, src, T, H, W, pix) || clip_encode_image(m->clip, pix, T, img)) goto done;
     const float div = m->kind == REWARD_PICKSCORE ? 26.0f : m->kind == REWARD_CLIP_SCORE ? 30.0f : 1.0f;
-    if (m->kind != REWARD_HPSV2)
-        for (int i = 0; i < n; i++) score[i] /= div;
+    for (int v = 0, off = 0; v < nv; off += counts[v++]) {
+        const int n = counts[v];
+        if (m->kind == REWARD_AESTHETIC) {
+            if (clip_aesthetic_score(m->mlp, img + (size_t)off * E, n, score + off)) goto done;
+            continue;
+        }
+        int32_t ids[CLIP_TOK_CONTEXT];
+        const char *p = prompts[v] ? prompts[v] : "";
+        if (clip_tok_encode_padded(m->tok, p, strlen(p), m->text_len, ids, NULL) ||
+            clip_encode_text(m->clip, ids, 1, m->text_len, txt_h))
+            goto done;
+        /* logits_per_image [n, 1] = exp(logit_scale) cos; hpsv2 the plain cosine (a scale of exp(0) = 1) */
+        clip_logits(score + off, img + (size_t)off * E, n, txt_h, 1, E,
+                    m->kind == REWARD_HPSV2 ? 0.0f : clip_logit_scale(m->clip));
+        if (m->kind != REWARD_HPSV2)
+            for (int i = 0; i < n; i++) score[off + i] /= div;
+    }
     rc = 0;
 done:
     if (txt_h != txt) free(txt_h);
-    free(sel);
     free(pix);
     free(img);
     return rc;
 }
 
-int reward_model_score(reward_model *m, const reward_video *v, const char *prompt, double *out) {
+static int check_video(const reward_model *m, const reward_video *v) {
     if (!v || !v->data || v->frames < 1 || v->height < 1 || v->width < 1 || v->height > 65536 || v->width > 65536)
         return core_error("%s: bad video (NULL data or a dim out of 1 .. 65536)", m->name);
+    return 0;
+}
+
+/* Copies video v's scored frames (rule of m->frames, n of them) to dst [n, H, W, 3]. */
+static void gather(const reward_model *m, const reward_video *v, int n, int64_t *idx, uint8_t *dst) {
+    const int64_t fp = v->height * v->width * 3;
+    reward_frames_pick(&m->frames, v->frames, idx);
+    for (int i = 0; i < n; i++) memcpy(dst + i * fp, v->data + idx[i] * fp, (size_t)fp);
+}
+
+/* The mean in double of score[0 .. n), in order: a video's reward. */
+static int mean_of(const reward_model *m, const float *score, int n, double *out) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)score[i];
+    *out = s / (double)n;
+    return isfinite(*out) ? 0 : core_error("%s: the score is not finite", m->name);
+}
+
+int reward_model_score(reward_model *m, const reward_video *v, const char *prompt, double *out) {
+    if (check_video(m, v)) return -1;
     const int n = reward_frames_count(&m->frames, v->frames);
     if (n < 0) return core_error_push("%s: ", m->name);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);
     float *score = malloc(sizeof(float) * (size_t)n);
+    uint8_t *sel = n < v->frames ? malloc((size_t)(n * v->height * v->width * 3)) : NULL;
     int rc = -1;
-    if (!idx || !score) {
+    if (!idx || !score || (n < v->frames && !sel)) {
         core_error("%s: out of memory", m->name);
         goto done;
     }
-    reward_frames_pick(&m->frames, v->frames, idx);
+    if (sel) gather(m, v, n, idx, sel); /* else every frame, in order */
     pthread_mutex_lock(&m->mu);
-    rc = score_frames(m, v, idx, n, prompt, score);
+    rc = score_block(m, sel ? sel : v->data, n, (int)v->height, (int)v->width, &n, 1, &prompt, score);
     pthread_mutex_unlock(&m->mu);
-    if (rc) {
-        core_error_push("%s: ", m->name);
-        goto done;
-    }
-    double s = 0.0;
-    for (int i = 0; i < n; i++) s += (double)score[i];
-    *out = s / (double)n;
-    if (!isfinite(*out)) rc = core_error("%s: the score is not finite", m->name);
+    if (rc) core_error_push("%s: ", m->name);
+    else rc = mean_of(m, score, n, out);
 done:
     free(idx);
     free(score);
+    free(sel);
+    return rc;
+}
+
+int reward_model_score_batch(reward_model *m, const reward_video *videos, const char *const *prompts, int nv,
+                             double *out) {
+    if (nv < 1) return core_error("%s: no videos", m->name);
+    const int64_t F = videos[0].frames, H = videos[0].height, W = videos[0].width;
+    for (int v = 0; v < nv; v++) {
+        if (check_video(m, &videos[v])) return -1;
+        if (videos[v].frames != F || videos[v].height != H || videos[v].width != W)
+            return core_error("%s: a batch's videos differ in shape", m->name);
+    }
+    const int n = reward_frames_count(&m->frames, F);
+    if (n < 0) return core_error_push("%s: ", m->name);
+    /* blocks of whole videos, at most max(REWARD_MODEL_BATCH_FRAMES, n) frames each */
+    const int per = n >= REWARD_MODEL_BATCH_FRAMES ? 1 : REWARD_MODEL_BATCH_FRAMES / n;
+    const int64_t fp = H * W * 3;
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);
+    float *score = malloc(sizeof(float) * (size_t)(per * n));
+    int *counts = malloc(sizeof(int) * (size_t)per);
+    uint8_t *buf = malloc((size_t)(per * n * fp));
+    int rc = 0;
+    if (!idx || !score || !counts || !buf) rc = core_error("%s: out of memory", m->name);
+    for (int v0 = 0; !rc && v0 < nv; v0 += per) {
+        const int k = nv - v0 < per ? nv - v0 : per;
+        for (int j = 0; j < k; j++) counts[j] = n, gather(m, &videos[v0 + j], n, idx, buf + (int64_t)j * n * fp);
+        pthread_mutex_lock(&m->mu);
+        rc = score_block(m, buf, k * n, (int)H, (int)W, counts, k, prompts + v0, score);
+        pthread_mutex_unlock(&m->mu);
+        if (rc) core_error_push("%s: ", m->name);
+        for (int j = 0; !rc && j < k; j++) rc = mean_of(m, score + j * n, n, &out[v0 + j]);
+    }
+    free(idx);
+    free(score);
+    free(counts);
+    free(buf);
     return rc;
 }
 
@@ -335,12 +384,17 @@ static size_t act_bytes(const clip_config *c, const clip_image_config *ic, int n
 
 size_t reward_model_param_bytes(const reward_model *m) { return clip_param_bytes(clip_get_config(m->clip)); }
 
-size_t reward_model_act_bytes(const reward_model *m, int64_t F) {
-    const int n = F >= 1 && reward_frames_count(&m->frames, F) > 0 ? reward_frames_count(&m->frames, F) : 1;
-    return act_bytes(clip_get_config(m->clip), &m->image, n);
+/* Frames of one forward: a video's scored frames n, or with batching whole videos up to the batch size. */
+static int block_frames(int n, int batched) {
+    return batched && n < REWARD_MODEL_BATCH_FRAMES ? REWARD_MODEL_BATCH_FRAMES / n * n : n;
 }
 
-int reward_model_estimate(const char *name, const char *dir, const reward_frames *frames, int64_t F,
+size_t reward_model_act_bytes(const reward_model *m, int64_t F, int batched) {
+    const int n = F >= 1 && reward_frames_count(&m->frames, F) > 0 ? reward_frames_count(&m->frames, F) : 1;
+    return act_bytes(clip_get_config(m->clip), &m->image, block_frames(n, batched));
+}
+
+int reward_model_estimate(const char *name, const char *dir, const reward_frames *frames, int64_t F, int batched,
                           size_t *param_bytes, size_t *act) {
     clip_config c;
     clip_image_config ic;
@@ -348,7 +402,7 @@ int reward_model_estimate(const char *name, const char *dir, const reward_frames
     const int n = reward_frames_count(frames, F);
     if (n < 0) return -1;
     *param_bytes = clip_param_bytes(&c);
-    *act = act_bytes(&c, &ic, n);
+    *act = act_bytes(&c, &ic, block_frames(n, batched));
     return 0;
 }
 
@@ -417,7 +471,7 @@ int reward_models_attach(reward_weighted *sc, int n, int n_models, const char *c
             reward_models_detach(sc, n);
             return -1;
         }
-        sc[i].model_fn = reward_model_score;
+        sc[i].model_fn = reward_model_score, sc[i].model_batch_fn = reward_model_score_batch;
     }
     return 0;
 }
@@ -425,7 +479,7 @@ int reward_models_attach(reward_weighted *sc, int n, int n_models, const char *c
 void reward_models_detach(reward_weighted *sc, int n) {
     for (int i = 0; i < n; i++) {
         reward_model_free(sc[i].model);
-        sc[i].model = NULL, sc[i].model_fn = NULL;
+        sc[i].model = NULL, sc[i].model_fn = NULL, sc[i].model_batch_fn = NULL;
     }
 }
 
@@ -500,7 +554,7 @@ int reward_recipe_models_spec(const core_recipe *r, char *buf, size_t cap) {
     return 0;
 }
 
-void reward_recipe_models_bytes(const core_recipe *r, double *param_bytes, double *act_bytes) {
+void reward_recipe_models_bytes(const core_recipe *r, int batched, double *param_bytes, double *act_bytes) {
     *param_bytes = *act_bytes = 0;
     reward_frames fr;
     const core_cfg_node *mm = r->reward_models;
@@ -508,7 +562,7 @@ void reward_recipe_models_bytes(const core_recipe *r, double *param_bytes, doubl
     for (int i = 0; i < mm->n; i++) {
         size_t p = 0, a = 0;
         if (reward_learned_kind_of(mm->keys[i]) < 0 || !mm->items[i]->text ||
-            reward_model_estimate(mm->keys[i], mm->items[i]->text, &fr, reward_recipe_video_frames(r), &p, &a))
+            reward_model_estimate(mm->keys[i], mm->items[i]->text, &fr, reward_recipe_video_frames(r), batched, &p, &a))
             continue;
         *param_bytes += (double)p;
         if ((double)a > *act_bytes) *act_bytes = (double)a;

@@ -91,12 +91,23 @@ void reward_model_free(reward_model *m);
  * the forward's error. */
 int reward_model_score(reward_model *m, const reward_video *video, const char *prompt, double *out);
 
+/* Frames one image forward of reward_model_score_batch takes at most (whole videos; a video with more scored
+ * frames goes alone). */
+#define REWARD_MODEL_BATCH_FRAMES 32
+
+/* Scores nv >= 1 videos of one shape (a score_request's) with their prompts: out[v] as reward_model_score gives it,
+ * bit for bit, with the frames of several videos in one image forward (blocks of whole videos of at most
+ * REWARD_MODEL_BATCH_FRAMES frames). The reward server calls it (reward_weighted.model_batch_fn). Thread-safe.
+ * Errors (-1): as reward_model_score, for the batch (the server then scores video by video to name the item). */
+int reward_model_score_batch(reward_model *m, const reward_video *videos, const char *const *prompts, int nv,
+                             double *out);
+
 /* Bytes a loaded model holds (parameters, F32) and the largest scratch of one call for videos of F frames (the
- * scored frames' pixels and the forwards' activations: clip_act_bytes). */
+ * scored frames' pixels and the forwards' activations: clip_act_bytes); batched: of reward_model_score_batch. */
 size_t reward_model_param_bytes(const reward_model *m);
-size_t reward_model_act_bytes(const reward_model *m, int64_t F);
+size_t reward_model_act_bytes(const reward_model *m, int64_t F, int batched);
 /* The same from a folder's config without weights (reward_model_check), for budgets: 0 and -1 on error. */
-int reward_model_estimate(const char *name, const char *dir, const reward_frames *frames, int64_t F,
+int reward_model_estimate(const char *name, const char *dir, const reward_frames *frames, int64_t F, int batched,
                           size_t *param_bytes, size_t *act_bytes);
 
 /* Attaches models to the learned scorers of sc[0 .. n): for each, the folder dirs[j] whose names[j] is its name
@@ -127,9 +138,10 @@ int reward_recipe_models(const core_recipe *r, reward_weighted *sc, int n, int l
  * eval's start, before any process starts). Nothing to check with reward.endpoint (the server's own). 0 or -1. */
 int reward_recipe_check(const core_recipe *r, int strict);
 /* Bytes of the recipe's learned models (parameters, F32) and of their largest scratch at once (every model's
- * reward_model_estimate for the recipe's video; the models run one after another, so the largest), from the
- * configs alone; folders that fail their checks count 0 (the checks report them). */
-void reward_recipe_models_bytes(const core_recipe *r, double *param_bytes, double *act_bytes);
+ * reward_model_estimate for the recipe's video, batched as the reward server or not as local mode; the models run
+ * one after another, so the largest), from the configs alone; folders that fail their checks count 0 (the checks
+ * report them). */
+void reward_recipe_models_bytes(const core_recipe *r, int batched, double *param_bytes, double *act_bytes);
 /* The recipe's reward.models as "NAME=DIR,..." for `vgrpo reward-server --models` into buf (cap bytes); "" when
  * none. -1 with core_error when it does not fit or a name or folder holds ',' or '='. */
 int reward_recipe_models_spec(const core_recipe *r, char *buf, size_t cap);

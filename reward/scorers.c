@@ -330,11 +330,12 @@ int reward_score_one(const reward_weighted *sc, const reward_video *video, const
     return sc->model_fn(sc->model, video, prompt, out);
 }
 
-int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
-                          const reward_meta *meta, double *vals, double *total, int *failed) {
+int reward_score_weighted_given(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                                const reward_meta *meta, const double *given, double *vals, double *total, int *failed) {
     double t = 0;
     for (int i = 0; i < n; i++) {
-        if (reward_score_one(&sc[i], video, prompt, meta, &vals[i])) {
+        if (given && !isnan(given[i])) vals[i] = given[i];
+        else if (reward_score_one(&sc[i], video, prompt, meta, &vals[i])) {
             *failed = i;
             return -1;
         }
@@ -342,4 +343,9 @@ int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *
     }
     *total = t;
     return 0;
+}
+
+int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                          const reward_meta *meta, double *vals, double *total, int *failed) {
+    return reward_score_weighted_given(sc, n, video, prompt, meta, NULL, vals, total, failed);
 }

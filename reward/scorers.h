@@ -93,6 +93,9 @@ typedef struct {
     double weight;
     reward_model *model; /* a learned scorer's model (reward_models_attach); NULL for the others */
     int (*model_fn)(reward_model *model, const reward_video *video, const char *prompt, double *out);
+    /* the same for n videos of one shape at once (reward_model_score_batch: the reward server's requests) */
+    int (*model_batch_fn)(reward_model *model, const reward_video *videos, const char *const *prompts, int n,
+                          double *out);
 } reward_weighted;
 
 /* Scores one video with n weighted scorers in their order: vals[i] = scorer i's reward and *total = the sum of
@@ -103,6 +106,11 @@ typedef struct {
  * the caller's prefix). */
 int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
                           const reward_meta *meta, double *vals, double *total, int *failed);
+
+/* reward_score_weighted with some rewards known: given[i] (given may be NULL; NaN: not given) is taken as scorer i's
+ * reward instead of scoring (the reward server's batched learned scorers); the total is summed as there. */
+int reward_score_weighted_given(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                                const reward_meta *meta, const double *given, double *vals, double *total, int *failed);
 
 /* One scorer of a weighted list on one video (sc->scorer->fn, or the learned model): 0 or -1 (error unprefixed). */
 int reward_score_one(const reward_weighted *sc, const reward_video *video, const char *prompt, const reward_meta *meta,

@@ -17,7 +17,7 @@ int reward_server_attach_models(reward_server_config *cfg, const char *models, c
     free(names);
     cfg->model_act_bytes = 0;
     for (int i = 0; !rc && i < cfg->n_scorers; i++)
-        if (cfg->scorers[i].model) cfg->model_act_bytes += reward_model_act_bytes(cfg->scorers[i].model, video_frames);
+        if (cfg->scorers[i].model) cfg->model_act_bytes += reward_model_act_bytes(cfg->scorers[i].model, video_frames, 1);
     return rc;
 }
 

@@ -150,8 +150,10 @@ TEST(learned_frames_rule) {
 }
 
 /* The reward server (a thread running reward_server_run, the models attached as --models does) answers what the
- * in-process scorer computes, bit for bit, for two videos in one request; its memory budget counts the models. */
+ * in-process scorer computes, bit for bit, for 12 videos in one request (the learned scorers batch them: blocks of
+ * 10 videos x 3 frames, REWARD_MODEL_BATCH_FRAMES); its memory budget counts the models. */
 TEST(learned_server_equals_in_process) {
+    enum { NV = 12 };
     io x;
     io_open(&x);
     rsrv s;
@@ -167,34 +169,45 @@ TEST(learned_server_equals_in_process) {
     REQUIRE_OK(reward_server_attach_models(&s.cfg, models, "3", x.v.frames));
     CHECK(s.cfg.model_act_bytes > 0 && reward_server_memory_budget(&s.cfg) == budget0 + s.cfg.model_act_bytes);
     REQUIRE(pthread_create(&s.th, NULL, rsrv_main, &s) == 0);
-    /* two videos: the fixture's and its frames reversed */
+    /* NV videos: the fixture's frames rotated by i, the odd ones with the long prompt */
     const int64_t fb = x.v.height * x.v.width * 3, F = x.v.frames;
-    uint8_t *two = malloc((size_t)(2 * F * fb));
-    REQUIRE(two);
-    memcpy(two, x.v.data, (size_t)(F * fb));
-    for (int64_t f = 0; f < F; f++) memcpy(two + (F + f) * fb, x.v.data + (F - 1 - f) * fb, (size_t)fb);
-    reward_client *c = reward_client_open(s.endpoint, "w0", 20.0, 3);
+    uint8_t *all = malloc((size_t)(NV * F * fb));
+    REQUIRE(all);
+    const char *prompts[NV];
+    reward_video vids[NV];
+    for (int i = 0; i < NV; i++) {
+        for (int64_t f = 0; f < F; f++) memcpy(all + (i * F + f) * fb, x.v.data + ((f + i) % F) * fb, (size_t)fb);
+        prompts[i] = i % 2 ? long_prompt() : PROMPT;
+        vids[i] = (reward_video){all + i * F * fb, F, x.v.height, x.v.width};
+    }
+    reward_client *c = reward_client_open(s.endpoint, "w0", 30.0, 3);
     REQUIRE(c);
-    const char *prompts[2] = {PROMPT, long_prompt()};
-    reward_result out[2];
-    const int rc = reward_client_score(c, two, 2, (int)F, (int)x.v.height, (int)x.v.width, 16, prompts, NULL, out);
+    reward_result out[NV];
+    const int rc = reward_client_score(c, all, NV, (int)F, (int)x.v.height, (int)x.v.width, 16, prompts, NULL, out);
     CHECK_MSG(rc == 0, "%s", core_last_error());
-    for (int i = 0; rc == 0 && i < 2; i++) {
-        const reward_video v = {two + i * F * fb, F, x.v.height, x.v.width};
+    double batch[NV];
+    REQUIRE_OK(reward_model_score_batch(s.cfg.scorers[0].model, vids, prompts, NV, batch));
+    for (int i = 0; rc == 0 && i < NV; i++) {
         double vals[3], total;
         int failed;
-        REQUIRE_OK(reward_score_weighted(s.cfg.scorers, 3, &v, prompts[i], NULL, vals, &total, &failed));
-        CHECK(out[i].n_scores == 3 && !strcmp(out[i].scores[0].name, "pickscore"));
+        REQUIRE_OK(reward_score_weighted(s.cfg.scorers, 3, &vids[i], prompts[i], NULL, vals, &total, &failed));
+        CHECK(out[i].n_scores == 3 && !strcmp(out[i].scores[0].name, "pickscore") && batch[i] == vals[0]);
         for (int k = 0; k < 3; k++)
             CHECK_MSG(out[i].scores[k].value == vals[k], "video %d scorer %d: %.17g vs %.17g", i, k,
                       out[i].scores[k].value, vals[k]);
         CHECK(out[i].total == total);
     }
-    CHECK(rc != 0 || out[0].scores[0].value != out[1].scores[0].value);
+    CHECK(rc != 0 || (out[0].scores[0].value != out[1].scores[0].value &&
+                      out[0].scores[0].value != out[2].scores[0].value));
+    /* a video shorter than reward.frames' 3: the batch fails, the per-video path names the item */
+    const char *two[2] = {PROMPT, PROMPT};
+    CHECK(reward_client_score(c, all, 2, 2, (int)x.v.height, (int)x.v.width, 16, two, NULL, out) == -1 &&
+          strstr(core_last_error(), "items[0], scorer pickscore: pickscore: reward.frames: 3 frames asked, the video "
+                                    "has 2"));
     reward_client_close(c);
     rsrv_stop(&s);
     reward_server_detach_models(&s.cfg);
-    free(two);
+    free(all);
     st_close(x.f);
 }
 
