@@ -17,6 +17,7 @@ Writes, under tests/fixtures/:
                    than 24 and not square, so the resize and the crop or padding are exercised), and expected F32
                    [7]: the reward of each case below, the mean in float64 of the references' float32 per-frame
                    scores (in frame order), rounded to float32 (the safetensors reader has no F64).
+The rewards are reward/examples/clip_server.py's (LearnedScorer), checked here against the formulas written out.
 Cases (prompt P = "a red car driving along a wet road at night", L = a prompt of 130 words, truncated to 77 ids):
   0 clip_score all         CLIPModel(pixel_values, input_ids).logits_per_image[:, 0] / 30 (flow_grpo clip_scorer.py)
   1 pickscore  first       logit_scale.exp() * (text_embs @ image_embs.T)[0] / 26 on normalised embeddings
@@ -35,6 +36,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -138,15 +140,27 @@ def main():
     save_file({k: v.contiguous() for k, v in mlp.state_dict().items()},
               os.path.join(FIX, "clip_score_aesthetic_mlp.safetensors"))
 
+    # the references: reward/examples/clip_server.py's scorers (the Python twin of reward/learned.h)
+    sys.path.insert(0, os.path.join(ROOT, "reward", "examples"))
+    from clip_server import LearnedScorer, frames_of as server_frames_of
+    import tempfile
+    aes_dir = tempfile.mkdtemp(prefix="vgrpo-aesthetic-")
+    for name in ("config.json", "model.safetensors", "preprocessor_config.json"):
+        shutil.copy(os.path.join(tf_dir, name), os.path.join(aes_dir, name))
+    shutil.copy(os.path.join(FIX, "clip_score_aesthetic_mlp.safetensors"), os.path.join(aes_dir, "aesthetic_mlp.safetensors"))
+    folders = dict(clip_score=tf_dir, pickscore=tf_dir, hpsv2=oc_dir, aesthetic=aes_dir)
     video = frame_pixels(5, 40, 56, 7)
     expected = []
     with torch.no_grad():
         for scorer, spec, prompt in CASES:
             idx = frames_of(spec, video.shape[0])
+            assert idx == server_frames_of(str(spec), video.shape[0])
+            sc = LearnedScorer(scorer, folders[scorer], str(spec))
+            expected.append(sc(video[None], [dict(prompt=prompt)])[0])
+            # the same without the server's code: the formulas written out (a check of clip_server.py itself)
             frames = [video[i] for i in idx]
             ids = torch.tensor([tok(prompt, padding="max_length", truncation=True, max_length=77).input_ids])
             if scorer == "hpsv2":
-                # HPSv2: model(image, text) -> normalised image_features, text_features (encode_* normalize=True)
                 img, txt = oc.encode_image(hps_pixels(frames, 24), normalize=True), oc.encode_text(ids, normalize=True)
                 s = (img @ txt.T)[:, 0]
             else:
@@ -162,10 +176,11 @@ def main():
                         img = img / img.norm(p=2, dim=-1, keepdim=True)
                         txt = txt / txt.norm(p=2, dim=-1, keepdim=True)
                         s = (model.logit_scale.exp() * (txt @ img.T))[0] / 26
-            assert s.dtype == torch.float32
-            expected.append(float(np.mean(s.numpy().astype(np.float64))))
+            direct = float(np.mean(s.numpy().astype(np.float64)))
+            assert direct == expected[-1], (scorer, spec, direct, expected[-1])
             print(f"clip_score case {len(expected) - 1}: {scorer} frames {spec} ({idx}), {ids.shape[1]} ids, "
                   f"reward {expected[-1]:.8g}")
+    shutil.rmtree(aes_dir)
     save_file(dict(video=torch.from_numpy(video), expected=torch.tensor(expected, dtype=torch.float32)),
               os.path.join(FIX, "clip_score_io.safetensors"))
 
