@@ -6,7 +6,10 @@
  * reward_model_score for it. A model is loaded once per process: in local mode by the in-process source
  * (rollout/source_local.c), else by the reward server (`vgrpo reward-server --models`, or the MPI launch's
  * reward rank). Calls on one model are serialised by its mutex (the CLIP forward itself runs on OpenMP threads), so
- * any number of the server's scoring threads may call it; the result does not depend on which thread scores.
+ * any number of the server's scoring threads may call it; the result does not depend on which thread scores. The
+ * frames of a video go through the image tower in one batch; the reward server also batches a request's videos
+ * (reward_model_score_batch), with results equal bit for bit to scoring them one by one. The same scorers in
+ * Python (transformers, open_clip) for a GPU: reward/examples/clip_server.py, whose values are the fixtures'.
  *
  * Per scored frame (all four: float32 as their references compute, image and text embeddings not normalised until
  * the formula):
