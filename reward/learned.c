@@ -497,8 +497,9 @@ int reward_models_parse(const char *spec, int *n, char ***names, char ***dirs) {
     for (char *tok = strtok_r(s, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || !eq[1]) {
+            core_error("--models: entry \"%.80s\" is not SCORER=FOLDER", tok); /* before tok is freed */
             free(blk);
-            return core_error("--models: entry \"%.80s\" is not SCORER=FOLDER", tok);
+            return -1;
         }
         *eq = 0;
         blk[k] = tok, blk[cap + k] = eq + 1;
