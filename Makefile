@@ -62,7 +62,7 @@ $(BUILD)/cli/cmd_version.o: $(VERSION_STAMP)
 $(BUILD)/cli/cmd_version.o: CFLAGS += -DVGRPO_GIT_COMMIT='"$(GIT_COMMIT)"' -DVGRPO_BUILD_OPT='"$(OPT)"'
 # --- end version ---
 
-.PHONY: all test test-slow asan bench fuzz deps clean demo
+.PHONY: all test test-slow asan bench fuzz deps clean demo demo-clip
 all: $(BUILD)/vgrpo
 
 deps:
@@ -153,6 +153,12 @@ demo: deps
 	  $(BUILD)/vgrpo eval recipes/tiny-cpu.yaml --checkpoint $$ck --out $(DEMO_RUN)/eval-final
 	@python3 scripts/plot_metrics.py $(DEMO_RUN)/metrics.jsonl $(DEMO_RUN)/metrics.png
 	@python3 scripts/compare_eval.py $(DEMO_RUN)/eval-initial/eval.json $(DEMO_RUN)/eval-final/eval.json --scorer color_match
+
+# The learned-reward demo: recipes/tiny-cpu-clip.yaml (clip_score on a tiny random CLIP, made once by init-clip).
+demo-clip: deps
+	@$(MAKE) --no-print-directory $(BUILD)/vgrpo
+	@test -f runs/demo/clip/config.json || { mkdir -p runs/demo && $(BUILD)/vgrpo init-clip --preset tiny --out runs/demo/clip --seed 0; }
+	$(BUILD)/vgrpo run recipes/tiny-cpu-clip.yaml --overwrite
 
 bench: all
 	$(BUILD)/vgrpo bench peak

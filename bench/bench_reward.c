@@ -69,7 +69,7 @@ static int score_direct(rb_state *st, int i0, int i1) {
         double t = 0;
         for (int s = 0; s < st->cfg.n_scorers; s++) {
             double r;
-            if (st->cfg.scorers[s].scorer->fn(&vid, st->prompts[i], NULL, &r) != 0) return -1;
+            if (reward_score_one(&st->cfg.scorers[s], &vid, st->prompts[i], NULL, &r) != 0) return -1;
             t += st->cfg.scorers[s].weight * r;
         }
         st->total[i] = t;

@@ -154,8 +154,12 @@ static int setup(step_ctx *S, const core_recipe *r) {
     if (rollout_pipeline_load(&S->p, r, NULL)) return -1;
     if (S->p.experts.n != 1) return core_error("bench step: two experts are not profiled here");
     if (core_prompts_read(&S->prompts, r->prompt_file)) return -1;
-    for (int i = 0; i < r->scorers.n && i < CORE_TRAJ_MAX_REWARDS; i++)
+    for (int i = 0; i < r->scorers.n && i < CORE_TRAJ_MAX_REWARDS; i++) {
         if (!(S->sc[i] = reward_find(r->scorers.v[i]))) return -1;
+        if (S->sc[i]->learned)
+            return core_error("reward.scorers.%d: %s is a learned scorer; bench step times the built-in pure ones", i,
+                              S->sc[i]->name);
+    }
     S->B = r->prompts_per_step, S->G = r->samples_per_prompt, S->n = S->B * S->G;
     if (grpo_selection_parse(r->timestep_selection, &S->tc.sel)) return -1;
     S->tc.seed = (uint64_t)r->seed;

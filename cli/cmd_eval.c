@@ -35,6 +35,7 @@
 #include "core/philox.h"
 #include "core/prompts.h"
 #include "core/recipe.h"
+#include "reward/learned.h"
 #include "reward/scorers.h"
 #include "rollout/eval_report.h"
 #include "rollout/text_to_video.h"
@@ -131,6 +132,8 @@ static int run_eval_job(const eval_args *A, const core_recipe *r) {
             core_error_push("reward.scorers.%d: ", i);
             goto done;
         }
+    /* learned scorers: their folders and reward.frames (the server loads the weights) */
+    if (reward_recipe_check(r, 1)) goto done;
     snprintf(tp, sizeof tp, "%s/transformer", r->model_path);
     if (!A->checkpoint && !core_is_dir(tp)) {
         core_error("model.path: %s does not exist (make demo creates runs/demo/model, or run `vgrpo init-model "

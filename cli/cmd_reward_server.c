@@ -27,12 +27,21 @@ int cmd_reward_server(int argc, char **argv) {
     reward_server_config_default(&cfg);
     const char *scorers = NULL;
     int max_frame_mb = (int)(cfg.max_frame_bytes >> 20), max_memory_mb = 0, keys_fd = -1;
-    const char *keys_file = NULL;
+    const char *keys_file = NULL, *models = NULL, *frames = NULL;
+    int video_frames = 81;
     const opts_spec opts[] = {
         {.name = "bind", .type = OPTS_STRING, .str = &cfg.endpoint, .required = 1, .meta = "ENDPOINT",
          .help = "ipc://PATH (PATH < 100 bytes) or tcp://HOST:PORT"},
         {.name = "scorers", .type = OPTS_STRING, .str = &scorers, .required = 1, .meta = "NAME:WEIGHT,...",
          .help = "scorers and weights, e.g. color_match:1,brightness:0.5 (weight default 1)"},
+        {.name = "models", .type = OPTS_STRING, .str = &models, .meta = "NAME=DIR,...",
+         .help = "model folders of the learned scorers (clip_score, pickscore, hpsv2, aesthetic: reward/learned.h), "
+                 "loaded once at start, e.g. pickscore=/data/PickScore_v1"},
+        {.name = "frames", .type = OPTS_STRING, .str = &frames, .meta = "first|all|K",
+         .help = "frames a learned scorer scores: first, all, or K evenly spaced (default all); reward = their mean"},
+        {.name = "video-frames", .type = OPTS_INT, .i = &video_frames, .min = 1, .max = 1 << 20, .meta = "F",
+         .help = "frames of the videos to be scored: the learned models' memory estimate and the --frames K check "
+                 "(default 81)"},
         {.name = "threads", .type = OPTS_INT, .i = &cfg.threads, .min = 1, .max = 256, .meta = "N",
          .help = "scoring threads (default 2)"},
         {.name = "queue", .type = OPTS_INT, .i = &cfg.queue, .min = 1, .max = 1 << 20, .meta = "N",
@@ -61,10 +70,15 @@ int cmd_reward_server(int argc, char **argv) {
     cfg.max_memory_bytes = (size_t)max_memory_mb << 20;
     if (reward_server_parse_scorers(&cfg, scorers) != 0)
         return opts_exit_status(opts_fail(&cmd, stderr, "%s", core_last_error()));
+    if (reward_server_attach_models(&cfg, models, frames, video_frames) != 0) { /* before the keys: nothing to close */
+        fprintf(stderr, "reward-server: %s\n", core_last_error());
+        return 1;
+    }
     core_curve_keys keys; /* read first: the descriptor is closed at once */
     int keyed = 0;
     if (core_curve_options(keys_fd, keys_file, &keys, &keyed) != 0) {
         fprintf(stderr, "reward-server: %s\n", core_last_error());
+        reward_server_detach_models(&cfg);
         return 1;
     }
     cfg.keys = keyed ? &keys : NULL;
@@ -93,5 +107,6 @@ int cmd_reward_server(int argc, char **argv) {
             "reward-server: stats: received %lld, replies %lld, errors %lld, repeats %lld, videos %lld, "
             "undeliverable %lld, refused %lld, dropped %lld, %.1f s\n",
             st.received, st.replies, st.errors, st.repeats, st.videos, st.undeliverable, st.refused, st.dropped, secs);
+    reward_server_detach_models(&cfg);
     return rc == 0 ? 0 : 1;
 }

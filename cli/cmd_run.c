@@ -36,6 +36,7 @@
 #include "core/recipe.h"
 #include "core/run_lock.h"
 #include "core/gpu_assign.h"
+#include "reward/learned.h"
 #include "rollout/source_local.h"
 #include "trainer/budget/budget.h"
 #include "trainer/run/run.h"
@@ -174,7 +175,7 @@ int cmd_run(int argc, char **argv) {
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }
-    } else if (budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
+    } else if (reward_recipe_check(&r, 1) || budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
                (r.choice.mode == CORE_MODE_COLOCATED && colocated_check(&r)) ||
                trainer_claim_folders(&r, o.resume, overwrite, &lk)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());

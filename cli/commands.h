@@ -5,6 +5,7 @@
 
 int cmd_bench(int argc, char **argv);
 int cmd_init_model(int argc, char **argv);
+int cmd_init_clip(int argc, char **argv);
 int cmd_dit_forward(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_vae_decode(int argc, char **argv);

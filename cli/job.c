@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "reward/learned.h"
 
 /* The reward server the job starts gets the reward pair (`vgrpo reward-server --keys-fd`), and the workers' reward
  * clients the reward public key (reward_client_open_keys). */
@@ -79,8 +80,13 @@ int job_start_reward(job *j, const core_recipe *r, const char *log_dir) {
     char fmb[24];
     const unsigned long long vbytes = (unsigned long long)r->batch_size * r->frames * r->height * r->width * 3;
     snprintf(fmb, sizeof fmb, "%llu", (vbytes + (1ull << 20) - 1) >> 20);
+    /* learned scorers: their folders, the frames scored and the videos' frame count (reward/learned.h) */
+    char models[8192], vf[24];
+    if (reward_recipe_models_spec(r, models, sizeof models)) return -1;
+    snprintf(vf, sizeof vf, "%lld", (long long)reward_recipe_video_frames(r));
     char *argv[] = {(char *)exe, "reward-server", "--bind", j->rew_ep, "--scorers", spec, "--threads", thr,
-                    "--max-frame-mb", fmb, j->reward_keyed ? "--keys-fd" : NULL, fdb, NULL};
+                    "--max-frame-mb", fmb, "--frames", r->reward_frames ? r->reward_frames : "all", "--video-frames",
+                    vf, "--models", models, j->reward_keyed ? "--keys-fd" : NULL, fdb, NULL};
     j->reward_proc = sup_spawn_fd(&j->procs, "reward server", argv, 1, logp, j->reward_keyed ? j->keys_fd[CORE_CURVE_REWARD] : -1, 0);
     return j->reward_proc < 0 ? -1 : 0;
 }

@@ -18,6 +18,7 @@
 #include "core/fs.h"
 #include "core/stop.h"
 #include "core/wire_zmq.h"
+#include "reward/learned.h"
 #include "reward/server.h"
 #include "rollout/pipeline.h"
 #include "rollout/worker.h"
@@ -118,8 +119,12 @@ int launch_run_reward(launch *L, const core_recipe *r) {
     cfg.max_frame_bytes = (size_t)((vbytes + (1ull << 20) - 1) >> 20) << 20;
     cfg.keys = &L->keys;
     cfg.on_bound = reward_bound, cfg.on_bound_ctx = L;
-    if (reward_server_parse_scorers(&cfg, spec) || launch_bind_endpoint(L, ep, sizeof ep))
+    if (reward_server_parse_scorers(&cfg, spec) || reward_recipe_models(r, cfg.scorers, cfg.n_scorers, 1))
         return launch_exchange(L, NULL), -1;
+    for (int i = 0; i < cfg.n_scorers; i++) /* learned scorers: their scratch in the memory budget */
+        if (cfg.scorers[i].model)
+            cfg.model_act_bytes += reward_model_act_bytes(cfg.scorers[i].model, reward_recipe_video_frames(r), 1);
+    if (launch_bind_endpoint(L, ep, sizeof ep)) return reward_server_detach_models(&cfg), launch_exchange(L, NULL), -1;
     cfg.endpoint = ep;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -133,6 +138,7 @@ int launch_run_reward(launch *L, const core_recipe *r) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     const int rc = reward_server_run(&cfg, &stop_flag, &st);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    reward_server_detach_models(&cfg);
     if (!L->exchanged) return launch_exchange(L, NULL), -1; /* it failed before it was bound */
     fprintf(stderr, "reward-server: stats: received %lld, replies %lld, errors %lld, repeats %lld, videos %lld, "
                     "undeliverable %lld, refused %lld, dropped %lld, %.1f s\n",

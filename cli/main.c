@@ -15,6 +15,7 @@ typedef struct {
 static const command commands[] = {
     {"bench", cmd_bench, "benchmarks: kernels, dit, vae, umt5, reward (`vgrpo bench --help`)"},
     {"init-model", cmd_init_model, "write a Wan pipeline folder for a preset (tiny: random weights)"},
+    {"init-clip", cmd_init_clip, "write a tiny random CLIP folder (transformers layout) for the learned scorers"},
     {"run", cmd_run, "run a GRPO recipe (mode local: one process; colocated: reward server + workers + trainer ranks)"},
     {"export", cmd_export, "a LoRA adapter for diffusers/peft: merged into the transformer, or as adapter files"},
     {"dit-forward", cmd_dit_forward, "one Wan transformer forward (+ backward) on a safetensors file of inputs"},

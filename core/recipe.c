@@ -88,6 +88,10 @@ const core_cfg_entry core_recipe_schema[] = {
     {"reward.weights", CORE_CFG_DOUBLES, O(weights), NULL, MINV | MAXV, -1e6, 1e6, NULL, "per scorer (default 1)"},
     {"reward.endpoint", CORE_CFG_STRING, O(reward_endpoint), NULL, 0, 0, 0, NULL,
      "external reward server (ipc://PATH or tcp://HOST:PORT); default: start one"},
+    {"reward.models", CORE_CFG_TREE, O(reward_models), NULL, 0, 0, 0, NULL,
+     "learned scorers' model folders: a map scorer -> folder (e.g. pickscore: /data/PickScore_v1)"},
+    {"reward.frames", CORE_CFG_STRING, O(reward_frames), "all", 0, 0, 0, NULL,
+     "frames a learned scorer scores: first, all, or K evenly spaced (first and last included); reward = mean"},
     {"reward.threads", CORE_CFG_INT, O(reward_threads), "2", MINV | MAXV, 1, 256, NULL, "scoring threads of a started server"},
     {"reward.timeout_s", CORE_CFG_DOUBLE, O(reward_timeout_s), "30", CORE_CFG_MIN_OPEN | MAXV, 0, 86400, NULL,
      "seconds before a score request is re-sent (same id)"},
@@ -270,6 +274,24 @@ int core_recipe_check(core_recipe *r) {
         for (int j = 0; j < i; j++)
             if (!strcmp(r->scorers.v[i], r->scorers.v[j]))
                 return core_error("reward.scorers: \"%s\" is listed twice", r->scorers.v[i]);
+    }
+    if (r->reward_models) { /* which scorers need folders: the reward module's checks (reward/learned.h) */
+        const core_cfg_node *mm = r->reward_models;
+        if (mm->kind != CORE_NODE_MAP)
+            return core_error("%s: reward.models: a map scorer -> model folder (e.g. pickscore: /data/PickScore_v1)",
+                              mm->where);
+        if (r->reward_endpoint && mm->n > 0)
+            return core_error("%s: reward.models: the external reward server at %s loads its own models (leave "
+                              "reward.models out)", mm->where, r->reward_endpoint);
+        for (int i = 0; i < mm->n; i++) {
+            if (mm->items[i]->kind != CORE_NODE_SCALAR || !mm->items[i]->text || !mm->items[i]->text[0])
+                return core_error("%s: reward.models.%s: a folder path", mm->items[i]->where, mm->keys[i]);
+            int listed = 0;
+            for (int j = 0; j < r->scorers.n; j++) listed |= !strcmp(r->scorers.v[j], mm->keys[i]);
+            if (!listed)
+                return core_error("%s: reward.models.%s: scorer %s is not in reward.scorers (list it, or remove its "
+                                  "folder)", mm->items[i]->where, mm->keys[i], mm->keys[i]);
+        }
     }
     if (r->weights.n == 0) {
         free(r->weights.v); /* an empty list's ([] given) */

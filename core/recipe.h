@@ -66,6 +66,10 @@
  *   reward.scorers, reward.weights total reward = sum of weight x scorer reward (weights default to 1 each;
  *                                  scorers default to [color_match]); with reward.endpoint they are the server's
  *                                  (its hello reply): listed, they must match it; left out, the server's apply
+ *   reward.models.<scorer>         the model folder of a learned scorer (clip_score, pickscore, hpsv2, aesthetic:
+ *                                  reward/learned.h), loaded once by the process that scores
+ *   reward.frames                  frames a learned scorer scores: first | all | K evenly spaced (the mean is
+ *                                  the reward); K at most the decoded video's frames
  *   reward.endpoint                an external reward server (ipc:// or tcp://); absent: eval/run start one
  *                                  (vgrpo reward-server) with reward.threads scoring threads
  *   reward.timeout_s, reward.max_attempts  a rollout worker re-sends a score request (same id) after timeout_s
@@ -204,6 +208,8 @@ typedef struct {
     core_cfg_doubles weights;
     int weights_given; /* reward.weights was in the recipe (not the default 1 each): compared with the server's */
     char *reward_endpoint;
+    char *reward_frames;             /* reward.frames: first | all | K (reward/learned.h) */
+    core_cfg_node *reward_models;    /* reward.models: a map scorer -> model folder (NULL: none) */
     int reward_threads, reward_max_attempts;
     double reward_timeout_s;
     float beta, clip_range, adv_clip_max;

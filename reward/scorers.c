@@ -284,14 +284,23 @@ int reward_first_frame_consistency(const reward_video *video, const char *prompt
 
 static const reward_scorer registry[] = {
     {"color_match", reward_color_match, 0.0, 1.0,
-     "share of pixels in the colour named by metadata 'color' or the prompt (VBench colour words)"},
-    {"brightness", reward_brightness, 0.0, 1.0, "mean Rec. 601 luma / 255"},
-    {"colorfulness", reward_colorfulness, 0.0, 1.0, "Hasler-Suesstrunk colourfulness M / 150, clamped to 1"},
-    {"motion", reward_motion, 0.0, 1.0, "mean |luma difference| of consecutive frames / 255"},
-    {"flicker", reward_flicker, 0.0, 1.0, "1 - 2 x mean |change of high-pass luma| / 255, clamped; 1 = steady"},
-    {"sharpness", reward_sharpness, 0.0, 1.0, "variance of the luma Laplacian v, as v / (v + 100)"},
+     "share of pixels in the colour named by metadata 'color' or the prompt (VBench colour words)", 0, NULL},
+    {"brightness", reward_brightness, 0.0, 1.0, "mean Rec. 601 luma / 255", 0, NULL},
+    {"colorfulness", reward_colorfulness, 0.0, 1.0, "Hasler-Suesstrunk colourfulness M / 150, clamped to 1", 0, NULL},
+    {"motion", reward_motion, 0.0, 1.0, "mean |luma difference| of consecutive frames / 255", 0, NULL},
+    {"flicker", reward_flicker, 0.0, 1.0, "1 - 2 x mean |change of high-pass luma| / 255, clamped; 1 = steady", 0, NULL},
+    {"sharpness", reward_sharpness, 0.0, 1.0, "variance of the luma Laplacian v, as v / (v + 100)", 0, NULL},
     {"first_frame_consistency", reward_first_frame_consistency, 0.0, 1.0,
-     "1 - mean |frame t - frame 0| / 255 over t >= 1 (image to video: frame 0 is the input image)"},
+     "1 - mean |frame t - frame 0| / 255 over t >= 1 (image to video: frame 0 is the input image)", 0, NULL},
+    /* learned scorers (reward/learned.h): ranges for real models (logit scales up to 100) */
+    {"clip_score", NULL, -100.0 / 30.0, 100.0 / 30.0,
+     "CLIP logit exp(logit_scale) cos(image, prompt) / 30 (flow_grpo), mean over reward.frames", 1,
+     "clip-vit-large-patch14"},
+    {"pickscore", NULL, -100.0 / 26.0, 100.0 / 26.0,
+     "PickScore exp(logit_scale) cos(image, prompt) / 26 (flow_grpo), mean over reward.frames", 1, "PickScore_v1"},
+    {"hpsv2", NULL, -1.0, 1.0, "HPSv2 cos(image, prompt) (open_clip ViT-H-14), mean over reward.frames", 1, "HPSv2.1"},
+    {"aesthetic", NULL, -1e4, 1e4, "LAION aesthetic MLP on the normalised CLIP ViT-L/14 image embedding, mean over "
+     "reward.frames", 1, "clip-vit-large-patch14-aesthetic"},
 };
 #define N_SCORERS ((int)(sizeof registry / sizeof registry[0]))
 
@@ -312,11 +321,21 @@ const reward_scorer *reward_find(const char *name)
     return NULL;
 }
 
-int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
-                          const reward_meta *meta, double *vals, double *total, int *failed) {
+int reward_score_one(const reward_weighted *sc, const reward_video *video, const char *prompt, const reward_meta *meta,
+                     double *out) {
+    if (sc->scorer->fn) return sc->scorer->fn(video, prompt, meta, out);
+    if (!sc->model || !sc->model_fn)
+        return core_error("%s: no model loaded (a learned scorer needs reward.models.%s)", sc->scorer->name,
+                          sc->scorer->name);
+    return sc->model_fn(sc->model, video, prompt, out);
+}
+
+int reward_score_weighted_given(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                                const reward_meta *meta, const double *given, double *vals, double *total, int *failed) {
     double t = 0;
     for (int i = 0; i < n; i++) {
-        if (sc[i].scorer->fn(video, prompt, meta, &vals[i])) {
+        if (given && !isnan(given[i])) vals[i] = given[i];
+        else if (reward_score_one(&sc[i], video, prompt, meta, &vals[i])) {
             *failed = i;
             return -1;
         }
@@ -324,4 +343,9 @@ int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *
     }
     *total = t;
     return 0;
+}
+
+int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                          const reward_meta *meta, double *vals, double *total, int *failed) {
+    return reward_score_weighted_given(sc, n, video, prompt, meta, NULL, vals, total, failed);
 }

@@ -69,12 +69,19 @@ typedef int (*reward_fn)(const reward_video *video, const char *prompt, const re
 
 typedef struct {
     const char *name; /* registry name, as recipes spell it */
-    reward_fn fn;
-    double lo, hi;    /* the range every reward of this scorer lies in */
+    reward_fn fn;     /* NULL for a learned scorer */
+    double lo, hi;    /* the range every reward of this scorer lies in (learned: the range for real models) */
     const char *summary;
+    int learned;      /* 1: model-backed (reward/learned.h): needs a model folder, scored through reward_weighted.model */
+    const char *learned_folder; /* learned: the usual hub folder, for messages */
 } reward_scorer;
 
-/* The scorer called `name`, or NULL with core_error listing the known names. */
+/* A learned scorer's loaded model (reward/learned.h) and its scoring function (reward_model_score, set by
+ * reward_models_attach: called through the pointer so that this file does not link the CLIP). */
+typedef struct reward_model reward_model;
+
+/* The scorer called `name`, or NULL with core_error listing the known names. The learned scorers (clip_score,
+ * pickscore, hpsv2, aesthetic: reward/learned.h) are found too; callers that cannot load models refuse them. */
 const reward_scorer *reward_find(const char *name);
 /* Number of registered scorers and scorer i (0 <= i < count; NULL outside), in registry order. */
 int reward_scorer_count(void);
@@ -84,15 +91,30 @@ const reward_scorer *reward_scorer_at(int i);
 typedef struct {
     const reward_scorer *scorer;
     double weight;
+    reward_model *model; /* a learned scorer's model (reward_models_attach); NULL for the others */
+    int (*model_fn)(reward_model *model, const reward_video *video, const char *prompt, double *out);
+    /* the same for n videos of one shape at once (reward_model_score_batch: the reward server's requests) */
+    int (*model_batch_fn)(reward_model *model, const reward_video *videos, const char *const *prompts, int n,
+                          double *out);
 } reward_weighted;
 
 /* Scores one video with n weighted scorers in their order: vals[i] = scorer i's reward and *total = the sum of
  * weight x reward in double, in scorer order. This is the one place the weighted total is summed: the reward server's
  * reply (reward/server_requests.c) and the in-process rollout source (rollout/source_local.c) both take it from here,
- * so a local run's totals equal a colocated one's. 0, or -1 with the failing scorer's error (not prefixed; *failed =
- * its index, for the caller's prefix). */
+ * so a local run's totals equal a colocated one's. A learned scorer is scored by reward_model_score with its model
+ * (an error when none is attached). 0, or -1 with the failing scorer's error (not prefixed; *failed = its index, for
+ * the caller's prefix). */
 int reward_score_weighted(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
                           const reward_meta *meta, double *vals, double *total, int *failed);
+
+/* reward_score_weighted with some rewards known: given[i] (given may be NULL; NaN: not given) is taken as scorer i's
+ * reward instead of scoring (the reward server's batched learned scorers); the total is summed as there. */
+int reward_score_weighted_given(const reward_weighted *sc, int n, const reward_video *video, const char *prompt,
+                                const reward_meta *meta, const double *given, double *vals, double *total, int *failed);
+
+/* One scorer of a weighted list on one video (sc->scorer->fn, or the learned model): 0 or -1 (error unprefixed). */
+int reward_score_one(const reward_weighted *sc, const reward_video *video, const char *prompt, const reward_meta *meta,
+                     double *out);
 
 /* ---- Colour classes ---- */
 

@@ -18,6 +18,7 @@
 #include "core/curve.h"
 #include "core/error.h"
 #include "core/wire_zmq.h"
+#include "kernels/cpu/cpu.h"
 #include "reward/server_guard.h"
 #include "reward/server_requests.h"
 
@@ -100,6 +101,7 @@ static void *worker_main(void *arg) {
         job_free(j);
     }
     zmq_close(push);
+    k_cpu_release_thread(); /* the learned scorers' kernel scratch on this thread (reward/learned.h) */
     return NULL;
 }
 

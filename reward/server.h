@@ -37,6 +37,8 @@ typedef struct {
      * An MPI launch (cli/launch_mpi.c) hands the endpoint to the other ranks here. */
     int (*on_bound)(void *ctx, const char *endpoint);
     void *on_bound_ctx;
+    size_t model_act_bytes; /* scratch the learned scorers' models allocate at once (reward_server_attach_models;
+                             * their parameters are loaded before the server starts, so outside the growth) */
 } reward_server_config;
 
 /* Reply text the cache keeps at most, all entries together (the oldest go first). */
@@ -69,12 +71,19 @@ size_t reward_server_held_bound(const reward_server_config *cfg);
 /* The memory budget (PROTOCOL.md section 3) when cfg->max_memory_bytes is 0: what the server may hold with every
  * peer sending its largest messages, 4 x max_peers x (max_frame_bytes + 1 MiB) (in libzmq per connection: two
  * complete messages queued, ZMQ_RCVHWM 2, and one being read; held for scoring: reward_server_held_bound), plus the
- * reply cache (REWARD_SERVER_CACHE_BYTES) and 64 MiB for parsing and replies. */
+ * reply cache (REWARD_SERVER_CACHE_BYTES), 64 MiB for parsing and replies, and model_act_bytes. */
 size_t reward_server_memory_budget(const reward_server_config *cfg);
 
 /* Parses "NAME:WEIGHT,NAME[:WEIGHT],..." (weight default 1, finite) into cfg->scorers. Returns 0, or -1 with
  * core_error naming the entry (unknown scorer: the message lists the known ones; repeated name; bad weight). */
 int reward_server_parse_scorers(reward_server_config *cfg, const char *spec);
+
+/* Loads the learned scorers' models of cfg->scorers (reward_models_attach; models "NAME=DIR,..." as --models,
+ * frames as --frames, video_frames the videos' frame count the scratch estimate and the K check use) and sets
+ * cfg->model_act_bytes: the sum over models of reward_model_act_bytes (each model runs one call at a time). 0 or
+ * -1 with core_error naming --models or --frames. reward_server_detach_models frees them. */
+int reward_server_attach_models(reward_server_config *cfg, const char *models, const char *frames, int64_t video_frames);
+void reward_server_detach_models(reward_server_config *cfg);
 
 /* Checks a parsed score_request's fields (PROTOCOL.md section 2): one U8 tensor "videos" [N,F,H,W,3] with all dims
  * >= 1, "fps" a number > 0, "items" an array of N objects with a string "prompt" and an optional "metadata" object

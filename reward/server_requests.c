@@ -34,7 +34,7 @@ size_t reward_server_held_bound(const reward_server_config *cfg) {
 
 size_t reward_server_memory_budget(const reward_server_config *cfg) {
     if (cfg->max_memory_bytes) return cfg->max_memory_bytes;
-    return 4 * reward_server_held_bound(cfg) + REWARD_SERVER_CACHE_BYTES + ((size_t)64 << 20);
+    return 4 * reward_server_held_bound(cfg) + REWARD_SERVER_CACHE_BYTES + ((size_t)64 << 20) + cfg->model_act_bytes;
 }
 
 int reward_server_parse_scorers(reward_server_config *cfg, const char *spec) {
@@ -65,7 +65,7 @@ int reward_server_parse_scorers(reward_server_config *cfg, const char *spec) {
             if (cfg->scorers[i].scorer == sc) rc = core_error("--scorers: scorer \"%s\" is named twice", tok);
         if (!rc && cfg->n_scorers == REWARD_SERVER_MAX_SCORERS)
             rc = core_error("--scorers: more than %d scorers", REWARD_SERVER_MAX_SCORERS);
-        if (!rc) cfg->scorers[cfg->n_scorers++] = (reward_weighted){sc, w};
+        if (!rc) cfg->scorers[cfg->n_scorers++] = (reward_weighted){.scorer = sc, .weight = w};
     }
     free(s);
     if (!rc && cfg->n_scorers == 0) rc = core_error("--scorers: empty list (expected NAME:WEIGHT,...)");
@@ -112,6 +112,29 @@ json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scor
     size_t per = (size_t)v->shape[1] * (size_t)v->shape[2] * (size_t)v->shape[3] * 3;
     for (int s = 0; s < n_scorers; s++)
         json_array_append_new(names, json_pack("{s:s, s:f}", "name", scorers[s].scorer->name, "weight", scorers[s].weight));
+    /* learned scorers: every video of the request at once (reward_model_score_batch), given[i * n_scorers + s]; NaN
+     * where not computed (a pure scorer, or a batch that failed: then scored per video below, naming the item) */
+    const int64_t N = v->shape[0];
+    double *given = NULL;
+    for (int s = 0; s < n_scorers; s++) {
+        if (!scorers[s].model || !scorers[s].model_batch_fn) continue;
+        reward_video *vids = malloc(sizeof *vids * (size_t)N);
+        const char **prompts = malloc(sizeof *prompts * (size_t)N);
+        double *out = malloc(sizeof *out * (size_t)N);
+        if (!given && (given = malloc(sizeof *given * (size_t)(N * n_scorers))))
+            for (int64_t k = 0; k < N * n_scorers; k++) given[k] = NAN;
+        if (given && vids && prompts && out) {
+            for (int64_t i = 0; i < N; i++) {
+                vids[i] = (reward_video){(const uint8_t *)v->data + (size_t)i * per, v->shape[1], v->shape[2], v->shape[3]};
+                prompts[i] = json_string_value(json_object_get(json_array_get(items, (size_t)i), "prompt"));
+            }
+            if (scorers[s].model_batch_fn(scorers[s].model, vids, prompts, (int)N, out) == 0)
+                for (int64_t i = 0; i < N; i++) given[i * n_scorers + s] = out[i];
+        }
+        free(vids);
+        free(prompts);
+        free(out);
+    }
     for (int64_t i = 0; i < v->shape[0]; i++) {
         json_t *it = json_array_get(items, (size_t)i), *md = json_object_get(it, "metadata");
         int nm = md ? (int)json_object_size(md) : 0, k = 0;
@@ -127,8 +150,8 @@ json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scor
         json_t *sc = json_object();
         double r[REWARD_SERVER_MAX_SCORERS], total = 0;
         int bad = !keys || !vals, failed = 0;
-        if (!bad && reward_score_weighted(scorers, n_scorers, &vid, json_string_value(json_object_get(it, "prompt")),
-                                          &meta, r, &total, &failed)) {
+        if (!bad && reward_score_weighted_given(scorers, n_scorers, &vid, json_string_value(json_object_get(it, "prompt")),
+                                                &meta, given ? given + i * n_scorers : NULL, r, &total, &failed)) {
             core_error_push("items[%lld], scorer %s: ", (long long)i, scorers[failed].scorer->name);
             bad = 1;
         }
@@ -139,10 +162,12 @@ json_t *reward_score_request(const core_wire_msg *m, const reward_weighted *scor
             json_decref(sc);
             json_decref(rewards);
             json_decref(names);
+            free(given);
             return NULL;
         }
         json_array_append_new(rewards, json_pack("{s:f, s:o}", "total", total, "scores", sc));
     }
+    free(given);
     return json_pack("{s:o, s:o}", "rewards", rewards, "scorers", names);
 }
 

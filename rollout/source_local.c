@@ -20,6 +20,7 @@
 #include "core/fs.h"
 #include "core/stop.h"
 #include "model/dit/wan_dev_exec.h"
+#include "reward/learned.h"
 #include "reward/scorers.h"
 #include "rollout/batch.h"
 #include "rollout/engine.h"
@@ -187,6 +188,7 @@ core_rollout_source *rollout_source_local_open(const core_recipe *r) {
         L->sc[i].weight = r->weights.v[i];
     }
     L->n_scorers = r->scorers.n;
+    if (reward_recipe_models(r, L->sc, L->n_scorers, 1)) goto fail; /* learned scorers' models, loaded once */
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
     const int64_t shape[4] = {cfg.out_channels, F, H, W}; /* the latent (I2V-A14B takes a condition besides) */
@@ -204,6 +206,7 @@ core_rollout_source *rollout_source_local_open(const core_recipe *r) {
     return &L->src;
 fail:
     rollout_decoder_free(&L->dec);
+    reward_models_detach(L->sc, CORE_TRAJ_MAX_REWARDS);
     free(L);
     return NULL;
 }
@@ -212,6 +215,7 @@ void rollout_source_local_close(core_rollout_source *s) {
     if (!s) return;
     local_src *L = s->ctx;
     rollout_decoder_free(&L->dec);
+    reward_models_detach(L->sc, CORE_TRAJ_MAX_REWARDS);
     wan_dev_exec_close(L->dx);
     free(L);
 }

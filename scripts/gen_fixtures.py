@@ -11,6 +11,7 @@ Run from the repository root:
     .venv/bin/python scripts/gen_fixtures.py i2v        # a TI2V denoising loop (after wan and vae: their folders)
     .venv/bin/python scripts/gen_fixtures.py clip_text clip_image   # CLIP tokenizer ids and image preprocessing
     .venv/bin/python scripts/gen_fixtures.py clip       # CLIP towers (transformers, open_clip) and the aesthetic MLP
+    VGRPO_BIN=build/vgrpo .venv/bin/python scripts/gen_fixtures.py clip_score   # the learned scorers' rewards
     VGRPO_BIN=build/vgrpo .venv/bin/python scripts/gen_fixtures.py lora   # LoRA (runs vgrpo init-model/export)
     .venv/bin/python scripts/gen_fixtures.py check-wan-load DIR [IN.safetensors [OUT.safetensors]]
         loads DIR (a transformer folder vgrpo wrote) with diffusers' WanTransformer3DModel.from_pretrained, and with
@@ -250,7 +251,7 @@ GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": 
               "optim": gen_script("optim"), "vae": gen_script("vae"), "vae_enc": gen_script("vae_enc"),
               "text": gen_script("text"), "lora": gen_script("lora"), "algo": gen_script("algo"),
               "i2v": gen_script("i2v"), "clip_text": gen_script("clip_text"), "clip_image": gen_script("clip_image"),
-              "clip": gen_script("clip")}
+              "clip": gen_script("clip"), "clip_score": gen_script("clip_score")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -400,6 +400,10 @@ TEST(checkpoint_config_text_and_diff) {
     CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 0.5, sde_type: sde}}") == 0);
     CHECK(trainer_ckpt_config_predates("{rollout: {eta: 1}}", "{rollout: {eta: 1, unknown_new: 3}}") == 0);
     CHECK(trainer_ckpt_config_predates("{guard: {x: 1}}", "{guard: {gold_scorers: [a]}}") == 0);
+    CHECK(trainer_ckpt_config_predates("{reward: {scorers: [color_match]}}",
+                                       "{reward: {scorers: [color_match], models: null, frames: all}}") == 1);
+    CHECK(trainer_ckpt_config_predates("{reward: {scorers: [color_match]}}",
+                                       "{reward: {scorers: [pickscore], models: {pickscore: /p}, frames: all}}") == 0);
     /* the recipe's canonical text: free keys null, the others kept */
     typedef struct {
         double lr;

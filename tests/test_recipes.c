@@ -151,7 +151,7 @@ static const bad_case bad_cases[] = {
     {A14, "--set \"algorithm.timestep_selection=from_range 5 3 1\"", "algorithm.timestep_selection"},
     {W13, "--set \"algorithm.timestep_selection=sometimes\"", "algorithm.timestep_selection"},
     /* scorer names */
-    {W13, "--set \"reward.scorers=[color_match, aesthetic]\"", "reward.scorers"},
+    {W13, "--set \"reward.scorers=[color_match, aesthetics]\"", "reward.scorers"},
     /* parallel degrees: sp divides trainer_ranks, ulysses divides sp, sp divides the token count */
     {W13, "--set parallel.sp=3", "parallel.sp: 3 does not divide parallel.trainer_ranks 8"},
     {A14, "--set parallel.ulysses_degree=3", "parallel.ulysses_degree: 3 does not divide parallel.sp 4"},

@@ -155,17 +155,20 @@ TEST(reward_brightness_values) {
 }
 
 TEST(reward_registry_and_errors) {
-    CHECK(reward_scorer_count() == 7);
+    CHECK(reward_scorer_count() == 11); /* 7 pure, then clip_score, pickscore, hpsv2, aesthetic (learned) */
     const reward_scorer *s = reward_find("color_match");
     REQUIRE(s);
     CHECK(s->fn == reward_color_match && s->lo == 0.0 && s->hi == 1.0);
     s = reward_find("brightness");
     REQUIRE(s);
     CHECK(s->fn == reward_brightness);
-    CHECK(reward_find("aesthetic") == NULL);
-    CHECK(strstr(core_last_error(), "unknown reward scorer 'aesthetic' (known: color_match, brightness, "
-                                    "colorfulness, motion, flicker, sharpness, first_frame_consistency)") != NULL);
-    CHECK(reward_scorer_at(0) != NULL && reward_scorer_at(7) == NULL && reward_scorer_at(-1) == NULL);
+    CHECK(reward_find("aesthetics") == NULL);
+    CHECK(strstr(core_last_error(), "unknown reward scorer 'aesthetics' (known: color_match, brightness, "
+                                    "colorfulness, motion, flicker, sharpness, first_frame_consistency, clip_score, "
+                                    "pickscore, hpsv2, aesthetic)") != NULL);
+    CHECK(reward_scorer_at(0) != NULL && reward_scorer_at(11) == NULL && reward_scorer_at(-1) == NULL);
+    for (int i = 0; i < reward_scorer_count(); i++) /* the learned ones: no pure function, a model folder */
+        CHECK_MSG(!reward_scorer_at(i)->fn == (i >= 7) && reward_scorer_at(i)->learned == (i >= 7), "%d", i);
 
     /* Every scorer stays in its range on a random video (large enough for the threaded path). */
     const int64_t F = 3, H = 80, W = 300;
@@ -178,6 +181,7 @@ TEST(reward_registry_and_errors) {
     reward_video vid = {v, F, H, W};
     for (int i = 0; i < reward_scorer_count(); i++) {
         s = reward_scorer_at(i);
+        if (s->learned) continue; /* tests/test_reward_learned.c */
         double r = -1;
         REQUIRE_OK(s->fn(&vid, "a purple flower", NULL, &r));
         CHECK_MSG(r >= s->lo && r <= s->hi && r > 0.0, "%s = %g", s->name, r);
@@ -200,7 +204,8 @@ TEST(reward_score_weighted_total_in_scorer_order) {
     REQUIRE(v);
     fill(v, F * H * W, solid[REWARD_RED]);
     const reward_video vid = {v, F, H, W};
-    const reward_weighted sc[2] = {{reward_find("color_match"), 0.25}, {reward_find("brightness"), -3.0}};
+    const reward_weighted sc[2] = {{.scorer = reward_find("color_match"), .weight = 0.25},
+                                   {.scorer = reward_find("brightness"), .weight = -3.0}};
     REQUIRE(sc[0].scorer && sc[1].scorer);
     double vals[2], total = 0, b;
     int failed = -1;

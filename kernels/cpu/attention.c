@@ -186,6 +186,11 @@ static int heads_per_task(int BH, int par) {
  * when new: the tiles read finite values past a short block's rows). */
 static __thread float *tls_small;
 static __thread size_t tls_small_cap;
+void k_cpu_attention_release_thread(void) {
+    free(tls_small);
+    tls_small = NULL, tls_small_cap = 0;
+}
+
 static float *small_buffer(size_t floats) {
     if (floats <= tls_small_cap) return tls_small;
     float *p = falloc(floats);

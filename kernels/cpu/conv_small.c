@@ -28,6 +28,11 @@ enum { CO_BLOCK = 8 }; /* output channels per pass (accumulators: CO_BLOCK x 2 v
 static __thread float *tls_plane;
 static __thread size_t tls_plane_cap;
 
+void k_cpu_conv_small_release_thread(void) {
+    free(tls_plane);
+    tls_plane = NULL, tls_plane_cap = 0;
+}
+
 static float *plane_buffer(size_t floats) {
     if (floats <= tls_plane_cap) return tls_plane;
     float *p = NULL;

@@ -22,6 +22,12 @@ const char *k_cpu_path_name(k_cpu_path p);
 extern size_t k_cpu_attn_ds_budget;
 
 void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc, const float *bias);
+/* Frees the calling thread's kernel scratch (gemm, attention and conv buffers kept between calls): call it before a
+ * thread of its own that ran CPU kernels exits (the reward server's scoring threads); the pool's threads live as
+ * long as the process. The next kernel call on the thread allocates again. The per-file parts it calls: */
+void k_cpu_release_thread(void);
+void k_cpu_attention_release_thread(void);
+void k_cpu_conv_small_release_thread(void);
 /* The ceiling of k_cpu_gemm's inner loop (`vgrpo bench peak`): the current path's micro-kernel run `iters` times
  * over one packed A panel (MR x KC) and one packed B panel (KC x NR) that stay in L1, accumulating into one C tile
  * (no packing, no memory traffic beyond L1). Returns the flops done (2 MR NR KC per run; 0 when its two panels cannot

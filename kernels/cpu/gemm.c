@@ -502,7 +502,7 @@ static void pack_b_panel(float *bp, int NR, const float *B, int ldb, int transB,
 }
 
 /* This thread's packing buffer of at least `floats` floats, 64-byte aligned, kept for the next call (grown, never
- * shrunk; a thread's buffer is released when the thread exits). NULL when it cannot be allocated. */
+ * shrunk; k_cpu_release_thread frees it before a thread exits). NULL when it cannot be allocated. */
 static __thread float *tls_buf;
 static __thread size_t tls_cap;
 static float *thread_buffer(size_t floats) {
@@ -825,4 +825,12 @@ void k_cpu_gemm(int transA, int transB, int M, int N, int K, float alpha, const 
     K_PROF_BEGIN();
     gemm_run(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     if (k_prof_t0_ > 0.0) k_prof_end_gemm(k_prof_t0_, transA, transB, M, N, K);
+}
+
+void k_cpu_release_thread(void) {
+    free(tls_buf), free(tls_bshared), free(tls_beta);
+    tls_buf = tls_bshared = tls_beta = NULL;
+    tls_cap = tls_bshared_cap = tls_beta_cap = 0;
+    k_cpu_attention_release_thread();
+    k_cpu_conv_small_release_thread();
 }

@@ -19,6 +19,7 @@
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
 #include "model/vae/wan_vae_encode.h"
+#include "reward/learned.h"
 #include "trainer/step/grpo.h"
 #include "trainer/optim/lora.h"
 #include "trainer/dp/zero.h"
@@ -424,10 +425,19 @@ static void worker_proc(budget_proc *p, const sizes *z, int eval_only, int video
             BUDGET_SYNC, z->lora.rank > 0 ? z->adapters : z->weights * e->n_experts);
 }
 
+/* The learned scorers' models (reward/learned.h: parameters from their configs, one call's scratch). */
+static void learned_parts(budget_proc *p, const sizes *z, unsigned phases, int batched) {
+    double params, act;
+    reward_recipe_models_bytes(z->r, batched, &params, &act);
+    add(p, "learned reward models (F32)", "reward.models", 0, params);
+    add(p, "learned reward scratch (one call)", "reward.models, reward.frames, " K_SIZE, phases, act);
+}
+
 static void reward_proc(budget_proc *p, const sizes *z) {
     const int b = z->r->batch_size;
     add(p, "runtime", "", 0, BUDGET_RUNTIME_MIB * 1048576.0);
     add(p, "videos of a request (message + copy)", "rollout.batch_size, " K_SIZE, BUDGET_ROLLOUT, 2.0 * b * z->video);
+    learned_parts(p, z, BUDGET_ROLLOUT, 1); /* the server scores a request's videos together */
 }
 
 static budget_proc *proc(budget_estimate *e, const char *name, int count) {
@@ -639,6 +649,7 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         add(p, "eval trajectories (all at once)", K_EVAL, BUDGET_EVAL, n_eval * z.traj);
         add(p, "eval activations + scratch", "rollout.batch_size, " K_SIZE, BUDGET_EVAL, rollout_bytes(&z, n_eval));
         add(p, "video (U8)", K_SIZE, BUDGET_ROLLOUT | BUDGET_EVAL, z.video * (r->video_every > 0 ? 5 : 1));
+        learned_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL, 0);
     } else {
         const int parity = job == BUDGET_JOB_PARITY, R = r->trainer_ranks, dp = R / (r->sp > 0 ? r->sp : 1);
         const int share = (n_step + dp - 1) / dp;

@@ -145,6 +145,8 @@ static const char *const added_keys[][2] = {
     {"guard.gold_weights", "[]"},
     {"guard.video_stats", NULL},
     {"guard.drift_warn_sd", NULL},
+    {"reward.models", NULL}, /* learned scorers (null: none, as every older checkpoint) */
+    {"reward.frames", NULL}, /* matters only with learned scorers, which older builds did not have */
     {NULL, NULL},
 };
 

@@ -33,6 +33,7 @@ int trainer_guard_init(trainer_guard *G, const core_recipe *r, const core_prompt
     int need_color = 0;
     for (int i = 0; i < r->gold_scorers.n; i++) {
         if (!(G->gold[i] = reward_find(r->gold_scorers.v[i]))) return core_error_push("guard.gold_scorers.%d: ", i);
+        if (!G->gold[i]->fn) return core_error("guard.gold_scorers.%d: %s is a learned scorer (not a gold scorer)", i, G->gold[i]->name);
         G->gold_w[i] = r->gold_weights.v[i];
         need_color |= !strcmp(G->gold[i]->name, "color_match");
     }

@@ -18,6 +18,7 @@
 #include "model/flow/guidance.h"
 #include "model/text/text_cond.h"
 #include "model/text/word_embed.h"
+#include "reward/learned.h"
 #include "reward/scorers.h"
 #include "sp/comm_nccl.h"
 #include "trainer/budget/budget.h"
@@ -158,13 +159,21 @@ static int check_settings(const core_recipe *r) {
     sde_window win;
     if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r) || check_device(r))
         return -1;
-    for (int i = 0; i < r->gold_scorers.n; i++)
-        if (!reward_find(r->gold_scorers.v[i])) return core_error_push("guard.gold_scorers.%d: ", i);
+    for (int i = 0; i < r->gold_scorers.n; i++) {
+        const reward_scorer *g = reward_find(r->gold_scorers.v[i]);
+        if (!g) return core_error_push("guard.gold_scorers.%d: ", i);
+        if (g->learned)
+            return core_error("guard.gold_scorers.%d: %s is a learned scorer; gold scorers are the built-in pure ones "
+                              "(the trainer loads no reward model)", i, g->name);
+    }
     if (r->scorers.n > CORE_TRAJ_MAX_REWARDS) return core_error("reward.scorers: at most %d", CORE_TRAJ_MAX_REWARDS);
     /* the built-in scorers serve the in-process source and the reward server a job starts; an external
      * reward.endpoint serves its own list, checked against its hello reply at the start (trainer/run/scorers.c) */
     for (int i = 0; !r->reward_endpoint && i < r->scorers.n; i++)
         if (!reward_find(r->scorers.v[i])) return core_error_push("reward.scorers.%d: ", i);
+    /* learned scorers: their folders (config, tokenizer, processor; no weights read; one not there yet is a warning
+     * here, an error where a run or eval starts) and reward.frames */
+    if (reward_recipe_check(r, 0)) return -1;
     optim_config oc;
     return trainer_optim_config(r, &oc);
 }
