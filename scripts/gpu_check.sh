@@ -54,9 +54,10 @@
 # toolkit and the ldconfig cache. The full CLI ($VGRPO_BIN, else build-cuda/vgrpo) links Debian libraries (libzmq,
 # ffmpeg, ...); where they are missing its row says which and is skipped: every GPU row above runs in gpu_check.
 # --groups: only these groups of the stages chosen (a rerun after a fix, e.g. --stage 1 --groups attention,invariance;
-# names: gpu_check --list-groups, plus torch and cli).
+# names: gpu_check --list-groups, plus torch, cli, coloc and vae_umt5 (stage 2), peak and steptime (stage 3)).
 # --emulated: the binary is the emulated device (make gpu-check-emu: build/gpu_check_emu): tiny shapes, no library
-# search, no PyTorch or CLI rows; it tests this script and the check's plumbing, nothing about CUDA.
+# search, no PyTorch or CLI speed rows (the coloc rows run build/vgrpo on the emulated device); it tests this script
+# and the check's plumbing, nothing about CUDA. -h, --help: this text.
 set -u
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT" || exit 2
@@ -74,6 +75,7 @@ while [ $# -gt 0 ]; do
     --seed) [ $# -ge 2 ] || usage; SEED="$2"; shift ;;
     --rows) [ $# -ge 2 ] || usage; ROWS="$2"; shift ;;
     --emulated) EMU=1 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) usage ;;
     esac
     shift
@@ -424,8 +426,8 @@ run_coloc() { # $1 stage, $2 time-out
 # The issue's VAE decode and umT5 rows: the GPU's against the CPU's at small configs. Both run on the CPU only, so
 # these rows say "not built" until a device path exists.
 run_vae_umt5() { # $1 stage
-    row "$1" vae_umt5 "vae decode gpu vs cpu" skip "not built: the Wan VAE decodes on the CPU only (no device path yet)"
-    row "$1" vae_umt5 "umt5 gpu vs cpu" skip "not built: umT5 encodes on the CPU only (no device path yet)"
+    row "$1" vae_umt5 "vae decode gpu vs cpu" skip "not built: the Wan VAE decodes on the CPU only, no device path yet"
+    row "$1" vae_umt5 "umt5 gpu vs cpu" skip "not built: umT5 encodes on the CPU only, no device path yet"
     return 3
 }
 

@@ -275,6 +275,8 @@ TEST(gpu_check_sh_stage3_table) {
     const char *dir = test_tmpdir();
     const char *fake = write_fake(dir);
     static char out[1 << 17];
+    CHECK(test_run(out, sizeof out, "scripts/gpu_check.sh --help") == 0); /* the header: stage 3 and its option */
+    CHECK(strstr(out, "Stage 3 (optional, only with --stage 3") != NULL && strstr(out, "--s3-size tiny") != NULL);
     CHECK(test_run(out, sizeof out, "scripts/gpu_check.sh --groups steptime --emulated --bin %s", fake) == 2);
     CHECK(strstr(out, "no such group in stage 1, 2 (stage 3's: --stage 3)") != NULL);
     int rc = test_run(out, sizeof out, "VGRPO_BIN=%s scripts/gpu_check.sh --stage 3 --emulated --bin %s --out %s/gc",
