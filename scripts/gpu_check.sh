@@ -507,7 +507,8 @@ run_steptime() { # $1 stage, $2 time-out
             bad=1
             continue
         fi
-        # the train part's model FLOPs: per row forward (bench/bench_device.c's count), x 3, 2 rows per transition (CFG)
+        # the train part's model FLOPs: per row forward (bench/bench_device.c's count; patch 1x2x2 and VAE factor 8, as
+        # both presets), x 3, 2 rows per transition (CFG)
         local cfgv
         cfgv=$(tr -d ' \n' <"$cfgj")
         local tr_n
