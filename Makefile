@@ -272,12 +272,16 @@ $(BUILD)/gpu_check: $(GPU_CHECK_OBJ) $(CUDA_CU_OBJ)
 # kernel bodies, k_cpu_ops for GEMM and attention; named k_cuda_ops under -DCK_EMULATE; kernels/cuda/check/emu/
 # emulate.c: the rest of k_cuda.h) to test the check's own logic and the script without a GPU or CUDA toolkit; the
 # log, the JSON of the rows and the summary land in $(BUILD)/gpu-check/. `make test` links the same table as k_emu_ops.
-# The nccl group's NCCL is the fake one (tests/fake_nccl/: one rank without MPI copies on the host).
+# The nccl group's NCCL is the fake one (tests/fake_nccl/: one rank without MPI copies on the host). The coloc rows
+# run $(BUILD)/vgrpo on the emulated device; `make gpu-check-emu-s3` runs stage 3 (the step-time table) at its tiny size.
 GPU_EMU_SRC := $(wildcard kernels/cuda/check/*.c) $(wildcard kernels/cuda/check/emu/*.c) $(wildcard kernels/cuda/emu/*.c) $(wildcard kernels/cuda/precond/*.c) $(wildcard kernels/cpu/*.c) core/error.c $(GPU_CHECK_DIT_SRC)
 GPU_EMU_OBJ := $(GPU_EMU_SRC:%.c=$(BUILD)/gpuemu/%.o)
 .PHONY: gpu-check-emu
-gpu-check-emu: $(BUILD)/gpu_check_emu $(BUILD)/libfake_nccl.so
-	VGRPO_NCCL_LIB=$(CURDIR)/$(BUILD)/libfake_nccl.so scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
+gpu-check-emu: $(BUILD)/gpu_check_emu $(BUILD)/libfake_nccl.so $(BUILD)/vgrpo
+	VGRPO_NCCL_LIB=$(CURDIR)/$(BUILD)/libfake_nccl.so VGRPO_BIN=$(BUILD)/vgrpo scripts/gpu_check.sh --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check
+.PHONY: gpu-check-emu-s3
+gpu-check-emu-s3: $(BUILD)/gpu_check_emu $(BUILD)/vgrpo
+	VGRPO_BIN=$(BUILD)/vgrpo scripts/gpu_check.sh --stage 3 --emulated --bin $(BUILD)/gpu_check_emu --out $(BUILD)/gpu-check-s3
 
 $(BUILD)/gpuemu/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -24,7 +24,10 @@
  *
  * `tiny` gets random F32 weights (wan_params_init_random, Philox with --seed, default 0), so the folder loads in
  * vgrpo and in diffusers (WanTransformer3DModel.from_pretrained(DIR, subfolder="transformer")). The real-size
- * presets get configs only: vgrpo never writes random full-size weights; put the official weights beside them.
+ * presets get configs only (put the official weights beside them), unless --random: then random F32 transformer
+ * weights the same way and latent_rgb.safetensors, but no text encoder, tokenizer or VAE (run with
+ * model.text_encoder word_embed and model.decoder latent_rgb); a folder for timing a real shape (scripts/gpu_check.sh
+ * --stage 3), never for training.
  * Every component folder present is listed in model_index.json (a scheduler folder is not written: vgrpo's
  * schedule is FlowMatchEulerDiscreteScheduler's, model/flow/flow.h). Exit status 0, 1 on failure, 2 on a usage error. */
 #include <errno.h>
@@ -156,7 +159,7 @@ static int write_model_index(const char *dir, const char *preset, int two_expert
 int cmd_init_model(int argc, char **argv) {
     const char *preset = NULL, *out = NULL;
     uint64_t seed = 0;
-    int force = 0, experts = 0; /* 0: the preset's own count */
+    int force = 0, experts = 0, random = 0; /* experts 0: the preset's own count */
     char presets[1024];
     preset_list(presets, sizeof presets);
     const opts_spec opts[] = {
@@ -167,6 +170,9 @@ int cmd_init_model(int argc, char **argv) {
          .help = "seed of the tiny preset's random weights (default 0)"},
         {.name = "experts", .type = OPTS_INT, .i = &experts, .min = 1, .max = 2, .meta = "1|2",
          .help = "tiny only: 2 also writes transformer_2/ (seed + 1), a two-expert model\nas Wan 2.2 A14B"},
+        {.name = "random", .type = OPTS_FLAG, .flag = &random,
+         .help = "real-size presets: random transformer weights (seeded) and the latent-to-RGB\nmap, no text encoder or VAE: "
+                 "for timing a real shape, not for training"},
         {.name = "force", .type = OPTS_FLAG, .flag = &force,
          .help = "replace an earlier init-model's files in DIR (other files are kept)"},
         {0}};
@@ -186,6 +192,7 @@ int cmd_init_model(int argc, char **argv) {
     const int a14b = strstr(preset, "a14b") != NULL || !strcmp(preset, "tiny-i2v"), tiny_i2v = !strcmp(preset, "tiny-i2v");
     const int ti2v = !strcmp(preset, "tiny-ti2v") || tiny_i2v;
     const int weights = !strcmp(preset, "tiny") || ti2v;
+    const int rand_only = random && !weights; /* --random on a real-size preset: the transformer and latent_rgb only */
     if ((a14b && experts == 1) || (!a14b && !weights && experts == 2)) {
         return opts_exit_status(opts_fail(&cmd, stderr, "--experts %d: preset %s has %s (--experts 2 is for the tiny test "
                                                       "model)", experts, preset, a14b ? "two experts" : "one expert"));
@@ -195,7 +202,7 @@ int cmd_init_model(int argc, char **argv) {
     int rc = core_mkdir_p(out); /* with its parents, as a run's folders (core/fs.h) */
     for (int e = 0; e < 1 + two && !rc; e++) {
         snprintf(path, sizeof path, "%s/%s", out, e ? "transformer_2" : "transformer");
-        if (weights) {
+        if (weights || rand_only) {
             wan_model m;
             rc = wan_model_init(&m, &cfg);
             if (!rc) {
@@ -210,11 +217,13 @@ int cmd_init_model(int argc, char **argv) {
             if (!rc) rc = wan_config_save(&cfg, cpath);
         }
     }
-    if (!rc && weights) {
+    if (!rc && (weights || rand_only)) {
         wan_latent_rgb map;
         snprintf(path, sizeof path, "%s/latent_rgb.safetensors", out);
         rc = wan_latent_rgb_default(&map, cfg.out_channels);
         if (!rc) rc = wan_latent_rgb_save(&map, path);
+    }
+    if (!rc && weights) {
         int vocab = 0;
         snprintf(path, sizeof path, "%s/tokenizer", out);
         if (!rc) rc = tok_tiny_write(path, &vocab);
@@ -234,6 +243,6 @@ int cmd_init_model(int argc, char **argv) {
     if (!wan_layout_init(&L, &cfg)) n = L.numel, wan_layout_free(&L);
     printf("%s: preset %s, %d x %d heads, %d layers, %" PRId64 " parameters per transformer%s%s\n", out, preset,
            cfg.num_attention_heads, cfg.attention_head_dim, cfg.num_layers, n, two ? ", two experts" : "",
-           weights ? "" : " (configs only: no weights written)");
+           weights ? "" : rand_only ? " (random weights for timing: no text encoder or VAE)" : " (configs only: no weights written)");
     return 0;
 }

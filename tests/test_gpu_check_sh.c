@@ -143,6 +143,11 @@ TEST(gpu_check_sh_no_gpu_and_no_binary) {
     json_t *r = row_named(json_object_get(j, "rows"), "group grpo");
     REQUIRE(r != NULL);
     CHECK(!strcmp(json_string_value(json_object_get(r, "status")), "skip"));
+    r = row_named(json_object_get(j, "rows"), "group coloc"); /* the script's own groups too */
+    REQUIRE(r != NULL);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "status")), "skip"));
+    CHECK(row_named(json_object_get(j, "rows"), "group steptime") == NULL); /* stage 3 only with --stage 3 */
+    CHECK(json_array_size(json_object_get(j, "groups")) == 1); /* env only: the rest not run */
     json_decref(j);
 
     rc = test_run(out, sizeof out, "scripts/gpu_check.sh --stage 1 --bin %s/no_such_binary", dir);
@@ -203,4 +208,111 @@ TEST(gpu_check_sh_cuda_binary) {
     CHECK(strstr(sum, "FAIL [1 env] group env: could not run: the CUDA backend cannot run here: CUDA:") != NULL);
     CHECK(strstr(sum, "not run  7 groups:") != NULL);
     CHECK(strstr(sum, "gpu_check.sh: exit 2 (could not run") != NULL);
+}
+
+/* Stage 2's rows that run the vgrpo CLI ($VGRPO_BIN on the emulated device): the tiny recipe colocated on one GPU
+ * (metrics equal to the local run's, every sync by IPC with the hashes matched, parity 0), then with a device that
+ * refuses IPC handles (VGRPO_EMULATE_IPC=refuse: the syncs go in buckets), which the IPC row must fail; and the VAE
+ * and umT5 rows, "not built", listed in the summary. */
+TEST(gpu_check_sh_coloc_rows) {
+    const char *dir = test_tmpdir();
+    const char *fake = write_fake(dir);
+    static char out[1 << 17];
+    int rc = test_run(out, sizeof out,
+                      "VGRPO_BIN=%s scripts/gpu_check.sh --stage 2 --groups coloc,vae_umt5 --emulated --bin %s "
+                      "--out %s/gc",
+                      test_vgrpo_bin(), fake, dir);
+    CHECK_MSG(rc == 0, "exit status %d, want 0; output:\n%s", rc, out);
+    int lines = 0;
+    const char *sum = summary_of(out, &lines);
+    REQUIRE(sum != NULL);
+    CHECK(lines <= 40);
+    CHECK(strstr(sum, "stage 2  coloc ok") != NULL);
+    CHECK(strstr(sum, "vae_umt5 skip") != NULL);
+    CHECK(strstr(sum, "not built vae decode gpu vs cpu (the Wan VAE decodes on the CPU only") != NULL);
+    CHECK(strstr(sum, "umt5 gpu vs cpu (umT5 encodes on the CPU only") != NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gc/gpu_check.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    REQUIRE(j != NULL);
+    json_t *rows = json_object_get(j, "rows");
+    const char *ok[] = {"coloc 1 GPU metrics = local", "coloc 1 GPU weight sync by IPC", "coloc 1 GPU parity"};
+    for (int i = 0; i < 3; i++) {
+        json_t *r = row_named(rows, ok[i]);
+        REQUIRE(r != NULL);
+        CHECK_MSG(!strcmp(json_string_value(json_object_get(r, "status")), "ok"), "%s: %s", ok[i],
+                  json_string_value(json_object_get(r, "error")));
+        CHECK(json_integer_value(json_object_get(r, "stage")) == 2);
+    }
+    json_t *r = row_named(rows, ok[1]);
+    REQUIRE(r != NULL);
+    CHECK(strstr(json_string_value(json_object_get(r, "note")), "3 syncs applied by IPC (worker log), 3 hash checks") !=
+          NULL);
+    r = row_named(rows, "vae decode gpu vs cpu");
+    REQUIRE(r != NULL);
+    CHECK(!strcmp(json_string_value(json_object_get(r, "status")), "skip"));
+    json_decref(j);
+
+    /* the worker's device refuses the IPC handles: the same metrics and parity, but the syncs went in buckets */
+    rc = test_run(out, sizeof out,
+                  "VGRPO_EMULATE_IPC=refuse VGRPO_BIN=%s scripts/gpu_check.sh --stage 2 --groups coloc --emulated "
+                  "--bin %s",
+                  test_vgrpo_bin(), fake);
+    CHECK_MSG(rc == 1, "exit status %d, want 1 (the IPC row fails); output:\n%s", rc, out);
+    sum = summary_of(out, &lines);
+    REQUIRE(sum != NULL);
+    CHECK(strstr(sum, "FAIL [2 coloc] coloc 1 GPU weight sync by IPC: want 3 syncs by IPC, all hashes matched: 3 went "
+                      "in buckets or per tensor, 0 hash mismatches") != NULL);
+    CHECK(strstr(sum, "coloc 1 GPU metrics = local") == NULL && strstr(sum, "coloc 1 GPU parity") == NULL);
+    CHECK(strstr(sum, "rows     3: 2 ok, 1 FAIL") != NULL);
+}
+
+/* Stage 3 runs only when asked for (--stage 3), and at --s3-size tiny (the emulated device's default) prints the
+ * step-time table for 5 and 33 frames: the token counts of 32x32 (2 x 2 patches per latent frame), every phase timed,
+ * the MFU against the peak measured in the same run. */
+TEST(gpu_check_sh_stage3_table) {
+    const char *dir = test_tmpdir();
+    const char *fake = write_fake(dir);
+    static char out[1 << 17];
+    CHECK(test_run(out, sizeof out, "scripts/gpu_check.sh --help") == 0); /* the header: stage 3 and its option */
+    CHECK(strstr(out, "Stage 3 (optional, only with --stage 3") != NULL && strstr(out, "--s3-size tiny") != NULL);
+    CHECK(test_run(out, sizeof out, "scripts/gpu_check.sh --groups steptime --emulated --bin %s", fake) == 2);
+    CHECK(strstr(out, "no such group in stage 1, 2 (stage 3's: --stage 3)") != NULL);
+    int rc = test_run(out, sizeof out, "VGRPO_BIN=%s scripts/gpu_check.sh --stage 3 --emulated --bin %s --out %s/gc",
+                      test_vgrpo_bin(), fake, dir);
+    CHECK_MSG(rc == 0, "exit status %d, want 0; output:\n%s", rc, out);
+    int lines = 0;
+    const char *sum = summary_of(out, &lines);
+    REQUIRE(sum != NULL);
+    CHECK(lines <= 40);
+    CHECK(strstr(sum, "stage 3  peak ok") != NULL && strstr(sum, "steptime ok") != NULL);
+    CHECK(strstr(sum, "step time (s), G 4     tokens  rollout  decode  reward    train    sync     step samples/s "
+                      "peak GiB  TFLOP/s  MFU %") != NULL);
+    CHECK(strstr(sum, "F5 32x32 tiny               8 ") != NULL);
+    CHECK(strstr(sum, "F33 32x32 tiny             36 ") != NULL);
+    CHECK(strstr(out, "---- stage 1") == NULL && strstr(out, "---- stage 2") == NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gc/gpu_check.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    REQUIRE(j != NULL);
+    json_t *st = json_object_get(j, "steptime");
+    REQUIRE(json_is_array(st) && json_array_size(st) == 2);
+    const double peak = json_real_value(json_object_get(json_array_get(st, 0), "peak_tflops"));
+    CHECK(peak > 0);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *e = json_array_get(st, i);
+        CHECK(json_integer_value(json_object_get(e, "frames")) == (i ? 33 : 5));
+        CHECK(json_integer_value(json_object_get(e, "tokens")) == (i ? 36 : 8));
+        CHECK(json_integer_value(json_object_get(e, "G")) == 4);
+        const char *keys[] = {"rollout_s", "train_s", "sync_s", "step_s", "samples_per_s", "train_tflops"};
+        for (int k = 0; k < 6; k++) CHECK_MSG(json_number_value(json_object_get(e, keys[k])) > 0, "%s", keys[k]);
+        /* MFU = the train part's TFLOP/s over the peak, in percent (rounded to 0.1) */
+        const double mfu = json_number_value(json_object_get(e, "mfu_pct")),
+                     want = 100 * json_number_value(json_object_get(e, "train_tflops")) / peak;
+        CHECK_MSG(mfu > 0 && mfu > want - 0.1 && mfu < want + 0.1, "mfu %g, want %g", mfu, want);
+        CHECK(json_is_null(json_object_get(e, "decode_s"))); /* the CPU VAE's decode: real size only */
+    }
+    json_decref(j);
 }
