@@ -34,8 +34,9 @@
  * (cuDNN's SDPA backward). Every preset satisfies them (tiny included); tests' smallest configs may not.
  * LoRA (model/dit/wan_lora.h): an adapter attached to the host model is copied too (bf16 A and B, fp32 gradients),
  * applied after every adapted linear unless the forward says not (wan_dev_forward_lora); its rank must be a multiple
- * of 8. Not supported yet: sequence parallelism (one device), the self-attention hook (the device attention is
- * cuDNN's).
+ * of 8. Sequence parallelism: wan_dev_acts_new_sp and wan_dev_forward_sp / wan_dev_backward_sp run the DiT's SP
+ * branches (model/dit/wan_forward.c) on the bf16 activations with a sequence-parallel self-attention hook on device
+ * tensors (sp/usp_attention.h on this device's table); without SP the self-attention is the table's (cuDNN's).
  * The rollout engine and the trainer reach this model through the executor of model/dit/wan_dev_exec.h (host fp32
  * tensors in and out, device copies per host model and weights version).
  *
