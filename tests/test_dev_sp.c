@@ -10,7 +10,9 @@
  *     (tests/mpi/mpi_dit_dev.c measures it per tensor); the ring's merged attention outputs are rounded to bf16 at
  *     each merge, in the forward too;
  *   - vgrpo parity with 2 and 4 device trainer ranks at sp 2: exactly 0 for Ulysses; within the device's ring bound
- *     (8 bf16 epsilons of the maxima, trainer_parity) for the ring. */
+ *     (8 bf16 epsilons of the maxima, trainer_parity) for the ring;
+ *   - the device-memory estimate under SP equals every rank's emulated peak;
+ *   - the SP groups over the fake NCCL (as on GPUs) give the same checkpoints as over MPI, bit for bit. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -201,6 +203,43 @@ TEST(dev_sp_memory_estimate_equals_emulated_peak) {
         printf("  %d ranks, sp 2, ulysses %d%s: estimate %lld bytes = every rank's emulated peak (%d ranks)\n",
                c[i].ranks, c[i].ulysses, c[i].extra, est, seen);
         CHECK_MSG(seen == c[i].ranks, "%d peaks reported for %d ranks:\n%s", seen, c[i].ranks, run);
+    }
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* On GPUs the SP groups are split from the NCCL world (trainer/run/run_setup.c): with the tests' fake NCCL
+ * (VGRPO_NCCL_LIB, tests/fake_nccl/) on the emulated device the Ulysses all-to-all, the ring's send/recv, the
+ * velocity's all-gather and d enc's all-reduce go through sp/comm_nccl.c on device pointers: the same checkpoints and
+ * rewards as over MPI, bit for bit (Ulysses at dp 1 x sp 2; a ring at dp 2 x sp 2). */
+TEST(dev_sp_over_nccl_equals_mpi) {
+    const char *dir = run_dir();
+    const char *e = getenv("VGRPO_MPI_TESTS");
+    const char *bin = e && *e ? e : test_vgrpo_bin(), *slash = strrchr(bin, '/');
+    char lib[1024], out[4096];
+    snprintf(lib, sizeof lib, "%.*s/libfake_nccl.so", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    FILE *f = fopen(lib, "r");
+    if (!f) {
+        test_skip("no fake NCCL library beside the test binaries (make builds it with vgrpo_mpi_tests)");
+        return;
+    }
+    fclose(f);
+    drun(dir, "mu", 2, 2, 2);
+    drun(dir, "mr", 4, 2, 1);
+    setenv("VGRPO_NCCL_LIB", lib, 1);
+    drun(dir, "nu", 2, 2, 2);
+    drun(dir, "nr", 4, 2, 1);
+    unsetenv("VGRPO_NCCL_LIB");
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'gradients and weights over NCCL .*libfake_nccl.so' %s/nr.log", dir) ==
+                  0 && atoi(out) == 4, "every rank on NCCL: %s", out);
+    const char *pairs[2][2] = {{"mu", "nu"}, {"mr", "nr"}};
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/%s/rewards.jsonl %s/%s/rewards.jsonl", dir, pairs[i][0], dir,
+                           pairs[i][1]) == 0, "rewards: %s", out);
+        for (int k = 1; k <= 3; k++)
+            CHECK_MSG(test_run(out, sizeof out, "cmp %s/%s/checkpoint-%d/transformer/diffusion_pytorch_model.safetensors "
+                               "%s/%s/checkpoint-%d/transformer/diffusion_pytorch_model.safetensors", dir, pairs[i][0],
+                               k, dir, pairs[i][1], k) == 0,
+                      "%s vs %s checkpoint-%d: %s", pairs[i][0], pairs[i][1], k, out);
     }
     test_run(NULL, 0, "rm -rf %s", dir);
 }
