@@ -12,7 +12,8 @@
  *   - vgrpo parity with 2 and 4 device trainer ranks at sp 2: exactly 0 for Ulysses; within the device's ring bound
  *     (8 bf16 epsilons of the maxima, trainer_parity) for the ring;
  *   - the device-memory estimate under SP equals every rank's emulated peak;
- *   - the SP groups over the fake NCCL (as on GPUs) give the same checkpoints as over MPI, bit for bit. */
+ *   - the SP groups over the fake NCCL (as on GPUs) give the same checkpoints as over MPI, bit for bit;
+ *   - image to video (TI2V per-token timesteps, I2V-A14B two experts) under Ulysses: parity exactly 0. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -240,6 +241,28 @@ TEST(dev_sp_over_nccl_equals_mpi) {
                                "%s/%s/checkpoint-%d/transformer/diffusion_pytorch_model.safetensors", dir, pairs[i][0],
                                k, dir, pairs[i][1], k) == 0,
                       "%s vs %s checkpoint-%d: %s", pairs[i][0], pairs[i][1], k, out);
+    }
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* Image to video under Ulysses on the device: TI2V's per-token timesteps (each SP rank embeds its tokens' slice) and
+ * I2V-A14B's two experts and concatenated condition: parity exactly 0 at dp 1 x sp 2. */
+TEST(dev_sp_parity_image_to_video_zero) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin();
+    static char out[65536];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-ti2v --out %s/ti2v --seed 3 >/dev/null && "
+                     "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null", bin, dir, bin, dir) == 0);
+    const char *m[2][2] = {{"ti2v", "tiny-cpu-i2v"}, {"a14b", "tiny-cpu-i2v-a14b"}};
+    for (int i = 0; i < 2; i++) {
+        const int st = test_run(out, sizeof out,
+                                "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s parity recipes/%s.yaml --set mode=colocated "
+                                "--set model.device=cuda --set model.path=%s/%s --set parallel.trainer_ranks=2 "
+                                "--set parallel.sp=2 --set parallel.ulysses_degree=2 --set logging.run_dir=%s/p%d 2>&1",
+                                bin, m[i][1], dir, m[i][0], dir, i);
+        CHECK_MSG(st == 0 && strstr(out, "dp 1 x sp 2 (ulysses 2, ring 1)") &&
+                      strstr(out, "max |logp_trainer - logp_rollout| = 0 (tolerance 0), max |v_trainer - v_rollout| = 0 "
+                                  "(tolerance 0): PASS"),
+                  "%s parity: exit %d:\n%s", m[i][0], st, out);
     }
     test_run(NULL, 0, "rm -rf %s", dir);
 }
