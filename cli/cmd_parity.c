@@ -37,7 +37,7 @@ int cmd_parity(int argc, char **argv) {
         {.name = "tolerance", .type = OPTS_DOUBLE, .d = &tol, .min = 0, .max = 1e300, .seen = &tol_given, .meta = "T",
          .help = "largest |logp_trainer - logp_rollout| and |v_trainer - v_rollout| accepted (default: 0, or with\n"
                  "ring attention in the trainer (parallel.sp / ulysses_degree > 1) the fp32 bound 32 eps x max|v| and\n"
-                 "32 eps x max(1, max|logp|))"},
+                 "32 eps x max(1, max|logp|)); on model.device cuda 8 bf16 eps (2^-8) instead of 32 fp32 eps)"},
         {.name = "checkpoint", .type = OPTS_STRING, .str = &checkpoint, .meta = "DIR",
          .help = "the weights of a checkpoint of this recipe's run (a checkpoint-N folder, or a folder: its\n"
                  "latest), loaded as --resume loads them; a LoRA checkpoint's adapters go to the workers\n"

@@ -161,6 +161,10 @@ typedef struct k_dev_ops {
     int (*mem_upload_bf16)(kb_bf16 *dst_dev, const float *src_host, size_t n);
     int (*mem_download_bf16)(float *dst_host, const kb_bf16 *src_dev, size_t n);
     int (*mem_zero)(void *p, size_t bytes);
+    /* Device-to-device copy of `height` rows of `width` bytes: row i from src + i * spitch to dst + i * dpitch
+     * (cudaMemcpy2D's convention; pitches >= width; no overlap). Sequence parallelism's packing of rows and heads
+     * (sp/usp_attention.c, sp/shard.c). */
+    int (*mem_copy2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
     int (*mem_sync)(void);
     /* Free and total device memory (the start-up estimate's bound); -1 when the device has none to say (the emulated
      * device: host memory, unless its tests set VGRPO_EMULATE_DEVICE_MIB). */

@@ -30,10 +30,13 @@
  *             the hook's lse is [B, H, S_l] as the model already stores it.
  * Tested against the single-rank model in tests/mpi/mpi_dit.c (bands u2r1, u4r1, u1r2, u2r2, u1r4, dp 2).
  *
- * All functions work on host memory, fp32, row-major [B, S, W] (W floats per token). */
+ * The _dev functions work on typed views in the memory of a device table (kernels/dev_ops.h: its mem_copy2d moves rows,
+ * its add accumulates; the comm must move that memory: MPI for host memory, NCCL for a GPU's), row-major [B, S, W],
+ * fp32 or bf16; 0, or -1 with core_error. The others are the same on host memory, fp32 (the CPU table). */
 #ifndef SP_SHARD_H
 #define SP_SHARD_H
 
+#include "kernels/dev_ops.h"
 #include "sp/comm.h"
 
 /* local [B, S_l, W] = rows [sp_rank*S_l, (sp_rank+1)*S_l) of every sample of full [B, S, W], S = sp*S_l. */
@@ -46,5 +49,12 @@ int sp_gather_rows(sp_comm *sp, float *full, const float *local, int B, int S_l,
 /* Backward of sp_gather_rows when every rank holds the same full gradient: dlocal [B, S_l, W] += this rank's rows
  * of dfull [B, S, W]. Local (no communication). */
 void sp_gather_rows_backward(float *dlocal, const float *dfull, int B, int S_l, int W, int sp, int sp_rank);
+
+/* The same on a device table's memory (local and full of one dtype). */
+int sp_shard_rows_dev(const k_dev_ops *dev, kb_out local, kb_in full, int B, int S_l, int W, int sp, int sp_rank);
+int sp_gather_rows_dev(const k_dev_ops *dev, sp_comm *sp, kb_out full, kb_in local, int B, int S_l, int W);
+/* dlocal += this rank's rows of dfull (the table's add: dtypes may differ where the table allows). */
+int sp_gather_rows_backward_dev(const k_dev_ops *dev, kb_out dlocal, kb_in dfull, int B, int S_l, int W, int sp,
+                                int sp_rank);
 
 #endif

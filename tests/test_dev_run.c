@@ -541,9 +541,6 @@ TEST(dev_eval_and_refusals) {
     CHECK(test_run(out, sizeof out, "%s run %s --set model.lora.rank=8 --set algorithm.ema_decay=0.9 2>&1", bin, tiny) ==
           1);
     CHECK_MSG(strstr(out, "algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda"), "got: %s", out);
-    CHECK(test_run(out, sizeof out, "%s run %s --set mode=colocated --set parallel.trainer_ranks=2 --set parallel.sp=2 "
-                                    "2>&1", bin, tiny) == 1); /* several ranks: tests/test_dev_dp.c */
-    CHECK_MSG(strstr(out, "parallel.sp: model.device cuda trains with data parallelism only"), "got: %s", out);
     CHECK(test_run(out, sizeof out,
                    "%s run recipes/tiny-cpu.yaml --dry-run --set algorithm.activations=checkpoint 2>&1", bin) == 1);
     CHECK_MSG(strstr(out, "algorithm.activations: checkpoint"), "got: %s", out);

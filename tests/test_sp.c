@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/dev_table.h"
 #include "sp/comm.h"
 #include "sp/shard.h"
 #include "sp/topology.h"
@@ -226,15 +227,16 @@ TEST(sp_usp_one_rank_equals_kernel) {
     sp_comm *a = sp_comm_self("ulysses"), *r = sp_comm_self("ring");
     sp_usp u;
     sp_usp_init_groups(&u, NULL, a, r, NULL);
-    REQUIRE_OK(sp_usp_forward(&u, o2, l2, q, k, v, B, S, H, Dh));
-    REQUIRE_OK(sp_usp_backward(&u, d2, d2 + n, d2 + 2 * n, g, q, k, v, o2, l2, B, S, H, Dh));
+    REQUIRE_OK(sp_usp_forward(&u, kb_out_f32(o2), l2, kb_in_f32(q), kb_in_f32(k), kb_in_f32(v), B, S, H, Dh));
+    REQUIRE_OK(sp_usp_backward(&u, kb_out_f32(d2), kb_out_f32(d2 + n), kb_out_f32(d2 + 2 * n), kb_in_f32(g),
+                               kb_in_f32(q), kb_in_f32(k), kb_in_f32(v), kb_in_f32(o2), l2, B, S, H, Dh));
     CHECK(!memcmp(o1, o2, n * 4));
     CHECK(!memcmp(l1, l2, nl * 4));
     CHECK(!memcmp(d1, d2, 3 * n * 4));
     sp_usp none;
     sp_usp_init_groups(&none, NULL, NULL, NULL, NULL);
-    CHECK(sp_usp_forward(&none, o2, l2, q, k, v, B, S, H, Dh) == -1 && strstr(core_last_error(), "no Ulysses/ring"));
-    CHECK(sp_usp_forward(&u, o2, l2, q, k, v, B, 0, H, Dh) == -1 && strstr(core_last_error(), "S 0"));
+    CHECK(sp_usp_forward(&none, kb_out_f32(o2), l2, kb_in_f32(q), kb_in_f32(k), kb_in_f32(v), B, S, H, Dh) == -1 && strstr(core_last_error(), "no Ulysses/ring"));
+    CHECK(sp_usp_forward(&u, kb_out_f32(o2), l2, kb_in_f32(q), kb_in_f32(k), kb_in_f32(v), B, 0, H, Dh) == -1 && strstr(core_last_error(), "S 0"));
     double mo = 0, md = 0; /* the comparison is not between zeros */
     for (size_t i = 0; i < n; i++) mo = fmax(mo, fabs(o1[i])), md = fmax(md, fabs(d1[i]));
     CHECK(mo > 0.05 && md > 0.01);
@@ -282,7 +284,7 @@ TEST(sp_usp_in_wan_exec_hook) {
     test_fill_uniform(e, ne, 3, -2, 2);
     sp_comm *ga = sp_comm_self("ulysses"), *gr = sp_comm_self("ring");
     sp_usp u;
-    sp_usp_init_groups(&u, NULL, ga, gr, &k_cpu_ops);
+    sp_usp_init_groups(&u, NULL, ga, gr, &k_cpu_dev_ops);
     wan_exec usp = {&k_cpu_ops, sp_usp_forward, sp_usp_backward, &u, NULL, 0, NULL};
     float *out[2], *dx[2], *grads[2];
     for (int r = 0; r < 2; r++) {
@@ -420,6 +422,25 @@ TEST(sp_mpi_dit_ring) {
 TEST(sp_mpi_dit_dp2) {
     dit_case(4, "dit 2 2", "dp 2 sp 2 ulysses 2 ring 1", 1);
     dit_case(4, "dit 2 1 4 8 8 1 1 0", "dp 2 sp 2 ulysses 1 ring 2", 0);
+}
+
+/* The same on the EMULATED device (tests/mpi/mpi_dit_dev.c: bf16 activations, the USP attention and the shard /
+ * gather on the device's table, the MPI comm moving its buffers): Ulysses out and dx bit-identical to the device's
+ * sp 1, ring within 2e-2 x max|ref|; gradients within bf16 rounding (measured and bounded there). */
+static void dit_dev_case(int ranks, const char *args, const char *layout, int ring1) {
+    const char *out = run_mpi(ranks, args);
+    CHECK_MSG(strstr(out, layout), "expected \"%s\" in:\n%s", layout, out);
+    CHECK_MSG(strstr(out, ring1 ? "out 0.000e+00 dx 0.000e+00" : "(ring bound)"), "%s", out);
+}
+
+TEST(sp_mpi_dit_dev_ulysses_bit_identical) {
+    dit_dev_case(2, "dit_dev 2 2", "dp 1 sp 2 ulysses 2 ring 1", 1);
+    dit_dev_case(4, "dit_dev 2 2 4 8 8 2 1", "dp 2 sp 2 ulysses 2 ring 1", 1); /* B 2, per-token timesteps */
+}
+
+TEST(sp_mpi_dit_dev_ring) {
+    dit_dev_case(2, "dit_dev 2 1", "dp 1 sp 2 ulysses 1 ring 2", 0);
+    dit_dev_case(4, "dit_dev 4 2", "dp 1 sp 4 ulysses 2 ring 2", 0);
 }
 
 /* The benchmark case runs (its figures are the lead's, from `mpirun ... vgrpo_mpi_tests dit_bench`): a small shape,

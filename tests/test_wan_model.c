@@ -119,22 +119,21 @@ typedef struct {
     int fwd, bwd;
 } attn_count;
 
-static int counting_fwd(void *ctx, float *o, float *lse, const float *q, const float *k, const float *v, int B, int S,
-                        int H, int Dh) {
+static int counting_fwd(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int S, int H, int Dh) {
     ((attn_count *)ctx)->fwd++;
-    k_cpu_ops.attention_forward(o, lse, q, k, v, B, S, S, H, Dh, (float)(1.0 / sqrt((double)Dh)));
+    k_cpu_ops.attention_forward(o.p, lse, q.p, k.p, v.p, B, S, S, H, Dh, (float)(1.0 / sqrt((double)Dh)));
     return 0;
 }
 
-static int counting_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                        const float *v, const float *o, const float *lse, int B, int S, int H, int Dh) {
+static int counting_bwd(void *ctx, kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v, kb_in o,
+                        const float *lse, int B, int S, int H, int Dh) {
     ((attn_count *)ctx)->bwd++;
-    k_cpu_ops.attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, S, S, H, Dh, (float)(1.0 / sqrt((double)Dh)));
+    k_cpu_ops.attention_backward(dq.p, dk.p, dv.p, dout.p, q.p, k.p, v.p, o.p, lse, B, S, S, H, Dh,
+                                 (float)(1.0 / sqrt((double)Dh)));
     return 0;
 }
 
-static int failing_fwd(void *ctx, float *o, float *lse, const float *q, const float *k, const float *v, int B, int S,
-                       int H, int Dh) {
+static int failing_fwd(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int S, int H, int Dh) {
     return core_error("ring peer 3 went away");
 }
 

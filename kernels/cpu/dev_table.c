@@ -185,6 +185,10 @@ static int c_down16(float *dst, const kb_bf16 *src, size_t n) {
     return core_error("cpu-f32 mem_download_bf16: the CPU table holds no bf16 tensors");
 }
 static int c_zero(void *p, size_t bytes) { return memset(p, 0, bytes), 0; }
+static int c_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+    for (size_t i = 0; i < height; i++) memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+    return 0;
+}
 static int c_sync(void) { return 0; }
 static int c_info(size_t *free_bytes, size_t *total_bytes) {
     return core_error("cpu-f32 mem_info: host memory (no device bound)");
@@ -254,6 +258,7 @@ const k_dev_ops k_cpu_dev_ops = {
     .mem_upload_bf16 = c_up16,
     .mem_download_bf16 = c_down16,
     .mem_zero = c_zero,
+    .mem_copy2d = c_copy2d,
     .mem_sync = c_sync,
     .mem_info = c_info,
     .add = c_add,

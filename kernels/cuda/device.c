@@ -205,6 +205,12 @@ int k_dev_zero(void *p, size_t bytes) {
     return kc_check(cudaMemsetAsync(p, 0, bytes, kc_stream), "memset");
 }
 
+int k_dev_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+    if (!width || !height) return 0;
+    return kc_check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, kc_stream),
+                    "device copy (2D)");
+}
+
 int k_dev_sync(void) { return kc_check(cudaStreamSynchronize(kc_stream), "stream sync"); }
 
 int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes) {

@@ -77,6 +77,8 @@ int k_dev_download(void *dst_host, const void *src_dev, size_t bytes);
 int k_dev_upload_bf16(kb_bf16 *dst_dev, const float *src_host, size_t n);
 int k_dev_download_bf16(float *dst_host, const kb_bf16 *src_dev, size_t n);
 int k_dev_zero(void *p, size_t bytes);
+/* height rows of width bytes, device to device on the stream (cudaMemcpy2DAsync; k_dev_ops.mem_copy2d). */
+int k_dev_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height);
 /* Waits for all work on the stream; reports an asynchronous error of an earlier launch. */
 int k_dev_sync(void);
 /* Free and total bytes of the device's memory now (cudaMemGetInfo). 0, or -1 with core_error. */

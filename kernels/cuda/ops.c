@@ -41,6 +41,7 @@ const k_dev_ops k_cuda_ops = {
     .mem_upload_bf16 = k_dev_upload_bf16,
     .mem_download_bf16 = k_dev_download_bf16,
     .mem_zero = k_dev_zero,
+    .mem_copy2d = k_dev_copy2d,
     .mem_sync = k_dev_sync,
     .mem_info = k_dev_mem_info,
     .ipc_export = k_dev_ipc_export,

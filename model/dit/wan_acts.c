@@ -355,11 +355,16 @@ size_t wan_acts_plan_bytes(const wan_config *cfg, const wan_shape *shape, wan_ac
 
 wan_dev_acts *wan_dev_acts_new(const k_dev_ops *dev, const wan_config *cfg, const wan_shape *shape,
                                wan_acts_mode mode) {
+    return wan_dev_acts_new_sp(dev, cfg, shape, mode, 1, 0);
+}
+
+wan_dev_acts *wan_dev_acts_new_sp(const k_dev_ops *dev, const wan_config *cfg, const wan_shape *shape,
+                                  wan_acts_mode mode, int sp, int sp_rank) {
     if (dev == &k_cpu_dev_ops) {
         core_error("wan_dev_acts_new: the CPU table's activations are wan_acts_new's");
         return NULL;
     }
-    return acts_new(dev, cfg, shape, mode, 1, 0);
+    return acts_new(dev, cfg, shape, mode, sp, sp_rank);
 }
 
 void wan_dev_acts_free(wan_dev_acts *a) { wan_acts_free(a); }
@@ -367,8 +372,12 @@ void wan_dev_acts_free(wan_dev_acts *a) { wan_acts_free(a); }
 size_t wan_dev_acts_bytes(const wan_dev_acts *a) { return a ? a->bytes : 0; }
 
 size_t wan_dev_acts_estimate(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode) {
+    return wan_dev_acts_estimate_sp(cfg, shape, mode, 1);
+}
+
+size_t wan_dev_acts_estimate_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp) {
     wan_acts A;
     memset(&A, 0, sizeof A);
-    if (setup(&A, NULL, cfg, shape, mode, 1, 0)) return 0; /* no table: a device's dtypes and alignment */
+    if (setup(&A, NULL, cfg, shape, mode, sp, 0)) return 0; /* no table: a device's dtypes and alignment */
     return count(&A);
 }

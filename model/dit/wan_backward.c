@@ -106,8 +106,9 @@ int wan_block_backward(const wan_exec *ex, wan_acts *A, const wan_block_weights 
     WAN_TRY(wan_zero_act(A, A->dq, X));
     WAN_TRY(wan_zero_act(A, A->dk, X));
     WAN_TRY(wan_zero_act(A, A->dv, X));
-    /* the CPU's hook (fp32 host tensors), else the table's attention */
-    if (ex ? ex->attn_bwd(ex->attn_ctx, A->dq, A->dk, A->dv, A->dob, b->q, b->k, b->v, b->o, b->lse, B, S, H, Dh)
+    /* the hook (the CPU's, or a device's sequence-parallel one), else the table's attention */
+    if (ex ? ex->attn_bwd(ex->attn_ctx, AO(A->dq), AO(A->dk), AO(A->dv), AI(A->dob), AI(b->q), AI(b->k), AI(b->v),
+                          AI(b->o), b->lse, B, S, H, Dh)
            : dev->attention_backward(AO(A->dq), AO(A->dk), AO(A->dv), AI(A->dob), AI(b->q), AI(b->k), AI(b->v),
                                      AI(b->o), b->lse, B, S, S, H, Dh, scale))
         return core_error_push("self-attention backward: ");
@@ -153,10 +154,9 @@ int wan_model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, 
     /* output: out = unpatchify(proj_out(LN(x) * (1 + scale) + shift)) */
     WAN_TRY(wan_zero_act(A, A->dpo, (int64_t)BS * A->Pout));
     if (A->sp > 1) { /* the gather's backward: this rank's rows of the full gradient (every rank holds all of it) */
-        WAN_TRY(wan_zero32(A, A->full, (int64_t)B * A->S_full * A->Pout));
-        WAN_TRY(dev->unpatchify_backward(kb_out_f32(A->full), dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1],
-                                         p[2]));
-        sp_gather_rows_backward(A->dpo, A->full, B, S, A->Pout, A->sp, A->sp_rank);
+        WAN_TRY(wan_zero_act(A, A->full, (int64_t)B * A->S_full * A->Pout));
+        WAN_TRY(dev->unpatchify_backward(AO(A->full), dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
+        WAN_TRY(sp_gather_rows_backward_dev(dev, AO(A->dpo), AI(A->full), B, S, A->Pout, A->sp, A->sp_rank));
     } else {
         WAN_TRY(dev->unpatchify_backward(AO(A->dpo), dout, B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
     }
@@ -184,7 +184,8 @@ int wan_model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, 
                                W(w->patch_w), BS, D, A->Pin));
     }
     if (dx.p && A->sp > 1) { /* every rank's rows, in sequence order: the full input gradient on every rank */
-        if (sp_gather_rows(ex->sp, A->full, A->dxp, B, S, A->Pin)) return core_error_push("d x: ");
+        if (sp_gather_rows_dev(dev, ex->sp, kb_out_f32(A->full), kb_in_f32(A->dxp), B, S, A->Pin))
+            return core_error_push("d x: ");
         WAN_TRY(dev->patchify_backward(dx, kb_in_f32(A->full), B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1],
                                        p[2]));
     } else if (dx.p) {

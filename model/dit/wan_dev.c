@@ -128,19 +128,31 @@ int wan_dev_forward(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x
 
 int wan_dev_forward_lora(const wan_dev_model *d, wan_dev_acts *A, kb_out out, kb_in x, const float *timestep,
                          kb_in enc, int use_lora) {
-    if (check_pair(d, A, "wan_dev_forward")) return -1;
+    return wan_dev_forward_sp(d, A, NULL, out, x, timestep, enc, use_lora);
+}
+
+int wan_dev_forward_sp(const wan_dev_model *d, wan_dev_acts *A, const wan_exec *ex, kb_out out, kb_in x,
+                       const float *timestep, kb_in enc, int use_lora) {
+    if (check_pair(d, A, "wan_dev_forward") || wan_exec_check_sp(ex, A, "wan_dev_forward")) return -1;
     mview_dev(A, d, use_lora); /* the backward follows the forward's adapter choice */
-    if (wan_model_forward(NULL, A, out, x, timestep, enc)) return core_error_push("wan_dev_forward: ");
+    /* the table's attention on the whole sequence, or the SP hook on this rank's slice */
+    if (wan_model_forward(A->sp > 1 ? ex : NULL, A, out, x, timestep, enc)) return core_error_push("wan_dev_forward: ");
     return 0;
 }
 
 int wan_dev_backward(wan_dev_model *d, wan_dev_acts *A, kb_out dx, kb_out denc, kb_in dout) {
+    return wan_dev_backward_sp(d, A, NULL, dx, denc, dout);
+}
+
+int wan_dev_backward_sp(wan_dev_model *d, wan_dev_acts *A, const wan_exec *ex, kb_out dx, kb_out denc, kb_in dout) {
     if (!d->grads && !(A->mv.lora && d->lora_grads)) /* LoRA: the adapter's, the base frozen */
         return core_error("wan_dev_backward: gradients are not allocated (wan_dev_alloc_grads)");
     if (A->mode == WAN_ACTS_INFER) return core_error("wan_dev_backward: activations were allocated for inference only");
     if (!A->have_forward) return core_error("wan_dev_backward: no forward has run on these activations");
     if (check_pair(d, A, "wan_dev_backward")) return -1;
+    if (wan_exec_check_sp(ex, A, "wan_dev_backward")) return -1;
     mview_dev(A, d, A->mv.lora != NULL); /* the gradients as they are now */
-    if (wan_model_backward(NULL, A, dx, denc, dout)) return core_error_push("wan_dev_backward: ");
+    if (wan_model_backward(A->sp > 1 ? ex : NULL, A, dx, denc, dout))
+        return core_error_push("wan_dev_backward: ");
     return 0;
 }

@@ -34,8 +34,9 @@
  * (cuDNN's SDPA backward). Every preset satisfies them (tiny included); tests' smallest configs may not.
  * LoRA (model/dit/wan_lora.h): an adapter attached to the host model is copied too (bf16 A and B, fp32 gradients),
  * applied after every adapted linear unless the forward says not (wan_dev_forward_lora); its rank must be a multiple
- * of 8. Not supported yet: sequence parallelism (one device), the self-attention hook (the device attention is
- * cuDNN's).
+ * of 8. Sequence parallelism: wan_dev_acts_new_sp and wan_dev_forward_sp / wan_dev_backward_sp run the DiT's SP
+ * branches (model/dit/wan_forward.c) on the bf16 activations with a sequence-parallel self-attention hook on device
+ * tensors (sp/usp_attention.h on this device's table); without SP the self-attention is the table's (cuDNN's).
  * The rollout engine and the trainer reach this model through the executor of model/dit/wan_dev_exec.h (host fp32
  * tensors in and out, device copies per host model and weights version).
  *
@@ -121,12 +122,20 @@ typedef struct wan_acts wan_dev_acts; /* the one activation struct (model/dit/wa
  * NULL with core_error on a bad shape or when the device is out of memory. */
 wan_dev_acts *wan_dev_acts_new(const k_dev_ops *dev, const wan_config *cfg, const wan_shape *shape,
                                wan_acts_mode mode);
+/* The activations of sequence-parallel rank sp_rank of sp (wan_acts_new_sp's slicing, on the device: bf16 per-token
+ * tensors for S/sp tokens, the full-sequence scratch); use with wan_dev_forward_sp / wan_dev_backward_sp and an SP
+ * group of that size and rank. sp 1 is wan_dev_acts_new. */
+wan_dev_acts *wan_dev_acts_new_sp(const k_dev_ops *dev, const wan_config *cfg, const wan_shape *shape,
+                                  wan_acts_mode mode, int sp, int sp_rank);
 void wan_dev_acts_free(wan_dev_acts *a);
 /* Device bytes held by a. */
 size_t wan_dev_acts_bytes(const wan_dev_acts *a);
 /* The device bytes wan_dev_acts_new would allocate (the start-up memory estimate), or 0 with core_error on a bad
  * config or shape. */
 size_t wan_dev_acts_estimate(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
+/* The same for one rank of sequence parallelism of degree sp (wan_dev_acts_new_sp); 0 with core_error also when the
+ * tokens are not a multiple of sp. */
+size_t wan_dev_acts_estimate_sp(const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode, int sp);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Forward and backward (device pointers unless said) */
@@ -150,6 +159,15 @@ int wan_dev_forward_lora(const wan_dev_model *d, wan_dev_acts *a, kb_out out, kb
  * [B, L, text_dim] when their .p is not NULL. The timestep gets no gradient. 0 or -1 (no gradients, wrong
  * mode, no forward, a failed op). */
 int wan_dev_backward(wan_dev_model *d, wan_dev_acts *a, kb_out dx, kb_out denc, kb_in dout);
+/* The two under sequence parallelism (a from wan_dev_acts_new_sp): ex->sp the SP group (its comm moves device
+ * buffers), ex->attn_fwd/attn_bwd a sequence-parallel self-attention on device tensors (sp_usp_forward/backward
+ * with an sp_usp on this device's table); wan_dev_forward / wan_dev_backward's contract otherwise, collective over
+ * ex->sp as wan_forward / wan_backward are (out, dx, denc full on every rank; parameter gradients this rank's part).
+ * ex NULL or sp 1: exactly wan_dev_forward_lora / wan_dev_backward. -1 with core_error also when ex does not fit a
+ * (wan_exec_check_sp). */
+int wan_dev_forward_sp(const wan_dev_model *d, wan_dev_acts *a, const wan_exec *ex, kb_out out, kb_in x,
+                       const float *timestep, kb_in enc, int use_lora);
+int wan_dev_backward_sp(wan_dev_model *d, wan_dev_acts *a, const wan_exec *ex, kb_out dx, kb_out denc, kb_in dout);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Host-memory conveniences and the comparison with the CPU model (model/dit/wan_dev_run.c) */

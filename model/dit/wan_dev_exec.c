@@ -149,8 +149,9 @@ void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m) {
         }
 }
 
-wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode) {
-    return wan_dev_acts_new(x->dev, cfg, shape, mode);
+wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode,
+                                int sp, int sp_rank) {
+    return wan_dev_acts_new_sp(x->dev, cfg, shape, mode, sp, sp_rank);
 }
 
 /* At least n floats of device staging. */
@@ -166,11 +167,11 @@ static float *staging(wan_dev_exec *x, size_t n) {
 
 int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
                          const float *timestep, const float *enc) {
-    return wan_dev_exec_forward_lora(x, m, a, out, xin, timestep, enc, 1);
+    return wan_dev_exec_forward_lora(x, m, a, NULL, out, xin, timestep, enc, 1);
 }
 
-int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
-                              const float *timestep, const float *enc, int use_lora) {
+int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const wan_exec *ex, float *out,
+                              const float *xin, const float *timestep, const float *enc, int use_lora) {
     const k_dev_ops *dev = x->dev;
     const wan_config *c = &m->cfg;
     const wan_shape *sh = &a->shape;
@@ -182,7 +183,7 @@ int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts 
     if (!io) return core_error_push("wan_dev_exec_forward: ");
     float *x_d = io, *e_d = io + nx, *o_d = io + nx + ne;
     if (dev->mem_upload(x_d, xin, nx * 4) || dev->mem_upload(e_d, enc, ne * 4) ||
-        wan_dev_forward_lora(&s->d, a, kb_out_f32(o_d), kb_in_f32(x_d), timestep, kb_in_f32(e_d), use_lora) ||
+        wan_dev_forward_sp(&s->d, a, ex, kb_out_f32(o_d), kb_in_f32(x_d), timestep, kb_in_f32(e_d), use_lora) ||
         dev->mem_download(out, o_d, no * 4) || dev->mem_sync())
         return core_error_push("wan_dev_exec_forward (%s): ", wan_dev_exec_name(x));
     return 0;
@@ -194,14 +195,15 @@ int wan_dev_exec_zero_grads(wan_dev_exec *x, const wan_model *m) {
     return 0;
 }
 
-int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const float *dout) {
+int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const wan_exec *ex,
+                          const float *dout) {
     const k_dev_ops *dev = x->dev;
     const wan_shape *sh = &a->shape;
     const size_t no = (size_t)sh->B * m->cfg.out_channels * sh->F * sh->H * sh->W;
     slot *s = get(x, m);
     float *g_d = s ? staging(x, no) : NULL;
     if (!g_d || wan_dev_alloc_grads(&s->d)) return core_error_push("wan_dev_exec_backward: ");
-    if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward(&s->d, a, WAN_NO_OUT, WAN_NO_OUT, kb_in_f32(g_d)) ||
+    if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward_sp(&s->d, a, ex, WAN_NO_OUT, WAN_NO_OUT, kb_in_f32(g_d)) ||
         dev->mem_sync())
         return core_error_push("wan_dev_exec_backward (%s): ", wan_dev_exec_name(x));
     return 0;

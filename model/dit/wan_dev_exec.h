@@ -73,8 +73,10 @@ void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m);
 
 /* ---- forward and backward with host tensors ---- */
 
-/* Device activations for m's config, the call's shape and mode (wan_dev_acts_new on the executor's device). */
-wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode);
+/* Device activations for m's config, the call's shape and mode (wan_dev_acts_new_sp on the executor's device):
+ * rank sp_rank of sequence parallelism of degree sp (1, 0: the whole sequence). */
+wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wan_shape *shape, wan_acts_mode mode,
+                                int sp, int sp_rank);
 
 /* wan_forward's contract with the model on the device: x [B, C, F, H, W], timestep [B] (or [B, S]), enc
  * [B, L, text_dim] host fp32 -> out [B, C_out, F, H, W] host fp32 (the device's fp32 velocity). The shape is a's.
@@ -82,13 +84,17 @@ wan_dev_acts *wan_dev_exec_acts(wan_dev_exec *x, const wan_config *cfg, const wa
  * (the emulated device: tested; the GPU: gpu_check's "batch mates" row). 0 or -1. */
 int wan_dev_exec_forward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
                          const float *timestep, const float *enc);
-/* With m's LoRA adapter applied (use_lora 1, as wan_dev_exec_forward) or not (0: the base, wan_exec.lora_off). */
-int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, float *out, const float *xin,
-                              const float *timestep, const float *enc, int use_lora);
+/* With m's LoRA adapter applied (use_lora 1, as wan_dev_exec_forward) or not (0: the base, wan_exec.lora_off).
+ * ex: NULL, or the sequence-parallel part of the call (wan_dev_forward_sp: ex->sp, ex->attn_*; a from
+ * wan_dev_exec_acts with that degree and rank): collective over ex->sp, out full on every rank. */
+int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const wan_exec *ex, float *out,
+                              const float *xin, const float *timestep, const float *enc, int use_lora);
 /* wan_backward's contract: dout [B, C_out, F, H, W] host fp32; the parameter gradients ACCUMULATE (+=) into m's
  * device gradients (allocated zeroed on first use; wan_dev_exec_zero_grads): with a LoRA adapter on m, the
- * adapter's (wan_dev_model.lora_grads; the base is frozen). No dx / d enc. 0 or -1. */
-int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const float *dout);
+ * adapter's (wan_dev_model.lora_grads; the base is frozen). No dx / d enc. ex as in wan_dev_exec_forward_lora
+ * (under SP the gradients are this rank's part: the caller sums them over the trainer ranks). 0 or -1. */
+int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, const wan_exec *ex,
+                          const float *dout);
 /* Zeroes m's device gradients (allocating them). */
 int wan_dev_exec_zero_grads(wan_dev_exec *x, const wan_model *m);
 

@@ -69,6 +69,7 @@
 #include <stdint.h>
 
 #include "core/philox.h"
+#include "kernels/body/kb_base.h"
 #include "kernels/kernels.h"
 #include "sp/comm.h"
 
@@ -259,13 +260,13 @@ int wan_model_save(const wan_model *m, const char *dir);
  * Forward and backward */
 
 /* Self-attention through one function pointer (sp/ supplies Ulysses x Ring; the default is ops->attention_*).
- * q, k, v, o [B, S, H, Dh] (S: the tokens this call sees), lse [B, H, S] natural log; scale 1/sqrt(Dh) is the
+ * q, k, v, o [B, S, H, Dh] typed views in the activations' dtype and memory (fp32 host tensors on the CPU, bf16
+ * device tensors on a device; S: the tokens this call sees), lse [B, H, S] fp32 natural log; scale 1/sqrt(Dh) is the
  * implementation's to apply. Backward accumulates (+=) into dq, dk, dv. Return 0, or -1 with core_error. */
-typedef int (*wan_self_attn_fwd_fn)(void *ctx, float *o, float *lse, const float *q, const float *k,
-                                     const float *v, int B, int S, int H, int Dh);
-typedef int (*wan_self_attn_bwd_fn)(void *ctx, float *dq, float *dk, float *dv, const float *dout,
-                                     const float *q, const float *k, const float *v, const float *o,
-                                     const float *lse, int B, int S, int H, int Dh);
+typedef int (*wan_self_attn_fwd_fn)(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int S, int H,
+                                     int Dh);
+typedef int (*wan_self_attn_bwd_fn)(void *ctx, kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k,
+                                     kb_in v, kb_in o, const float *lse, int B, int S, int H, int Dh);
 
 /* How a forward/backward runs: the kernels, the self-attention and (optionally) the sequence-parallel group.
  * ops NULL = &k_cpu_ops, the only table taken (the model runs on k_cpu_dev_ops, whose entries are k_cpu_ops'; ops
@@ -284,7 +285,10 @@ typedef struct {
     int lora_off;            /* 1: run without the model's LoRA adapter (the KL reference = the base model) */
     struct wan_dev_exec *dev; /* not NULL: the model runs on a device (model/dit/wan_dev_exec.h, model.device cuda):
                                 wan_exec_forward / wan_exec_backward (model/dit/wan_executor.h) hand the call to that
-                                executor (wan_forward / wan_backward ignore this field); NULL: the fp32 CPU model */
+                                executor (wan_forward / wan_backward ignore this field); NULL: the fp32 CPU model.
+                                With sp (more than one rank) the device runs the same sequence-parallel branches on
+                                its bf16 activations: attn_fwd/attn_bwd must then take device tensors (an sp_usp
+                                whose table is the device's), sp's comm must move device buffers */
 } wan_exec;
 
 /* Problem size of one call. */

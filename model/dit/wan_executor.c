@@ -17,12 +17,9 @@ wan_exec_acts *wan_exec_acts_new(const wan_exec *ex, const wan_config *cfg, cons
                                  wan_acts_mode mode) {
     wan_exec_acts *a = calloc(1, sizeof *a);
     if (!a) return core_error("wan_exec_acts_new: out of memory"), NULL;
-    if (ex && ex->dev) {
-        a->dev = wan_dev_exec_acts(ex->dev, cfg, shape, mode);
-    } else {
-        const int sp = ex && ex->sp ? ex->sp->size : 1, sp_rank = ex && ex->sp ? ex->sp->rank : 0;
-        a->cpu = wan_acts_new_sp(cfg, shape, mode, sp, sp_rank);
-    }
+    const int sp = ex && ex->sp ? ex->sp->size : 1, sp_rank = ex && ex->sp ? ex->sp->rank : 0;
+    if (ex && ex->dev) a->dev = wan_dev_exec_acts(ex->dev, cfg, shape, mode, sp, sp_rank);
+    else a->cpu = wan_acts_new_sp(cfg, shape, mode, sp, sp_rank);
     if (!a->cpu && !a->dev) {
         free(a);
         return NULL;
@@ -48,13 +45,13 @@ static int check_where(const wan_exec *ex, const wan_exec_acts *a, const char *w
 int wan_exec_forward(const wan_model *m, wan_exec_acts *a, const wan_exec *ex, float *out, const float *x,
                      const float *timestep, const float *enc) {
     if (check_where(ex, a, "wan_exec_forward")) return -1;
-    if (a->dev) return wan_dev_exec_forward_lora(ex->dev, m, a->dev, out, x, timestep, enc, !ex->lora_off);
+    if (a->dev) return wan_dev_exec_forward_lora(ex->dev, m, a->dev, ex, out, x, timestep, enc, !ex->lora_off);
     return wan_forward(m, a->cpu, ex, out, x, timestep, enc);
 }
 
 int wan_exec_backward(wan_model *m, wan_exec_acts *a, const wan_exec *ex, const float *dout) {
     if (check_where(ex, a, "wan_exec_backward")) return -1;
-    if (a->dev) return wan_dev_exec_backward(ex->dev, m, a->dev, dout);
+    if (a->dev) return wan_dev_exec_backward(ex->dev, m, a->dev, ex, dout);
     return wan_backward(m, a->cpu, ex, NULL, NULL, dout);
 }
 

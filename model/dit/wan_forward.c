@@ -18,18 +18,17 @@
 
 float wan_attn_scale(int Dh) { return (float)(1.0 / sqrt((double)Dh)); }
 
-static int default_attn_fwd(void *ctx, float *o, float *lse, const float *q, const float *k, const float *v, int B,
-                            int S, int H, int Dh) {
+static int default_attn_fwd(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, int B, int S, int H,
+                            int Dh) {
     const k_ops *ops = ctx;
-    ops->attention_forward(o, lse, q, k, v, B, S, S, H, Dh, wan_attn_scale(Dh));
+    ops->attention_forward(o.p, lse, q.p, k.p, v.p, B, S, S, H, Dh, wan_attn_scale(Dh));
     return 0;
 }
 
-static int default_attn_bwd(void *ctx, float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, const float *o, const float *lse, int B, int S, int H,
-                            int Dh) {
+static int default_attn_bwd(void *ctx, kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_in q, kb_in k, kb_in v,
+                            kb_in o, const float *lse, int B, int S, int H, int Dh) {
     const k_ops *ops = ctx;
-    ops->attention_backward(dq, dk, dv, dout, q, k, v, o, lse, B, S, S, H, Dh, wan_attn_scale(Dh));
+    ops->attention_backward(dq.p, dk.p, dv.p, dout.p, q.p, k.p, v.p, o.p, lse, B, S, S, H, Dh, wan_attn_scale(Dh));
     return 0;
 }
 
@@ -169,8 +168,8 @@ int wan_block_forward(const wan_exec *ex, const wan_acts *A, const wan_block_wei
     LIN(b->k_pre, b->xm1, w->attn1.to_k_w, w->attn1.to_k_b, BS, D, D, WAN_LORA_ATTN1_TO_K);
     LIN(b->v, b->xm1, w->attn1.to_v_w, w->attn1.to_v_b, BS, D, D, WAN_LORA_ATTN1_TO_V);
     WAN_TRY(wan_ew_qk(A, &w->attn1, b));
-    /* the CPU's hook (the whole sequence, or sequence-parallel: fp32 host tensors), else the table's attention */
-    if (ex ? ex->attn_fwd(ex->attn_ctx, b->o, b->lse, b->q, b->k, b->v, B, S, A->H, A->Dh)
+    /* the hook (the CPU's: the whole sequence or sequence-parallel; a device's: sequence-parallel), else the table's */
+    if (ex ? ex->attn_fwd(ex->attn_ctx, AO(b->o), b->lse, AI(b->q), AI(b->k), AI(b->v), B, S, A->H, A->Dh)
            : dev->attention_forward(AO(b->o), b->lse, AI(b->q), AI(b->k), AI(b->v), B, S, S, A->H, A->Dh, scale))
         return core_error_push("self-attention: ");
     LIN(b->y1, b->o, w->attn1.to_out_w, w->attn1.to_out_b, BS, D, D, WAN_LORA_ATTN1_TO_OUT);
@@ -206,12 +205,11 @@ int wan_model_forward(const wan_exec *ex, wan_acts *A, kb_out out, kb_in x, cons
     A->have_forward = 0;
     if (wan_lora_acts_prepare(A)) return -1;
 
-    /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order. Under SP (the
-     * CPU) the full sample is patchified and this rank's rows [s0, s0+S) embedded. */
+    /* patch embedding: Conv3d(kernel = stride = patch) = patchify + GEMM; tokens in (f, h, w) order. Under SP the
+     * full sample is patchified (in the activations' dtype) and this rank's rows [s0, s0+S) embedded. */
     if (A->sp > 1) {
-        WAN_TRY(dev->patchify_forward(kb_out_f32(A->full), x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1],
-                                      p[2]));
-        sp_shard_rows(A->xp, A->full, B, S, A->Pin, A->sp, A->sp_rank);
+        WAN_TRY(dev->patchify_forward(AO(A->full), x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
+        WAN_TRY(sp_shard_rows_dev(dev, AO(A->xp), AI(A->full), B, S, A->Pin, A->sp, A->sp_rank));
     } else {
         WAN_TRY(dev->patchify_forward(AO(A->xp), x, B, c->in_channels, sh->F, sh->H, sh->W, p[0], p[1], p[2]));
     }
@@ -257,7 +255,7 @@ int wan_model_forward(const wan_exec *ex, wan_acts *A, kb_out out, kb_in x, cons
                            A->Pout, D));
     WAN_TRY(wan_lora_fwd(A, -1, WAN_LORA_PROJ_OUT, kb_out_f32(A->po), AI(A->xmo), BS));
     if (A->sp > 1) { /* every rank gets every slice: the same full velocity everywhere */
-        if (sp_gather_rows(ex->sp, A->full, A->po, B, S, A->Pout)) return -1;
+        if (sp_gather_rows_dev(dev, ex->sp, kb_out_f32(A->full), kb_in_f32(A->po), B, S, A->Pout)) return -1;
         WAN_TRY(dev->unpatchify_forward(out, kb_in_f32(A->full), B, c->out_channels, sh->F, sh->H, sh->W, p[0], p[1],
                                         p[2]));
     } else {

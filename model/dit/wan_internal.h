@@ -76,14 +76,15 @@ struct wan_acts {
     wan_shape shape;
     wan_acts_mode mode;
     int S, Fp, Hp, Wp;           /* tokens this rank runs (S_full / sp); patch grid of the full sample */
-    int S_full, s0, sp, sp_rank; /* sequence parallelism (CPU only): all tokens, first local token, degree, rank */
+    int S_full, s0, sp, sp_rank; /* sequence parallelism: all tokens, first local token, degree, rank */
     int D, Dh, H, Fd, L;         /* dims; L = text tokens */
     int R;                       /* modulation rows: B, or B*S with per-token timesteps */
     int Pin, Pout;               /* C*pt*ph*pw, C_out*pt*ph*pw */
     float *rope_cos, *rope_sin;  /* [S, Dh/2] fp32: rows [s0, s0+S) of the full grid's table */
     void *xp;                    /* [B,S,Pin] patchified input (this rank's tokens) */
-    float *full;                 /* sp > 1: [B,S_full,max(Pin,Pout)] scratch: patchified full input; gathered
-                                    proj_out output; full dout rows; gathered input gradient. NULL when sp == 1 */
+    float *full;                 /* sp > 1: [B,S_full,max(Pin,Pout)] fp32-sized scratch: patchified full input and
+                                    full dout rows (the activations' dtype); gathered proj_out output and input
+                                    gradient (fp32). NULL when sp == 1 */
     float *denc_part;            /* sp > 1, training: [B,L,text_dim] this rank's part of d enc. NULL otherwise */
     float *tsin_host;            /* HOST [R, freq_dim] sinusoidal timestep features (the CPU's: tsin itself) */
     void *tsin;                  /* [R, freq_dim] the same in the activations' dtype */

@@ -31,6 +31,7 @@ int mpi_case_comm(sp_comm *world, int argc, char **argv);
 int mpi_case_usp(sp_comm *world, int argc, char **argv);
 int mpi_case_dit(sp_comm *world, int argc, char **argv);
 int mpi_case_dit_bench(sp_comm *world, int argc, char **argv);
+int mpi_case_dit_dev(sp_comm *world, int argc, char **argv);
 int mpi_case_dp(sp_comm *world, int argc, char **argv);
 int mpi_case_zero(sp_comm *world, int argc, char **argv);
 int mpi_case_nccl(sp_comm *world, int argc, char **argv);

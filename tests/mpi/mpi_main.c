@@ -40,6 +40,8 @@ static const struct {
      "nccl [PIECE]              the comm table on the fake NCCL (VGRPO_NCCL_LIB) vs MPI; exact sums bit for bit"},
     {"zero_dev", mpi_case_zero_dev,
      "zero_dev                  data parallelism and ZeRO on the emulated device vs the CPU path, bit for bit"},
+    {"dit_dev", mpi_case_dit_dev,
+     "dit_dev SP ULYSSES [F H W B PER_TOKEN]  the DiT's SP on the emulated device (bf16) vs its single-rank run"},
     {"dit_bench", mpi_case_dit_bench,
      "dit_bench SP ULYSSES [F H W L LAYERS REPS]    per-rank activation bytes and fwd+bwd wall time (benchmark)"},
 };

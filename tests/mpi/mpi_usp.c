@@ -64,8 +64,9 @@ static int run_usp(sp_usp *u, float *const *out, const float *q, const float *k,
                    int B, int S_l, int H, int Dh) {
     size_t n = (size_t)B * S_l * H * Dh;
     for (int t = 2; t < NT; t++) memset(out[t], 0, n * sizeof(float));
-    if (sp_usp_forward(u, out[0], out[1], q, k, v, B, S_l, H, Dh)) return -1;
-    return sp_usp_backward(u, out[2], out[3], out[4], dout, q, k, v, out[0], out[1], B, S_l, H, Dh);
+    if (sp_usp_forward(u, kb_out_f32(out[0]), out[1], kb_in_f32(q), kb_in_f32(k), kb_in_f32(v), B, S_l, H, Dh)) return -1;
+    return sp_usp_backward(u, kb_out_f32(out[2]), kb_out_f32(out[3]), kb_out_f32(out[4]), kb_in_f32(dout), kb_in_f32(q),
+                           kb_in_f32(k), kb_in_f32(v), kb_in_f32(out[0]), out[1], B, S_l, H, Dh);
 }
 
 int mpi_case_usp(sp_comm *world, int argc, char **argv) {
@@ -143,7 +144,8 @@ int mpi_case_usp(sp_comm *world, int argc, char **argv) {
         MCHECK(!memcmp(r1[i], r2[i], loc_n[i] * 4), "rank %d: %s differs between two runs", world->rank, tname[i]);
     }
     /* Accumulation: a third backward into run 2's gradients doubles them exactly (x + x is exact). */
-    if (sp_usp_backward(&u, r2[2], r2[3], r2[4], dl, ql, kl, vl, r1[0], r1[1], B, S_l, H, Dh)) {
+    if (sp_usp_backward(&u, kb_out_f32(r2[2]), kb_out_f32(r2[3]), kb_out_f32(r2[4]), kb_in_f32(dl), kb_in_f32(ql),
+                        kb_in_f32(kl), kb_in_f32(vl), kb_in_f32(r1[0]), r1[1], B, S_l, H, Dh)) {
         fprintf(stderr, "rank %d: %s\n", world->rank, core_last_error());
         rc = 1;
         goto out;
@@ -155,7 +157,8 @@ int mpi_case_usp(sp_comm *world, int argc, char **argv) {
     }
     /* Heads not divisible by the Ulysses degree: refused before any communication. */
     if (ul > 1)
-        MCHECK(sp_usp_forward(&u, r1[0], r1[1], ql, kl, vl, B, S_l / 2, ul + 1, Dh) == -1 &&
+        MCHECK(sp_usp_forward(&u, kb_out_f32(r1[0]), r1[1], kb_in_f32(ql), kb_in_f32(kl), kb_in_f32(vl), B, S_l / 2, ul + 1,
+                              Dh) == -1 &&
                    strstr(core_last_error(), "not a multiple of the Ulysses degree"),
                "heads %% Ulysses: %s", core_last_error());
 

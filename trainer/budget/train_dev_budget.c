@@ -20,10 +20,23 @@
 #define GIB (1024.0 * MIB)
 
 /* The device's LoRA scratch (wan_dev_lora_prepare): the CPU model's two [maxM, rank] buffers
- * (wan_lora_scratch_floats, one device: sp 1), in bf16. */
-static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank) {
+ * (wan_lora_scratch_floats for S / sp tokens), in bf16. */
+static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank, int sp) {
     const wan_lora_config lc = {.rank = rank};
-    return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, 1);
+    return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, sp);
+}
+
+/* Sequence parallelism's largest transient device buffer beside the activations (bytes; 0 at sp 1): the USP
+ * attention backward's workspace and messages (sp/usp_attention.c: 12 tensors of the local q's size and an LSE in
+ * hand, the all-to-all's send and receive buffers of 5 tensors and an LSE each: 22 bf16 tensors of n = B x S/sp x
+ * dim elements and 3 fp32 LSEs of nl = B x heads x S/sp; its forward needs less) or the velocity's all-gather
+ * (sp/shard.c: the full [B, S, C_out*pt*ph*pw] fp32). */
+static double sp_transient(const wan_config *c, const wan_shape *sh, int sp, double S) {
+    if (sp <= 1) return 0;
+    const double Sl = S / sp, n = (double)sh->B * Sl * wan_dim(c), nl = (double)sh->B * c->num_attention_heads * Sl;
+    const double usp = 22.0 * 2.0 * n + 3.0 * 4.0 * nl;
+    const double gather = 4.0 * sh->B * S * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    return usp > gather ? usp : gather;
 }
 
 static double tokens(const wan_config *c, const wan_shape *sh) {
@@ -54,12 +67,19 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     double big = 0; /* the largest forward's staging */
     if (q->train) {
         const wan_shape *ts = &q->train_shape;
-        /* the device's count of the DiT's one planning pass (model/dit/wan_acts.c: bf16 activations) */
-        const size_t ta = wan_dev_acts_estimate(c, ts, q->mode);
-        const size_t ra = q->ref_forward ? wan_dev_acts_estimate(c, ts, WAN_ACTS_INFER) : 0;
+        const int sp = q->sp > 1 ? q->sp : 1, U = q->ulysses > 1 ? q->ulysses : 1;
+        /* the device's count of the DiT's one planning pass (model/dit/wan_acts.c: bf16 activations; one rank's under
+         * sequence parallelism, the reference forward's too: it runs through the same executor) */
+        const size_t ta = wan_dev_acts_estimate_sp(c, ts, q->mode, sp);
+        const size_t ra = q->ref_forward ? wan_dev_acts_estimate_sp(c, ts, WAN_ACTS_INFER, sp) : 0;
         if (!ta || (q->ref_forward && !ra)) return -1;
-        b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank) : 0);
-        const double S = tokens(c, ts), D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
+        const double Sf = tokens(c, ts);
+        b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank, sp) : 0) +
+                        sp_transient(c, ts, sp, Sf);
+        /* S: the queries of a call (this rank's tokens), Sr: the self-attention's keys (the ring block), Hs: its
+         * heads (after the Ulysses all-to-all) */
+        const double S = Sf / sp, D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
+        const int Sr = (int)(S * U), Hs = c->num_attention_heads / U;
         /* cuDNN's deterministic attention backward (kernels/cuda/attn_cudnn.c): per call a head group's dP
          * workspace (hc x pad128(Sq) x pad128(Skv) bf16, hc the heads that fit the call's budget,
          * kernels/cuda/attn_sched.h) and 1 MiB of cuDNN's own, then the group's fp32 row sums; the larger of the
@@ -69,11 +89,11 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         const int64_t budget = kc_attn_workspace_budget();
         double ws = 0;
         for (int x = 0; x < 2; x++) {
-            const int Skv = x ? iL : iS;
+            const int Sq = x ? iS : Sr, Skv = x ? iL : Sr, Hc = x ? H : Hs;
             if (Skv < 1) continue;
-            const int hc = kc_attn_heads_per_call(1, 1, iS, Skv, H, budget);
-            const double w = (double)hc * (double)((iS + 127) / 128 * 128) * (double)((Skv + 127) / 128 * 128) *
-                                 2.0 + (double)(1 << 20) + 4.0 * hc * S;
+            const int hc = kc_attn_heads_per_call(1, 1, Sq, Skv, Hc, budget);
+            const double w = (double)hc * (double)((Sq + 127) / 128 * 128) * (double)((Skv + 127) / 128 * 128) *
+                                 2.0 + (double)(1 << 20) + 4.0 * hc * Sq;
             if (w > ws) ws = w;
         }
         b->attn_ws = ws + 2.0 * ts->B * S * D + 2.0 * 2.0 * ts->B * Sk * D;
@@ -81,7 +101,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     for (int i = 0; i < q->n_rollout; i++) {
         const size_t ro = wan_dev_acts_estimate(c, &q->rollout[i], WAN_ACTS_INFER);
         if (!ro) return -1;
-        b->roll_acts += (double)ro + (rank ? lora_scratch(c, &q->rollout[i], rank) : 0);
+        b->roll_acts += (double)ro + (rank ? lora_scratch(c, &q->rollout[i], rank, 1) : 0);
     }
     const wan_shape *sh[3] = {q->train ? &q->train_shape : NULL, q->n_rollout > 0 ? &q->rollout[0] : NULL,
                               q->n_rollout > 1 ? &q->rollout[1] : NULL};
@@ -120,7 +140,8 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
                              .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
                              .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base,
-                             .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1};
+                             .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1,
+                             .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
     q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
              : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT

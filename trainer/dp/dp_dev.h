@@ -23,7 +23,9 @@
  * upload: 3 x 4 bytes per parameter per step over the bus) and sp/comm_ranges.c's host-side sum.
  *
  * Not here: the reduction overlapping the backward (buckets on a second stream): it would reduce per micro-batch or
- * per bucket and must keep the rank-order sums; sequence parallelism on the device. */
+ * per bucket and must keep the rank-order sums. (Sequence parallelism on the device shares these reductions: every
+ * rank's partial gradients are summed over the world, dp x sp, as on the CPU; trainer/run/run_setup.c gives the
+ * device executor the USP hooks.) */
 #ifndef TRAINER_DP_DEV_H
 #define TRAINER_DP_DEV_H
 

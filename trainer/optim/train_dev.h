@@ -100,6 +100,12 @@ void trainer_dev_free(trainer_dev *D);
  *                beside it (beta > 0), + LoRA's scratch 2 x rows x max(S, L) x rank bf16 (the policy's forward only)
  *   rollout      phase (local mode, and a rollout worker): WAN_ACTS_INFER per distinct CFG setting of the experts
  *                (rows = rollout.batch_size, doubled with CFG), + LoRA's scratch
+ *   sequence parallelism (parallel.sp > 1, the trainer): the training activations are one rank's (S / sp tokens,
+ *                plus the full-sequence scratch: wan_dev_acts_estimate_sp), plus the largest transient buffer of the
+ *                forward and backward: the USP attention backward's (sp/usp_attention.c: 22 x the local q's bf16 bytes
+ *                + 3 x its LSE's fp32 bytes) or the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw); LoRA's
+ *                scratch for S / sp tokens; cuDNN's workspace for the calls' shapes (self-attention: S / ring tokens,
+ *                heads / ulysses; cross-attention: S / sp queries)
  *   allocated    = weights + gradients + optimizer + staging + the larger phase: every byte the DiT code asks
  *                mem_alloc for at its peak (the emulated device counts exactly this: tests/test_dev_budget.c)
  *   GPU only (the emulated device has no libraries): cuBLASLt's workspace TRAINER_DEV_LT_WS_MIB (gemm_lt.c's
@@ -133,6 +139,9 @@ typedef struct {
     int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
     int train;              /* 0: no training (a rollout worker) */
     wan_shape train_shape;  /* the largest training forward (B = micro-batch rows, CFG rows included) */
+    int sp, ulysses;        /* the trainer's sequence parallelism (parallel.sp, ulysses_degree; 0 or 1: none): each
+                               rank's training activations for tokens / sp, the USP attention's and the gather's
+                               transient buffers (sp/usp_attention.c, sp/shard.c) */
     wan_acts_mode mode;     /* algorithm.activations */
     int n_rollout;          /* rollout forwards held at once in the rollout phase (0, 1, or 2 with CFG on one expert
                                and off on the other) */

@@ -89,7 +89,9 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
  * tolerance < 0 ("auto"): 0 when the trainer's ring degree is 1 (sp = 1 or pure Ulysses: the same arithmetic as the
  * rollout), else the ring bound: |dv| <= 32 eps max|v| and |dlogp| <= 32 eps max(1, max|logp|) (eps = FLT_EPSILON,
  * maxima over the rollout's batch): the LSE merge of R partial attentions reassociates fp32 sums (sp/ measures at most
- * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output). Otherwise both maxima must
+ * 8 eps x scale per attention at op level, about 3.4 eps at the tiny model's output); on the device (model.device
+ * cuda: bf16 activations, the ring's merged output rounded to bf16) 8 bf16 epsilons (2^-8) in place of 32 fp32 ones
+ * (measured on the emulated device, ring 2: |dv| 2.8, |dlogp| 0.16 bf16 eps of the maxima). Otherwise both maxima must
  * be <= tolerance. Returns 0 (pass), 1 (all computed, a maximum past the tolerance: error set), -1 (failure). */
 int trainer_parity(const core_recipe *r, core_rollout_source *src, sp_comm *dp, double tolerance);
 /* trainer_parity on the weights of a checkpoint (o->resume, as trainer_run resumes: the recipe must be the

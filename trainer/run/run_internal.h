@@ -69,6 +69,7 @@ typedef struct {
     sp_comm *dpg;              /* this rank's dp group (same sp_rank): loss statistics are summed over it */
     sp_comm *nccl;             /* model.device cuda, several ranks: the trainer ranks on NCCL (sp/comm_nccl.h) */
     sp_usp usp;                /* SP > 1: the Ulysses x Ring self-attention context (its groups) */
+    sp_usp usp_dev;            /* SP > 1 on NCCL: the same groups split from the NCCL world (device buffers) */
     wan_exec exec;             /* SP > 1: the DiT's execution with USP attention and the SP group; model.device cuda:
                                   the device executor (exec.dev) */
     const wan_exec *ex;        /* &exec with SP > 1 or on a device, else NULL (the default single-rank CPU path) */

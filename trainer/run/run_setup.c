@@ -137,10 +137,6 @@ static int check_lora(const core_recipe *r) {
  * refused. */
 static int check_device(const core_recipe *r) {
     if (r->choice.device != CORE_CUDA) return 0;
-    if (r->sp != 1)
-        return core_error("parallel.sp: model.device cuda trains with data parallelism only (sp 1), got sp %d: sequence "
-                          "parallelism on the device (Ulysses all-to-all and ring attention over bf16 activations, "
-                          "with the device executor's attention hooks) is not implemented yet", r->sp);
     core_gpu_plan gp; /* who runs on which GPU (core/gpu_assign.h): an impossible assignment is refused here */
     if (core_gpu_plan_make(r, core_gpu_visible(), &gp)) return -1;
     if (r->lora_rank % 8)
@@ -370,6 +366,21 @@ static int setup_device(trainer_state *S) {
         core_log_info("trainer rank %d: gradients and weights over NCCL %d (%s), parallel.reduce %s", S->dp->rank,
                       sp_nccl_version(), sp_nccl_lib_path(), r->reduce);
     }
+    /* sequence parallelism on the device: the DiT's SP branches on its bf16 activations, the USP attention on the
+     * device's table, every message over the comm that moves device buffers (setup_parallel's MPI groups on the
+     * emulated device; groups split from the NCCL world on a GPU) */
+    if (r->sp > 1) {
+        sp_usp *u = &S->usp;
+        if (S->nccl) {
+            if (sp_usp_init(&S->usp_dev, S->nccl, &S->topo, wan_dev_exec_ops(S->dx)))
+                return core_error_push("trainer rank %d: NCCL groups of sequence parallelism: ", S->dp->rank);
+            u = &S->usp_dev;
+        } else {
+            S->usp.dev = wan_dev_exec_ops(S->dx);
+        }
+        S->exec.attn_fwd = sp_usp_forward, S->exec.attn_bwd = sp_usp_backward, S->exec.attn_ctx = u;
+        S->exec.sp = u->sp;
+    }
     return dp_dev_shards(&S->red_dev, &S->red, &S->dev); /* ZeRO over several ranks (trainer/dp/dp_dev.h) */
 }
 
@@ -454,7 +465,7 @@ void trainer_teardown(trainer_state *S) {
         wan_lora_free(&S->ema_lora[e]);
         optim_adamw_free(&S->opt[e]);
     }
-    if (S->ex) sp_usp_release(&S->usp);
+    if (S->ex) sp_usp_release(&S->usp_dev), sp_usp_release(&S->usp);
     sp_comm_destroy(S->dpg);
     sp_comm_destroy(S->nccl);
     core_prompts_free(&S->train);

@@ -60,6 +60,10 @@ static int e_download_bf16(float *d, const kb_bf16 *s, size_t n) {
     return 0;
 }
 static int e_zero(void *p, size_t b) { return memset(p, 0, b), 0; }
+static int e_copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+    for (size_t i = 0; i < height; i++) memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+    return 0;
+}
 static int e_sync(void) { return 0; }
 /* No bound of its own (host memory); tests of the device-memory refusal give it one: VGRPO_EMULATE_DEVICE_MIB. */
 static int e_mem_info(size_t *free_bytes, size_t *total_bytes) {
@@ -312,6 +316,7 @@ const k_dev_ops k_emu_ops = {
     .mem_upload_bf16 = e_upload_bf16,
     .mem_download_bf16 = e_download_bf16,
     .mem_zero = e_zero,
+    .mem_copy2d = e_copy2d,
     .mem_sync = e_sync,
     .mem_info = e_mem_info,
     .ipc_export = k_emu_ipc_export,

@@ -34,6 +34,9 @@ int k_dev_download(void *d, const void *s, size_t b) { return k_cuda_ops.mem_dow
 int k_dev_upload_bf16(kb_bf16 *d, const float *s, size_t n) { return k_cuda_ops.mem_upload_bf16(d, s, n); }
 int k_dev_download_bf16(float *d, const kb_bf16 *s, size_t n) { return k_cuda_ops.mem_download_bf16(d, s, n); }
 int k_dev_zero(void *p, size_t b) { return k_cuda_ops.mem_zero(p, b); }
+int k_dev_copy2d(void *d, size_t dp, const void *s, size_t sp, size_t w, size_t h) {
+    return k_cuda_ops.mem_copy2d(d, dp, s, sp, w, h);
+}
 int k_dev_sync(void) { return k_cuda_ops.mem_sync(); }
 int k_dev_mem_info(size_t *free_bytes, size_t *total_bytes) { return k_cuda_ops.mem_info(free_bytes, total_bytes); }
 
