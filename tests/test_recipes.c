@@ -255,3 +255,24 @@ TEST(recipes_many_gpu_fit) {
     REQUIRE(pg);
     CHECK_MSG(strstr(pg, "does NOT fit on an 80 GB H100, does NOT fit on a 141 GB H200") != NULL, "%.300s", pg);
 }
+
+/* algorithm.train_experts at --dry-run without weights: the experts are the preset's (models/Wan2.2-T2V-A14B-Diffusers
+ * names the two-expert A14B), as the estimate takes them, not "no transformer_2/ on disk". Freezing the high-noise
+ * expert leaves steps 6-8 of the recipe's from_range 0 8 4: too few, named; from_range 6 8 3 is valid; a one-expert
+ * preset still refuses transformer_2. */
+TEST(recipes_train_experts_dry_run_preset) {
+    const char *bin = test_vgrpo_bin();
+    char out[1 << 16];
+    CHECK(test_run(out, sizeof out, "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run --set algorithm.train_experts=transformer 2>&1",
+                   bin) == 0);
+    CHECK(test_run(out, sizeof out, "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run --set algorithm.train_experts=transformer_2 2>&1",
+                   bin) == 1);
+    CHECK_MSG(strstr(out, "freezes expert 0") && strstr(out, "only 3 of the candidates"), "got: %.2000s", out);
+    CHECK(test_run(out, sizeof out,
+                   "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run --set algorithm.train_experts=transformer_2 "
+                   "--set 'algorithm.timestep_selection=from_range 6 8 3' 2>&1",
+                   bin) == 0);
+    CHECK(test_run(out, sizeof out, "%s run recipes/wan2.1-t2v-1.3b.yaml --dry-run --set algorithm.train_experts=transformer_2 2>&1",
+                   bin) == 1);
+    CHECK_MSG(strstr(out, "algorithm.train_experts: transformer_2") && strstr(out, "has one expert"), "got: %.2000s", out);
+}

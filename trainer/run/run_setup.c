@@ -70,7 +70,8 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
 
 /* At least one trainable transition per sample, computed as the trainer will: the flow schedule's SDE steps (a
  * log-prob exists where step_std > 0, so never with rollout.eta 0), each routed to its expert, the frozen ones left
- * out, then the timestep selection. The number of experts is whether model.path has transformer_2/ (no weights read). */
+ * out, then the timestep selection. The number of experts is whether model.path has transformer_2/, or where it has no
+ * transformer yet the preset's (budget_transformer_config; no weights read). */
 static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win) {
     const int N = r->num_steps;
     float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
@@ -82,8 +83,16 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
     }
     if (flow_schedule(N, r->shift, sig, ts)) goto done;
     char t2[4200];
-    snprintf(t2, sizeof t2, "%s/transformer_2", r->model_path);
-    const int n_experts = core_is_dir(t2) ? 2 : 1;
+    snprintf(t2, sizeof t2, "%s/transformer/config.json", r->model_path);
+    int n_experts = 1;
+    if (access(t2, R_OK)) { /* no pipeline yet (a dry run without weights): the experts of the preset the estimate
+                               takes, the one model.init_preset would write or the folder's name names */
+        wan_config pc;
+        if (budget_transformer_config(r, &pc, &n_experts, NULL, 0) < 0) goto done;
+    } else {
+        snprintf(t2, sizeof t2, "%s/transformer_2", r->model_path);
+        n_experts = core_is_dir(t2) ? 2 : 1;
+    }
     const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
     int any = 0;
     for (int i = 0; i < N; i++) {
