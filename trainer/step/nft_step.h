@@ -18,7 +18,8 @@
  * over micro-batches and ranks do not depend on the split. A transition's velocity does not depend on its batch
  * mates, so the loss is the same for every micro-batch size.
  * Scope: one expert, text to video (no image condition); the old policy is a whole model (with LoRA: a model whose
- * adapter is the old adapter). */
+ * adapter is the old adapter). Tested on the CPU (ex NULL); with ex->dev the old policy must be resident on the
+ * device as the reference is (untested there). */
 #ifndef TRAINER_NFT_STEP_H
 #define TRAINER_NFT_STEP_H
 
