@@ -37,7 +37,8 @@ int nft_optimality(const float *adv, int n, float adv_clip_max, float *r_out);
  * xt = (1 - t) x0 + t noise, noise fresh per transition). slot = update * N + step (N: denoising steps; update:
  * the index of the optimizer update within the rollout step), so every (sample, step, update) draws its own noise
  * and a resumed or colocated run draws the same. eps_out may be NULL.
- *   x0, xt_out [nl] f32 (nl >= 1); 0 <= t <= 1. Errors (-1): nl < 1, t out of [0, 1] or NaN. */
+ *   x0, xt_out [nl] f32 (nl >= 1; xt_out may not alias x0); 0 <= t <= 1.
+ * Errors (-1): nl < 1, t out of [0, 1] or NaN. */
 int nft_forward_sample(const float *x0, int64_t nl, float t, uint64_t seed, uint32_t slot, uint32_t uid,
                        float *xt_out, float *eps_out);
 
