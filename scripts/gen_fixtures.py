@@ -8,6 +8,7 @@ Run from the repository root:
     .venv/bin/python scripts/gen_fixtures.py wan        # only the Wan transformer fixtures
     .venv/bin/python scripts/gen_fixtures.py flow optim safetensors   # the others (scripts/fixtures_<name>.py)
     .venv/bin/python scripts/gen_fixtures.py algo       # cps step and GRPO-Guard loss (numpy only)
+    .venv/bin/python scripts/gen_fixtures.py nft        # DiffusionNFT's loss and its gradient (torch, float64)
     .venv/bin/python scripts/gen_fixtures.py i2v        # a TI2V denoising loop (after wan and vae: their folders)
     .venv/bin/python scripts/gen_fixtures.py clip_text clip_image   # CLIP tokenizer ids and image preprocessing
     .venv/bin/python scripts/gen_fixtures.py clip       # CLIP towers (transformers, open_clip) and the aesthetic MLP
@@ -251,7 +252,8 @@ GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": 
               "optim": gen_script("optim"), "vae": gen_script("vae"), "vae_enc": gen_script("vae_enc"),
               "text": gen_script("text"), "lora": gen_script("lora"), "algo": gen_script("algo"),
               "i2v": gen_script("i2v"), "clip_text": gen_script("clip_text"), "clip_image": gen_script("clip_image"),
-              "clip": gen_script("clip"), "clip_score": gen_script("clip_score")}
+              "clip": gen_script("clip"), "clip_score": gen_script("clip_score"),
+              "nft": gen_script("nft")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
