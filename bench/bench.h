@@ -8,6 +8,8 @@
 #ifndef BENCH_BENCH_H
 #define BENCH_BENCH_H
 
+#include <stddef.h>
+
 #include "core/recipe.h"
 #include "model/clip/clip_model.h"
 
@@ -89,6 +91,9 @@ int bench_step(const char *recipe_path, const core_recipe *r, int steps, int top
 int bench_torch_load(const char *path);
 double bench_torch_figure(const char *section, const char *key, const char *field);
 void bench_torch_describe(void);
+
+/* The CPU's name from /proc/cpuinfo ("model name"), or "unknown CPU", into out (cap bytes). */
+void bench_cpu_name(char *out, size_t cap);
 
 /* The median of t[0..n) (sorted in place; n >= 1): the figure every benchmark reports. */
 double bench_median(double *t, int n);

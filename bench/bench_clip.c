@@ -89,9 +89,11 @@ int bench_clip(const bench_clip_opts *o) {
     }
     const double peak = bench_peak_gflops();
     const double fi = bench_clip_image_flops(c), ft = bench_clip_text_flops(c, S);
-    printf("vgrpo bench clip: %s (%s layout), %d thread%s, batch %d, median of %d call%s after one warm-up call; "
+    char cpu[256];
+    bench_cpu_name(cpu, sizeof cpu);
+    printf("vgrpo bench clip: %s (%s layout), %s, %d thread%s, batch %d, median of %d call%s after one warm-up call; "
            "loaded in %.1f s, %.1f M parameters\n", o->model,
-           c->format == CLIP_FORMAT_OPEN_CLIP ? "open_clip" : "transformers", nt, nt == 1 ? "" : "s", B, o->reps,
+           c->format == CLIP_FORMAT_OPEN_CLIP ? "open_clip" : "transformers", cpu, nt, nt == 1 ? "" : "s", B, o->reps,
            o->reps == 1 ? "" : "s", load_s, (double)clip_param_bytes(c) / 4e6);
     printf("vision: %dx%d, patch %d, width %d, %d layers, %d heads, MLP %d; text: %d tokens, width %d, %d layers, "
            "%d heads, MLP %d; projection %d\n", c->image_h, c->image_w, c->patch, c->vision.width, c->vision.layers,
