@@ -11,7 +11,8 @@
  * line. Returns the exit status: 0, 1 on failure (server did not start, wrong or missing reply). The options are
  * parsed in cli/cmd_bench.c.
  * Learned scorers (--models NAME=DIR [--frames K], reward/learned.h): the server gets the same --models and --frames
- * (--video-frames 9), this process loads the models for its checks, and only the batched reward-client row runs
+ * (--video-frames 9), this process loads the models for its checks (and scores one video untimed before its row, as
+ * the server's warm-up request does), and only the batched reward-client row runs
  * after the in-process row (a model forward takes seconds at real shapes; the model is serialised per process, so
  * more requests in flight add nothing; the in-process row is the unbatched figure). */
 #include <errno.h>
@@ -247,7 +248,8 @@ static int stop_server(rb_state *st, pid_t pid) {
 
 static void print_row(const char *mode, int batch, int inflight, int n, double dt) {
     int req = (n + batch - 1) / batch;
-    printf("  %-34s %6d %9d %9d %8.3f %10.1f %10.2f\n", mode, batch, inflight, req, dt, n / dt, 1e3 * dt / req);
+    printf("  %-34s %6d %9d %9d %8.3f %10.*f %10.2f\n", mode, batch, inflight, req, dt, n / dt >= 100 ? 1 : 3, n / dt,
+           1e3 * dt / req);
 }
 
 int bench_reward(const bench_reward_opts *o) {
@@ -294,6 +296,12 @@ int bench_reward(const bench_reward_opts *o) {
     printf("server: %d scoring thread%s, ipc, a separate process; every reply checked against in-process scores\n\n",
            o->threads, o->threads == 1 ? "" : "s");
     printf("  %-34s %6s %9s %9s %8s %10s %10s\n", "mode", "batch", "in flight", "requests", "s", "videos/s", "ms/request");
+    /* a learned model's first forward allocates its scratch: one untimed video first */
+    if (o->models && score_direct(&st, 0, 1) != 0) {
+        fprintf(stderr, "vgrpo bench reward: in-process scoring failed: %s\n", core_last_error());
+        stop_server(&st, pid);
+        goto out;
+    }
     double t0 = now_s();
     if (score_direct(&st, 0, n) != 0) {
         fprintf(stderr, "vgrpo bench reward: in-process scoring failed: %s\n", core_last_error());
