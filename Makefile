@@ -181,6 +181,16 @@ bench-compare: all
 	$(BUILD)/vgrpo bench umt5 --threads $(BENCH_THREADS) --torch $(BUILD)/bench-torch.json
 	$(BUILD)/vgrpo bench kernels --threads $(BENCH_THREADS)
 
+# The CLIP towers of folder CLIP_DIR (e.g. one of `scripts/fixtures_clip.py full`'s: random weights at real shapes),
+# PyTorch eager then vgrpo at the same batch (CLIP_BATCH) and threads, in one window.
+CLIP_DIR ?= /tmp/vgrpo-clip-full/b32
+CLIP_BATCH ?= 8
+.PHONY: bench-clip
+bench-clip: all
+	@rm -f $(BUILD)/bench-torch-clip.json
+	$(BENCH_PY) scripts/bench_torch.py --clip $(CLIP_DIR) --batch $(CLIP_BATCH) --threads $(BENCH_THREADS) --json $(BUILD)/bench-torch-clip.json
+	$(BUILD)/vgrpo bench clip --model $(CLIP_DIR) --batch $(CLIP_BATCH) --threads $(BENCH_THREADS) --torch $(BUILD)/bench-torch-clip.json
+
 # The layering check (scripts/check_layout.py): which folder may include which, no file-level cycles inside a
 # folder (from the objects in $(BUILD); build first), and a warning list of long cli/ files.
 .PHONY: check-layout

@@ -8,7 +8,10 @@
 #ifndef BENCH_BENCH_H
 #define BENCH_BENCH_H
 
+#include <stddef.h>
+
 #include "core/recipe.h"
+#include "model/clip/clip_model.h"
 
 /* The fp32 FMA ceiling of this machine: a register-only loop per thread at every vector width it runs, the best
  * team figure printed as the peak (bench/bench_peak.c). */
@@ -50,11 +53,14 @@ typedef struct {
     int threads;         /* the server's scoring threads, >= 1 */
     int batch;           /* videos per request in the batched rows, >= 1 */
     int inflight;        /* requests in flight in the pipelined rows, >= 1 */
+    const char *models;  /* NULL, or the learned scorers' folders "NAME=DIR,..." (reward-server --models) */
+    const char *frames;  /* NULL, or the frames a learned scorer scores (reward-server --frames) */
 } bench_reward_opts;
 
 /* Reward-server throughput: starts `vgrpo reward-server` (this executable, /proc/self/exe) on an ipc socket in a
  * fresh folder under /tmp, scores o->videos videos batched and unbatched, one and o->inflight requests in flight,
- * and checks every reply against in-process scoring. */
+ * and checks every reply against in-process scoring. With o->models (learned scorers), the models are loaded in
+ * this process too, and only the batched reward-client row runs. */
 int bench_reward(const bench_reward_opts *o);
 
 /* `vgrpo bench sync`'s settings (bench/bench_sync.c). */
@@ -70,6 +76,22 @@ typedef struct {
  * with rollout_worker_handle over an ipc:// socket. */
 int bench_sync(const bench_sync_opts *o);
 
+/* `vgrpo bench clip`'s settings (bench/bench_clip.c). */
+typedef struct {
+    const char *model; /* a CLIP folder clip_load takes */
+    int batch;         /* images (and prompts) per call, >= 1 */
+    int reps;          /* timed calls after one warm-up call, 1 .. 64 */
+    int threads;       /* OpenMP (and OpenBLAS) threads; 0 keeps the default */
+    int image, text;   /* 1: time that tower */
+} bench_clip_opts;
+
+/* The CLIP image and text towers' images/s and texts/s with GFLOP/s and % of peak, PyTorch's beside them when
+ * bench_torch_load read a "clip" section. bench_clip_image_flops / _text_flops: the FLOPs counted per image and per
+ * prompt of S tokens (the formula at the top of bench/bench_clip.c). */
+int bench_clip(const bench_clip_opts *o);
+double bench_clip_image_flops(const clip_config *c);
+double bench_clip_text_flops(const clip_config *c, int S);
+
 /* One GRPO step of recipe r (read from recipe_path, its model folder present), profiled: 1 warm-up step, then
  * `steps` timed ones (<= 64); the median step by phase (rollout, decode, reward, train) and op class, then the `top`
  * largest op rows (bench/bench_step.c). */
@@ -82,6 +104,9 @@ int bench_step(const char *recipe_path, const core_recipe *r, int steps, int top
 int bench_torch_load(const char *path);
 double bench_torch_figure(const char *section, const char *key, const char *field);
 void bench_torch_describe(void);
+
+/* The CPU's name from /proc/cpuinfo ("model name"), or "unknown CPU", into out (cap bytes). */
+void bench_cpu_name(char *out, size_t cap);
 
 /* The median of t[0..n) (sorted in place; n >= 1): the figure every benchmark reports. */
 double bench_median(double *t, int n);

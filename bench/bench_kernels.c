@@ -76,7 +76,7 @@ static void run_attn(void *p) {
 
 static int reps_for(double gflop, int quick) { return quick ? 1 : gflop > 20.0 ? 3 : 5; }
 
-static void cpu_name(char *out, size_t cap) {
+void bench_cpu_name(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (!f) return;
@@ -144,7 +144,7 @@ int bench_kernels(int threads, int quick) {
         openblas_set_num_threads(threads); /* the OpenMP build also follows omp_set_num_threads */
     }
     char cpu[256];
-    cpu_name(cpu, sizeof cpu);
+    bench_cpu_name(cpu, sizeof cpu);
     const int nt = omp_get_max_threads();
     printf("vgrpo bench kernels: %d thread%s, %s (%d logical CPUs online), %s\n", nt, nt == 1 ? "" : "s", cpu,
            omp_get_num_procs(), openblas_get_config());

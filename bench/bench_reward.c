@@ -9,7 +9,12 @@
  * values, bit for bit), so a fast wrong server does not pass. The first row is that in-process scoring on one thread:
  * the ceiling per scoring thread, with no transport. Ends with a `shutdown` message and prints the server's stats
  * line. Returns the exit status: 0, 1 on failure (server did not start, wrong or missing reply). The options are
- * parsed in cli/cmd_bench.c. */
+ * parsed in cli/cmd_bench.c.
+ * Learned scorers (--models NAME=DIR [--frames K], reward/learned.h): the server gets the same --models and --frames
+ * (--video-frames 9), this process loads the models for its checks (and scores one video untimed before its row, as
+ * the server's warm-up request does), and only the batched reward-client row runs
+ * after the in-process row (a model forward takes seconds at real shapes; the model is serialised per process, so
+ * more requests in flight add nothing; the in-process row is the unbatched figure). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -90,7 +95,11 @@ static pid_t start_server(rb_state *st, const bench_reward_opts *o) {
     if (pid == 0) {
         FILE *f = freopen(st->log, "w", stderr);
         (void)f;
-        char *argv[] = {exe, "reward-server", "--bind", st->ep, "--scorers", (char *)o->scorers, "--threads", threads, NULL};
+        char *argv[16] = {exe, "reward-server", "--bind", st->ep, "--scorers", (char *)o->scorers, "--threads", threads};
+        int a = 8;
+        if (o->models) argv[a++] = "--models", argv[a++] = (char *)o->models, argv[a++] = "--video-frames", argv[a++] = "9";
+        if (o->frames) argv[a++] = "--frames", argv[a++] = (char *)o->frames;
+        argv[a] = NULL;
         execv(exe, argv);
         _exit(127);
     }
@@ -239,7 +248,8 @@ static int stop_server(rb_state *st, pid_t pid) {
 
 static void print_row(const char *mode, int batch, int inflight, int n, double dt) {
     int req = (n + batch - 1) / batch;
-    printf("  %-34s %6d %9d %9d %8.3f %10.1f %10.2f\n", mode, batch, inflight, req, dt, n / dt, 1e3 * dt / req);
+    printf("  %-34s %6d %9d %9d %8.3f %10.*f %10.2f\n", mode, batch, inflight, req, dt, n / dt >= 100 ? 1 : 3, n / dt,
+           1e3 * dt / req);
 }
 
 int bench_reward(const bench_reward_opts *o) {
@@ -247,6 +257,10 @@ int bench_reward(const bench_reward_opts *o) {
     memset(&st, 0, sizeof st);
     reward_server_config_default(&st.cfg);
     if (reward_server_parse_scorers(&st.cfg, o->scorers) != 0) {
+        fprintf(stderr, "vgrpo bench reward: %s\n", core_last_error());
+        return 1;
+    }
+    if (reward_server_attach_models(&st.cfg, o->models, o->frames, BF) != 0) {
         fprintf(stderr, "vgrpo bench reward: %s\n", core_last_error());
         return 1;
     }
@@ -264,6 +278,7 @@ int bench_reward(const bench_reward_opts *o) {
     if (!st.v || !st.total || !st.prompts) {
         fprintf(stderr, "vgrpo bench reward: out of memory for %d videos\n", n);
         free(st.v), free(st.total), free(st.prompts);
+        reward_server_detach_models(&st.cfg);
         rmdir(st.dir);
         return 1;
     }
@@ -275,10 +290,18 @@ int bench_reward(const bench_reward_opts *o) {
     pid_t pid = start_server(&st, o);
     if (pid < 0) goto out;
 
-    printf("vgrpo bench reward: %d videos of %d frames %dx%d (%zu bytes each), scorers %s;\n"
-           "server: %d scoring thread%s, ipc, a separate process; every reply checked against in-process scores\n\n",
-           n, BF, BH, BW, VB, o->scorers, o->threads, o->threads == 1 ? "" : "s");
+    printf("vgrpo bench reward: %d videos of %d frames %dx%d (%zu bytes each), scorers %s;\n", n, BF, BH, BW, VB,
+           o->scorers);
+    if (o->models) printf("models %s, frames %s;\n", o->models, o->frames ? o->frames : "all");
+    printf("server: %d scoring thread%s, ipc, a separate process; every reply checked against in-process scores\n\n",
+           o->threads, o->threads == 1 ? "" : "s");
     printf("  %-34s %6s %9s %9s %8s %10s %10s\n", "mode", "batch", "in flight", "requests", "s", "videos/s", "ms/request");
+    /* a learned model's first forward allocates its scratch: one untimed video first */
+    if (o->models && score_direct(&st, 0, 1) != 0) {
+        fprintf(stderr, "vgrpo bench reward: in-process scoring failed: %s\n", core_last_error());
+        stop_server(&st, pid);
+        goto out;
+    }
     double t0 = now_s();
     if (score_direct(&st, 0, n) != 0) {
         fprintf(stderr, "vgrpo bench reward: in-process scoring failed: %s\n", core_last_error());
@@ -287,7 +310,8 @@ int bench_reward(const bench_reward_opts *o) {
     }
     print_row("in process, 1 thread (no server)", 1, 1, n, now_s() - t0);
     /* Warm-up (the server is starting; the client connects lazily): one small request, not timed. */
-    if (run_client(&st, o->batch < n ? o->batch : n, o->batch, 30.0) < 0) {
+    const int warm = o->models ? 1 : o->batch < n ? o->batch : n; /* a learned model: one video */
+    if (run_client(&st, warm, o->batch, o->models ? 600.0 : 30.0) < 0) {
         fprintf(stderr, "vgrpo bench reward: the server did not answer; its log %s:\n", st.log);
         char cmd[256];
         snprintf(cmd, sizeof cmd, "cat %s >&2", st.log);
@@ -303,9 +327,10 @@ int bench_reward(const bench_reward_opts *o) {
                  {"unbatched, reward client", 1, 1},
                  {"unbatched, pipelined", 1, o->inflight}};
     int fail = 0;
-    for (int r = 0; r < 4 && !fail; r++) {
-        double dt = rows[r].inflight == 1 ? run_client(&st, n, rows[r].batch, 60.0)
-                                          : run_pipelined(&st, n, rows[r].batch, rows[r].inflight, 60.0);
+    const double tmo = o->models ? 3600.0 : 60.0;
+    for (int r = 0; r < (o->models ? 1 : 4) && !fail; r++) {
+        double dt = rows[r].inflight == 1 ? run_client(&st, n, rows[r].batch, tmo)
+                                          : run_pipelined(&st, n, rows[r].batch, rows[r].inflight, tmo);
         if (dt < 0) fail = 1;
         else print_row(rows[r].mode, rows[r].batch, rows[r].inflight, n, dt);
     }
@@ -326,5 +351,6 @@ out:
     free(st.v);
     free(st.total);
     free(st.prompts);
+    reward_server_detach_models(&st.cfg);
     return rc;
 }

@@ -16,7 +16,10 @@
  *   vgrpo bench step    [--recipe FILE] [--set k=v]... [--steps N] [--top N] [--threads N]
  *                                                 one GRPO step by phase and op class (bench/bench_step.c)
  *   vgrpo bench reward  [--scorers LIST] [--videos N] [--threads T] [--batch B] [--inflight K]
- *                                                 reward-server videos/s (bench/bench_reward.c)
+ *                                                 reward-server videos/s (bench/bench_reward.c); --models
+ *                                                 NAME=DIR [--frames K]: with learned scorers (reward/learned.h)
+ *   vgrpo bench clip    --model DIR [--batch B] [--threads N] [--reps N] [--tower image|text|both] [--torch FILE]
+ *                                                 CLIP images/s and texts/s (bench/bench_clip.c)
  *   vgrpo bench sync [--preset P] [--bucket-mib N] [--workers K] [--syncs N] [--ipc]
  *                                                 the weight sync's bytes, seconds, GB/s (bench/bench_sync.c)
  *
@@ -46,6 +49,7 @@ typedef struct {
 static int bench_reward_cmd(int argc, char **argv);
 static int bench_step_cmd(int argc, char **argv);
 static int bench_sync_cmd(int argc, char **argv);
+static int bench_clip_cmd(int argc, char **argv);
 
 static const bench_entry benches[] = {
     {"peak", bench_peak, NULL, NULL,
@@ -69,6 +73,8 @@ static const bench_entry benches[] = {
      "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops", NULL},
     {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched", NULL},
     {"sync", NULL, NULL, bench_sync_cmd, "the weight sync to rollout worker processes: bytes, seconds, GB/s", NULL},
+    {"clip", NULL, NULL, bench_clip_cmd, "CLIP image and text towers of a model folder: images/s, texts/s, GFLOP/s",
+     NULL},
 };
 #define N_BENCHES (sizeof benches / sizeof benches[0])
 
@@ -173,6 +179,11 @@ static int bench_reward_cmd(int argc, char **argv) {
          .help = "videos per request in the batched rows (default 16)"},
         {.name = "inflight", .type = OPTS_INT, .i = &o.inflight, .min = 1, .max = 1024, .meta = "K",
          .help = "requests in flight in the pipelined rows (default 2 x threads)"},
+        {.name = "models", .type = OPTS_STRING, .str = &o.models, .meta = "NAME=DIR,...",
+         .help = "model folders of the learned scorers in --scorers (as reward-server --models); the unbatched rows "
+                 "are left out"},
+        {.name = "frames", .type = OPTS_STRING, .str = &o.frames, .meta = "first|all|K",
+         .help = "frames a learned scorer scores of each 9-frame video (as reward-server --frames; default all)"},
         {0}};
     const opts_cmd cmd = {.name = "bench reward", .about = "reward-server throughput, videos/s, batched and unbatched", .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
@@ -203,6 +214,35 @@ static int bench_sync_cmd(int argc, char **argv) {
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
     if (rc != OPTS_OK) return opts_exit_status(rc);
     return bench_sync(&o);
+}
+
+static int bench_clip_cmd(int argc, char **argv) {
+    bench_clip_opts o = {.model = NULL, .batch = 8, .reps = 3, .threads = 0};
+    const char *tower = "both", *torch = NULL;
+    const opts_spec opts[] = {
+        {.name = "model", .type = OPTS_STRING, .str = &o.model, .meta = "DIR", .required = 1,
+         .help = "a CLIP folder: transformers CLIPModel (config.json) or open_clip (open_clip_config.json)"},
+        {.name = "batch", .type = OPTS_INT, .i = &o.batch, .min = 1, .max = 4096, .meta = "B",
+         .help = "images (and prompts) per call (default 8)"},
+        {.name = "reps", .type = OPTS_INT, .i = &o.reps, .min = 1, .max = 64, .meta = "N",
+         .help = "timed calls after one warm-up call (default 3); the figure is the median"},
+        {.name = "threads", .type = OPTS_INT, .i = &o.threads, .min = 1, .max = 4096, .meta = "N",
+         .help = "OpenMP (and OpenBLAS) threads (default: OMP_NUM_THREADS or all cores)"},
+        {.name = "tower", .type = OPTS_STRING, .str = &tower, .meta = "image|text|both",
+         .help = "the towers timed (default both)"},
+        {.name = "torch", .type = OPTS_STRING, .str = &torch, .meta = "FILE",
+         .help = "PyTorch's figures from scripts/bench_torch.py --clip DIR --json FILE, printed beside vgrpo's"},
+        {0}};
+    const opts_cmd cmd = {.name = "bench clip", .about = "CLIP image and text towers: images/s, texts/s, GFLOP/s",
+                          .opts = opts};
+    int rc = opts_parse(&cmd, argc, argv, stdout, stderr);
+    if (rc != OPTS_OK) return opts_exit_status(rc);
+    o.image = !strcmp(tower, "image") || !strcmp(tower, "both");
+    o.text = !strcmp(tower, "text") || !strcmp(tower, "both");
+    if (!o.image && !o.text)
+        return opts_exit_status(opts_fail(&cmd, stderr, "--tower: expected image, text or both, got \"%s\"", tower));
+    if (torch && bench_torch_load(torch)) return 1;
+    return bench_clip(&o);
 }
 
 /* `vgrpo bench <name> [options]`: argv[0] is "bench". */

@@ -5,6 +5,8 @@
     .venv/bin/python scripts/bench_torch.py [--threads N] [--quick]           # vgrpo bench dit
     .venv/bin/python scripts/bench_torch.py --vae [--threads N] [--quick]     # vgrpo bench vae
     .venv/bin/python scripts/bench_torch.py --umt5 [--threads N] [--quick]    # vgrpo bench umt5
+    .venv/bin/python scripts/bench_torch.py --clip DIR [--batch B] [--reps N] [--tower T] [--threads N]
+                                                                              # vgrpo bench clip
 
 --json FILE also records the figures in FILE (merged into what it holds), which `vgrpo bench dit|umt5|vae --torch
 FILE` prints beside its own (`make bench-compare` runs both in one window).
@@ -16,6 +18,11 @@ construction (decode never uses it), so the weights held are the decoder's, as i
 --umt5: transformers UMT5EncoderModel (vocab 32128, d_model 512, 4 layers, 8 heads, d_kv 64, d_ff 1024,
 gated-gelu, random init, eval mode) on one prompt of 512 random ids with an all-ones attention mask; ms.
 Median of 3 (VAE) / 5 (umT5) runs after one warm-up run; --quick: one run (the VAE without warm-up), as the C side.
+--clip DIR: the CLIP folder `vgrpo bench clip --model DIR` times, loaded as transformers CLIPModel (config.json) or
+open_clip CLIP (open_clip_config.json + its one .safetensors), eval mode, fp32, under torch.no_grad():
+get_image_features / encode_image of B images [B, 3, H, W] and get_text_features / encode_text of B prompts of
+min(77, positions) ids, as bench/bench_clip.c (its inputs and FLOP count); median of --reps calls (default 3) after
+one warm-up call; recorded as clip.image / clip.text {ms, batch}.
 
 (venv: python3 -m venv .venv && .venv/bin/pip install -r scripts/requirements-fixtures.txt)
 Shapes, FLOP count and the median-of-runs method are those of bench/bench_dit.c: one block, batch 1,
@@ -132,12 +139,65 @@ def bench_umt5(quick):
     record("umt5", "encode", ms=t * 1e3)
 
 
+def load_clip(d):
+    """(encode_image, encode_text, image (h, w), positions, vocab, description) of a CLIP folder."""
+    if os.path.exists(os.path.join(d, "config.json")):
+        from transformers import CLIPModel
+        m = CLIPModel.from_pretrained(d, torch_dtype=torch.float32).eval()
+        vc, tc = m.config.vision_config, m.config.text_config
+
+        def feats(o):
+            return o.pooler_output if hasattr(o, "pooler_output") else o
+        return (lambda x: feats(m.get_image_features(pixel_values=x)), lambda i: feats(m.get_text_features(input_ids=i)),
+                (vc.image_size, vc.image_size), tc.max_position_embeddings, tc.vocab_size,
+                f"transformers CLIPModel (attention {m.config._attn_implementation})")
+    import glob
+
+    import open_clip
+    from safetensors.torch import load_file
+    cfg = json.load(open(os.path.join(d, "open_clip_config.json")))
+    cfg = cfg.get("model_cfg", cfg)
+    m = open_clip.model.CLIP(**cfg).eval()
+    st = os.path.join(d, "open_clip_model.safetensors")
+    if not os.path.exists(st):
+        st = glob.glob(os.path.join(d, "*.safetensors"))[0]
+    m.load_state_dict(load_file(st))
+    size = cfg["vision_cfg"].get("image_size", 224)
+    hw = (size, size) if isinstance(size, int) else tuple(size)
+    return (m.encode_image, m.encode_text, hw, cfg["text_cfg"].get("context_length", 77),
+            cfg["text_cfg"].get("vocab_size", 49408), f"open_clip {open_clip.__version__} CLIP")
+
+
+def bench_clip(d, B, reps, tower):
+    enc_img, enc_txt, (h, w), positions, vocab, desc = load_clip(d)
+    S = min(77, positions)
+    # the inputs of bench/bench_clip.c: pixels ((i * 2654435761) mod 4000) * 1e-3 - 2, ids as there
+    i = torch.arange(B * 3 * h * w, dtype=torch.int64)
+    px = ((i * 2654435761) % 4000).float().mul(1e-3).sub(2.0).view(B, 3, h, w)
+    ids = torch.tensor([[(b * 131 + s * 7919) % (vocab - 1) for s in range(S - 1)] + [vocab - 1] for b in range(B)])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {desc} from {d}; batch {B}, median of "
+          f"{reps} calls after one warm-up call\n")
+    print(f"  {'tower':24s} {'batch':>6s} {'ms/call':>10s} {'items/s':>10s}")
+    for name, fn, x in (("image", enc_img, px), ("text", enc_txt, ids)):
+        if tower not in (name, "both"):
+            continue
+        with torch.no_grad():
+            t = timed(lambda: fn(x), reps)
+        print(f"  {name + ', PyTorch eager':24s} {B:6d} {t * 1e3:10.2f} {B / t:10.3f}   "
+              f"({'images' if name == 'image' else 'texts'}/s)")
+        record("clip", name, ms=t * 1e3, batch=B)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--vae", action="store_true", help="time AutoencoderKLWan.decode (vgrpo bench vae)")
     ap.add_argument("--umt5", action="store_true", help="time UMT5EncoderModel (vgrpo bench umt5)")
+    ap.add_argument("--clip", metavar="DIR", help="time a CLIP folder's towers (vgrpo bench clip --model DIR)")
+    ap.add_argument("--batch", type=int, default=8, help="--clip: images and prompts per call (default 8)")
+    ap.add_argument("--reps", type=int, default=3, help="--clip: timed calls after one warm-up call (default 3)")
+    ap.add_argument("--tower", choices=("image", "text", "both"), default="both", help="--clip: the towers timed")
     ap.add_argument("--json", metavar="FILE", help="also record the figures in FILE (vgrpo bench ... --torch FILE)")
     args = ap.parse_args()
     global JSON_OUT
@@ -148,6 +208,8 @@ def main():
         return bench_vae(args.quick)
     if args.umt5:
         return bench_umt5(args.quick)
+    if args.clip:
+        return bench_clip(args.clip, args.batch, args.reps, args.tower)
     from diffusers.models.transformers.transformer_wan import WanRotaryPosEmbed, WanTransformerBlock
 
     reps = 1 if args.quick else 3

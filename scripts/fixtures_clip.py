@@ -28,7 +28,13 @@ matrices normal / sqrt(fan_in), LayerNorm gains 1 + 0.3 z, biases, class embeddi
   DIR/b32   transformers CLIPModel(CLIPConfig()) = openai/clip-vit-base-patch32's shapes (quick_gelu)
   DIR/h14   open_clip CLIP with open_clip's ViT-H-14.json config (nn.GELU; HPSv2's architecture)
   DIR/aesthetic.safetensors   the 768-wide aesthetic MLP
-each with its _io.safetensors (2 images, 3 prompts of 77 tokens) beside it, and prints PyTorch's images/s at
+  DIR/l14   transformers CLIPModel with openai/clip-vit-large-patch14's config (quick_gelu; clip_score's and the
+            aesthetic predictor's tower): `full [DIR] l14` writes it alone
+  DIR/pickscore   transformers CLIPModel with laion/CLIP-ViT-H-14-laion2B-s32B-b79K's config (PickScore_v1's
+            architecture), its preprocessor_config.json and tests/fixtures/clip_tok/tokenizer.json: a folder
+            `vgrpo reward-server --models pickscore=DIR` loads (`vgrpo bench reward --models`); `full [DIR] pickscore`
+            writes it alone
+each of b32 and h14 with its _io.safetensors (2 images, 3 prompts of 77 tokens) beside it, and prints PyTorch's images/s at
 batch 8 with torch.set_num_threads(2) for the benchmark. tests/test_clip_model.c (clip_model_full_shapes) runs the
 C model on them when DIR exists (VGRPO_CLIP_FULL to point elsewhere).
 
@@ -293,8 +299,54 @@ def gen_full(out):
                   os.path.join(out, "aesthetic_io.safetensors"), 13)
 
 
+# openai/clip-vit-large-patch14's and laion/CLIP-ViT-H-14-laion2B-s32B-b79K's config.json (their text_config keeps
+# eos_token_id 2: the argmax pooling rule) and the latter's preprocessor_config.json (PickScore's processor).
+L14_CONFIG = dict(
+    text=dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12,
+              max_position_embeddings=77, hidden_act="quick_gelu", bos_token_id=0, eos_token_id=2, pad_token_id=1),
+    vision=dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
+                image_size=224, patch_size=14, hidden_act="quick_gelu"),
+    projection_dim=768)
+H14_HF_CONFIG = dict(
+    text=dict(hidden_size=1024, intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
+              max_position_embeddings=77, hidden_act="gelu", bos_token_id=0, eos_token_id=2, pad_token_id=1),
+    vision=dict(hidden_size=1280, intermediate_size=5120, num_attention_heads=16, num_hidden_layers=32,
+                image_size=224, patch_size=14, hidden_act="gelu"),
+    projection_dim=1024)
+H14_PROCESSOR = dict(crop_size=224, do_center_crop=True, do_normalize=True, do_resize=True,
+                     feature_extractor_type="CLIPFeatureExtractor",
+                     image_mean=[0.48145466, 0.4578275, 0.40821073], image_std=[0.26862954, 0.26130258, 0.27577711],
+                     resample=3, size=224)
+
+
+def gen_full_tf(out, part):
+    """DIR/l14 or DIR/pickscore (above): random weights at the real shapes, written as save_pretrained does."""
+    import shutil
+    from transformers import CLIPConfig, CLIPModel
+    spec = L14_CONFIG if part == "l14" else H14_HF_CONFIG
+    torch.manual_seed(14)
+    model = CLIPModel(CLIPConfig(text_config=spec["text"], vision_config=spec["vision"],
+                                 projection_dim=spec["projection_dim"])).eval()
+    widen(model, 14)
+    d = os.path.join(out, part)
+    model.save_pretrained(d, safe_serialization=True)
+    if part == "pickscore":
+        with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+            json.dump(H14_PROCESSOR, f, indent=2)
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(FIX, "clip_tok", name), os.path.join(d, name))
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{part} written: {n * 1e-6:.1f} M parameters")
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "full":
-        gen_full(sys.argv[2] if len(sys.argv) > 2 else "/tmp/vgrpo-clip-full")
+        out = sys.argv[2] if len(sys.argv) > 2 else "/tmp/vgrpo-clip-full"
+        parts = sys.argv[3:] or ["b32", "h14", "l14", "pickscore"]
+        if "b32" in parts or "h14" in parts:
+            gen_full(out)
+        for part in ("l14", "pickscore"):
+            if part in parts:
+                gen_full_tf(out, part)
     else:
         gen_small()
