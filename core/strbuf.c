@@ -1,4 +1,4 @@
-/* core/strbuf.c — the growable byte string of core/strbuf.h. */
+/* core/strbuf.c — the growable byte string and id list of core/strbuf.h. */
 #include "core/strbuf.h"
 
 #include <stdlib.h>
@@ -17,5 +17,16 @@ int core_sbuf_add(core_sbuf *b, const char *s, size_t n) {
     memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
+    return 0;
+}
+
+int core_ibuf_add(core_ibuf *b, int32_t v) {
+    if (b->n == b->cap) {
+        const int cap = b->cap ? 2 * b->cap : 64;
+        int32_t *p = realloc(b->p, (size_t)cap * sizeof *p);
+        if (!p) return core_error("out of memory for a list of %d token ids", cap);
+        b->p = p, b->cap = cap;
+    }
+    b->p[b->n++] = v;
     return 0;
 }

@@ -188,31 +188,6 @@ TEST(colocated_one_vs_two_workers) {
     rm_tmpdir(dir);
 }
 
-/* Squared L2 norms over every F32 tensor of two safetensors files with the same tensors: sum (a-b)^2, sum a^2. */
-static void l2_diff(const char *pa, const char *pb, double *d2, double *a2) {
-    st_file *fa = st_open(pa), *fb = st_open(pb);
-    *d2 = *a2 = 0;
-    REQUIRE(fa && fb);
-    REQUIRE(st_count(fa) == st_count(fb));
-    for (int i = 0; i < st_count(fa); i++) {
-        const st_info *t = st_info_at(fa, i);
-        if (t->dtype != CORE_F32) continue;
-        core_tensor va, vb;
-        REQUIRE_OK(st_get(fa, t->name, &va));
-        REQUIRE_OK(st_get(fb, t->name, &vb));
-        const int64_t n = (int64_t)(t->end - t->begin) / 4;
-        REQUIRE((int64_t)(st_info_at(fb, st_find(fb, t->name))->end - st_info_at(fb, st_find(fb, t->name))->begin) / 4 == n);
-        const float *a = va.data, *b = vb.data;
-        for (int64_t k = 0; k < n; k++) {
-            const double d = (double)a[k] - (double)b[k];
-            *d2 += d * d;
-            *a2 += (double)a[k] * a[k];
-        }
-        core_tensor_free(&va), core_tensor_free(&vb);
-    }
-    st_close(fa), st_close(fb);
-}
-
 /* 3. N trainer ranks (mpirun) vs one: run dir/nN and compare it with dir/n1 */
 static void check_ranks(const char *dir, int N) {
     char out[16384], pa[1024], pb[1024], name[8], extra[128];
@@ -248,9 +223,9 @@ static void check_ranks(const char *dir, int N) {
     double d2, a2, u2, w2;
     snprintf(pa, sizeof pa, "%s/n1/checkpoint-2/%s", dir, CKPT_FILES[0]);
     snprintf(pb, sizeof pb, "%s/%s/checkpoint-2/%s", dir, name, CKPT_FILES[0]);
-    l2_diff(pb, pa, &d2, &a2);
+    ckpt_l2_diff(pb, pa, &d2, &a2);
     snprintf(pb, sizeof pb, "%s/model/transformer/%s", dir, "diffusion_pytorch_model.safetensors");
-    l2_diff(pa, pb, &u2, &w2); /* the update of the 1-rank run, for scale */
+    ckpt_l2_diff(pa, pb, &u2, &w2); /* the update of the 1-rank run, for scale */
     const double rel = sqrt(d2 / a2), rel_update = sqrt(d2 / u2);
     fprintf(stderr, "  %d ranks vs 1: relative L2 of the final weights %.3g (of the 2-step update: %.3g)\n", N, rel,
             rel_update);

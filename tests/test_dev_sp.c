@@ -23,6 +23,7 @@
 
 #include "core/safetensors.h"
 #include "tests/metrics_rows.h"
+#include "tests/ckpt_cmp.h"
 #include "tests/test.h"
 
 /* Seen (tiny preset, 3 steps): Ulysses 2.8e-4 (4 % of the update), ring 9.4e-4 (13 %), at 2 and 4 ranks alike;
@@ -66,30 +67,6 @@ static double num(const json_t *o, const char *k) {
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* Sum of squared differences of two safetensors files' F32 tensors (*d2) and of the first's squares (*a2). */
-static void l2_diff(const char *pa, const char *pb, double *d2, double *a2) {
-    st_file *fa = st_open(pa), *fb = st_open(pb);
-    *d2 = *a2 = 0;
-    REQUIRE(fa && fb);
-    REQUIRE(st_count(fa) == st_count(fb));
-    for (int i = 0; i < st_count(fa); i++) {
-        const st_info *t = st_info_at(fa, i);
-        if (t->dtype != CORE_F32) continue;
-        core_tensor va, vb;
-        REQUIRE_OK(st_get(fa, t->name, &va));
-        REQUIRE_OK(st_get(fb, t->name, &vb));
-        const int64_t n = core_tensor_numel(&va);
-        REQUIRE(n == core_tensor_numel(&vb));
-        const float *a = va.data, *b = vb.data;
-        for (int64_t k = 0; k < n; k++) {
-            const double d = (double)a[k] - (double)b[k];
-            *d2 += d * d, *a2 += (double)a[k] * a[k];
-        }
-        core_tensor_free(&va), core_tensor_free(&vb);
-    }
-    st_close(fa), st_close(fb);
-}
-
 /* Run `name` against the one-rank device run r1 (see the top comment); ring: the ring's bounds. */
 static void check_vs_one_rank(const char *dir, const char *name, int ring) {
     char pa[1024], pb[1024], out[8192];
@@ -115,9 +92,9 @@ static void check_vs_one_rank(const char *dir, const char *name, int ring) {
     double d2, a2, u2, w2;
     snprintf(pa, sizeof pa, "%s/r1/checkpoint-3/transformer/diffusion_pytorch_model.safetensors", dir);
     snprintf(pb, sizeof pb, "%s/%s/checkpoint-3/transformer/diffusion_pytorch_model.safetensors", dir, name);
-    l2_diff(pb, pa, &d2, &a2);
+    ckpt_l2_diff(pb, pa, &d2, &a2);
     snprintf(pb, sizeof pb, "%s/model/transformer/diffusion_pytorch_model.safetensors", dir);
-    l2_diff(pa, pb, &u2, &w2);
+    ckpt_l2_diff(pa, pb, &u2, &w2);
     const double rel = sqrt(d2 / a2), bound = ring ? DEV_SP_RING_REL_L2 : DEV_SP_REL_L2;
     fprintf(stderr, "  %s vs one rank on the device: relative L2 of the final weights %.3g (of the update: %.3g)\n",
             name, rel, sqrt(d2 / u2));

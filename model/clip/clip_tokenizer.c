@@ -57,23 +57,6 @@ struct clip_tokenizer {
     int32_t pad_id;
 };
 
-/* ---- a growable id buffer (strings: core/strbuf.h) ---- */
-
-typedef struct {
-    int32_t *p;
-    int n, cap;
-} ibuf;
-
-static int ib_add(ibuf *b, int32_t v) {
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        int32_t *p = realloc(b->p, (size_t)cap * sizeof *p);
-        if (!p) return core_error("clip tokenizer: out of memory");
-        b->p = p, b->cap = cap;
-    }
-    b->p[b->n++] = v;
-    return 0;
-}
 
 /* ---- Unicode classes (libutf8proc) ---- */
 static int is_letter(int32_t c) {
@@ -577,7 +560,7 @@ static size_t run_end(const char *s, size_t n, size_t i, int cls, int single) {
 }
 
 /* BPE of one word (bytes s[0..n)), its ids appended to out; or with dbg, the word appended in byte symbols. */
-static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
+static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, core_ibuf *out, core_sbuf *dbg) {
     if (!n) return 0;
     if (dbg) {
         if (dbg->n && core_sbuf_add(dbg, "|", 1)) return -1;
@@ -593,7 +576,7 @@ static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out,
         int id = rc ? -1 : vocab_find(t, w.p, (int)w.n);
         free(w.p);
         if (rc) return -1;
-        if (id >= 0) return ib_add(out, id);
+        if (id >= 0) return core_ibuf_add(out, id);
     }
     int32_t *sym = malloc(n * sizeof *sym);
     if (!sym) return core_error("clip tokenizer: out of memory");
@@ -616,13 +599,13 @@ static int bpe_word(const clip_tokenizer *t, const char *s, size_t n, ibuf *out,
         m--;
     }
     int rc = 0;
-    for (int i = 0; i < m && !rc; i++) rc = ib_add(out, sym[i]);
+    for (int i = 0; i < m && !rc; i++) rc = core_ibuf_add(out, sym[i]);
     free(sym);
     return rc;
 }
 
 /* ByteLevel's GPT-2 split of one word (no whitespace inside): contractions, then runs of letters, numbers, others. */
-static int byte_level(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
+static int byte_level(const clip_tokenizer *t, const char *s, size_t n, core_ibuf *out, core_sbuf *dbg) {
     if (!t->byte_regex) return bpe_word(t, s, n, out, dbg);
     for (size_t i = 0; i < n;) {
         size_t e = contraction(s + i, n - i);
@@ -640,7 +623,7 @@ static int byte_level(const clip_tokenizer *t, const char *s, size_t n, ibuf *ou
 }
 
 /* The Split pre-tokenizer (CLIP's pattern, matches kept, the rest dropped) over normalised text. */
-static int pre_tokenize(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
+static int pre_tokenize(const clip_tokenizer *t, const char *s, size_t n, core_ibuf *out, core_sbuf *dbg) {
     static const char *lit[2] = {"<|startoftext|>", "<|endoftext|>"};
     for (size_t i = 0; i < n;) {
         int32_t c;
@@ -678,13 +661,13 @@ static int find_added(const clip_tokenizer *t, const char *s, size_t n, int norm
     return -1;
 }
 
-static int emit_added(const clip_tokenizer *t, int k, ibuf *out, core_sbuf *dbg) {
-    if (!dbg) return ib_add(out, t->added[k].id);
+static int emit_added(const clip_tokenizer *t, int k, core_ibuf *out, core_sbuf *dbg) {
+    if (!dbg) return core_ibuf_add(out, t->added[k].id);
     return (dbg->n && core_sbuf_add(dbg, "|", 1)) || core_sbuf_add(dbg, t->added[k].s, (size_t)t->added[k].len) ? -1 : 0;
 }
 
 /* Normalised text: split on the normalized added tokens, the rest pre-tokenised and BPE'd. */
-static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
+static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, core_ibuf *out, core_sbuf *dbg) {
     while (n) {
         size_t at;
         int k = find_added(t, s, n, 1, &at);
@@ -698,7 +681,7 @@ static int encode_normalized(const clip_tokenizer *t, const char *s, size_t n, i
 }
 
 /* The content tokens of text[0..len) (no special tokens of the post-processor). */
-static int encode_content(const clip_tokenizer *t, const char *s, size_t n, ibuf *out, core_sbuf *dbg) {
+static int encode_content(const clip_tokenizer *t, const char *s, size_t n, core_ibuf *out, core_sbuf *dbg) {
     if (!utf8_valid(s, n)) return core_error("clip tokenizer: the text is not valid UTF-8");
     while (n) {
         size_t at;
@@ -723,13 +706,13 @@ int clip_tok_encode(const clip_tokenizer *t, const char *text, size_t len, int m
     int nspecial = t->npre + t->npost;
     if (max_len > 0 && max_len < nspecial)
         return core_error("clip tokenizer: max_length %d is smaller than the %d special tokens", max_len, nspecial);
-    ibuf b = {0};
+    core_ibuf b = {0};
     for (int i = 0; i < t->npre; i++)
-        if (ib_add(&b, t->pre[i])) goto fail;
+        if (core_ibuf_add(&b, t->pre[i])) goto fail;
     if (encode_content(t, text, len, &b, NULL)) goto fail;
     if (max_len > 0 && b.n + t->npost > max_len) b.n = max_len - t->npost;
     for (int i = 0; i < t->npost; i++)
-        if (ib_add(&b, t->post[i])) goto fail;
+        if (core_ibuf_add(&b, t->post[i])) goto fail;
     *ids = b.p, *n = b.n;
     return 0;
 fail:

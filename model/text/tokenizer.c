@@ -257,21 +257,6 @@ static int normalize(const tok_tokenizer *t, const char *text, char **res, size_
 }
 
 /* ---- Unigram Viterbi on one word; appends ids ---- */
-typedef struct {
-    int32_t *p;
-    int n, cap;
-} ibuf;
-
-static int ib_add(ibuf *b, int32_t v) {
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        int32_t *p = realloc(b->p, (size_t)cap * sizeof *p);
-        if (!p) return core_error("tokenizer: out of memory");
-        b->p = p, b->cap = cap;
-    }
-    b->p[b->n++] = v;
-    return 0;
-}
 
 typedef struct {
     double score;
@@ -279,24 +264,24 @@ typedef struct {
     int id;
 } lnode;
 
-static int emit_unk(const tok_tokenizer *t, const char *s, int len, ibuf *out) {
+static int emit_unk(const tok_tokenizer *t, const char *s, int len, core_ibuf *out) {
     uint64_t h = hash_bytes(s, len);
     int id = vocab_lookup(t, h, s, len);
-    if (id >= 0) return ib_add(out, id);
+    if (id >= 0) return core_ibuf_add(out, id);
     if (t->byte_fallback) {
         int ok = 1;
         for (int i = 0; i < len; i++) ok &= t->byte_ids[(unsigned char)s[i]] >= 0;
         if (ok) {
             for (int i = 0; i < len; i++)
-                if (ib_add(out, t->byte_ids[(unsigned char)s[i]])) return -1;
+                if (core_ibuf_add(out, t->byte_ids[(unsigned char)s[i]])) return -1;
             return 0;
         }
     }
     if (t->unk_id < 0) return core_error("tokenizer: a character is not in the vocabulary and there is no unk_id");
-    return ib_add(out, t->unk_id);
+    return core_ibuf_add(out, t->unk_id);
 }
 
-static int viterbi(const tok_tokenizer *t, const char *s, int n, ibuf *out) {
+static int viterbi(const tok_tokenizer *t, const char *s, int n, core_ibuf *out) {
     lnode *best = malloc((size_t)(n + 1) * sizeof *best);
     int *path = malloc((size_t)(n + 1) * sizeof *path);
     if (!best || !path) {
@@ -338,7 +323,7 @@ static int viterbi(const tok_tokenizer *t, const char *s, int n, ibuf *out) {
             while (k - 1 >= 0 && best[path[k - 1]].id == -2) b = path[--k];
             rc = emit_unk(t, s + a, b - a, out);
         } else {
-            rc = ib_add(out, best[e].id);
+            rc = core_ibuf_add(out, best[e].id);
         }
         k--;
     }
@@ -387,7 +372,7 @@ static int word_ids(const tok_tokenizer *t, const char *w, int n, void *ctx) { r
 int tok_encode(const tok_tokenizer *t, const char *text, int max_len, int32_t **ids, int *n) {
     *ids = NULL, *n = 0;
     if (!tok_utf8_valid(text, strlen(text))) return core_error("tokenizer: the text is not valid UTF-8");
-    ibuf body = {0}, all = {0};
+    core_ibuf body = {0}, all = {0};
     if (pretokenize(t, text, word_ids, &body)) {
         free(body.p);
         return -1;
@@ -399,10 +384,10 @@ int tok_encode(const tok_tokenizer *t, const char *text, int max_len, int32_t **
         if (keep > room) keep = room;
     }
     int rc = 0;
-    for (int i = 0; i < t->npre && !rc; i++) rc = ib_add(&all, t->pre_ids[i]);
-    for (int i = 0; i < keep && !rc; i++) rc = ib_add(&all, body.p[i]);
-    for (int i = 0; i < t->npost && !rc; i++) rc = ib_add(&all, t->post_ids[i]);
-    if (!rc && all.n == 0) rc = ib_add(&all, 0), all.n = 0; /* a non-NULL empty array */
+    for (int i = 0; i < t->npre && !rc; i++) rc = core_ibuf_add(&all, t->pre_ids[i]);
+    for (int i = 0; i < keep && !rc; i++) rc = core_ibuf_add(&all, body.p[i]);
+    for (int i = 0; i < t->npost && !rc; i++) rc = core_ibuf_add(&all, t->post_ids[i]);
+    if (!rc && all.n == 0) rc = core_ibuf_add(&all, 0), all.n = 0; /* a non-NULL empty array */
     free(body.p);
     if (rc) {
         free(all.p);
