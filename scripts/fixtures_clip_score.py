@@ -41,6 +41,9 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixtures_clip_image import frame_pixels  # noqa: E402  the frames of tests/test_clip_image.c
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIX = os.path.join(ROOT, "tests", "fixtures")
 MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -49,23 +52,6 @@ PROMPT = "a red car driving along a wet road at night"
 LONG = " ".join(f"word{i % 10} blue" if i % 3 else "green" for i in range(130))
 CASES = [("clip_score", "all", PROMPT), ("pickscore", "first", PROMPT), ("pickscore", 3, LONG),
          ("hpsv2", "all", PROMPT), ("aesthetic", 2, PROMPT), ("clip_score", 4, ""), ("hpsv2", "first", LONG)]
-
-
-def splitmix64(z):
-    z = (z + np.uint64(0x9E3779B97F4A7C15))
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def frame_pixels(n, h, w, seed):
-    """u8 [n, h, w, 3]: noise rows y < h / 2, gradients below (as scripts/fixtures_clip_image.py)."""
-    f, y, x, c = np.meshgrid(np.arange(n), np.arange(h), np.arange(w), np.arange(3), indexing="ij")
-    idx = (((f * h + y) * w + x) * 3 + c).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        noise = (splitmix64(np.uint64(seed) << np.uint64(32) | idx) >> np.uint64(24)) & np.uint64(255)
-    grad = (x * 255 // max(w - 1, 1) + y * 97 // h + c * 60 + f * 17) & 255
-    return np.where(y < h // 2, noise.astype(np.int64), grad).astype(np.uint8)
 
 
 def frames_of(spec, F):

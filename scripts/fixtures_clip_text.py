@@ -21,7 +21,8 @@ Writes, under tests/fixtures/:
                                    html.unescape; pads with 0) gives other ids than transformers, with its ids.
   clip_tok_vbench.json             {"rows": [ids...], "files": {name: [row per line]}}: the ids (as above, pads
                                    dropped) of every line of every VBench prompt file (*.txt in the data folder
-                                   /work/shared/data/vbench or $VGRPO_VBENCH_DIR), unique id lists stored once.
+                                   $VGRPO_VBENCH_DIR, default ../shared/data/vbench beside the repository, as the
+                                   Makefile finds it), unique id lists stored once.
 
 Run: .venv/bin/python scripts/fixtures_clip_text.py   (needs transformers, tokenizers, open_clip; CI never runs it)
 """
@@ -36,7 +37,7 @@ import tempfile
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FIX = os.path.join(ROOT, "tests", "fixtures")
 OUT = os.path.join(FIX, "clip_tok")
-VBENCH = os.environ.get("VGRPO_VBENCH_DIR", "/work/shared/data/vbench")
+VBENCH = os.environ.get("VGRPO_VBENCH_DIR") or os.path.join(ROOT, "..", "shared", "data", "vbench")
 MAXLEN = 77
 
 
