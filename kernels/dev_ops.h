@@ -198,6 +198,19 @@ typedef struct k_dev_ops {
      * out [n] = ((b_0 + b_1) + b_2) + ... + b_{nb-1} in fp32, element by element, b_r = blocks + r * stride (the
      * blocks an all-to-all delivered, in rank order); nb >= 1, stride >= n. out must not overlap blocks. */
     int (*block_sum)(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
+
+    /* ---- the umT5 text encoder (model/text/umt5.c over this table; kernels/body/kb_t5.h) ----
+     * Its RMS norm is rmsnorm_forward above (T5's: no mean, no bias) and its linears gemm.
+     * t5_attention: o [B, S, H*Dk] = T5 self-attention of q, k, v [B, S, H*Dk] (head h: columns h*Dk ..): scores
+     * q.k with NO 1/sqrt(Dk) scale plus rel_bias[bucket_of[j - i + S - 1] * H + h] (rel_bias [buckets, H] fp32,
+     * bucket_of [2S - 1] int), keys with mask[b * S + j] == 0 left out (mask [B, S] int32, NULL: none), a row
+     * without kept keys zeros. CPU table: the fp32 chains of kernels/cpu/t5_attention.c (double softmax); the device
+     * tables: kb_t5.h's fp32 rows, every view bf16 or fp32. All pointers the backend's memory. */
+    int (*t5_attention)(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of,
+                        const int32_t *mask, int B, int S, int H, int Dk);
+    /* g[i] = gelu_tanh(a0[i]) * a1[i], i < n (T5's gated-GELU feed-forward; g may be a0, not a1: the CPU table
+     * writes gelu(a0) into g before it multiplies). */
+    int (*t5_gated_gelu)(kb_out g, kb_in a0, kb_in a1, int64_t n);
 } k_dev_ops;
 
 #ifdef __cplusplus

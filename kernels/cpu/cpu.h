@@ -77,4 +77,15 @@ void k_cpu_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, i
 /* y[n] += x[n] (n floats). */
 void k_cpu_axpy1(float *y, const float *x, int64_t n);
 
+/* T5 self-attention (the umT5 encoder's core, model/text/umt5.h): q, k, v [B, S, H*Dk] F32 (head h's columns
+ * h*Dk ..) -> o [B, S, H*Dk]; score(i, j) = q_i . k_j (no 1/sqrt(Dk): T5) + rel_bias[bucket_of[j - i + S - 1] * H + h] (rel_bias [buckets, H]);
+ * keys with mask[b][j] == 0 left out (mask NULL: none); o_i = sum_j p_j v_j / sum_j p_j with p_j = exp(score - max)
+ * in double; a row without kept keys gets zeros. Exact arithmetic (the values are these chains, whatever the
+ * vector width or thread count): each score is the fp32 sum over d in order of the rounded products q[d]*k[d] (no
+ * fma), then + bias; p_j = exp((double)score_j - (double)max) (libm); sum and every output column the double sums
+ * over kept keys in key order of p_j and of the rounded products p_j * (double)v_j[d]; o = (float)(col / sum).
+ * Returns 0, or -1 (out of memory). Reference: transformers UMT5Attention (encoder, no dropout). */
+int k_cpu_t5_attention(float *o, const float *q, const float *k, const float *v, const float *rel_bias,
+                        const int *bucket_of, const int32_t *mask, int B, int S, int H, int Dk);
+
 #endif

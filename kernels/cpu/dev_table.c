@@ -218,6 +218,24 @@ static int c_block_sum(float *out, const float *blocks, int nb, int64_t stride, 
     return 0;
 }
 
+/* ---- the umT5 encoder: the CPU encoder's own code (model/text/umt5.c's fp32 path keeps its bits) ---- */
+static int c_t5_attn(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of,
+                     const int32_t *mask, int B, int S, int H, int Dk) {
+    const char *op = "t5_attention";
+    if (IN(op, o) || IN(op, q) || IN(op, k) || IN(op, v)) return -1;
+    return k_cpu_t5_attention(FO(o), FI(q), FI(k), FI(v), rel_bias, bucket_of, mask, B, S, H, Dk);
+}
+/* gelu_forward into g, then g *= a1 (the order of the CPU encoder before the table: the same bits) */
+static int c_t5_ggelu(kb_out g, kb_in a0, kb_in a1, int64_t n) {
+    const char *op = "t5_gated_gelu";
+    if (IN(op, g) || IN(op, a0) || IN(op, a1)) return -1;
+    float *gf = FO(g);
+    const float *b = FI(a1);
+    k_cpu_gelu_forward(gf, FI(a0), n);
+    for (int64_t i = 0; i < n; i++) gf[i] *= b[i];
+    return 0;
+}
+
 const k_dev_ops k_cpu_dev_ops = {
     .name = "cpu-f32",
     .gemm = c_gemm,
@@ -265,4 +283,7 @@ const k_dev_ops k_cpu_dev_ops = {
     .add_table_forward = c_tab_f,
     .add_table_backward = c_tab_b,
     .block_sum = c_block_sum,
+    /* the umT5 encoder */
+    .t5_attention = c_t5_attn,
+    .t5_gated_gelu = c_t5_ggelu,
 };

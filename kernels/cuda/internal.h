@@ -91,6 +91,10 @@ int kc_sumsq(kb_in x, int64_t n, double *out);
 int kc_scale(kb_out x, float f, int64_t n);
 /* The exact reduction's rank-order block sum (kern_blocksum.cu; k_dev_ops.block_sum). */
 int kc_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
+/* The umT5 encoder (kern_t5.cu; k_dev_ops.t5_attention, t5_gated_gelu). */
+int kc_t5_attention(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of,
+                    const int32_t *mask, int B, int S, int H, int Dk);
+int kc_t5_gated_gelu(kb_out g, kb_in a0, kb_in a1, int64_t n);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

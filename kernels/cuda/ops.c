@@ -52,6 +52,9 @@ const k_dev_ops k_cuda_ops = {
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
     .block_sum = kc_block_sum,
+    /* the umT5 encoder */
+    .t5_attention = kc_t5_attention,
+    .t5_gated_gelu = kc_t5_gated_gelu,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

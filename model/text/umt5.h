@@ -8,12 +8,26 @@
  * wo(gelu_tanh(wi_0 h) * wi_1 h). Dropout is off (inference).
  * Checkpoint: a transformers folder (`text_encoder/`): config.json and model.safetensors (or shards + index) with
  * F32, BF16 or F16 tensors; every weight is converted to F32 once at load, except the token embedding, which stays
- * in the mapped file and is converted row by row (the real umT5's is 256384 x 4096). */
+ * in the mapped file and is converted row by row (the real umT5's is 256384 x 4096).
+ *
+ * One forward (umt5_forward.c) over the device table (kernels/dev_ops.h): on the CPU through k_cpu_dev_ops (fp32,
+ * the bits of the CPU encoder), on a device after t5_to_device. The table's umT5 entries are t5_attention and
+ * t5_gated_gelu (kernels/body/kb_t5.h); the norms are rmsnorm_forward, the linears gemm.
+ * What the device keeps in fp32. transformers keeps wo in fp32 (UMT5PreTrainedModel._keep_in_fp32_modules = ["wo"]):
+ * in a bf16 model the gated product is cast to fp32 before wo, wo's output is fp32, and the residual stream becomes
+ * fp32 from the first feed-forward on. The device path does the same where its GEMM allows: the residual stream
+ * (the embedding rows, o's and wo's outputs accumulated into it with beta 1) and the final norm's output are fp32,
+ * as are the norm statistics, norm gains and the position bias; attention's softmax is fp32 (kb_t5.h; the reference:
+ * softmax(scores.float())). bf16: every GEMM weight (wo too: cuBLASLt takes bf16 operands, so wo's INPUT is bf16
+ * where the reference's is fp32; its accumulation and output stay fp32) and the activations between (norm outputs,
+ * q, k, v, the attention output, wi_0 / wi_1 outputs and their gated product). */
 #ifndef MODEL_UMT5_H
 #define MODEL_UMT5_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/dev_ops.h"
 
 typedef struct {
     int vocab_size, d_model, d_kv, d_ff, num_layers, num_heads;
@@ -40,21 +54,27 @@ const t5_config *t5_get_config(const t5_encoder *e);
  * in [0, num_buckets). Reference: UMT5Attention._relative_position_bucket (float32 log, truncation). */
 int t5_relative_bucket(int rel, int num_buckets, int max_distance);
 
-/* The self-attention core of one layer: q, k, v [B, S, H*Dk] F32 (head h's columns h*Dk ..) -> o [B, S, H*Dk];
- * score(i, j) = q_i . k_j (no 1/sqrt(Dk): T5) + rel_bias[bucket_of[j - i + S - 1] * H + h] (rel_bias [buckets, H]);
- * keys with mask[b][j] == 0 left out (mask NULL: none); o_i = sum_j p_j v_j / sum_j p_j with p_j = exp(score - max)
- * in double; a row without kept keys gets zeros. Exact arithmetic (the values are these chains, whatever the
- * vector width or thread count): each score is the fp32 sum over d in order of the rounded products q[d]*k[d] (no
- * fma), then + bias; p_j = exp((double)score_j - (double)max) (libm); sum and every output column the double sums
- * over kept keys in key order of p_j and of the rounded products p_j * (double)v_j[d]; o = (float)(col / sum).
- * Returns 0, or -1 (out of memory). Reference: transformers UMT5Attention (encoder, no dropout). */
+/* The self-attention core of one layer on the CPU, fp32: k_cpu_t5_attention (kernels/cpu/cpu.h gives its exact
+ * contract: the chains every value is). Kept under this name for the tests and benches that call it. */
 int t5_attention(float *o, const float *q, const float *k, const float *v, const float *rel_bias, const int *bucket_of,
                  const int32_t *mask, int B, int S, int H, int Dk);
 
+/* Copies the weights to the device of table K (bf16 GEMM weights, fp32 norm gains and position bias; the
+ * embedding stays on the host, whose rows are looked up there and uploaded as fp32); from then on t5_forward runs
+ * there, until t5_free. -1 (nothing kept) when d_model, num_heads x d_kv or d_ff is not a multiple of 8 (the GEMM's
+ * bf16 rows), when the encoder is already on a device, or when the device runs out of memory. */
+int t5_to_device(t5_encoder *e, const k_dev_ops *K);
+/* The table name of the device the encoder runs on ("emulated", "cuda-bf16"), or NULL: the CPU. */
+const char *t5_device_name(const t5_encoder *e);
+/* Device bytes of an encoder of config c after t5_to_device plus one forward of B x S tokens: the weights (bf16 GEMM
+ * weights, fp32 gains and bias) and the forward's buffers, as t5_to_device and t5_forward allocate them. */
+size_t t5_device_bytes(const t5_config *c, int B, int S);
+
 /* Forward: ids [B, S] (int32 token ids, each < vocab_size), mask [B, S] (1 real token, 0 padding; NULL = all
- * real) -> out [B, S, d_model] F32 = last_hidden_state. Padded positions are computed too (as the reference does;
- * callers trim them). A query whose row has no real key gets zeros from attention. Parallel over batch x heads.
- * Returns 0, or -1 (id out of range naming it, out of memory). */
+ * real) -> out [B, S, d_model] F32 = last_hidden_state (host memory in and out, on the CPU or the encoder's device).
+ * Padded positions are computed too (as the reference does; callers trim them). A query whose row has no real key
+ * gets zeros from attention. On the CPU parallel over batch x heads. Returns 0, or -1 (B or S < 1, id out of range
+ * naming it, out of memory, a device error naming the layer). */
 int t5_forward(const t5_encoder *e, const int32_t *ids, const int32_t *mask, int B, int S, float *out);
 
 #endif

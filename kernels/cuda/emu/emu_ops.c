@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/body/kb_blocksum.h"
 #include "kernels/body/kb_host.h"
+#include "kernels/body/kb_t5.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "kernels/cuda/precond/kc_precond.h"
@@ -276,6 +277,22 @@ static int e_block_sum(float *out, const float *blocks, int nb, int64_t stride, 
     return 0;
 }
 
+/* ---- the umT5 encoder (kernels/body/kb_t5.h's rows, as the CUDA kernels) ---- */
+static int e_t5_attn(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of,
+                     const int32_t *mask, int B, int S, int H, int Dk) {
+    if (kc_precond_t5_attention(o, q, k, v, rel_bias, bucket_of, B, S, H, Dk)) return -1;
+    float *sc = malloc((size_t)S * sizeof(float));
+    if (!sc) return core_error("t5_attention: out of memory");
+    kbh_t5_attention(o, q, k, v, rel_bias, bucket_of, mask, B, S, H, Dk, sc);
+    free(sc);
+    return 0;
+}
+static int e_t5_ggelu(kb_out g, kb_in a0, kb_in a1, int64_t n) {
+    if (n < 0) return core_error("t5_gated_gelu: n = %lld must be >= 0", (long long)n);
+    if (kc_precond_index32("t5_gated_gelu", (size_t)n)) return -1;
+    return kbh_t5_gated_gelu(g, a0, a1, n), 0;
+}
+
 const k_dev_ops k_emu_ops = {
     .name = "emulated",
     .gemm = emu_gemm,
@@ -327,4 +344,7 @@ const k_dev_ops k_emu_ops = {
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,
     .block_sum = e_block_sum,
+    /* the umT5 encoder */
+    .t5_attention = e_t5_attn,
+    .t5_gated_gelu = e_t5_ggelu,
 };

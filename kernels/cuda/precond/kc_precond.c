@@ -121,3 +121,16 @@ int kc_precond_attention_backward(kb_out dq, kb_out dk, kb_out dv, kb_in dout, k
         return -1;
     return 0;
 }
+
+int kc_precond_t5_attention(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of, int B,
+                            int S, int H, int Dk) {
+    const char *op = "t5_attention";
+    if (B < 1 || S < 1 || H < 1 || Dk < 1)
+        return core_error("%s: B %d, S %d, H %d, Dk %d must all be >= 1", op, B, S, H, Dk);
+    if (S > KC_T5_S_MAX)
+        return core_error("%s: S %d is above the %d tokens one block's shared memory holds (kernels/cuda/kern_t5.cu)",
+                          op, S, KC_T5_S_MAX);
+    if (!o.p || !q.p || !k.p || !v.p || !rel_bias || !bucket_of)
+        return core_error("%s: o, q, k, v, rel_bias and bucket_of are all required (one is NULL)", op);
+    return kc_precond_index32(op, (size_t)B * S * H * Dk);
+}

@@ -51,6 +51,15 @@ int kc_precond_attention_backward(kb_out dq, kb_out dk, kb_out dv, kb_in dout, k
  * an op over n elements needs n <= 2^31 - 1. 0, or -1 with core_error naming op and n. */
 int kc_precond_index32(const char *op, size_t n);
 
+/* The longest sequence of t5_attention on a device: one query row per block keeps its S scores in shared memory
+ * (kernels/cuda/kern_t5.cu: S floats of the 48 KiB a block may take without opting in). */
+#define KC_T5_S_MAX 8192
+
+/* T5 attention (k_dev_ops.t5_attention, kernels/body/kb_t5.h): B, S, H, Dk >= 1, S <= KC_T5_S_MAX; o, q, k, v,
+ * rel_bias and bucket_of non-NULL; B * S * H * Dk < 2^31. 0, or -1 with core_error naming the argument and value. */
+int kc_precond_t5_attention(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of, int B,
+                            int S, int H, int Dk);
+
 #ifdef __cplusplus
 }
 #endif
