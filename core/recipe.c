@@ -27,6 +27,8 @@ const core_cfg_entry core_recipe_schema[] = {
      NULL, "two experts: timestep >= this x 1000 uses transformer/, else transformer_2/"},
     {"model.device", CORE_CFG_STRING, O(device), "cpu", 0, 0, 0, "cpu|cuda",
      "where the transformer runs: cpu (fp32 reference) or cuda (bf16 on one GPU; refused where there is none)"},
+    {"model.text_device", CORE_CFG_STRING, O(text_device), "auto", 0, 0, 0, "auto|cpu",
+     "where the umT5 text encoder runs: auto (the transformer's device) or cpu (the fp32 CPU encoder)"},
     {"model.dtype", CORE_CFG_STRING, O(dtype), NULL, 0, 0, 0, "fp32|bf16",
      "the transformer's compute dtype (default: fp32 on cpu, bf16 on cuda)"},
     {"model.lora.rank", CORE_CFG_INT, O(lora_rank), "0", MINV | MAXV, 0, 65536, NULL,
@@ -211,6 +213,7 @@ static int parse_choices(core_recipe *r) {
     CHOICE("mode", mode);
     CHOICE("model.text_encoder", text_encoder);
     CHOICE("model.decoder", decoder);
+    CHOICE("model.text_device", text_device);
     CHOICE("model.device", device);
     CHOICE("rollout.sde_type", sde_type);
     CHOICE("rollout.sde_window.schedule", sde_window_schedule);
@@ -383,6 +386,11 @@ int core_recipe_check(core_recipe *r) {
         return core_error("optim.warmup_steps: %lld is past the last optimizer step (%lld)", (long long)r->warmup_steps,
                           (long long)(r->total_steps * r->optimizer_steps_per_rollout));
     return 0;
+}
+
+int core_recipe_text_on_device(const core_recipe *r) {
+    return r->choice.text_encoder == CORE_TEXT_UMT5 && r->choice.device == CORE_CUDA &&
+           r->choice.text_device == CORE_TEXT_DEVICE_AUTO;
 }
 
 void core_recipe_latent_size(const core_recipe *r, int *F, int *H, int *W) {

@@ -21,6 +21,10 @@
  *                                  NCCL, sp/comm_nccl.h, or the MPI world on the emulated device: trainer/dp/dp_dev.h;
  *                                  model.lora with a rank that is a multiple of 8, no EMA of adapters); --dry-run
  *                                  checks the recipe on any machine
+ *   model.text_device              auto | cpu: where the umT5 text encoder runs. auto (the default): where the
+ *                                  transformer runs (model.device cuda: the encoder's bf16 copy on the same GPU,
+ *                                  model/text/umt5.h t5_to_device); cpu: the fp32 CPU encoder whatever model.device
+ *                                  says. No effect with model.text_encoder word_embed
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
  *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
@@ -147,6 +151,7 @@
  * by trainer/step/grpo.h's grpo_selection_parse. */
 typedef enum { CORE_MODE_LOCAL = 0, CORE_MODE_COLOCATED } core_run_mode;               /* mode */
 typedef enum { CORE_TEXT_UMT5 = 0, CORE_TEXT_WORD_EMBED } core_text_encoder;           /* model.text_encoder */
+typedef enum { CORE_TEXT_DEVICE_AUTO = 0, CORE_TEXT_DEVICE_CPU } core_text_device;       /* model.text_device */
 typedef enum { CORE_DECODER_VAE = 0, CORE_DECODER_LATENT_RGB } core_decoder;           /* model.decoder */
 typedef enum { CORE_COMPUTE_FP32 = 0, CORE_COMPUTE_BF16 } core_compute_dtype;          /* model.dtype */
 typedef enum { CORE_SDE_TYPE_SDE = 0, CORE_SDE_TYPE_CPS } core_sde_type;               /* rollout.sde_type */
@@ -167,6 +172,7 @@ typedef enum { CORE_REDUCE_EXACT = 0, CORE_REDUCE_NCCL } core_reduce_mode;      
 typedef struct {
     core_run_mode mode;
     core_text_encoder text_encoder;
+    core_text_device text_device;
     core_decoder decoder;
     core_device device; /* core/tensor.h: CORE_CPU, CORE_CUDA */
     core_compute_dtype dtype;
@@ -186,7 +192,7 @@ typedef struct {
     core_recipe_choices choice; /* the choice keys below, parsed (core_recipe_check); read these, print the text */
     char *mode;
     char *model_path, *text_encoder, *decoder, *init_preset;
-    char *device, *dtype;
+    char *device, *dtype, *text_device;
     int lora_rank;
     double lora_alpha;
     core_cfg_strings lora_targets;
@@ -264,6 +270,10 @@ static inline int core_recipe_trains_expert(const core_recipe *r, int e) {
     return r->choice.train_experts == CORE_EXPERTS_ALL ||
            r->choice.train_experts == (e ? CORE_EXPERTS_TRANSFORMER_2 : CORE_EXPERTS_TRANSFORMER);
 }
+
+/* 1 when the umT5 text encoder runs on the transformer's device: model.text_encoder umt5, model.device cuda and
+ * model.text_device auto; 0: on the CPU. */
+int core_recipe_text_on_device(const core_recipe *r);
 
 /* Latent frames, height, width of the recipe's video size: (frames - 1) / 4 + 1, height / factor, width / factor
  * (factor = model.vae_scale_factor_spatial). */

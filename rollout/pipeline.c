@@ -137,8 +137,12 @@ static int pipeline_load(rollout_pipeline *p, const core_recipe *r, const char *
         }
     }
     const wan_config *wc = &p->model[0].cfg;
+    /* model.text_device auto with model.device cuda: umT5 on the device executor's GPU (opened here, kept for the
+     * experts) */
+    if (core_recipe_text_on_device(r) && !p->dx && wan_dev_exec_open(r->device, &p->dx)) goto fail;
     if (rollout_decoder_load(&p->dec, r, wc) ||
-        !(p->text = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, wc->text_dim)))
+        !(p->text = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, wc->text_dim,
+                                   p->dx ? wan_dev_exec_ops(p->dx) : NULL)))
         goto fail;
     int F, H, W;
     core_recipe_latent_size(r, &F, &H, &W);
@@ -162,8 +166,9 @@ int rollout_pipeline_load_lora(rollout_pipeline *p, const core_recipe *r, const 
         rollout_pipeline_free(p);
         return -1;
     }
-    /* model.device cuda: the experts (with their adapters) run on the device executor */
-    if (wan_dev_exec_open(r->device, &p->dx)) {
+    /* model.device cuda: the experts (with their adapters) run on the device executor (open already when umT5 is
+     * there too) */
+    if (!p->dx && wan_dev_exec_open(r->device, &p->dx)) {
         rollout_pipeline_free(p);
         return -1;
     }
@@ -197,6 +202,8 @@ int rollout_decoder_decode_traj(rollout_decoder *d, const core_traj *t, uint8_t 
 }
 
 void rollout_pipeline_free(rollout_pipeline *p) {
+    text_cond_free(p->text); /* first: its umT5 may hold device memory */
+    p->text = NULL;
     if (p->dx) {
         wan_dev_exec_forget(p->dx, &p->model[0]);
         wan_dev_exec_forget(p->dx, &p->model[1]);
@@ -206,7 +213,6 @@ void rollout_pipeline_free(rollout_pipeline *p) {
     wan_model_free(&p->model[1]);
     wan_lora_free(&p->lora[0]);
     wan_lora_free(&p->lora[1]);
-    text_cond_free(p->text);
     rollout_decoder_free(&p->dec);
     memset(p, 0, sizeof *p);
 }

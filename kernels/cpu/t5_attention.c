@@ -7,6 +7,10 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"
 
+/* The vector helpers below are static and inlined: the ABI of their 64-byte vector returns, which GCC warns about
+ * under a -march without AVX-512 (the GPU check's x86-64-v3 build links this file), never crosses a call. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 /* k_cpu_t5_attention (cpu.h). Each score is the sequential fp32 sum over d of q[d] * k[d] (a product, then a sum, each
  * rounded; no fma); each output column is the sequential double sum over the kept keys, in key order, of
  * p_j * v_j[d] (likewise). The loops below keep exactly those chains and only choose how many run side by side: R query rows at once, each with

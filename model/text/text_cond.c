@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/text/t5_prompt.h"
 #include "model/text/tokenizer.h"
 #include "model/text/umt5.h"
@@ -28,7 +29,8 @@ struct text_cond {
     tc_entry *bucket[TC_BUCKETS];
 };
 
-text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim) {
+text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim,
+                          const struct k_dev_ops *dev) {
     text_cond *t = calloc(1, sizeof *t);
     if (!t) return core_error("out of memory"), NULL;
     t->text_len = text_len, t->text_dim = text_dim;
@@ -48,6 +50,10 @@ text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int 
     if (!(t->tok = tok_load(path))) goto fail_push;
     snprintf(path, sizeof path, "%s/text_encoder", pipeline_dir);
     if (!(t->t5 = t5_load(path))) goto fail_push;
+    if (dev) {
+        if (t5_to_device(t->t5, dev)) goto fail_push;
+        core_log_info("model.text_encoder umt5: on the device (%s; model.text_device auto)", dev->name);
+    }
     if (t5_get_config(t->t5)->d_model != text_dim) {
         core_error("model.text_encoder (umt5): %s has d_model %d but the transformer's text_dim is %d", path,
                    t5_get_config(t->t5)->d_model, text_dim);

@@ -7,12 +7,17 @@
 
 #include "core/recipe.h"
 
+struct k_dev_ops;
+
 typedef struct text_cond text_cond;
 
 /* kind (model.text_encoder, parsed by core/recipe.h) CORE_TEXT_UMT5 (pipeline_dir/tokenizer/tokenizer.json +
- * text_encoder/, whose d_model must equal text_dim) or CORE_TEXT_WORD_EMBED. Returns the encoder, or NULL with
- * core_error naming model.text_encoder and the path. */
-text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim);
+ * text_encoder/, whose d_model must equal text_dim) or CORE_TEXT_WORD_EMBED. dev: the device table umT5 runs on
+ * (model/text/umt5.h t5_to_device: its weights stay there until text_cond_free), or NULL: the CPU (the caller
+ * resolves model.text_device, core_recipe_text_on_device). Returns the encoder, or NULL with core_error naming
+ * model.text_encoder and the path. */
+text_cond *text_cond_load(core_text_encoder kind, const char *pipeline_dir, int text_len, int text_dim,
+                          const struct k_dev_ops *dev);
 
 /* The embedding [text_len, text_dim] fp32 of `prompt`, owned by the cache (valid until text_cond_free). Errors
  * (-1): a word_embed prompt longer than text_len words (names rollout.text_len), tokenizer or encoder failure, out

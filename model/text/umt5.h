@@ -67,7 +67,8 @@ int t5_to_device(t5_encoder *e, const k_dev_ops *K);
 /* The table name of the device the encoder runs on ("emulated", "cuda-bf16"), or NULL: the CPU. */
 const char *t5_device_name(const t5_encoder *e);
 /* Device bytes of an encoder of config c after t5_to_device plus one forward of B x S tokens: the weights (bf16 GEMM
- * weights, fp32 gains and bias) and the forward's buffers, as t5_to_device and t5_forward allocate them. */
+ * weights, fp32 gains and bias) and the forward's buffers (with a mask), as t5_to_device and t5_forward allocate
+ * them; B or S 0: the weights alone. */
 size_t t5_device_bytes(const t5_config *c, int B, int S);
 
 /* Forward: ids [B, S] (int32 token ids, each < vocab_size), mask [B, S] (1 real token, 0 padding; NULL = all

@@ -23,8 +23,9 @@ size_t t5_device_bytes(const t5_config *c, int B, int S) {
     const size_t weights = L * ((4 * I * D + 3 * F * D) * sizeof(kb_bf16) +
                                 ((size_t)c->num_buckets * c->num_heads + 2 * D) * sizeof(float)) +
                            D * sizeof(float);
-    const size_t acts = N * (2 * D + 1) * sizeof(float) + N * (D + 4 * I + 2 * F) * sizeof(kb_bf16) +
-                        (size_t)(2 * S - 1) * sizeof(int) + N * sizeof(int32_t);
+    const size_t acts = N ? N * (2 * D + 1) * sizeof(float) + N * (D + 4 * I + 2 * F) * sizeof(kb_bf16) +
+                                (size_t)(2 * S - 1) * sizeof(int) + N * sizeof(int32_t)
+                          : 0; /* B or S 0: the weights alone */
     return weights + acts;
 }
 

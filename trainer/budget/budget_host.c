@@ -312,11 +312,13 @@ static int print_device(FILE *out, const budget_estimate *e, const core_recipe *
                  "same estimate at start-up (trainer/optim/train_dev.h):\n");
     if (e->job != BUDGET_JOB_EVAL) {
         if (trainer_dev_estimate_recipe(r, &e->dit, e->n_experts, i2v, 0, &t)) return -1;
+        trainer_dev_budget_text(&t, r, e->have_t5 ? &e->t5 : NULL, 0);
         trainer_dev_budget_print(out, local ? "local process (trainer and rollout)" : "trainer rank", &t,
                                  r->activations);
     }
     if (!local) {
         if (trainer_dev_estimate_recipe(r, &e->dit, e->n_experts, i2v, 1, &w)) return -1;
+        trainer_dev_budget_text(&w, r, e->have_t5 ? &e->t5 : NULL, 1);
         trainer_dev_budget_print(out, "rollout worker", &w, r->activations);
         core_gpu_plan gp; /* colocated: the processes on the busiest GPU of the plan (core/gpu_assign.h) */
         if (e->job != BUDGET_JOB_EVAL && !core_gpu_plan_make(r, core_gpu_visible(), &gp)) {

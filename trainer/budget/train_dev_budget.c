@@ -43,6 +43,15 @@ static double tokens(const wan_config *c, const wan_shape *sh) {
     return (double)(sh->F / c->patch_size[0]) * (sh->H / c->patch_size[1]) * (sh->W / c->patch_size[2]);
 }
 
+/* margin, need and total from alloc and the workspaces. */
+static void totals(trainer_dev_budget *b) {
+    const double sum = b->alloc + b->lt_ws + b->attn_ws + b->scratch;
+    b->margin = fmax(sum * TRAINER_DEV_MARGIN_PCT / 100.0, TRAINER_DEV_MARGIN_MIN_MIB * MIB);
+    b->need = sum + b->margin;
+    b->context = TRAINER_DEV_CONTEXT_MIB * MIB;
+    b->total = b->need + b->context;
+}
+
 int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     memset(b, 0, sizeof *b);
     const wan_config *c = q->c;
@@ -115,12 +124,20 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     b->alloc = b->weights + b->grads + b->optim + b->staging + fmax(b->train_acts, b->roll_acts);
     b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
     b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
-    const double sum = b->alloc + b->lt_ws + b->attn_ws + b->scratch;
-    b->margin = fmax(sum * TRAINER_DEV_MARGIN_PCT / 100.0, TRAINER_DEV_MARGIN_MIN_MIB * MIB);
-    b->need = sum + b->margin;
-    b->context = TRAINER_DEV_CONTEXT_MIB * MIB;
-    b->total = b->need + b->context;
+    totals(b);
     return 0;
+}
+
+void trainer_dev_budget_text(trainer_dev_budget *b, const core_recipe *r, const t5_config *t5, int worker) {
+    if (!t5 || !core_recipe_text_on_device(r)) return;
+    b->text_weights = (double)t5_device_bytes(t5, 0, 0);
+    b->text_acts = (double)t5_device_bytes(t5, 1, r->text_len) - b->text_weights;
+    if (worker)
+        b->alloc = b->weights + b->grads + b->optim + b->staging + b->text_weights +
+                   fmax(fmax(b->train_acts, b->roll_acts), b->text_acts);
+    else
+        b->alloc = fmax(b->alloc, b->text_weights + b->text_acts);
+    totals(b);
 }
 
 int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
@@ -179,6 +196,12 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         fprintf(f, "    %-48s %11s  training phase\n", what, size_str(b->train_acts));
     }
     if (b->roll_acts > 0) fprintf(f, "    %-48s %11s  rollout phase\n", "rollout activations (infer)", size_str(b->roll_acts));
+    if (b->text_weights > 0) { /* model.text_device auto */
+        fprintf(f, "    %-48s %11s  %s\n", "umT5 text encoder weights (bf16, fp32 norms)", size_str(b->text_weights),
+                b->train_acts > 0 ? "start-up, freed before the DiT's" : "the whole job");
+        fprintf(f, "    %-48s %11s  %s\n", "umT5 forward of one prompt (rollout.text_len)", size_str(b->text_acts),
+                b->train_acts > 0 ? "start-up" : "between rollouts");
+    }
     fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n", "allocated by the DiT code", size_str(b->alloc),
             b->alloc);
     fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));

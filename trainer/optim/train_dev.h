@@ -38,6 +38,7 @@
 #include "core/recipe.h"
 
 #include "model/dit/wan_dev_exec.h"
+#include "model/text/umt5.h"
 #include "trainer/optim/optim.h"
 
 typedef struct trainer_dev trainer_dev;
@@ -155,6 +156,7 @@ typedef struct {
     double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
     double lt_ws, attn_ws, scratch; /* GPU libraries' workspaces and the backend's scratch */
     double margin, need, context, total;
+    double text_weights, text_acts; /* umT5 on the device (trainer_dev_budget_text); 0: on the CPU */
 } trainer_dev_budget;
 
 /* The estimate of request q (nothing allocated). 0, or -1 with core_error (a config or shape the device refuses). */
@@ -167,6 +169,14 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b);
  * rollout.batch_size / guidance_scale(_2) / text_len / frames / height / width. 0 or -1. */
 int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
                                 trainer_dev_budget *b);
+
+/* Adds the umT5 text encoder to b when it runs on the device (core_recipe_text_on_device) with config t5 (NULL:
+ * nothing): its weights (model/text/umt5.h t5_device_bytes) and one prompt's forward buffers at rollout.text_len
+ * tokens (text_cond encodes one prompt at a time, at most text_len tokens). A rollout worker (worker 1) keeps the
+ * weights the whole job and encodes a new prompt between rollouts (the forward beside the other phases); the trainer
+ * process (worker 0: local, or a trainer rank) encodes every prompt at start-up and frees the encoder before the DiT
+ * allocates anything, so its peak is the larger of the two. Then margin, need and total again. */
+void trainer_dev_budget_text(trainer_dev_budget *b, const core_recipe *r, const t5_config *t5, int worker);
 
 /* The estimate as a table (one line per part with its arithmetic, the total against the H100 and H200), to f. who
  * names the process ("local process", "trainer rank", "rollout worker"); acts: algorithm.activations. */

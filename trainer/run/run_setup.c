@@ -311,13 +311,16 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
 static int embed_all(trainer_state *S, const core_recipe *r) {
     const int td = S->pol[0].cfg.text_dim;
     S->ne = (int64_t)r->text_len * td;
-    text_cond *tc = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, td);
-    if (!tc) return -1;
+    wan_dev_exec *tx = NULL; /* model.text_device auto with model.device cuda: umT5 on the device */
+    if (core_recipe_text_on_device(r) && wan_dev_exec_open(r->device, &tx)) return -1;
+    text_cond *tc = text_cond_load(r->choice.text_encoder, r->model_path, r->text_len, td, tx ? wan_dev_exec_ops(tx) : NULL);
+    if (!tc) return wan_dev_exec_close(tx), -1;
     const float *neg = text_cond_negative(tc);
     int bad = !(S->emb_train = embed_prompts(tc, &S->train, S->ne)) || !(S->emb_eval = embed_prompts(tc, &S->eval, S->ne));
     if (!bad && neg && !(S->emb_neg = malloc(sizeof(float) * (size_t)S->ne))) bad = core_error("out of memory");
     if (!bad && neg) memcpy(S->emb_neg, neg, sizeof(float) * (size_t)S->ne);
     text_cond_free(tc);
+    wan_dev_exec_close(tx);
     return bad ? -1 : 0;
 }
 
@@ -350,9 +353,13 @@ static int setup_device(trainer_state *S) {
     optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
     /* the estimate first (nothing allocated on the device yet): the one `vgrpo run --dry-run` prints */
     trainer_dev_budget bud;
-    if (trainer_dev_estimate_recipe(r, &S->pol[0].cfg, S->n_experts, S->train.n_images > 0, 0, &bud) ||
-        trainer_dev_check_memory(S->dx, &bud, r->activations))
-        return -1;
+    if (trainer_dev_estimate_recipe(r, &S->pol[0].cfg, S->n_experts, S->train.n_images > 0, 0, &bud)) return -1;
+    t5_config t5; /* umT5 on the device at start-up (embed_all), freed by now: the estimate's start-up phase */
+    char te[4200];
+    snprintf(te, sizeof te, "%s/text_encoder", r->model_path);
+    if (core_recipe_text_on_device(r) && t5_config_load(te, &t5)) return -1;
+    trainer_dev_budget_text(&bud, r, core_recipe_text_on_device(r) ? &t5 : NULL, 0);
+    if (trainer_dev_check_memory(S->dx, &bud, r->activations)) return -1;
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
