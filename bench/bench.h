@@ -38,6 +38,10 @@ int bench_dit_profile(int threads, int quick);
  * k_cuda_device and refuses (exit status 1, one line on stderr) without one; VGRPO_EMULATE_DEVICE=1 (tests only) runs
  * the emulated device at tiny shapes, every row labelled emulated. */
 int bench_device_gemm(int quick);
+/* The device of `vgrpo bench <name> --device cuda`: the GPU's table, the emulated one under VGRPO_EMULATE_DEVICE=1
+ * (*emulated 1; tests only), or NULL after printing the refusal (bench/bench_device.c). */
+struct k_dev_ops;
+const struct k_dev_ops *bench_open_device(const char *name, int *emulated);
 int bench_device_attention(int quick);
 int bench_device_dit(int quick);
 
@@ -45,6 +49,11 @@ int bench_device_dit(int quick);
  * (bench/bench_text_vae.c). */
 int bench_vae(int threads, int quick);
 int bench_umt5(int threads, int quick);
+/* `vgrpo bench umt5 --device cuda`: the same encoder on the device (model/text/umt5.h t5_to_device) against the CPU
+ * on a padded batch of 2 prompts (512 and 300 real tokens; emulated: 64 and 40): ms on each, max |a - b| and
+ * max |a - b| / max |b| over the real tokens, and a line "umt5 device vs cpu: ... PASS" (FAIL and exit status 1
+ * above the bf16 tolerance 2e-2). scripts/gpu_check.sh's umt5 row runs it. */
+int bench_device_umt5(int quick);
 
 /* `vgrpo bench reward`'s settings (bench/bench_reward.c). */
 typedef struct {

@@ -35,9 +35,7 @@
 #include "model/dit/wan_dev.h"
 #include "model/dit/wan_dev_exec.h"
 
-/* The device of `vgrpo bench <name> --device cuda`: the GPU's table, the emulated one under VGRPO_EMULATE_DEVICE=1,
- * or NULL after printing the refusal. */
-static const k_dev_ops *open_device(const char *name, int *emulated) {
+const k_dev_ops *bench_open_device(const char *name, int *emulated) {
     *emulated = wan_dev_exec_emulating();
     if (*emulated) {
         printf("device: EMULATED (%s=1: host memory, the CPU's kernels on bf16 operands, tiny shapes): a test of the "
@@ -127,7 +125,7 @@ static const gemm_shape gemm_emu[] = {
 
 int bench_device_gemm(int quick) {
     int emu;
-    const k_dev_ops *dev = open_device("gemm", &emu);
+    const k_dev_ops *dev = bench_open_device("gemm", &emu);
     if (!dev) return 1;
     const gemm_shape *s = emu ? gemm_emu : gemm_gpu;
     int n = emu ? (int)(sizeof gemm_emu / sizeof *gemm_emu) : (int)(sizeof gemm_gpu / sizeof *gemm_gpu);
@@ -205,7 +203,7 @@ static const attn_shape attn_emu[] = {{"tiny (4 heads)", 1, 64, 4, 32}};
 
 int bench_device_attention(int quick) {
     int emu;
-    const k_dev_ops *dev = open_device("attention", &emu);
+    const k_dev_ops *dev = bench_open_device("attention", &emu);
     if (!dev) return 1;
     const attn_shape *s = emu ? attn_emu : attn_gpu;
     const int n = emu ? 1 : (quick ? 1 : 2);
@@ -295,7 +293,7 @@ static const dit_case dit_emu[] = {{"tiny, 2 blocks", "tiny", 2, {1, 1, 8, 8, 16
 
 int bench_device_dit(int quick) {
     int emu;
-    const k_dev_ops *dev = open_device("dit", &emu);
+    const k_dev_ops *dev = bench_open_device("dit", &emu);
     if (!dev) return 1;
     const plan pl = make_plan(emu, quick);
     /* the MFU's 100%: the square GEMM of bench gemm, measured here first */

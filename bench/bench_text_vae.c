@@ -10,6 +10,7 @@
  *         d_model 512, 4 layers, 8 heads, d_kv 64, d_ff 1024, 32 buckets, max distance 128. The random weights are
  *         written as a transformers folder (config.json + model.safetensors, F32) in a temporary folder under
  *         $TMPDIR (default /tmp), loaded with t5_load and removed afterwards. Reports milliseconds per prompt.
+ *         --device cuda (bench_device_umt5): the same encoder on the device against the CPU, a padded batch of 2.
  *
  * Random weights: weights uniform with variance 1/fan_in (so activations stay O(1) and no denormals or
  * non-finite values distort the timing), biases 0, norm gains 1; the values do not change the work done.
@@ -161,8 +162,12 @@ fail:
 
 enum { U_VOCAB = 32128, U_D = 512, U_LAYERS = 4, U_HEADS = 8, U_DKV = 64, U_FF = 1024, U_BUCKETS = 32, U_MAXD = 128 };
 
-/* Writes a random umT5 encoder (the config above) as a transformers folder in dir. Returns 0 / -1. */
-static int umt5_write_random(const char *dir) {
+/* Writes a random umT5 encoder (the config above) as a transformers folder in dir. t5_q: q's weights with T5's
+ * initialisation, variance 1 / (fan_in x d_kv) (transformers T5PreTrainedModel._init_weights), so that the unscaled
+ * scores q.k are O(1) as in a trained T5; 0: variance 1 / fan_in like every linear (the timing bench: the values do
+ * not change the work; its scores are then ~sqrt(d_kv) large and its softmax nearly one-hot, where bf16's rounding
+ * of q and k moves the outputs by far more than in a real encoder). Returns 0 / -1. */
+static int umt5_write_random(const char *dir, int t5_q) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
@@ -191,7 +196,7 @@ static int umt5_write_random(const char *dir) {
     do {                                                                                                         \
         int64_t shp[2] = {(rows), (cols)};                                                                       \
         size_t n_ = (size_t)(rows) * (cols);                                                                     \
-        if ((kind) == 0) fill_uniform(p, n_, (unsigned long long)k + 7, sqrtf(3.0f / (float)(cols)));            \
+        if ((kind) == 0) fill_uniform(p, n_, (unsigned long long)k + 7, sqrtf(3.0f / ((float)(cols) * qs)));     \
         else if ((kind) == 1) fill_const(p, n_, 1.0f);                                                           \
         else fill_uniform(p, n_, (unsigned long long)k + 7, 1.0f);                                               \
         if (st_writer_add(wr, (nm), CORE_F32, 2, shp, p)) goto done;                                             \
@@ -199,7 +204,10 @@ static int umt5_write_random(const char *dir) {
         k++;                                                                                                     \
     } while (0)
     /* embedding rows ~ U(-1, 1) (kind 2); linear weights variance 1/fan_in (kind 0); RMSNorm gains 1 (kind 1) */
-    ADD("shared.weight", U_VOCAB, U_D, 2);
+    {
+        const float qs = 1.0f;
+        ADD("shared.weight", U_VOCAB, U_D, 2);
+    }
     static const char *lin[] = {"0.SelfAttention.q.weight", "0.SelfAttention.k.weight", "0.SelfAttention.v.weight",
                                 "0.SelfAttention.o.weight", "1.DenseReluDense.wi_0.weight",
                                 "1.DenseReluDense.wi_1.weight", "1.DenseReluDense.wo.weight"};
@@ -208,9 +216,11 @@ static int umt5_write_random(const char *dir) {
     for (int l = 0; l < U_LAYERS; l++) {
         for (int j = 0; j < 7; j++) {
             snprintf(names[k], sizeof names[k], "encoder.block.%d.layer.%s", l, lin[j]);
+            const float qs = t5_q && j == 0 ? (float)U_DKV : 1.0f;
             ADD(names[k], rows[j], cols[j], 0);
         }
         snprintf(names[k], sizeof names[k], "encoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", l);
+        const float qs = 1.0f;
         ADD(names[k], U_BUCKETS, U_HEADS, 2);
         for (int j = 0; j < 2; j++) {
             snprintf(names[k], sizeof names[k], "encoder.block.%d.layer.%d.layer_norm.weight", l, j);
@@ -261,7 +271,7 @@ int bench_umt5(int threads, int quick) {
         core_error("out of memory");
         goto fail;
     }
-    if (umt5_write_random(dir) || !(e = t5_load(dir))) goto fail;
+    if (umt5_write_random(dir, 0) || !(e = t5_load(dir))) goto fail;
     umt5_remove(dir);
     unsigned long long s = 12345;
     for (int i = 0; i < S; i++) {
@@ -300,4 +310,66 @@ fail:
     t5_free(e);
     free(ids), free(out);
     return 1;
+}
+
+int bench_device_umt5(int quick) {
+    int emu = 0;
+    const k_dev_ops *dev = bench_open_device("umt5", &emu);
+    if (!dev) return 1;
+    enum { B = 2 };
+    const int S = emu ? 64 : 512, real[B] = {S, emu ? 40 : 300}, reps = quick || emu ? 1 : 5;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/vgrpo-bench-umt5-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "vgrpo bench umt5: cannot create a temporary folder %s\n", dir);
+        return 1;
+    }
+    t5_encoder *cpu = NULL, *gpu = NULL;
+    int32_t *ids = malloc((size_t)B * S * sizeof *ids), *mask = malloc((size_t)B * S * sizeof *mask);
+    float *a = malloc((size_t)B * S * U_D * sizeof *a), *b = malloc((size_t)B * S * U_D * sizeof *b);
+    int rc = 1;
+    if (!ids || !mask || !a || !b) {
+        core_error("out of memory");
+        goto done;
+    }
+    if (umt5_write_random(dir, 1) || !(cpu = t5_load(dir)) || !(gpu = t5_load(dir)) || t5_to_device(gpu, dev)) goto done;
+    unsigned long long s = 777;
+    for (int i = 0; i < B * S; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids[i] = (int32_t)((s >> 33) % U_VOCAB), mask[i] = i % S < real[i / S];
+    }
+    printf("vgrpo bench umt5 --device cuda: umT5 encoder, d_model %d, %d layers, %d heads, d_kv %d, d_ff %d, random "
+           "weights (q with T5's initialisation); %d prompts padded to %d tokens (%d and %d real)\n",
+           U_D, U_LAYERS, U_HEADS, U_DKV, U_FF, B, S, real[0], real[1]);
+    double tc = 0, td = 1e30;
+    double t0 = omp_get_wtime();
+    if (t5_forward(cpu, ids, mask, B, S, b)) goto done;
+    tc = omp_get_wtime() - t0;
+    for (int r = 0; r < reps; r++) { /* the first run includes the device's first-use costs */
+        t0 = omp_get_wtime();
+        if (t5_forward(gpu, ids, mask, B, S, a)) goto done;
+        const double t = omp_get_wtime() - t0;
+        td = t < td ? t : td;
+    }
+    double num = 0, den = 0;
+    for (int p = 0; p < B; p++)
+        for (size_t i = (size_t)p * S * U_D; i < ((size_t)p * S + real[p]) * U_D; i++) {
+            const double d = fabs((double)a[i] - b[i]);
+            if (d > num || isnan(d)) num = isnan(d) ? INFINITY : d;
+            if (fabs(b[i]) > den) den = fabs(b[i]);
+        }
+    const double rel = num / den, tol = 2e-2;
+    printf("%-34s %10.1f ms\n", "cpu t5_forward (fp32)", tc * 1e3);
+    printf("%-34s %10.1f ms%s\n", emu ? "emulated t5_forward (bf16)" : "device t5_forward (bf16)", td * 1e3,
+           emu ? "  (EMULATED: not a GPU figure)" : "");
+    printf("umt5 device vs cpu: max|a-b| %.3g, max|a-b|/max|b| %.3g (tolerance %.0e, bf16 weights and activations, "
+           "fp32 residual): %s\n", num, rel, tol, rel <= tol ? "PASS" : "FAIL");
+    rc = rel <= tol ? 0 : 2; /* 2: ran, above the tolerance (said above) */
+done:
+    if (rc == 1) fprintf(stderr, "vgrpo bench umt5: %s\n", core_last_error());
+    umt5_remove(dir);
+    t5_free(cpu), t5_free(gpu);
+    free(ids), free(mask), free(a), free(b);
+    return rc ? 1 : 0;
 }

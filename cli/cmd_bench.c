@@ -5,7 +5,8 @@
  *   vgrpo bench kernels [--threads N] [--quick]   sgemm and attention GFLOP/s (bench/bench_kernels.c)
  *   vgrpo bench dit     [--threads N] [--quick]   one Wan block, forward and forward+backward (bench/bench_dit.c)
  *   vgrpo bench vae     [--threads N] [--quick]   Wan 2.1 VAE decode of one latent frame (bench/bench_text_vae.c)
- *   vgrpo bench umt5    [--threads N] [--quick]   umT5 on one 512-token prompt (bench/bench_text_vae.c)
+ *   vgrpo bench umt5    [--threads N] [--quick]   umT5 on one 512-token prompt (bench/bench_text_vae.c); --device
+ *                                                 cuda: the encoder on the GPU against the CPU (the GPU check's row)
  *   vgrpo bench dit --profile                      its per-op time table (bench/bench_dit.c)
  *   vgrpo bench gemm|attention|dit --device cuda [--quick]
  *                                                 the GPU: cuBLASLt bf16 GEMM TFLOP/s (the measured peak of every
@@ -68,7 +69,9 @@ static const bench_entry benches[] = {
      bench_device_attention},
     {"vae", bench_vae, NULL, NULL,
      "Wan 2.1 VAE decode of one latent frame (16 x 60 x 104 -> 480 x 832): s/frame, peak memory", NULL},
-    {"umt5", bench_umt5, NULL, NULL, "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms", NULL},
+    {"umt5", bench_umt5, NULL, NULL,
+     "umT5 encoder (d_model 512, 4 layers) on one 512-token prompt: ms; --device cuda: on the device vs the CPU",
+     bench_device_umt5},
     {"step", NULL, NULL, bench_step_cmd,
      "one GRPO step of a recipe (default the demo's) by phase and op class, and its largest ops", NULL},
     {"reward", NULL, NULL, bench_reward_cmd, "reward-server throughput, videos/s, batched and unbatched", NULL},

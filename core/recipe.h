@@ -21,13 +21,13 @@
  *                                  NCCL, sp/comm_nccl.h, or the MPI world on the emulated device: trainer/dp/dp_dev.h;
  *                                  model.lora with a rank that is a multiple of 8, no EMA of adapters); --dry-run
  *                                  checks the recipe on any machine
+ *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
+ *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
+ *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
  *   model.text_device              auto | cpu: where the umT5 text encoder runs. auto (the default): where the
  *                                  transformer runs (model.device cuda: the encoder's bf16 copy on the same GPU,
  *                                  model/text/umt5.h t5_to_device); cpu: the fp32 CPU encoder whatever model.device
  *                                  says. No effect with model.text_encoder word_embed
- *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
- *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
- *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
  *   model.lora.rank, alpha, targets, init_seed   LoRA: rank >= 1 trains an adapter per trained expert
  *                                  (model/dit/wan_lora.h: y += alpha/rank (x A^T) B^T after each targeted linear, A from
  *                                  Philox stream 6 with init_seed, B = 0) on a frozen base; rank 0 (the default): every

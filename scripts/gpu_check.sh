@@ -20,7 +20,8 @@
 # GPU (group coloc: one trainer rank and one rollout worker sharing it, parallel.share_gpus true): its metrics (all but
 # time/ and weight_sync/) equal the one-process (mode local) device run's, every weight sync went by CUDA IPC with the
 # worker's hash matching the trainer's, and vgrpo parity colocated is exactly 0; and (group vae_umt5) the VAE decode and
-# umT5 on the GPU vs the CPU at small configs: rows that say "not built" (both run on the CPU only) until they are.
+# umT5 on the GPU vs the CPU at small configs (umT5: vgrpo bench umt5 --device cuda; the VAE's row says "not built"
+# until it has a device path).
 # The coloc rows run the full vgrpo CLI ($VGRPO_BIN, else build-cuda/vgrpo; build/vgrpo with --emulated) and skip,
 # saying why, where it cannot start. Default: stages 1 and 2.
 # Stage 3 (optional, only with --stage 3, outside the two stages' budget: $GPU_CHECK_STAGE3_S, default 560 s, so one
@@ -203,7 +204,7 @@ PLAN="1 env       $S1 5  30
 2 torch       -   15 45
 2 cli         -   5  20
 2 coloc       -   15 60
-2 vae_umt5    -   1  5
+2 vae_umt5    -   3  20
 3 peak        -   10 90
 3 steptime    -   60 540"
 # the emulated device: tiny shapes, and twice the caps (its CPU does the GPU's work too)
@@ -423,12 +424,27 @@ run_coloc() { # $1 stage, $2 time-out
     return 1
 }
 
-# The issue's VAE decode and umT5 rows: the GPU's against the CPU's at small configs. Both run on the CPU only, so
-# these rows say "not built" until a device path exists.
-run_vae_umt5() { # $1 stage
+# The issue's VAE decode and umT5 rows: the GPU's against the CPU's at small configs. The VAE runs on the CPU only, so
+# its row says "not built" until a device path exists; umT5's runs the full CLI.
+run_vae_umt5() { # $1 stage, $2 time-out
+    local st=$1 end=$(($(date +%s) + ${2:-20})) d="$WORK/vae_umt5" r=0 u pl
     row "$1" vae_umt5 "vae decode gpu vs cpu" skip "not built: the Wan VAE decodes on the CPU only, no device path yet"
-    row "$1" vae_umt5 "umt5 gpu vs cpu" skip "not built: umT5 encodes on the CPU only, no device path yet"
-    return 3
+    # umT5: vgrpo bench umt5 --device cuda (bench/bench_text_vae.c): a random umT5 (d_model 512, 4 layers, 8 heads;
+    # emulated: 64 tokens) encodes a padded batch of 2 prompts on the device and on the CPU; its line says the error
+    # against the bf16 tolerance
+    u="umt5 gpu vs cpu"
+    if ! VB=$(cli_bin); then row "$st" vae_umt5 "$u" skip "$VB"; return 3; fi
+    mkdir -p "$d"
+    cli $end "$d/umt5.log" bench umt5 --device cuda; r=$?
+    pl=$(grep -m1 '^umt5 device vs cpu:' "$d/umt5.log" | cut -c1-200)
+    if [ $r -eq 124 ] || [ $r -eq 137 ]; then
+        row "$st" vae_umt5 "$u" timeout "$(why_failed "vgrpo bench umt5 --device cuda" $r "$d/umt5.log")"; return 4
+    elif [ $r -eq 0 ] && printf '%s' "$pl" | grep -q ': PASS$'; then
+        row "$st" vae_umt5 "$u" ok "" "${pl#umt5 device vs cpu: }; $(grep -m1 't5_forward (bf16)' "$d/umt5.log" | tr -s ' ')"
+        return 0
+    fi
+    row "$st" vae_umt5 "$u" FAIL "${pl:-$(why_failed "vgrpo bench umt5 --device cuda" $r "$d/umt5.log")}"
+    return 1
 }
 
 # Stage 3: the measured bf16 GEMM peak, every MFU figure's 100%.

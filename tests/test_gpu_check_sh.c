@@ -212,8 +212,8 @@ TEST(gpu_check_sh_cuda_binary) {
 
 /* Stage 2's rows that run the vgrpo CLI ($VGRPO_BIN on the emulated device): the tiny recipe colocated on one GPU
  * (metrics equal to the local run's, every sync by IPC with the hashes matched, parity 0), then with a device that
- * refuses IPC handles (VGRPO_EMULATE_IPC=refuse: the syncs go in buckets), which the IPC row must fail; and the VAE
- * and umT5 rows, "not built", listed in the summary. */
+ * refuses IPC handles (VGRPO_EMULATE_IPC=refuse: the syncs go in buckets), which the IPC row must fail; the VAE row,
+ * "not built", listed in the summary; the umT5 row ok (vgrpo bench umt5 --device cuda on the emulated device). */
 TEST(gpu_check_sh_coloc_rows) {
     const char *dir = test_tmpdir();
     const char *fake = write_fake(dir);
@@ -228,17 +228,18 @@ TEST(gpu_check_sh_coloc_rows) {
     REQUIRE(sum != NULL);
     CHECK(lines <= 40);
     CHECK(strstr(sum, "stage 2  coloc ok") != NULL);
-    CHECK(strstr(sum, "vae_umt5 skip") != NULL);
+    CHECK(strstr(sum, "vae_umt5 ok") != NULL);
     CHECK(strstr(sum, "not built vae decode gpu vs cpu (the Wan VAE decodes on the CPU only") != NULL);
-    CHECK(strstr(sum, "umt5 gpu vs cpu (umT5 encodes on the CPU only") != NULL);
+    CHECK(strstr(sum, "umt5 gpu vs cpu (") == NULL); /* umT5's row runs (checked with the JSON below) */
     char path[1024];
     snprintf(path, sizeof path, "%s/gc/gpu_check.json", dir);
     json_error_t err;
     json_t *j = json_load_file(path, 0, &err);
     REQUIRE(j != NULL);
     json_t *rows = json_object_get(j, "rows");
-    const char *ok[] = {"coloc 1 GPU metrics = local", "coloc 1 GPU weight sync by IPC", "coloc 1 GPU parity"};
-    for (int i = 0; i < 3; i++) {
+    const char *ok[] = {"coloc 1 GPU metrics = local", "coloc 1 GPU weight sync by IPC", "coloc 1 GPU parity",
+                        "umt5 gpu vs cpu"};
+    for (int i = 0; i < 4; i++) {
         json_t *r = row_named(rows, ok[i]);
         REQUIRE(r != NULL);
         CHECK_MSG(!strcmp(json_string_value(json_object_get(r, "status")), "ok"), "%s: %s", ok[i],
@@ -252,6 +253,9 @@ TEST(gpu_check_sh_coloc_rows) {
     r = row_named(rows, "vae decode gpu vs cpu");
     REQUIRE(r != NULL);
     CHECK(!strcmp(json_string_value(json_object_get(r, "status")), "skip"));
+    r = row_named(rows, "umt5 gpu vs cpu");
+    REQUIRE(r != NULL);
+    CHECK(strstr(json_string_value(json_object_get(r, "note")), "max|a-b|/max|b|") != NULL);
     json_decref(j);
 
     /* the worker's device refuses the IPC handles: the same metrics and parity, but the syncs went in buckets */

@@ -20,6 +20,7 @@ static const struct {
     {"model.text_encoder", offsetof(core_recipe_choices, text_encoder), NULL},
     {"model.decoder", offsetof(core_recipe_choices, decoder), NULL},
     {"model.device", offsetof(core_recipe_choices, device), NULL},
+    {"model.text_device", offsetof(core_recipe_choices, text_device), NULL},
     {"model.dtype", offsetof(core_recipe_choices, dtype), "model.device=cuda"}, /* bf16: cuda only */
     {"rollout.sde_type", offsetof(core_recipe_choices, sde_type), NULL},
     {"rollout.sde_window.schedule", offsetof(core_recipe_choices, sde_window_schedule), NULL},

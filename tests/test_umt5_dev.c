@@ -190,3 +190,22 @@ TEST(t5_dev_bytes_equal_allocations) {
     k_emu_mem_stats(&held2, NULL);
     CHECK(held2 == held0);
 }
+
+/* model.text_device at --dry-run: a value other than auto / cpu refused naming the key; with model.device cuda the
+ * device estimate counts umT5 under auto (the trainer's start-up phase and the worker's whole job) and not under
+ * cpu. */
+TEST(t5_dev_recipe_key_text_device) {
+    static char out[1 << 16];
+    const char *bin = test_vgrpo_bin(), *dir = test_tmpdir();
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.text_device=gpu --dry-run 2>&1", bin) != 0);
+    CHECK_MSG(strstr(out, "model.text_device") && strstr(out, "auto|cpu"), "%s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.device=cuda --set mode=colocated "
+                     "--set model.path=%s/m --set model.init_preset=tiny --dry-run 2>&1", bin, dir) == 0);
+    const char *w = strstr(out, "rollout worker, on its GPU");
+    CHECK_MSG(w && strstr(w, "umT5 text encoder weights") && strstr(w, "the whole job"), "%s", out);
+    CHECK(strstr(out, "start-up, freed before the DiT's") != NULL);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.device=cuda --set mode=colocated "
+                     "--set model.path=%s/m --set model.init_preset=tiny --set model.text_device=cpu --dry-run 2>&1",
+                     bin, dir) == 0);
+    CHECK_MSG(strstr(out, "umT5 text encoder weights") == NULL, "%s", out);
+}

@@ -1,9 +1,8 @@
-/* model/text/umt5.c — umT5 encoder: config and weight loading, forward (see umt5.h). */
+/* model/text/umt5.c — umT5 encoder: config and weight loading (see umt5.h; the forward is umt5_forward.c). */
 #include "model/text/umt5.h"
 #include "model/text/umt5_internal.h"
 
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,16 +116,6 @@ fail:
     core_error_push("loading umT5 encoder from %s: ", dir);
     t5_free(e);
     return NULL;
-}
-
-int t5_relative_bucket(int rel, int num_buckets, int max_distance) {
-    int nb = num_buckets / 2, bucket = rel > 0 ? nb : 0, r = rel < 0 ? -rel : rel, max_exact = nb / 2;
-    if (r < max_exact) return bucket + r;
-    /* float32 as the reference: log(r / max_exact) / log(max_distance / max_exact) * (nb - max_exact), truncated */
-    float v = logf((float)r / (float)max_exact) / (float)log((double)max_distance / max_exact);
-    v = v * (float)(nb - max_exact);
-    int large = max_exact + (int)v;
-    return bucket + (large < nb - 1 ? large : nb - 1);
 }
 
 int t5_attention(float *o, const float *q, const float *k, const float *v, const float *rel_bias, const int *bucket_of,

@@ -1,7 +1,8 @@
 /* model/text/umt5_forward.c — the umT5 encoder's forward, written once over the device table (kernels/dev_ops.h):
  * the fp32 CPU encoder through k_cpu_dev_ops (host weights, fp32 activations: the bits of the CPU encoder before the
  * table), a device through its table after t5_to_device (bf16 weights and activations, fp32 residual stream; umt5.h
- * says what stays fp32 and why). */
+ * says what stays fp32 and why); the relative position buckets. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,16 @@ typedef struct {
     int *bucket_of;      /* [2S - 1] */
     int32_t *mask;       /* [B, S] or NULL */
 } t5_bufs;
+
+int t5_relative_bucket(int rel, int num_buckets, int max_distance) {
+    int nb = num_buckets / 2, bucket = rel > 0 ? nb : 0, r = rel < 0 ? -rel : rel, max_exact = nb / 2;
+    if (r < max_exact) return bucket + r;
+    /* float32 as the reference: log(r / max_exact) / log(max_distance / max_exact) * (nb - max_exact), truncated */
+    float v = logf((float)r / (float)max_exact) / (float)log((double)max_distance / max_exact);
+    v = v * (float)(nb - max_exact);
+    int large = max_exact + (int)v;
+    return bucket + (large < nb - 1 ? large : nb - 1);
+}
 
 size_t t5_device_bytes(const t5_config *c, int B, int S) {
     const size_t D = (size_t)c->d_model, I = (size_t)c->num_heads * c->d_kv, F = (size_t)c->d_ff;
