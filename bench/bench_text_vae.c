@@ -333,7 +333,8 @@ int bench_device_umt5(int quick) {
         core_error("out of memory");
         goto done;
     }
-    if (umt5_write_random(dir, 1) || !(cpu = t5_load(dir)) || !(gpu = t5_load(dir)) || t5_to_device(gpu, dev)) goto done;
+    if (umt5_write_random(dir, 1) || !(cpu = t5_load(dir)) || !(gpu = t5_load(dir)) || t5_to_device(gpu, dev))
+        goto done;
     unsigned long long s = 777;
     for (int i = 0; i < B * S; i++) {
         s = s * 6364136223846793005ULL + 1442695040888963407ULL;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/safetensors.h"
 #include "kernels/body/kb_t5.h"
@@ -83,7 +84,8 @@ TEST(t5_dev_encode_matches_transformers) {
     REQUIRE_OK(st_get(f, "attention_mask", &tm));
     REQUIRE(core_tensor_numel(&ti) == 24 && ti.dtype == CORE_I64 && tm.dtype == CORE_I64);
     int32_t ids[24], mask[24];
-    for (int i = 0; i < 24; i++) ids[i] = (int32_t)((const int64_t *)ti.data)[i], mask[i] = (int32_t)((const int64_t *)tm.data)[i];
+    const int64_t *i64 = ti.data, *m64 = tm.data;
+    for (int i = 0; i < 24; i++) ids[i] = (int32_t)i64[i], mask[i] = (int32_t)m64[i];
     core_tensor_free(&ti), core_tensor_free(&tm);
     float out[2 * 12 * 32], ref[2 * 12 * 32];
     REQUIRE_OK(st_read_f32(f, "hidden_states", ref, 2 * 12 * 32));
@@ -145,8 +147,54 @@ TEST(t5_dev_refusals_name_the_problem) {
     CHECK(t5_forward(e, ids, NULL, 0, 4, out) == -1);
     CHECK_MSG(strstr(core_last_error(), "must be >= 1") != NULL, "%s", core_last_error());
     t5_free(e);
-    /* d_model 40 = 2 heads... of 16: num_heads x d_kv 32 but d_model 40 is a multiple of 8; use the fixture's shape
-     * with d_ff 48 fine; a d_model of 16 * 3 + 4 cannot be written by t5_tiny_write, so check the table directly */
+    /* d_model 12 (3 heads of 4, d_ff 24): the CPU encoder takes it, the device's bf16 GEMM rows do not */
+    snprintf(sub, sizeof sub, "%s/b", dir);
+    REQUIRE(mkdir(sub, 0755) == 0);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", sub);
+    FILE *cf = fopen(path, "w");
+    REQUIRE(cf);
+    fputs("{\"vocab_size\": 10, \"d_model\": 12, \"d_kv\": 4, \"d_ff\": 24, \"num_layers\": 1, \"num_heads\": 3,"
+          " \"feed_forward_proj\": \"gated-gelu\"}", cf);
+    fclose(cf);
+    static float wbuf[10 * 12 + 4 * 144 + 32 * 3 + 3 * 288 + 3 * 12];
+    for (size_t i = 0; i < sizeof wbuf / sizeof *wbuf; i++) wbuf[i] = 0.01f * (float)(i % 17);
+    st_writer *wr = st_writer_new();
+    REQUIRE(wr);
+    const struct {
+        const char *name;
+        int64_t r, c; /* c 0: a vector of r */
+    } ts[] = {{"shared.weight", 10, 12},
+              {"encoder.block.0.layer.0.SelfAttention.q.weight", 12, 12},
+              {"encoder.block.0.layer.0.SelfAttention.k.weight", 12, 12},
+              {"encoder.block.0.layer.0.SelfAttention.v.weight", 12, 12},
+              {"encoder.block.0.layer.0.SelfAttention.o.weight", 12, 12},
+              {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", 32, 3},
+              {"encoder.block.0.layer.0.layer_norm.weight", 12, 0},
+              {"encoder.block.0.layer.1.DenseReluDense.wi_0.weight", 24, 12},
+              {"encoder.block.0.layer.1.DenseReluDense.wi_1.weight", 24, 12},
+              {"encoder.block.0.layer.1.DenseReluDense.wo.weight", 12, 24},
+              {"encoder.block.0.layer.1.layer_norm.weight", 12, 0},
+              {"encoder.final_layer_norm.weight", 12, 0}};
+    const float *wp = wbuf;
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
+        const int64_t shp[2] = {ts[i].r, ts[i].c};
+        REQUIRE_OK(st_writer_add(wr, ts[i].name, CORE_F32, ts[i].c ? 2 : 1, shp, wp));
+        wp += ts[i].r * (ts[i].c ? ts[i].c : 1);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", sub);
+    REQUIRE_OK(st_writer_write(wr, path));
+    st_writer_free(wr);
+    REQUIRE(wp <= wbuf + sizeof wbuf / sizeof *wbuf);
+    e = t5_load(sub);
+    REQUIRE(e);
+    CHECK(t5_to_device(e, &k_emu_ops) == -1);
+    CHECK_MSG(strstr(core_last_error(), "d_model 12") && strstr(core_last_error(), "multiples of 8"), "%s",
+              core_last_error());
+    CHECK(t5_device_name(e) == NULL); /* nothing kept: still the CPU encoder */
+    REQUIRE_OK(t5_forward(e, ids, NULL, 1, 3, out));
+    t5_free(e);
+    /* the table's own refusals */
     float f[64] = {0}, rel[32] = {0};
     int bucket[1] = {0};
     CHECK(k_emu_ops.t5_attention(kb_out_f32(f), kb_in_f32(f), kb_in_f32(f), kb_in_f32(f), rel, bucket, NULL, 1, 9000,
@@ -197,7 +245,8 @@ TEST(t5_dev_bytes_equal_allocations) {
 TEST(t5_dev_recipe_key_text_device) {
     static char out[1 << 16];
     const char *bin = test_vgrpo_bin(), *dir = test_tmpdir();
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.text_device=gpu --dry-run 2>&1", bin) != 0);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.text_device=gpu --dry-run 2>&1", bin) !=
+          0);
     CHECK_MSG(strstr(out, "model.text_device") && strstr(out, "auto|cpu"), "%s", out);
     REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.device=cuda --set mode=colocated "
                      "--set model.path=%s/m --set model.init_preset=tiny --dry-run 2>&1", bin, dir) == 0);

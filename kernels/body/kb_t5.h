@@ -39,8 +39,8 @@ KB_FN float kb_t5_column(const float *p, const int32_t *m, kb_in v, size_t vo, s
 /* T5's gated GELU, one element: gelu_tanh(a0) rounded to fp32, times a1 (the CPU's gelu_forward then *=). */
 KB_FN float kb_t5_gated_gelu(float a0, float a1) { return kb_gelu_fwd(a0) * a1; }
 
-/* One query row's softmax weights: sc[j] = s_j, then p[j] in place; returns the sum (0: no kept key). The host driver and
- * the CUDA kernel's first thread run it. */
+/* One query row's softmax weights: sc[j] = s_j, then p[j] in place; returns the sum (0: no kept key). The host
+ * driver and the CUDA kernel's first thread run it. */
 KB_FN float kb_t5_row_probs(float *sc, const int32_t *m, int S) {
     float mx = -INFINITY;
     for (int j = 0; j < S; j++)
@@ -78,7 +78,8 @@ static inline void kbh_t5_attention(kb_out o, kb_in q, kb_in k, kb_in v, const f
 
 /* g[i] = kb_t5_gated_gelu(a0[i], a1[i]), i < n (g may be a0). */
 static inline void kbh_t5_gated_gelu(kb_out g, kb_in a0, kb_in a1, int64_t n) {
-    for (int64_t i = 0; i < n; i++) kb_set(g, (size_t)i, kb_t5_gated_gelu(kb_get(a0, (size_t)i), kb_get(a1, (size_t)i)));
+    for (int64_t i = 0; i < n; i++)
+        kb_set(g, (size_t)i, kb_t5_gated_gelu(kb_get(a0, (size_t)i), kb_get(a1, (size_t)i)));
 }
 #endif
 

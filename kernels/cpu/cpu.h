@@ -78,7 +78,8 @@ void k_cpu_add_table_bwd(float *dtable, float *dsrc, const float *dmod, int R, i
 void k_cpu_axpy1(float *y, const float *x, int64_t n);
 
 /* T5 self-attention (the umT5 encoder's core, model/text/umt5.h): q, k, v [B, S, H*Dk] F32 (head h's columns
- * h*Dk ..) -> o [B, S, H*Dk]; score(i, j) = q_i . k_j (no 1/sqrt(Dk): T5) + rel_bias[bucket_of[j - i + S - 1] * H + h] (rel_bias [buckets, H]);
+ * h*Dk ..) -> o [B, S, H*Dk]; score(i, j) = q_i . k_j (no 1/sqrt(Dk): T5) + rel_bias[bucket_of[j - i + S - 1] * H + h]
+ * (rel_bias [buckets, H]);
  * keys with mask[b][j] == 0 left out (mask NULL: none); o_i = sum_j p_j v_j / sum_j p_j with p_j = exp(score - max)
  * in double; a row without kept keys gets zeros. Exact arithmetic (the values are these chains, whatever the
  * vector width or thread count): each score is the fp32 sum over d in order of the rounded products q[d]*k[d] (no

@@ -140,7 +140,8 @@ int t5_forward(const t5_encoder *e, const int32_t *ids, const int32_t *mask, int
     const size_t esz = core_dtype_size(e->embed.dtype);
     for (size_t t = 0; t < N; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size)
-            return core_error("umt5: token id %d at position %zu outside the vocabulary (%d)", ids[t], t, c->vocab_size);
+            return core_error("umt5: token id %d at position %zu outside the vocabulary (%d)", ids[t], t,
+                              c->vocab_size);
     t5_bufs b = {0};
     float *x0 = malloc(N * D * sizeof(float));
     int *bucket = malloc((size_t)(2 * S) * sizeof(int));
@@ -162,7 +163,8 @@ int t5_forward(const t5_encoder *e, const int32_t *ids, const int32_t *mask, int
     }
     for (int r = -(S - 1); r <= S - 1; r++) bucket[r + S - 1] = t5_relative_bucket(r, c->num_buckets, c->max_distance);
     for (size_t t = 0; t < N; t++)
-        core_convert_to_f32(x0 + t * D, (const char *)e->embed.data + (size_t)ids[t] * D * esz, e->embed.dtype, (size_t)D);
+        core_convert_to_f32(x0 + t * D, (const char *)e->embed.data + (size_t)ids[t] * D * esz, e->embed.dtype,
+                            (size_t)D);
     if (K->mem_upload(b.x, x0, N * D * sizeof(float)) ||
         K->mem_upload(b.bucket_of, bucket, (size_t)(2 * S - 1) * sizeof(int)) ||
         (mask && K->mem_upload(b.mask, mask, N * sizeof(int32_t)))) {
