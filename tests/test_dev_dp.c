@@ -295,3 +295,95 @@ TEST(dev_dp_parity_2_ranks_zero) {
               "parity: exit %d:\n%s", st, out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
+
+/* ---- the gradient reduction overlapping the backward (trainer/dp/dp_bucket.h) ---- */
+
+/* The tests' fake NCCL beside the test binaries, or NULL. */
+static const char *fake_nccl_lib(void) {
+    static char lib[1024];
+    const char *e = getenv("VGRPO_MPI_TESTS");
+    const char *bin = e && *e ? e : test_vgrpo_bin(), *slash = strrchr(bin, '/');
+    snprintf(lib, sizeof lib, "%.*s/libfake_nccl.so", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    FILE *f = fopen(lib, "r");
+    if (!f) return NULL;
+    fclose(f);
+    return lib;
+}
+
+/* Run `name` said on each of its `ranks` ranks that it reduced `n` buckets during the backward (0: none, and no
+ * buckets were set up). */
+static void check_buckets(const char *dir, const char *name, int ranks, int n) {
+    char out[4096];
+    if (n == 0) {
+        CHECK_MSG(test_run(out, sizeof out, "grep -q 'reduced during the backward' %s/%s.log", dir, name) != 0,
+                  "%s: buckets with parallel.grad_bucket_mib 0", name);
+        return;
+    }
+    CHECK_MSG(test_run(out, sizeof out, "grep -c '\\] INFO  trainer rank [0-9]*: %d gradient buckets reduced during "
+                                        "the backward' %s/%s.log", n, dir, name) == 0 && atoi(out) == ranks,
+              "%s: %d ranks said they reduced %d buckets during the backward: %s", name, ranks, n, out);
+}
+
+/* Buckets on and off: the same bits (each element's sum over the ranks in rank order is unchanged), over MPI and
+ * over NCCL (the fake: its calls on the buckets' stream checked to come after the backward's work, the optimizer
+ * after the buckets: kernels/cuda/emu/emu_stream.h), at ZeRO stages 0, 1 and 2, with 8 micro-batches a rank (only
+ * the last one's backward launches). The tiny model's blocks are 0.76 MiB of gradients: 0.5 MiB makes a bucket of
+ * each (4 a step with the two ends), 1.2 MiB one of both (3 a step). */
+TEST(dev_dp_grad_buckets_2_ranks_same_bits) {
+    const char *dir = run_dir(), *lib = fake_nccl_lib();
+    const char *mb = "--set algorithm.micro_batch_size=2";
+    char on[256], on12[256], off[256];
+    snprintf(on, sizeof on, "%s --set parallel.grad_bucket_mib=0.5", mb);
+    snprintf(on12, sizeof on12, "%s --set parallel.grad_bucket_mib=1.2", mb);
+    snprintf(off, sizeof off, "%s --set parallel.grad_bucket_mib=0", mb);
+    drun(dir, "off0", 2, 0, 3, NULL, off);
+    drun(dir, "on0", 2, 0, 3, NULL, on);
+    drun(dir, "on1", 2, 1, 3, NULL, on12);
+    drun(dir, "off2", 2, 2, 3, NULL, off);
+    drun(dir, "on2", 2, 2, 3, NULL, on);
+    check_buckets(dir, "off0", 2, 0);
+    check_buckets(dir, "on0", 2, 12);
+    check_buckets(dir, "on1", 2, 9);
+    check_buckets(dir, "on2", 2, 12);
+    check_same(dir, "off0", "on0");
+    check_same(dir, "off0", "on1");
+    check_same(dir, "off2", "on2");
+    if (!lib) {
+        test_skip("no fake NCCL library beside the test binaries (make builds it with vgrpo_mpi_tests)");
+        test_run(NULL, 0, "rm -rf %s", dir);
+        return;
+    }
+    setenv("VGRPO_NCCL_LIB", lib, 1);
+    drun(dir, "n_on0", 2, 0, 3, NULL, on);
+    drun(dir, "n_on2", 2, 2, 3, NULL, on12);
+    unsetenv("VGRPO_NCCL_LIB");
+    check_buckets(dir, "n_on0", 2, 12);
+    check_buckets(dir, "n_on2", 2, 9);
+    check_same(dir, "off0", "n_on0");
+    check_same(dir, "off2", "n_on2");
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* At 4 ranks: stage 2 with and without buckets; a LoRA adapter's buckets (0.01 MiB: one a block) at 2 and 4 ranks. */
+TEST(dev_dp_grad_buckets_4_ranks_and_lora) {
+    const char *dir = run_dir();
+    const char *mb = "--set algorithm.micro_batch_size=2";
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s --set parallel.grad_bucket_mib=0", mb);
+    snprintf(b, sizeof b, "%s --set parallel.grad_bucket_mib=0.5", mb);
+    drun(dir, "off2", 4, 2, 3, NULL, a);
+    drun(dir, "on2", 4, 2, 3, NULL, b);
+    check_buckets(dir, "on2", 4, 12);
+    check_same(dir, "off2", "on2");
+    snprintf(a, sizeof a, "%s --set model.lora.rank=8 --set parallel.grad_bucket_mib=0", mb);
+    snprintf(b, sizeof b, "%s --set model.lora.rank=8 --set parallel.grad_bucket_mib=0.01", mb);
+    drun(dir, "l_off", 2, 0, 3, NULL, a);
+    drun(dir, "l_on", 2, 2, 3, NULL, b);
+    drun(dir, "l_off4", 4, 0, 3, NULL, a);
+    drun(dir, "l_on4", 4, 1, 3, NULL, b);
+    check_buckets(dir, "l_on", 2, 6); /* the adapter is all in the blocks: a bucket a block, nothing at the ends */
+    check_buckets(dir, "l_on4", 4, 6);
+    check_same(dir, "l_off", "l_on");
+    check_same(dir, "l_off4", "l_on4");
+    test_run(NULL, 0, "rm -rf %s", dir);
+}

@@ -91,6 +91,14 @@ int kc_sumsq(kb_in x, int64_t n, double *out);
 int kc_scale(kb_out x, float f, int64_t n);
 /* The exact reduction's rank-order block sum (kern_blocksum.cu; k_dev_ops.block_sum). */
 int kc_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
+/* streams.c: the table's stream and event entries (kernels/dev_ops.h). */
+void *kc_stream_new(void);
+void kc_stream_free(void *s);
+void *kc_event_new(void);
+void kc_event_free(void *e);
+int kc_event_record(void *e, void *s);
+int kc_stream_wait(void *s, void *e);
+void *kc_stream_use(void *s);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

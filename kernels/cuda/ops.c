@@ -52,6 +52,13 @@ const k_dev_ops k_cuda_ops = {
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
     .block_sum = kc_block_sum,
+    .stream_new = kc_stream_new,
+    .stream_free = kc_stream_free,
+    .event_new = kc_event_new,
+    .event_free = kc_event_free,
+    .event_record = kc_event_record,
+    .stream_wait = kc_stream_wait,
+    .stream_use = kc_stream_use,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }
