@@ -387,3 +387,48 @@ TEST(dev_dp_grad_buckets_4_ranks_and_lora) {
     check_same(dir, "l_off4", "l_on4");
     test_run(NULL, 0, "rm -rf %s", dir);
 }
+
+/* Over NCCL the exact reduction's device scratch (sp/comm_nccl.c) is in the estimate: ranks x the longest range a
+ * rank sums, of the whole buffer after the backward or of a bucket during it (trainer/dp/dp_bucket.h); the estimate
+ * still equals the larger emulated peak exactly (the fake NCCL allocates the scratch on the emulated device). At 2
+ * ranks, stage 2: the shard of 294,912 values without buckets; with 0.5 MiB buckets block 1's 199,552 (all on rank 1's
+ * shard); at stage 0 with buckets half a block (99,776). */
+TEST(dev_dp_nccl_memory_estimate_counts_the_reduction) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin(), *lib = fake_nccl_lib();
+    static char run[65536], dry[65536];
+    if (!lib) {
+        test_skip("no fake NCCL library beside the test binaries");
+        return;
+    }
+    const struct {
+        int stage;
+        const char *mib;
+        long long scratch;
+    } cases[3] = {{2, "0", 2LL * 294912 * 4}, {2, "0.5", 2LL * 199552 * 4}, {0, "0.5", 2LL * 99776 * 4}};
+    for (int i = 0; i < 3; i++) {
+        const char *args = "recipes/tiny-cpu.yaml --set mode=colocated --set model.device=cuda --set rollout.num_steps=4 "
+                           "--set parallel.trainer_ranks=2 --set logging.eval_every=0 --set algorithm.beta=0.05";
+        const int st = test_run(run, sizeof run,
+                                "VGRPO_NCCL_LIB=%s VGRPO_EMULATE_DEVICE=1 VGRPO_EMULATE_DEVICE_REPORT=1 OMP_NUM_THREADS=1 "
+                                "%s run %s --set model.path=%s/model --set logging.run_dir=%s/n%d "
+                                "--set parallel.zero_stage=%d --set parallel.grad_bucket_mib=%s --steps 2 2>&1",
+                                lib, bin, args, dir, dir, i, cases[i].stage, cases[i].mib);
+        CHECK_MSG(st == 0, "case %d run: %s", i, run);
+        REQUIRE(test_run(dry, sizeof dry, "VGRPO_NCCL_LIB=%s VGRPO_EMULATE_DEVICE=1 %s run %s --set model.path=%s/model "
+                                          "--set parallel.zero_stage=%d --set parallel.grad_bucket_mib=%s --dry-run 2>&1",
+                         lib, bin, args, dir, cases[i].stage, cases[i].mib) == 0);
+        const long long p0 = nth_after(run, "emulated device: peak ", 0), p1 = nth_after(run, "emulated device: peak ", 1);
+        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        const long long est = q ? atoll(q + 1) : -1;
+        char want[64];
+        snprintf(want, sizeof want, "%.1f MiB", cases[i].scratch / 1048576.0);
+        const char *line = strstr(dry, "NCCL exact gradient reduction's scratch");
+        printf("  stage %d, buckets %s MiB: emulated peaks %lld and %lld bytes, estimate %lld\n", cases[i].stage,
+               cases[i].mib, p0, p1, est);
+        CHECK_MSG(p0 > 0 && p1 > 0 && est == (p0 > p1 ? p0 : p1), "case %d: peaks %lld, %lld; estimate %lld", i, p0,
+                  p1, est);
+        CHECK_MSG(line && strstr(line, want) && strstr(line, want) < strchr(line, '\n'),
+                  "case %d: the scratch line should say %s: %.120s", i, want, line ? line : "(none)");
+    }
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
