@@ -13,7 +13,11 @@
  *   - LoRA adapters sharded (2 ranks, stage 2 = stage 0);
  *   - vgrpo parity with 2 device trainer ranks and 2 workers: exactly 0;
  *   - at --dry-run: sequence parallelism on the device and several ranks on a real GPU accepted;
- *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly. */
+ *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly, over
+ *     the fake NCCL too (its exact reduction's scratch);
+ *   - the gradient buckets reduced during the backward (trainer/dp/dp_bucket.h): the same bits with and without, at
+ *     2 and 4 ranks, stages 0, 1 and 2, LoRA, 8 micro-batches a rank, sequence parallelism, two experts, over MPI and
+ *     over the fake NCCL (which checks the buckets' stream ordering). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -430,5 +434,39 @@ TEST(dev_dp_nccl_memory_estimate_counts_the_reduction) {
         CHECK_MSG(line && strstr(line, want) && strstr(line, want) < strchr(line, '\n'),
                   "case %d: the scratch line should say %s: %.120s", i, want, line ? line : "(none)");
     }
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* Buckets under sequence parallelism (dp 2 x sp 2 as a ring: the hook fires between the blocks' SP exchanges) and
+ * with two experts (the tiny I2V-A14B: each expert's last micro-batch launches its own buckets): the same bits. */
+TEST(dev_dp_grad_buckets_sp_and_two_experts) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin();
+    static char out[65536];
+    const char *sp = "--set algorithm.micro_batch_size=2 --set parallel.sp=2 --set parallel.ulysses_degree=1";
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s --set parallel.grad_bucket_mib=0", sp);
+    snprintf(b, sizeof b, "%s --set parallel.grad_bucket_mib=0.5", sp);
+    drun(dir, "sp_off", 4, 0, 3, NULL, a);
+    drun(dir, "sp_on", 4, 0, 3, NULL, b);
+    check_buckets(dir, "sp_on", 4, 12);
+    check_same(dir, "sp_off", "sp_on");
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null", bin, dir) == 0);
+    const char *mib[2] = {"0", "0.1"};
+    for (int i = 0; i < 2; i++) {
+        const int st = test_run(out, sizeof out,
+                                "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml "
+                                "--set mode=colocated --set model.device=cuda --set model.path=%s/a14b "
+                                "--set logging.run_dir=%s/x%d --set parallel.trainer_ranks=2 --set parallel.zero_stage=2 "
+                                "--set parallel.grad_bucket_mib=%s --set algorithm.micro_batch_size=2 "
+                                "--set checkpoint.every=1 --set logging.eval_every=0 --steps 2 >%s/x%d.log 2>&1",
+                                bin, dir, dir, i, mib[i], dir, i);
+        CHECK_MSG(st == 0, "two experts, buckets %s MiB: exit %d", mib[i], st);
+    }
+    check_buckets(dir, "x1", 2, 16); /* 2 steps x 2 experts x 4 */
+    const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
+                            "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/x0/checkpoint-2/%s %s/x1/checkpoint-2/%s", dir, files[f], dir,
+                           files[f]) == 0, "two experts, buckets on and off: %s differs: %s", files[f], out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
