@@ -21,7 +21,8 @@ static int block_of(const char *name) {
 int dp_bucket_plan(const wan_layout *L, int64_t cap_bytes, dp_bucket **out, int *n) {
     *out = NULL, *n = 0;
     const int nb = L->cfg.num_layers;
-    int64_t *blo = calloc((size_t)(nb > 0 ? nb : 1), sizeof(int64_t)), *bhi = calloc((size_t)(nb > 0 ? nb : 1), sizeof(int64_t));
+    const size_t nblk = (size_t)(nb > 0 ? nb : 1);
+    int64_t *blo = calloc(nblk, sizeof(int64_t)), *bhi = calloc(nblk, sizeof(int64_t));
     dp_bucket *b = malloc(sizeof(dp_bucket) * (size_t)(nb + 2));
     int rc = -1, phase = 0, cur = -1, k = 0; /* phase 0: before the blocks, 1: in them, 2: after them */
     if (!blo || !bhi || !b) {
@@ -100,8 +101,12 @@ int dp_buckets_init(dp_buckets *B, trainer_dev *D, sp_comm *host, sp_comm *dev, 
         dp_buckets_free(B);
         return core_error_push("gradient buckets: ");
     }
-    core_log_info("trainer rank %d: gradients reduced during the backward in buckets of %g MiB (%d, %d per expert) on "
-                  "a second stream", host->rank, cap_mib, B->n[0], B->n[1]);
+    char per[96] = "";
+    for (int e = 0, k = 0; e < D->n_experts; e++)
+        if (B->n[e])
+            k += snprintf(per + k, sizeof per - (size_t)k, "%s%s %d", k ? ", " : "", wan_expert_folder(e), B->n[e]);
+    core_log_info("trainer rank %d: gradients reduced during the backward in buckets of %g MiB on a second stream (a "
+                  "step's buckets: %s)", host->rank, cap_mib, per);
     return 0;
 }
 
