@@ -25,7 +25,12 @@
  * gradients, norms and weights are those of the reduction after the backward, bit for bit. (parallel.reduce nccl
  * follows NCCL's own order, which may depend on the message size: not bit-identical with and without buckets.)
  * No device buffer is added: the buckets are reduced in place (the NCCL group has its own exact-reduction scratch,
- * as the device group has). */
+ * as the device group has; the device estimate counts it, trainer/optim/train_dev.h).
+ *
+ * Not run on GPUs: on a GPU the buckets' NCCL kernels run beside the backward's kernels and, under sequence
+ * parallelism, beside the SP groups' NCCL kernels on the device's own stream. Every rank enqueues both in the same
+ * order (the hook fires at the same point of the same backward everywhere), which is what NCCL asks of several
+ * communicators used at once; how much of the reduction hides behind the backward has not been measured. */
 #ifndef TRAINER_DP_DP_BUCKET_H
 #define TRAINER_DP_DP_BUCKET_H
 
