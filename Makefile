@@ -89,7 +89,7 @@ $(BUILD)/vgrpo_mpi_tests: $(MPI_TEST_OBJ) $(BUILD)/libvgrpo.a $(BUILD)/libfake_n
 
 # The fake NCCL (tests/fake_nccl/fake_nccl.c): NCCL's calls over MPI on host memory, checked against NCCL's contract;
 # sp/comm_nccl.c loads it through VGRPO_NCCL_LIB in the tests and in `make gpu-check-emu`.
-$(BUILD)/libfake_nccl.so: tests/fake_nccl/fake_nccl.c sp/nccl_abi.h
+$(BUILD)/libfake_nccl.so: tests/fake_nccl/fake_nccl.c sp/nccl_abi.h kernels/cuda/emu/emu_stream.h
 	@mkdir -p $(dir $@)
 	$(CC) -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -shared -I. $(MPI_CFLAGS) -o $@ $< $(MPI_LIBS)
 

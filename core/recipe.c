@@ -143,6 +143,11 @@ const core_cfg_entry core_recipe_schema[] = {
      * F32 is 5.7 GB: 22 buckets; an adapter of rank 32 fits in one). 4096 MiB bounds what one message holds. */
     {"parallel.sync_bucket_mib", CORE_CFG_INT, O(sync_bucket_mib), "256", MINV | MAXV, 1, 4096, NULL,
      "weight sync to the rollout workers: bucket size in MiB"},
+    /* 25 MiB as PyTorch DDP's bucket_cap_mb: small enough that the first bucket leaves early in the backward, large
+     * enough that a bucket's fixed cost (a few NCCL calls) is small; a bucket holds whole DiT blocks (a Wan 2.1 1.3B
+     * block is 135 MiB of fp32 gradients: a bucket each) */
+    {"parallel.grad_bucket_mib", CORE_CFG_DOUBLE, O(grad_bucket_mib), "25", MINV | MAXV, 0, 65536, NULL,
+     "model.device cuda, several trainer ranks: gradient buckets (MiB) reduced during the backward; 0: after it"},
     {"parallel.zero_stage", CORE_CFG_INT, O(zero_stage), "0", MINV | MAXV, 0, 2, NULL,
      "ZeRO: 0 off, 1 AdamW state sharded over the trainer ranks, 2 gradients too (bit-identical to 0)"},
     {"parallel.reduce", CORE_CFG_STRING, O(reduce), "exact", 0, 0, 0, "exact|nccl",

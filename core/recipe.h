@@ -109,6 +109,10 @@
  *                                  (default): in rank order (all-to-all, then a fixed-order sum), the same bits at every
  *                                  rank count and as the CPU path's; nccl: NCCL's own reduce-scatter / all-reduce
  *                                  (faster, not bit-identical across rank counts). model.device cpu refuses nccl
+ *   parallel.grad_bucket_mib       model.device cuda with several trainer ranks: the gradients are reduced in buckets of
+ *                                  about this many MiB of whole DiT blocks, each as soon as the backward has made it
+ *                                  final, on a second stream (trainer/dp/dp_bucket.h); 0: after the backward. The same
+ *                                  bits either way with parallel.reduce exact. Default 25 (PyTorch DDP's bucket_cap_mb)
  *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices the job's processes use (absent: the
  *                                  visible devices) and whether rollout workers share the trainer ranks' GPUs in
  *                                  turns (core/gpu_assign.h: who gets which GPU, the refusals)
@@ -231,6 +235,7 @@ typedef struct {
     core_cfg_ints gpus; /* parallel.gpus (n 0: absent, the visible devices) */
     bool share_gpus;
     int sync_bucket_mib; /* parallel.sync_bucket_mib: a weight sync's bucket size (trainer/net/sync_bucket.h) */
+    double grad_bucket_mib; /* parallel.grad_bucket_mib: gradient buckets reduced during the backward (0: after it) */
     int64_t ckpt_every;
     char *ckpt_dir;
     int ckpt_total_limit;

@@ -211,6 +211,24 @@ typedef struct k_dev_ops {
     /* g[i] = gelu_tanh(a0[i]) * a1[i], i < n (T5's gated-GELU feed-forward; g may be a0, not a1: the CPU table
      * writes gelu(a0) into g before it multiplies). */
     int (*t5_gated_gelu)(kb_out g, kb_in a0, kb_in a1, int64_t n);
+
+    /* ---- streams and events: the gradient reduction overlapping the backward (trainer/dp/dp_bucket.h) ----
+     * A stream is an opaque handle; NULL names the table's own stream (where every entry runs by default). The
+     * CUDA table: cudaStreamCreateWithFlags (non-blocking), cudaEventCreateWithFlags (timing off), cudaEventRecord,
+     * cudaStreamWaitEvent, the entries' stream switched. The emulated device runs everything at once, in order, so
+     * its streams only keep the books the tests check (kernels/cuda/emu/emu_stream.h: a collective on a stream that
+     * has not waited for the table's stream's latest work, an optimizer entry before the table's stream waited for
+     * every stream's work: refused). NULL entries (the CPU table): no second stream, no overlap.
+     * stream_new: a second stream (NULL with core_error). event_new: an event (NULL with core_error).
+     * event_record: e marks the work enqueued on stream s so far. stream_wait: s's later work waits for e's.
+     * stream_use: the entries launch on s from now on (NULL: the table's own); returns the stream used before. */
+    void *(*stream_new)(void);
+    void (*stream_free)(void *s);
+    void *(*event_new)(void);
+    void (*event_free)(void *e);
+    int (*event_record)(void *e, void *s);
+    int (*stream_wait)(void *s, void *e);
+    void *(*stream_use)(void *s);
 } k_dev_ops;
 
 #ifdef __cplusplus

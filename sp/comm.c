@@ -73,6 +73,13 @@ int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **o
     return c->ops->split(c, colour, key, name ? name : c->name, out);
 }
 
+int sp_comm_dup_stream(sp_comm *c, void *stream, const char *name, sp_comm **out) {
+    *out = NULL;
+    if (!c || !c->ops) return core_error("dup_stream: no communicator");
+    if (c->ops->dup_stream) return c->ops->dup_stream(c, stream, name ? name : c->name, out);
+    return c->ops->split(c, 0, c->rank, name ? name : c->name, out);
+}
+
 void sp_comm_destroy(sp_comm *c) {
     if (c && c->ops) c->ops->destroy(c);
 }
@@ -103,7 +110,8 @@ static int self_split(sp_comm *c, int colour, int key, const char *name, sp_comm
 static void self_destroy(sp_comm *c) { free(c); }
 
 static const sp_comm_ops self_ops = {self_copy, self_sendrecv, self_copy, self_copy, self_copy,
-                                     self_barrier, self_broadcast, self_split, self_destroy, NULL, NULL, NULL};
+                                     self_barrier, self_broadcast, self_split, self_destroy, NULL, NULL, NULL,
+                                     NULL};
 
 sp_comm *sp_comm_self(const char *name) {
     sp_comm *c = calloc(1, sizeof *c);

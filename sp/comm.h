@@ -49,6 +49,8 @@ typedef struct sp_comm_ops {
     int (*reduce_scatter_ranges)(sp_comm *c, float *buf, const int64_t *offs);
     int (*all_gather_ranges)(sp_comm *c, void *buf, const int64_t *offs, sp_dtype dtype);
     int (*gather_ranges)(sp_comm *c, const void *mine, void *all, const int64_t *offs, sp_dtype dtype, int root);
+    /* Optional (NULL: split, the group having no stream): sp_comm_dup_stream. */
+    int (*dup_stream)(sp_comm *c, void *stream, const char *name, sp_comm **out);
 } sp_comm_ops;
 
 struct sp_comm {
@@ -89,6 +91,12 @@ int sp_comm_broadcast(sp_comm *c, void *buf, size_t count, sp_dtype dtype, int r
 /* Splits c: ranks passing the same colour (>= 0) form one new group, ordered by key (ties by rank in c). The new
  * group is named `name` (NULL: c's name). Collective over c. */
 int sp_comm_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out);
+/* A new group of the same ranks in the same order (collective over c), named `name`, whose device work is enqueued
+ * on `stream` (a k_dev_ops stream, kernels/dev_ops.h; NULL: the device table's own): the NCCL group's calls and its
+ * exact reduction's block_sum. Its own scratch, and its own communicator, so that its collectives may run on that
+ * stream beside c's (trainer/dp/dp_bucket.h: the gradient buckets reduced during the backward). Groups without a
+ * stream (MPI and self, on host memory, synchronous) give a split of c. -1 with core_error. */
+int sp_comm_dup_stream(sp_comm *c, void *stream, const char *name, sp_comm **out);
 /* Frees c (NULL allowed). For MPI this is MPI_Comm_free, collective over the group (the world group too: it is a
  * duplicate of MPI_COMM_WORLD). */
 void sp_comm_destroy(sp_comm *c);

@@ -101,8 +101,9 @@ static void m_destroy(sp_comm *c) {
     free(c);
 }
 
-static const sp_comm_ops mpi_ops = {m_all_to_all, m_sendrecv, m_all_gather, m_reduce_scatter,
-                                    m_all_reduce, m_barrier,  m_broadcast,  m_split, m_destroy, NULL, NULL, NULL};
+static const sp_comm_ops mpi_ops = {m_all_to_all, m_sendrecv, m_all_gather, m_reduce_scatter, m_all_reduce,
+                                    m_barrier,    m_broadcast, m_split,      m_destroy,        NULL,
+                                    NULL,         NULL,        NULL};
 
 /* Takes ownership of comm (freed on failure too). */
 static int wrap(MPI_Comm comm, const char *name, sp_comm **out) {

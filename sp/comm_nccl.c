@@ -87,6 +87,7 @@ typedef struct {
     float *scratch;   /* device: the exact reduction's receive blocks, scratch_n floats */
     size_t scratch_n;
     float *one;       /* device: one float, the barrier's */
+    int own_stream;   /* o.stream is a second stream (sp_comm_dup_stream): block_sum launches there too */
 } nccl_impl;
 
 static nccl_impl *impl_of(sp_comm *c) { return c->impl; }
@@ -197,6 +198,15 @@ static float *scratch(sp_comm *c, size_t n) {
 
 static int64_t len_of(const int64_t *offs, int r) { return offs[r + 1] - offs[r]; }
 
+/* The device's block_sum on the group's stream (the table's own unless the group has its own, dup_stream). */
+static int block_sum(nccl_impl *m, float *out, const float *blocks, int nb, int64_t stride, int64_t n) {
+    if (!m->own_stream || !m->o.dev->stream_use) return m->o.dev->block_sum(out, blocks, nb, stride, n);
+    void *prev = m->o.dev->stream_use(m->o.stream);
+    const int rc = m->o.dev->block_sum(out, blocks, nb, stride, n);
+    m->o.dev->stream_use(prev);
+    return rc;
+}
+
 /* The exact reduce-scatter: out [offs[rank + 1] - offs[rank]] = the rank-order sum of every rank's src[offs[rank] ..
  * offs[rank + 1]); src [offs[size]] is this rank's values. Round t moves piece t (elements t P .. (t + 1) P of each
  * range) of every rank's range to its owner: block i of the scratch holds rank i's values of my piece (my own by a
@@ -222,8 +232,7 @@ static int rs_exact(sp_comm *c, const char *op, const float *src, const int64_t 
             g_recv(&g, tmp + (size_t)j * (size_t)P, (size_t)mn, SP_NCCL_FLOAT32, j);
         }
         if (g_close(&g)) return -1;
-        if (mn && m->o.dev->block_sum(out + m0, tmp, size, P, mn))
-            return core_error_push("%s on group %s: ", op, c->name);
+        if (mn && block_sum(m, out + m0, tmp, size, P, mn)) return core_error_push("%s on group %s: ", op, c->name);
     }
     return 0;
 }
@@ -299,11 +308,24 @@ static int n_all_reduce(sp_comm *c, const void *send, void *recv, size_t count, 
 
 static int wrap(sp_nccl_comm comm, const sp_nccl_opts *o, const char *name, sp_comm **out);
 
+/* A split of every rank (colour 0, key rank: the same ranks in the same order) on stream s. */
+static int n_dup_stream(sp_comm *c, void *s, const char *name, sp_comm **out) {
+    nccl_impl *m = impl_of(c);
+    sp_nccl_comm nw = NULL;
+    if (nc(c, "dup_stream", api.CommSplit(m->comm, 0, c->rank, &nw, NULL))) return -1;
+    sp_nccl_opts o = m->o;
+    if (s) o.stream = s;
+    if (wrap(nw, &o, name, out)) return -1;
+    impl_of(*out)->own_stream = s != NULL;
+    return 0;
+}
+
 static int n_split(sp_comm *c, int colour, int key, const char *name, sp_comm **out) {
     nccl_impl *m = impl_of(c);
     sp_nccl_comm nw = NULL;
-    if (nc(c, "split", api.CommSplit(m->comm, colour, key, &nw, NULL))) return -1;
-    return wrap(nw, &m->o, name, out);
+    if (nc(c, "split", api.CommSplit(m->comm, colour, key, &nw, NULL)) || wrap(nw, &m->o, name, out)) return -1;
+    impl_of(*out)->own_stream = m->own_stream;
+    return 0;
 }
 
 static void n_destroy(sp_comm *c) {
@@ -330,6 +352,7 @@ static const sp_comm_ops nccl_ops = {
     .reduce_scatter_ranges = n_reduce_scatter_ranges,
     .all_gather_ranges = n_all_gather_ranges,
     .gather_ranges = n_gather_ranges,
+    .dup_stream = n_dup_stream,
 };
 
 int sp_comm_is_nccl(const sp_comm *c) { return c && c->ops == &nccl_ops; }

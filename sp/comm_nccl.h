@@ -13,6 +13,9 @@
  *   all_gather, broadcast     ncclAllGather, ncclBroadcast (in place)
  *   barrier                   ncclAllReduce of one float, then the stream waited for
  *   split                     ncclCommSplit (same stream, device table and reduction)
+ *   dup_stream                ncclCommSplit of every rank (colour 0, key rank) whose calls, and whose exact
+ *                             reduction's block_sum (the table's stream_use), go to a second stream: the gradient
+ *                             buckets reduced during the backward (trainer/dp/dp_bucket.h)
  *   reduce_scatter, all_reduce, and the ranges collectives (reduce_scatter_ranges, all_gather_ranges, gather_ranges,
  *   so sp_comm_all_reduce_ordered too):
  *     SP_REDUCE_EXACT (default): the sums of sp/comm_ranges.c, in rank order: each rank's values of this rank's range

@@ -13,7 +13,11 @@
  *   - LoRA adapters sharded (2 ranks, stage 2 = stage 0);
  *   - vgrpo parity with 2 device trainer ranks and 2 workers: exactly 0;
  *   - at --dry-run: sequence parallelism on the device and several ranks on a real GPU accepted;
- *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly. */
+ *   - the device-memory estimate with ZeRO (m, v of the largest shard) equals the emulated ranks' peak exactly, over
+ *     the fake NCCL too (its exact reduction's scratch);
+ *   - the gradient buckets reduced during the backward (trainer/dp/dp_bucket.h): the same bits with and without, at
+ *     2 and 4 ranks, stages 0, 1 and 2, LoRA, 8 micro-batches a rank, sequence parallelism, two experts, over MPI and
+ *     over the fake NCCL (which checks the buckets' stream ordering). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -293,5 +297,176 @@ TEST(dev_dp_parity_2_ranks_zero) {
                   strstr(out, "max |logp_trainer - logp_rollout| = 0 (tolerance 0), max |v_trainer - v_rollout| = 0 "
                               "(tolerance 0): PASS"),
               "parity: exit %d:\n%s", st, out);
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* ---- the gradient reduction overlapping the backward (trainer/dp/dp_bucket.h) ---- */
+
+/* The tests' fake NCCL beside the test binaries, or NULL. */
+static const char *fake_nccl_lib(void) {
+    static char lib[1024];
+    const char *e = getenv("VGRPO_MPI_TESTS");
+    const char *bin = e && *e ? e : test_vgrpo_bin(), *slash = strrchr(bin, '/');
+    snprintf(lib, sizeof lib, "%.*s/libfake_nccl.so", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    FILE *f = fopen(lib, "r");
+    if (!f) return NULL;
+    fclose(f);
+    return lib;
+}
+
+/* Run `name` said on each of its `ranks` ranks that it reduced `n` buckets during the backward (0: none, and no
+ * buckets were set up). */
+static void check_buckets(const char *dir, const char *name, int ranks, int n) {
+    char out[4096];
+    if (n == 0) {
+        CHECK_MSG(test_run(out, sizeof out, "grep -q 'reduced during the backward' %s/%s.log", dir, name) != 0,
+                  "%s: buckets with parallel.grad_bucket_mib 0", name);
+        return;
+    }
+    CHECK_MSG(test_run(out, sizeof out, "grep -c '\\] INFO  trainer rank [0-9]*: %d gradient buckets reduced during "
+                                        "the backward' %s/%s.log", n, dir, name) == 0 && atoi(out) == ranks,
+              "%s: %d ranks said they reduced %d buckets during the backward: %s", name, ranks, n, out);
+}
+
+/* Buckets on and off: the same bits (each element's sum over the ranks in rank order is unchanged), over MPI and
+ * over NCCL (the fake: its calls on the buckets' stream checked to come after the backward's work, the optimizer
+ * after the buckets: kernels/cuda/emu/emu_stream.h), at ZeRO stages 0, 1 and 2, with 8 micro-batches a rank (only
+ * the last one's backward launches). The tiny model's blocks are 0.76 MiB of gradients: 0.5 MiB makes a bucket of
+ * each (4 a step with the two ends), 1.2 MiB one of both (3 a step). */
+TEST(dev_dp_grad_buckets_2_ranks_same_bits) {
+    const char *dir = run_dir(), *lib = fake_nccl_lib();
+    const char *mb = "--set algorithm.micro_batch_size=2";
+    char on[256], on12[256], off[256];
+    snprintf(on, sizeof on, "%s --set parallel.grad_bucket_mib=0.5", mb);
+    snprintf(on12, sizeof on12, "%s --set parallel.grad_bucket_mib=1.2", mb);
+    snprintf(off, sizeof off, "%s --set parallel.grad_bucket_mib=0", mb);
+    drun(dir, "off0", 2, 0, 3, NULL, off);
+    drun(dir, "on0", 2, 0, 3, NULL, on);
+    drun(dir, "on1", 2, 1, 3, NULL, on12);
+    drun(dir, "off2", 2, 2, 3, NULL, off);
+    drun(dir, "on2", 2, 2, 3, NULL, on);
+    check_buckets(dir, "off0", 2, 0);
+    check_buckets(dir, "on0", 2, 12);
+    check_buckets(dir, "on1", 2, 9);
+    check_buckets(dir, "on2", 2, 12);
+    check_same(dir, "off0", "on0");
+    check_same(dir, "off0", "on1");
+    check_same(dir, "off2", "on2");
+    if (!lib) {
+        test_skip("no fake NCCL library beside the test binaries (make builds it with vgrpo_mpi_tests)");
+        test_run(NULL, 0, "rm -rf %s", dir);
+        return;
+    }
+    setenv("VGRPO_NCCL_LIB", lib, 1);
+    drun(dir, "n_on0", 2, 0, 3, NULL, on);
+    drun(dir, "n_on2", 2, 2, 3, NULL, on12);
+    unsetenv("VGRPO_NCCL_LIB");
+    check_buckets(dir, "n_on0", 2, 12);
+    check_buckets(dir, "n_on2", 2, 9);
+    check_same(dir, "off0", "n_on0");
+    check_same(dir, "off2", "n_on2");
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* At 4 ranks: stage 2 with and without buckets; a LoRA adapter's buckets (0.01 MiB: one a block) at 2 and 4 ranks. */
+TEST(dev_dp_grad_buckets_4_ranks_and_lora) {
+    const char *dir = run_dir();
+    const char *mb = "--set algorithm.micro_batch_size=2";
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s --set parallel.grad_bucket_mib=0", mb);
+    snprintf(b, sizeof b, "%s --set parallel.grad_bucket_mib=0.5", mb);
+    drun(dir, "off2", 4, 2, 3, NULL, a);
+    drun(dir, "on2", 4, 2, 3, NULL, b);
+    check_buckets(dir, "on2", 4, 12);
+    check_same(dir, "off2", "on2");
+    snprintf(a, sizeof a, "%s --set model.lora.rank=8 --set parallel.grad_bucket_mib=0", mb);
+    snprintf(b, sizeof b, "%s --set model.lora.rank=8 --set parallel.grad_bucket_mib=0.01", mb);
+    drun(dir, "l_off", 2, 0, 3, NULL, a);
+    drun(dir, "l_on", 2, 2, 3, NULL, b);
+    drun(dir, "l_off4", 4, 0, 3, NULL, a);
+    drun(dir, "l_on4", 4, 1, 3, NULL, b);
+    check_buckets(dir, "l_on", 2, 6); /* the adapter is all in the blocks: a bucket a block, nothing at the ends */
+    check_buckets(dir, "l_on4", 4, 6);
+    check_same(dir, "l_off", "l_on");
+    check_same(dir, "l_off4", "l_on4");
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* Over NCCL the exact reduction's device scratch (sp/comm_nccl.c) is in the estimate: ranks x the longest range a
+ * rank sums, of the whole buffer after the backward or of a bucket during it (trainer/dp/dp_bucket.h); the estimate
+ * still equals the larger emulated peak exactly (the fake NCCL allocates the scratch on the emulated device). At 2
+ * ranks, stage 2: the shard of 294,912 values without buckets; with 0.5 MiB buckets block 1's 199,552 (all on rank 1's
+ * shard); at stage 0 with buckets half a block (99,776). */
+TEST(dev_dp_nccl_memory_estimate_counts_the_reduction) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin(), *lib = fake_nccl_lib();
+    static char run[65536], dry[65536];
+    if (!lib) {
+        test_skip("no fake NCCL library beside the test binaries");
+        return;
+    }
+    const struct {
+        int stage;
+        const char *mib;
+        long long scratch;
+    } cases[3] = {{2, "0", 2LL * 294912 * 4}, {2, "0.5", 2LL * 199552 * 4}, {0, "0.5", 2LL * 99776 * 4}};
+    for (int i = 0; i < 3; i++) {
+        const char *args = "recipes/tiny-cpu.yaml --set mode=colocated --set model.device=cuda --set rollout.num_steps=4 "
+                           "--set parallel.trainer_ranks=2 --set logging.eval_every=0 --set algorithm.beta=0.05";
+        const int st = test_run(run, sizeof run,
+                                "VGRPO_NCCL_LIB=%s VGRPO_EMULATE_DEVICE=1 VGRPO_EMULATE_DEVICE_REPORT=1 OMP_NUM_THREADS=1 "
+                                "%s run %s --set model.path=%s/model --set logging.run_dir=%s/n%d "
+                                "--set parallel.zero_stage=%d --set parallel.grad_bucket_mib=%s --steps 2 2>&1",
+                                lib, bin, args, dir, dir, i, cases[i].stage, cases[i].mib);
+        CHECK_MSG(st == 0, "case %d run: %s", i, run);
+        REQUIRE(test_run(dry, sizeof dry, "VGRPO_NCCL_LIB=%s VGRPO_EMULATE_DEVICE=1 %s run %s --set model.path=%s/model "
+                                          "--set parallel.zero_stage=%d --set parallel.grad_bucket_mib=%s --dry-run 2>&1",
+                         lib, bin, args, dir, cases[i].stage, cases[i].mib) == 0);
+        const long long p0 = nth_after(run, "emulated device: peak ", 0), p1 = nth_after(run, "emulated device: peak ", 1);
+        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        const long long est = q ? atoll(q + 1) : -1;
+        char want[64];
+        snprintf(want, sizeof want, "%.1f MiB", cases[i].scratch / 1048576.0);
+        const char *line = strstr(dry, "NCCL exact gradient reduction's scratch");
+        printf("  stage %d, buckets %s MiB: emulated peaks %lld and %lld bytes, estimate %lld\n", cases[i].stage,
+               cases[i].mib, p0, p1, est);
+        CHECK_MSG(p0 > 0 && p1 > 0 && est == (p0 > p1 ? p0 : p1), "case %d: peaks %lld, %lld; estimate %lld", i, p0,
+                  p1, est);
+        CHECK_MSG(line && strstr(line, want) && strstr(line, want) < strchr(line, '\n'),
+                  "case %d: the scratch line should say %s: %.120s", i, want, line ? line : "(none)");
+    }
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* Buckets under sequence parallelism (dp 2 x sp 2 as a ring: the hook fires between the blocks' SP exchanges) and
+ * with two experts (the tiny I2V-A14B: each expert's last micro-batch launches its own buckets): the same bits. */
+TEST(dev_dp_grad_buckets_sp_and_two_experts) {
+    const char *dir = run_dir(), *bin = test_vgrpo_bin();
+    static char out[65536];
+    const char *sp = "--set algorithm.micro_batch_size=2 --set parallel.sp=2 --set parallel.ulysses_degree=1";
+    char a[256], b[256];
+    snprintf(a, sizeof a, "%s --set parallel.grad_bucket_mib=0", sp);
+    snprintf(b, sizeof b, "%s --set parallel.grad_bucket_mib=0.5", sp);
+    drun(dir, "sp_off", 4, 0, 3, NULL, a);
+    drun(dir, "sp_on", 4, 0, 3, NULL, b);
+    check_buckets(dir, "sp_on", 4, 12);
+    check_same(dir, "sp_off", "sp_on");
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null", bin, dir) == 0);
+    const char *mib[2] = {"0", "0.1"};
+    for (int i = 0; i < 2; i++) {
+        const int st = test_run(out, sizeof out,
+                                "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml "
+                                "--set mode=colocated --set model.device=cuda --set model.path=%s/a14b "
+                                "--set logging.run_dir=%s/x%d --set parallel.trainer_ranks=2 --set parallel.zero_stage=2 "
+                                "--set parallel.grad_bucket_mib=%s --set algorithm.micro_batch_size=2 "
+                                "--set checkpoint.every=1 --set logging.eval_every=0 --steps 2 >%s/x%d.log 2>&1",
+                                bin, dir, dir, i, mib[i], dir, i);
+        CHECK_MSG(st == 0, "two experts, buckets %s MiB: exit %d", mib[i], st);
+    }
+    check_buckets(dir, "x1", 2, 16); /* 2 steps x 2 experts x 4 */
+    const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
+                            "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/x0/checkpoint-2/%s %s/x1/checkpoint-2/%s", dir, files[f], dir,
+                           files[f]) == 0, "two experts, buckets on and off: %s differs: %s", files[f], out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }

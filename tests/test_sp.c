@@ -285,7 +285,7 @@ TEST(sp_usp_in_wan_exec_hook) {
     sp_comm *ga = sp_comm_self("ulysses"), *gr = sp_comm_self("ring");
     sp_usp u;
     sp_usp_init_groups(&u, NULL, ga, gr, &k_cpu_dev_ops);
-    wan_exec usp = {&k_cpu_ops, sp_usp_forward, sp_usp_backward, &u, NULL, 0, NULL};
+    wan_exec usp = {&k_cpu_ops, sp_usp_forward, sp_usp_backward, &u, NULL, 0, NULL, NULL, NULL};
     float *out[2], *dx[2], *grads[2];
     for (int r = 0; r < 2; r++) {
         wan_acts *A = wan_acts_new(&c, &sh, WAN_ACTS_STORE);
@@ -476,7 +476,7 @@ TEST(sp_wan_acts_new_sp_checks) {
     float x[4 * 2 * 4 * 8] = {0}, out[4 * 2 * 4 * 8], t[1] = {500.0f}, e[5 * 12] = {0};
     CHECK(wan_forward(&m, A4, NULL, out, x, t, e) == -1 && strstr(core_last_error(), "wan_exec.sp is NULL"));
     sp_comm *solo = sp_comm_self("sp");
-    wan_exec ex = {NULL, NULL, NULL, NULL, solo, 0, NULL};
+    wan_exec ex = {NULL, NULL, NULL, NULL, solo, 0, NULL, NULL, NULL};
     CHECK(wan_forward(&m, A4, &ex, out, x, t, e) == -1 && strstr(core_last_error(), "rank 3 of 4"));
     /* A group of one with whole-sequence activations is the single-rank path. */
     CHECK(wan_forward(&m, A, &ex, out, x, t, e) == 0);

@@ -145,13 +145,13 @@ TEST(wan_self_attention_pointer) {
     inputs in;
     make_inputs(&in, &c, 1, 0, 400);
     attn_count cnt = {0, 0};
-    wan_exec ex = {&k_cpu_ops, counting_fwd, counting_bwd, &cnt, NULL, 0, NULL};
+    wan_exec ex = {&k_cpu_ops, counting_fwd, counting_bwd, &cnt, NULL, 0, NULL, NULL, NULL};
     float *o0, *dx0, *de0, *o1, *dx1, *de1;
     run(&m, &in, WAN_ACTS_STORE, NULL, &o0, &dx0, &de0);
     run(&m, &in, WAN_ACTS_STORE, &ex, &o1, &dx1, &de1);
     CHECK(cnt.fwd == c.num_layers && cnt.bwd == c.num_layers);
     CHECK(memcmp(o0, o1, in.no * sizeof(float)) == 0 && memcmp(dx0, dx1, in.nx * sizeof(float)) == 0);
-    wan_exec bad = {NULL, failing_fwd, counting_bwd, &cnt, NULL, 0, NULL};
+    wan_exec bad = {NULL, failing_fwd, counting_bwd, &cnt, NULL, 0, NULL, NULL, NULL};
     wan_acts *A = wan_acts_new(&c, &in.sh, WAN_ACTS_INFER);
     CHECK(wan_forward(&m, A, &bad, o1, in.x, in.t, in.e) == -1);
     CHECK(strstr(core_last_error(), "block 0") && strstr(core_last_error(), "ring peer 3"));

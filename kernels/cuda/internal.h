@@ -95,6 +95,14 @@ int kc_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_
 int kc_t5_attention(kb_out o, kb_in q, kb_in k, kb_in v, const float *rel_bias, const int *bucket_of,
                     const int32_t *mask, int B, int S, int H, int Dk);
 int kc_t5_gated_gelu(kb_out g, kb_in a0, kb_in a1, int64_t n);
+/* streams.c: the table's stream and event entries (kernels/dev_ops.h). */
+void *kc_stream_new(void);
+void kc_stream_free(void *s);
+void *kc_event_new(void);
+void kc_event_free(void *e);
+int kc_event_record(void *e, void *s);
+int kc_stream_wait(void *s, void *e);
+void *kc_stream_use(void *s);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

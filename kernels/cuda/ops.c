@@ -55,6 +55,14 @@ const k_dev_ops k_cuda_ops = {
     /* the umT5 encoder */
     .t5_attention = kc_t5_attention,
     .t5_gated_gelu = kc_t5_gated_gelu,
+    /* streams and events */
+    .stream_new = kc_stream_new,
+    .stream_free = kc_stream_free,
+    .event_new = kc_event_new,
+    .event_free = kc_event_free,
+    .event_record = kc_event_record,
+    .stream_wait = kc_stream_wait,
+    .stream_use = kc_stream_use,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

@@ -137,7 +137,19 @@ int wan_block_backward(const wan_exec *ex, wan_acts *A, const wan_block_weights 
                                    A->R, 6, D, 6);
 }
 
+/* The hook of wan_exec.grad_ready after block `block` (-1: the end), if any. */
+static int ready(const wan_acts *A, int block) {
+    if (!A->mv.grad_ready || !A->mv.grad_ready(A->mv.grad_ready_ctx, A->mv.host, block)) return 0;
+    return block < 0 ? core_error_push("gradient hook at the end: ") : core_error_push("gradient hook: ");
+}
+
+static int model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, kb_in dout);
+
 int wan_model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, kb_in dout) {
+    return model_backward(ex, A, dx, denc, dout) || ready(A, -1) ? -1 : 0;
+}
+
+static int model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, kb_in dout) {
     const k_dev_ops *dev = A->dev;
     const wan_config *c = &A->cfg;
     const wan_weights *w = &A->mv.host->w;
@@ -173,7 +185,7 @@ int wan_model_backward(const wan_exec *ex, wan_acts *A, kb_out dx, kb_out denc, 
                                     2, D, 1));
 
     for (int i = c->num_layers - 1; i >= 0; i--)
-        if (wan_block_backward(ex, A, &w->blocks[i], &A->blk[i], A->res[i + 1]))
+        if (wan_block_backward(ex, A, &w->blocks[i], &A->blk[i], A->res[i + 1]) || ready(A, i))
             return core_error_push("block %d: ", i);
 
     /* patch embedding (nothing to do for a frozen base when dx is not asked for) */
@@ -253,6 +265,7 @@ int wan_backward(wan_model *m, wan_acts *A, const wan_exec *exec, float *dx, flo
     wan_exec_resolve(&ex, exec);
     if (ex.ops != &k_cpu_ops) return core_error("wan_backward: wan_exec.ops must be NULL or &k_cpu_ops");
     wan_mview_cpu(&A->mv, m, lo); /* the gradients as they are now (allocated since the forward, perhaps) */
+    A->mv.grad_ready = ex.grad_ready, A->mv.grad_ready_ctx = ex.grad_ready_ctx;
     if (wan_model_backward(&ex, A, kb_out_f32(dx), kb_out_f32(denc), kb_in_f32(dout)))
         return core_error_push("wan_backward: ");
     return 0;

@@ -152,6 +152,7 @@ int wan_dev_backward_sp(wan_dev_model *d, wan_dev_acts *A, const wan_exec *ex, k
     if (check_pair(d, A, "wan_dev_backward")) return -1;
     if (wan_exec_check_sp(ex, A, "wan_dev_backward")) return -1;
     mview_dev(A, d, A->mv.lora != NULL); /* the gradients as they are now */
+    if (ex) A->mv.grad_ready = ex->grad_ready, A->mv.grad_ready_ctx = ex->grad_ready_ctx;
     if (wan_model_backward(A->sp > 1 ? ex : NULL, A, dx, denc, dout))
         return core_error_push("wan_dev_backward: ");
     return 0;

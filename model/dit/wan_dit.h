@@ -289,6 +289,13 @@ typedef struct {
                                 With sp (more than one rank) the device runs the same sequence-parallel branches on
                                 its bf16 activations: attn_fwd/attn_bwd must then take device tensors (an sp_usp
                                 whose table is the device's), sp's comm must move device buffers */
+    /* Optional: called during a backward (wan_backward; on a device wan_dev_exec_backward) as soon as the parameter
+     * gradients of block `block` are final for this backward (the blocks run last to first), then once with block
+     * -1 when every gradient is (the embeddings, proj_out, the model's scale_shift_table). m: the host model whose
+     * (or whose adapter's) gradients they are. The gradient reduction overlapping the backward hangs here
+     * (trainer/dp/dp_bucket.h). A nonzero return stops the backward with the hook's error. */
+    int (*grad_ready)(void *ctx, const wan_model *m, int block);
+    void *grad_ready_ctx;
 } wan_exec;
 
 /* Problem size of one call. */

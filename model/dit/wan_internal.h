@@ -23,6 +23,8 @@ typedef struct {
     const wan_lora *lora;       /* the adapter the forward applies (NULL: none) */
     const void *lw;             /* its weights at lora->params' offsets (dtype wt) */
     float *lg;                  /* its gradients (NULL: none) */
+    int (*grad_ready)(void *ctx, const wan_model *m, int block); /* wan_exec.grad_ready of the backward (NULL: none) */
+    void *grad_ready_ctx;
 } wan_mview;
 
 /* The view of host weight p (a named pointer into host->params; NULL: an absent view). */

@@ -11,6 +11,10 @@
  *     x count; reduce-scatter: recvbuff == sendbuff + rank x recvcount; all-reduce, broadcast, reduce: sendbuff ==
  *     recvbuff), otherwise send and receive buffers must not overlap; sums are float32;
  *   - every call on a communicator uses the same stream (the one the first call used);
+ *   - a call on a second stream of the emulated device (kernels/cuda/emu/emu_stream.h: the gradient buckets'
+ *     stream) finds that stream ordered after every GEMM the device's own stream ran (an event recorded there, then
+ *     waited for), and is counted on it (the optimizer's entries then refuse to run until the device's own stream
+ *     waited for an event recorded after it);
  *   - ncclGroupStart / ncclGroupEnd are balanced (an End without a Start, or a collective inside a group: usage
  *     error), ncclSend / ncclRecv are called inside a group (stricter than NCCL, which also accepts them alone: the
  *     comm table always groups them) and every send/recv of one group is on the same communicator;
@@ -31,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/emu/emu_stream.h"
 #include "sp/nccl_abi.h"
 
 #define FAKE_MAGIC 0x46414b454e43434cULL /* "FAKENCCL" */
@@ -120,6 +125,14 @@ static int check_call(const char *fn, sp_nccl_comm comm, int dt, int op, size_t 
     else if (comm->stream != stream)
         return BAD_USE(fn, "stream %p, but this communicator's calls so far used %p (one stream)", stream,
                        comm->stream);
+    emu_stream *es = stream;
+    if (es && es->magic == EMU_STREAM_MAGIC) { /* a second stream of the emulated device (emu_stream.h) */
+        if (es->waited != *es->compute)
+            return BAD_USE(fn, "on a second stream that has not waited for the device's own stream's latest work "
+                               "(%llu of %llu GEMMs): the gradients it reduces may not be final",
+                           (unsigned long long)es->waited, (unsigned long long)*es->compute);
+        es->launched++;
+    }
     return SP_NCCL_SUCCESS;
 }
 static int overlap(const void *a, size_t na, const void *b, size_t nb) {

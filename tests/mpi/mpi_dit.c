@@ -205,18 +205,18 @@ int mpi_case_dit(sp_comm *world, int argc, char **argv) {
         MCHECK(wan_forward(&d.m, A, &plain, out[0], d.x, d.t, d.enc) == -1 &&
                    strstr(core_last_error(), "needs a sequence-parallel self-attention"),
                "default attention under SP: %s", core_last_error());
-        wan_exec whole = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL};
+        wan_exec whole = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL, NULL, NULL};
         MCHECK(wan_forward(&d.m, A0, &whole, out[0], d.x, d.t, d.enc) == -1 &&
                    strstr(core_last_error(), "made for the whole sequence"),
                "SP group with whole-sequence activations: %s", core_last_error());
-        wan_exec nogroup = {NULL, sp_usp_forward, sp_usp_backward, &u, NULL, 0, NULL};
+        wan_exec nogroup = {NULL, sp_usp_forward, sp_usp_backward, &u, NULL, 0, NULL, NULL, NULL};
         MCHECK(wan_forward(&d.m, A, &nogroup, out[0], d.x, d.t, d.enc) == -1 &&
                    strstr(core_last_error(), "wan_exec.sp is NULL"),
                "no SP group: %s", core_last_error());
     }
 
     /* Sequence parallel, twice. */
-    wan_exec ex = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL};
+    wan_exec ex = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL, NULL, NULL};
     for (int r = 0; r < 2; r++) {
         if (fwd_bwd(&d.m, A, &ex, out[r], dx[r], denc[r], nx, ne, d.x, d.t, d.enc, d.dout)) {
             fprintf(stderr, "rank %d: sp run %d: %s\n", world->rank, r, core_last_error());
@@ -360,7 +360,7 @@ int mpi_case_dit_bench(sp_comm *world, int argc, char **argv) {
         bytes1 = wan_acts_bytes(full);
         wan_acts_free(full);
     }
-    wan_exec ex = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL};
+    wan_exec ex = {NULL, sp_usp_forward, sp_usp_backward, &u, u.sp, 0, NULL, NULL, NULL};
     const wan_exec *exp = sp > 1 ? &ex : NULL;
     double best = INFINITY;
     for (int r = 0; r <= reps; r++) {

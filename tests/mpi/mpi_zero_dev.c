@@ -51,7 +51,7 @@ static void run_stage(sp_comm *world, const wan_config *c, int stage) {
     trainer_dev D;
     dp_reduce_ctx hred = {.grads = world, .stats = world, .zero_stage = stage};
     dp_reduce_ctx dred = {.grads = world, .stats = world, .zero_stage = stage, .dev = world};
-    dp_dev_ctx dctx;
+    dp_dev_ctx dctx = {0};
     MCHECK(x && !trainer_dev_init(&D, x, dp, 2, trained, dop) && !dp_dev_shards(&dctx, &dred, &D),
            "device state: %s", core_last_error());
     float *g = malloc(sizeof(float) * (size_t)np), *w16 = malloc(sizeof(float) * (size_t)np);

@@ -7,13 +7,18 @@
 #include "trainer/optim/train_dev.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "kernels/cuda/attn_sched.h"
+#include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
+#include "sp/comm_nccl.h"
+#include "trainer/dp/dp_bucket.h"
+#include "trainer/dp/zero.h"
 #include "trainer/optim/lora.h"
 
 #define MIB 1048576.0
@@ -39,6 +44,42 @@ static double sp_transient(const wan_config *c, const wan_shape *sh, int sp, dou
     return usp > gather ? usp : gather;
 }
 
+/* The longest range one of R ranks sums when [lo, hi) of a buffer of n values is reduced: ZeRO stage 2's shards
+ * (dp_zero_offsets) cut to it, else its even split (sp_comm_all_reduce_ordered). */
+static int64_t longest_range(int64_t n, int64_t lo, int64_t hi, int R, int stage2) {
+    int64_t best = 0, *offs = stage2 ? dp_zero_offsets(n, R) : NULL;
+    for (int r = 0; r < R; r++) {
+        int64_t a = lo + (hi - lo) * r / R, b = lo + (hi - lo) * (r + 1) / R;
+        if (offs) {
+            a = offs[r] < lo ? lo : offs[r] > hi ? hi : offs[r];
+            b = offs[r + 1] < lo ? lo : offs[r + 1] > hi ? hi : offs[r + 1];
+        }
+        best = b - a > best ? b - a : best;
+    }
+    free(offs);
+    return best;
+}
+
+/* NCCL's exact-reduction scratch in bytes (the request's `reduction` part; 0 without NCCL): the largest over the trained
+ * experts and their reductions. t: what trains (the adapter or the model), lay: the model's layout. */
+static double reduce_scratch(const trainer_dev_request *q, const wan_layout *lay, int64_t t) {
+    const int R = q->nccl_ranks, s2 = q->zero_stage == 2;
+    if (R <= 1 || !q->train) return 0;
+    int64_t longest = longest_range(t, 0, t, R, s2); /* the whole buffer (a LoRA adapter's bound with buckets) */
+    if (q->grad_bucket_mib > 0 && !q->lora_numel) {
+        dp_bucket *b = NULL;
+        int n = 0;
+        if (dp_bucket_plan(lay, (int64_t)(q->grad_bucket_mib * 1048576.0), &b, &n)) return -1;
+        longest = 0;
+        for (int k = 0; k < n; k++) {
+            const int64_t l = longest_range(t, b[k].lo, b[k].hi, R, s2);
+            longest = l > longest ? l : longest;
+        }
+        free(b);
+    }
+    return 4.0 * R * (double)(longest < SP_NCCL_PIECE ? longest : SP_NCCL_PIECE);
+}
+
 static double tokens(const wan_config *c, const wan_shape *sh) {
     return (double)(sh->F / c->patch_size[0]) * (sh->H / c->patch_size[1]) * (sh->W / c->patch_size[2]);
 }
@@ -58,7 +99,9 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     wan_layout lay; /* the parameter count, without allocating weights */
     if (wan_layout_init(&lay, c)) return -1;
     const double numel = (double)lay.numel;
+    b->reduce = reduce_scratch(q, &lay, q->lora_numel > 0 ? q->lora_numel : lay.numel);
     wan_layout_free(&lay);
+    if (b->reduce < 0) return -1;
     const double pout = 4.0 * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
     const int lora = q->lora_numel > 0;
     for (int e = 0; e < q->n_experts; e++) {
@@ -121,7 +164,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         big = st > big ? st : big;
     }
     b->staging = big;
-    b->alloc = b->weights + b->grads + b->optim + b->staging + fmax(b->train_acts, b->roll_acts);
+    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + fmax(b->train_acts, b->roll_acts);
     b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
     b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
     totals(b);
@@ -158,6 +201,13 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                              .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
                              .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base,
                              .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1,
+                             /* NCCL moves the trainer ranks' gradients on a GPU, on the emulated device where a
+                              * library is named (trainer/run/run_setup.c's choice) */
+                             .nccl_ranks = !worker && !local && r->trainer_ranks > 1 &&
+                                                   (!wan_dev_exec_emulating() || getenv("VGRPO_NCCL_LIB"))
+                                               ? r->trainer_ranks
+                                               : 0,
+                             .zero_stage = r->zero_stage, .grad_bucket_mib = r->grad_bucket_mib,
                              .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
     q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
@@ -189,6 +239,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         fprintf(f, "    %-48s %11s\n", "gradients (fp32)", size_str(b->grads));
         fprintf(f, "    %-48s %11s\n", "master weights + AdamW m, v (fp32)", size_str(b->optim));
     }
+    if (b->reduce > 0) fprintf(f, "    %-48s %11s\n", "NCCL exact gradient reduction's scratch", size_str(b->reduce));
     fprintf(f, "    %-48s %11s\n", "staging (the largest forward's inputs, output)", size_str(b->staging));
     if (b->train_acts > 0) {
         char what[96];

@@ -56,7 +56,7 @@ static int shard_gather(void *ctxp, trainer_dev *D, int e) {
 }
 
 int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D) {
-    ctx->red = red, ctx->D = D;
+    ctx->red = red, ctx->D = D, ctx->bk = NULL; /* buckets: set by the caller afterwards (dp_buckets_init) */
     D->shards = (trainer_dev_shards){0};
     if (!red->grads || red->grads->size == 1 || red->zero_stage == 0) return 0;
     if (!red->dev || red->dev->size != red->grads->size || red->dev->rank != red->grads->rank)
@@ -86,6 +86,9 @@ int dp_dev_grad_reduce(void *ctxp, wan_model *const *policy, int n_experts, cons
     if (!c) return core_error("dp (device): no device group over the %d trainer ranks", rc->grads->size);
     for (int e = 0; e < n_experts; e++) {
         if (trained && !trained[e]) continue;
+        const int overlapped = dp_buckets_done(ctx->bk, e);
+        if (overlapped < 0) return -1;
+        if (overlapped) continue; /* reduced bucket by bucket during the backward */
         float *g = trainer_dev_grads(ctx->D, e);
         const int64_t n = ctx->D->numel[e];
         if (!g) return core_error("dp (device): %s has no device gradients", wan_expert_folder(e));
@@ -101,5 +104,6 @@ int dp_dev_grad_reduce(void *ctxp, wan_model *const *policy, int n_experts, cons
             return core_error_push("dp (device): gradients of %s%s: ", wan_expert_folder(e),
                                    ctx->D->pol[e]->lora ? "'s LoRA adapter" : "");
     }
+    if (dp_buckets_join(ctx->bk)) return -1;
     return stats ? dp_stats_reduce(rc->stats, stats) : 0;
 }

@@ -22,30 +22,35 @@
  * device; the MPI comm of sp/comm_mpi.c would need every device buffer staged through the host (download, MPI,
  * upload: 3 x 4 bytes per parameter per step over the bus) and sp/comm_ranges.c's host-side sum.
  *
- * Not here: the reduction overlapping the backward (buckets on a second stream): it would reduce per micro-batch or
- * per bucket and must keep the rank-order sums. (Sequence parallelism on the device shares these reductions: every
+ * With parallel.grad_bucket_mib > 0 (ctx->bk) the reductions begin during the last micro-batch's backward, bucket by
+ * bucket on a second stream (trainer/dp/dp_bucket.h: the same calls on ranges of the buffer, the same bits), and
+ * dp_dev_grad_reduce only waits for them. (Sequence parallelism on the device shares these reductions: every
  * rank's partial gradients are summed over the world, dp x sp, as on the CPU; trainer/run/run_setup.c gives the
  * device executor the USP hooks.) */
 #ifndef TRAINER_DP_DEV_H
 #define TRAINER_DP_DEV_H
 
 #include "trainer/dp/dp.h"
+#include "trainer/dp/dp_bucket.h"
 #include "trainer/optim/train_dev.h"
 
 /* The state the hooks below share: the reduction groups and the device optimizer they work on. */
 typedef struct {
     dp_reduce_ctx *red;
     trainer_dev *D;
+    dp_buckets *bk; /* the reduction overlapping the backward (trainer/dp/dp_bucket.h); NULL: after it only */
 } dp_dev_ctx;
 
 /* Sets up the device optimizer D for ZeRO over red (D->shards; ctx must live as long as D): stage 0 or one rank
  * leaves the one-rank step; stage 1 gathers the updated ranges; stage 2 also forms the norm from the shards. D's
- * moments must be the shards of dp_zero_optim_init (trainer_dev_init from those states). 0, or -1 naming the mismatch. */
+ * moments must be the shards of dp_zero_optim_init (trainer_dev_init from those states). ctx->bk is left NULL (no
+ * buckets). 0, or -1 naming the mismatch. */
 int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D);
 
 /* trainer_config.grad_reduce on the device (ctx: a dp_dev_ctx): each trained expert's device gradients summed over
  * red->dev in rank order (stage 2: reduce-scattered to the shards), then the loss statistics over red->stats
- * (dp_stats_reduce). -1 with an error naming the expert. */
+ * (dp_stats_reduce). An expert whose buckets were reduced during the backward (ctx->bk) is not reduced again: the
+ * device's stream waits for the buckets instead (dp_buckets_join). -1 with an error naming the expert. */
 int dp_dev_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                        grpo_loss_stats *stats);
 

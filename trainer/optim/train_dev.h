@@ -96,6 +96,12 @@ void trainer_dev_free(trainer_dev *D);
  *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
  *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
  *                OPTIM_CHUNK values)
+ *   reduction    NCCL's exact reduction over R > 1 trainer ranks (sp/comm_nccl.c: R x min(SP_NCCL_PIECE, the longest
+ *                range one rank sums) fp32, made at the first reduction and held): the device group's for gradients
+ *                reduced after the backward (ranges of the whole buffer), or with parallel.grad_bucket_mib the buckets'
+ *                group's (ranges of a bucket: trainer/dp/dp_bucket.h; a LoRA adapter's bounded by the whole
+ *                buffer's). With buckets the device group's is not counted: it reduces gradients only for an expert
+ *                some rank has no micro-batch of. 0 over MPI (the emulated device without VGRPO_NCCL_LIB)
  *   staging      the executor's one growing buffer: 4 x rows x ((C_in + C_out) F H W + L text_dim) of the largest forward
  *   training     phase: wan_dev_acts_estimate(train shape, algorithm.activations) + the reference's WAN_ACTS_INFER
  *                beside it (beta > 0), + LoRA's scratch 2 x rows x max(S, L) x rank bf16 (the policy's forward only)
@@ -136,6 +142,10 @@ typedef struct {
     int64_t lora_numel;     /* one trained expert's adapter parameters; 0: full fine-tuning */
     int lora_rank;
     int zero_ranks;         /* ZeRO over this many trainer ranks: m, v of a shard (0 or 1: whole) */
+    int nccl_ranks;         /* the gradients summed over this many trainer ranks by NCCL's exact reduction
+                               (sp/comm_nccl.h; 0 or 1: none, e.g. the emulated device over MPI): its scratch */
+    int zero_stage;         /* parallel.zero_stage (2: the reductions are reduce-scatters over the shards) */
+    double grad_bucket_mib; /* parallel.grad_bucket_mib: the buckets reduced during the backward (trainer/dp/dp_bucket.h) */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA) */
     int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
     int train;              /* 0: no training (a rollout worker) */
@@ -151,6 +161,7 @@ typedef struct {
 
 typedef struct {
     double weights, grads, optim, staging; /* held the whole job once made */
+    double reduce;      /* NCCL's exact-reduction scratch (made at the first reduction, then held) */
     double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
     double roll_acts;   /* rollout phase */
     double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */

@@ -42,9 +42,11 @@ static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_sta
         sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
         tc.grad_reduce = dp_grad_reduce;
         tc.grad_reduce_ctx = &S->red;
-        if (S->dx) /* on the device: its gradients, and trainer_dev_opt_step with the shard hooks (dp_dev.h) */
+        if (S->dx) { /* on the device: its gradients, and trainer_dev_opt_step with the shard hooks (dp_dev.h) */
             tc.grad_reduce = dp_dev_grad_reduce, tc.grad_reduce_ctx = &S->red_dev;
-        else if (S->red.zero_stage > 0)
+            if (S->red_dev.bk) /* begun during the backward (trainer/dp/dp_bucket.h) */
+                tc.grad_arm = dp_buckets_arm, tc.grad_ready = dp_buckets_ready, tc.grad_overlap_ctx = S->red_dev.bk;
+        } else if (S->red.zero_stage > 0)
             tc.opt_step = dp_zero_step, tc.opt_step_ctx = &S->red; /* trainer/dp/zero.h */
     }
     return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,

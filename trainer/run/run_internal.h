@@ -80,6 +80,7 @@ typedef struct {
     trainer_dev dev;
     dp_reduce_ctx red;         /* gradients over dp, statistics over dpg */
     dp_dev_ctx red_dev;        /* model.device cuda over several ranks: red and dev (trainer/dp/dp_dev.h) */
+    dp_buckets bk;             /* its gradient buckets reduced during the backward (parallel.grad_bucket_mib) */
     trainer_guard guard;       /* rank 0 (trainer_run): the reward-hacking guard (trainer/run/guard.h); zero elsewhere */
     int n_scorers;             /* rank 0: the run's scorers (trainer_scorers_init), the order of every traj's rewards */
     char scorer_names[CORE_TRAJ_MAX_REWARDS][CORE_TRAJ_NAME_MAX];

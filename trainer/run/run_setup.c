@@ -397,7 +397,13 @@ static int setup_device(trainer_state *S) {
         S->exec.attn_fwd = sp_usp_forward, S->exec.attn_bwd = sp_usp_backward, S->exec.attn_ctx = u;
         S->exec.sp = u->sp;
     }
-    return dp_dev_shards(&S->red_dev, &S->red, &S->dev); /* ZeRO over several ranks (trainer/dp/dp_dev.h) */
+    if (dp_dev_shards(&S->red_dev, &S->red, &S->dev)) return -1; /* ZeRO over several ranks (trainer/dp/dp_dev.h) */
+    if (S->red.dev && S->red.grads && S->red.grads->size > 1 && r->grad_bucket_mib > 0) { /* trainer/dp/dp_bucket.h */
+        if (dp_buckets_init(&S->bk, &S->dev, S->red.grads, S->red.dev, S->red.zero_stage, r->grad_bucket_mib))
+            return core_error_push("trainer rank %d: ", S->dp->rank);
+        S->red_dev.bk = &S->bk;
+    }
+    return 0;
 }
 
 int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
@@ -463,6 +469,7 @@ void trainer_rollout_settings(const trainer_state *S, int64_t round, core_rollou
 }
 
 void trainer_teardown(trainer_state *S) {
+    dp_buckets_free(&S->bk); /* its group and stream before the device's */
     if (S->dx) { /* the executor may outlive us (shared with the local source): our models' device copies go now */
         trainer_dev_free(&S->dev);
         for (int e = 0; e < 2; e++) {

@@ -272,6 +272,14 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
             if (all[t].e == e) tr[pos++] = all[t];
     const int64_t denom = b->denom > 0 ? b->denom : total;
     const int cap = tc->micro_batch_size < total ? tc->micro_batch_size : total;
+    unsigned armed = 0; /* the experts whose last micro-batch reduces its gradients during its backward */
+    wan_exec hx = ex ? *ex : (wan_exec){0};
+    if (backward && tc->grad_arm && ex && ex->dev) { /* every rank, a batch share without transitions too */
+        int n_micro[CORE_TRAJ_MAX_EXPERTS] = {0};
+        for (int e = 0; e < n_experts; e++) n_micro[e] = per[e] > 0 ? (per[e] + cap - 1) / cap : 0;
+        if (tc->grad_arm(tc->grad_overlap_ctx, n_experts, n_micro, &armed)) goto done;
+        hx.grad_ready = tc->grad_ready, hx.grad_ready_ctx = tc->grad_overlap_ctx;
+    }
     if (total == 0) {
         rc = 0;
         goto done;
@@ -289,7 +297,10 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
                 goto done;
             }
             mb++;
-            if (micro_batch(policy[e], ref_of(ref, e), ex, tc, b, tr + t0, cnt, denom, backward, &w, stats)) goto done;
+            const int hook = (armed >> e & 1u) && t0 + cnt == g0 + per[e]; /* the expert's last micro-batch */
+            if (micro_batch(policy[e], ref_of(ref, e), hook ? &hx : ex, tc, b, tr + t0, cnt, denom, backward, &w,
+                            stats))
+                goto done;
         }
     rc = 0;
 done:

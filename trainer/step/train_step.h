@@ -66,6 +66,14 @@ typedef struct {
     int (*grad_reduce)(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                        grpo_loss_stats *stats);
     void *grad_reduce_ctx;
+    /* The gradient reduction overlapping the backward (trainer/dp/dp_bucket.h; NULL: none; the device path only,
+     * ex->dev): grad_arm is called once per accumulation with a backward, on every rank before its first micro-batch,
+     * with this rank's micro-batches per expert, and sets bit e of *armed for the experts whose LAST micro-batch's
+     * backward then runs with wan_exec.grad_ready = grad_ready (the gradients are final only there); both get
+     * grad_overlap_ctx. The gradient hook above then completes what the buckets began. 0, or -1 with core_error. */
+    int (*grad_arm)(void *ctx, int n_experts, const int *n_micro, unsigned *armed);
+    int (*grad_ready)(void *ctx, const wan_model *m, int block);
+    void *grad_overlap_ctx;
     /* Optimizer-step hook (NULL: the step below on this rank's whole state; ZeRO stages 1 and 2: trainer/dp/zero.h's
      * dp_zero_step, ctx = the dp_reduce_ctx): called after the gradient hook in place of the norm, clipping and
      * AdamW, with the same arguments; it must give the same norm, clip factor and update (info as they do). */

@@ -12,6 +12,7 @@
 #include "kernels/body/kb_host.h"
 #include "kernels/body/kb_t5.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cuda/emu/emu_stream.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "kernels/cuda/precond/kc_precond.h"
 
@@ -88,6 +89,7 @@ static void store(kb_out y, const float *f, size_t n) {
 /* ---- GEMM: fp32 k_cpu_ops.gemm on the widened operands ---- */
 static int emu_gemm(const k_gemm_args *g) {
     if (kc_precond_gemm(g)) return -1; /* what cuBLASLt on the GPU refuses */
+    emu_stream_gemm();
     const size_t na = (size_t)(g->transA ? g->K : g->M) * g->lda, nb = (size_t)(g->transB ? g->N : g->K) * g->ldb;
     const size_t nc = (size_t)g->M * g->ldc;
     float *a = widen(g->A, na), *b = widen(g->B, nb), *c = widen(kb_as_in(g->C), nc);
@@ -243,13 +245,16 @@ static int e_cfg(kb_out v, kb_in vc, kb_in vu, float g, int64_t n) { return kbh_
 static int e_cfgb(kb_out a, kb_out b, kb_in dv, float g, int64_t n) { return kbh_cfg_backward(a, b, dv, g, n), 0; }
 static int e_adamw(float *p, float *m, float *v, kb_in g, const uint8_t *mask, kb_adamw_scalars s, kb_bf16 *pb,
                    int64_t n) {
+    if (emu_stream_joined("adamw_update")) return -1;
     return kbh_adamw(p, m, v, g, mask, s, pb, n), 0;
 }
 static int e_sumsq(kb_in x, int64_t n, double *out) {
+    if (emu_stream_joined("sumsq")) return -1;
     *out = kbh_sumsq(x, n);
     return 0;
 }
 static int e_scale(kb_out x, float f, int64_t n) {
+    if (emu_stream_joined("scale")) return -1;
     for (int64_t i = 0; i < n; i++) kb_set(x, (size_t)i, kb_get(kb_as_in(x), (size_t)i) * f);
     return 0;
 }
@@ -273,6 +278,7 @@ static int e_table_b(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int 
 static int e_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n) {
     if (nb < 1 || n < 0 || stride < n)
         return core_error("block_sum: nb %d, stride %lld, n %lld", nb, (long long)stride, (long long)n);
+    if (emu_stream_launch("block_sum")) return -1;
     for (int64_t i = 0; i < n; i++) out[i] = kb_blocksum_at(blocks, nb, stride, i);
     return 0;
 }
@@ -347,4 +353,12 @@ const k_dev_ops k_emu_ops = {
     /* the umT5 encoder */
     .t5_attention = e_t5_attn,
     .t5_gated_gelu = e_t5_ggelu,
+    /* streams and events */
+    .stream_new = emu_stream_new,
+    .stream_free = emu_stream_free,
+    .event_new = emu_event_new,
+    .event_free = emu_event_free,
+    .event_record = emu_event_record,
+    .stream_wait = emu_stream_wait,
+    .stream_use = emu_stream_use,
 };
