@@ -52,6 +52,10 @@ const k_dev_ops k_cuda_ops = {
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
     .block_sum = kc_block_sum,
+    .vae_conv3d = kc_vae_conv3d_entry,
+    .vae_rms_norm = kc_vae_rms_norm,
+    .vae_dupup_add = kc_vae_dupup_add,
+    .vae_attention = kc_vae_attention_entry,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

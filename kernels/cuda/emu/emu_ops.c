@@ -327,4 +327,8 @@ const k_dev_ops k_emu_ops = {
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,
     .block_sum = e_block_sum,
+    .vae_conv3d = k_emu_vae_conv3d,
+    .vae_rms_norm = k_emu_vae_rms_norm,
+    .vae_dupup_add = k_emu_vae_dupup_add,
+    .vae_attention = k_emu_vae_attention,
 };

@@ -44,4 +44,11 @@ int k_emu_ipc_unexport(const uint8_t *handle);
 int k_emu_ipc_open(const uint8_t *handle, size_t bytes, const void **dev);
 int k_emu_ipc_close(const void *dev);
 
+/* The table's Wan VAE entries (kernels/cuda/emu/emu_vae.c; kernels/dev_ops.h, kernels/cuda/precond/kc_vae.h). */
+int k_emu_vae_conv3d(const k_vae_conv_args *a);
+int k_emu_vae_rms_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu);
+int k_emu_vae_dupup_add(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop);
+int k_emu_vae_attention(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work,
+                        size_t work_bytes);
+
 #endif
