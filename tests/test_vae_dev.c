@@ -267,3 +267,19 @@ TEST(vae_dev_estimate_is_allocation) {
         free(lat), free(vid);
     }
 }
+
+/* model.vae_device at --dry-run: auto (default) and cpu resolve, another value is refused naming the key; with
+ * model.device cuda and auto the device estimate counts the VAE (weights and the decode phase), with cpu it does not. */
+TEST(vae_dev_recipe_key) {
+    const char *bin = test_vgrpo_bin();
+    static char out[1 << 16];
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run 2>&1", bin) == 0);
+    CHECK_MSG(strstr(out, "\n  vae_device: auto\n"), "got: %.2000s", out);
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.vae_device=gpu 2>&1", bin) != 0);
+    CHECK_MSG(strstr(out, "model.vae_device: must be one of auto|cpu, got \"gpu\""), "got: %.2000s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.device=cuda 2>&1", bin) == 0);
+    CHECK_MSG(strstr(out, "VAE decoder weights (bf16)") && strstr(out, "VAE decode state"), "got: %.4000s", out);
+    REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.device=cuda "
+                                      "--set model.vae_device=cpu 2>&1", bin) == 0);
+    CHECK_MSG(strstr(out, "\n  vae_device: cpu\n") && !strstr(out, "VAE decode state"), "got: %.4000s", out);
+}

@@ -91,6 +91,9 @@ int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, doub
  * frames downloaded one latent frame at a time (same results as the CPU within bf16 rounding). Frees the decode
  * state and any previous device copy. Errors: a table without the VAE entries, out of device memory. The encoder (wan_vae_encode.h) stays on the CPU. */
 int vae_set_device(vae_model *m, const k_dev_ops *dev);
+/* Frees the decode state (feature caches, scratch; the next decode allocates it again): a device's decode is a phase
+ * of its own, between rollouts that need the memory for the DiT. */
+void vae_release_state(vae_model *m);
 const char *vae_device_name(const vae_model *m);
 size_t vae_device_weight_bytes(const vae_model *m);
 /* The decoder on a device from its config alone: *weight_bytes (the bf16 padded copies vae_set_device allocates)

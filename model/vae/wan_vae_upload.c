@@ -105,5 +105,6 @@ int vae_set_device(vae_model *m, const k_dev_ops *dev) {
     return vae_upload(m, dev);
 }
 
+void vae_release_state(vae_model *m) { vae_state_free(&m->st); }
 const char *vae_device_name(const vae_model *m) { return vae_backend(m)->name; }
 size_t vae_device_weight_bytes(const vae_model *m) { return m->dw_bytes; }
