@@ -171,7 +171,7 @@ int vae_copy2d(const vae_model *m, void *dst, size_t dpitch, const void *src, si
 
 /* wan_vae_upload.c — the decoder's weights on a device: bf16 copies of every convolution (padded to the device
  * GEMM's multiples of 8) and norm, their offsets set in the layer structs. vae_upload_bytes: the bytes they take
- * (the same walk, for the estimate). vae_upload_free: back to the CPU. Return 0 / -1. */
+ * (the same walk, for the estimate). vae_upload_free (wan_vae_model.c, with vae_free): back to the CPU. Return 0 / -1. */
 int vae_upload(vae_model *m, const k_dev_ops *dev);
 size_t vae_upload_bytes(const vae_model *m);
 void vae_upload_free(vae_model *m);

@@ -417,6 +417,11 @@ void vae_state_free(vae_state *st) {
     memset(st, 0, sizeof *st);
 }
 
+void vae_upload_free(vae_model *m) {
+    if (m->dw) m->dev->mem_free(m->dw);
+    m->dw = NULL, m->dw_bytes = 0, m->dev = NULL;
+}
+
 void vae_free(vae_model *m) {
     if (!m) return;
     vae_state_free(&m->st);

@@ -76,11 +76,6 @@ size_t vae_upload_bytes(const vae_model *m) {
     return n * sizeof(kb_bf16);
 }
 
-void vae_upload_free(vae_model *m) {
-    if (m->dw) m->dev->mem_free(m->dw);
-    m->dw = NULL, m->dw_bytes = 0, m->dev = NULL;
-}
-
 int vae_upload(vae_model *m, const k_dev_ops *dev) {
     size_t n = 0;
     walk(m, lay_conv, lay_norm, &n);

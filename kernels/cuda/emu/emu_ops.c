@@ -276,6 +276,13 @@ static int e_block_sum(float *out, const float *blocks, int nb, int64_t stride, 
     return 0;
 }
 
+/* ---- the Wan VAE decoder: kc_vae.h's host drivers over this GEMM and copy, emu_vae.c's bodies ---- */
+static const kc_vae_backend vae_be = {"emulated", emu_gemm, e_copy2d, k_emu_vae_im2col, k_emu_vae_softmax};
+static int e_vae_conv(const k_vae_conv_args *a) { return kc_vae_conv3d(&vae_be, a); }
+static int e_vae_attn(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work, size_t bytes) {
+    return kc_vae_attention(&vae_be, o, q, k, v, S, C, scale, work, bytes);
+}
+
 const k_dev_ops k_emu_ops = {
     .name = "emulated",
     .gemm = emu_gemm,
@@ -327,8 +334,8 @@ const k_dev_ops k_emu_ops = {
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,
     .block_sum = e_block_sum,
-    .vae_conv3d = k_emu_vae_conv3d,
+    .vae_conv3d = e_vae_conv,
     .vae_rms_norm = k_emu_vae_rms_norm,
     .vae_dupup_add = k_emu_vae_dupup_add,
-    .vae_attention = k_emu_vae_attention,
+    .vae_attention = e_vae_attn,
 };

@@ -1,36 +1,26 @@
-/* kernels/cuda/emu/emu_vae.c — the emulated device's Wan VAE entries (k_emu.h): the host drivers of
- * kernels/cuda/precond/kc_vae.h over this table's GEMM and strided copy, the bodies of kernels/body/kb_vae.h looped
- * over on the host in the CUDA kernels' decomposition (one element or row at a time). */
+/* kernels/cuda/emu/emu_vae.c — the element and row work of the emulated device's Wan VAE entries (k_emu.h): the
+ * bodies of kernels/body/kb_vae.h looped over on the host in the CUDA kernels' decomposition (one element or row at a
+ * time). emu_ops.c runs the entries' host drivers (kernels/cuda/precond/kc_vae.h) over these and its GEMM. */
 #include "core/error.h"
 #include "kernels/body/kb_vae.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "kernels/cuda/precond/kc_precond.h"
 #include "kernels/cuda/precond/kc_vae.h"
 
-static int im2col(kb_bf16 *col, int ldc, int K, kb_in x, kb_in cache, kb_vae_conv_geom g, int f, size_t pix0,
-                  size_t rows) {
+int k_emu_vae_im2col(kb_bf16 *col, int ldc, int K, kb_in x, kb_in cache, kb_vae_conv_geom g, int f, size_t pix0,
+                     size_t rows) {
     if (kc_precond_index32("vae_conv3d (im2col)", rows * (size_t)ldc)) return -1;
     for (size_t r = 0; r < rows; r++)
         for (int k = 0; k < ldc; k++)
             col[r * ldc + k] = kb_bf16_from_f32(k < K ? kb_vae_im2col_at(x, cache, &g, f, pix0 + r, k) : 0.0f);
     return 0;
 }
-static int softmax(kb_bf16 *p, const float *s, int S, int ld) {
+
+int k_emu_vae_softmax(kb_bf16 *p, const float *s, int S, int ld) {
     for (int r = 0; r < S; r++) kb_vae_softmax_row(kb_out_bf16(p), s, (size_t)r, S, ld);
     return 0;
 }
-static const kc_vae_backend *be(void) {
-    static kc_vae_backend b;
-    b.name = "emulated", b.gemm = k_emu_ops.gemm, b.copy2d = k_emu_ops.mem_copy2d, b.im2col = im2col;
-    b.softmax = softmax;
-    return &b;
-}
 
-int k_emu_vae_conv3d(const k_vae_conv_args *a) { return kc_vae_conv3d(be(), a); }
-int k_emu_vae_attention(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work,
-                        size_t work_bytes) {
-    return kc_vae_attention(be(), o, q, k, v, S, C, scale, work, work_bytes);
-}
 int k_emu_vae_rms_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu) {
     if (kc_vae_check_norm("emulated", out, x, gamma, n, C) || kc_precond_index32("vae_rms_norm", (size_t)n * C))
         return -1;
@@ -38,6 +28,7 @@ int k_emu_vae_rms_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int s
     for (int64_t r = 0; r < n; r++) kb_vae_norm_row(out, x, gamma, (size_t)r, C, scale, silu);
     return 0;
 }
+
 int k_emu_vae_dupup_add(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop) {
     if (kc_vae_check_dupup("emulated", out, x, nf, H, W, cin, cout, ft, drop)) return -1;
     const size_t n = (size_t)(nf * ft - drop) * 4 * H * W * cout;
