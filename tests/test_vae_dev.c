@@ -2,8 +2,8 @@
  * emulated device (kernels/cuda/emu/k_emu.h: bf16 activations and weights, the bodies of kernels/body/kb_vae.h, GEMMs
  * on widened operands) against the fp32 CPU decode: the tiny preset's VAE and the Wan 2.1 / Wan 2.2 fixtures (random
  * weights at small shapes, scripts/fixtures_vae.py; also against diffusers' video), the convolution entry's frame
- * cache and row chunks against one-shot runs, refusals with their messages, and the device estimate against the
- * emulated device's actual allocation. */
+ * cache and row chunks against one-shot runs, refusals with their messages, the device estimate against the
+ * emulated device's actual allocation, the recipe key, and the bodies against the CPU's code bit for bit in fp32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "kernels/body/kb_vae.h"
+#include "kernels/cpu/cpu.h"
 #include "kernels/cpu/dev_table.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "model/vae/tiny_vae.h"
@@ -282,4 +284,51 @@ TEST(vae_dev_recipe_key) {
     REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set model.device=cuda "
                                       "--set model.vae_device=cpu 2>&1", bin) == 0);
     CHECK_MSG(strstr(out, "\n  vae_device: cpu\n") && !strstr(out, "VAE decode state"), "got: %.4000s", out);
+}
+
+/* The bodies of kernels/body/kb_vae.h on fp32 views against the CPU table's code (kernels/cpu/vae_conv.c), bit for
+ * bit: WanRMS_norm + SiLU, DupUp3D's add, and one convolution frame as body im2col rows times k_cpu_gemm (a frame
+ * whose taps all read the stream: nothing left out on the CPU side). */
+TEST(vae_dev_bodies_equal_cpu_fp32) {
+    enum { N = 37, C = 24 };
+    float x[N * C], g[C], a[N * C], b[N * C];
+    test_fill_uniform(x, N * C, 21, -3.0f, 3.0f);
+    test_fill_uniform(g, C, 22, 0.5f, 1.5f);
+    for (int silu = 0; silu < 2; silu++) {
+        k_cpu_vae_rms_norm(a, x, g, N, C, silu);
+        const float scale = (float)sqrt((double)C);
+        for (int r = 0; r < N; r++) kb_vae_norm_row(kb_out_f32(b), kb_in_f32(x), kb_in_f32(g), (size_t)r, C, scale, silu);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+    }
+    /* DupUp3D: nf 2, 3 x 4 pixels, 8 -> 4 channels, factor_t 2, first frame dropped */
+    const int nf = 2, H = 3, W = 4, ci = 8, co = 4, ft = 2, drop = 1, no = (nf * ft - drop) * 4 * H * W * co;
+    float xs[2 * 3 * 4 * 8], oa[3 * 4 * 3 * 4 * 4], ob[3 * 4 * 3 * 4 * 4];
+    test_fill_uniform(xs, sizeof xs / sizeof xs[0], 23, -1.0f, 1.0f);
+    test_fill_uniform(oa, (size_t)no, 24, -1.0f, 1.0f);
+    memcpy(ob, oa, sizeof oa);
+    k_cpu_vae_dupup_add(oa, xs, nf, H, W, ci, co, ft, drop);
+    for (int e = 0; e < no; e++) kb_vae_dupup_at(kb_out_f32(ob), kb_in_f32(xs), H, W, ci, co, ft, drop, (size_t)e);
+    CHECK(memcmp(oa, ob, (size_t)no * sizeof(float)) == 0);
+    /* a 3x3x3 convolution frame after two cached frames, with and without 2x up-sampling (kt 1 then) */
+    for (int up = 0; up < 2; up++) {
+        const int kt = up ? 1 : 3, Hc = 5, Wc = 6, cin = 5, cout = 20, K = kt * 9 * cin, Ho = up ? 2 * Hc : Hc,
+                  Wo = up ? 2 * Wc : Wc;
+        const size_t fsz = (size_t)Hc * Wc * cin, np = (size_t)Ho * Wo;
+        float *cx = malloc(3 * fsz * sizeof(float)), *w = malloc((size_t)cout * K * sizeof(float));
+        float *bias = malloc(cout * sizeof(float)), *col = malloc(np * K * sizeof(float));
+        float *o1 = malloc(np * cout * sizeof(float)), *o2 = malloc(np * cout * sizeof(float));
+        REQUIRE(cx && w && bias && col && o1 && o2);
+        test_fill_uniform(cx, 3 * fsz, 25, -1.0f, 1.0f);
+        test_fill_uniform(w, (size_t)cout * K, 26, -0.2f, 0.2f);
+        test_fill_uniform(bias, cout, 27, -0.5f, 0.5f);
+        REQUIRE_OK(k_cpu_vae_conv3d(o1, cx + 2 * fsz, cx, 2, w, bias, 1, Hc, Wc, cin, cout, kt, 3, 3, up, col,
+                                    np * K));
+        const kb_vae_conv_geom geo = {Hc, Wc, cin, kt, 3, 3, up, 2};
+        for (size_t p = 0; p < np; p++)
+            for (int k = 0; k < K; k++)
+                col[p * K + k] = kb_vae_im2col_at(kb_in_f32(cx + 2 * fsz), kb_in_f32(cx), &geo, 0, p, k);
+        k_cpu_gemm(0, 1, (int)np, cout, K, 1.0f, col, K, w, K, 0.0f, o2, cout, bias);
+        CHECK_MSG(memcmp(o1, o2, np * cout * sizeof(float)) == 0, "up2x %d", up);
+        free(cx), free(w), free(bias), free(col), free(o1), free(o2);
+    }
 }
