@@ -1,5 +1,6 @@
 /* model/vae/wan_vae.h — the decoder of the Wan video VAE (Wan 2.1: z_dim 16; Wan 2.2: z_dim 48, residual up-blocks,
- * patch size 2), fp32 on the CPU, forward only.
+ * patch size 2), forward only: fp32 on the CPU, or bf16 on a device (vae_set_device), one description over the
+ * device table (kernels/dev_ops.h, model/vae/wan_vae_layers.c).
  *
  * Reference: diffusers 0.42.1 AutoencoderKLWan (models/autoencoders/autoencoder_kl_wan.py): `decode(z).sample` =
  * post_quant_conv (causal 1x1x1), then WanDecoder3d run one latent frame at a time with a feature cache of the last
@@ -9,8 +10,8 @@
  * (2 frames per cached convolution, at that layer's resolution) and fixed-size scratch: it does not grow with T.
  *
  * Activations inside are channel-last ([frames, H, W, C] per sample) so that norms run over contiguous channels and
- * every convolution is im2col + one GEMM (k_cpu_ops.gemm, OpenMP) with the weights reordered to [cout, kt, kh, kw,
- * cin] at load time.
+ * every convolution is im2col + one GEMM (on the CPU k_cpu_gemm, OpenMP; on a device its bf16 GEMM) with the
+ * weights reordered to [cout, kt, kh, kw, cin] at load time.
  *
  * Loading: a diffusers `vae/` folder (config.json + diffusion_pytorch_model.safetensors, or shards with an index;
  * F32, BF16 or F16 on disk). Tensors `post_quant_conv.*` and `decoder.*` must be exactly the set the config implies
