@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fs.h"
 #include "core/safetensors.h"
+#include "kernels/kernels.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/vae/wan_vae.h"
 
@@ -76,6 +77,11 @@ static int run(const char *vae_dir, const char *in_path, const char *name, const
     }
     if (st_read_f32(in, name, lat, (int64_t)nl)) goto done; /* a non-finite latent is refused there, named */
     const size_t nv = (size_t)B * C * F * vs[3] * vs[4];
+    char why[K_WHY_MAX];
+    if (cuda && !wan_dev_exec_emulating() && !k_cuda_device(why)) {
+        core_error("--device cuda: %s", why);
+        goto done;
+    }
     if (cuda && (wan_dev_exec_open("cuda", &dx) || vae_set_device(m, wan_dev_exec_ops(dx)))) goto done;
     if (vae_decode(m, lat, B, z, T, h, wd, vid)) goto done;
     if (cuda && vs_cpu) {

@@ -332,3 +332,28 @@ TEST(vae_dev_bodies_equal_cpu_fp32) {
         free(cx), free(w), free(bias), free(col), free(o1), free(o2);
     }
 }
+
+/* `vgrpo vae-decode --device cuda --vs-cpu` (scripts/gpu_check.sh's VAE row): on the emulated device it prints the
+ * difference from the CPU decode within the row's tolerance; --vs-cpu alone and an unknown device are usage errors;
+ * without VGRPO_EMULATE_DEVICE this build (or machine) refuses cuda in one line naming --device. */
+TEST(vae_dev_cli_vs_cpu) {
+    const char *bin = test_vgrpo_bin(), *tmp = test_tmpdir();
+    static char out[1 << 14];
+    const char *io = "--vae tests/fixtures/vae_wan22 --latents tests/fixtures/vae_wan22_io.safetensors --name latents_t2";
+    REQUIRE(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s vae-decode %s --out %s/v.safetensors --device cuda "
+                                      "--vs-cpu 2>/dev/null", bin, io, tmp) == 0);
+    const char *l = strstr(out, "vae-decode: emulated vs cpu: max |device - cpu| ");
+    REQUIRE(l != NULL);
+    const char *rel = strstr(l, ", relative "), *mean = strstr(l, "mean relative ");
+    REQUIRE(rel && mean);
+    const double r = atof(rel + 11), mr = atof(mean + 14);
+    CHECK_MSG(r > 0 && r <= VAE_DEV_REL_TOL && mr > 0 && mr <= VAE_DEV_MEAN_TOL, "%s", l);
+    CHECK(test_run(out, sizeof out, "%s vae-decode %s --out %s/v.safetensors --vs-cpu 2>&1", bin, io, tmp) == 2);
+    CHECK_MSG(strstr(out, "--vs-cpu: compares --device cuda with the CPU"), "got: %s", out);
+    CHECK(test_run(out, sizeof out, "%s vae-decode %s --out %s/v.safetensors --device tpu 2>&1", bin, io, tmp) == 2);
+    CHECK_MSG(strstr(out, "--device: expected cpu or cuda, got \"tpu\""), "got: %s", out);
+    const int rc = test_run(out, sizeof out, "%s vae-decode %s --out %s/v.safetensors --device cuda 2>&1", bin, io, tmp);
+    if (rc == 0) return; /* a GPU here: nothing refused */
+    CHECK(rc == 1);
+    CHECK_MSG(strstr(out, "vgrpo vae-decode: --device cuda: "), "got: %s", out);
+}
