@@ -31,6 +31,8 @@ const core_cfg_entry core_recipe_schema[] = {
      "the transformer's compute dtype (default: fp32 on cpu, bf16 on cuda)"},
     {"model.text_device", CORE_CFG_STRING, O(text_device), "auto", 0, 0, 0, "auto|cpu",
      "where the umT5 text encoder runs: auto (the transformer's device) or cpu (the fp32 CPU encoder)"},
+    {"model.vae_device", CORE_CFG_STRING, O(vae_device), "auto", 0, 0, 0, "auto|cpu",
+     "where the VAE decodes: auto (the transformer's model.device: bf16 on the GPU with cuda) or cpu (fp32)"},
     {"model.lora.rank", CORE_CFG_INT, O(lora_rank), "0", MINV | MAXV, 0, 65536, NULL,
      "LoRA rank r of the trained experts' adapters (0: no LoRA, every weight trained)"},
     {"model.lora.alpha", CORE_CFG_DOUBLE, O(lora_alpha), NULL, 0, 0, 0, NULL,
@@ -220,6 +222,7 @@ static int parse_choices(core_recipe *r) {
     CHOICE("model.decoder", decoder);
     CHOICE("model.text_device", text_device);
     CHOICE("model.device", device);
+    CHOICE("model.vae_device", vae_device);
     CHOICE("rollout.sde_type", sde_type);
     CHOICE("rollout.sde_window.schedule", sde_window_schedule);
     CHOICE("rollout.sde_window.at_end", sde_window_at_end);

@@ -21,6 +21,10 @@
  *                                  NCCL, sp/comm_nccl.h, or the MPI world on the emulated device: trainer/dp/dp_dev.h;
  *                                  model.lora with a rank that is a multiple of 8, no EMA of adapters); --dry-run
  *                                  checks the recipe on any machine
+ *   model.vae_device               auto | cpu: where model.decoder vae decodes. auto: where the transformer runs
+ *                                  (model.device cuda: the bf16 decoder on that GPU, model/vae/wan_vae.h
+ *                                  vae_set_device; cpu: the fp32 CPU decoder); cpu: the CPU decoder whatever the
+ *                                  transformer's device (the fp32 reference bits)
  *   model.dtype                    fp32 | bf16: the transformer's compute dtype; default fp32 on cpu, bf16 on cuda
  *                                  (resolved into the recipe); cpu computes fp32 only, cuda bf16 only. Master
  *                                  weights, AdamW state and everything of docs/design.md section 4 stay fp32 either way
@@ -158,6 +162,7 @@ typedef enum { CORE_TEXT_UMT5 = 0, CORE_TEXT_WORD_EMBED } core_text_encoder;    
 typedef enum { CORE_TEXT_DEVICE_AUTO = 0, CORE_TEXT_DEVICE_CPU } core_text_device;       /* model.text_device */
 typedef enum { CORE_DECODER_VAE = 0, CORE_DECODER_LATENT_RGB } core_decoder;           /* model.decoder */
 typedef enum { CORE_COMPUTE_FP32 = 0, CORE_COMPUTE_BF16 } core_compute_dtype;          /* model.dtype */
+typedef enum { CORE_VAE_DEVICE_AUTO = 0, CORE_VAE_DEVICE_CPU } core_vae_device;        /* model.vae_device */
 typedef enum { CORE_SDE_TYPE_SDE = 0, CORE_SDE_TYPE_CPS } core_sde_type;               /* rollout.sde_type */
 typedef enum { CORE_WINDOW_RANDOM = 0, CORE_WINDOW_PROGRESSIVE } core_window_schedule; /* rollout.sde_window.schedule */
 typedef enum { CORE_WINDOW_CLAMP = 0, CORE_WINDOW_RESTART } core_window_at_end;        /* rollout.sde_window.at_end */
@@ -179,6 +184,7 @@ typedef struct {
     core_text_device text_device;
     core_decoder decoder;
     core_device device; /* core/tensor.h: CORE_CPU, CORE_CUDA */
+    core_vae_device vae_device;
     core_compute_dtype dtype;
     core_sde_type sde_type;
     core_window_schedule sde_window_schedule;
@@ -196,7 +202,7 @@ typedef struct {
     core_recipe_choices choice; /* the choice keys below, parsed (core_recipe_check); read these, print the text */
     char *mode;
     char *model_path, *text_encoder, *decoder, *init_preset;
-    char *device, *dtype, *text_device;
+    char *device, *dtype, *text_device, *vae_device;
     int lora_rank;
     double lora_alpha;
     core_cfg_strings lora_targets;

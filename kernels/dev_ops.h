@@ -78,6 +78,29 @@ typedef struct k_gemm_args {
 /* Bytes of an ipc_export handle (CUDA's cudaIpcMemHandle_t is 64). */
 #define K_IPC_HANDLE_BYTES 64
 
+/* One causal 3-D convolution of the Wan VAE decoder (the vae_conv3d entry; model/vae/wan_vae_layers.c):
+ * out [nf, Ho, Wo, cout] = bias + sum over taps (t, dy, dx, ci) of w[o, t, dy, dx, ci] times input frame
+ * f + t - (kt - 1) of the stream (cache ++ x; zero before the stream), pixel (y + dy - kh/2, x + dx - kw/2) (zero
+ * outside); with up2x (kt 1 only) the input frames are first up-sampled 2x nearest (Ho = 2H, Wo = 2W). Activations
+ * channel-last in the backend's activation dtype (the CPU table fp32, a device bf16): x [nf, H, W, cin], cache
+ * [ncache, H, W, cin] (the stream's last ncache frames before x; p NULL or ncache 0: none), out must not overlap
+ * them. Weights w [cout_w, ldw] (rows [kt, kh, kw, cin], K = kt kh kw cin <= ldw; rows cout .. cout_w - 1 and
+ * columns K .. ldw - 1 zero) and bias [cout_w], the backend's weight dtype (CPU fp32, ldw = K, cout_w = cout; a device
+ * bf16 with ldw and cout_w rounded up to multiples of 8: its GEMM's rows start 16-byte aligned). work: scratch of
+ * work_bytes in the backend's memory (the im2col rows; a device also the GEMM's padded output when cout % 8 != 0),
+ * at least one output pixel's row (K elements; a device: round8(K) + round8(cout) bf16). The cache is the caller's
+ * to update. */
+typedef struct k_vae_conv_args {
+    kb_out out;
+    kb_in x, cache;
+    int ncache;
+    kb_in w, bias;
+    int ldw, cout_w;
+    int nf, H, W, cin, cout, kt, kh, kw, up2x;
+    void *work;
+    size_t work_bytes;
+} k_vae_conv_args;
+
 /* ---- The table ---- */
 
 typedef struct k_dev_ops {
@@ -229,7 +252,26 @@ typedef struct k_dev_ops {
     int (*event_record)(void *e, void *s);
     int (*stream_wait)(void *s, void *e);
     void *(*stream_use)(void *s);
+
+    /* ---- the Wan VAE decoder (model/vae/wan_vae_layers.c; kernels/body/kb_vae.h) ----
+     * The coarse layers of the decoder; the rest of it is the add, mem_copy2d and memory entries above. The CPU
+     * table runs its fp32 code (kernels/cpu/vae_conv.c: im2col rows + k_cpu_gemm, the small-channel path of
+     * kernels/cpu/conv_small.c, leading zero taps skipped); a device gathers im2col rows with the body
+     * kb_vae_im2col_at into work and multiplies them by the weights with its bf16 GEMM (fp32 accumulation).
+     * vae_conv3d: one causal convolution (k_vae_conv_args above). */
+    int (*vae_conv3d)(const k_vae_conv_args *a);
+    /* WanRMS_norm over the C channels of each of n rows: out = x / max(||x||, 1e-12) * sqrt(C) * gamma, then SiLU
+     * when silu (gamma [C] in the weight dtype; out may alias x). */
+    int (*vae_rms_norm)(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu);
+    /* DupUp3D's shortcut added into out [nf ft - drop, 2H, 2W, cout] from x [nf, H, W, cin] (kb_vae_dupup_at). */
+    int (*vae_dupup_add)(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop);
+    /* Single-head attention of the mid-block over one frame: o [S, C] = softmax(scale q k^T) v, q, k, v [S, C].
+     * work: work_bytes of the backend's memory (CPU: the LSE, S floats; a device: the fp32 scores and the bf16
+     * probabilities, S x round8(S) each, 6 S round8(S) bytes; C a multiple of 8 there: its GEMM's rows). */
+    int (*vae_attention)(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work,
+                         size_t work_bytes);
 } k_dev_ops;
+
 
 #ifdef __cplusplus
 }

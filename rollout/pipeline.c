@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/log.h"
 
 int rollout_decoder_check(const core_recipe *r) {
     if (r->choice.decoder == CORE_DECODER_LATENT_RGB && r->vae_scale_factor_spatial != WAN_LATENT_RGB_FACTOR)
@@ -45,6 +46,15 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
             bad = core_error("model.vae_scale_factor_spatial: %d, but the VAE in %s has spatial factor %d (Wan 2.1's "
                              "VAE 8, Wan 2.2's 16): set model.vae_scale_factor_spatial: %d", r->vae_scale_factor_spatial,
                              path, fac, fac);
+        /* model.vae_device auto: the decode runs where the transformer does (the process's device executor) */
+        if (!bad && r->choice.device == CORE_CUDA && r->choice.vae_device == CORE_VAE_DEVICE_AUTO) {
+            if (wan_dev_exec_open(r->device, &d->dx) || vae_set_device(d->vae, wan_dev_exec_ops(d->dx)))
+                bad = core_error_push("model.decoder (vae) on model.device cuda (model.vae_device auto; cpu decodes "
+                                      "on the CPU): ");
+            else
+                core_log_info("model.decoder (vae): decoding on %s (bf16 weights %.1f MiB)", vae_device_name(d->vae),
+                              vae_device_weight_bytes(d->vae) / 1048576.0);
+        }
         if (bad) {
             rollout_decoder_free(d);
             return -1;
@@ -60,8 +70,9 @@ int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_con
 int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video) {
     const int64_t *s = d->latent;
     if (d->vae) {
-        if (vae_latents_to_u8(d->vae, z, 1, (int)s[0], (int)s[1], (int)s[2], (int)s[3], video))
-            return core_error_push("model.decoder (vae): ");
+        const int rc = vae_latents_to_u8(d->vae, z, 1, (int)s[0], (int)s[1], (int)s[2], (int)s[3], video);
+        if (d->dx) vae_release_state(d->vae); /* on a device: the decode is a phase (trainer/optim/train_dev.h) */
+        if (rc) return core_error_push("model.decoder (vae): ");
     } else {
         if (wan_latent_rgb_decode(&d->map, z, s[1], s[2], s[3], video)) return core_error_push("model.decoder: ");
     }
@@ -71,7 +82,8 @@ int rollout_decoder_decode(rollout_decoder *d, const float *z, uint8_t *video) {
 int64_t rollout_decoder_video_bytes(const rollout_decoder *d) { return (int64_t)d->frames * d->height * d->width * 3; }
 
 void rollout_decoder_free(rollout_decoder *d) {
-    vae_free(d->vae);
+    vae_free(d->vae); /* its device memory first, then the executor's reference */
+    wan_dev_exec_close(d->dx);
     memset(d, 0, sizeof *d);
 }
 

@@ -32,6 +32,7 @@
 typedef struct {
     wan_latent_rgb map;           /* latent_rgb */
     vae_model *vae;               /* vae (NULL: latent_rgb) */
+    wan_dev_exec *dx;             /* the device the VAE decodes on (model.device cuda, model.vae_device auto); NULL: CPU */
     int64_t latent[4];            /* [C, F, h, w] the recipe's latents */
     int frames, height, width;    /* the decoded video's size */
 } rollout_decoder;
@@ -42,7 +43,11 @@ int rollout_decoder_check(const core_recipe *r);
 /* Loads model.decoder for recipe r and a transformer of config wc. Errors (-1) name model.decoder /
  * model.vae_scale_factor_spatial and the path: a missing file, the VAE's z_dim != the transformer's out_channels, a
  * VAE that is not temporal factor 4 and RGB, a VAE whose spatial factor (vae_spatial_factor) is not the recipe's
- * model.vae_scale_factor_spatial (naming both values and the VAE folder), latent_rgb with a factor other than 8. */
+ * model.vae_scale_factor_spatial (naming both values and the VAE folder), latent_rgb with a factor other than 8.
+ * With model.device cuda and model.vae_device auto the VAE decodes on the process's device (the DiT's executor,
+ * model/dit/wan_dev_exec.h; the VAE's bf16 weights uploaded here, its decode state allocated by each decode and
+ * released after it: a phase of its own),
+ * else on the CPU (fp32). */
 int rollout_decoder_load(rollout_decoder *d, const core_recipe *r, const wan_config *wc);
 /* Decodes z [C, F, h, w] (the recipe's latent shape) into video [frames, height, width, 3] U8 (caller's buffer).
  * -1 naming model.decoder on failure. */

@@ -20,8 +20,7 @@
 # GPU (group coloc: one trainer rank and one rollout worker sharing it, parallel.share_gpus true): its metrics (all but
 # time/ and weight_sync/) equal the one-process (mode local) device run's, every weight sync went by CUDA IPC with the
 # worker's hash matching the trainer's, and vgrpo parity colocated is exactly 0; and (group vae_umt5) the VAE decode and
-# umT5 on the GPU vs the CPU at small configs (umT5: vgrpo bench umt5 --device cuda; the VAE's row says "not built"
-# until it has a device path).
+# umT5 on the GPU vs the CPU at small configs (a row says "not built" while its model runs on the CPU only).
 # The coloc rows run the full vgrpo CLI ($VGRPO_BIN, else build-cuda/vgrpo; build/vgrpo with --emulated) and skip,
 # saying why, where it cannot start. Default: stages 1 and 2.
 # Stage 3 (optional, only with --stage 3, outside the two stages' budget: $GPU_CHECK_STAGE3_S, default 560 s, so one
@@ -204,7 +203,7 @@ PLAN="1 env       $S1 5  30
 2 torch       -   15 45
 2 cli         -   5  20
 2 coloc       -   15 60
-2 vae_umt5    -   3  20
+2 vae_umt5    -   5  30
 3 peak        -   10 90
 3 steptime    -   60 540"
 # the emulated device: tiny shapes, and twice the caps (its CPU does the GPU's work too)
@@ -424,15 +423,44 @@ run_coloc() { # $1 stage, $2 time-out
     return 1
 }
 
-# The issue's VAE decode and umT5 rows: the GPU's against the CPU's at small configs. The VAE runs on the CPU only, so
-# its row says "not built" until a device path exists; umT5's runs the full CLI.
-run_vae_umt5() { # $1 stage, $2 time-out
-    local st=$1 end=$(($(date +%s) + ${2:-20})) d="$WORK/vae_umt5" r=0 u pl
-    row "$1" vae_umt5 "vae decode gpu vs cpu" skip "not built: the Wan VAE decodes on the CPU only, no device path yet"
-    # umT5: vgrpo bench umt5 --device cuda (bench/bench_text_vae.c): a random umT5 (d_model 512, 4 layers, 8 heads;
-    # emulated: 64 tokens) encodes a padded batch of 2 prompts on the device and on the CPU; its line says the error
-    # against the bf16 tolerance
-    u="umt5 gpu vs cpu"
+# The issue's VAE decode and umT5 rows: the GPU's against the CPU's at small configs.
+# VAE: `vgrpo vae-decode --device cuda --vs-cpu` on the repository's Wan 2.1 and Wan 2.2 VAE fixtures (random weights,
+# tests/fixtures/vae_wan2{1,2}: 3 latent frames, 3 x 5 and 2 x 3 latent pixels, every layer kind of the decoder),
+# the bf16 device decode against the fp32 CPU decode: the largest difference within VAE_REL_TOL of the video's range
+# and the mean within VAE_MEAN_TOL (tests/test_vae_dev.c's bands: bf16 storage through ~20 layers).
+VAE_REL_TOL=0.08 VAE_MEAN_TOL=0.01
+run_vae_row() { # $1 stage, $2 end (epoch s): 0 ok, 1 FAIL, 3 skip, 4 timeout
+    local st=$1 end=$2 d="$WORK/vae" n="vae decode gpu vs cpu" r notes="" bad=0 v l rel mean
+    if ! VB=$(cli_bin); then row "$st" vae_umt5 "$n" skip "$VB"; return 3; fi
+    mkdir -p "$d"
+    for v in wan21 wan22; do
+        cli $end "$d/$v.log" vae-decode --vae "tests/fixtures/vae_$v" --latents "tests/fixtures/vae_${v}_io.safetensors" \
+            --name latents_t3 --out "$d/$v.safetensors" --device cuda --vs-cpu; r=$?
+        if [ $r -ne 0 ]; then
+            row "$st" vae_umt5 "$n" "$( [ $r -eq 124 ] || [ $r -eq 137 ] && echo timeout || echo FAIL)" \
+                "$(why_failed "vae-decode of the $v fixture" $r "$d/$v.log")"
+            [ $r -eq 124 ] || [ $r -eq 137 ] && return 4
+            return 1
+        fi
+        l=$(grep -m1 ' vs cpu: max |device - cpu|' "$d/$v.log")
+        rel=$(printf '%s' "$l" | sed -n 's/.* relative \([-0-9.eE+naif]*\), mean relative \([-0-9.eE+naif]*\) .*/\1/p')
+        mean=$(printf '%s' "$l" | sed -n 's/.* mean relative \([-0-9.eE+naif]*\) .*/\1/p')
+        notes="$notes${notes:+; }$v: ${l#vae-decode: }"
+        awk -v a="$rel" -v b="$mean" -v ta=$VAE_REL_TOL -v tb=$VAE_MEAN_TOL 'BEGIN {exit !(a != "" && b != "" && a + 0 <= ta && b + 0 <= tb)}' || bad=1
+    done
+    if [ $bad -eq 0 ]; then
+        row "$st" vae_umt5 "$n" ok "" "$notes (tolerance: relative $VAE_REL_TOL, mean $VAE_MEAN_TOL)"
+        return 0
+    fi
+    row "$st" vae_umt5 "$n" FAIL "beyond relative $VAE_REL_TOL or mean $VAE_MEAN_TOL: $notes"
+    return 1
+}
+
+# umT5: vgrpo bench umt5 --device cuda (bench/bench_text_vae.c): a random umT5 (d_model 512, 4 layers, 8 heads;
+# emulated: 64 tokens) encodes a padded batch of 2 prompts on the device and on the CPU; its line says the error against
+# the bf16 tolerance.
+run_umt5_row() { # $1 stage, $2 end (epoch s): 0 ok, 1 FAIL, 3 skip, 4 timeout
+    local st=$1 end=$2 d="$WORK/vae_umt5" r pl u="umt5 gpu vs cpu"
     if ! VB=$(cli_bin); then row "$st" vae_umt5 "$u" skip "$VB"; return 3; fi
     mkdir -p "$d"
     cli $end "$d/umt5.log" bench umt5 --device cuda; r=$?
@@ -445,6 +473,16 @@ run_vae_umt5() { # $1 stage, $2 time-out
     fi
     row "$st" vae_umt5 "$u" FAIL "${pl:-$(why_failed "vgrpo bench umt5 --device cuda" $r "$d/umt5.log")}"
     return 1
+}
+
+run_vae_umt5() { # $1 stage, $2 time-out: the worse of the two rows (FAIL, timeout, skip, ok)
+    local end=$(($(date +%s) + $2)) rv ru
+    run_vae_row "$1" $end; rv=$?
+    run_umt5_row "$1" $end; ru=$?
+    [ $rv -eq 1 ] || [ $ru -eq 1 ] && return 1
+    [ $rv -eq 4 ] || [ $ru -eq 4 ] && return 4
+    [ $rv -eq 3 ] || [ $ru -eq 3 ] && return 3
+    return 0
 }
 
 # Stage 3: the measured bf16 GEMM peak, every MFU figure's 100%.

@@ -22,6 +22,7 @@ static const struct {
     {"model.device", offsetof(core_recipe_choices, device), NULL},
     {"model.text_device", offsetof(core_recipe_choices, text_device), NULL},
     {"model.dtype", offsetof(core_recipe_choices, dtype), "model.device=cuda"}, /* bf16: cuda only */
+    {"model.vae_device", offsetof(core_recipe_choices, vae_device), NULL},
     {"rollout.sde_type", offsetof(core_recipe_choices, sde_type), NULL},
     {"rollout.sde_window.schedule", offsetof(core_recipe_choices, sde_window_schedule), NULL},
     {"rollout.sde_window.at_end", offsetof(core_recipe_choices, sde_window_at_end), NULL},

@@ -1,8 +1,8 @@
 /* kernels/cpu/conv_small.c — a direct 3-D convolution for few output channels (the tiny VAE's 3 to 16), giving the
  * values of im2col + k_cpu_gemm bit for bit.
  *
- * model/vae/wan_vae_layers.c computes a causal Conv3d output frame as im2col (one row of K = taps x cin values per
- * output pixel, zeros at padded positions) and one GEMM against the weights [cout, K]: each output is
+ * kernels/cpu/vae_conv.c (the Wan VAE decoder on the CPU) computes a causal Conv3d output frame as im2col (one row
+ * of K = taps x cin values per output pixel, zeros at padded positions) and one GEMM against the weights [cout, K]: each output is
  *     acc = 0;  for k = 0 .. K-1 in order: acc = fma(col[k], w[o][k], acc);   out = acc + bias[o]
  * (kernels/cpu/gemm.c). With a handful of output channels that GEMM is all overhead: the im2col rows and their
  * packing move ~K x 4 bytes per pixel for 2 x K x cout flops. This kernel runs the same chain directly: the used

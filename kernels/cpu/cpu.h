@@ -55,7 +55,7 @@ void k_cpu_attention_forward(float *o, float *lse, const float *q, const float *
 void k_cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k, const float *v, const float *o, const float *lse, int B, int Sq, int Skv, int H, int Dh, float scale);
 void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
 /* nf output frames of a small causal convolution (cout <= K_CONV_SMALL_MAX_CO), equal bit for bit to
- * model/vae/wan_vae_layers.c's im2col + k_cpu_gemm (kernels/cpu/conv_small.c): out [nf, Ho, Wo, co] channel-last
+ * kernels/cpu/vae_conv.c's im2col + k_cpu_gemm (kernels/cpu/conv_small.c): out [nf, Ho, Wo, co] channel-last
  * (Ho, Wo = H, W, or 2H, 2W with up2x: nearest 2x upsampling of the input first); src [nf * kt]: output frame f reads
  * the input frames src[f*kt + t], t < kt, each [H, W, ci] (NULL: zeros; leading NULL taps are left out of the sum, as
  * the GEMM path does); w [co] rows of ldw floats, tap order (t, dy, dx, c); zero padding kh/2, kw/2; bias [co] or
@@ -63,6 +63,17 @@ void k_cpu_lse_merge_forward(float *o, float *lse, const float *o1, const float 
 #define K_CONV_SMALL_MAX_CO 16
 int k_cpu_conv_small(float *out, int nf, const float *const *src, int kt, int H, int W, int ci, int up2x,
                      const float *w, int ldw, int kh, int kw, int co, const float *bias);
+/* ---- kernels/cpu/vae_conv.c: the Wan VAE decoder's layers (the CPU table's vae_* entries, kernels/dev_ops.h) ----
+ * k_cpu_vae_conv3d: out [nf, Ho, Wo, co] from x [nf, H, W, ci] with cache [ncache, H, W, ci] before it (NULL: none),
+ * weights wt [co, kt kh kw ci], bias [co]; im2col rows in col_buf (col_floats floats, at least kt kh kw ci): the
+ * small-channel path (co <= K_CONV_SMALL_MAX_CO), else per frame im2col + k_cpu_gemm with the leading taps that read
+ * before the stream left out. 0, or -1 when col_buf holds less than one row. k_cpu_vae_rms_norm: WanRMS_norm (+ SiLU)
+ * of n rows of C (out may alias x). k_cpu_vae_dupup_add: DupUp3D's shortcut added into out. */
+int k_cpu_vae_conv3d(float *out, const float *x, const float *cache, int ncache, const float *wt, const float *bias,
+                     int nf, int H, int W, int ci, int co, int kt, int kh, int kw, int up2x, float *col_buf,
+                     size_t col_floats);
+void k_cpu_vae_rms_norm(float *out, const float *x, const float *g, int64_t n, int C, int silu);
+void k_cpu_vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop);
 void k_cpu_lse_merge_backward(float *do1, float *dlse1, float *do2, float *dlse2, const float *dout, const float *dlse, const float *o1, const float *lse1, const float *o2, const float *lse2, int B, int S, int H, int Dh);
 
 /* ---- kernels/cpu/glue.c: the DiT's small loops beside the table (the CPU device table's add entries) ---- */

@@ -236,6 +236,35 @@ static int c_t5_ggelu(kb_out g, kb_in a0, kb_in a1, int64_t n) {
     return 0;
 }
 
+/* ---- the Wan VAE decoder (kernels/cpu/vae_conv.c) ---- */
+static int c_vae_conv(const k_vae_conv_args *a) {
+    const char *op = "vae_conv3d";
+    if (IN(op, a->out) || IN(op, a->x) || IN(op, a->cache) || IN(op, a->w) || IN(op, a->bias)) return -1;
+    if (a->ldw != a->kt * a->kh * a->kw * a->cin || a->cout_w != a->cout)
+        return core_error("cpu-f32 vae_conv3d: weights [%d, %d] for cout %d, K %d: the CPU table takes them unpadded",
+                          a->cout_w, a->ldw, a->cout, a->kt * a->kh * a->kw * a->cin);
+    if (a->up2x && a->kt != 1) return core_error("cpu-f32 vae_conv3d: up2x with kt %d (kt 1 only)", a->kt);
+    return k_cpu_vae_conv3d(FO(a->out), FI(a->x), FI(a->cache), a->cache.p ? a->ncache : 0, FI(a->w), FI(a->bias),
+                            a->nf, a->H, a->W, a->cin, a->cout, a->kt, a->kh, a->kw, a->up2x, (float *)a->work,
+                            a->work_bytes / sizeof(float));
+}
+static int c_vae_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu) {
+    if (IN("vae_rms_norm", out) || IN("vae_rms_norm", x) || IN("vae_rms_norm", gamma)) return -1;
+    return k_cpu_vae_rms_norm(FO(out), FI(x), FI(gamma), n, C, silu), 0;
+}
+static int c_vae_dup(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop) {
+    if (IN("vae_dupup_add", out) || IN("vae_dupup_add", x)) return -1;
+    return k_cpu_vae_dupup_add(FO(out), FI(x), nf, H, W, cin, cout, ft, drop), 0;
+}
+static int c_vae_attn(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work, size_t work_bytes) {
+    const char *op = "vae_attention";
+    if (IN(op, o) || IN(op, q) || IN(op, k) || IN(op, v)) return -1;
+    if (work_bytes < (size_t)S * sizeof(float))
+        return core_error("cpu-f32 vae_attention: work holds %zu bytes, the LSE of S = %d needs %zu", work_bytes, S,
+                          (size_t)S * sizeof(float));
+    return k_cpu_attention_forward(FO(o), (float *)work, FI(q), FI(k), FI(v), 1, S, S, 1, C, scale), 0;
+}
+
 const k_dev_ops k_cpu_dev_ops = {
     .name = "cpu-f32",
     .gemm = c_gemm,
@@ -286,4 +315,9 @@ const k_dev_ops k_cpu_dev_ops = {
     /* the umT5 encoder */
     .t5_attention = c_t5_attn,
     .t5_gated_gelu = c_t5_ggelu,
+    /* the Wan VAE decoder */
+    .vae_conv3d = c_vae_conv,
+    .vae_rms_norm = c_vae_norm,
+    .vae_dupup_add = c_vae_dup,
+    .vae_attention = c_vae_attn,
 };

@@ -77,6 +77,13 @@ int kc_lse_merge_backward(kb_out do1, float *dlse1, kb_out do2, float *dlse2, kb
 int kc_add_table_forward(kb_out out, kb_in table, kb_in src, int R, int nj, int D, int src_nj);
 int kc_add_table_backward(kb_out dtable, kb_out dsrc, kb_in dmod, int R, int nj, int D, int src_nj);
 
+/* ---- Launchers of kern_vae.cu (the Wan VAE decoder's k_dev_ops entries; kernels/dev_ops.h) ---- */
+int kc_vae_conv3d_entry(const k_vae_conv_args *a);
+int kc_vae_rms_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu);
+int kc_vae_dupup_add(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop);
+int kc_vae_attention_entry(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work,
+                           size_t work_bytes);
+
 /* ---- Launchers of kern_flow.cu ---- */
 int kc_sde_step(kb_in x, kb_in v, kb_in eps, kb_in given, kb_out mean_out, kb_out x_next_out, float coef_x,
                 float coef_v, float step_std, int want_sum, int64_t n, float *sum_out);

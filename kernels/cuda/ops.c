@@ -63,6 +63,11 @@ const k_dev_ops k_cuda_ops = {
     .event_record = kc_event_record,
     .stream_wait = kc_stream_wait,
     .stream_use = kc_stream_use,
+    /* the Wan VAE decoder */
+    .vae_conv3d = kc_vae_conv3d_entry,
+    .vae_rms_norm = kc_vae_rms_norm,
+    .vae_dupup_add = kc_vae_dupup_add,
+    .vae_attention = kc_vae_attention_entry,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

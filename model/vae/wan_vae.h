@@ -1,5 +1,6 @@
 /* model/vae/wan_vae.h — the decoder of the Wan video VAE (Wan 2.1: z_dim 16; Wan 2.2: z_dim 48, residual up-blocks,
- * patch size 2), fp32 on the CPU, forward only.
+ * patch size 2), forward only: fp32 on the CPU, or bf16 on a device (vae_set_device), one description over the
+ * device table (kernels/dev_ops.h, model/vae/wan_vae_layers.c).
  *
  * Reference: diffusers 0.42.1 AutoencoderKLWan (models/autoencoders/autoencoder_kl_wan.py): `decode(z).sample` =
  * post_quant_conv (causal 1x1x1), then WanDecoder3d run one latent frame at a time with a feature cache of the last
@@ -9,8 +10,8 @@
  * (2 frames per cached convolution, at that layer's resolution) and fixed-size scratch: it does not grow with T.
  *
  * Activations inside are channel-last ([frames, H, W, C] per sample) so that norms run over contiguous channels and
- * every convolution is im2col + one GEMM (k_cpu_ops.gemm, OpenMP) with the weights reordered to [cout, kt, kh, kw,
- * cin] at load time.
+ * every convolution is im2col + one GEMM (on the CPU k_cpu_gemm, OpenMP; on a device its bf16 GEMM) with the
+ * weights reordered to [cout, kt, kh, kw, cin] at load time.
  *
  * Loading: a diffusers `vae/` folder (config.json + diffusion_pytorch_model.safetensors, or shards with an index;
  * F32, BF16 or F16 on disk). Tensors `post_quant_conv.*` and `decoder.*` must be exactly the set the config implies
@@ -22,6 +23,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/dev_ops.h"
 
 #define VAE_MAX_LEVELS 8  /* entries of dim_mult */
 #define VAE_MAX_Z 256     /* z_dim */
@@ -81,6 +84,23 @@ size_t vae_cache_bytes(const vae_model *m);
  * reports after a decode of latent h x w (the same planning walk state_begin allocates by, so equal). Errors:
  * vae_load's config refusals (vae_build). */
 int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes);
+
+/* The decode's backend (wan_vae_upload.c). vae_set_device: dev NULL or the CPU table (k_cpu_dev_ops) decodes on the
+ * CPU in fp32 (the default; the bits of the CPU decoder); a device table (the CUDA backend, the emulated device)
+ * copies the decoder's weights there in bf16 (convolutions padded to multiples of 8, vae_device_weight_bytes) and
+ * runs vae_decode / vae_latents_to_u8 there, bf16 activations with fp32 accumulation, latents uploaded and decoded
+ * frames downloaded one latent frame at a time (same results as the CPU within bf16 rounding). Frees the decode
+ * state and any previous device copy. Errors: a table without the VAE entries, out of device memory. The encoder (wan_vae_encode.h) stays on the CPU. */
+int vae_set_device(vae_model *m, const k_dev_ops *dev);
+/* Frees the decode state (feature caches, scratch; the next decode allocates it again): a device's decode is a phase
+ * of its own, between rollouts that need the memory for the DiT. */
+void vae_release_state(vae_model *m);
+const char *vae_device_name(const vae_model *m);
+size_t vae_device_weight_bytes(const vae_model *m);
+/* The decoder on a device from its config alone: *weight_bytes (the bf16 padded copies vae_set_device allocates)
+ * and *state_bytes (vae_state_bytes after a device decode of latent h x w: caches, buffers, im2col rows and the
+ * attention's scores, all device memory). Errors as vae_decoder_estimate. */
+int vae_decoder_estimate_device(const vae_config *c, int h, int w, double *weight_bytes, double *state_bytes);
 
 /* The rollout's path to pixels: un-normalise as WanPipeline does (latents / (1 / latents_std) + latents_mean, per
  * channel), decode, then map each value x to uint8 as diffusers' VideoProcessor does: v = clamp(x / 2 + 0.5, 0, 1)

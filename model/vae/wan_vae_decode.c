@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/dev_table.h"
 #include "kernels/kernels.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -24,19 +25,25 @@ static size_t slot_floats(const vae_model *m, int i, size_t hw) {
 /* Buffers of the decode loop: buf[4] keeps a residual up-block's input (DupUp3D). */
 static int state_nbuf(const vae_model *m) { return m->cfg.is_residual ? 5 : 4; }
 
+static size_t round8(size_t n) { return (n + 7) / 8 * 8; }
+
 /* The decode state's sizes for latent h x w, walked with the up-blocks: st's buf_floats, col_floats, attn_floats,
- * cache_bytes and bytes (what state_begin allocates and vae_decoder_estimate reports). */
-static void plan_state(const vae_model *m, int h, int w, vae_state *st) {
+ * cache_bytes and bytes (what state_begin allocates and vae_decoder_estimate reports), in elements of the backend's
+ * activation dtype: fp32 on the CPU (device 0), bf16 on a device (device 1: the im2col rows padded to multiples of
+ * 8 with room for the GEMM's padded output, and the attention's scores and probabilities, kernels/dev_ops.h). */
+static void plan_state(const vae_model *m, int h, int w, int device, vae_state *st) {
     const size_t hw = (size_t)h * w;
     size_t act = hw * zmax((size_t)m->cfg.z_dim, (size_t)m->dims[0]);
     size_t kn = hw * 27 * zmax((size_t)m->cfg.z_dim, (size_t)m->dims[0]), kmax = 27 * (size_t)m->dims[0];
     size_t nf = 1, s2 = 1; /* frames per chunk (after the first) and scale^2 at the current stage */
+    size_t pix = hw, cmax_all = zmax((size_t)m->cfg.z_dim, (size_t)m->dims[0]); /* the device's walk */
     for (int i = 0; i < m->nup; i++) {
         const vae_upblock *u = &m->upb[i];
         const size_t cmax = zmax((size_t)u->in_dim, (size_t)u->out_dim);
         act = zmax(act, nf * s2 * hw * cmax);
         kn = zmax(kn, nf * s2 * hw * 27 * cmax);
         kmax = zmax(kmax, 27 * cmax);
+        cmax_all = zmax(cmax_all, 2 * cmax);
         if (u->up == 3) {
             act = zmax(act, nf * s2 * hw * 2 * (size_t)u->out_dim);
             nf *= 2;
@@ -46,41 +53,54 @@ static void plan_state(const vae_model *m, int h, int w, vae_state *st) {
             act = zmax(act, nf * s2 * hw * (size_t)u->up_out);
             kn = zmax(kn, nf * s2 * hw * 9 * (size_t)u->out_dim);
         }
+        pix = zmax(pix, nf * s2 * hw);
     }
     act = zmax(act, nf * s2 * hw * (size_t)m->cfg.out_channels);
     kmax = zmax(kmax, 27 * (size_t)m->conv_out.cin);
     kn = zmax(kn, nf * s2 * hw * kmax);
     st->buf_floats = act;
-    st->col_floats = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
-    st->attn_floats = 8 * hw * (size_t)m->dims[0] + hw;
+    const size_t C0 = (size_t)m->dims[0];
+    if (!device) {
+        st->col_floats = kn < zmax((size_t)1 << 22, kmax) ? kn : zmax((size_t)1 << 22, kmax);
+        st->attn_floats = 8 * hw * C0 + hw;
+    } else {
+        /* one im2col row and one padded output row per output pixel of a frame, at most 2^26 elements a chunk */
+        const size_t row = round8(kmax) + round8(zmax(cmax_all, 3 * C0)), need = pix * row;
+        st->col_floats = need < zmax((size_t)1 << 26, row) ? need : zmax((size_t)1 << 26, row);
+        /* t, qkv, q, k, v, o at [S, round8(C)] each, then fp32 scores and bf16 probabilities (6 bytes each) */
+        st->attn_floats = 8 * hw * round8(C0) + 3 * hw * round8(hw);
+    }
+    st->es = device ? sizeof(kb_bf16) : sizeof(float);
     st->cache_bytes = 0;
-    for (int i = 0; i < m->nslots; i++) st->cache_bytes += slot_floats(m, i, hw) * sizeof(float);
-    st->bytes = st->cache_bytes +
-                ((size_t)state_nbuf(m) * st->buf_floats + st->col_floats + st->attn_floats) * sizeof(float);
+    for (int i = 0; i < m->nslots; i++) st->cache_bytes += slot_floats(m, i, hw) * st->es;
+    st->bytes = st->cache_bytes + ((size_t)state_nbuf(m) * st->buf_floats + st->col_floats + st->attn_floats) * st->es;
+    st->host_floats = device ? zmax(hw * (size_t)m->cfg.z_dim, nf * s2 * hw * (size_t)m->cfg.out_channels) : 0;
 }
 
-/* Allocates the decode state for latent size h x w (kept while h, w stay the same). */
+/* Allocates the decode state for latent size h x w on the model's backend (kept while h, w and it stay the same). */
 static int state_begin(vae_model *m, int h, int w) {
     vae_state *st = &m->st;
-    if (st->buf[0] && st->h == h && st->w == w) return 0;
+    const k_dev_ops *d = vae_backend(m);
+    if (st->buf[0] && st->h == h && st->w == w && st->dev == d) return 0;
     vae_state_free(st);
-    st->h = h, st->w = w;
+    st->h = h, st->w = w, st->dev = d;
     const size_t hw = (size_t)h * w;
-    plan_state(m, h, w, st);
+    plan_state(m, h, w, m->dw != NULL, st);
     st->cache = calloc((size_t)m->nslots + 1, sizeof *st->cache);
     st->cache_n = calloc((size_t)m->nslots + 1, sizeof *st->cache_n);
     st->time_seen = calloc((size_t)m->ntime + 1, sizeof *st->time_seen);
     if (!st->cache || !st->cache_n || !st->time_seen) goto oom;
     for (int i = 0; i < m->nslots; i++)
-        if (!(st->cache[i] = malloc(slot_floats(m, i, hw) * sizeof(float)))) goto oom;
+        if (!(st->cache[i] = d->mem_alloc(slot_floats(m, i, hw) * st->es))) goto oom;
     for (int i = 0; i < state_nbuf(m); i++)
-        if (!(st->buf[i] = malloc(st->buf_floats * sizeof(float)))) goto oom;
-    if (!(st->col = malloc(st->col_floats * sizeof(float))) || !(st->attn = malloc(st->attn_floats * sizeof(float))))
+        if (!(st->buf[i] = d->mem_alloc(st->buf_floats * st->es))) goto oom;
+    if (!(st->col = d->mem_alloc(st->col_floats * st->es)) || !(st->attn = d->mem_alloc(st->attn_floats * st->es)))
         goto oom;
+    if (st->host_floats && !(st->host = malloc(st->host_floats * sizeof(float)))) goto oom;
     return 0;
 oom:
     vae_state_free(st);
-    return core_error("vae: out of memory for the decode state of a %d x %d latent", h, w);
+    return core_error("vae: out of %s memory for the decode state of a %d x %d latent", d == &k_cpu_dev_ops ? "host" : "device", h, w);
 }
 
 int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes) {
@@ -91,8 +111,24 @@ int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, doub
     if (!rc) {
         vae_state st;
         memset(&st, 0, sizeof st);
-        plan_state(m, h, w, &st);
+        plan_state(m, h, w, 0, &st);
         *params = (double)m->nfloats;
+        *state_bytes = (double)st.bytes;
+    }
+    vae_free(m);
+    return rc;
+}
+
+int vae_decoder_estimate_device(const vae_config *c, int h, int w, double *weight_bytes, double *state_bytes) {
+    vae_model *m = calloc(1, sizeof *m);
+    if (!m) return core_error("out of memory");
+    m->cfg = *c;
+    const int rc = vae_build(m);
+    if (!rc) {
+        vae_state st;
+        memset(&st, 0, sizeof st);
+        plan_state(m, h, w, 1, &st);
+        *weight_bytes = (double)vae_upload_bytes(m);
         *state_bytes = (double)st.bytes;
     }
     vae_free(m);
@@ -102,11 +138,14 @@ int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, doub
 size_t vae_state_bytes(const vae_model *m) { return m->st.bytes; }
 size_t vae_cache_bytes(const vae_model *m) { return m->st.cache_bytes; }
 
+/* Element i of backend buffer p (st.es bytes an element). */
+static void *el(const vae_state *st, void *p, size_t i) { return (char *)p + i * st->es; }
+
 /* Decodes latent frame x [h, w, z] (channel-last) of chunk `chunk`; result in *res (one of st->buf), *nf_out frames
  * at (*Ho) x (*Wo) with out_channels channels. */
-static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, float **res) {
+static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, void **res) {
     vae_state *st = &m->st;
-    float **b = st->buf;
+    void **b = st->buf;
     int H = st->h, W = st->w, nf = 1;
     /* buf[0] holds the latent frame on entry */
     if (vae_conv_forward(m, &m->post_quant, b[0], 1, H, W, 0, b[1])) return -1;
@@ -119,7 +158,8 @@ static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, 
         const vae_upblock *u = &m->upb[i];
         const int nf_in = nf;
         if (u->dup) {
-            memcpy(b[4], b[cur], (size_t)nf * H * W * u->in_dim * sizeof(float));
+            const size_t bytes = (size_t)nf * H * W * u->in_dim * st->es;
+            if (vae_copy2d(m, b[4], bytes, b[cur], bytes, bytes, 1)) return -1;
         }
         for (int j = 0; j < u->nres; j++) {
             int o = -1, s1 = -1, s2 = -1;
@@ -141,12 +181,13 @@ static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, 
                 } else {
                     const int t = (cur + 1) % 4, il = (cur + 2) % 4;
                     if (vae_conv_forward(m, &u->time_conv, b[cur], nf, H, W, 0, b[t])) return -1;
-                    const size_t fp = (size_t)H * W;
+                    /* the two channel halves of every pixel become frames 2f and 2f + 1 */
+                    const size_t fp = (size_t)H * W, row = (size_t)c * st->es;
                     for (int f = 0; f < nf; f++)
                         for (int half = 0; half < 2; half++)
-                            for (size_t p = 0; p < fp; p++)
-                                memcpy(b[il] + ((size_t)(2 * f + half) * fp + p) * c,
-                                       b[t] + ((size_t)f * fp + p) * 2 * c + (size_t)half * c, (size_t)c * sizeof(float));
+                            if (vae_copy2d(m, el(st, b[il], (size_t)(2 * f + half) * fp * c), row,
+                                           el(st, b[t], (size_t)f * fp * 2 * c + (size_t)half * c), 2 * row, row, fp))
+                                return -1;
                     nf *= 2;
                     src = il;
                 }
@@ -155,39 +196,48 @@ static int decode_chunk(vae_model *m, int chunk, int *nf_out, int *Ho, int *Wo, 
             if (vae_conv_forward(m, &u->resample, b[src], nf, H, W, 1, b[dst])) return -1;
             if (u->dup) {
                 const int drop = chunk == 0 ? u->dup_ft - 1 : 0;
-                vae_dupup_add(b[dst], b[4], nf_in, H, W, u->in_dim, u->up_out, u->dup_ft, drop);
+                if (vae_dupup_add(m, b[dst], b[4], nf_in, H, W, u->in_dim, u->up_out, u->dup_ft, drop)) return -1;
             }
             H *= 2, W *= 2;
             cur = dst;
         }
     }
     const int o = (cur + 1) % 4, s = (cur + 2) % 4;
-    vae_norm_forward(m, &m->norm_out, b[cur], b[s], (int64_t)nf * H * W, 1);
+    if (vae_norm_forward(m, &m->norm_out, b[cur], b[s], (int64_t)nf * H * W, 1)) return -1;
     if (vae_conv_forward(m, &m->conv_out, b[s], nf, H, W, 0, b[o])) return -1;
     *nf_out = nf, *Ho = H, *Wo = W, *res = b[o];
     return 0;
 }
 
-/* Decodes one sample: lat [z, T, h, w] -> vid [C, F, H, W]. Unnormalises first when unnorm. */
+/* Decodes one sample: lat [z, T, h, w] -> vid [C, F, H, W]. Unnormalises first when unnorm. On a device the latent
+ * frame is built in the host staging buffer and uploaded (bf16), the decoded chunk downloaded (fp32 from bf16). */
 static int decode_sample(vae_model *m, const float *lat, int T, int h, int w, float *vid, int unnorm) {
     const vae_config *c = &m->cfg;
     const int z = c->z_dim, p = c->patch_size, C = vae_video_channels(m), F = vae_frames_out(m, T);
     const int H = h * vae_spatial_factor(m), W = w * vae_spatial_factor(m);
     vae_state *st = &m->st;
+    const k_dev_ops *d = vae_backend(m);
     memset(st->cache_n, 0, (size_t)m->nslots * sizeof *st->cache_n);
     memset(st->time_seen, 0, (size_t)m->ntime * sizeof *st->time_seen);
     const size_t hw = (size_t)h * w;
+    float *in = m->dw ? st->host : (float *)st->buf[0];
     int f0 = 0;
     for (int t = 0; t < T; t++) {
         for (int k = 0; k < z; k++) {
             const float *src = lat + ((size_t)k * T + t) * hw;
             const float inv = 1.0f / c->latents_std[k], mean = c->latents_mean[k];
-            for (size_t q = 0; q < hw; q++) st->buf[0][q * z + k] = unnorm ? src[q] / inv + mean : src[q];
+            for (size_t q = 0; q < hw; q++) in[q * z + k] = unnorm ? src[q] / inv + mean : src[q];
         }
+        if (m->dw && d->mem_upload_bf16((kb_bf16 *)st->buf[0], in, hw * z)) return -1;
         int nf, Hd, Wd;
-        float *o;
-        if (decode_chunk(m, t, &nf, &Hd, &Wd, &o)) return -1;
+        void *res;
+        if (decode_chunk(m, t, &nf, &Hd, &Wd, &res)) return -1;
         const int oc = c->out_channels;
+        const float *o = (const float *)res;
+        if (m->dw) {
+            if (d->mem_download_bf16(st->host, (const kb_bf16 *)res, (size_t)nf * Hd * Wd * oc)) return -1;
+            o = st->host;
+        }
         for (int f = 0; f < nf; f++)
             for (int ch = 0; ch < C; ch++)
                 for (int yy = 0; yy < H; yy++)

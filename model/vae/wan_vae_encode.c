@@ -279,7 +279,8 @@ static void others(int cur, int *o, int *s1, int *s2) {
 static int encode_chunk(vae_encoder *e, int nf, int *nf_out, float **res) {
     vae_model *m = e->m;
     vae_state *st = &m->st;
-    float **b = st->buf;
+    float *b[5];
+    for (int i = 0; i < 5; i++) b[i] = st->buf[i];
     int H = st->h, W = st->w, cur = 1, o, s1, s2;
     if (vae_conv_forward(m, &e->conv_in, b[0], nf, H, W, 0, b[1])) return -1;
     for (int i = 0; i < e->nlev; i++) {

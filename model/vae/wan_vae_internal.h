@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/dev_ops.h"
 #include "model/vae/wan_vae.h"
 
 #define VAE_NAME_MAX 96
@@ -23,16 +24,20 @@ typedef struct {
     int conv;      /* 1: a convolution weight, reordered after loading to [cout, kt, kh, kw, cin] */
 } vae_param;
 
-/* A convolution (Conv3d causal in time, or Conv2d as kt = 1). Weights at params + w ([cout, kt*kh*kw*cin]). */
+/* A convolution (Conv3d causal in time, or Conv2d as kt = 1). Weights at params + w ([cout, kt*kh*kw*cin]); on a
+ * device (vae_set_device) bf16 copies at dw + dev_w ([cout_w, ldw], zero-padded to multiples of 8) and dw + dev_b. */
 typedef struct {
     size_t w, b;
     int cin, cout, kt, kh, kw;
     int slot; /* feature-cache slot (kt == 3), else -1 */
+    size_t dev_w, dev_b;
+    int ldw, cout_w;
 } vae_conv;
 
 typedef struct {
     size_t gamma;
     int c;
+    size_t dev_gamma; /* on a device: the bf16 copy at dw + dev_gamma */
 } vae_norm;
 
 typedef struct {
@@ -65,18 +70,24 @@ typedef struct {
     int c, scale; /* channels and spatial multiple of the latent size (encoder: divisor of the patchified input) */
 } vae_slot_info;
 
-/* Decode state for one latent size (h, w): feature caches and scratch. */
+/* Decode state for one latent size (h, w): feature caches and scratch, in the decode backend's memory (dev: the
+ * table they were allocated with; NULL: host malloc, the encoder's) and its activation dtype (es bytes an element:
+ * 4, fp32 on the CPU; 2, bf16 on a device). Sizes below count elements of es bytes. */
 typedef struct {
     int h, w;
-    float **cache;   /* [nslots] -> [VAE_CACHE_T, H, W, C] */
+    const k_dev_ops *dev;
+    size_t es;
+    void **cache;    /* [nslots] -> [VAE_CACHE_T, H, W, C] */
     int *cache_n;    /* frames held (0..2) */
     int *time_seen;  /* per upsample3d: 1 once the first chunk passed ("Rep") */
-    float *buf[5];   /* activation scratch, buf_floats each */
+    void *buf[5];    /* activation scratch, buf_floats each */
     size_t buf_floats;
-    float *col;      /* im2col scratch, col_floats */
+    void *col;       /* im2col scratch, col_floats (a device: also its padded GEMM output) */
     size_t col_floats;
-    float *attn;     /* q, k, v, o, qkv, lse */
+    void *attn;      /* t, qkv, q, k, v, o, then the attention's work (CPU: the LSE) */
     size_t attn_floats;
+    float *host;     /* a device's host staging of a latent frame and a decoded chunk (host_floats fp32; not in bytes) */
+    size_t host_floats;
     size_t bytes, cache_bytes;
 } vae_state;
 
@@ -98,7 +109,13 @@ struct vae_model {
     int ntime;
     int n_tup, n_sup; /* temporal / spatial up-samplers */
     vae_state st;
+    const k_dev_ops *dev; /* the decode's backend (vae_set_device; NULL: the CPU table) */
+    void *dw;             /* a device's bf16 weights (convolutions padded, norms' gamma), dw_bytes; NULL on the CPU */
+    size_t dw_bytes;
 };
+
+/* The table the decode runs on (m->dev, or the CPU's). */
+const k_dev_ops *vae_backend(const vae_model *m);
 
 /* wan_vae_model.c: builds the decoder's layer structs and parameter table from m->cfg. Returns 0 / -1. */
 int vae_build(vae_model *m);
@@ -128,22 +145,36 @@ int vae_open_config(const char *dir_in, char *dir, size_t cap, vae_config *cfg);
 /* wan_vae_model.c: frees the decode buffers and feature cache (the decode loop reallocates them per latent size). */
 void vae_state_free(vae_state *st);
 
-/* wan_vae_layers.c — channel-last layer kernels. x frames are [nf, H, W, C] contiguous. */
+/* wan_vae_layers.c — the layers, written once over the decode backend's table (vae_backend: the CPU's fp32 entries
+ * or a device's bf16 ones); activations are that backend's memory in its dtype (st.es), channel-last, x frames
+ * [nf, H, W, C] contiguous. The encoder calls them on its own model (the CPU table). */
 /* Causal conv: out [nf, Ho, Wo, cout] from x [nf, H, W, cin] with the conv's cache (slot >= 0) prepended in time
  * (zeros where fewer than kt - 1 frames are known) and zero spatial padding (kh/2, kw/2). up2x: the input is first
  * upsampled 2x nearest (Ho = 2H), only with kt == 1. Updates the cache to the last 2 frames of the stream. */
-int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, int H, int W, int up2x, float *out);
-/* WanRMS_norm (F.normalize over channels * sqrt(C) * gamma), then SiLU when silu; n rows of C. out may alias x. */
-void vae_norm_forward(const vae_model *m, const vae_norm *nm, const float *x, float *out, int64_t n, int silu);
+int vae_conv_forward(vae_model *m, const vae_conv *c, const void *x, int nf, int H, int W, int up2x, void *out);
+/* WanRMS_norm (F.normalize over channels * sqrt(C) * gamma), then SiLU when silu; n rows of C. out may alias x.
+ * Returns 0 / -1 (a device's refusal). */
+int vae_norm_forward(const vae_model *m, const vae_norm *nm, const void *x, void *out, int64_t n, int silu);
 /* WanAttentionBlock on each of nf frames of x [nf, H, W, C], in place (adds the identity). */
-int vae_attn_forward(vae_model *m, const vae_attnblock *a, float *x, int nf, int H, int W);
+int vae_attn_forward(vae_model *m, const vae_attnblock *a, void *x, int nf, int H, int W);
 /* WanResidualBlock: out = conv2(silu(norm2(conv1(silu(norm1(x)))))) + shortcut(x); x [nf, H, W, cin] -> out
  * [nf, H, W, cout]; s1, s2: scratch of nf H W max(cin, cout) floats. x, out, s1, s2 distinct. */
-int vae_res_forward(vae_model *m, const vae_resblock *r, const float *x, int nf, int H, int W, float *out, float *s1,
-                    float *s2);
+int vae_res_forward(vae_model *m, const vae_resblock *r, const void *x, int nf, int H, int W, void *out, void *s1,
+                    void *s2);
 /* DupUp3D added into out: out[nf_out, 2H, 2W, cout] += dup(x [nf, H, W, cin]); drop: frames dropped at the start
- * (factor_t - 1 on the first chunk). */
-void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop);
+ * (factor_t - 1 on the first chunk). Returns 0 / -1. */
+int vae_dupup_add(const vae_model *m, void *out, const void *x, int nf, int H, int W, int cin, int cout, int ft,
+                  int drop);
+/* Device-to-device copy of height rows of width bytes (the backend's mem_copy2d). */
+int vae_copy2d(const vae_model *m, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+               size_t height);
+
+/* wan_vae_upload.c — the decoder's weights on a device: bf16 copies of every convolution (padded to the device
+ * GEMM's multiples of 8) and norm, their offsets set in the layer structs. vae_upload_bytes: the bytes they take
+ * (the same walk, for the estimate). vae_upload_free (wan_vae_model.c, with vae_free): back to the CPU. Return 0 / -1. */
+int vae_upload(vae_model *m, const k_dev_ops *dev);
+size_t vae_upload_bytes(const vae_model *m);
+void vae_upload_free(vae_model *m);
 
 /* wan_vae_enc_layers.c — the encoder's down-sampling layers (WanResample 'downsample2d' / 'downsample3d', AvgDown3D).
  * Spatial down-sampling: ZeroPad2d((0, 1, 0, 1)) then the conv (kt 1, 3x3) with stride 2 on every frame:

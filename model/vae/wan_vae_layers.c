@@ -1,195 +1,122 @@
-/* model/vae/wan_vae_layers.c — the Wan VAE decoder's layers on channel-last frames ([nf, H, W, C] per sample):
- * causal 3-D convolution with the feature cache (im2col + k_cpu_ops.gemm), WanRMS_norm + SiLU, the single-head
- * spatial attention of the mid-block, the DupUp3D shortcut of Wan 2.2's residual up-blocks and WanResidualBlock
- * (shared with the encoder; its own layers are in wan_vae_enc_layers.c).
+/* model/vae/wan_vae_layers.c — the Wan VAE decoder's layers on channel-last frames ([nf, H, W, C] per sample),
+ * written once over the device table (kernels/dev_ops.h, "the Wan VAE decoder"): causal 3-D convolution with the
+ * feature cache (vae_conv3d; the cache kept here with mem_copy2d), WanRMS_norm + SiLU (vae_rms_norm), the
+ * single-head spatial attention of the mid-block (vae_attention between two 1x1 convolutions), the DupUp3D shortcut
+ * of Wan 2.2's residual up-blocks (vae_dupup_add) and WanResidualBlock (shared with the encoder; its own layers are
+ * in wan_vae_enc_layers.c). On the CPU table (fp32) these run the code they ran before the table existed
+ * (kernels/cpu/vae_conv.c), so the CPU decode keeps its bits; on a device, bf16 activations and weights
+ * (wan_vae_upload.c).
  * Reference: diffusers 0.42.1 autoencoder_kl_wan.py (WanCausalConv3d, WanRMS_norm, WanAttentionBlock, DupUp3D,
  * WanResample's nearest-exact 2x up-sampling, which for a factor of exactly 2 is pixel repetition). */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
-#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/dev_table.h"
 #include "model/vae/wan_vae_internal.h"
 
-/* Small copies and zero fills of the im2col rows (a few channels per tap in the small VAEs, where calls to memcpy
- * and memset cost more than the bytes): 8 floats at a time, fixed-size copies the compiler inlines (the pragma keeps
- * it from turning these loops back into library calls). */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-tree-loop-distribute-patterns")
-#endif
-static inline void copy_floats(float *restrict d, const float *restrict s, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) memcpy(d + i, s + i, 8 * sizeof(float));
-    if (n - i >= 4) memcpy(d + i, s + i, 4 * sizeof(float)), i += 4;
-    for (; i < n; i++) d[i] = s[i];
+const k_dev_ops *vae_backend(const vae_model *m) { return m->dev ? m->dev : &k_cpu_dev_ops; }
+
+/* Views of activations (the backend's dtype) and of a weight tensor (params on the CPU, the device copy else). */
+static kb_in ain(const vae_model *m, const void *p) {
+    return m->dw ? kb_in_bf16((const kb_bf16 *)p) : kb_in_f32((const float *)p);
 }
-static inline void zero_floats(float *d, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) memset(d + i, 0, 8 * sizeof(float));
-    for (; i < n; i++) d[i] = 0.0f;
+static kb_out aout(const vae_model *m, void *p) { return m->dw ? kb_out_bf16((kb_bf16 *)p) : kb_out_f32((float *)p); }
+static kb_in wview(const vae_model *m, size_t host_off, size_t dev_off) {
+    return m->dw ? kb_in_bf16((const kb_bf16 *)m->dw + dev_off) : kb_in_f32(m->params + host_off);
+}
+/* The element size of m's activations and the element at index i of p. */
+static size_t es(const vae_model *m) { return m->dw ? sizeof(kb_bf16) : sizeof(float); }
+static void *at(const vae_model *m, const void *p, size_t i) { return (char *)p + i * es(m); }
+
+int vae_copy2d(const vae_model *m, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+               size_t height) {
+    return vae_backend(m)->mem_copy2d(dst, dpitch, src, spitch, width, height);
 }
 
-/* Source frame of padded tap position p (relative to the chunk: p < 0 reads the cache) or NULL for zeros. */
-static const float *tap_frame(const float *x, int p, const float *cache, int ncache, size_t fsz) {
-    if (p >= 0) return x + (size_t)p * fsz;
-    int cp = ncache + p; /* cache holds the last ncache frames before the chunk */
-    if (cp < 0 || !cache) return NULL;
-    return cache + (size_t)cp * fsz;
-}
-
-int vae_conv_forward(vae_model *m, const vae_conv *c, const float *x, int nf, int H, int W, int up2x, float *out) {
+int vae_conv_forward(vae_model *m, const vae_conv *c, const void *x, int nf, int H, int W, int up2x, void *out) {
     vae_state *st = &m->st;
-    const float *wt = m->params + c->w, *bias = m->params + c->b;
-    const int ci = c->cin, co = c->cout, kt = c->kt, kh = c->kh, kw = c->kw;
-    const int Ho = up2x ? 2 * H : H, Wo = up2x ? 2 * W : W;
-    const size_t fsz = (size_t)H * W * ci, npix = (size_t)Ho * Wo;
-    float *cache = c->slot >= 0 ? st->cache[c->slot] : NULL;
+    const k_dev_ops *d = vae_backend(m);
+    const size_t fsz = (size_t)H * W * c->cin, fb = fsz * es(m);
+    void *cache = c->slot >= 0 ? st->cache[c->slot] : NULL;
     const int ncache = c->slot >= 0 ? st->cache_n[c->slot] : 0;
-    if (kt == 1 && kh == 1 && kw == 1 && !up2x) { /* pointwise: one GEMM over all pixels of all frames */
-        k_cpu_ops.gemm(0, 1, (int)(nf * npix), co, ci, 1.0f, x, ci, wt, ci, 0.0f, out, co, bias);
-        return 0;
-    }
-    const int K = kt * kh * kw * ci, KT = kh * kw * ci; /* K: weight row length; KT: one time tap's share */
-    size_t rows = st->col_floats / (size_t)K;
-    if (rows < 1) return core_error("vae: im2col scratch too small for K = %d", K);
-    if (rows > npix) rows = npix;
-    const int ph = kh / 2, pw = kw / 2;
-    /* few output channels (the tiny VAE): the same chains without im2col rows (kernels/cpu/conv_small.c) */
-    const float *taps[64];
-    int small = co <= K_CONV_SMALL_MAX_CO && nf * kt <= 64;
-    for (int f = 0; small && f < nf; f++)
-        for (int t = 0; t < kt; t++) taps[f * kt + t] = tap_frame(x, f + t - (kt - 1), cache, ncache, fsz);
-    const int nf_gemm = small && !k_cpu_conv_small(out, nf, taps, kt, H, W, ci, up2x, wt, K, kh, kw, co, bias) ? 0 : nf;
-    for (int f = 0; f < nf_gemm; f++) {
-        const float *src[3] = {NULL, NULL, NULL};
-        for (int t = 0; t < kt; t++) src[t] = tap_frame(x, f + t - (kt - 1), cache, ncache, fsz);
-        /* Taps reading the zero padding before the stream are the leading ones: leave them out of the GEMM
-         * (their weights meet zeros), which makes the first latent frame about kt times cheaper. */
-        int t0 = 0;
-        while (t0 < kt - 1 && !src[t0]) t0++;
-        const int Ku = (kt - t0) * KT;
-        for (size_t r0 = 0; r0 < npix; r0 += rows) {
-            const size_t nr = npix - r0 < rows ? npix - r0 : rows;
-            float *col = st->col;
-#pragma omp parallel for schedule(static) if ((size_t)nr * (size_t)Ku >= K_PAR_MIN_ELEMS)
-            for (long long r = 0; r < (long long)nr; r++) {
-                const int py = (int)((r0 + (size_t)r) / (size_t)Wo), px = (int)((r0 + (size_t)r) % (size_t)Wo);
-                float *dst = col + (size_t)r * Ku;
-                for (int t = t0; t < kt; t++)
-                    for (int dy = 0; dy < kh; dy++) {
-                        const int yy = py + dy - ph;
-                        if (!src[t] || yy < 0 || yy >= Ho) {
-                            zero_floats(dst, (size_t)kw * ci);
-                            dst += (size_t)kw * ci;
-                            continue;
-                        }
-                        const float *row = src[t] + (size_t)(up2x ? yy >> 1 : yy) * W * ci;
-                        if (!up2x && px - pw >= 0 && px - pw + kw <= Wo) { /* the kw taps are one run */
-                            copy_floats(dst, row + (size_t)(px - pw) * ci, (size_t)kw * ci);
-                            dst += (size_t)kw * ci;
-                            continue;
-                        }
-                        for (int dx = 0; dx < kw; dx++, dst += ci) {
-                            const int xx = px + dx - pw;
-                            if (xx < 0 || xx >= Wo) zero_floats(dst, (size_t)ci);
-                            else copy_floats(dst, row + (size_t)(up2x ? xx >> 1 : xx) * ci, (size_t)ci);
-                        }
-                    }
-            }
-            k_cpu_ops.gemm(0, 1, (int)nr, co, Ku, 1.0f, col, Ku, wt + (size_t)t0 * KT, K, 0.0f,
-                           out + ((size_t)f * npix + r0) * co, co, bias);
-        }
-    }
+    k_vae_conv_args a;
+    memset(&a, 0, sizeof a);
+    a.out = aout(m, out), a.x = ain(m, x), a.cache = ain(m, cache), a.ncache = ncache;
+    a.w = wview(m, c->w, c->dev_w), a.bias = wview(m, c->b, c->dev_b);
+    a.ldw = m->dw ? c->ldw : c->kt * c->kh * c->kw * c->cin, a.cout_w = m->dw ? c->cout_w : c->cout;
+    a.nf = nf, a.H = H, a.W = W, a.cin = c->cin, a.cout = c->cout, a.kt = c->kt, a.kh = c->kh, a.kw = c->kw;
+    a.up2x = up2x, a.work = st->col, a.work_bytes = st->col_floats * es(m);
+    if (d->vae_conv3d(&a)) return -1;
     if (cache) { /* keep the last VAE_CACHE_T frames of the stream (cache ++ x), as diffusers' cache_x rule does */
         if (nf >= VAE_CACHE_T) {
-            memcpy(cache, x + (size_t)(nf - VAE_CACHE_T) * fsz, VAE_CACHE_T * fsz * sizeof(float));
+            if (vae_copy2d(m, cache, fb, at(m, x, (size_t)(nf - VAE_CACHE_T) * fsz), fb, fb, VAE_CACHE_T)) return -1;
             st->cache_n[c->slot] = VAE_CACHE_T;
         } else if (ncache >= 1) {
-            memmove(cache, cache + (size_t)(ncache - 1) * fsz, fsz * sizeof(float));
-            memcpy(cache + fsz, x, fsz * sizeof(float));
+            if (ncache > 1 && vae_copy2d(m, cache, fb, at(m, cache, (size_t)(ncache - 1) * fsz), fb, fb, 1)) return -1;
+            if (vae_copy2d(m, at(m, cache, fsz), fb, x, fb, fb, 1)) return -1;
             st->cache_n[c->slot] = 2;
         } else {
-            memcpy(cache, x, fsz * sizeof(float));
+            if (vae_copy2d(m, cache, fb, x, fb, fb, 1)) return -1;
             st->cache_n[c->slot] = 1;
         }
     }
     return 0;
 }
 
-void vae_norm_forward(const vae_model *m, const vae_norm *nm, const float *x, float *out, int64_t n, int silu) {
-    const int C = nm->c;
-    const float *g = m->params + nm->gamma;
-    const float scale = (float)sqrt((double)C);
-#pragma omp parallel for schedule(static) if ((size_t)n * C >= K_PAR_MIN_ELEMS)
-    for (int64_t r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * C;
-        float *o = out + (size_t)r * C;
-        double ss = 0;
-        for (int c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
-        float den = (float)sqrt(ss);
-        if (den < 1e-12f) den = 1e-12f; /* F.normalize: x / max(||x||_2, eps) */
-        for (int c = 0; c < C; c++) {
-            float v = xr[c] / den * scale * g[c];
-            o[c] = silu ? v / (1.0f + expf(-v)) : v;
-        }
-    }
+int vae_norm_forward(const vae_model *m, const vae_norm *nm, const void *x, void *out, int64_t n, int silu) {
+    return vae_backend(m)->vae_rms_norm(aout(m, out), ain(m, x), wview(m, nm->gamma, nm->dev_gamma), n, nm->c, silu);
 }
 
-int vae_attn_forward(vae_model *m, const vae_attnblock *a, float *x, int nf, int H, int W) {
+int vae_attn_forward(vae_model *m, const vae_attnblock *a, void *x, int nf, int H, int W) {
     vae_state *st = &m->st;
-    const int C = a->c, S = H * W;
-    float *t = st->attn, *qkv = t + (size_t)S * C, *q = qkv + (size_t)S * 3 * C, *k = q + (size_t)S * C,
-          *v = k + (size_t)S * C, *o = v + (size_t)S * C, *lse = o + (size_t)S * C;
+    const k_dev_ops *d = vae_backend(m);
+    /* q, k, v, o: [S, Cq]; a device's attention GEMMs need rows of a multiple of 8 (zero columns added) */
+    const int C = a->c, S = H * W, Cq = m->dw ? (C + 7) / 8 * 8 : C;
+    const size_t sc = (size_t)S * C, sq = (size_t)S * Cq, e = es(m), row = (size_t)C * e, rq = (size_t)Cq * e;
+    void *t = st->attn, *qkv = at(m, t, sq), *q = at(m, qkv, 3 * sq), *k = at(m, q, sq), *v = at(m, k, sq),
+         *o = at(m, v, sq), *work = at(m, o, sq);
+    const size_t work_bytes = (st->attn_floats - 8 * sq) * e;
     for (int f = 0; f < nf; f++) {
-        float *xf = x + (size_t)f * S * C;
-        vae_norm_forward(m, &a->n, xf, t, S, 0);
+        void *xf = at(m, x, (size_t)f * sc);
+        if (vae_norm_forward(m, &a->n, xf, t, S, 0)) return -1;
         if (vae_conv_forward(m, &a->qkv, t, 1, H, W, 0, qkv)) return -1;
-        for (int s = 0; s < S; s++) {
-            memcpy(q + (size_t)s * C, qkv + (size_t)s * 3 * C, (size_t)C * sizeof(float));
-            memcpy(k + (size_t)s * C, qkv + (size_t)s * 3 * C + C, (size_t)C * sizeof(float));
-            memcpy(v + (size_t)s * C, qkv + (size_t)s * 3 * C + 2 * C, (size_t)C * sizeof(float));
+        if (Cq != C && d->mem_zero(q, 3 * sq * e)) return -1;
+        if (vae_copy2d(m, q, rq, qkv, 3 * row, row, (size_t)S) ||
+            vae_copy2d(m, k, rq, at(m, qkv, (size_t)C), 3 * row, row, (size_t)S) ||
+            vae_copy2d(m, v, rq, at(m, qkv, 2 * (size_t)C), 3 * row, row, (size_t)S))
+            return -1;
+        if (d->vae_attention(aout(m, o), ain(m, q), ain(m, k), ain(m, v), S, Cq, (float)(1.0 / sqrt((double)C)),
+                             work, work_bytes))
+            return -1;
+        void *po = o, *pr = t; /* the projection's input and output */
+        if (Cq != C) {
+            if (vae_copy2d(m, t, row, o, rq, row, (size_t)S)) return -1;
+            po = t, pr = o;
         }
-        k_cpu_ops.attention_forward(o, lse, q, k, v, 1, S, S, 1, C, (float)(1.0 / sqrt((double)C)));
-        if (vae_conv_forward(m, &a->proj, o, 1, H, W, 0, t)) return -1;
-        for (size_t i = 0; i < (size_t)S * C; i++) xf[i] += t[i];
+        if (vae_conv_forward(m, &a->proj, po, 1, H, W, 0, pr)) return -1;
+        if (d->add(aout(m, xf), ain(m, pr), (int64_t)sc)) return -1;
     }
     return 0;
 }
 
-void vae_dupup_add(float *out, const float *x, int nf, int H, int W, int cin, int cout, int ft, int drop) {
-    const int fs = 2, factor = ft * fs * fs, repeats = cout * factor / cin;
-    const int Ho = H * fs, Wo = W * fs, nfo = nf * ft - drop;
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)nfo * Ho * Wo * cout >= K_PAR_MIN_ELEMS)
-    for (int fo = 0; fo < nfo; fo++)
-        for (int yo = 0; yo < Ho; yo++) {
-            const int tf = fo + drop, t = tf / ft, a = tf % ft, y = yo / fs, i = yo % fs;
-            for (int xo = 0; xo < Wo; xo++) {
-                const int xs = xo / fs, j = xo % fs;
-                const float *src = x + (((size_t)t * H + y) * W + xs) * cin;
-                float *dst = out + (((size_t)fo * Ho + yo) * Wo + xo) * cout;
-                for (int o = 0; o < cout; o++) {
-                    const int e = ((o * ft + a) * fs + i) * fs + j; /* channel of repeat_interleave'd x */
-                    dst[o] += src[e / repeats];
-                }
-            }
-        }
+int vae_dupup_add(const vae_model *m, void *out, const void *x, int nf, int H, int W, int cin, int cout, int ft,
+                  int drop) {
+    return vae_backend(m)->vae_dupup_add(aout(m, out), ain(m, x), nf, H, W, cin, cout, ft, drop);
 }
 
-int vae_res_forward(vae_model *m, const vae_resblock *r, const float *x, int nf, int H, int W, float *out, float *s1,
-                    float *s2) {
+int vae_res_forward(vae_model *m, const vae_resblock *r, const void *x, int nf, int H, int W, void *out, void *s1,
+                    void *s2) {
     const int64_t n = (int64_t)nf * H * W;
     if (r->has_sc) {
         if (vae_conv_forward(m, &r->sc, x, nf, H, W, 0, out)) return -1;
     } else {
-        memcpy(out, x, (size_t)n * r->cin * sizeof(float));
+        const size_t b = (size_t)n * r->cin * es(m);
+        if (vae_copy2d(m, out, b, x, b, b, 1)) return -1;
     }
-    vae_norm_forward(m, &r->n1, x, s1, n, 1);
+    if (vae_norm_forward(m, &r->n1, x, s1, n, 1)) return -1;
     if (vae_conv_forward(m, &r->c1, s1, nf, H, W, 0, s2)) return -1;
-    vae_norm_forward(m, &r->n2, s2, s2, n, 1);
+    if (vae_norm_forward(m, &r->n2, s2, s2, n, 1)) return -1;
     if (vae_conv_forward(m, &r->c2, s2, nf, H, W, 0, s1)) return -1;
-    const size_t tot = (size_t)n * r->cout;
-#pragma omp parallel for schedule(static) if (tot >= K_PAR_MIN_ELEMS)
-    for (size_t i = 0; i < tot; i++) out[i] += s1[i];
-    return 0;
+    return vae_backend(m)->add(aout(m, out), ain(m, s1), (int64_t)((size_t)n * r->cout));
 }

@@ -402,21 +402,30 @@ done:
 /* The decode state (allocated by wan_vae_decode.c on first use) is freed with the model, here, so that loading and
  * freeing do not depend on the decode loop (no circle between the two files). */
 void vae_state_free(vae_state *st) {
+    void (*release)(void *) = st->dev ? st->dev->mem_free : free;
     if (st->cache) {
-        for (int i = 0; st->cache[i]; i++) free(st->cache[i]);
+        for (int i = 0; st->cache[i]; i++) release(st->cache[i]);
     }
     free(st->cache);
     free(st->cache_n);
     free(st->time_seen);
-    for (int i = 0; i < 5; i++) free(st->buf[i]);
-    free(st->col);
-    free(st->attn);
+    for (int i = 0; i < 5; i++)
+        if (st->buf[i]) release(st->buf[i]);
+    if (st->col) release(st->col);
+    if (st->attn) release(st->attn);
+    free(st->host);
     memset(st, 0, sizeof *st);
+}
+
+void vae_upload_free(vae_model *m) {
+    if (m->dw) m->dev->mem_free(m->dw);
+    m->dw = NULL, m->dw_bytes = 0, m->dev = NULL;
 }
 
 void vae_free(vae_model *m) {
     if (!m) return;
     vae_state_free(&m->st);
+    vae_upload_free(m);
     free(m->table);
     free(m->params);
     free(m);

@@ -147,6 +147,16 @@ static int find_dit(const core_recipe *r, wan_config *c, int *n_experts, char *s
     return 0;
 }
 
+int budget_vae_config(const core_recipe *r, int z_dim, vae_config *v) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/vae/config.json", r->model_path);
+    if (!access(path, R_OK)) return read_vae_config(v, path) ? -1 : 1;
+    snprintf(path, sizeof path, "%s/transformer/config.json", r->model_path);
+    const char *preset = budget_model_preset(r);
+    if (access(path, R_OK) && preset) return preset_vae(v, preset, z_dim) ? -1 : 1;
+    return 0;
+}
+
 const char *budget_model_preset(const core_recipe *r) {
     return r->init_preset && r->init_preset[0] ? r->init_preset : preset_by_name(r->model_path);
 }

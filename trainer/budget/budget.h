@@ -211,6 +211,11 @@ typedef struct {
 int budget_generate_bytes(budget_generate *g, const char *pipeline, int frames, int height, int width, int rows,
                           int text_len, double image_px);
 
+/* The pipeline's VAE config as the estimate finds it: model.path/vae/config.json, else (no transformer there yet) the
+ * preset's (model.init_preset or the folder's name; z_dim: the transformer's out_channels). 1 found, 0 none, -1 a
+ * config that does not parse (the error names the file and key). */
+int budget_vae_config(const core_recipe *r, int z_dim, vae_config *v);
+
 /* x FLOPs as "1.23 GFLOP" (GFLOP .. EFLOP, 3 significant digits); s seconds as "12 s", "45 min", "2.5 h" or "3 days". */
 void budget_format_flop(char *buf, size_t cap, double x);
 void budget_format_duration(char *buf, size_t cap, double s);

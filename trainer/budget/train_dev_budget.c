@@ -16,7 +16,9 @@
 #include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_lora.h"
 #include "model/flow/guidance.h"
+#include "model/vae/wan_vae.h"
 #include "sp/comm_nccl.h"
+#include "trainer/budget/budget.h"
 #include "trainer/dp/dp_bucket.h"
 #include "trainer/dp/zero.h"
 #include "trainer/optim/lora.h"
@@ -164,7 +166,9 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         big = st > big ? st : big;
     }
     b->staging = big;
-    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + fmax(b->train_acts, b->roll_acts);
+    b->vae = q->vae_weights, b->vae_state = q->vae_state;
+    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae +
+               fmax(b->train_acts, fmax(b->roll_acts, b->vae_state));
     b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
     b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
     totals(b);
@@ -176,8 +180,8 @@ void trainer_dev_budget_text(trainer_dev_budget *b, const core_recipe *r, const 
     b->text_weights = (double)t5_device_bytes(t5, 0, 0);
     b->text_acts = (double)t5_device_bytes(t5, 1, r->text_len) - b->text_weights;
     if (worker)
-        b->alloc = b->weights + b->grads + b->optim + b->staging + b->text_weights +
-                   fmax(fmax(b->train_acts, b->roll_acts), b->text_acts);
+        b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->text_weights +
+                   fmax(fmax(b->train_acts, b->roll_acts), fmax(b->vae_state, b->text_acts));
     else
         b->alloc = fmax(b->alloc, b->text_weights + b->text_acts);
     totals(b);
@@ -218,6 +222,16 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
         for (int k = 0; k < 2; k++)
             if (used[k]) q.rollout[q.n_rollout] = base, q.rollout[q.n_rollout++].B = r->batch_size * (k ? 2 : 1);
     }
+    /* the VAE decode on the device (rollout/pipeline.c rollout_decoder_load): where the process decodes */
+    if ((worker || local) && r->choice.decoder == CORE_DECODER_VAE && r->choice.vae_device == CORE_VAE_DEVICE_AUTO) {
+        vae_config v;
+        const int got = budget_vae_config(r, c->out_channels, &v);
+        if (got < 0) return -1;
+        double wb = 0, sb = 0;
+        if (got && vae_decoder_estimate_device(&v, H, W, &wb, &sb))
+            return core_error_push("model.decoder (vae) on the device: ");
+        q.vae_weights = wb, q.vae_state = sb;
+    }
     if (trainer_dev_estimate(&q, b)) return core_error_push("model.device cuda: the device estimate: ");
     return 0;
 }
@@ -246,6 +260,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         snprintf(what, sizeof what, "training activations (%s) + reference", acts);
         fprintf(f, "    %-48s %11s  training phase\n", what, size_str(b->train_acts));
     }
+    if (b->vae > 0) fprintf(f, "    %-48s %11s\n", "VAE decoder weights (bf16)", size_str(b->vae));
     if (b->roll_acts > 0) fprintf(f, "    %-48s %11s  rollout phase\n", "rollout activations (infer)", size_str(b->roll_acts));
     if (b->text_weights > 0) { /* model.text_device auto */
         fprintf(f, "    %-48s %11s  %s\n", "umT5 text encoder weights (bf16, fp32 norms)", size_str(b->text_weights),
@@ -253,6 +268,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         fprintf(f, "    %-48s %11s  %s\n", "umT5 forward of one prompt (rollout.text_len)", size_str(b->text_acts),
                 b->train_acts > 0 ? "start-up" : "between rollouts");
     }
+    if (b->vae_state > 0) fprintf(f, "    %-48s %11s  decode phase\n", "VAE decode state", size_str(b->vae_state));
     fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n", "allocated by the DiT code", size_str(b->alloc),
             b->alloc);
     fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));

@@ -113,8 +113,15 @@ void trainer_dev_free(trainer_dev *D);
  *                + 3 x its LSE's fp32 bytes) or the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw); LoRA's
  *                scratch for S / sp tokens; cuDNN's workspace for the calls' shapes (self-attention: S / ring tokens,
  *                heads / ulysses; cross-attention: S / sp queries)
- *   allocated    = weights + gradients + optimizer + staging + the larger phase: every byte the DiT code asks
- *                mem_alloc for at its peak (the emulated device counts exactly this: tests/test_dev_budget.c)
+ *   VAE decode   a process that decodes on the device (local mode or a rollout worker with model.decoder vae and
+ *                model.vae_device auto): the VAE decoder's bf16 weights, held once loaded, and its decode state
+ *                (feature caches, activations, im2col rows, the attention's scores) at the rollout's latent size: a
+ *                phase of its own, after the rollout's activations are freed and released after each video
+ *                (rollout/pipeline.c; model/vae/wan_vae.h vae_decoder_estimate_device: what vae_set_device and a
+ *                decode allocate)
+ *   allocated    = weights + gradients + optimizer + staging + VAE weights + the largest phase (training, rollout,
+ *                decode): every byte the DiT and VAE code ask mem_alloc for at its peak (the emulated device counts
+ *                exactly this: tests/test_dev_budget.c)
  *   GPU only (the emulated device has no libraries): cuBLASLt's workspace TRAINER_DEV_LT_WS_MIB (gemm_lt.c's
  *   WORKSPACE_BYTES); cuDNN's SDPA backward (training only): a workspace stated as the deterministic backward's fp32
  *   dQ accumulator and fp32 row sums (4 x rows x S x dim + 4 x rows x heads x S), plus attn_cudnn.c's dQ, dK, dV
@@ -157,11 +164,14 @@ typedef struct {
     int n_rollout;          /* rollout forwards held at once in the rollout phase (0, 1, or 2 with CFG on one expert
                                and off on the other) */
     wan_shape rollout[2];
+    double vae_weights, vae_state; /* the VAE decode's device bytes (0, 0: it decodes on the CPU) */
 } trainer_dev_request;
 
 typedef struct {
     double weights, grads, optim, staging; /* held the whole job once made */
     double reduce;      /* NCCL's exact-reduction scratch (made at the first reduction, then held) */
+    double vae;         /* the VAE decoder's weights on the device, held once loaded */
+    double vae_state;   /* decode phase: the VAE's decode state */
     double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
     double roll_acts;   /* rollout phase */
     double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
@@ -177,7 +187,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b);
  * timesteps), then its estimate: worker 0 the trainer process (local mode: with the rollout in it; colocated: the
  * trainer rank), 1 a rollout worker (the policy's bf16 copies, adapters included, and the rollout's activations).
  * The keys read: mode, model.lora, algorithm.train_experts / micro_batch_size / activations / beta / ema_decay,
- * rollout.batch_size / guidance_scale(_2) / text_len / frames / height / width. 0 or -1. */
+ * rollout.batch_size / guidance_scale(_2) / text_len / frames / height / width, model.decoder / vae_device (the VAE's
+ * config as trainer/budget/budget.h budget_vae_config finds it). 0 or -1. */
 int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n_experts, int i2v, int worker,
                                 trainer_dev_budget *b);
 

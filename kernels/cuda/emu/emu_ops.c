@@ -299,6 +299,13 @@ static int e_t5_ggelu(kb_out g, kb_in a0, kb_in a1, int64_t n) {
     return kbh_t5_gated_gelu(g, a0, a1, n), 0;
 }
 
+/* ---- the Wan VAE decoder: kc_vae.h's host drivers over this GEMM and copy, emu_vae.c's bodies ---- */
+static const kc_vae_backend vae_be = {"emulated", emu_gemm, e_copy2d, k_emu_vae_im2col, k_emu_vae_softmax};
+static int e_vae_conv(const k_vae_conv_args *a) { return kc_vae_conv3d(&vae_be, a); }
+static int e_vae_attn(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work, size_t bytes) {
+    return kc_vae_attention(&vae_be, o, q, k, v, S, C, scale, work, bytes);
+}
+
 const k_dev_ops k_emu_ops = {
     .name = "emulated",
     .gemm = emu_gemm,
@@ -361,4 +368,9 @@ const k_dev_ops k_emu_ops = {
     .event_record = emu_event_record,
     .stream_wait = emu_stream_wait,
     .stream_use = emu_stream_use,
+    /* the Wan VAE decoder */
+    .vae_conv3d = e_vae_conv,
+    .vae_rms_norm = k_emu_vae_rms_norm,
+    .vae_dupup_add = k_emu_vae_dupup_add,
+    .vae_attention = e_vae_attn,
 };

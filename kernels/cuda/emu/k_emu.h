@@ -18,6 +18,7 @@
 #define KERNELS_CUDA_EMU_K_EMU_H
 
 #include "kernels/cuda/k_cuda.h"
+#include "kernels/cuda/precond/kc_vae.h"
 
 #ifdef CK_EMULATE
 #define k_emu_ops k_cuda_ops /* the GPU check over the emulated device: the table stands in for the backend's */
@@ -43,5 +44,14 @@ int k_emu_ipc_export(const void *dev, size_t bytes, uint8_t *handle);
 int k_emu_ipc_unexport(const uint8_t *handle);
 int k_emu_ipc_open(const uint8_t *handle, size_t bytes, const void **dev);
 int k_emu_ipc_close(const void *dev);
+
+/* The Wan VAE entries' element and row work (kernels/cuda/emu/emu_vae.c: kernels/body/kb_vae.h on the host): the
+ * im2col rows and the softmax of kernels/cuda/precond/kc_vae.h's kc_vae_backend, and the vae_rms_norm and
+ * vae_dupup_add entries (kernels/dev_ops.h). */
+int k_emu_vae_im2col(kb_bf16 *col, int ldc, int K, kb_in x, kb_in cache, kb_vae_conv_geom g, int f, size_t pix0,
+                     size_t rows);
+int k_emu_vae_softmax(kb_bf16 *p, const float *s, int S, int ld);
+int k_emu_vae_rms_norm(kb_out out, kb_in x, kb_in gamma, int64_t n, int C, int silu);
+int k_emu_vae_dupup_add(kb_out out, kb_in x, int nf, int H, int W, int cin, int cout, int ft, int drop);
 
 #endif
