@@ -17,6 +17,7 @@
 #include "cli/opts.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/gpu_assign.h"
 #include "core/host_addr.h"
 #include "core/log.h"
 #include "core/run_lock.h"
@@ -84,6 +85,9 @@ int cmd_mpi_rank(int argc, char **argv) {
     if (sp_comm_split(L.world, (int)L.role, L.rank, launch_role_names[L.role], &L.group))
         launch_fatal(&L, "the role split");
     failed = L.role == ROLE_TRAINER && trainer_check_recipe(&r);
+    core_gpu_plan gp; /* a worker's node's GPU plan (core/gpu_assign.h; a trainer rank's is in its checks) */
+    if (!failed && L.role == ROLE_WORKER && r.choice.device == CORE_CUDA)
+        failed = core_gpu_plan_make(&r, core_gpu_visible(), &gp);
     if (!failed && L.role == ROLE_TRAINER && r.prompts_per_step * r.samples_per_prompt < L.group->size)
         failed = core_error("parallel.trainer_ranks %d exceeds the %d samples of a step (B x G)", L.group->size,
                             r.prompts_per_step * r.samples_per_prompt);

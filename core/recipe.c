@@ -147,7 +147,7 @@ const core_cfg_entry core_recipe_schema[] = {
      "gradient sums on GPUs: exact (rank order, the same bits at every rank count) or nccl (NCCL's own; faster, "
      "not bit-identical across rank counts; model.device cuda only)"},
     {"parallel.gpus", CORE_CFG_INTS, O(gpus), NULL, 0, 0, 0, NULL,
-     "model.device cuda: device indices for the job's processes (default: the visible devices)"},
+     "model.device cuda: device indices for each node's processes (default: the visible devices)"},
     {"parallel.share_gpus", CORE_CFG_BOOL, O(share_gpus), "false", 0, 0, 0, NULL,
      "model.device cuda: rollout workers share the trainer ranks' GPUs in turns (false: a GPU each)"},
     {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "-1", MINV, -1, 0, NULL,

@@ -105,7 +105,7 @@
  *                                  (default): in rank order (all-to-all, then a fixed-order sum), the same bits at every
  *                                  rank count and as the CPU path's; nccl: NCCL's own reduce-scatter / all-reduce
  *                                  (faster, not bit-identical across rank counts). model.device cpu refuses nccl
- *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices the job's processes use (absent: the
+ *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices each node's processes use (absent: the
  *                                  visible devices) and whether rollout workers share the trainer ranks' GPUs in
  *                                  turns (core/gpu_assign.h: who gets which GPU, the refusals)
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
