@@ -198,6 +198,11 @@ typedef struct k_dev_ops {
      * out [n] = ((b_0 + b_1) + b_2) + ... + b_{nb-1} in fp32, element by element, b_r = blocks + r * stride (the
      * blocks an all-to-all delivered, in rank order); nb >= 1, stride >= n. out must not overlap blocks. */
     int (*block_sum)(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
+
+    /* ---- the weight sync's device-to-device path (rollout/worker_ipc.c; model/dit/wan_dev.h) ----
+     * dst [n] bf16 = src [n] fp32 rounded to nearest even (kb_bf16_from_f32, as mem_upload_bf16 rounds), both device
+     * memory: a worker's bf16 weights from the fp32 bytes it copied out of the trainer's buffer. */
+    int (*mem_round_bf16)(kb_bf16 *dst, const float *src, int64_t n);
 } k_dev_ops;
 
 #ifdef __cplusplus

@@ -311,6 +311,7 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     /* a device that opens another process's buffers: weight syncs from a trainer on this host may come by IPC */
     const k_dev_ops *dev = p->dx ? wan_dev_exec_ops(p->dx) : NULL;
     w.st.dev = dev && dev->ipc_open && dev->ipc_close ? dev : NULL;
+    w.st.dx = w.st.dev ? p->dx : NULL; /* ... into its device weights, device to device (rollout/worker_ipc.h) */
     const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
     void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;

@@ -33,6 +33,7 @@
 #include "model/dit/wan_dit.h"
 
 struct k_dev_ops;
+struct wan_dev_exec;
 
 typedef struct {
     wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
@@ -53,6 +54,16 @@ typedef struct {
     int upd_ipc_refused;     /* ... and a handle could not be opened or read: weights_end answers ipc_refused */
     int64_t upd_next[2];     /* per expert: the element the next bucket of it must start at */
     char upd_error[512];
+    /* IPC into the device weights (rollout/worker_ipc.h), when the model runs on a device */
+    struct wan_dev_exec *dx; /* the worker's executor (its device weights), or NULL: IPC into the staged host copy */
+    int upd_device;          /* the update in progress goes device to device (weights_begin "ipc_buckets") */
+    int upd_written[2];      /* ... and has written expert e's device weights */
+    uint64_t *thash[2];      /* ... each tensor's xxh64 of expert e as received [layout count] */
+    int stale[2];            /* expert e's host copy is older than its device weights: 1 its params, 2 its adapter */
+    float *land;             /* device fp32 landing buffer of one bucket (land_n elements) */
+    int64_t land_n;
+    float *hbuf;             /* host copy of one bucket (hbuf_n elements) */
+    int64_t hbuf_n;
 } rollout_worker_state;
 
 typedef struct {
@@ -68,6 +79,10 @@ typedef struct {
 
 /* Handles message m. Returns 0 (keep serving), 1 (`shutdown` was answered: stop), or -1 when io failed to send. */
 int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const rollout_worker_io *io);
+
+/* The flat buffer (*params) and layout an update writes for expert e: its LoRA adapter's (an adapter update; NULL
+ * when the expert has none) or its own. */
+const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params);
 
 /* Frees a weights update in progress (the state's models are the caller's). */
 void rollout_worker_state_free(rollout_worker_state *s);

@@ -181,6 +181,10 @@ static int c_copy(void *dst, const void *src, size_t bytes) { return memcpy(dst,
 static int c_up16(kb_bf16 *dst, const float *src, size_t n) {
     return core_error("cpu-f32 mem_upload_bf16: the CPU table holds no bf16 tensors");
 }
+static int c_round16(kb_bf16 *dst, const float *src, int64_t n) {
+    (void)dst, (void)src, (void)n;
+    return core_error("cpu-f32 mem_round_bf16: the CPU table holds no bf16 tensors");
+}
 static int c_down16(float *dst, const kb_bf16 *src, size_t n) {
     return core_error("cpu-f32 mem_download_bf16: the CPU table holds no bf16 tensors");
 }
@@ -265,4 +269,5 @@ const k_dev_ops k_cpu_dev_ops = {
     .add_table_forward = c_tab_f,
     .add_table_backward = c_tab_b,
     .block_sum = c_block_sum,
+    .mem_round_bf16 = c_round16,
 };

@@ -91,6 +91,8 @@ int kc_sumsq(kb_in x, int64_t n, double *out);
 int kc_scale(kb_out x, float f, int64_t n);
 /* The exact reduction's rank-order block sum (kern_blocksum.cu; k_dev_ops.block_sum). */
 int kc_block_sum(float *out, const float *blocks, int nb, int64_t stride, int64_t n);
+/* fp32 to bf16 on the device, round to nearest even (kern_sync.cu; k_dev_ops.mem_round_bf16). */
+int kc_round_bf16(kb_bf16 *dst, const float *src, int64_t n);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

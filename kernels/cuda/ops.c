@@ -52,6 +52,7 @@ const k_dev_ops k_cuda_ops = {
     .add_table_forward = kc_add_table_forward,
     .add_table_backward = kc_add_table_backward,
     .block_sum = kc_block_sum,
+    .mem_round_bf16 = kc_round_bf16,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

@@ -640,9 +640,10 @@ static int ipc_export(ctl_server *c, const wan_model *const *experts, int n_expe
     return 0;
 }
 
-/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc"), then weights_end. */
-static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, int adapters,
-                            int count, int64_t version, const char *hx) {
+/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc") and the buckets' hashes
+ * ("ipc_buckets", borrowed), then weights_end. */
+static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, json_t *buckets,
+                            int adapters, int count, int64_t version, const char *hx) {
     const ctl_worker *wk = &c->st.w[w];
     char id[64];
     snprintf(id, sizeof id, "%s-begin", tag);
@@ -650,6 +651,7 @@ static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sy
                           core_sync_ipc_json(x, nx));
     if (!f) return core_error("out of memory");
     if (adapters) json_object_set_new(f, "adapter", json_true());
+    json_object_set(f, "ipc_buckets", buckets);
     int rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_BEGIN, id, f);
     json_decref(f);
     snprintf(id, sizeof id, "%s-end", tag);
@@ -664,6 +666,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     uint64_t model_hash;
     int adapters, count;
     int64_t payload;
+    const double t0 = now_s();
     *hash_match = 0;
     if (bytes) *bytes = 0;
     if (sync_plan(experts, n_experts, send, &adapters, &model_hash, &count, &payload)) return -1;
@@ -684,6 +687,19 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         core_error_clear();
         core_log_warn("%s: this sync goes in buckets", why);
     }
+    json_t *ipc_buckets = NULL; /* the buckets' xxh64 over the host copy (core/wire_sync.h), once for every worker */
+    if (nx > 0) {
+        const wan_layout *L[2] = {NULL, NULL};
+        const float *P[2] = {NULL, NULL};
+        for (int e = 0; e < n_experts && e < 2; e++)
+            if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
+        if (!(ipc_buckets = sync_bucket_hashes_json(L, P, send, n_experts < 2 ? n_experts : 2, c->bucket_bytes))) {
+            core_log_warn("controller: %s: this sync goes in buckets", core_last_error());
+            core_error_clear();
+            for (int k = 0; k < nx; k++) c->dev->ipc_unexport(xs[k].handle);
+            nx = 0;
+        }
+    }
     for (int w = 0; w < st->n; w++) {
         ctl_worker *x = &st->w[w];
         x->done = 1;
@@ -696,7 +712,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         if (want_ipc)
             core_log_debug("controller: weights of version %" PRId64 " to %s %s (%s)", version, x->id,
                            x->ipc_used ? "by IPC" : "in buckets", nx > 0 ? whyw : why);
-        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)) {
+        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, ipc_buckets, adapters, count, version, hx)) {
             char lost_why[600];
             snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
             core_error_clear();
@@ -739,10 +755,19 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
     }
+    json_decref(ipc_buckets);
     for (int k = 0; k < nx; k++) /* every worker has read (or will never read) the exported buffers */
         if (c->dev->ipc_unexport(xs[k].handle)) core_log_warn("controller: %s", core_last_error()), core_error_clear();
     st->phase = CTL_IDLE;
     *hash_match = rc == 0;
+    int n_ipc = 0, n_bk = 0; /* the per-sync line: bytes, seconds, GB/s and the path each worker took */
+    for (int w = 0; w < st->n; w++)
+        if (!st->w[w].lost) n_ipc += st->w[w].ipc_used, n_bk += !st->w[w].ipc_used;
+    const double dt = now_s() - t0;
+    if (!rc)
+        core_log_info("controller: weight sync of policy version %" PRId64 ": %.2f MiB to each of %d worker(s) (%d by "
+                      "IPC, %d in buckets) in %.3f s, %.3f GB/s", version, payload / 1048576.0, n_ipc + n_bk, n_ipc,
+                      n_bk, dt, dt > 0 ? (double)payload * (n_ipc + n_bk) / dt / 1e9 : 0.0);
     return rc;
 }
 

@@ -276,6 +276,12 @@ static int e_block_sum(float *out, const float *blocks, int nb, int64_t stride, 
     return 0;
 }
 
+static int e_round_bf16(kb_bf16 *dst, const float *src, int64_t n) {
+    if (n < 0) return core_error("mem_round_bf16: n %lld", (long long)n);
+    for (int64_t i = 0; i < n; i++) dst[i] = kb_bf16_from_f32(src[i]);
+    return 0;
+}
+
 const k_dev_ops k_emu_ops = {
     .name = "emulated",
     .gemm = emu_gemm,
@@ -327,4 +333,5 @@ const k_dev_ops k_emu_ops = {
     .add_table_forward = e_table_f,
     .add_table_backward = e_table_b,
     .block_sum = e_block_sum,
+    .mem_round_bf16 = e_round_bf16,
 };
