@@ -157,6 +157,8 @@ int cmd_run(int argc, char **argv) {
     /* --hostfile: the GPU plan per node (core/gpu_assign.h) as mpirun will place the processes */
     if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) ||
         (mpi && hostfile && launch_mpi_nodes(hostfile, &r)) || trainer_check_recipe(&r) ||
+        (!mpi && r.choice.sync == CORE_SYNC_NCCL &&
+         core_error("parallel.sync: nccl needs the rollout workers in the job's communicator: --launcher mpirun")) ||
         (r.choice.mode == CORE_MODE_LOCAL && rollout_source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {

@@ -14,7 +14,21 @@
 #include "core/tensor.h"
 #include "core/wire_sync.h"
 #include "kernels/dev_ops.h"
+#include "kernels/cuda/k_cuda.h"
 #include "model/dit/wan_dev_exec.h"
+#include "model/dit/wan_lora.h"
+#include "sp/comm_nccl.h"
+
+const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params) {
+    wan_model *m = w->model[e];
+    if (w->adapter) {
+        if (!m->lora) return NULL;
+        *params = m->lora->params;
+        return &m->lora->layout;
+    }
+    *params = m->params;
+    return &m->layout;
+}
 
 /* Keeps the first problem of the update for weights_end (refused: answered ipc_refused, the handles unusable). -1. */
 static int fail(rollout_worker_state *w, int refused, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -93,77 +107,111 @@ static int tensor_at(const wan_layout *L, int64_t pos) {
     return -1;
 }
 
-/* One exported expert (x) and its buckets b[0..nb): steps 1-3. 0, or -1 with the problem in w->upd_error. */
-static int expert(rollout_worker_state *w, const k_dev_ops *dev, const core_sync_ipc *x, const core_sync_bucket *b,
-                  int nb, XXH64_state_t *st) {
-    const int e = x->expert;
+/* One expert an update brings into the device weights. */
+typedef struct {
+    int e;
+    const wan_layout *L;
+    wan_dev_model *d;
+    int64_t next; /* the element its next bucket starts at */
+    int cur;      /* the tensor its running hash is in */
+} dev_expert;
+
+/* Expert e of `elements` F32 elements: its layout, its device copy (made on first use), its tensor hashes. 0, or -1
+ * with the problem in w->upd_error (refused: the update's shape or the device copy). */
+static int begin_expert(rollout_worker_state *w, int e, int64_t elements, const char *field, dev_expert *x) {
     wan_model *m = w->model[e];
     float *hp;
-    const wan_layout *L = rollout_worker_layout(w, e, &hp);
     const char *ex = wan_expert_folder(e);
-    if (!L || L->numel != x->elements)
-        return fail(w, 1, "weights_begin: \"ipc\" %s of %lld elements, this worker's %s has %lld", ex,
-                    (long long)x->elements, w->adapter ? "adapter" : "model", L ? (long long)L->numel : 0LL);
-    wan_dev_model *d = wan_dev_exec_model(w->dx, m);
-    if (d && w->adapter && d->lora != m->lora && wan_dev_model_upload_lora(d)) d = NULL;
-    if (!d || (w->adapter && !d->lora_w)) {
+    *x = (dev_expert){.e = e, .L = rollout_worker_layout(w, e, &hp)};
+    if (!x->L || (elements >= 0 && x->L->numel != elements))
+        return fail(w, 1, "weights_begin: \"%s\" %s of %lld elements, this worker's %s has %lld", field, ex,
+                    (long long)elements, w->adapter ? "adapter" : "model", x->L ? (long long)x->L->numel : 0LL);
+    x->d = wan_dev_exec_model(w->dx, m);
+    if (x->d && w->adapter && x->d->lora != m->lora && wan_dev_model_upload_lora(x->d)) x->d = NULL;
+    if (!x->d || (w->adapter && !x->d->lora_w)) {
         fail(w, 1, "weights_begin: the device copy of %s: %s", ex, core_last_error());
         core_error_clear();
         return -1;
     }
-    if (!(w->thash[e] = calloc((size_t)L->count, sizeof(uint64_t)))) return fail(w, 0, "out of memory");
-    const size_t bytes = sizeof(float) * (size_t)L->numel;
+    if (!w->thash[e] && !(w->thash[e] = calloc((size_t)x->L->count, sizeof(uint64_t))))
+        return fail(w, 0, "out of memory");
+    return 0;
+}
+
+/* Steps 2 and 3 for bucket b of expert x, whose bytes are in w->land (how: "IPC", "NCCL broadcast"). 0, or -1 with
+ * the problem in w->upd_error, naming the bucket. */
+static int take_bucket(rollout_worker_state *w, const k_dev_ops *dev, dev_expert *x, const core_sync_bucket *b,
+                       XXH64_state_t *st, const char *how) {
+    const wan_layout *L = x->L;
+    const char *ex = wan_expert_folder(x->e);
+    const int64_t off = b->offset, n = b->count;
+    const size_t nbytes = sizeof(float) * (size_t)n;
+    if (off != x->next || off + n > L->numel)
+        return fail(w, 0, "weights_begin: bucket %d covers %s elements [%lld, %lld), %lld was due (of %lld)", b->index,
+                    ex, (long long)off, (long long)(off + n), (long long)x->next, (long long)L->numel);
+    if (dev->mem_download(w->hbuf, w->land, nbytes)) { /* 2: the worker's hash of what landed */
+        fail(w, 0, "weights_begin: bucket %d of %s by %s: %s", b->index, ex, how, core_last_error());
+        core_error_clear();
+        return -1;
+    }
+    const uint64_t got = core_xxh64(w->hbuf, nbytes, 0);
+    if (got != b->xxh64) {
+        const int t0 = tensor_at(L, off), t1 = tensor_at(L, off + n - 1);
+        return fail(w, 0, "weights (%s) bucket %d (%s elements [%lld, %lld): %s .. %s): xxh64 of the bytes received is "
+                    "%016" PRIx64 ", the controller's is %016" PRIx64, how, b->index, ex, (long long)off,
+                    (long long)(off + n), t0 >= 0 ? L->tensors[t0].name : "?", t1 >= 0 ? L->tensors[t1].name : "?", got,
+                    b->xxh64);
+    }
+    if (tensors(w, L, ex, off, n, st, w->thash[x->e], &x->cur)) return -1;
+    if (store(w, dev, w->model[x->e], x->d, w->adapter, off, n)) { /* 3: into the device weights */
+        fail(w, 0, "weights (%s): bucket %d into the device weights of %s: %s", how, b->index, ex, core_last_error());
+        core_error_clear();
+        return -1;
+    }
+    x->next = off + n;
+    return 0;
+}
+
+/* The expert complete: its tensors count as received. 0, or -1 (its buckets stopped short). */
+static int end_expert(rollout_worker_state *w, const dev_expert *x) {
+    if (x->next != x->L->numel)
+        return fail(w, 0, "weights_begin: the buckets cover %lld of the %lld elements of %s", (long long)x->next,
+                    (long long)x->L->numel, wan_expert_folder(x->e));
+    memset(w->seen[x->e], 1, (size_t)x->L->count);
+    w->upd_received += x->L->count;
+    return 0;
+}
+
+/* One exported expert (x) and its buckets b[0..nb): steps 1-3, the copy device to device out of the mapped handle.
+ * 0, or -1 with the problem in w->upd_error. */
+static int expert(rollout_worker_state *w, const k_dev_ops *dev, const core_sync_ipc *x, const core_sync_bucket *b,
+                  int nb, XXH64_state_t *st) {
+    dev_expert de;
+    if (begin_expert(w, x->expert, x->elements, "ipc", &de)) return -1;
+    const char *ex = wan_expert_folder(x->expert);
     const void *p = NULL;
-    if (dev->ipc_open(x->handle, bytes, &p)) {
+    if (dev->ipc_open(x->handle, sizeof(float) * (size_t)de.L->numel, &p)) {
         fail(w, 1, "weights_begin: the IPC handle of %s: %s", ex, core_last_error());
         core_error_clear();
         return -1;
     }
-    int64_t next = 0;
-    int cur = 0, rc = 0;
+    int rc = 0;
     for (int k = 0; k < nb && !rc; k++) {
-        if (b[k].expert != e) continue;
-        const int64_t off = b[k].offset, n = b[k].count;
-        if (off != next || off + n > L->numel) {
-            rc = fail(w, 0, "weights_begin: \"ipc_buckets\"[%d] covers %s elements [%lld, %lld), %lld was due (of %lld)", k,
-                      ex, (long long)off, (long long)(off + n), (long long)next, (long long)L->numel);
-            break;
-        }
-        const size_t nbytes = sizeof(float) * (size_t)n;
-        /* 1: device to device into the landing buffer; 2: the worker's hash of what landed */
-        w->upd_written[e] = 1;
-        if (buffers(w, dev, n) || dev->mem_copy2d(w->land, nbytes, (const float *)p + off, nbytes, nbytes, 1) ||
-            dev->mem_download(w->hbuf, w->land, nbytes)) {
-            rc = fail(w, 1, "weights_begin: bucket %d of %s by IPC: %s", b[k].index, ex, core_last_error());
+        if (b[k].expert != x->expert) continue;
+        const size_t nbytes = sizeof(float) * (size_t)b[k].count;
+        w->upd_written[x->expert] = 1;
+        /* 1: device to device into the landing buffer */
+        if (b[k].offset + b[k].count > de.L->numel || buffers(w, dev, b[k].count) ||
+            dev->mem_copy2d(w->land, nbytes, (const float *)p + b[k].offset, nbytes, nbytes, 1)) {
+            rc = fail(w, 1, "weights_begin: bucket %d of %s by IPC: %s", b[k].index, ex,
+                      core_last_error()[0] ? core_last_error() : "past the expert's elements");
             core_error_clear();
             break;
         }
-        const uint64_t got = core_xxh64(w->hbuf, nbytes, 0);
-        if (got != b[k].xxh64) {
-            const int t0 = tensor_at(L, off), t1 = tensor_at(L, off + n - 1);
-            rc = fail(w, 0, "weights (IPC) bucket %d (%s elements [%lld, %lld): %s .. %s): xxh64 of the bytes received is "
-                      "%016" PRIx64 ", the controller's is %016" PRIx64, b[k].index, ex, (long long)off,
-                      (long long)(off + n), t0 >= 0 ? L->tensors[t0].name : "?", t1 >= 0 ? L->tensors[t1].name : "?",
-                      got, b[k].xxh64);
-            break;
-        }
-        rc = tensors(w, L, ex, off, n, st, w->thash[e], &cur);
-        /* 3: into the device weights */
-        if (!rc && store(w, dev, m, d, w->adapter, off, n)) {
-            rc = fail(w, 0, "weights (IPC): bucket %d into the device weights of %s: %s", b[k].index, ex,
-                      core_last_error());
-            core_error_clear();
-        }
-        next = off + n;
+        rc = take_bucket(w, dev, &de, &b[k], st, "IPC");
     }
-    if (!rc && next != L->numel)
-        rc = fail(w, 0, "weights_begin: \"ipc_buckets\" cover %lld of the %lld elements of %s", (long long)next,
-                  (long long)L->numel, ex);
     if (dev->ipc_close(p)) core_log_warn("%s: %s", w->id ? w->id : "worker", core_last_error()), core_error_clear();
-    if (rc) return -1;
-    memset(w->seen[e], 1, (size_t)L->count);
-    w->upd_received += L->count;
-    return 0;
+    return rc ? -1 : end_expert(w, &de);
 }
 
 void rollout_worker_ipc_device(rollout_worker_state *w, const json_t *ipc, const json_t *buckets) {
@@ -198,13 +246,56 @@ void rollout_worker_ipc_device(rollout_worker_state *w, const json_t *ipc, const
     free(b);
 }
 
+void rollout_worker_nccl_device(rollout_worker_state *w, const json_t *buckets) {
+    core_sync_bucket *b = NULL;
+    int nb = 0;
+    w->upd_ipc = 0, w->upd_device = 2, w->upd_buckets = 0;
+    const k_dev_ops *dev = wan_dev_exec_ops(w->dx);
+    if (core_sync_buckets_parse(buckets, w->n_experts, &b, &nb)) {
+        fail(w, 0, "%s", core_last_error());
+        core_error_clear();
+        return;
+    }
+    /* the group: made at the first broadcast, together with the controller and every worker (collective) */
+    if (!w->sync_nccl) {
+        const sp_nccl_opts o = {.stream = k_cuda_stream(), .dev = dev, .reduce = SP_REDUCE_EXACT};
+        if (sp_comm_nccl_world(w->sync_host, &o, &w->sync_nccl)) {
+            fail(w, 0, "weights_begin: the NCCL group of the weight sync: %s", core_last_error());
+            core_error_clear();
+            free(b);
+            return;
+        }
+    }
+    dev_expert de[2];
+    int have[2] = {0, 0}; /* 1: begun, 2: refused */
+    XXH64_state_t *st = XXH64_createState();
+    if (!st) fail(w, 0, "out of memory");
+    for (int k = 0; k < nb; k++) {
+        const int e = b[k].expert;
+        if (!have[e]) have[e] = begin_expert(w, e, -1, "nccl_buckets", &de[e]) ? 2 : 1;
+        /* every bucket is received whatever happened before: the broadcast is collective over the group */
+        if (buffers(w, dev, b[k].count) || sp_comm_broadcast(w->sync_nccl, w->land, (size_t)b[k].count, SP_F32, 0)) {
+            fail(w, 0, "weights_begin: bucket %d by NCCL broadcast: %s", b[k].index, core_last_error());
+            core_error_clear();
+            continue;
+        }
+        if (w->upd_error[0] || have[e] != 1 || !st) continue;
+        w->upd_written[e] = 1;
+        take_bucket(w, dev, &de[e], &b[k], st, "NCCL broadcast");
+    }
+    for (int e = 0; e < 2 && !w->upd_error[0]; e++)
+        if (have[e] == 1) end_expert(w, &de[e]);
+    XXH64_freeState(st);
+    free(b);
+}
+
 int rollout_worker_ipc_finish(rollout_worker_state *w, uint64_t want, uint64_t *got, char *why, size_t cap) {
     const int kind = w->adapter ? 2 : 1;
     const wan_layout *L[2] = {NULL, NULL};
     const float *P[2] = {NULL, NULL};
     const uint64_t *H[2] = {NULL, NULL};
     for (int e = 0; e < w->n_experts; e++) {
-        float *p;
+        float *p = NULL;
         L[e] = rollout_worker_layout(w, e, &p);
         P[e] = p, H[e] = w->thash[e];
         if (L[e] && !H[e] && (w->stale[e] & kind)) { /* its host copy is not what the device holds */
@@ -248,6 +339,7 @@ void rollout_worker_ipc_abandon(rollout_worker_state *w) {
 }
 
 void rollout_worker_ipc_free(rollout_worker_state *w) {
+    if (w->sync_nccl) sp_comm_destroy(w->sync_nccl), w->sync_nccl = NULL;
     if (w->land && w->dx) wan_dev_exec_ops(w->dx)->mem_free(w->land);
     free(w->hbuf);
     w->land = NULL, w->hbuf = NULL, w->land_n = w->hbuf_n = 0;

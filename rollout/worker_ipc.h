@@ -25,10 +25,22 @@
 
 #include "rollout/worker_msg.h"
 
+/* The flat buffer (*params) and layout an update writes for expert e: its LoRA adapter's (an adapter update; NULL
+ * when the expert has none) or its own. (Here, with the device path, so that rollout/worker_msg.c calls this file
+ * and not the other way round.) */
+const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params);
+
 /* Step 1-3 for weights_begin's "ipc" handles and "ipc_buckets" (w is updating, w->adapter set). Problems are kept in
  * w->upd_error (with upd_ipc_refused for a handle that cannot be used: weights_end answers ipc_refused and the
  * controller sends buckets). */
 void rollout_worker_ipc_device(rollout_worker_state *w, const json_t *ipc, const json_t *buckets);
+
+/* The same for weights_begin's "nccl_buckets" (an NCCL sync, trainer/net/controller.h): each bucket received by
+ * ncclBroadcast from the controller (root 0 of w->sync_host's group, whose NCCL group is made at the first such
+ * sync) into the landing buffer instead of step 1, then steps 2 and 3. Every bucket is received even after a
+ * problem (the broadcast is collective); a worker that cannot receive at all (no landing buffer) leaves the group
+ * waiting: NCCL has no time-out here, and the job ends only when a process does. */
+void rollout_worker_nccl_device(rollout_worker_state *w, const json_t *buckets);
 
 /* weights_end of a device update: the whole-model hash into *got; 0 and the device copies brought to w->upd_version
  * when it equals want; else -1 with why (cap bytes) filled. */

@@ -28,18 +28,6 @@ static void update_reset(rollout_worker_state *w) {
     w->upd_error[0] = 0;
 }
 
-/* The flat buffer and layout an update writes for expert e: its adapter's (an adapter update) or its own. */
-const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params) {
-    wan_model *m = w->model[e];
-    if (w->adapter) {
-        if (!m->lora) return NULL;
-        *params = m->lora->params;
-        return &m->lora->layout;
-    }
-    *params = m->params;
-    return &m->layout;
-}
-
 void rollout_worker_state_free(rollout_worker_state *s) {
     update_reset(s);
     rollout_worker_ipc_free(s);
@@ -114,8 +102,9 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"buckets_count\" must be an integer >= 1");
     w->adapter = json_is_true(json_object_get(m->header, "adapter"));
     const json_t *ipc = json_object_get(m->header, "ipc"), *ipc_buckets = json_object_get(m->header, "ipc_buckets");
+    const json_t *nccl = json_object_get(m->header, "nccl_buckets");
     /* device weights and the buckets' hashes: device to device, nothing staged on the host (rollout/worker_ipc.h) */
-    const int device = ipc && ipc_buckets && w->dx;
+    const int device = ((ipc && ipc_buckets) || (nccl && w->sync_host)) && w->dx;
     int staged = 0;
     for (int e = 0; e < w->n_experts; e++) {
         float *params;
@@ -138,7 +127,8 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
     w->upd_announced = (int)json_integer_value(nt);
     w->upd_received = 0;
     w->upd_buckets = nb ? (int)json_integer_value(nb) : -1;
-    if (device && !w->upd_error[0]) rollout_worker_ipc_device(w, ipc, ipc_buckets);
+    if (device && nccl) rollout_worker_nccl_device(w, nccl); /* collective: even after a problem */
+    else if (device && !w->upd_error[0]) rollout_worker_ipc_device(w, ipc, ipc_buckets);
     else if (ipc && !w->upd_error[0]) ipc_copy(w, ipc);
     return 0; /* weights_begin, weights_tensor and weights_bucket are not answered; weights_end is */
 }
@@ -333,7 +323,10 @@ static int stale_uncovered(rollout_worker_state *w, char *why, size_t cap) {
 static int ack_update(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io, uint64_t got,
                       const char *what, const char *hash_name) {
     w->version = w->upd_version;
-    const char *how = w->upd_device ? "by IPC, device to device" : w->upd_ipc ? "by IPC" : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
+    const char *how = w->upd_device == 2 ? "by NCCL broadcast, into the device"
+                      : w->upd_device  ? "by IPC, device to device"
+                      : w->upd_ipc     ? "by IPC"
+                      : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
     if (!w->upd_device) /* the host copies are current again (stale_uncovered checked the ones this update left) */
         for (int e = 0; e < 2; e++) w->stale[e] &= w->adapter ? ~2 : ~1;
     update_reset(w);

@@ -34,6 +34,7 @@
 
 struct k_dev_ops;
 struct wan_dev_exec;
+struct sp_comm;
 
 typedef struct {
     wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
@@ -56,7 +57,10 @@ typedef struct {
     char upd_error[512];
     /* IPC into the device weights (rollout/worker_ipc.h), when the model runs on a device */
     struct wan_dev_exec *dx; /* the worker's executor (its device weights), or NULL: IPC into the staged host copy */
-    int upd_device;          /* the update in progress goes device to device (weights_begin "ipc_buckets") */
+    int upd_device;          /* the update in progress goes to the device: 1 by IPC ("ipc_buckets"), 2 by NCCL
+                              * broadcast ("nccl_buckets") */
+    struct sp_comm *sync_host;  /* the MPI group of the controller (rank 0) and the workers for NCCL syncs, or NULL */
+    struct sp_comm *sync_nccl;  /* its NCCL group, made at the first NCCL sync */
     int upd_written[2];      /* ... and has written expert e's device weights */
     uint64_t *thash[2];      /* ... each tensor's xxh64 of expert e as received [layout count] */
     int stale[2];            /* expert e's host copy is older than its device weights: 1 its params, 2 its adapter */
@@ -79,10 +83,6 @@ typedef struct {
 
 /* Handles message m. Returns 0 (keep serving), 1 (`shutdown` was answered: stop), or -1 when io failed to send. */
 int rollout_worker_handle(rollout_worker_state *s, const core_wire_msg *m, const rollout_worker_io *io);
-
-/* The flat buffer (*params) and layout an update writes for expert e: its LoRA adapter's (an adapter update; NULL
- * when the expert has none) or its own. */
-const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params);
 
 /* Frees a weights update in progress (the state's models are the caller's). */
 void rollout_worker_state_free(rollout_worker_state *s);

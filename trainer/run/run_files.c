@@ -38,6 +38,7 @@ const char *const trainer_resume_free_keys[] = {
     "parallel.trainer_ranks",           /* nothing in a checkpoint depends on it; the run continues with the new
                                            count's split of the batch (its summation order) */
     "parallel.gpus", "parallel.share_gpus", /* which GPU a process runs on (core/gpu_assign.h) */
+    "parallel.sync",                    /* how the weights travel; the same bits arrive (hash-checked) */
     NULL,
 };
 
