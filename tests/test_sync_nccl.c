@@ -4,7 +4,9 @@
  * parallel.sync nccl: every sync goes to both workers by broadcast into their device weights (the controller's
  * per-sync line and the workers' logs say so), and the run's metrics, rewards and checkpoint equal the same job's
  * with parallel.sync buckets bit for bit (the workers sample with the weights they received); auto on one host goes
- * by IPC; parallel.sync nccl outside an MPI launch is refused. */
+ * by IPC; parallel.sync nccl outside an MPI launch is refused. And without sockets (tests/mpi/mpi_sync_nccl.c, 2 and 4
+ * ranks): the workers' device weights equal an upload of the master bit for bit; a corrupted bucket is refused by
+ * name. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,31 @@ static int job(char *out, size_t cap, const char *dir, const char *name, const c
                     "--set logging.eval_every=0 --set parallel.sync_bucket_mib=1 --set parallel.sync=%s "
                     "--set logging.run_dir=%s/%s --steps 2 2>&1",
                     slash ? (int)(slash - bin) : 1, slash ? bin : ".", bin, dir, sync, dir, name);
+}
+
+/* tests/mpi/mpi_sync_nccl.c under mpirun: a controller's side and 1 or 3 workers. */
+static void run_ranks(int ranks) {
+    const char *bin = test_vgrpo_bin(), *slash = strrchr(bin, '/'), *e = getenv("VGRPO_MPI_TESTS");
+    static char out[16384];
+    const int rc = test_run(out, sizeof out,
+                            "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+                            "OMPI_MCA_btl_vader_single_copy_mechanism=none VGRPO_NCCL_LIB=%.*s/libfake_nccl.so "
+                            "timeout 120 mpirun -n %d --oversubscribe --bind-to none -x OMP_NUM_THREADS -x "
+                            "VGRPO_NCCL_LIB %s sync_nccl 1000 2>&1",
+                            slash ? (int)(slash - bin) : 1, slash ? bin : ".", ranks,
+                            e && *e ? e : "build/vgrpo_mpi_tests");
+    char want[64];
+    snprintf(want, sizeof want, "sync_nccl: PASS (0 of %d ranks failed)", ranks);
+    CHECK_MSG(rc == 0 && strstr(out, want), "mpirun -n %d sync_nccl: exit %d:\n%s", ranks, rc, out);
+}
+
+TEST(sync_nccl_broadcast_bit_for_bit_and_corrupt_bucket) {
+    if (access("/usr/bin/mpirun", X_OK)) {
+        test_skip("no /usr/bin/mpirun");
+        return;
+    }
+    run_ranks(2);
+    run_ranks(4);
 }
 
 TEST(sync_nccl_mpi_job_equals_buckets) {
