@@ -79,6 +79,7 @@ typedef struct {
     int workers;        /* worker processes, 1..64 */
     int syncs;          /* timed syncs */
     int ipc;            /* the same-host path on the emulated device instead of buckets */
+    int ipc_host;       /* with ipc: workers without device weights (the copy into a host staging copy) */
 } bench_sync_opts;
 
 /* The weight sync's bytes, seconds and GB/s per sync: ctl_sync_weights to o->workers forked processes answering

@@ -8,8 +8,11 @@
  * policy version.
  *
  * --ipc: the same-host path (core/wire_sync.h) on the EMULATED device (the trainer's buffer in emulated device memory,
- * exported as POSIX shared memory; each worker maps it and copies it): a test of the handshake's cost here, not a
- * figure of CUDA IPC. Memory: the model (4 bytes per parameter) in this process, and per worker its staged copy. */
+ * exported as POSIX shared memory): each worker holds device weights (an emulated device copy, 2 bytes per parameter)
+ * and copies bucket by bucket device to device, hashing each bucket on the host and rounding it into its bf16
+ * weights (rollout/worker_ipc.h); --ipc-host: workers without device weights copy the buffer into a host staging
+ * copy (4 bytes per parameter). A test of the paths' cost here, not a figure of CUDA IPC. Memory: the model (4
+ * bytes per parameter) in this process, and per worker its copy. */
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 #include "core/wire_sync.h"
 #include "core/wire_zmq.h"
 #include "kernels/cuda/emu/k_emu.h"
+#include "model/dit/wan_dev_exec.h"
 #include "rollout/worker_msg.h"
 #include "trainer/net/controller.h"
 
@@ -44,7 +48,7 @@ static int w_fields(void *ctx, core_wire_type type, const char *id, const json_t
 }
 
 /* A worker process: hello, then every message through rollout_worker_handle until shutdown. Exit status 0 or 1. */
-static int worker_main(const char *ep, int k, wan_model *m, uint64_t hash, int ipc) {
+static int worker_main(const char *ep, int k, wan_model *m, uint64_t hash, int ipc, int ipc_host) {
     void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
     const int linger = 0, hwm = 1;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
@@ -59,6 +63,10 @@ static int worker_main(const char *ep, int k, wan_model *m, uint64_t hash, int i
     if (core_zmq_send_fields(s, NULL, 0, CORE_WIRE_HELLO, "hello", f)) return 1;
     json_decref(f);
     rollout_worker_state st = {.model = {m, NULL}, .n_experts = 1, .id = id, .dev = ipc ? &k_emu_ops : NULL};
+    /* device weights (an emulated device copy of the model): IPC goes device to device (rollout/worker_ipc.h) */
+    wan_dev_exec *dx = ipc && !ipc_host ? wan_dev_exec_new(&k_emu_ops) : NULL;
+    if (ipc && !ipc_host && (!dx || !wan_dev_exec_model(dx, m))) return 1;
+    st.dx = dx;
     const rollout_worker_io io = {.ctx = s, .send_error = w_error, .send_fields = w_fields};
     for (;;) {
         core_zmq_msg zm;
@@ -95,7 +103,7 @@ int bench_sync(const bench_sync_opts *o) {
             if (wan_model_init(&wm, &cfg)) _exit(1);
             const wan_model *wms[1] = {&wm};
             uint64_t h;
-            _exit(wan_models_hash(wms, 1, &h) ? 1 : worker_main(ep, k, &wm, h, o->ipc));
+            _exit(wan_models_hash(wms, 1, &h) ? 1 : worker_main(ep, k, &wm, h, o->ipc, o->ipc_host));
         }
     }
     wan_model m = {0};
@@ -109,7 +117,10 @@ int bench_sync(const bench_sync_opts *o) {
     const int64_t bytes = 4 * m.layout.numel;
     printf("vgrpo bench sync: %s, %" PRId64 " parameters (%.1f MiB F32, %d tensors), random in %.1f s; %d worker "
            "process(es), %s\n", o->preset, m.layout.numel, bytes / 1048576.0, m.layout.count, now_s() - t, o->workers,
-           o->ipc ? "same-host IPC on the EMULATED device (POSIX shared memory)" : "buckets over ZeroMQ ipc://");
+           !o->ipc ? "buckets over ZeroMQ ipc://"
+           : o->ipc_host ? "same-host IPC on the EMULATED device (POSIX shared memory) into each worker's host staging copy"
+                         : "same-host IPC on the EMULATED device (POSIX shared memory), device to device into each "
+                           "worker's device weights");
     fflush(stdout);
     c = ctl_open(ep, NULL, (size_t)1 << 20, NULL, NULL);
     if (!c || ctl_set_sync_bucket(c, (int64_t)o->bucket_mib << 20) || ctl_wait_workers(c, o->workers, 60)) goto done;
@@ -121,7 +132,10 @@ int bench_sync(const bench_sync_opts *o) {
         ctl_set_device_weights(c, &k_emu_ops, ms, bufs, el, 1);
     }
     const uint8_t send[1] = {1};
-    if (o->ipc) printf("  no buckets: each worker copies the exported buffer\n");
+    if (o->ipc && o->ipc_host) printf("  each worker copies the whole exported buffer into its host staging copy\n");
+    else if (o->ipc)
+        printf("  each worker copies bucket by bucket (%d MiB) device to device, hashes each on the host (one "
+               "bucket's buffer), rounds it into its bf16 device weights\n", o->bucket_mib);
     else
         printf("  bucket %d MiB (%" PRId64 " bucket(s) per worker)\n", o->bucket_mib,
                (bytes + ((int64_t)o->bucket_mib << 20) - 1) / ((int64_t)o->bucket_mib << 20));

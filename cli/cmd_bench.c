@@ -21,7 +21,7 @@
  *                                                 NAME=DIR [--frames K]: with learned scorers (reward/learned.h)
  *   vgrpo bench clip    --model DIR [--batch B] [--threads N] [--reps N] [--tower image|text|both] [--torch FILE]
  *                                                 CLIP images/s and texts/s (bench/bench_clip.c)
- *   vgrpo bench sync [--preset P] [--bucket-mib N] [--workers K] [--syncs N] [--ipc]
+ *   vgrpo bench sync [--preset P] [--bucket-mib N] [--workers K] [--syncs N] [--ipc [--ipc-host]]
  *                                                 the weight sync's bytes, seconds, GB/s (bench/bench_sync.c)
  *
  * A new benchmark is one entry in `benches` and, when its options differ, a parser like bench_reward_cmd.
@@ -212,6 +212,9 @@ static int bench_sync_cmd(int argc, char **argv) {
          .help = "timed syncs (default 3)"},
         {.name = "ipc", .type = OPTS_FLAG, .flag = &o.ipc,
          .help = "the same-host IPC path on the emulated device (shared memory), not buckets"},
+        {.name = "ipc-host", .type = OPTS_FLAG, .flag = &o.ipc_host,
+         .help = "with --ipc: workers without device weights, copying into a host staging copy (the path before "
+                 "device-to-device)"},
         {0}};
     const opts_cmd cmd = {.name = "bench sync", .about = "the weight sync to rollout worker processes", .opts = opts};
     int rc = opts_parse(&cmd, argc, argv, stdout, stderr);

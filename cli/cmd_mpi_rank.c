@@ -17,6 +17,7 @@
 #include "cli/opts.h"
 #include "core/error.h"
 #include "core/fs.h"
+#include "core/gpu_assign.h"
 #include "core/host_addr.h"
 #include "core/log.h"
 #include "core/run_lock.h"
@@ -83,7 +84,16 @@ int cmd_mpi_rank(int argc, char **argv) {
     /* 3: the role's communicator; the trainer's checks (as `vgrpo trainer`) */
     if (sp_comm_split(L.world, (int)L.role, L.rank, launch_role_names[L.role], &L.group))
         launch_fatal(&L, "the role split");
+    /* model.device cuda: the weight sync's group of trainer rank 0 (its rank 0) and the workers, for NCCL syncs
+     * (trainer/net/sync_nccl.h) */
+    const int in_sync = L.rank == 0 || L.role == ROLE_WORKER;
+    if (r.choice.device == CORE_CUDA && sp_comm_split(L.world, in_sync ? 0 : 1, L.rank, "sync", &L.sync))
+        launch_fatal(&L, "the weight sync's split");
+    if (L.sync && !in_sync) sp_comm_destroy(L.sync), L.sync = NULL;
     failed = L.role == ROLE_TRAINER && trainer_check_recipe(&r);
+    core_gpu_plan gp; /* a worker's node's GPU plan (core/gpu_assign.h; a trainer rank's is in its checks) */
+    if (!failed && L.role == ROLE_WORKER && r.choice.device == CORE_CUDA)
+        failed = core_gpu_plan_make(&r, core_gpu_visible(), &gp);
     if (!failed && L.role == ROLE_TRAINER && r.prompts_per_step * r.samples_per_prompt < L.group->size)
         failed = core_error("parallel.trainer_ranks %d exceeds the %d samples of a step (B x G)", L.group->size,
                             r.prompts_per_step * r.samples_per_prompt);
@@ -135,6 +145,7 @@ int cmd_mpi_rank(int argc, char **argv) {
             ok = !ctl_max_frame_bytes(L.r, &max_frame) && !launch_bind_endpoint(&L, ep, sizeof ep) &&
                  (ctl = ctl_open(ep, &L.keys, max_frame, launch_abort_check, NULL)) &&
                  !ctl_set_sync_bucket(ctl, (int64_t)L.r->sync_bucket_mib << 20) && !ctl_endpoint(ctl, ep, sizeof ep);
+            if (ok) ctl_set_sync(ctl, (int)L.r->choice.sync, L.sync);
         }
         if (launch_exchange(&L, ok ? ep : NULL)) goto startup_failed;
         if (L.role_rank == 0) {
@@ -169,6 +180,7 @@ done: /* every rank arrives here together after a start-up failure (each step's 
     core_run_locks_release(&lk);
     if (loaded) core_recipe_release(&r);
     sp_comm_destroy(L.group);
+    sp_comm_destroy(L.sync);
     sp_comm_destroy(L.world);
     sp_comm_mpi_finalize();
     free(L.roles);

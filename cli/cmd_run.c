@@ -154,7 +154,11 @@ int cmd_run(int argc, char **argv) {
     core_run_locks lk = CORE_RUN_LOCKS_INIT;
     const budget_request q = {.job = BUDGET_JOB_RUN};
     status = 1;
-    if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) || trainer_check_recipe(&r) ||
+    /* --hostfile: the GPU plan per node (core/gpu_assign.h) as mpirun will place the processes */
+    if (core_recipe_load(&r, path, sets.v, sets.n) || (mpi && launch_mpi_check(&r)) ||
+        (mpi && hostfile && launch_mpi_nodes(hostfile, &r)) || trainer_check_recipe(&r) ||
+        (!mpi && r.choice.sync == CORE_SYNC_NCCL &&
+         core_error("parallel.sync: nccl needs the rollout workers in the job's communicator: --launcher mpirun")) ||
         (r.choice.mode == CORE_MODE_LOCAL && rollout_source_local_check(&r))) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
@@ -169,9 +173,8 @@ int cmd_run(int argc, char **argv) {
             if (r.choice.reduce == CORE_REDUCE_NCCL) /* recipes/README.md, "Gradient sums on GPUs" */
                 fprintf(stderr, "note: parallel.reduce nccl: NCCL's own gradient sums (faster; not bit-identical "
                                 "across trainer rank counts, nor with the CPU path; exact is)\n");
-            core_gpu_plan gp; /* model.device cuda: who runs on which GPU (core/gpu_assign.h; checked already) */
-            if (r.choice.device == CORE_CUDA && !core_gpu_plan_make(&r, core_gpu_visible(), &gp))
-                core_gpu_plan_print(stderr, &gp);
+            /* model.device cuda: who runs on which GPU, per node (core/gpu_assign.h; checked already) */
+            if (r.choice.device == CORE_CUDA) core_gpu_plan_print(stderr, &r, core_gpu_visible());
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }

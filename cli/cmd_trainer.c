@@ -127,6 +127,7 @@ int cmd_trainer(int argc, char **argv) {
         const int hello_failed = krc || ctl_max_frame_bytes(&r, &max_frame) ||
                                  !(ctl = ctl_open(endpoint, keyed ? &keys : NULL, max_frame, abort_check, NULL)) ||
                                  ctl_set_sync_bucket(ctl, (int64_t)r.sync_bucket_mib << 20) ||
+                                 (ctl_set_sync(ctl, (int)r.choice.sync, NULL), 0) ||
                                  ctl_wait_workers(ctl, workers, TRAINER_HELLO_TIMEOUT_S);
         /* the hello's handlers go before trainer_run installs its own (afresh: they would forget a signal already
          * received, so a stop that came as the last hello arrived is taken here); from here until then a signal takes

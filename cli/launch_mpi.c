@@ -64,6 +64,7 @@
 #include "cli/launch_mpi_rank.h"
 #include "cli/supervisor.h"
 #include "core/error.h"
+#include "core/gpu_assign.h"
 
 const char *const launch_role_names[N_ROLES] = {"trainer", "rollout-worker", "reward-server"};
 
@@ -74,6 +75,78 @@ int launch_mpi_check(const core_recipe *r) {
         return core_error("--launcher mpirun starts the processes of mode: colocated (trainer ranks, rollout workers, "
                           "the reward server); this recipe has mode: %s (add --set mode=colocated)", r->mode);
     return 0;
+}
+
+int launch_mpi_nodes(const char *hostfile, const core_recipe *r) {
+    FILE *f = fopen(hostfile, "r");
+    if (!f) return core_error("--hostfile %s: %s", hostfile, strerror(errno));
+    core_gpu_node *nodes = NULL;
+    int *slots = NULL, n = 0, cap = 0, line = 0, rc = 0;
+    char buf[1024];
+    while (!rc && fgets(buf, sizeof buf, f)) {
+        line++;
+        buf[strcspn(buf, "#\n")] = 0;
+        char name[CORE_GPU_NODE_NAME_MAX], *s = buf + strspn(buf, " \t");
+        int len = (int)strcspn(s, " \t");
+        if (!len) continue;
+        if (len >= CORE_GPU_NODE_NAME_MAX) {
+            rc = core_error("--hostfile %s:%d: a host name of %d characters (at most %d)", hostfile, line, len,
+                            CORE_GPU_NODE_NAME_MAX - 1);
+            break;
+        }
+        memcpy(name, s, (size_t)len), name[len] = 0;
+        long k = 1;
+        const char *sl = strstr(s + len, "slots=");
+        if (sl && (sl == s + len || sl[-1] == ' ' || sl[-1] == '\t')) {
+            char *end;
+            k = strtol(sl + 6, &end, 10);
+            if (end == sl + 6 || k < 1 || k > 1 << 20 || (*end && *end != ' ' && *end != '\t')) {
+                rc = core_error("--hostfile %s:%d: slots=%.20s is not a count >= 1", hostfile, line, sl + 6);
+                break;
+            }
+        }
+        int at = -1;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(nodes[i].name, name)) at = i;
+        if (at < 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                core_gpu_node *nn = realloc(nodes, sizeof *nodes * (size_t)cap);
+                int *ns = realloc(slots, sizeof *slots * (size_t)cap);
+                if (nn) nodes = nn;
+                if (ns) slots = ns;
+                if (!nn || !ns) {
+                    rc = core_error("out of memory");
+                    break;
+                }
+            }
+            at = n++;
+            memset(&nodes[at], 0, sizeof nodes[at]);
+            snprintf(nodes[at].name, sizeof nodes[at].name, "%s", name);
+            slots[at] = 0;
+        }
+        slots[at] += (int)k;
+    }
+    fclose(f);
+    const int n_app[N_ROLES] = {r->trainer_ranks, r->rollout_workers, r->reward_endpoint ? 0 : 1};
+    const int total = n_app[0] + n_app[1] + n_app[2];
+    if (!rc && !n) rc = core_error("--hostfile %s: no host in it", hostfile);
+    int free_slots = 0;
+    for (int i = 0; !rc && i < n; i++) free_slots += slots[i];
+    if (!rc && free_slots < total)
+        rc = core_error("--hostfile %s: %d slot(s) for the job's %d process(es) (%d trainer rank(s), %d rollout "
+                        "worker(s)%s): give the hosts more slots", hostfile, free_slots, total, n_app[0], n_app[1],
+                        n_app[2] ? ", the reward server" : "");
+    /* by slot: rank k on the first host with a slot left */
+    for (int k = 0, h = 0, used = 0; !rc && k < n_app[0] + n_app[1]; k++) {
+        while (used == slots[h]) h++, used = 0;
+        if (k < n_app[0]) nodes[h].n_trainer++;
+        else nodes[h].n_workers++;
+        used++;
+    }
+    if (!rc) rc = core_gpu_set_nodes(nodes, n, -1, 0);
+    free(nodes), free(slots);
+    return rc;
 }
 
 int launch_mpi_exec(const char *recipe_path, const char *const *sets, int n_sets, const core_recipe *r, int64_t steps,

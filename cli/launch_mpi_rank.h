@@ -25,6 +25,8 @@ typedef struct {
     const char *bind_host;  /* --bind-host, or NULL */
     sp_comm *world;         /* a duplicate of MPI_COMM_WORLD: the start-up only */
     sp_comm *group;         /* this role's ranks */
+    sp_comm *sync;          /* model.device cuda: trainer rank 0 (rank 0) and the workers, for NCCL weight syncs;
+                             * NULL on the other ranks */
     int rank, size;         /* in the world */
     launch_role role;
     int role_rank;          /* index among this role's ranks (worker-K) */

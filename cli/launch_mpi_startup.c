@@ -10,6 +10,7 @@
 
 #include "cli/launch_mpi_rank.h"
 #include "core/error.h"
+#include "core/gpu_assign.h"
 #include "core/host_addr.h"
 
 /* An MPI failure during the start-up (not a rank's own error: the collective itself): no clean way out. */
@@ -55,6 +56,50 @@ static int64_t appnum(void) {
     int *v = NULL, flag = 0;
     if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &v, &flag) != MPI_SUCCESS || !flag || !v) return -1;
     return *v;
+}
+
+/* Part of step 2: the job's nodes for the GPU plan (core/gpu_assign.h). A rank's node is MPI's shared-memory node
+ * (MPI_Comm_split_type MPI_COMM_TYPE_SHARED), named by its lowest world rank's host, unless VGRPO_NODE names it
+ * (CORE_GPU_NODE_ENV: tests simulate nodes on one host). The nodes in order of their first rank, each with its trainer
+ * ranks and workers, and this rank's index among its role's ranks on its node, go to core_gpu_set_nodes. Collective;
+ * -1 with core_error (out of memory). */
+static int find_nodes(launch *L) {
+    MPI_Comm shm;
+    int lead = L->rank;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, L->rank, MPI_INFO_NULL, &shm) != MPI_SUCCESS ||
+        MPI_Allreduce(&L->rank, &lead, 1, MPI_INT, MPI_MIN, shm) != MPI_SUCCESS)
+        core_error("MPI_Comm_split_type (the node of each rank) failed"), launch_fatal(L, "nodes");
+    MPI_Comm_free(&shm);
+    const char *env = getenv(CORE_GPU_NODE_ENV);
+    char mine[REC] = "";
+    if (env && *env) snprintf(mine, sizeof mine, "n%.*s", CORE_GPU_NODE_NAME_MAX - 1, env);
+    else snprintf(mine, sizeof mine, "r%d", lead);
+    char *all = malloc((size_t)L->size * REC);
+    int *node_of = malloc((size_t)L->size * sizeof *node_of);
+    core_gpu_node *nodes = calloc((size_t)L->size, sizeof *nodes);
+    if (!all || !node_of || !nodes) core_error("out of memory"), launch_fatal(L, "nodes");
+    gather(L, mine, all, "nodes");
+    int n = 0;
+    for (int k = 0; k < L->size; k++) {
+        const char *key = all + (size_t)k * REC;
+        node_of[k] = -1;
+        for (int j = 0; j < k && node_of[k] < 0; j++)
+            if (!strcmp(key, all + (size_t)j * REC)) node_of[k] = node_of[j];
+        if (node_of[k] >= 0) continue;
+        node_of[k] = n;
+        if (key[0] == 'n') snprintf(nodes[n].name, sizeof nodes[n].name, "%s", key + 1);
+        else snprintf(nodes[n].name, sizeof nodes[n].name, "%.40s (rank %d)", L->hosts[atoi(key + 1)], atoi(key + 1));
+        n++;
+    }
+    int local = 0;
+    for (int k = 0; k < L->size; k++) {
+        if (L->roles[k] == ROLE_TRAINER) nodes[node_of[k]].n_trainer++;
+        if (L->roles[k] == ROLE_WORKER) nodes[node_of[k]].n_workers++;
+        if (k < L->rank && L->roles[k] == L->roles[L->rank] && node_of[k] == node_of[L->rank]) local++;
+    }
+    const int rc = core_gpu_set_nodes(nodes, n, node_of[L->rank], local);
+    free(all), free(node_of), free(nodes);
+    return rc;
 }
 
 /* Step 2: every rank's role and host, this rank's role, index and neighbours on its host. -1 with core_error (the
@@ -111,6 +156,7 @@ int launch_find_roles(launch *L, const char *role_opt) {
         if (k < L->rank) L->role_rank++;
         if (!strcmp(L->hosts[k], L->hosts[L->rank])) L->local_same_role++;
     }
+    if (find_nodes(L)) return -1;
     if (role_opt && strcmp(role_opt, launch_role_names[L->role]))
         return core_error("--role %s, but this rank's place in the job makes it a %s (%s)", role_opt,
                           launch_role_names[L->role], mpmd ? "MPI_APPNUM" : "rank ranges");

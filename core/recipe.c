@@ -155,8 +155,11 @@ const core_cfg_entry core_recipe_schema[] = {
     {"parallel.reduce", CORE_CFG_STRING, O(reduce), "exact", 0, 0, 0, "exact|nccl",
      "gradient sums on GPUs: exact (rank order, the same bits at every rank count) or nccl (NCCL's own; faster, "
      "not bit-identical across rank counts; model.device cuda only)"},
+    {"parallel.sync", CORE_CFG_STRING, O(sync), "auto", 0, 0, 0, "auto|ipc|buckets|nccl",
+     "how a weight sync reaches the rollout workers: auto (CUDA IPC on the trainer's host, NCCL broadcast inside one "
+     "MPI job, else buckets over ZeroMQ), ipc, buckets or nccl (trainer/net/controller.h)"},
     {"parallel.gpus", CORE_CFG_INTS, O(gpus), NULL, 0, 0, 0, NULL,
-     "model.device cuda: device indices for the job's processes (default: the visible devices)"},
+     "model.device cuda: device indices for each node's processes (default: the visible devices)"},
     {"parallel.share_gpus", CORE_CFG_BOOL, O(share_gpus), "false", 0, 0, 0, NULL,
      "model.device cuda: rollout workers share the trainer ranks' GPUs in turns (false: a GPU each)"},
     {"checkpoint.every", CORE_CFG_INT64, O(ckpt_every), "-1", MINV, -1, 0, NULL,
@@ -233,6 +236,7 @@ static int parse_choices(core_recipe *r) {
     CHOICE("algorithm.activations", activations);
     CHOICE("optim.schedule", schedule);
     CHOICE("parallel.reduce", reduce);
+    CHOICE("parallel.sync", sync);
 #undef CHOICE
     return 0;
 }
@@ -264,6 +268,10 @@ int core_recipe_check(core_recipe *r) {
     if (!cuda && c->reduce == CORE_REDUCE_NCCL)
         return core_error("parallel.reduce: nccl is NCCL's own reduction of device buffers (model.device cuda); "
                           "model.device cpu sums over MPI in rank order: use exact");
+    if (c->sync == CORE_SYNC_NCCL && !cuda)
+        return core_error("parallel.sync: nccl broadcasts the trainer's device weights to the rollout workers in the "
+                          "job's communicator (model.device cuda, mode colocated, --launcher mpirun); this recipe has "
+                          "model.device %s", r->device);
     if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");

@@ -117,7 +117,13 @@
  *                                  about this many MiB of whole DiT blocks, each as soon as the backward has made it
  *                                  final, on a second stream (trainer/dp/dp_bucket.h); 0: after the backward. The same
  *                                  bits either way with parallel.reduce exact. Default 25 (PyTorch DDP's bucket_cap_mb)
- *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices the job's processes use (absent: the
+ *   parallel.sync                  auto | ipc | buckets | nccl: how a weight sync reaches the rollout workers
+ *                                  (trainer/net/controller.h): auto (default) by CUDA IPC to a worker on the trainer's
+ *                                  host, by NCCL broadcast when the workers are in the job's communicator (--launcher
+ *                                  mpirun, model.device cuda, a worker on another host), else in buckets over ZeroMQ;
+ *                                  ipc: IPC where it can, else buckets; buckets: always buckets; nccl: the broadcast
+ *                                  (refused without model.device cuda, and by `vgrpo run` without --launcher mpirun)
+ *   parallel.gpus, parallel.share_gpus  model.device cuda: the device indices each node's processes use (absent: the
  *                                  visible devices) and whether rollout workers share the trainer ranks' GPUs in
  *                                  turns (core/gpu_assign.h: who gets which GPU, the refusals)
  *   checkpoint.every               save checkpoint-N (trainer/checkpoint/checkpoint.h) every N GRPO steps, at the end of the run
@@ -177,6 +183,7 @@ typedef enum {
 typedef enum { CORE_ACTS_STORE = 0, CORE_ACTS_RECOMPUTE, CORE_ACTS_CHECKPOINT } core_activations; /* activations */
 typedef enum { CORE_SCHED_CONSTANT = 0, CORE_SCHED_LINEAR, CORE_SCHED_COSINE } core_schedule;     /* optim.schedule */
 typedef enum { CORE_REDUCE_EXACT = 0, CORE_REDUCE_NCCL } core_reduce_mode;                       /* parallel.reduce */
+typedef enum { CORE_SYNC_AUTO = 0, CORE_SYNC_IPC, CORE_SYNC_BUCKETS, CORE_SYNC_NCCL } core_sync_mode; /* parallel.sync */
 
 typedef struct {
     core_run_mode mode;
@@ -196,6 +203,7 @@ typedef struct {
     core_activations activations;
     core_schedule schedule;
     core_reduce_mode reduce;
+    core_sync_mode sync;
 } core_recipe_choices;
 
 typedef struct {
@@ -238,6 +246,7 @@ typedef struct {
     int trainer_ranks, sp, ulysses_degree, rollout_workers;
     int zero_stage;
     char *reduce; /* parallel.reduce */
+    char *sync;   /* parallel.sync */
     core_cfg_ints gpus; /* parallel.gpus (n 0: absent, the visible devices) */
     bool share_gpus;
     int sync_bucket_mib; /* parallel.sync_bucket_mib: a weight sync's bucket size (trainer/net/sync_bucket.h) */

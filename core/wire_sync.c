@@ -2,10 +2,12 @@
 #include "core/wire_sync.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/wire_rollout.h"
 
 void core_sync_host_id(char *buf, size_t cap) {
     char host[64] = "", boot[64] = "";
@@ -69,6 +71,48 @@ int core_sync_ipc_parse(const json_t *arr, int n_experts, core_sync_ipc *out, in
         }
         (*n)++;
     }
+    return 0;
+}
+
+json_t *core_sync_buckets_json(const core_sync_bucket *b, int n) {
+    json_t *a = json_array();
+    for (int k = 0; a && k < n; k++) {
+        char hx[17];
+        core_hash_hex(b[k].xxh64, hx);
+        if (json_array_append_new(a, json_pack("{s:s, s:i, s:I, s:I, s:s}", "expert", folder(b[k].expert), "index",
+                                               b[k].index, "offset", (json_int_t)b[k].offset, "count",
+                                               (json_int_t)b[k].count, "xxh64", hx))) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+int core_sync_buckets_parse(const json_t *arr, int n_experts, core_sync_bucket **out, int *n) {
+    *out = NULL, *n = 0;
+    if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > (1u << 24))
+        return core_error("weights_begin: \"ipc_buckets\" must be an array of at least 1 bucket");
+    const int nb = (int)json_array_size(arr);
+    core_sync_bucket *b = calloc((size_t)nb, sizeof *b);
+    if (!b) return core_error("out of memory");
+    for (int k = 0; k < nb; k++) {
+        const json_t *o = json_array_get(arr, (size_t)k);
+        const char *ex = json_string_value(json_object_get(o, "expert"));
+        const json_t *ji = json_object_get(o, "index"), *jo = json_object_get(o, "offset"), *jc = json_object_get(o, "count");
+        b[k].expert = ex && !strcmp(ex, "transformer") ? 0 : ex && !strcmp(ex, "transformer_2") ? 1 : -1;
+        int bad = b[k].expert < 0 || b[k].expert >= n_experts || !json_is_integer(ji) || json_integer_value(ji) != k ||
+                  !json_is_integer(jo) || json_integer_value(jo) < 0 || !json_is_integer(jc) ||
+                  json_integer_value(jc) < 1 || core_hash_parse(json_string_value(json_object_get(o, "xxh64")),
+                                                                &b[k].xxh64);
+        if (bad) {
+            free(b);
+            return core_error("weights_begin: \"ipc_buckets\"[%d] must be {\"expert\": an expert of this worker, "
+                              "\"index\": %d, \"offset\" >= 0, \"count\" >= 1, \"xxh64\": 16 hex digits}", k, k);
+        }
+        b[k].index = k, b[k].offset = json_integer_value(jo), b[k].count = json_integer_value(jc);
+    }
+    *out = b, *n = nb;
     return 0;
 }
 

@@ -270,6 +270,11 @@ typedef struct k_dev_ops {
      * probabilities, S x round8(S) each, 6 S round8(S) bytes; C a multiple of 8 there: its GEMM's rows). */
     int (*vae_attention)(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work,
                          size_t work_bytes);
+
+    /* ---- the weight sync's device-to-device path (rollout/worker_ipc.c; model/dit/wan_dev.h) ----
+     * dst [n] bf16 = src [n] fp32 rounded to nearest even (kb_bf16_from_f32, as mem_upload_bf16 rounds), both device
+     * memory: a worker's bf16 weights from the fp32 bytes it copied out of the trainer's buffer. */
+    int (*mem_round_bf16)(kb_bf16 *dst, const float *src, int64_t n);
 } k_dev_ops;
 
 

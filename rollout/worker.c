@@ -208,6 +208,7 @@ static int send_hello(worker *w) {
     core_sync_host_id(host, sizeof host);
     json_object_set_new(f, "host_id", json_string(host));
     if (w->st.dev) json_object_set_new(f, "ipc", json_true());
+    if (w->st.sync_host) json_object_set_new(f, "nccl", json_true()); /* it takes NCCL syncs (trainer/net/controller.h) */
     /* without waiting: a socket whose only connection just failed a handshake has no queue, and a blocking send
      * would wait for a peer forever (the loop would never connect afresh) */
     core_wire_built b;
@@ -311,6 +312,8 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     /* a device that opens another process's buffers: weight syncs from a trainer on this host may come by IPC */
     const k_dev_ops *dev = p->dx ? wan_dev_exec_ops(p->dx) : NULL;
     w.st.dev = dev && dev->ipc_open && dev->ipc_close ? dev : NULL;
+    w.st.dx = w.st.dev ? p->dx : NULL; /* ... into its device weights, device to device (rollout/worker_ipc.h) */
+    w.st.sync_host = w.st.dx ? cfg->sync_group : NULL; /* ... or by NCCL broadcast inside one MPI job */
     const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
     void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;

@@ -41,6 +41,8 @@ typedef struct {
     double fps;                   /* frame rate sent with the videos */
     double idle_exit_s;           /* exit 1 after this long without any message from the controller (0: never) */
     const core_curve_keys *keys;  /* the worker's keys (core_curve_subset CORE_CURVE_CLIENT), NULL: plain ZeroMQ */
+    struct sp_comm *sync_group;   /* an MPI launch: the group of the controller (rank 0) and the workers, over which
+                                   * a worker with device weights takes NCCL syncs (rollout/worker_ipc.h); NULL: none */
 } rollout_worker_config;
 
 /* Serves until `shutdown` (returns 0), *stop set by a signal (returns 0), or a socket failure / idle time-out

@@ -13,8 +13,12 @@
 #include "core/wire_sync.h"
 #include "kernels/dev_ops.h"
 #include "model/dit/wan_lora.h"
+#include "rollout/worker_ipc.h"
 
 static void update_reset(rollout_worker_state *w) {
+    if (w->upd_device) rollout_worker_ipc_abandon(w); /* a device update not applied: its device copies go */
+    w->upd_device = 0;
+    for (int e = 0; e < 2; e++) free(w->thash[e]), w->thash[e] = NULL;
     for (int e = 0; e < 2; e++) free(w->staged[e]), free(w->seen[e]), w->staged[e] = NULL, w->seen[e] = NULL;
     w->updating = 0;
     w->adapter = 0;
@@ -24,19 +28,10 @@ static void update_reset(rollout_worker_state *w) {
     w->upd_error[0] = 0;
 }
 
-/* The flat buffer and layout an update writes for expert e: its adapter's (an adapter update) or its own. */
-static const wan_layout *update_layout(const rollout_worker_state *w, int e, float **params) {
-    wan_model *m = w->model[e];
-    if (w->adapter) {
-        if (!m->lora) return NULL;
-        *params = m->lora->params;
-        return &m->lora->layout;
-    }
-    *params = m->params;
-    return &m->layout;
+void rollout_worker_state_free(rollout_worker_state *s) {
+    update_reset(s);
+    rollout_worker_ipc_free(s);
 }
-
-void rollout_worker_state_free(rollout_worker_state *s) { update_reset(s); }
 
 /* ---- weights ---- */
 
@@ -64,7 +59,7 @@ static void ipc_copy(rollout_worker_state *w, const json_t *arr) {
     for (int k = 0; k < n; k++) {
         const int e = x[k].expert;
         float *params;
-        const wan_layout *L = update_layout(w, e, &params);
+        const wan_layout *L = rollout_worker_layout(w, e, &params);
         const void *p = NULL;
         if (!L || !w->staged[e] || L->numel != x[k].elements) {
             w->upd_ipc_refused = 1;
@@ -106,18 +101,22 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
     if (nb && (!json_is_integer(nb) || json_integer_value(nb) < 1 || json_integer_value(nb) > INT32_MAX))
         return io->send_error(io->ctx, m->id, "bad_request", "weights_begin: \"buckets_count\" must be an integer >= 1");
     w->adapter = json_is_true(json_object_get(m->header, "adapter"));
+    const json_t *ipc = json_object_get(m->header, "ipc"), *ipc_buckets = json_object_get(m->header, "ipc_buckets");
+    const json_t *nccl = json_object_get(m->header, "nccl_buckets");
+    /* device weights and the buckets' hashes: device to device, nothing staged on the host (rollout/worker_ipc.h) */
+    const int device = ((ipc && ipc_buckets) || (nccl && w->sync_host)) && w->dx;
     int staged = 0;
     for (int e = 0; e < w->n_experts; e++) {
         float *params;
-        const wan_layout *L = update_layout(w, e, &params);
+        const wan_layout *L = rollout_worker_layout(w, e, &params);
         if (!L) continue; /* an adapter update: this expert has none (frozen) */
-        w->staged[e] = malloc(sizeof(float) * (size_t)L->numel);
+        if (!device) w->staged[e] = malloc(sizeof(float) * (size_t)L->numel);
         w->seen[e] = calloc((size_t)L->count, 1);
-        if (!w->staged[e] || !w->seen[e]) {
+        if ((!device && !w->staged[e]) || !w->seen[e]) {
             update_reset(w);
             return io->send_error(io->ctx, m->id, "internal", "out of memory staging the weights");
         }
-        memcpy(w->staged[e], params, sizeof(float) * (size_t)L->numel);
+        if (!device) memcpy(w->staged[e], params, sizeof(float) * (size_t)L->numel);
         staged++;
     }
     if (!staged) /* reported at weights_end, which the controller waits for */
@@ -128,8 +127,9 @@ static int weights_begin(rollout_worker_state *w, const core_wire_msg *m, const 
     w->upd_announced = (int)json_integer_value(nt);
     w->upd_received = 0;
     w->upd_buckets = nb ? (int)json_integer_value(nb) : -1;
-    const json_t *ipc = json_object_get(m->header, "ipc");
-    if (ipc && !w->upd_error[0]) ipc_copy(w, ipc);
+    if (device && nccl) rollout_worker_nccl_device(w, nccl); /* collective: even after a problem */
+    else if (device && !w->upd_error[0]) rollout_worker_ipc_device(w, ipc, ipc_buckets);
+    else if (ipc && !w->upd_error[0]) ipc_copy(w, ipc);
     return 0; /* weights_begin, weights_tensor and weights_bucket are not answered; weights_end is */
 }
 
@@ -162,7 +162,7 @@ static void weights_tensor(rollout_worker_state *w, const core_wire_msg *m) {
         return;
     }
     float *params;
-    const wan_layout *L = update_layout(w, e, &params);
+    const wan_layout *L = rollout_worker_layout(w, e, &params);
     const int i = L ? wan_layout_find(L, rest) : -1;
     if (i < 0) {
         snprintf(w->upd_error, sizeof w->upd_error, "weights_tensor: the %s has no tensor \"%.200s\"",
@@ -234,7 +234,7 @@ static void weights_bucket(rollout_worker_state *w, const core_wire_msg *m) {
     for (int k = 0; k < w->n_experts; k++)
         if (!strcmp(ex, wan_expert_folder(k))) e = k;
     float *params;
-    const wan_layout *L = e >= 0 ? update_layout(w, e, &params) : NULL;
+    const wan_layout *L = e >= 0 ? rollout_worker_layout(w, e, &params) : NULL;
     if (idx != w->upd_bucket_next) {
         snprintf(err, cap, "weights_bucket %lld: bucket %d was due (buckets come in order)", idx, w->upd_bucket_next);
         return;
@@ -299,11 +299,36 @@ static void weights_bucket(rollout_worker_state *w, const core_wire_msg *m) {
     w->upd_bucket_next++;
 }
 
+/* A host-path update that leaves out an expert whose host copy is older than its device weights (an update by IPC
+ * into the device, rollout/worker_ipc.h, wrote them): 1 with why filled; else 0, and an update that goes on to
+ * match makes every host copy current (the experts it sent are replaced by the staged ones). */
+static int stale_uncovered(rollout_worker_state *w, char *why, size_t cap) {
+    const int kind = w->adapter ? 2 : 1;
+    for (int e = 0; e < w->n_experts; e++) {
+        float *p;
+        const wan_layout *L = rollout_worker_layout(w, e, &p);
+        if (!L || !(w->stale[e] & kind)) continue;
+        int whole = w->seen[e] != NULL;
+        for (int i = 0; whole && i < L->count; i++) whole = w->seen[e][i];
+        if (!whole) {
+            snprintf(why, cap, "weights_end: %s's weights on this worker's device came by IPC and are newer than its "
+                     "host copy, so an update must send them: this one does not", wan_expert_folder(e));
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* An update that matched: the worker now serves its version; weights_ack with the hash, and one log line. */
 static int ack_update(rollout_worker_state *w, const core_wire_msg *m, const rollout_worker_io *io, uint64_t got,
                       const char *what, const char *hash_name) {
     w->version = w->upd_version;
-    const char *how = w->upd_ipc ? "by IPC" : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
+    const char *how = w->upd_device == 2 ? "by NCCL broadcast, into the device"
+                      : w->upd_device  ? "by IPC, device to device"
+                      : w->upd_ipc     ? "by IPC"
+                      : w->upd_buckets >= 0 ? "in buckets" : "per tensor";
+    if (!w->upd_device) /* the host copies are current again (stale_uncovered checked the ones this update left) */
+        for (int e = 0; e < 2; e++) w->stale[e] &= w->adapter ? ~2 : ~1;
     update_reset(w);
     char hx[17];
     core_hash_hex(got, hx);
@@ -331,7 +356,12 @@ static int weights_end(rollout_worker_state *w, const core_wire_msg *m, const ro
     else if (w->upd_received != w->upd_announced)
         snprintf(why, sizeof why, "weights_end: %d tensors received, weights_begin announced %d", w->upd_received,
                  w->upd_announced);
-    else if (w->adapter) {
+    else if (w->upd_device) {
+        if (!rollout_worker_ipc_finish(w, want, &got, why, sizeof why))
+            return ack_update(w, m, io, got, w->adapter ? "LoRA adapters" : "weights", w->adapter ? "adapter" : "model");
+    } else if (stale_uncovered(w, why, sizeof why)) {
+        /* refused: why says which expert */
+    } else if (w->adapter) {
         /* The staged adapters' hash (an expert not sent keeps its adapter), then a copy into the adapters: their named
          * views (wan_lora.w) stay bound to the adapters' own buffers. */
         const wan_layout *L[2] = {NULL, NULL};

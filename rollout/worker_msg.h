@@ -33,6 +33,8 @@
 #include "model/dit/wan_dit.h"
 
 struct k_dev_ops;
+struct wan_dev_exec;
+struct sp_comm;
 
 typedef struct {
     wan_model *model[2];     /* the experts (model[1] only with two); their params are replaced by an update */
@@ -53,6 +55,19 @@ typedef struct {
     int upd_ipc_refused;     /* ... and a handle could not be opened or read: weights_end answers ipc_refused */
     int64_t upd_next[2];     /* per expert: the element the next bucket of it must start at */
     char upd_error[512];
+    /* IPC into the device weights (rollout/worker_ipc.h), when the model runs on a device */
+    struct wan_dev_exec *dx; /* the worker's executor (its device weights), or NULL: IPC into the staged host copy */
+    int upd_device;          /* the update in progress goes to the device: 1 by IPC ("ipc_buckets"), 2 by NCCL
+                              * broadcast ("nccl_buckets") */
+    struct sp_comm *sync_host;  /* the MPI group of the controller (rank 0) and the workers for NCCL syncs, or NULL */
+    struct sp_comm *sync_nccl;  /* its NCCL group, made at the first NCCL sync */
+    int upd_written[2];      /* ... and has written expert e's device weights */
+    uint64_t *thash[2];      /* ... each tensor's xxh64 of expert e as received [layout count] */
+    int stale[2];            /* expert e's host copy is older than its device weights: 1 its params, 2 its adapter */
+    float *land;             /* device fp32 landing buffer of one bucket (land_n elements) */
+    int64_t land_n;
+    float *hbuf;             /* host copy of one bucket (hbuf_n elements) */
+    int64_t hbuf_n;
 } rollout_worker_state;
 
 typedef struct {

@@ -33,6 +33,7 @@ static const struct {
     {"algorithm.activations", offsetof(core_recipe_choices, activations), "model.device=cuda"}, /* checkpoint */
     {"optim.schedule", offsetof(core_recipe_choices, schedule), NULL},
     {"parallel.reduce", offsetof(core_recipe_choices, reduce), "model.device=cuda"}, /* nccl: cuda only */
+    {"parallel.sync", offsetof(core_recipe_choices, sync), "model.device=cuda"},     /* nccl: cuda only */
 };
 
 static int choice_value(const core_recipe *r, size_t at) {

@@ -181,6 +181,10 @@ static int c_copy(void *dst, const void *src, size_t bytes) { return memcpy(dst,
 static int c_up16(kb_bf16 *dst, const float *src, size_t n) {
     return core_error("cpu-f32 mem_upload_bf16: the CPU table holds no bf16 tensors");
 }
+static int c_round16(kb_bf16 *dst, const float *src, int64_t n) {
+    (void)dst, (void)src, (void)n;
+    return core_error("cpu-f32 mem_round_bf16: the CPU table holds no bf16 tensors");
+}
 static int c_down16(float *dst, const kb_bf16 *src, size_t n) {
     return core_error("cpu-f32 mem_download_bf16: the CPU table holds no bf16 tensors");
 }
@@ -320,4 +324,6 @@ const k_dev_ops k_cpu_dev_ops = {
     .vae_rms_norm = c_vae_norm,
     .vae_dupup_add = c_vae_dup,
     .vae_attention = c_vae_attn,
+    /* the weight sync's device-to-device path */
+    .mem_round_bf16 = c_round16,
 };

@@ -110,6 +110,8 @@ void kc_event_free(void *e);
 int kc_event_record(void *e, void *s);
 int kc_stream_wait(void *s, void *e);
 void *kc_stream_use(void *s);
+/* fp32 to bf16 on the device, round to nearest even (kern_sync.cu; k_dev_ops.mem_round_bf16). */
+int kc_round_bf16(kb_bf16 *dst, const float *src, int64_t n);
 
 /* ---- cuBLASLt and cuDNN entries (gemm_lt.c, attn_cudnn.c) ---- */
 int kc_gemm(const k_gemm_args *g);

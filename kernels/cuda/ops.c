@@ -68,6 +68,8 @@ const k_dev_ops k_cuda_ops = {
     .vae_rms_norm = kc_vae_rms_norm,
     .vae_dupup_add = kc_vae_dupup_add,
     .vae_attention = kc_vae_attention_entry,
+    /* the weight sync's device-to-device path */
+    .mem_round_bf16 = kc_round_bf16,
 };
 
 const k_dev_ops *k_cuda_device(char *why) { return k_cuda_available(why) ? &k_cuda_ops : NULL; }

@@ -51,6 +51,25 @@ int wan_dev_model_upload(wan_dev_model *d) {
     return wan_dev_model_upload_lora(d);
 }
 
+int wan_dev_model_from_device(wan_dev_model *d, const float *src, int adapter) {
+    const k_dev_ops *dev = d->dev;
+    if (!dev->mem_round_bf16) return core_error("wan_dev: the %s table has no mem_round_bf16", dev->name);
+    if (adapter) {
+        if (!d->lora || !d->lora_w || d->lora != d->host->lora)
+            return core_error("wan_dev: a device-to-device adapter update, but the device copy holds no adapter");
+        if (dev->mem_round_bf16(d->lora_w, src, d->lora->layout.numel))
+            return core_error_push("wan_dev: the adapter from device memory: ");
+        return 0;
+    }
+    const wan_model *m = d->host;
+    const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
+    const size_t at = (size_t)(m->w.proj_out_b - m->params), bytes = (size_t)pout * sizeof(float);
+    if (dev->mem_round_bf16(d->w, src, m->layout.numel) ||
+        dev->mem_copy2d(d->proj_out_b, bytes, src + at, bytes, bytes, 1))
+        return core_error_push("wan_dev: the weights from device memory: ");
+    return 0;
+}
+
 int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host) {
     memset(d, 0, sizeof *d);
     if (!dev || !host || !host->params) return core_error("wan_dev_model_init: no device table or no host model");

@@ -104,6 +104,12 @@ int wan_dev_model_upload(wan_dev_model *d);
 /* The adapter alone (host->lora's params rounded to bf16): a LoRA update leaves the frozen base as it is. Refused
  * with a rank that is not a multiple of 8 (cuBLASLt's leading dimensions): "model.lora.rank: ...". */
 int wan_dev_model_upload_lora(wan_dev_model *d);
+/* The weight sync's device-to-device path (rollout/worker_ipc.c): the device copy from src, a DEVICE fp32 buffer in
+ * the host table's layout (adapter 0: [layout.numel], the model's params, whose proj_out.bias also goes to
+ * proj_out_b; adapter 1: [lora->layout.numel], the attached adapter's, which must be the one the copy holds), rounded
+ * to bf16 by mem_round_bf16: the bits wan_dev_model_upload gives for the same values, without the host. 0, or -1
+ * (no such entry, no adapter on the copy). */
+int wan_dev_model_from_device(wan_dev_model *d, const float *src, int adapter);
 /* Allocates zeroed fp32 device gradients (no-op if present) / zeroes them: the base's, or with an adapter attached
  * (LoRA: a frozen base) the adapter's only. */
 int wan_dev_alloc_grads(wan_dev_model *d);

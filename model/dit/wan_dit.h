@@ -233,6 +233,10 @@ int wan_models_hash(const wan_model *const *experts, int n, uint64_t *out);
  * at params[e] + offset. n <= WAN_HASH_MAX_SETS. -1 only when out of memory. */
 #define WAN_HASH_MAX_SETS 2
 int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *params, int n, uint64_t *out);
+/* The same, with the tensors' xxh64 of set e given in hashes[e] ([layouts[e]->count], layout order) where hashes[e]
+ * is not NULL (a worker that hashed the bytes as they arrived: rollout/worker_ipc.c); params[e] is then not read. */
+int wan_tensor_sets_hash_given(const wan_layout *const *layouts, const float *const *params,
+                               const uint64_t *const *hashes, int n, uint64_t *out);
 /* The whole-adapter hash of the LoRA adapters attached to experts[0..n) (wan_tensor_sets_hash over the adapters'
  * layouts; an expert without an adapter contributes nothing; with every expert adapted it equals wan_lora_hash):
  * what a worker's hello reports as adapter_xxh64 and an adapter sync must match, on both sides. Returns the number

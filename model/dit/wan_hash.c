@@ -16,6 +16,11 @@ uint64_t wan_tensor_hash(const wan_model *m, int i) {
 }
 
 int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *params, int n, uint64_t *out) {
+    return wan_tensor_sets_hash_given(layouts, params, NULL, n, out);
+}
+
+int wan_tensor_sets_hash_given(const wan_layout *const *layouts, const float *const *params,
+                               const uint64_t *const *hashes, int n, uint64_t *out) {
     int total = 0;
     for (int e = 0; e < n; e++) total += layouts[e] ? layouts[e]->count : 0;
     char **names = calloc((size_t)total + 1, sizeof *names);
@@ -34,7 +39,7 @@ int wan_tensor_sets_hash(const wan_layout *const *layouts, const float *const *p
                 goto done;
             }
             snprintf(names[k], len, "%s/%s", wan_expert_folder(e), t->name);
-            h[k] = core_xxh64(params[e] + t->offset, sizeof(float) * (size_t)t->numel, 0);
+            h[k] = hashes && hashes[e] ? hashes[e][i] : core_xxh64(params[e] + t->offset, sizeof(float) * (size_t)t->numel, 0);
         }
     rc = core_model_hash((const char *const *)names, h, (size_t)total, out);
 done:

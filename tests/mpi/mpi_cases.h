@@ -36,5 +36,6 @@ int mpi_case_dp(sp_comm *world, int argc, char **argv);
 int mpi_case_zero(sp_comm *world, int argc, char **argv);
 int mpi_case_nccl(sp_comm *world, int argc, char **argv);
 int mpi_case_zero_dev(sp_comm *world, int argc, char **argv);
+int mpi_case_sync_nccl(sp_comm *world, int argc, char **argv);
 
 #endif

@@ -38,6 +38,8 @@ static const struct {
     {"zero", mpi_case_zero, "zero                      ZeRO stages 1 and 2 vs stage 0 and the rank-order collectives, bit for bit"},
     {"nccl", mpi_case_nccl,
      "nccl [PIECE]              the comm table on the fake NCCL (VGRPO_NCCL_LIB) vs MPI; exact sums bit for bit"},
+    {"sync_nccl", mpi_case_sync_nccl,
+     "sync_nccl [BUCKET_BYTES]  the weight sync by NCCL broadcast (fake NCCL) into workers' device weights, bit for bit"},
     {"zero_dev", mpi_case_zero_dev,
      "zero_dev                  data parallelism and ZeRO on the emulated device vs the CPU path, bit for bit"},
     {"dit_dev", mpi_case_dit_dev,

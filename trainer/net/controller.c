@@ -1,4 +1,7 @@
-/* trainer/net/controller.c — the controller side of the rollout channel (see trainer/net/controller.h). */
+/* trainer/net/controller.c — the controller side of the rollout channel (see trainer/net/controller.h). About 860
+ * lines: one state (the workers, the chunks in flight, the sync in flight and the weights every worker holds) that
+ * the rollout, the three sync paths and the admissions share; what each sync path does apart from that state lives in
+ * trainer/net/sync_bucket.c (buckets), core/wire_sync.c (IPC) and trainer/net/sync_nccl.c (NCCL). */
 #include "trainer/net/controller.h"
 
 #include <errno.h>
@@ -17,6 +20,7 @@
 #include "model/dit/wan_lora.h"
 #include "model/vae/latent_rgb.h"
 #include "trainer/net/sync_bucket.h"
+#include "trainer/net/sync_nccl.h"
 #include "trainer/optim/lora.h"
 
 struct ctl_server {
@@ -44,6 +48,10 @@ struct ctl_server {
     const void *dev_buf[2];
     int64_t dev_elements[2];
     char host_id[CORE_SYNC_HOST_ID_MAX];
+    /* how syncs travel (ctl_set_sync): parallel.sync, and for NCCL syncs the group and its NCCL group */
+    int sync_mode;
+    sp_comm *nccl_host, *nccl;
+    int nccl_off; /* a worker was lost: the broadcasts could not complete, no more NCCL syncs */
 };
 
 /* Messages queued per worker on the controller's side (ZMQ_SNDHWM; the worker's receive queue is as short,
@@ -143,6 +151,7 @@ ctl_server *ctl_open(const char *endpoint, const core_curve_keys *keys, size_t m
 
 void ctl_close(ctl_server *c) {
     if (!c) return;
+    if (c->nccl) sp_comm_destroy(c->nccl);
     if (c->router && c->mon) zmq_socket_monitor(c->router, NULL, 0);
     if (c->mon) zmq_close(c->mon);
     if (c->router) zmq_close(c->router);
@@ -177,6 +186,8 @@ void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model
     for (int e = 0; c->dev && e < n_experts && e < 2; e++)
         if (bufs[e]) c->dev_model[e] = experts[e], c->dev_buf[e] = bufs[e], c->dev_elements[e] = elements[e];
 }
+
+void ctl_set_sync(ctl_server *c, int mode, sp_comm *nccl_host) { c->sync_mode = mode, c->nccl_host = nccl_host; }
 
 int ctl_set_sync_bucket(ctl_server *c, int64_t bytes) {
     if (bytes < (int64_t)sizeof(float) || bytes > ((int64_t)SYNC_BUCKET_MIB_MAX << 20))
@@ -640,9 +651,10 @@ static int ipc_export(ctl_server *c, const wan_model *const *experts, int n_expe
     return 0;
 }
 
-/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc"), then weights_end. */
-static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, int adapters,
-                            int count, int64_t version, const char *hx) {
+/* The IPC form of send_weights: weights_begin "<tag>-begin" with the exported handles ("ipc") and the buckets' hashes
+ * ("ipc_buckets", borrowed), then weights_end. */
+static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sync_ipc *x, int nx, json_t *buckets,
+                            int adapters, int count, int64_t version, const char *hx) {
     const ctl_worker *wk = &c->st.w[w];
     char id[64];
     snprintf(id, sizeof id, "%s-begin", tag);
@@ -650,6 +662,7 @@ static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sy
                           core_sync_ipc_json(x, nx));
     if (!f) return core_error("out of memory");
     if (adapters) json_object_set_new(f, "adapter", json_true());
+    json_object_set(f, "ipc_buckets", buckets);
     int rc = core_zmq_send_fields(c->router, wk->rid, wk->rid_len, CORE_WIRE_WEIGHTS_BEGIN, id, f);
     json_decref(f);
     snprintf(id, sizeof id, "%s-end", tag);
@@ -659,11 +672,39 @@ static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sy
     return rc ? core_error_push("controller: weights (IPC) to %s: ", wk->id) : 0;
 }
 
+/* Whether this sync goes to every worker by NCCL broadcast (sync_nccl_choose): the experts sent must be the device
+ * buffers of ctl_set_device_weights. */
+static int nccl_choose(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                       int adapters, char *why, size_t cap) {
+    int bufs = c->dev != NULL;
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        const float *p;
+        if (send[e] && (experts[e] != c->dev_model[e] || sync_layout(experts[e], adapters, &p)->numel != c->dev_elements[e]))
+            bufs = 0;
+    }
+    return sync_nccl_choose(c->sync_mode, c->nccl_host, bufs, &c->nccl_off, &c->st, c->host_id, why, cap);
+}
+
+/* The NCCL form of send_weights (sync_nccl_send). */
+static int send_weights_nccl(ctl_server *c, const char *tag, const wan_model *const *experts, int n_experts,
+                             const uint8_t *send, int adapters, int count, int64_t version, const char *hx) {
+    const wan_layout *L[2] = {NULL, NULL};
+    const float *P[2] = {NULL, NULL};
+    const int n = n_experts < 2 ? n_experts : 2;
+    for (int e = 0; e < n; e++)
+        if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
+    const sync_nccl_job j = {.layouts = L, .host = P, .dev_bufs = c->dev_buf, .send = send, .n_experts = n,
+                             .bucket_bytes = c->bucket_bytes, .adapters = adapters, .count = count, .version = version,
+                             .tag = tag, .model_hash = hx};
+    return sync_nccl_send(c->router, &c->st, &c->nccl, c->nccl_host, c->dev, &j);
+}
+
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                      int64_t version, double timeout_s, int *hash_match, int64_t *bytes) {
     uint64_t model_hash;
     int adapters, count;
     int64_t payload;
+    const double t0 = now_s();
     *hash_match = 0;
     if (bytes) *bytes = 0;
     if (sync_plan(experts, n_experts, send, &adapters, &model_hash, &count, &payload)) return -1;
@@ -677,18 +718,39 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
     core_sync_ipc xs[2];
     int nx = 0;
     char why[512];
-    const int want_ipc = c->dev != NULL;
+    const int nccl = nccl_choose(c, experts, n_experts, send, adapters, why, sizeof why);
+    if (!nccl && c->sync_mode == CORE_SYNC_NCCL)
+        core_log_warn("controller: parallel.sync nccl: version %" PRId64 " goes in buckets: %s", version, why);
+    const int want_ipc = c->dev != NULL && !nccl && (c->sync_mode == CORE_SYNC_AUTO || c->sync_mode == CORE_SYNC_IPC);
     int bw[CTL_MAX_WORKERS], nbw = 0; /* the workers that get this sync in buckets */
     if (want_ipc && ipc_export(c, experts, n_experts, send, adapters, xs, &nx, why, sizeof why)) {
         snprintf(why, sizeof why, "%s", core_last_error());
         core_error_clear();
         core_log_warn("%s: this sync goes in buckets", why);
     }
+    json_t *ipc_buckets = NULL; /* the buckets' xxh64 over the host copy (core/wire_sync.h), once for every worker */
+    if (nx > 0) {
+        const wan_layout *L[2] = {NULL, NULL};
+        const float *P[2] = {NULL, NULL};
+        for (int e = 0; e < n_experts && e < 2; e++)
+            if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
+        if (!(ipc_buckets = sync_bucket_hashes_json(L, P, send, n_experts < 2 ? n_experts : 2, c->bucket_bytes))) {
+            core_log_warn("controller: %s: this sync goes in buckets", core_last_error());
+            core_error_clear();
+            for (int k = 0; k < nx; k++) c->dev->ipc_unexport(xs[k].handle);
+            nx = 0;
+        }
+    }
     for (int w = 0; w < st->n; w++) {
         ctl_worker *x = &st->w[w];
         x->done = 1;
         x->ipc_used = 0;
+        x->nccl_used = 0;
         if (x->lost) continue;
+        if (nccl) { /* every worker by broadcast (nccl_choose: none lost) */
+            x->nccl_used = 1, x->done = 0;
+            continue;
+        }
         const core_sync_side me = {.host_id = c->host_id, .ipc = nx > 0},
                              them = {.host_id = x->host_id, .ipc = x->ipc, .refused = x->ipc_refused[0] ? x->ipc_refused : NULL};
         char whyw[512];
@@ -696,7 +758,7 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         if (want_ipc)
             core_log_debug("controller: weights of version %" PRId64 " to %s %s (%s)", version, x->id,
                            x->ipc_used ? "by IPC" : "in buckets", nx > 0 ? whyw : why);
-        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, adapters, count, version, hx)) {
+        if (x->ipc_used && send_weights_ipc(c, w, tag, xs, nx, ipc_buckets, adapters, count, version, hx)) {
             char lost_why[600];
             snprintf(lost_why, sizeof lost_why, "%s", core_last_error());
             core_error_clear();
@@ -705,6 +767,10 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         }
         x->done = 0;
         if (!x->ipc_used) bw[nbw++] = w;
+    }
+    if (nccl && send_weights_nccl(c, tag, experts, n_experts, send, adapters, count, version, hx)) {
+        for (int w = 0; w < st->n; w++) st->w[w].nccl_used = 0, st->w[w].done = 1;
+        return -1;
     }
     const double deadline = now_s() + timeout_s;
     if (nbw && send_weights(c, bw, nbw, tag, experts, n_experts, send, adapters, count, version, hx, deadline)) {
@@ -739,10 +805,23 @@ int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_exper
         core_wire_msg_free(&m);
         core_zmq_msg_close(&zm);
     }
+    json_decref(ipc_buckets);
     for (int k = 0; k < nx; k++) /* every worker has read (or will never read) the exported buffers */
         if (c->dev->ipc_unexport(xs[k].handle)) core_log_warn("controller: %s", core_last_error()), core_error_clear();
     st->phase = CTL_IDLE;
     *hash_match = rc == 0;
+    int n_ipc = 0, n_nccl = 0, n_bk = 0; /* the per-sync line: bytes, seconds, GB/s and the path each worker took */
+    for (int w = 0; w < st->n; w++)
+        if (!st->w[w].lost) {
+            n_ipc += st->w[w].ipc_used, n_nccl += st->w[w].nccl_used;
+            n_bk += !st->w[w].ipc_used && !st->w[w].nccl_used;
+        }
+    const int nw = n_ipc + n_nccl + n_bk;
+    const double dt = now_s() - t0;
+    if (!rc)
+        core_log_info("controller: weight sync of policy version %" PRId64 ": %.2f MiB to each of %d worker(s) (%d by "
+                      "IPC, %d by NCCL broadcast, %d in buckets) in %.3f s, %.3f GB/s", version, payload / 1048576.0,
+                      nw, n_ipc, n_nccl, n_bk, dt, dt > 0 ? (double)payload * nw / dt / 1e9 : 0.0);
     return rc;
 }
 

@@ -107,6 +107,15 @@ int ctl_set_sync_bucket(ctl_server *c, int64_t bytes);
 void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model *const *experts,
                             const void *const *bufs, const int64_t *elements, int n_experts);
 
+/* How syncs travel: mode is parallel.sync (core_sync_mode: auto, ipc, buckets, nccl; the default auto). auto: by
+ * NCCL broadcast (trainer/net/sync_nccl.h) when nccl_host is given, the experts sent are the device buffers of
+ * ctl_set_device_weights, every worker said "nccl" in its hello and one of them is on another host; else by IPC to
+ * the workers on this host (as above) and in buckets to the others. ipc: never NCCL. buckets: buckets only. nccl:
+ * NCCL whenever it can (else buckets, with a warning). nccl_host: an MPI group of this process (rank 0) and every
+ * worker (an MPI launch: cli/cmd_mpi_rank.c), NULL outside one. */
+struct sp_comm;
+void ctl_set_sync(ctl_server *c, int mode, struct sp_comm *nccl_host);
+
 /* Records that every worker holds the experts (send[e]: sent, or to be sent to a worker that comes back) as policy
  * `version`, without sending anything: what a fresh run's workers loaded (trainer/net/source_remote.c's start). Each
  * ctl_sync_weights records its weights the same way. The experts are kept by pointer and must stay valid and
@@ -127,7 +136,8 @@ int ctl_rollout(ctl_server *c, const core_rollout_request *tmpl, const core_roll
 /* Pushes the weights of the experts with send[e] != 0 to every worker not lost as policy `version` (weights_begin,
  * weights_bucket per bucket with its xxh64 (trainer/net/sync_bucket.h), weights_end with the whole-model hash of all
  * n_experts experts; to a worker on this host by IPC instead when ctl_set_device_weights named these experts'
- * device buffers, core/wire_sync.h, and in buckets again when it answers ipc_refused) and
+ * device buffers, core/wire_sync.h, and in buckets again when it answers ipc_refused; to every worker by NCCL
+ * broadcast when ctl_set_sync's rules choose it, trainer/net/sync_nccl.h) and
  * waits for every weights_ack (a worker lost meanwhile is not waited for; one back from a restart is admitted by
  * it). It records the experts as ctl_set_weights does. *hash_match = 1 when every worker's hash equals the controller's; *bytes (may be
  * NULL) = the tensor bytes sent to each worker. LoRA: when the experts to send carry adapters (wan_model.lora), the

@@ -61,6 +61,7 @@ static void hello_sync(ctl_worker *x, const core_wire_msg *m) {
     const char *host = json_string_value(json_object_get(m->header, "host_id"));
     snprintf(x->host_id, sizeof x->host_id, "%s", host && strlen(host) < sizeof x->host_id ? host : "");
     x->ipc = json_is_true(json_object_get(m->header, "ipc"));
+    x->nccl = json_is_true(json_object_get(m->header, "nccl"));
     x->ipc_refused[0] = 0;
 }
 

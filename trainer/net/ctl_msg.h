@@ -67,6 +67,8 @@ typedef struct {
     char host_id[CORE_SYNC_HOST_ID_MAX]; /* its hello's host_id ("": unknown; core/wire_sync.h) */
     int ipc;            /* its hello said "ipc": its device opens IPC handles */
     int ipc_used;       /* the sync in flight went to it by IPC */
+    int nccl;           /* its hello said "nccl": it takes NCCL syncs (the job's communicator, device weights) */
+    int nccl_used;      /* the sync in flight went to it by NCCL broadcast */
     char ipc_refused[256]; /* why it refused IPC (an ipc_refused error); "": never. It then gets buckets only */
 } ctl_worker;
 

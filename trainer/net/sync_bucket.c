@@ -7,6 +7,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/wire_rollout.h"
+#include "core/wire_sync.h"
 
 int sync_bucket_plan(const wan_layout *const *layouts, const uint8_t *send, int n_experts, int64_t bucket_bytes,
                      sync_bucket *out, int cap) {
@@ -25,6 +26,25 @@ int sync_bucket_plan(const wan_layout *const *layouts, const uint8_t *send, int 
         }
     }
     return n;
+}
+
+json_t *sync_bucket_hashes_json(const wan_layout *const *layouts, const float *const *params, const uint8_t *send,
+                                int n_experts, int64_t bucket_bytes) {
+    const int nb = sync_bucket_plan(layouts, send, n_experts, bucket_bytes, NULL, 0);
+    if (nb < 0) return NULL;
+    sync_bucket *bk = malloc(sizeof *bk * (size_t)(nb ? nb : 1));
+    core_sync_bucket *h = malloc(sizeof *h * (size_t)(nb ? nb : 1));
+    json_t *a = NULL;
+    if (!bk || !h) core_error("out of memory");
+    else if (sync_bucket_plan(layouts, send, n_experts, bucket_bytes, bk, nb) == nb) {
+        for (int k = 0; k < nb; k++) /* the controller's side of the bucket hash: its host copy's bytes */
+            h[k] = (core_sync_bucket){.index = k, .expert = bk[k].expert, .offset = bk[k].offset, .count = bk[k].count,
+                                      .xxh64 = core_xxh64(params[bk[k].expert] + bk[k].offset,
+                                                          sizeof(float) * (size_t)bk[k].count, 0)};
+        if (!(a = core_sync_buckets_json(h, nb))) core_error("out of memory");
+    }
+    free(bk), free(h);
+    return a;
 }
 
 /* The tensor of L holding element `pos` (tensors are back to back in layout order), or -1. */

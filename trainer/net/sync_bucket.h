@@ -12,7 +12,10 @@
  * Where the hashes are computed: the bucket's xxh64 (seed 0) is computed by the controller over the bucket's bytes
  * exactly as they leave it (the host buffer the frames point into), and by the worker over the same bytes after
  * they landed in its staged copy; the whole-model hash (weights_end) is the trainer's over its host weights and the
- * worker's over its complete staged model (rollout/worker_msg.c), as before buckets. */
+ * worker's over its complete staged model (rollout/worker_msg.c), as before buckets. A sync by IPC (core/wire_sync.h)
+ * carries the same buckets' hashes in weights_begin ("ipc_buckets", sync_bucket_hashes_json: the controller's over its
+ * host copy); a worker with device weights checks each against the bucket it copied device to device, downloaded
+ * into one host buffer of a bucket (rollout/worker_ipc.h). */
 #ifndef TRAINER_SYNC_BUCKET_H
 #define TRAINER_SYNC_BUCKET_H
 
@@ -42,5 +45,11 @@ int sync_bucket_plan(const wan_layout *const *layouts, const uint8_t *send, int 
  * 0, or -1 with core_error. Free with core_wire_built_free. */
 int sync_bucket_build(const char *id, const sync_bucket *b, const wan_layout *L, const float *params,
                       core_wire_built *out);
+
+/* The "ipc_buckets" of an IPC sync (core/wire_sync.h): sync_bucket_plan's buckets over the experts with send[e]
+ * (layouts[e], params[e]: the host copy the controller holds of each exported buffer), each with the xxh64 of its
+ * bytes at params. A new reference, or NULL with core_error. */
+json_t *sync_bucket_hashes_json(const wan_layout *const *layouts, const float *const *params, const uint8_t *send,
+                                int n_experts, int64_t bucket_bytes);
 
 #endif

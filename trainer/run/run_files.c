@@ -39,6 +39,7 @@ const char *const trainer_resume_free_keys[] = {
                                            count's split of the batch (its summation order) */
     "parallel.gpus", "parallel.share_gpus", /* which GPU a process runs on (core/gpu_assign.h) */
     "parallel.grad_bucket_mib",         /* when the gradients are reduced, not their sums (trainer/dp/dp_bucket.h) */
+    "parallel.sync",                    /* how the weights travel; the same bits arrive (hash-checked) */
     NULL,
 };
 
