@@ -305,8 +305,8 @@ static int e_vae_conv(const k_vae_conv_args *a) { return kc_vae_conv3d(&vae_be, 
 static int e_vae_attn(kb_out o, kb_in q, kb_in k, kb_in v, int S, int C, float scale, void *work, size_t bytes) {
     return kc_vae_attention(&vae_be, o, q, k, v, S, C, scale, work, bytes);
 }
-}
 
+/* ---- the weight sync's device-to-device path ---- */
 static int e_round_bf16(kb_bf16 *dst, const float *src, int64_t n) {
     if (n < 0) return core_error("mem_round_bf16: n %lld", (long long)n);
     for (int64_t i = 0; i < n; i++) dst[i] = kb_bf16_from_f32(src[i]);
