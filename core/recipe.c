@@ -253,7 +253,16 @@ static int core_recipe_check_forward(const core_recipe *r) {
     return 0;
 }
 
-int core_recipe_forward_process(const core_recipe *r) { return r->choice.loss == CORE_LOSS_NFT; }
+int core_recipe_forward_process(const core_recipe *r) {
+    switch (r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD:
+        return 0;
+    case CORE_LOSS_NFT:
+        return 1;
+    }
+    return 0;
+}
 
 int core_recipe_check(core_recipe *r) {
     const int f = r->vae_scale_factor_spatial, m = 2 * f; /* every Wan DiT patchifies 2 x 2 latent pixels */
