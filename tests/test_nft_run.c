@@ -10,6 +10,7 @@
  *     rollout.eta 0;
  *   - vgrpo parity: the velocity alone (no log-prob), exactly 0 on the CPU;
  *   - model.device cuda on the emulated device: resume exact with the old policy's device copy (LoRA there refused);
+ *   - two experts (Wan 2.2 A14B's layout): resume, colocated, parity, and algorithm.train_experts transformer;
  *   - (slow) recipes/tiny-cpu-nft.yaml learns: eval color_match rises by more than 3 standard errors. */
 #include <jansson.h>
 #include <math.h>
@@ -256,6 +257,50 @@ TEST(nft_run_emulated_device_resume) {
     st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set model.device=cuda "
                   "--set model.lora.rank=8 2>&1", bin);
     CHECK_MSG(st != 0 && strstr(out, "algorithm.loss: nft with LoRA on model.device cuda"), "%s", out);
+}
+
+/* Two experts (tiny --experts 2, as Wan 2.2 A14B): each transition through its step's expert with that expert's old
+ * policy; 1 + --resume 1 == 2 (both old policies), colocated == local, parity exactly 0 through both experts; with
+ * algorithm.train_experts transformer only expert 0 has an old policy and transformer_2 does not change. */
+TEST(nft_run_two_experts) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[32768], base[2400];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 --experts 2 >/dev/null", bin, dir) == 0);
+    base_args(base, sizeof base, dir);
+    strcat(base, " --set rollout.num_steps=4 --set algorithm.timestep_selection=all");
+    int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --steps 2 --set logging.run_dir=%s/a", bin,
+                      base, dir);
+    REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "two experts: %s", out), -1) : 0);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --steps 1 --set logging.run_dir=%s/b", bin, base,
+                  dir);
+    CHECK_MSG(st == 0, "1 step: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --steps 2 --set logging.run_dir=%s/b --resume %s/b",
+                  bin, base, dir, dir);
+    CHECK_MSG(st == 0, "resume: %s", out);
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --steps 2 --set mode=colocated "
+                  "--set logging.run_dir=%s/c", bin, base, dir);
+    CHECK_MSG(st == 0, "colocated: %s", out);
+    const char *files[] = {W, "transformer_2/diffusion_pytorch_model.safetensors", OLD,
+                           "old/transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int i = 0; i < 5; i++) {
+        CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "two experts, resume: %s differs", files[i]);
+        CHECK_MSG(cmp_files(dir, "a", "c", 2, files[i]) == 0, "two experts, colocated: %s differs", files[i]);
+    }
+    rows_equal(dir, "a", "b", 3);
+    rows_equal(dir, "a", "c", 3);
+    /* both experts trained: both moved */
+    CHECK(test_run(NULL, 0, "cmp -s %s/model/transformer_2/diffusion_pytorch_model.safetensors "
+                   "%s/a/checkpoint-2/transformer_2/diffusion_pytorch_model.safetensors", dir, dir) != 0);
+    st = test_run(out, sizeof out, "%s parity recipes/tiny-cpu-nft.yaml %s --set logging.run_dir=%s/p 2>&1", bin, base, dir);
+    CHECK_MSG(st == 0 && strstr(out, "max |v_trainer - v_rollout| = 0 (tolerance 0): PASS"), "parity: %s", out);
+    /* expert 0 alone */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --steps 2 --set algorithm.train_experts=transformer "
+                  "--set logging.run_dir=%s/t", bin, base, dir);
+    CHECK_MSG(st == 0, "transformer only: %s", out);
+    CHECK(test_run(NULL, 0, "test -e %s/t/checkpoint-2/" OLD " && ! test -e %s/t/checkpoint-2/old/transformer_2", dir,
+                   dir) == 0);
+    CHECK(test_run(NULL, 0, "cmp -s %s/model/transformer_2/diffusion_pytorch_model.safetensors "
+                   "%s/t/checkpoint-2/transformer_2/diffusion_pytorch_model.safetensors", dir, dir) == 0);
 }
 
 static double num(json_t *o, const char *key) { return json_number_value(json_object_get(o, key)); }

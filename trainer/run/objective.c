@@ -109,10 +109,10 @@ typedef struct {
 static int nft_acc(void *ctx, double *stats) {
     const nft_ctx *k = ctx;
     trainer_state *S = k->S;
-    const wan_model *ref[2];
-    const wan_model *const *refs = trainer_refs(S, ref);
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    const wan_model *ref[2], *old[2] = {trainer_old_model(S, 0), trainer_old_model(S, 1)};
     nft_loss_stats st = {0};
-    if (nft_accumulate(&S->pol[0], trainer_old_model(S, 0), refs ? refs[0] : NULL, S->ex, k->c, k->b, 1, &st))
+    if (nft_accumulate_experts(pol, old, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, k->c, k->b, 1, &st))
         return -1;
     nft_pack(&st, stats);
     return 0;
@@ -141,7 +141,7 @@ static int nft_update(trainer_state *S, const trainer_batch *tb, int u, nft_loss
     nft_batch b = {.n = sub.n, .traj = sub.traj, .cond = sub.cond, .text_len = sub.text_len, .r = r + lo};
     double x[NFT_NSTATS];
     nft_ctx k = {S, &tc, &c, &b};
-    int rc = nft_count_transitions(&c, &whole, &b.denom);
+    int rc = nft_count_transitions_experts(&c, &whole, S->n_experts, S->trained, &b.denom);
     if (!rc) rc = fp_update(S, &tc, nft_acc, &k, x, NFT_NSTATS, info);
     free(r);
     if (rc) return -1;

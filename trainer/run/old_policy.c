@@ -24,6 +24,7 @@ int trainer_old_init(trainer_state *S) {
             S->old_view[e].lora = &S->old_lora[e];
             continue;
         }
+        if (!S->trained[e]) continue; /* a frozen expert's steps are not trained: no old policy */
         if (wan_model_init(&S->old[e], &S->pol[e].cfg)) return -1;
         memcpy(S->old[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
     }

@@ -51,8 +51,8 @@ static void parity_probe(void *ctx, int s, int i, const float *v, int64_t nl, fl
 }
 
 /* The forward-process objectives' recomputation of this rank's share: the velocity of every selected (sample, step)
- * at the recorded latent x_i, in micro-batches of algorithm.micro_batch_size, into acc as parity_probe does (no
- * log-prob: its columns stay 0). */
+ * at the recorded latent x_i through the expert and with the guidance that step used, in micro-batches of
+ * algorithm.micro_batch_size of one expert each, into acc as parity_probe does (no log-prob: its columns stay 0). */
 static int velocity_share(trainer_state *S, const trainer_batch *sub, parity_acc *P) {
     const core_traj *T = sub->traj;
     const int N = P->N;
@@ -64,32 +64,40 @@ static int velocity_share(trainer_state *S, const trainer_batch *sub, parity_acc
         core_error("out of memory");
         goto done;
     }
-    for (int s = 0; s < sub->n; s++) {
-        int k;
-        if (grpo_select_steps(&S->tc.sel, N, NULL, S->tc.seed, (uint32_t)T[s].uid, steps, &k)) goto done;
-        for (int j = 0; j < k; j++) ts[2 * total] = s, ts[2 * total + 1] = steps[j], total++;
-    }
+    /* the steps nft trains (a frozen expert's are not candidates), grouped by expert: a forward runs one expert */
+    for (int e = 0; e < S->n_experts; e++)
+        for (int s = 0; s < sub->n; s++) {
+            int k;
+            if (grpo_select_steps_experts(&S->tc.sel, N, NULL, T[s].expert, S->trained, S->n_experts, S->tc.seed,
+                                          (uint32_t)T[s].uid, steps, &k))
+                goto done;
+            for (int j = 0; j < k; j++)
+                if (T[s].expert[steps[j]] == e) ts[2 * total] = s, ts[2 * total + 1] = steps[j], total++;
+        }
     const int cap = S->tc.micro_batch_size < total ? S->tc.micro_batch_size : total;
     if (total == 0) {
         rc = 0;
         goto done;
     }
     if (flow_denoise_init(&d, &S->pol[0].cfg, T[0].shape, sub->text_len, 0, cap, 0)) goto done;
-    for (int t0 = 0; t0 < total; t0 += cap) {
-        const int cnt = total - t0 < cap ? total - t0 : cap;
-        for (int t = 0; t < cnt; t++) {
-            const core_traj *x = &T[ts[2 * (t0 + t)]];
-            const int i = ts[2 * (t0 + t) + 1];
-            d.in[t] = (flow_denoise_sample){core_traj_latent(x, i), NULL, sub->cond[ts[2 * (t0 + t)]], x->timesteps[i],
-                                            x->guidance_scale};
+    for (int t0 = 0; t0 < total;) {
+        const int e = T[ts[2 * t0]].expert[ts[2 * t0 + 1]];
+        int cnt = 0;
+        while (cnt < cap && t0 + cnt < total && T[ts[2 * (t0 + cnt)]].expert[ts[2 * (t0 + cnt) + 1]] == e) {
+            const core_traj *x = &T[ts[2 * (t0 + cnt)]];
+            const int i = ts[2 * (t0 + cnt) + 1];
+            d.in[cnt] = (flow_denoise_sample){core_traj_latent(x, i), NULL, sub->cond[ts[2 * (t0 + cnt)]],
+                                              x->timesteps[i], e ? x->guidance_scale_2 : x->guidance_scale};
+            cnt++;
         }
         const int rows = flow_denoise_build(&d, cnt, sub->neg);
         wan_exec_acts *a = rows < 0 ? NULL : flow_denoise_acts_new(&d, S->ex, rows, WAN_ACTS_INFER);
-        const int bad = !a || flow_denoise_forward(&d, &S->pol[0], a, S->ex);
+        const int bad = !a || flow_denoise_forward(&d, &S->pol[e], a, S->ex);
         wan_exec_acts_free(a);
         if (bad) goto done;
         for (int t = 0; t < cnt; t++)
             velocity_probe(P, ts[2 * (t0 + t)], ts[2 * (t0 + t) + 1], flow_denoise_velocity(&d, t), nl);
+        t0 += cnt;
     }
     rc = 0;
 done:

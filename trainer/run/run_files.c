@@ -112,7 +112,7 @@ static int ckpt_experts(trainer_state *S, trainer_ckpt_expert *ex, trainer_ckpt_
         if (S->lora_on && !S->trained[e]) continue;
         ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e],
                                       S->ema_on && !S->lora_on ? &S->ema[e] : NULL,
-                                      S->old_on && !S->lora_on ? &S->old[e] : NULL};
+                                      S->old_on && !S->lora_on && S->trained[e] ? &S->old[e] : NULL};
         lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL,
                                     S->old_on && S->lora_on ? &S->old_lora[e] : NULL};
         n++;

@@ -95,11 +95,6 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
     }
     const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
     const int fp = core_recipe_forward_process(r); /* every step is a candidate: no log-prob needed */
-    if (fp && n_experts > 1) {
-        core_error("algorithm.loss: %s trains one expert; %s has two (transformer_2/): not implemented for two-expert "
-                   "pipelines yet", r->loss, r->model_path);
-        goto done;
-    }
     int any = 0;
     for (int i = 0; i < N; i++) {
         flow_step st;
