@@ -9,7 +9,8 @@
  *   - --dry-run refuses what does not apply to nft (cps, an SDE window, cps_logprob) naming the key, and allows
  *     rollout.eta 0;
  *   - vgrpo parity: the velocity alone (no log-prob), exactly 0 on the CPU;
- *   - model.device cuda on the emulated device: resume exact with the old policy's device copy (LoRA there refused);
+ *   - model.device cuda on the emulated device: resume exact with the old policy's device copy, full and LoRA (whose
+ *     old adapter's device copy is shown to follow the host's);
  *   - two experts (Wan 2.2 A14B's layout): resume, colocated, parity, and algorithm.train_experts transformer;
  *   - (slow) recipes/tiny-cpu-nft.yaml learns: eval color_match rises by more than 3 standard errors. */
 #include <jansson.h>
@@ -234,7 +235,8 @@ TEST(nft_parity_velocity_only) {
     }
 }
 
-/* model.device cuda on the emulated device: the old policy's device copy follows the host's (1 + --resume 1 == 2). */
+/* model.device cuda on the emulated device: the old policy's device copy follows the host's (1 + --resume 1 == 2), with
+ * full fine-tuning and with LoRA. */
 TEST(nft_run_emulated_device_resume) {
     const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
     char out[16384], base[2400];
@@ -253,10 +255,25 @@ TEST(nft_run_emulated_device_resume) {
     const char *files[] = {W, OLD, "optimizer.safetensors"};
     for (int i = 0; i < 3; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "emulated resume: %s differs", files[i]);
     rows_equal(dir, "a", "b", 3);
-    /* LoRA there is refused at --dry-run */
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set model.device=cuda "
-                  "--set model.lora.rank=8 2>&1", bin);
-    CHECK_MSG(st != 0 && strstr(out, "algorithm.loss: nft with LoRA on model.device cuda"), "%s", out);
+    /* LoRA there: the old adapter's device copy follows the host's (decay 0: the old policy is the policy after
+     * every step, so |v - v_old| is exactly 0 on step 1 only when the device copy was updated), and resume is exact */
+    strcat(base, " --set model.lora.rank=8");
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 "
+                  "--set algorithm.old_decay_max=0 --set logging.run_dir=%s/z", bin, base, dir);
+    CHECK_MSG(st == 0 && strstr(out, "step 1 of 2") && strstr(strstr(out, "step 1 of 2"), "|v-v_old|^2 0 |"),
+              "emulated LoRA, decay 0: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 "
+                  "--set logging.run_dir=%s/la", bin, base, dir);
+    CHECK_MSG(st == 0, "emulated LoRA: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 1 "
+                  "--set logging.run_dir=%s/lb", bin, base, dir);
+    CHECK_MSG(st == 0, "emulated LoRA, 1 step: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 "
+                  "--set logging.run_dir=%s/lb --resume %s/lb", bin, base, dir, dir);
+    CHECK_MSG(st == 0, "emulated LoRA, resume: %s", out);
+    const char *lf[] = {"transformer/pytorch_lora_weights.safetensors", "old/transformer/pytorch_lora_weights.safetensors",
+                        "optimizer.safetensors"};
+    for (int i = 0; i < 3; i++) CHECK_MSG(cmp_files(dir, "la", "lb", 2, lf[i]) == 0, "emulated LoRA resume: %s differs", lf[i]);
 }
 
 /* Two experts (tiny --experts 2, as Wan 2.2 A14B): each transition through its step's expert with that expert's old

@@ -4,9 +4,14 @@
  * pass only (its velocity at the noised final latents). It lives where the EMA lives (trainer/run/ema.c): on every
  * trainer rank, in host memory. With LoRA (trainer/optim/lora.h) the trained weights are the adapters, so the old
  * policy is an adapter copy, as the reference keeps a second adapter "old": old_view[e] is the policy model with the
- * old adapter attached instead (a shallow copy sharing the frozen base). Checkpoints keep it under old/. Every rank
- * applies the same update to the same weights (the optimizer step is identical on every rank), so the copies stay
- * equal without communication. */
+ * old adapter attached instead (a shallow copy sharing the frozen base). Checkpoints keep it under old/. On a device
+ * (model.device cuda) the host copy is the one updated, from the master's host copy (made every step:
+ * trainer/optim/train_dev.h lazy_host 0), and its bf16 device copy is uploaded again after each update
+ * (wan_dev_exec_sync at the policy version: the adapter alone under LoRA) for the training pass's forward, as the KL
+ * reference's is once. Under LoRA the device executor holds old_view as a model of its own, so the frozen base is on
+ * the device twice (sharing it is left to do; trainer/budget counts it). Two experts: a copy per trained expert, none
+ * for a frozen one (its steps are not trained). Every rank applies the same update to the same weights (the
+ * optimizer step is identical on every rank), so the copies stay equal without communication. */
 #include <string.h>
 
 #include "trainer/run/run_internal.h"

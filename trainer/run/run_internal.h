@@ -187,7 +187,7 @@ void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, ch
 
 /* ---- old_policy.c ---- */
 /* The old policy of a forward-process objective (core_recipe_forward_process; nothing otherwise) at the initial
- * weights: a model copy per expert, or with LoRA an adapter copy per trained expert (on a device, uploaded there).
+ * weights: a model copy, or with LoRA an adapter copy, per trained expert (on a device, uploaded there).
  * -1 with the error. */
 int trainer_old_init(trainer_state *S);
 /* After a step's optimizer updates: old = d old + (1 - d) policy for every trained expert (nft_soft_update), with
