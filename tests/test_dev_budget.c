@@ -2,8 +2,8 @@
  *   - it equals what the DiT code allocates: a 1-step run of the tiny model on the EMULATED device (model.device cuda
  *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
  *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated by the DiT code" bytes, exactly, for full
- *     fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run evals, and colocated (the
- *     trainer rank and the rollout worker, each its own process). The GPU-only parts (library workspaces, the CUDA
+ *     fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run evals, colocated (the
+ *     trainer rank and the rollout worker, each its own process), and algorithm.loss nft (full, LoRA, KL with CFG). The GPU-only parts (library workspaces, the CUDA
  *     context, the margin) are stated figures the emulated device cannot measure;
  *   - the one-GPU recipes (recipes/ named -1gpu) pass --dry-run without weights, run on the device in one process
  *     and save checkpoints, and their estimate fits an 80 GB H100. */
@@ -88,6 +88,20 @@ TEST(dev_budget_image_to_video_equals_emulated_peak) {
                      test_vgrpo_bin(), dir) == 0);
     compare_recipe(dir, "tiny-cpu-i2v", "ti2v", "ti2v", "--set logging.eval_every=0", 0);
     compare_recipe(dir, "tiny-cpu-i2v-a14b", "a14b", "a14b", "--set logging.eval_every=0 --set parallel.sp=1", 0);
+}
+
+/* algorithm.loss nft (recipes/tiny-cpu-nft.yaml: CFG-free training rows, the old policy's device copy and its
+ * forward; under LoRA the old policy is the base again with its adapter). */
+#define NFT_SEL "--set 'algorithm.timestep_selection=random_k 5'" /* of SMALL's 6 steps */
+TEST(dev_budget_nft_equals_emulated_peak) {
+    const char *dir = test_tmpdir();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 3 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    compare_recipe(dir, "tiny-cpu-nft", "model", "nft", "--set logging.eval_every=0 " NFT_SEL, 0);
+    compare_recipe(dir, "tiny-cpu-nft", "model", "nft-lora", "--set logging.eval_every=0 --set model.lora.rank=8 " NFT_SEL, 0);
+    compare_recipe(dir, "tiny-cpu-nft", "model", "nft-kl-cfg", "--set logging.eval_every=0 --set algorithm.beta=0.05 " NFT_SEL " "
+                   "--set rollout.guidance_scale=4.5", 0);
 }
 
 /* The one-GPU recipes: valid without weights, on the device in one process, saving checkpoints, and fitting an 80 GB

@@ -111,7 +111,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         const double t = lora ? (double)q->lora_numel : numel; /* what trains: the adapter, or the model */
         b->weights += 2.0 * numel + pout;                      /* the policy's copy (or the frozen base, LoRA) */
         if (!tr) continue;
-        if (lora) b->weights += 2.0 * t;                                   /* the adapter's bf16 copy */
+        if (lora) b->weights += 2.0 * t + q->copies * (2.0 * (numel + t) + pout); /* the adapter; nft's old policy */
         else b->weights += q->copies * (2.0 * numel + pout);               /* reference, EMA copies */
         /* the master whole; m, v of the largest ZeRO shard (whole chunks: trainer/dp/zero.h) over zero_ranks */
         const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
@@ -129,7 +129,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!ta || (q->ref_forward && !ra)) return -1;
         const double Sf = tokens(c, ts);
         b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank, sp) : 0) +
-                        sp_transient(c, ts, sp, Sf);
+                        (rank && q->old_forward ? lora_scratch(c, ts, rank, sp) : 0) + sp_transient(c, ts, sp, Sf);
         /* S: the queries of a call (this rank's tokens), Sr: the self-attention's keys (the ring block), Hs: its
          * heads (after the Ulysses all-to-all) */
         const double S = Sf / sp, D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
@@ -202,8 +202,13 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                             .per_token_timestep = i2v && wan_cond_kind(c) == WAN_COND_LATENT};
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
-                             .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
-                             .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base,
+                             /* nft's old policy: a bf16 model on the device, under LoRA too (the base again with
+                              * the old adapter: the executor keeps a device model per host model) */
+                             .copies = (!lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0) +
+                                       (!worker && core_recipe_forward_process(r)),
+                             .ref_forward = !worker && (r->beta > 0 || core_recipe_forward_process(r)),
+                             .old_forward = !worker && core_recipe_forward_process(r),
+                             .train = !worker, .train_shape = base,
                              .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1,
                              /* NCCL moves the trainer ranks' gradients on a GPU, on the emulated device where a
                               * library is named (trainer/run/run_setup.c's choice) */
@@ -213,7 +218,8 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                                                : 0,
                              .zero_stage = r->zero_stage, .grad_bucket_mib = r->grad_bucket_mib,
                              .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
-    q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
+    /* a transition's CFG rows in its forward (nft trains CFG-free: one row) */
+    q.train_shape.B = r->micro_batch_size * ((cfg1 || cfg2) && !core_recipe_forward_process(r) ? 2 : 1);
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
              : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
                                                              : WAN_ACTS_STORE;

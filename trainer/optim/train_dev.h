@@ -90,8 +90,9 @@ void trainer_dev_free(trainer_dev *D);
  * Parts, in bytes (numel: one expert's parameters; t: what trains, the adapter's parameters under LoRA, else numel):
  *   weights      bf16 device copies (wan_dev.h): 2 x numel per expert (the policy; a frozen expert; under LoRA the
  *                frozen base), 2 x t per extra copy of a trained expert (the KL reference's bf16 copy under full
- *                fine-tuning, an EMA evaluated in this process), the LoRA adapter's bf16 copy 2 x t; plus each
- *                copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
+ *                fine-tuning, an EMA evaluated in this process, nft's old policy), the LoRA adapter's bf16 copy 2 x t
+ *                (under LoRA an extra copy, nft's old policy, is the base and its adapter again: 2 x (numel + t));
+ *                plus each copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
  *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
  *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
  *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
@@ -153,8 +154,10 @@ typedef struct {
                                (sp/comm_nccl.h; 0 or 1: none, e.g. the emulated device over MPI): its scratch */
     int zero_stage;         /* parallel.zero_stage (2: the reductions are reduce-scatters over the shards) */
     double grad_bucket_mib; /* parallel.grad_bucket_mib: the buckets reduced during the backward (trainer/dp/dp_bucket.h) */
-    int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA) */
-    int ref_forward;        /* a KL reference forward beside the training forward (beta > 0) */
+    int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA,
+                               nft's old policy) */
+    int ref_forward;        /* a KL reference (or nft's old policy) forward beside the training forward */
+    int old_forward;        /* nft: the old policy's forward runs with an adapter under LoRA (its own LoRA scratch) */
     int train;              /* 0: no training (a rollout worker) */
     wan_shape train_shape;  /* the largest training forward (B = micro-batch rows, CFG rows included) */
     int sp, ulysses;        /* the trainer's sequence parallelism (parallel.sp, ulysses_degree; 0 or 1: none): each

@@ -106,14 +106,17 @@ int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
     return core_metrics_open(&S->metrics, path, resumed);
 }
 
-/* What a checkpoint of this run holds per expert: every expert's weights, Adam state and EMA; with LoRA the trained
- * experts' adapters (with their Adam state and EMA) only. Returns the number of entries. */
+/* What a checkpoint of this run holds per expert: every expert's weights, Adam state, EMA and old policy; with LoRA
+ * the trained experts' adapters (with their Adam state, EMA and old policy) only. Returns the number of entries. */
 static int ckpt_experts(trainer_state *S, trainer_ckpt_expert *ex, trainer_ckpt_lora *lx) {
     int n = 0;
     for (int e = 0; e < S->n_experts; e++) {
         if (S->lora_on && !S->trained[e]) continue;
-        ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e], S->ema_on && !S->lora_on ? &S->ema[e] : NULL};
-        lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL};
+        ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e],
+                                      S->ema_on && !S->lora_on ? &S->ema[e] : NULL,
+                                      S->old_on && !S->lora_on && S->trained[e] ? &S->old[e] : NULL};
+        lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL,
+                                    S->old_on && S->lora_on ? &S->old_lora[e] : NULL};
         n++;
     }
     return n;
@@ -301,6 +304,7 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (!rc && S->dx) { /* the checkpoint's weights and Adam state onto the device (trainer/optim/train_dev.h) */
         optim_adamw *opts[2] = {&S->opt[0], &S->opt[1]};
         rc = trainer_dev_upload(&S->dev, opts);
+        if (!rc) rc = trainer_old_sync_device(S); /* the checkpoint's old policy (algorithm.loss nft) */
     }
     if (!rc) {
         trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);

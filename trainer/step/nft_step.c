@@ -35,26 +35,67 @@ int nft_count_transitions(const nft_step_config *c, const nft_batch *b, int64_t 
     return grpo_count_transitions(&c->sel, N, NULL, 0, b->n, count);
 }
 
-static int check_batch(const wan_model *policy, const wan_model *old, const wan_model *ref, const wan_exec *ex,
-                       const nft_step_config *c, const nft_batch *b, int backward) {
+int nft_count_transitions_experts(const nft_step_config *c, const nft_batch *b, int n_experts, const uint8_t *trained,
+                                  int64_t *count) {
+    if (n_experts == 1 && !trained) return nft_count_transitions(c, b, count);
+    if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
+        return core_error("nft: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
+    if (b->n < 1) return core_error("nft: empty batch");
+    const int N = b->traj[0].n_steps;
+    int64_t total = 0;
+    for (int s = 0; s < b->n; s++) {
+        if (b->traj[s].n_steps != N)
+            return core_error("nft: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
+                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
+        int64_t k;
+        if (grpo_count_transitions_experts(&c->sel, N, NULL, b->traj[s].expert, 0, 1, trained, n_experts, &k))
+            return core_error_push("nft: sample %d (uid %llu): ", s, (unsigned long long)b->traj[s].uid);
+        total += k;
+    }
+    *count = total;
+    return 0;
+}
+
+/* Expert e's model of an array (NULL array: none). */
+static const wan_model *of(const wan_model *const *m, int e) { return m ? m[e] : NULL; }
+
+static int check_batch(wan_model *const *policy, const wan_model *const *old, const wan_model *const *ref,
+                       int n_experts, const uint8_t *trained, const wan_exec *ex, const nft_step_config *c,
+                       const nft_batch *b, int backward) {
     if (check_config(c)) return -1;
-    if (!policy || !old) return core_error("nft: the policy and the old policy are needed");
-    if (!wan_config_equal(&old->cfg, &policy->cfg)) return core_error("nft: the old policy's config differs from the policy's");
-    if (c->kl_beta > 0 && !ref) return core_error("nft: algorithm.beta > 0 needs the reference model");
-    if (ref && !wan_config_equal(&ref->cfg, &policy->cfg)) return core_error("nft: the reference model's config differs");
-    if (c->kl_beta > 0 && ref == policy && !policy->lora)
-        return core_error("nft: the reference is the policy itself, which needs a LoRA adapter to switch off");
-    if (backward && !(ex && ex->dev) && !trainer_trained_buffer((wan_model *)policy).grads)
-        return core_error("nft: gradients not allocated");
+    if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
+        return core_error("nft: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
+    int n_trained = 0;
+    for (int e = 0; e < n_experts; e++) {
+        const char *sfx = n_experts > 1 ? (e ? " (expert 1, transformer_2)" : " (expert 0, transformer)") : "";
+        if (trained && trained[e] > 1)
+            return core_error("algorithm.train_experts: trained flag of expert %d is %d; must be 0 or 1", e, trained[e]);
+        if (!policy || !policy[e]) return core_error("nft: the policy is needed%s", sfx);
+        if (e > 0 && !wan_config_equal(&policy[e]->cfg, &policy[0]->cfg))
+            return core_error("nft: the experts' configs differ (expert %d vs expert 0)", e);
+        if (trained && !trained[e]) continue;
+        n_trained++;
+        const wan_model *o = of(old, e), *r = of(ref, e);
+        if (!o) return core_error("nft: the policy and the old policy are needed%s", sfx);
+        if (!wan_config_equal(&o->cfg, &policy[e]->cfg))
+            return core_error("nft: the old policy's config differs from the policy's%s", sfx);
+        if (c->kl_beta > 0 && !r) return core_error("nft: algorithm.beta > 0 needs the reference model%s", sfx);
+        if (r && !wan_config_equal(&r->cfg, &policy[e]->cfg)) return core_error("nft: the reference model's config differs%s", sfx);
+        if (c->kl_beta > 0 && r == policy[e] && !policy[e]->lora)
+            return core_error("nft: the reference is the policy itself, which needs a LoRA adapter to switch off%s", sfx);
+        if (backward && !(ex && ex->dev) && !trainer_trained_buffer(policy[e]).grads)
+            return core_error("nft: gradients not allocated%s", sfx);
+    }
+    if (n_trained == 0) return core_error("algorithm.train_experts: no expert is trained");
     if (backward && c->acts_mode != WAN_ACTS_STORE && c->acts_mode != WAN_ACTS_RECOMPUTE &&
         !(c->acts_mode == WAN_ACTS_CHECKPOINT && ex && ex->dev))
         return core_error("nft: activation mode must be STORE or RECOMPUTE (or, on a device, CHECKPOINT)");
     if (b->n < 1) return core_error("nft: empty batch");
     if (!b->r) return core_error("nft: no optimality probabilities");
     const core_traj *T = b->traj;
-    if (T[0].shape[0] != policy->cfg.in_channels || T[0].shape[0] != policy->cfg.out_channels)
+    if (T[0].shape[0] != policy[0]->cfg.in_channels || T[0].shape[0] != policy[0]->cfg.out_channels)
         return core_error("nft: trajectories have %lld channels, the model takes %d and gives %d",
-                          (long long)T[0].shape[0], policy->cfg.in_channels, policy->cfg.out_channels);
+                          (long long)T[0].shape[0], policy[0]->cfg.in_channels, policy[0]->cfg.out_channels);
     for (int s = 0; s < b->n; s++) {
         if (T[s].n_steps != T[0].n_steps || memcmp(T[s].shape, T[0].shape, sizeof T[0].shape))
             return core_error("nft: trajectory %d (uid %llu) differs in steps or shape from trajectory 0", s,
@@ -64,9 +105,9 @@ static int check_batch(const wan_model *policy, const wan_model *old, const wan_
             return core_error("nft: trajectory %d (uid %llu) is image-conditioned; algorithm.loss nft trains text to "
                               "video only", s, (unsigned long long)T[s].uid);
         for (int i = 0; i < T[s].n_steps; i++)
-            if (T[s].expert[i] != 0)
-                return core_error("nft: uid %llu step %d uses expert %d; algorithm.loss nft trains one expert",
-                                  (unsigned long long)T[s].uid, i, T[s].expert[i]);
+            if (T[s].expert[i] >= n_experts)
+                return core_error("nft: uid %llu step %d uses expert %d but %d expert%s given",
+                                  (unsigned long long)T[s].uid, i, T[s].expert[i], n_experts, n_experts > 1 ? "s" : "");
         if (!(b->r[s] >= 0.0f && b->r[s] <= 1.0f))
             return core_error("nft: optimality probability of sample %d is %g; must be in [0, 1]", s, (double)b->r[s]);
     }
@@ -139,27 +180,35 @@ done:
     return rc;
 }
 
-int nft_accumulate(wan_model *policy, const wan_model *old, const wan_model *ref, const wan_exec *ex,
-                   const nft_step_config *c, const nft_batch *b, int backward, nft_loss_stats *stats) {
-    if (check_batch(policy, old, ref, ex, c, b, backward)) return -1;
+int nft_accumulate_experts(wan_model *const *policy, const wan_model *const *old, const wan_model *const *ref,
+                           int n_experts, const uint8_t *trained, const wan_exec *ex, const nft_step_config *c,
+                           const nft_batch *b, int backward, nft_loss_stats *stats) {
+    if (check_batch(policy, old, ref, n_experts, trained, ex, c, b, backward)) return -1;
     const int N = b->traj[0].n_steps;
     const int64_t nl = core_traj_latent_numel(&b->traj[0]);
-    nft_tr *tr = malloc(sizeof(nft_tr) * (size_t)b->n * (size_t)N);
+    nft_tr *all = malloc(sizeof(nft_tr) * (size_t)b->n * (size_t)N), *tr = malloc(sizeof(nft_tr) * (size_t)b->n * (size_t)N);
     int *steps = malloc(sizeof(int) * (size_t)N);
     nft_scratch w = {0};
-    int rc = -1, total = 0;
-    if (!tr || !steps) {
+    int rc = -1, total = 0, per[CORE_TRAJ_MAX_EXPERTS] = {0};
+    if (!all || !tr || !steps) {
         core_error("nft: out of memory");
         goto done;
     }
     for (int s = 0; s < b->n; s++) {
+        const core_traj *T = &b->traj[s];
         int k;
-        if (grpo_select_steps(&c->sel, N, NULL, c->seed, (uint32_t)b->traj[s].uid, steps, &k)) {
-            core_error_push("nft: sample %d (uid %llu): ", s, (unsigned long long)b->traj[s].uid);
+        if (grpo_select_steps_experts(&c->sel, N, NULL, T->expert, trained, n_experts, c->seed, (uint32_t)T->uid, steps,
+                                      &k)) {
+            core_error_push("nft: sample %d (uid %llu): ", s, (unsigned long long)T->uid);
             goto done;
         }
-        for (int j = 0; j < k; j++) tr[total++] = (nft_tr){s, steps[j]};
+        for (int j = 0; j < k; j++) all[total++] = (nft_tr){s, steps[j]}, per[T->expert[steps[j]]]++;
     }
+    /* grouped by expert (stable: sample by sample, steps ascending within each), so a forward runs one expert */
+    int pos = 0;
+    for (int e = 0; e < n_experts; e++)
+        for (int t = 0; t < total; t++)
+            if (b->traj[all[t].s].expert[all[t].i] == e) tr[pos++] = all[t];
     if (total == 0) {
         rc = 0;
         goto done;
@@ -167,7 +216,7 @@ int nft_accumulate(wan_model *policy, const wan_model *old, const wan_model *ref
     const int64_t denom = b->denom > 0 ? b->denom : total;
     const int cap = c->micro_batch_size < total ? c->micro_batch_size : total;
     const size_t f = sizeof(float);
-    if (flow_denoise_init(&w.step, &policy->cfg, b->traj[0].shape, b->text_len, 0, cap, backward)) {
+    if (flow_denoise_init(&w.step, &policy[0]->cfg, b->traj[0].shape, b->text_len, 0, cap, backward)) {
         core_error_push("nft: a micro-batch of %d transitions: ", cap);
         goto done;
     }
@@ -177,13 +226,22 @@ int nft_accumulate(wan_model *policy, const wan_model *old, const wan_model *ref
         core_error("nft: out of memory for a micro-batch of %d transitions", cap);
         goto done;
     }
-    for (int t0 = 0; t0 < total; t0 += cap) {
-        const int cnt = total - t0 < cap ? total - t0 : cap;
-        if (micro_batch(policy, old, ref, ex, c, b, tr + t0, cnt, denom, backward, &w, stats)) goto done;
-    }
+    for (int e = 0, g0 = 0; e < n_experts; g0 += per[e], e++)
+        for (int t0 = g0; t0 < g0 + per[e]; t0 += cap) {
+            const int cnt = g0 + per[e] - t0 < cap ? g0 + per[e] - t0 : cap;
+            if (micro_batch(policy[e], of(old, e), of(ref, e), ex, c, b, tr + t0, cnt, denom, backward, &w, stats))
+                goto done;
+        }
     rc = 0;
 done:
     scratch_free(&w);
-    free(tr), free(steps);
+    free(all), free(tr), free(steps);
     return rc;
+}
+
+int nft_accumulate(wan_model *policy, const wan_model *old, const wan_model *ref, const wan_exec *ex,
+                   const nft_step_config *c, const nft_batch *b, int backward, nft_loss_stats *stats) {
+    wan_model *p[1] = {policy};
+    const wan_model *o[1] = {old}, *r[1] = {ref};
+    return nft_accumulate_experts(p, o, r, 1, NULL, ex, c, b, backward, stats);
 }

@@ -17,9 +17,14 @@
  * denom = the global batch's trained transitions (grpo_count_transitions with has_logp NULL), so gradients summed
  * over micro-batches and ranks do not depend on the split. A transition's velocity does not depend on its batch
  * mates, so the loss is the same for every micro-batch size.
- * Scope: one expert, text to video (no image condition); the old policy is a whole model (with LoRA: a model whose
- * adapter is the old adapter). Tested on the CPU (ex NULL); with ex->dev the old policy must be resident on the
- * device as the reference is (untested there). */
+ * Two experts (Wan 2.2 A14B, nft_accumulate_experts): every transition is trained by the expert its rollout step
+ * used (traj.expert[i]: the forward-process sample at that step's sigma goes through the same expert, as the
+ * sampler's boundary routes it), with that expert's old policy and reference; a frozen expert's steps are not
+ * candidates of the selection and not counted (grpo_select_steps_experts, as GRPO's trainer: trainer/step/train_step.h);
+ * the transitions are grouped by expert into micro-batches. With one expert it is nft_accumulate, bit for bit.
+ * Scope: text to video (no image condition); the old policy is a whole model (with LoRA: a model whose adapter is the
+ * old adapter). Tested on the CPU and the emulated device (trainer/run/objective.c; the old policy resident on the
+ * device as the reference is). */
 #ifndef TRAINER_NFT_STEP_H
 #define TRAINER_NFT_STEP_H
 
@@ -70,5 +75,20 @@ int nft_count_transitions(const nft_step_config *c, const nft_batch *b, int64_t 
  * 32 bits, r out of [0, 1], DiT failures, out of memory. The gradient may be partly accumulated on error. */
 int nft_accumulate(wan_model *policy, const wan_model *old, const wan_model *ref, const wan_exec *ex,
                    const nft_step_config *c, const nft_batch *b, int backward, nft_loss_stats *stats);
+
+/* The trained-transition count over n_experts experts (1 or 2) with the trained flags (NULL: all): the sum over
+ * samples of grpo_count_transitions_experts of their expert rows. Pass the global batch. n_experts 1 and trained
+ * NULL: nft_count_transitions. Errors (-1): those of nft_count_transitions, n_experts out of range, an expert id or
+ * a selection a sample cannot satisfy (named). */
+int nft_count_transitions_experts(const nft_step_config *c, const nft_batch *b, int n_experts, const uint8_t *trained,
+                                  int64_t *count);
+
+/* nft_accumulate over n_experts experts (see the file comment): policy, old, ref [n_experts] (ref NULL when
+ * kl_beta == 0; old[e], ref[e] needed for the trained experts only); trained [n_experts] 0/1 (NULL: all). The trained
+ * experts' grads are accumulated into. Errors: those of nft_accumulate, n_experts out of range, experts of different
+ * configs, no expert trained, a step's expert id >= n_experts. */
+int nft_accumulate_experts(wan_model *const *policy, const wan_model *const *old, const wan_model *const *ref,
+                           int n_experts, const uint8_t *trained, const wan_exec *ex, const nft_step_config *c,
+                           const nft_batch *b, int backward, nft_loss_stats *stats);
 
 #endif
