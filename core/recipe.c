@@ -104,8 +104,18 @@ const core_cfg_entry core_recipe_schema[] = {
     {"algorithm.std_mode", CORE_CFG_STRING, O(std_mode), "group", 0, 0, 0, "group|batch", "advantage std"},
     {"algorithm.timestep_selection", CORE_CFG_STRING, O(timestep_selection), "all", 0, 0, 0, NULL,
      "all | first_fraction F | random_k K | from_range A B K"},
-    {"algorithm.loss", CORE_CFG_STRING, O(loss), "grpo", 0, 0, 0, "grpo|grpo_guard",
-     "policy loss: GRPO's clipped ratio, or GRPO-Guard's mean-bias-corrected, step-scaled one (sde only)"},
+    {"algorithm.loss", CORE_CFG_STRING, O(loss), "grpo", 0, 0, 0, "grpo|grpo_guard|nft",
+     "objective: GRPO's clipped ratio, GRPO-Guard's mean-bias-corrected, step-scaled one (sde only), or DiffusionNFT "
+     "on the forward process (no log-prob; any sampler, eta 0 included)"},
+    /* DiffusionNFT's values (trainer/step/nft.h): the defaults are NVlabs/DiffusionNFT's, config/nft.py */
+    {"algorithm.nft_beta", CORE_CFG_FLOAT, O(nft_beta), "1.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1e6, NULL,
+     "nft: the mixing coefficient beta of the implicit policies v+- (config.beta; 1.0, 0.1 for OCR)"},
+    {"algorithm.old_decay_flat", CORE_CFG_INT64, O(old_decay_flat), "0", MINV, 0, 0, NULL,
+     "nft: optimizer steps before the old policy starts to lag (decay 0 until then)"},
+    {"algorithm.old_decay_rate", CORE_CFG_DOUBLE, O(old_decay_rate), "0.001", MINV | MAXV, 0, 1, NULL,
+     "nft: the old policy's decay grows by this per optimizer step past old_decay_flat"},
+    {"algorithm.old_decay_max", CORE_CFG_DOUBLE, O(old_decay_max), "0.5", MINV | MAXV, 0, 1, NULL,
+     "nft: the old policy's largest decay (old = d old + (1 - d) policy after each step's updates)"},
     {"algorithm.cps_logprob", CORE_CFG_STRING, O(cps_logprob), "exact", 0, 0, 0, "exact|flow_grpo",
      "cps log-prob: the exact Gaussian one, or Flow-GRPO's -(x' - mean)^2 (no 1/(2 s^2): other ratios)"},
     {"algorithm.optimizer_steps_per_rollout", CORE_CFG_INT, O(optimizer_steps_per_rollout), "1", MINV | MAXV, 1, 1000,
@@ -226,6 +236,25 @@ static int parse_choices(core_recipe *r) {
     return 0;
 }
 
+/* The options a forward-process objective (core_recipe_forward_process) has no use for: they shape the log-prob of
+ * the sampler's steps, which it never computes. */
+static int core_recipe_check_forward(const core_recipe *r) {
+    const char *loss = r->loss;
+    if (r->choice.sde_type == CORE_SDE_TYPE_CPS)
+        return core_error("rollout.sde_type: cps is a step chosen for its log-prob; algorithm.loss %s trains on the "
+                          "forward process and needs none (use sde; rollout.eta 0 samples with the ODE)", loss);
+    if (r->sde_window_size > 0)
+        return core_error("rollout.sde_window.size: %d: an SDE window picks the steps whose log-prob GRPO trains; "
+                          "algorithm.loss %s trains on the forward process at the rollout's timesteps (use 0, and "
+                          "algorithm.timestep_selection to choose them)", r->sde_window_size, loss);
+    if (r->choice.cps_logprob != CORE_CPS_LOGP_EXACT)
+        return core_error("algorithm.cps_logprob: %s is a log-prob choice; algorithm.loss %s computes no log-prob",
+                          r->cps_logprob, loss);
+    return 0;
+}
+
+int core_recipe_forward_process(const core_recipe *r) { return r->choice.loss == CORE_LOSS_NFT; }
+
 int core_recipe_check(core_recipe *r) {
     const int f = r->vae_scale_factor_spatial, m = 2 * f; /* every Wan DiT patchifies 2 x 2 latent pixels */
     if (f != 8 && f != 16)
@@ -334,6 +363,7 @@ int core_recipe_check(core_recipe *r) {
     if (c->cps_logprob == CORE_CPS_LOGP_FLOW_GRPO && c->sde_type != CORE_SDE_TYPE_CPS)
         return core_error("algorithm.cps_logprob: flow_grpo is Flow-GRPO's log-prob of the cps step; rollout.sde_type "
                           "is %s (use exact)", r->sde_type);
+    if (c->loss == CORE_LOSS_NFT && core_recipe_check_forward(r)) return -1;
     if (c->loss == CORE_LOSS_GRPO_GUARD && c->sde_type != CORE_SDE_TYPE_SDE)
         return core_error("algorithm.loss: grpo_guard is defined for rollout.sde_type sde (its ratio is scaled by the "
                           "sde step's std sqrt(-dt) std_t); rollout.sde_type is %s", r->sde_type);

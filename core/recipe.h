@@ -80,6 +80,12 @@
  *   algorithm.std_mode             group | batch
  *   algorithm.timestep_selection   all | first_fraction F | random_k K | from_range A B K
  *   algorithm.loss                 grpo | grpo_guard (trainer/step/grpo.h: GRPO-Guard's ratio; rollout.sde_type sde only)
+ *                                  | nft (trainer/step/nft.h: DiffusionNFT on the forward process; no log-prob, so
+ *                                  rollout.eta 0 is allowed and the cps step, an SDE window and cps_logprob flow_grpo
+ *                                  are refused)
+ *   algorithm.nft_beta             nft: the mixing coefficient of the implicit positive and negative policies
+ *   algorithm.old_decay_flat, old_decay_rate, old_decay_max   nft: the old policy's decay after step k,
+ *                                  min(max(0, k - flat) x rate, max); it is soft-updated after each step's updates
  *   algorithm.cps_logprob          exact | flow_grpo: the cps step's log-prob (flow_grpo: Flow-GRPO's -(x' - mean)^2)
  *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
  *                                  updates after the first are off-policy)
@@ -153,7 +159,7 @@ typedef enum { CORE_SDE_TYPE_SDE = 0, CORE_SDE_TYPE_CPS } core_sde_type;        
 typedef enum { CORE_WINDOW_RANDOM = 0, CORE_WINDOW_PROGRESSIVE } core_window_schedule; /* rollout.sde_window.schedule */
 typedef enum { CORE_WINDOW_CLAMP = 0, CORE_WINDOW_RESTART } core_window_at_end;        /* rollout.sde_window.at_end */
 typedef enum { CORE_STD_GROUP = 0, CORE_STD_BATCH } core_std_mode;                     /* algorithm.std_mode */
-typedef enum { CORE_LOSS_GRPO = 0, CORE_LOSS_GRPO_GUARD } core_loss;                   /* algorithm.loss */
+typedef enum { CORE_LOSS_GRPO = 0, CORE_LOSS_GRPO_GUARD, CORE_LOSS_NFT } core_loss;    /* algorithm.loss */
 typedef enum { CORE_CPS_LOGP_EXACT = 0, CORE_CPS_LOGP_FLOW_GRPO } core_cps_logprob;    /* algorithm.cps_logprob */
 typedef enum {
     CORE_EXPERTS_ALL = 0,
@@ -215,6 +221,9 @@ typedef struct {
     float beta, clip_range, adv_clip_max;
     char *std_mode, *timestep_selection, *activations, *train_experts, *loss, *cps_logprob;
     double ema_decay;
+    float nft_beta;                                      /* algorithm.nft_beta */
+    int64_t old_decay_flat;                              /* algorithm.old_decay_flat */
+    double old_decay_rate, old_decay_max;                /* algorithm.old_decay_rate, old_decay_max */
     int optimizer_steps_per_rollout, micro_batch_size;
     double lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     char *schedule;
@@ -257,6 +266,10 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
  * (eval_prompt_file = prompt_file when absent; weights = 1 each when absent) and parses the choice keys into r->choice
  * (a text outside the key's choices: -1, "KEY: must be one of A|B, got \"X\""). -1 naming the key. */
 int core_recipe_check(core_recipe *r);
+
+/* 1 when algorithm.loss is an objective on the forward process (nft): no log-prob, the rollout's final latents
+ * noised at its timesteps, a second copy of the trained weights (the old policy), parity by the velocity alone. */
+int core_recipe_forward_process(const core_recipe *r);
 
 /* Whether algorithm.train_experts trains expert e (0: transformer/, 1: transformer_2/). Whether the pipeline has
  * expert 1 at all is the caller's to check. */

@@ -60,7 +60,7 @@ TEST(checkpoint_save_load_roundtrip) {
     const char *cfg = "{optim: {lr: 0.001}, rollout: {eta: 1.0}}";
     trainer_ckpt_state st = {.step = 5, .policy_version = 7, .rollout_round = 5, .data_epoch = 2, .data_position = 4,
                              .data_size = 9, .seed = 42, .config = (char *)cfg};
-    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL}, ex2 = {"transformer", &m2, &o2, NULL};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL, NULL}, ex2 = {"transformer", &m2, &o2, NULL, NULL};
     char path[TRAINER_CKPT_PATH_MAX];
     REQUIRE_OK(trainer_ckpt_save(dir, &st, &ex, 1, 0, path, sizeof path));
     CHECK(strstr(path, "/checkpoint-5") != NULL);
@@ -94,12 +94,12 @@ TEST(checkpoint_save_load_roundtrip) {
     tiny_expert(&mb, &ob, 21);
     tiny_expert(&mb2, &ob2, 31);
     ob.step = 9;
-    trainer_ckpt_expert two[2] = {ex2, {"transformer_2", &mb2, &ob2, NULL}};
+    trainer_ckpt_expert two[2] = {ex2, {"transformer_2", &mb2, &ob2, NULL, NULL}};
     CHECK(trainer_ckpt_load(path, cfg, two, 2, &got) == -1);
     CHECK_MSG(strstr(core_last_error(), "expert"), "got: %s", core_last_error());
     /* two experts round trip (each its own weights, moments and step), and transformer_dirs names both */
     REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 6, .config = (char *)cfg},
-                                 (trainer_ckpt_expert[]){{"transformer", &m, &o, NULL}, {"transformer_2", &mb, &ob, NULL}}, 2, 0,
+                                 (trainer_ckpt_expert[]){{"transformer", &m, &o, NULL, NULL}, {"transformer_2", &mb, &ob, NULL, NULL}}, 2, 0,
                                  NULL, 0));
     REQUIRE_OK(trainer_ckpt_load(path, NULL, &ex2, 1, &got)); /* checkpoint-5 still there */
     trainer_ckpt_state_free(&got);
@@ -122,7 +122,7 @@ TEST(checkpoint_list_prune_resolve_and_refusals) {
     wan_model m;
     optim_adamw o;
     tiny_expert(&m, &o, 5);
-    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL, NULL};
     const char *cfg = "{a: 1}";
     for (int s = 1; s <= 4; s++)
         REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = s, .config = (char *)cfg}, &ex, 1, 3, NULL, 0));
@@ -236,7 +236,7 @@ TEST(checkpoint_refuses_damage_and_non_finite) {
     optim_adamw o, o2;
     tiny_expert(&m, &o, 5);
     tiny_expert(&m2, &o2, 6);
-    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL}, ex2 = {"transformer", &m2, &o2, NULL};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL, NULL}, ex2 = {"transformer", &m2, &o2, NULL, NULL};
     const char *cfg = "{a: 1}";
     char ck[TRAINER_CKPT_PATH_MAX], out[4096], p[TRAINER_CKPT_PATH_MAX + 64], want[512];
     REQUIRE_OK(trainer_ckpt_save(dir, &(trainer_ckpt_state){.step = 1, .config = (char *)cfg}, &ex, 1, 0, ck, sizeof ck));
@@ -324,7 +324,7 @@ TEST(checkpoint_removal_cut_short_leaves_no_partial_checkpoint) {
     wan_model m;
     optim_adamw o;
     tiny_expert(&m, &o, 5);
-    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL, NULL};
     const char *cfg = "{a: 1}";
     char out[4096], ck[TRAINER_CKPT_PATH_MAX];
     for (int s = 1; s <= 2; s++)

@@ -250,7 +250,7 @@ TEST(finite_checkpoint_save_refuses_nonfinite) {
     wan_params_init_random(&m, 5);
     wan_params_init_random(&ema, 5);
     REQUIRE_OK(optim_adamw_init(&o, m.layout.numel));
-    trainer_ckpt_expert ex = {"transformer", &m, &o, &ema};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, &ema, NULL};
     const char *cfg = "{a: 1}";
     char ck[TRAINER_CKPT_PATH_MAX], p[TRAINER_CKPT_PATH_MAX + 64], want[512];
     REQUIRE_OK(

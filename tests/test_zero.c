@@ -124,7 +124,7 @@ TEST(zero_checkpoint_read_into_shards) {
     o.step = 2;
     const char *cfg = "{optim: {lr: 0.001}}";
     trainer_ckpt_state st = {.step = 2, .policy_version = 2, .rollout_round = 2, .data_size = 3, .config = (char *)cfg};
-    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL};
+    trainer_ckpt_expert ex = {"transformer", &m, &o, NULL, NULL};
     char path[TRAINER_CKPT_PATH_MAX];
     REQUIRE_OK(trainer_ckpt_save(dir, &st, &ex, 1, 0, path, sizeof path));
     for (int size = 2; size <= 3; size++)
@@ -135,7 +135,7 @@ TEST(zero_checkpoint_read_into_shards) {
             dp_zero_shard(n, r, size, &lo, &len);
             REQUIRE_OK(wan_model_init(&m2, &c));
             REQUIRE_OK(optim_adamw_init_shard(&s, n, lo, len));
-            trainer_ckpt_expert e2 = {"transformer", &m2, &s, NULL};
+            trainer_ckpt_expert e2 = {"transformer", &m2, &s, NULL, NULL};
             trainer_ckpt_state got;
             REQUIRE_OK(trainer_ckpt_load(path, cfg, &e2, 1, &got));
             CHECK_MSG(s.step == 2 && !memcmp(s.m, o.m + lo, sizeof(float) * (size_t)len) &&

@@ -36,14 +36,15 @@ typedef struct {
     const char *name;
     wan_model *model;
     optim_adamw *opt;
-    wan_model *ema;
-    wan_lora *lora, *ema_lora;
+    wan_model *ema, *old;
+    wan_lora *lora, *ema_lora, *old_lora;
 } ckpt_ex;
 
 static int to_ckpt_ex(const trainer_ckpt_expert *ex, const trainer_ckpt_lora *lx, int n_ex, ckpt_ex *out) {
     if (n_ex < 1 || n_ex > TRAINER_CKPT_MAX_EXPERTS) return core_error("checkpoint: %d experts (1 or 2)", n_ex);
     for (int e = 0; e < n_ex; e++)
-        out[e] = (ckpt_ex){ex[e].name, ex[e].model, ex[e].opt, ex[e].ema, lx ? lx[e].lora : NULL, lx ? lx[e].ema : NULL};
+        out[e] = (ckpt_ex){ex[e].name, ex[e].model, ex[e].opt, ex[e].ema, ex[e].old, lx ? lx[e].lora : NULL,
+                           lx ? lx[e].ema : NULL, lx ? lx[e].old : NULL};
     return 0;
 }
 
@@ -142,6 +143,8 @@ static int check_expert(const ckpt_ex *e) {
         return core_error("checkpoint: expert %s: optimizer over %" PRId64 " values, %s has %" PRId64, e->name,
                           e->opt->n, e->lora ? "its LoRA adapter" : "model", ex_layout(e)->numel);
     if (e->ema_lora && !e->lora) return core_error("checkpoint: expert %s: an EMA adapter without an adapter", e->name);
+    if (e->old_lora && !e->lora)
+        return core_error("checkpoint: expert %s: an old policy's adapter without an adapter", e->name);
     return 0;
 }
 
@@ -246,11 +249,12 @@ static int check_finite_state(const ckpt_ex *ex, int n_ex, const char *fin) {
         const struct {
             const float *x;
             const char *prefix;
-        } b[4] = {{ex[e].lora ? ex[e].lora->params : ex[e].model->params, "%s/"},
+        } b[5] = {{ex[e].lora ? ex[e].lora->params : ex[e].model->params, "%s/"},
                   {ex[e].ema_lora ? ex[e].ema_lora->params : ex[e].ema ? ex[e].ema->params : NULL, "ema/%s/"},
+                  {ex[e].old_lora ? ex[e].old_lora->params : ex[e].old ? ex[e].old->params : NULL, "old/%s/"},
                   {whole ? ex[e].opt->m : NULL, "%s/exp_avg/"},
                   {whole ? ex[e].opt->v : NULL, "%s/exp_avg_sq/"}};
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             char pre[64];
             if (!b[k].x) continue;
             snprintf(pre, sizeof pre, b[k].prefix, ex[e].name);
@@ -295,6 +299,11 @@ static int ckpt_save(const char *dir, const trainer_ckpt_state *st, const ckpt_e
         if (ex[e].ema_lora || ex[e].ema) {
             snprintf(p, sizeof p, "%s/ema/%s", tmp, ex[e].name);
             if (core_mkdir_p(p) || (ex[e].ema_lora ? wan_lora_save(ex[e].ema_lora, p) : wan_model_save(ex[e].ema, p)))
+                goto fail;
+        }
+        if (ex[e].old_lora || ex[e].old) {
+            snprintf(p, sizeof p, "%s/old/%s", tmp, ex[e].name);
+            if (core_mkdir_p(p) || (ex[e].old_lora ? wan_lora_save(ex[e].old_lora, p) : wan_model_save(ex[e].old, p)))
                 goto fail;
         }
     }
@@ -633,6 +642,15 @@ static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int
                 goto done;
             }
             if (ex[e].ema_lora ? wan_lora_load_weights(ex[e].ema_lora, p) : wan_model_load_weights(ex[e].ema, p))
+                goto done;
+        }
+        if (ex[e].old || ex[e].old_lora) {
+            snprintf(p, sizeof p, "%s/old/%s", ckpt, ex[e].name);
+            if (!core_is_dir(p)) {
+                core_error("%s: missing (the run keeps an old policy: algorithm.loss %s)", p, "nft");
+                goto done;
+            }
+            if (ex[e].old_lora ? wan_lora_load_weights(ex[e].old_lora, p) : wan_model_load_weights(ex[e].old, p))
                 goto done;
         }
         char name[WAN_NAME_MAX + 64];

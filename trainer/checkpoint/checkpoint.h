@@ -6,6 +6,8 @@
  *                                  and so does wan_model_load
  *   ema/transformer[_2]/           (runs with algorithm.ema_decay > 0) the exponential moving average of the weights,
  *                                  same layout: `vgrpo eval --checkpoint checkpoint-N/ema` evaluates it
+ *   old/transformer[_2]/           (algorithm.loss nft) the old policy, the soft-updated copy of the weights
+ *                                  (trainer/step/nft.h), same layout (under LoRA its adapter, as ema/'s)
  *   LoRA (model.lora, trainer/optim/lora.h): transformer/ (and transformer_2/) of each TRAINED expert hold its adapter
  *                                  instead, no base weights (the base is model.path's), in the two formats users load
  *                                  (wan_lora_save, model/dit/wan_lora.h): pytorch_lora_weights.safetensors (diffusers'
@@ -88,6 +90,7 @@ typedef struct {
     wan_model *model;
     optim_adamw *opt;
     wan_model *ema;
+    wan_model *old; /* the old policy (algorithm.loss nft; NULL: none): old/<name>/, as ema is ema/<name>/ */
 } trainer_ckpt_expert;
 
 /* LoRA (trainer_ckpt_save_lora / trainer_ckpt_load_lora): per expert, its adapter, saved instead of the model (see
@@ -96,6 +99,7 @@ typedef struct {
 typedef struct {
     wan_lora *lora;
     wan_lora *ema;
+    wan_lora *old; /* the old policy's adapter (old/<name>/, or NULL) instead of trainer_ckpt_expert's old */
 } trainer_ckpt_lora;
 
 /* What trainer_state.json holds (see the top comment). config and guard: NUL-terminated text; borrowed by

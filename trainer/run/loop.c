@@ -21,36 +21,6 @@
 #include "trainer/dp/dp_dev.h"
 #include "trainer/dp/zero.h"
 
-/* One optimizer update over the batch. Alone: trainer_update_experts. Over dp trainer ranks (every rank holds the
- * whole batch): this rank's contiguous share with the whole batch's transition count as the denominator, the
- * gradients summed over the ranks (dp_grad_reduce) before the one optimizer step every rank takes (ZeRO stages 1
- * and 2: each rank steps its shard, dp_zero_step).
- * stoppable: a signal (core_stop_interrupt) may end the update between micro-batches or before its optimizer step,
- * weights untouched; only alone: with dp the ranks would disagree inside the gradient all-reduce. */
-static int train_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info,
-                        int stoppable) {
-    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
-    const wan_model *ref[2];
-    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
-    trainer_batch sub = *tb;
-    trainer_config tc = S->tc;
-    tc.should_stop = stoppable && !(S->dp && S->dp->size > 1) ? core_stop_interrupt : NULL;
-    if (S->dp && S->dp->size > 1) {
-        int lo, hi;
-        dp_share(tb->n, S->me.dp_rank, S->topo.dp, &lo, &hi);
-        if (trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom)) return -1;
-        sub.n = hi - lo, sub.traj += lo, sub.cond += lo, sub.adv += lo, sub.mask += lo;
-        tc.grad_reduce = dp_grad_reduce;
-        tc.grad_reduce_ctx = &S->red;
-        if (S->dx) /* on the device: its gradients, and trainer_dev_opt_step with the shard hooks (dp_dev.h) */
-            tc.grad_reduce = dp_dev_grad_reduce, tc.grad_reduce_ctx = &S->red_dev;
-        else if (S->red.zero_stage > 0)
-            tc.opt_step = dp_zero_step, tc.opt_step_ctx = &S->red; /* trainer/dp/zero.h */
-    }
-    return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
-                                  st, info);
-}
-
 /* After update u of GRPO step k: the trained weights are finite, else the run stops here, before they are synced to
  * the workers or written to a checkpoint (whose load would refuse them): the error names the step, the tensor and the
  * update that made it. The loss and the gradient norm were finite (trainer_update_experts refuses a non-finite one
@@ -71,16 +41,6 @@ static int check_updated(trainer_state *S, int64_t k, int u, const optim_step_in
         if (wan_layout_check_finite(tb.layout, tb.params, label, "")) return -1;
     }
     return 0;
-}
-
-static int put_stats(core_metrics *m, const char *prefix, const grpo_loss_stats *st) {
-    char k[96];
-    const double nt = st->n_transitions > 0 ? (double)st->n_transitions : 1;
-#define PUT(name, val) (snprintf(k, sizeof k, "%s%s", prefix, name), core_metrics_f64(m, k, val))
-    return PUT("loss", st->loss) || PUT("policy_loss", st->policy) || PUT("kl", st->kl) ||
-           PUT("clip_fraction", st->n_clipped / nt) || PUT("ratio_dev_mean", st->abs_ratio_dev_sum / nt) ||
-           PUT("log_prob_mean_abs_diff", st->abs_logp_diff_sum / nt);
-#undef PUT
 }
 
 /* rewards.jsonl: {"step", "uid": [...], "prompt_index": [...], "reward": [...]} with %.9g (exact floats), one row
@@ -107,7 +67,7 @@ static int write_rewards(trainer_state *S, int64_t round, const core_rollout_res
 
 /* The step's metrics row (rewards per scorer, loss statistics of the first and last update, timing). */
 static int put_step_metrics(trainer_state *S, const core_rollout_result *res, const float *rew, double *per,
-                            const grpo_adv_stats *as, const grpo_loss_stats *first, const grpo_loss_stats *last,
+                            const grpo_adv_stats *as, const trainer_obj_stats *first, const trainer_obj_stats *last,
                             const optim_step_info *info0, const optim_step_info *info) {
     const core_recipe *r = S->r;
     const int B = r->prompts_per_step, G = r->samples_per_prompt, n = B * G, U = r->optimizer_steps_per_rollout;
@@ -136,11 +96,14 @@ static int put_step_metrics(trainer_state *S, const core_rollout_result *res, co
             (snprintf(key, sizeof key, "reward/%s/min", nm), core_metrics_f64(m, key, lo)) ||
             (snprintf(key, sizeof key, "reward/%s/max", nm), core_metrics_f64(m, key, hi));
     }
-    e = e || put_stats(m, "", first) || core_metrics_f64(m, "grad_norm", info0->grad_norm) ||
+    e = e || trainer_obj_put_metrics(S, m, "", first) || core_metrics_f64(m, "grad_norm", info0->grad_norm) ||
         core_metrics_f64(m, "grad_clip_coef", info0->clip_coef) ||
         core_metrics_f64(m, "masked_fraction", as->masked_fraction) || core_metrics_i64(m, "adv_clamped", as->n_clamped) ||
-        core_metrics_i64(m, "transitions", first->n_transitions) || core_metrics_i64(m, "optimizer_steps", U);
-    if (U > 1 && !e) e = put_stats(m, "offpolicy_last/", last) || core_metrics_f64(m, "offpolicy_last/grad_norm", info->grad_norm);
+        core_metrics_i64(m, "transitions", trainer_obj_transitions(S, first)) ||
+        core_metrics_i64(m, "optimizer_steps", U);
+    if (U > 1 && !e)
+        e = trainer_obj_put_metrics(S, m, "offpolicy_last/", last) ||
+            core_metrics_f64(m, "offpolicy_last/grad_norm", info->grad_norm);
     return e ? -1 : 0;
 }
 
@@ -208,7 +171,7 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
     t2 = trainer_now_s();
     trainer_batch tb = {.n = n, .traj = tr, .cond = cond, .neg = S->emb_neg, .text_len = r->text_len, .adv = adv,
                         .mask = mask};
-    grpo_loss_stats first = {0}, last = {0};
+    trainer_obj_stats first = {0}, last = {0};
     optim_step_info info0 = {0}, info = {0};
     *phase = "training";
     if (S->dp && S->dp->size > 1) {
@@ -218,8 +181,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         if (sp_comm_broadcast(S->dp, &cmd, 1, SP_I64, 0) || dp_batch_broadcast(S->dp, &db)) goto done;
     }
     for (int u = 0; u < U; u++) {
-        grpo_loss_stats st = {0};
-        if (train_update(S, &tb, &st, &info, u == 0)) { /* e.g. a non-finite loss or gradient norm, named */
+        trainer_obj_stats st = {0};
+        if (trainer_obj_update(S, &tb, u, &st, &info, u == 0)) { /* e.g. a non-finite loss or gradient norm, named */
             core_error_push("step %" PRId64 ", update %d of %d: ", round, u + 1, U);
             goto done;
         }
@@ -228,6 +191,10 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         if (S->ema_on) trainer_ema_update(S);
         if (u == 0) first = st, info0 = info;
         last = st;
+    }
+    if (S->old_on) { /* the old policy follows the policy once per step, after its updates (trainer/step/nft.h) */
+        const double d = trainer_old_update(S);
+        if (core_metrics_f64(S->metrics, "old_decay", d)) goto done;
     }
     t3 = trainer_now_s();
     if (write_rewards(S, round, res, rew, n)) goto done;
@@ -255,12 +222,12 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         core_metrics_f64(m, "time/step_s", step_s) || core_metrics_f64(m, "time/samples_per_s", n / step_s))
         goto done;
     /* step numbered as in metrics.jsonl (from 0); loss in %e: the GRPO loss is ~0 on average by construction */
-    printf("step %" PRId64 " of %" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | loss %+.3e kl %.3g | "
-           "clip %.3f |dlogp| %.3g | gnorm %.3g lr %.3g | masked %.2f | %.2fs (rollout %.2f, train %.2f) %.1f samples/s\n",
-           round, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, first.loss, first.kl,
-           first.n_transitions ? (double)first.n_clipped / first.n_transitions : 0.0,
-           first.n_transitions ? first.abs_logp_diff_sum / first.n_transitions : 0.0, info0.grad_norm, info0.lr,
-           as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
+    char obj[256];
+    trainer_obj_summary(S, &first, obj, sizeof obj);
+    printf("step %" PRId64 " of %" PRId64 " | v%" PRId64 " | reward %.4f +- %.4f [%.3f, %.3f] | %s | gnorm %.3g lr "
+           "%.3g | masked %.2f | %.2fs (rollout %.2f, train %.2f) %.1f samples/s\n",
+           round, total, version0, as.reward_mean, as.reward_std, as.reward_min, as.reward_max, obj, info0.grad_norm,
+           info0.lr, as.masked_fraction, step_s, t1 - t0, t3 - t2, n / step_s);
     if (match >= 0) /* on the step's line: what the weight sync sent each worker */
         printf("  weight sync: %.1f KiB to each worker (%s) in %.3fs, %.3f GB/s to %d worker(s)\n", sync_bytes / 1024.0,
                S->lora_on ? "LoRA adapters" : "full weights", sync_s, sync_gbps, S->src->n_workers);
@@ -318,7 +285,7 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, core_rollout_so
     int64_t start = 0;
     char *config_text = NULL;
     const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
-    if (trainer_setup(&S, r, dp) || trainer_scorers_init(&S) || trainer_ema_init(&S) ||
+    if (trainer_setup(&S, r, dp) || trainer_scorers_init(&S) || trainer_ema_init(&S) || trainer_old_init(&S) ||
         trainer_guard_init(&S.guard, r, &S.eval) ||
         !(config_text = trainer_config_text(r)))
         goto done;
@@ -453,7 +420,7 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
     int64_t start = 0;
     char *config_text = NULL;
     const int64_t total = o->steps > 0 ? o->steps : r->total_steps;
-    if (trainer_setup(&S, r, dp) || !(config_text = trainer_config_text(r))) goto done;
+    if (trainer_setup(&S, r, dp) || trainer_old_init(&S) || !(config_text = trainer_config_text(r))) goto done;
     if (o->resume && trainer_resume(&S, o->resume, config_text, total, &start)) goto done;
     for (;;) {
         int64_t cmd = -1;
@@ -483,10 +450,11 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
             if (bad) goto done;
         } else {
             for (int u = 0; u < r->optimizer_steps_per_rollout; u++) {
-                grpo_loss_stats st = {0};
+                trainer_obj_stats st = {0};
                 optim_step_info info;
-                if (train_update(&S, &tb, &st, &info, 0)) goto done;
+                if (trainer_obj_update(&S, &tb, u, &st, &info, 0)) goto done;
             }
+            trainer_old_update(&S); /* as rank 0 does after the step's updates: the copies stay equal */
         }
         dp_batch_free(&db);
     }

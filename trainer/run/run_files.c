@@ -104,14 +104,17 @@ int trainer_open_run_files(trainer_state *S, int resumed, int64_t start) {
     return core_metrics_open(&S->metrics, path, resumed);
 }
 
-/* What a checkpoint of this run holds per expert: every expert's weights, Adam state and EMA; with LoRA the trained
- * experts' adapters (with their Adam state and EMA) only. Returns the number of entries. */
+/* What a checkpoint of this run holds per expert: every expert's weights, Adam state, EMA and old policy; with LoRA
+ * the trained experts' adapters (with their Adam state, EMA and old policy) only. Returns the number of entries. */
 static int ckpt_experts(trainer_state *S, trainer_ckpt_expert *ex, trainer_ckpt_lora *lx) {
     int n = 0;
     for (int e = 0; e < S->n_experts; e++) {
         if (S->lora_on && !S->trained[e]) continue;
-        ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e], S->ema_on && !S->lora_on ? &S->ema[e] : NULL};
-        lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL};
+        ex[n] = (trainer_ckpt_expert){wan_expert_folder(e), &S->pol[e], &S->opt[e],
+                                      S->ema_on && !S->lora_on ? &S->ema[e] : NULL,
+                                      S->old_on && !S->lora_on ? &S->old[e] : NULL};
+        lx[n] = (trainer_ckpt_lora){S->lora_on ? &S->lora[e] : NULL, S->ema_on && S->lora_on ? &S->ema_lora[e] : NULL,
+                                    S->old_on && S->lora_on ? &S->old_lora[e] : NULL};
         n++;
     }
     return n;

@@ -25,6 +25,7 @@
 #include "trainer/step/sde_window.h"
 #include "core/rollout_source.h"
 #include "trainer/optim/train_dev.h"
+#include "trainer/step/nft.h"
 #include "trainer/step/train_step.h"
 
 typedef struct {
@@ -42,6 +43,12 @@ typedef struct {
     uint64_t base_hash;        /* LoRA: wan_models_hash of the base at start-up, checked again at the run's end */
     wan_lora lora[2], ema_lora[2];
     wan_model ema_view[2];
+    /* algorithm.loss nft (core_recipe_forward_process): the old policy, a soft-updated copy of the trained weights
+     * (trainer/run/old_policy.c), kept where the EMA is: old[e] a whole model, or with LoRA old_lora[e] and old_view[e]
+     * (pol[e] with the old adapter attached: a shallow copy sharing the base, never freed) */
+    int old_on;
+    wan_model old[2], old_view[2];
+    wan_lora old_lora[2];
     uint8_t trained[2];        /* algorithm.train_experts */
     int first;                 /* the first trained expert: its optimizer's step is the policy version */
     optim_config oc;
@@ -157,6 +164,37 @@ void trainer_ema_update(trainer_state *S);
  * CORE_EVAL_VERSION_OFFSET; else the policy's); trainer_eval_weights_end pushes the policy back. */
 int trainer_eval_weights_begin(trainer_state *S, int64_t *version);
 int trainer_eval_weights_end(trainer_state *S);
+
+/* ---- objective.c ---- */
+/* An update's statistics: the field of the recipe's algorithm.loss (additive: zero it first). */
+typedef struct {
+    grpo_loss_stats grpo; /* grpo, grpo_guard */
+    nft_loss_stats nft;   /* nft */
+} trainer_obj_stats;
+/* Optimizer update u (0-based, of algorithm.optimizer_steps_per_rollout) on the step's batch with the recipe's
+ * objective (see objective.c; over the dp ranks when there are several, each training its share). stoppable: a
+ * signal may end the update before its optimizer step, weights untouched (alone only). -1 with the error. */
+int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer_obj_stats *st, optim_step_info *info,
+                       int stoppable);
+/* The trained transitions the statistics count. */
+int64_t trainer_obj_transitions(const trainer_state *S, const trainer_obj_stats *st);
+/* The statistics as metrics fields under prefix ("" or "offpolicy_last/"): loss, policy_loss, kl and the objective's
+ * own (GRPO: clip_fraction, ratio_dev_mean, log_prob_mean_abs_diff; nft: nft/positive_loss, nft/negative_loss,
+ * nft/optimality_mean, nft/old_deviate). */
+int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char *prefix, const trainer_obj_stats *st);
+/* The statistics on the step's printed line ("loss ... kl ... | ..."). */
+void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, char *buf, size_t cap);
+
+/* ---- old_policy.c ---- */
+/* The old policy of a forward-process objective (core_recipe_forward_process; nothing otherwise) at the initial
+ * weights: a model copy per expert, or with LoRA an adapter copy per trained expert. -1 with the error. */
+int trainer_old_init(trainer_state *S);
+/* After a step's optimizer updates: old = d old + (1 - d) policy for every trained expert (nft_soft_update), with
+ * d = nft_old_decay(policy version, algorithm.old_decay_flat, _rate, _max); returns d (0 without an old policy). */
+double trainer_old_update(trainer_state *S);
+/* Expert e's old policy (with LoRA: the base with the old adapter attached); NULL without one. */
+const wan_model *trainer_old_model(const trainer_state *S, int e);
+void trainer_old_free(trainer_state *S);
 
 /* ---- parity.c ---- */
 /* This rank's share of the batch recomputed through the training path (no backward), compared with the rollout's

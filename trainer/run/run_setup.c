@@ -69,8 +69,8 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
 }
 
 /* At least one trainable transition per sample, computed as the trainer will: the flow schedule's SDE steps (a
- * log-prob exists where step_std > 0, so never with rollout.eta 0), each routed to its expert, the frozen ones left
- * out, then the timestep selection. The number of experts is whether model.path has transformer_2/, or where it has no
+ * log-prob exists where step_std > 0, so never with rollout.eta 0; a forward-process objective takes every step),
+ * each routed to its expert, the frozen ones left out, then the timestep selection. The number of experts is whether model.path has transformer_2/, or where it has no
  * transformer yet the preset's (budget_transformer_config; no weights read). */
 static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win) {
     const int N = r->num_steps;
@@ -94,11 +94,17 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
         n_experts = core_is_dir(t2) ? 2 : 1;
     }
     const uint8_t trained[2] = {core_recipe_trains_expert(r, 0), n_experts == 2 && core_recipe_trains_expert(r, 1)};
+    const int fp = core_recipe_forward_process(r); /* every step is a candidate: no log-prob needed */
+    if (fp && n_experts > 1) {
+        core_error("algorithm.loss: %s trains one expert; %s has two (transformer_2/): not implemented for two-expert "
+                   "pipelines yet", r->loss, r->model_path);
+        goto done;
+    }
     int any = 0;
     for (int i = 0; i < N; i++) {
         flow_step st;
         if (flow_step_init_kind(&st, trainer_flow_kind(r), sig[i], sig[i + 1], sig[1], r->eta)) goto done;
-        has[i] = (uint8_t)st.has_std;
+        has[i] = (uint8_t)(st.has_std || fp);
         ex[i] = (uint8_t)(n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
         any |= has[i];
     }
@@ -154,6 +160,9 @@ static int check_device(const core_recipe *r) {
     if (r->lora_rank > 0 && r->ema_decay > 0)
         return core_error("algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda is not implemented yet "
                           "(0 with model.lora.rank %d)", r->lora_rank);
+    if (core_recipe_forward_process(r))
+        return core_error("algorithm.loss: %s on model.device cuda is not implemented yet (the old policy's copy on the "
+                          "device); use model.device cpu", r->loss);
     return 0;
 }
 
@@ -411,6 +420,9 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
+    if (core_recipe_forward_process(r) && S->train.n_images)
+        return core_error("algorithm.loss: %s trains text to video only; data.prompt_file %s gives images (image to "
+                          "video is not implemented for it yet)", r->loss, r->prompt_file);
     if (wan_cond_kind(&S->pol[0].cfg) == WAN_COND_CONCAT && !S->train.n_images)
         return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
                           "the condition video's latents): it needs prompt files with an image per prompt (JSON lines)",
@@ -474,6 +486,7 @@ void trainer_teardown(trainer_state *S) {
         wan_lora_free(&S->ema_lora[e]);
         optim_adamw_free(&S->opt[e]);
     }
+    trainer_old_free(S);
     if (S->ex) sp_usp_release(&S->usp_dev), sp_usp_release(&S->usp);
     sp_comm_destroy(S->dpg);
     sp_comm_destroy(S->nccl);

@@ -331,10 +331,8 @@ int trainer_accumulate(wan_model *policy, const wan_model *ref, const wan_exec *
     return trainer_accumulate_experts(p, r, 1, NULL, ex, tc, b, backward, stats);
 }
 
-int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
-                           const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
-                           const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
-                           grpo_loss_stats *stats, optim_step_info *info) {
+int trainer_update_check(wan_model *const *policy, int n_experts, const uint8_t *trained, const wan_exec *ex,
+                         const trainer_config *tc, optim_adamw *const *opt, const optim_config *ocfg, int *first_out) {
     if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
         return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
     int first = -1;
@@ -360,19 +358,16 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
     if (ex && ex->dev && !tc->opt_step) /* the gradients are on the device: so must the step be */
         return core_error("trainer: the model is on a device, whose optimizer step is trainer/optim/train_dev.h's "
                           "(trainer_config.opt_step)");
-    for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
-        if ((!trained || trained[e]) && wan_exec_zero_grads(ex, policy[e])) return -1;
-    grpo_loss_stats local = {0};
-    if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
-    /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */
-    const int sig = tc->should_stop ? tc->should_stop() : 0;
-    if (sig) return core_error("training stopped by signal %d (before the optimizer step)", sig);
-    if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
-    if (stats) grpo_loss_stats_add(stats, &local);
+    *first_out = first;
+    return 0;
+}
+
+int trainer_opt_step_experts(wan_model *const *policy, int n_experts, const uint8_t *trained, const trainer_config *tc,
+                             optim_adamw *const *opt, const optim_config *ocfg, int first, optim_step_info *info) {
     if (tc->opt_step) return tc->opt_step(tc->opt_step_ctx, policy, n_experts, trained, opt, ocfg, info);
     /* One step over all trained experts: clip by the norm of all their gradients together. */
-    const float *g[CORE_TRAJ_MAX_EXPERTS];
-    int64_t n[CORE_TRAJ_MAX_EXPERTS];
+    const float *g[CORE_TRAJ_MAX_EXPERTS] = {0};
+    int64_t n[CORE_TRAJ_MAX_EXPERTS] = {0};
     int k = 0;
     for (int e = 0; e < n_experts; e++)
         if (!trained || trained[e]) g[k] = trainer_trained_buffer(policy[e]).grads, n[k++] = opt[e]->n;
@@ -387,6 +382,24 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
         if (optim_adamw_step_coef(opt[e], ocfg, tb.params, tb.grads, NULL, norm, coef, info)) return -1;
     }
     return 0;
+}
+
+int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref, int n_experts,
+                           const uint8_t *trained, const wan_exec *ex, const trainer_config *tc,
+                           const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
+                           grpo_loss_stats *stats, optim_step_info *info) {
+    int first;
+    if (trainer_update_check(policy, n_experts, trained, ex, tc, opt, ocfg, &first)) return -1;
+    for (int e = 0; e < n_experts; e++) /* the adapter's under LoRA (the base has none), else the model's */
+        if ((!trained || trained[e]) && wan_exec_zero_grads(ex, policy[e])) return -1;
+    grpo_loss_stats local = {0};
+    if (trainer_accumulate_experts(policy, ref, n_experts, trained, ex, tc, b, 1, &local)) return -1;
+    /* The last chance to stop: from here the update runs to its end (weights and Adam state change together). */
+    const int sig = tc->should_stop ? tc->should_stop() : 0;
+    if (sig) return core_error("training stopped by signal %d (before the optimizer step)", sig);
+    if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, policy, n_experts, trained, &local)) return -1;
+    if (stats) grpo_loss_stats_add(stats, &local);
+    return trainer_opt_step_experts(policy, n_experts, trained, tc, opt, ocfg, first, info);
 }
 
 int trainer_update(wan_model *policy, const wan_model *ref, const wan_exec *ex, const trainer_config *tc,

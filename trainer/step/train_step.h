@@ -165,4 +165,15 @@ int trainer_update_experts(wan_model *const *policy, const wan_model *const *ref
                            const trainer_batch *b, optim_adamw *const *opt, const optim_config *ocfg,
                            grpo_loss_stats *stats, optim_step_info *info);
 
+/* The two halves of trainer_update_experts around its accumulation, for an objective that accumulates its own
+ * gradients (trainer/run/objective.c: the forward-process objectives) and then steps exactly as GRPO does.
+ * trainer_update_check: trainer_update_experts' checks of the models, grads, optimizer states and ocfg; *first = the
+ * first trained expert. trainer_opt_step_experts: after the gradients are accumulated (and reduced), tc->opt_step
+ * when set, else the global norm over the trained experts, one clip factor and AdamW on each (errors: a non-finite
+ * norm, no weights changed). */
+int trainer_update_check(wan_model *const *policy, int n_experts, const uint8_t *trained, const wan_exec *ex,
+                         const trainer_config *tc, optim_adamw *const *opt, const optim_config *ocfg, int *first);
+int trainer_opt_step_experts(wan_model *const *policy, int n_experts, const uint8_t *trained, const trainer_config *tc,
+                             optim_adamw *const *opt, const optim_config *ocfg, int first, optim_step_info *info);
+
 #endif

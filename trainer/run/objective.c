@@ -1,0 +1,194 @@
+/* trainer/run/objective.c — the loop's objective (algorithm.loss): one optimizer update on a step's batch, its
+ * statistics as metrics fields and on the step's line. GRPO and GRPO-Guard go through trainer/step/train_step.h
+ * (log-probs of the sampler's steps); the forward-process objectives (core_recipe_forward_process: nft) share
+ * fp_update below (no log-prob; the rollout's final latents noised at its timesteps; the old policy,
+ * trainer/run/old_policy.c), each adding one accumulate function and its statistics. Data parallelism is the same
+ * for every objective: this rank's contiguous share of the batch with the whole batch's transition count as the
+ * denominator, the gradients summed over the ranks by the hook GRPO uses, the statistics summed over the dp group in
+ * rank order, then the one optimizer step every rank takes (trainer_opt_step_experts). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/stop.h"
+#include "trainer/dp/dp.h"
+#include "trainer/dp/dp_dev.h"
+#include "trainer/dp/zero.h"
+#include "trainer/optim/lora.h"
+#include "trainer/run/run_internal.h"
+#include "trainer/step/nft_step.h"
+
+/* The update's config and this rank's share of the batch (*lo: its first sample); the gradient and optimizer hooks of
+ * data parallelism when there are several dp ranks. */
+static int share_of(trainer_state *S, const trainer_batch *tb, int stoppable, trainer_config *tc, trainer_batch *sub,
+                    int *lo) {
+    *sub = *tb;
+    *tc = S->tc;
+    *lo = 0;
+    tc->should_stop = stoppable && !(S->dp && S->dp->size > 1) ? core_stop_interrupt : NULL;
+    if (!(S->dp && S->dp->size > 1)) return 0;
+    int hi;
+    dp_share(tb->n, S->me.dp_rank, S->topo.dp, lo, &hi);
+    sub->n = hi - *lo, sub->traj += *lo, sub->cond += *lo, sub->adv += *lo, sub->mask += *lo;
+    tc->grad_reduce = dp_grad_reduce;
+    tc->grad_reduce_ctx = &S->red;
+    if (S->dx) /* on the device: its gradients, and trainer_dev_opt_step with the shard hooks (dp_dev.h) */
+        tc->grad_reduce = dp_dev_grad_reduce, tc->grad_reduce_ctx = &S->red_dev;
+    else if (S->red.zero_stage > 0)
+        tc->opt_step = dp_zero_step, tc->opt_step_ctx = &S->red; /* trainer/dp/zero.h */
+    return 0;
+}
+
+/* GRPO, GRPO-Guard: trainer_update_experts on this rank's share (its denominator: the whole batch's count). */
+static int grpo_update(trainer_state *S, const trainer_batch *tb, grpo_loss_stats *st, optim_step_info *info,
+                       int stoppable) {
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    const wan_model *ref[2];
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    trainer_batch sub;
+    trainer_config tc;
+    int lo;
+    share_of(S, tb, stoppable, &tc, &sub, &lo);
+    if (S->dp && S->dp->size > 1 && trainer_count_transitions(&S->tc, tb, S->n_experts, S->trained, &sub.denom))
+        return -1;
+    return trainer_update_experts(pol, trainer_refs(S, ref), S->n_experts, S->trained, S->ex, &tc, &sub, opt, &S->oc,
+                                  st, info);
+}
+
+/* One optimizer update of a forward-process objective: the trained experts' grads zeroed, acc(ctx) accumulates this
+ * rank's gradients and its n_stats statistics (doubles, additive) into stats, the last stop poll, the gradients
+ * summed over the ranks (tc->grad_reduce, without GRPO's statistics) and the statistics over the dp group in rank
+ * order (dp_sum_doubles: every rank gets the same numbers), then the optimizer step as GRPO's. */
+static int fp_update(trainer_state *S, const trainer_config *tc, int (*acc)(void *ctx, double *stats), void *ctx,
+                     double *stats, int n_stats, optim_step_info *info) {
+    wan_model *pol[2] = {&S->pol[0], &S->pol[1]};
+    optim_adamw *opt[2] = {&S->opt[0], &S->opt[1]};
+    int first;
+    if (trainer_update_check(pol, S->n_experts, S->trained, S->ex, tc, opt, &S->oc, &first)) return -1;
+    for (int e = 0; e < S->n_experts; e++)
+        if (S->trained[e] && wan_exec_zero_grads(S->ex, pol[e])) return -1;
+    if (acc(ctx, stats)) return -1;
+    const int sig = tc->should_stop ? tc->should_stop() : 0;
+    if (sig) return core_error("training stopped by signal %d (before the optimizer step)", sig);
+    if (tc->grad_reduce && tc->grad_reduce(tc->grad_reduce_ctx, pol, S->n_experts, S->trained, NULL)) return -1;
+    if (S->dp && S->dp->size > 1 && dp_sum_doubles(S->red.stats, stats, n_stats)) return -1;
+    return trainer_opt_step_experts(pol, S->n_experts, S->trained, tc, opt, &S->oc, first, info);
+}
+
+/* ---- DiffusionNFT (trainer/step/nft_step.h) ---- */
+
+enum { NFT_NSTATS = 8 };
+
+static void nft_pack(const nft_loss_stats *s, double *x) {
+    x[0] = (double)s->n_transitions, x[1] = s->loss, x[2] = s->policy, x[3] = s->kl;
+    x[4] = s->positive_sum, x[5] = s->negative_sum, x[6] = s->r_sum, x[7] = s->old_deviate_sum;
+}
+
+static void nft_unpack(const double *x, nft_loss_stats *s) {
+    *s = (nft_loss_stats){.n_transitions = (int64_t)x[0], .loss = x[1], .policy = x[2], .kl = x[3],
+                          .positive_sum = x[4], .negative_sum = x[5], .r_sum = x[6], .old_deviate_sum = x[7]};
+}
+
+typedef struct {
+    trainer_state *S;
+    const trainer_config *tc;
+    const nft_step_config *c;
+    const nft_batch *b;
+} nft_ctx;
+
+static int nft_acc(void *ctx, double *stats) {
+    const nft_ctx *k = ctx;
+    trainer_state *S = k->S;
+    const wan_model *ref[2];
+    const wan_model *const *refs = trainer_refs(S, ref);
+    nft_loss_stats st = {0};
+    if (nft_accumulate(&S->pol[0], trainer_old_model(S, 0), refs ? refs[0] : NULL, S->ex, k->c, k->b, 1, &st))
+        return -1;
+    nft_pack(&st, stats);
+    return 0;
+}
+
+/* The optimality probabilities of the whole batch (nft_optimality of the advantages the loop computed). */
+static float *nft_probabilities(const trainer_state *S, const trainer_batch *tb) {
+    float *r = malloc(sizeof(float) * (size_t)tb->n);
+    if (!r) return core_error("out of memory"), NULL;
+    if (nft_optimality(tb->adv, tb->n, S->r->adv_clip_max, r)) return free(r), NULL;
+    return r;
+}
+
+static int nft_update(trainer_state *S, const trainer_batch *tb, int u, nft_loss_stats *st, optim_step_info *info,
+                      int stoppable) {
+    trainer_batch sub;
+    trainer_config tc;
+    int lo;
+    share_of(S, tb, stoppable, &tc, &sub, &lo);
+    const nft_step_config c = {.sel = S->tc.sel, .seed = S->tc.seed, .update = (uint32_t)u,
+                               .nft_beta = S->r->nft_beta, .adv_clip_max = S->r->adv_clip_max, .kl_beta = S->r->beta,
+                               .micro_batch_size = S->tc.micro_batch_size, .acts_mode = S->tc.acts_mode};
+    float *r = nft_probabilities(S, tb);
+    if (!r) return -1;
+    nft_batch whole = {.n = tb->n, .traj = tb->traj, .cond = tb->cond, .text_len = tb->text_len, .r = r};
+    nft_batch b = {.n = sub.n, .traj = sub.traj, .cond = sub.cond, .text_len = sub.text_len, .r = r + lo};
+    double x[NFT_NSTATS];
+    nft_ctx k = {S, &tc, &c, &b};
+    int rc = nft_count_transitions(&c, &whole, &b.denom);
+    if (!rc) rc = fp_update(S, &tc, nft_acc, &k, x, NFT_NSTATS, info);
+    free(r);
+    if (rc) return -1;
+    nft_loss_stats add;
+    nft_unpack(x, &add);
+    nft_loss_stats_add(st, &add);
+    return 0;
+}
+
+/* ---- the dispatch ---- */
+
+int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer_obj_stats *st, optim_step_info *info,
+                       int stoppable) {
+    switch (S->r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD:
+        return grpo_update(S, tb, &st->grpo, info, stoppable);
+    case CORE_LOSS_NFT:
+        return nft_update(S, tb, u, &st->nft, info, stoppable);
+    }
+    return core_error("algorithm.loss: %s has no training pass", S->r->loss);
+}
+
+int64_t trainer_obj_transitions(const trainer_state *S, const trainer_obj_stats *st) {
+    return S->r->choice.loss == CORE_LOSS_NFT ? st->nft.n_transitions : st->grpo.n_transitions;
+}
+
+int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char *prefix, const trainer_obj_stats *st) {
+    char k[96];
+#define PUT(name, val) (snprintf(k, sizeof k, "%s%s", prefix, name), core_metrics_f64(m, k, val))
+    if (S->r->choice.loss == CORE_LOSS_NFT) {
+        const nft_loss_stats *s = &st->nft;
+        const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
+        return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
+               PUT("nft/positive_loss", s->positive_sum / nt) || PUT("nft/negative_loss", s->negative_sum / nt) ||
+               PUT("nft/optimality_mean", s->r_sum / nt) || PUT("nft/old_deviate", s->old_deviate_sum / nt);
+    }
+    const grpo_loss_stats *s = &st->grpo;
+    const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
+    return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
+           PUT("clip_fraction", s->n_clipped / nt) || PUT("ratio_dev_mean", s->abs_ratio_dev_sum / nt) ||
+           PUT("log_prob_mean_abs_diff", s->abs_logp_diff_sum / nt);
+#undef PUT
+}
+
+void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, char *buf, size_t cap) {
+    if (S->r->choice.loss == CORE_LOSS_NFT) {
+        const nft_loss_stats *s = &st->nft;
+        const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
+        snprintf(buf, cap, "loss %+.3e kl %.3g | L+ %.3g L- %.3g r %.3f |v-v_old|^2 %.3g", s->loss, s->kl,
+                 s->positive_sum / nt, s->negative_sum / nt, s->r_sum / nt, s->old_deviate_sum / nt);
+        return;
+    }
+    const grpo_loss_stats *s = &st->grpo;
+    snprintf(buf, cap, "loss %+.3e kl %.3g | clip %.3f |dlogp| %.3g", s->loss, s->kl,
+             s->n_transitions ? (double)s->n_clipped / s->n_transitions : 0.0,
+             s->n_transitions ? s->abs_logp_diff_sum / s->n_transitions : 0.0);
+}

@@ -1,0 +1,59 @@
+/* trainer/run/old_policy.c — the old policy of a forward-process objective (algorithm.loss nft, trainer/step/nft.h):
+ * a copy of the trained weights at the start of the run, soft-updated after each step's optimizer updates,
+ * old = d old + (1 - d) policy (NVlabs/DiffusionNFT scripts/train_nft_sd3.py l.1035-1039), and read by the training
+ * pass only (its velocity at the noised final latents). It lives where the EMA lives (trainer/run/ema.c): on every
+ * trainer rank, in host memory. With LoRA (trainer/optim/lora.h) the trained weights are the adapters, so the old
+ * policy is an adapter copy, as the reference keeps a second adapter "old": old_view[e] is the policy model with the
+ * old adapter attached instead (a shallow copy sharing the frozen base). Checkpoints keep it under old/. Every rank
+ * applies the same update to the same weights (the optimizer step is identical on every rank), so the copies stay
+ * equal without communication. */
+#include <string.h>
+
+#include "trainer/run/run_internal.h"
+#include "trainer/step/nft.h"
+
+int trainer_old_init(trainer_state *S) {
+    if (!core_recipe_forward_process(S->r)) return 0;
+    for (int e = 0; e < S->n_experts; e++) {
+        if (S->lora_on) {
+            S->old_view[e] = S->pol[e];
+            S->old_view[e].lora = NULL;
+            if (!S->trained[e]) continue;
+            if (wan_lora_init(&S->old_lora[e], &S->pol[e].cfg, &S->lc, e)) return -1;
+            memcpy(S->old_lora[e].params, S->lora[e].params, sizeof(float) * (size_t)S->lora[e].layout.numel);
+            S->old_view[e].lora = &S->old_lora[e];
+            continue;
+        }
+        if (wan_model_init(&S->old[e], &S->pol[e].cfg)) return -1;
+        memcpy(S->old[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
+    }
+    S->old_on = 1;
+    return 0;
+}
+
+double trainer_old_update(trainer_state *S) {
+    if (!S->old_on) return 0;
+    const core_recipe *r = S->r;
+    const double d = nft_old_decay(TRAINER_VERSION(S), r->old_decay_flat, r->old_decay_rate, r->old_decay_max);
+    for (int e = 0; e < S->n_experts; e++) {
+        if (!S->trained[e]) continue;
+        if (S->lora_on)
+            nft_soft_update(S->old_lora[e].params, S->lora[e].params, S->lora[e].layout.numel, (float)d);
+        else
+            nft_soft_update(S->old[e].params, S->pol[e].params, S->pol[e].layout.numel, (float)d);
+    }
+    return d;
+}
+
+const wan_model *trainer_old_model(const trainer_state *S, int e) {
+    if (!S->old_on) return NULL;
+    return S->lora_on ? &S->old_view[e] : &S->old[e];
+}
+
+void trainer_old_free(trainer_state *S) {
+    for (int e = 0; e < 2; e++) {
+        wan_model_free(&S->old[e]);
+        wan_lora_free(&S->old_lora[e]);
+    }
+    S->old_on = 0;
+}
