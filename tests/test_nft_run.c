@@ -5,8 +5,10 @@
  *   - colocated (2 rollout workers) equals local: metrics rows (timings aside), rewards and checkpoint files;
  *   - 2 steps + --resume 2 steps equals 4 straight steps (weights, old policy, Adam state), alone and over 2 trainer
  *     ranks (whose followers restore their old policy from the checkpoint too), and with LoRA (the old adapter);
- *   - --dry-run refuses what does not apply to nft (cps, an SDE window, cps_logprob, model.device cuda) naming the
- *     key, and allows rollout.eta 0. */
+ *   - --dry-run refuses what does not apply to nft (cps, an SDE window, cps_logprob) naming the key, and allows
+ *     rollout.eta 0;
+ *   - vgrpo parity: the velocity alone (no log-prob), exactly 0 on the CPU;
+ *   - model.device cuda on the emulated device: resume exact with the old policy's device copy (LoRA there refused). */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,7 +167,6 @@ TEST(nft_recipe_refusals) {
         {"--set rollout.sde_type=cps", "rollout.sde_type: cps"},
         {"--set rollout.sde_window.size=2", "rollout.sde_window.size: 2"},
         {"--set rollout.sde_type=cps --set algorithm.cps_logprob=flow_grpo", "rollout.sde_type"},
-        {"--set model.device=cuda", "algorithm.loss: nft on model.device cuda"},
         {"--set algorithm.nft_beta=0", "algorithm.nft_beta"},
         {"--set algorithm.old_decay_max=1.5", "algorithm.old_decay_max"},
     };
@@ -178,4 +179,57 @@ TEST(nft_recipe_refusals) {
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set rollout.eta=0.7 >/dev/null 2>&1", bin) == 0);
     const int rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set algorithm.loss=grpo 2>&1", bin);
     CHECK_MSG(rc != 0 && strstr(out, "rollout.eta"), "grpo with eta 0: %s", out);
+}
+
+/* vgrpo parity with nft: no log-prob, the velocity at the recorded states, exactly 0 on the CPU (CFG and SDE rollouts
+ * too), alone and over 2 workers x 2 trainer ranks; parity.json says "log_prob": false. */
+TEST(nft_parity_velocity_only) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[32768], base[2048], p[700], js[65536];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    base_args(base, sizeof base, dir);
+    const char *extra[] = {"", "--set rollout.guidance_scale=4.5 --set rollout.eta=0.7",
+                           "--set mode=colocated --set parallel.rollout_workers=2 --set parallel.trainer_ranks=2"};
+    for (int k = 0; k < 3; k++) {
+        const int rc = test_run(out, sizeof out, "%s parity recipes/tiny-cpu-nft.yaml %s %s --set logging.run_dir=%s/p%d",
+                                bin, base, extra[k], dir, k);
+        CHECK_MSG(rc == 0 && strstr(out, "parity: no log-prob (algorithm.loss nft") &&
+                      strstr(out, "max |v_trainer - v_rollout| = 0 (tolerance 0): PASS") && !strstr(out, "logp_trainer"),
+                  "parity %d: exit %d: %s", k, rc, out);
+        snprintf(p, sizeof p, "%s/p%d/parity.json", dir, k);
+        CHECK(test_slurp(p, js, sizeof js) > 0 && strstr(js, "\"log_prob\": false") && !strstr(js, "dlogp"));
+        /* 2 x 4 samples x random_k 2 transitions */
+        json_t *root = json_loads(js, 0, NULL);
+        int64_t n = 0;
+        json_t *st = json_object_get(root, "steps");
+        for (size_t i = 0; i < json_array_size(st); i++)
+            n += json_integer_value(json_object_get(json_array_get(st, i), "transitions"));
+        CHECK_MSG(n == 16, "parity %d: %lld transitions", k, (long long)n);
+        json_decref(root);
+    }
+}
+
+/* model.device cuda on the emulated device: the old policy's device copy follows the host's (1 + --resume 1 == 2). */
+TEST(nft_run_emulated_device_resume) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2400];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    base_args(base, sizeof base, dir);
+    strcat(base, " --set model.device=cuda");
+    int st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 "
+                      "--set logging.run_dir=%s/a", bin, base, dir);
+    REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "emulated run: %s", out), -1) : 0);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 1 "
+                  "--set logging.run_dir=%s/b", bin, base, dir);
+    CHECK_MSG(st == 0, "1 step: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 "
+                  "--set logging.run_dir=%s/b --resume %s/b", bin, base, dir, dir);
+    CHECK_MSG(st == 0, "resume: %s", out);
+    const char *files[] = {W, OLD, "optimizer.safetensors"};
+    for (int i = 0; i < 3; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "emulated resume: %s differs", files[i]);
+    rows_equal(dir, "a", "b", 3);
+    /* LoRA there is refused at --dry-run */
+    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set model.device=cuda "
+                  "--set model.lora.rank=8 2>&1", bin);
+    CHECK_MSG(st != 0 && strstr(out, "algorithm.loss: nft with LoRA on model.device cuda"), "%s", out);
 }

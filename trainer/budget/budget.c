@@ -342,7 +342,8 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     const int64_t per = e->transitions / ((int64_t)r->prompts_per_step * r->samples_per_prompt);
     const int64_t mine = per * samples;
     const int cap = (int)(r->micro_batch_size < mine ? r->micro_batch_size : mine);
-    const int rows = cap * (z->cfg_train ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
+    /* two rows per CFG transition, and per dpo term (the preferred and the rejected sample) */
+    const int rows = cap * (z->cfg_train || r->choice.loss == CORE_LOSS_DPO ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
     const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
                                : r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE
                                                                                : WAN_ACTS_STORE;
@@ -351,6 +352,9 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
         dit_acts(&e->dit, &sh, mode, sp) + lora_scratch(z, rows, sp));
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
+            dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
+    if (core_recipe_forward_process(r)) /* the old policy's forward (trainer/step/nft_step.h) */
+        add(p, "old policy activations", "algorithm.loss, " K_TRAIN, BUDGET_TRAIN,
             dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
     /* the step's rows x, enc, out and dout (model/flow/denoise.h); the SDE means and reference means; dv */
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
@@ -375,6 +379,7 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
             add(p, "adapter gradients + AdamW m, v", "model.lora.rank, model.lora.targets", 0, 3 * z->adapters);
         }
         if (ema && r->ema_decay > 0) add(p, "EMA of the adapters", "algorithm.ema_decay", 0, z->adapters);
+        if (core_recipe_forward_process(r)) add(p, "old policy's adapters", "algorithm.loss", 0, z->adapters);
     } else {
         if (zero) {
             add(p, "gradients", "model.path", 0, W);
@@ -384,6 +389,7 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
         }
         if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
         if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
+        if (core_recipe_forward_process(r)) add(p, "old policy weights", "algorithm.loss", 0, W);
     }
     add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
 }
@@ -467,10 +473,11 @@ static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, do
                             r->choice.cps_logprob == CORE_CPS_LOGP_FLOW_GRPO ? FLOW_LOGP_FLOW_GRPO : FLOW_LOGP_EXACT};
     const int wlo = r->sde_window_size > 0 && r->sde_window_range.n == 2 ? (int)r->sde_window_range.v[0] : 0;
     const int whi = r->sde_window_size > 0 ? wlo + r->sde_window_size : N; /* a window's first position */
+    const int fp = core_recipe_forward_process(r); /* nft: every step a candidate, trained CFG-free */
     for (int i = 0; i < N; i++) {
         flow_step st;
         if (flow_step_init_kind(&st, kind, sig[i], sig[i + 1], sig[1], r->eta)) goto done;
-        has[i] = (uint8_t)(st.has_std && i >= wlo && i < whi);
+        has[i] = (uint8_t)((st.has_std || fp) && i >= wlo && i < whi); /* a forward-process objective: every step */
         ex[i] = (uint8_t)(e->n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
         cfg[i] = (uint8_t)flow_cfg_active(ex[i] ? r->guidance_scale_2 : r->guidance_scale);
         *cfg_steps += cfg[i] ? 2 : 1;
@@ -486,8 +493,8 @@ static int schedule_facts(budget_estimate *e, const core_recipe *r, sizes *z, do
     core_error_clear();
     *train_rows = 0;
     for (int j = 0; j < k; j++) {
-        *train_rows += cfg[steps[j]] ? 2 : 1;
-        z->cfg_train |= cfg[steps[j]];
+        *train_rows += cfg[steps[j]] && !fp ? 2 : 1;
+        z->cfg_train |= cfg[steps[j]] && !fp;
     }
     e->transitions = per * r->prompts_per_step * r->samples_per_prompt;
     rc = 0;
@@ -622,7 +629,9 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     const int n_step = r->prompts_per_step * r->samples_per_prompt;
     const int n_eval = e->n_eval_prompts * r->eval_samples_per_prompt;
     const double fwd = budget_dit_flop(c, e->tokens, r->text_len);
-    const double train_pass = rows * n_step * fwd * (3.0 + (r->beta > 0 ? 1.0 : 0.0));
+    /* forward + backward (3 forwards' work), the KL reference's forward, nft's old policy forward */
+    const double train_pass =
+        rows * n_step * fwd * (3.0 + (r->beta > 0 ? 1.0 : 0.0) + (core_recipe_forward_process(r) ? 1.0 : 0.0));
     const int local = job == BUDGET_JOB_RUN && r->choice.mode == CORE_MODE_LOCAL;
     e->cuda_only = r->choice.device == CORE_CUDA ? 2 : !local && job != BUDGET_JOB_EVAL && wan_dim(c) >= 1536;
     if (job == BUDGET_JOB_EVAL) {

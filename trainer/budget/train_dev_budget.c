@@ -138,11 +138,16 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                             .per_token_timestep = i2v && wan_cond_kind(c) == WAN_COND_LATENT};
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
-                             .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0,
-                             .ref_forward = !worker && r->beta > 0, .train = !worker, .train_shape = base,
+                             .copies = !lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) +
+                                                              core_recipe_forward_process(r) /* nft's old policy */
+                                                        : 0,
+                             .ref_forward = !worker && (r->beta > 0 || core_recipe_forward_process(r)),
+                             .train = !worker, .train_shape = base,
                              .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1,
                              .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
-    q.train_shape.B = r->micro_batch_size * (cfg1 || cfg2 ? 2 : 1); /* a transition's CFG rows in its forward */
+    /* a transition's CFG rows in its forward (nft trains CFG-free: one row; a dpo term two, its pair's samples) */
+    q.train_shape.B = r->micro_batch_size *
+                      (((cfg1 || cfg2) && !core_recipe_forward_process(r)) || r->choice.loss == CORE_LOSS_DPO ? 2 : 1);
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
              : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
                                                              : WAN_ACTS_STORE;

@@ -193,8 +193,8 @@ static int run_step(trainer_state *S, int64_t round, int64_t total, const char *
         last = st;
     }
     if (S->old_on) { /* the old policy follows the policy once per step, after its updates (trainer/step/nft.h) */
-        const double d = trainer_old_update(S);
-        if (core_metrics_f64(S->metrics, "old_decay", d)) goto done;
+        double d;
+        if (trainer_old_update(S, &d) || core_metrics_f64(S->metrics, "old_decay", d)) goto done;
     }
     t3 = trainer_now_s();
     if (write_rewards(S, round, res, rew, n)) goto done;
@@ -454,7 +454,8 @@ int trainer_follow(const core_recipe *r, const trainer_run_opts *o, sp_comm *dp)
                 optim_step_info info;
                 if (trainer_obj_update(&S, &tb, u, &st, &info, 0)) goto done;
             }
-            trainer_old_update(&S); /* as rank 0 does after the step's updates: the copies stay equal */
+            double d; /* as rank 0 does after the step's updates: the copies stay equal */
+            if (trainer_old_update(&S, &d)) goto done;
         }
         dp_batch_free(&db);
     }

@@ -28,10 +28,18 @@ int trainer_old_init(trainer_state *S) {
         memcpy(S->old[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
     }
     S->old_on = 1;
+    return trainer_old_sync_device(S);
+}
+
+int trainer_old_sync_device(trainer_state *S) {
+    if (!S->old_on || !S->dx) return 0;
+    for (int e = 0; e < S->n_experts; e++)
+        if (S->trained[e] && wan_dev_exec_sync(S->dx, trainer_old_model(S, e), TRAINER_VERSION(S))) return -1;
     return 0;
 }
 
-double trainer_old_update(trainer_state *S) {
+int trainer_old_update(trainer_state *S, double *decay) {
+    *decay = 0;
     if (!S->old_on) return 0;
     const core_recipe *r = S->r;
     const double d = nft_old_decay(TRAINER_VERSION(S), r->old_decay_flat, r->old_decay_rate, r->old_decay_max);
@@ -42,7 +50,8 @@ double trainer_old_update(trainer_state *S) {
         else
             nft_soft_update(S->old[e].params, S->pol[e].params, S->pol[e].layout.numel, (float)d);
     }
-    return d;
+    *decay = d;
+    return trainer_old_sync_device(S);
 }
 
 const wan_model *trainer_old_model(const trainer_state *S, int e) {
@@ -52,6 +61,7 @@ const wan_model *trainer_old_model(const trainer_state *S, int e) {
 
 void trainer_old_free(trainer_state *S) {
     for (int e = 0; e < 2; e++) {
+        if (S->dx) wan_dev_exec_forget(S->dx, &S->old[e]);
         wan_model_free(&S->old[e]);
         wan_lora_free(&S->old_lora[e]);
     }

@@ -302,6 +302,7 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
     if (!rc && S->dx) { /* the checkpoint's weights and Adam state onto the device (trainer/optim/train_dev.h) */
         optim_adamw *opts[2] = {&S->opt[0], &S->opt[1]};
         rc = trainer_dev_upload(&S->dev, opts);
+        if (!rc) rc = trainer_old_sync_device(S); /* the checkpoint's old policy (algorithm.loss nft) */
     }
     if (!rc) {
         trainer_sampler_seek(smp, (uint32_t)st.data_epoch, (int)st.data_position);

@@ -190,11 +190,15 @@ void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, ch
 
 /* ---- old_policy.c ---- */
 /* The old policy of algorithm.loss nft (nothing otherwise) at the initial
- * weights: a model copy per expert, or with LoRA an adapter copy per trained expert. -1 with the error. */
+ * weights: a model copy per expert, or with LoRA an adapter copy per trained expert (on a device, uploaded there).
+ * -1 with the error. */
 int trainer_old_init(trainer_state *S);
 /* After a step's optimizer updates: old = d old + (1 - d) policy for every trained expert (nft_soft_update), with
- * d = nft_old_decay(policy version, algorithm.old_decay_flat, _rate, _max); returns d (0 without an old policy). */
-double trainer_old_update(trainer_state *S);
+ * d = nft_old_decay(policy version, algorithm.old_decay_flat, _rate, _max) into *decay (0 without an old policy);
+ * on a device its copy there is brought up to date. -1 with the error (a device upload). */
+int trainer_old_update(trainer_state *S, double *decay);
+/* model.device cuda: the old policy's device copy at the host copy's values (after init, update and resume). */
+int trainer_old_sync_device(trainer_state *S);
 /* Expert e's old policy (with LoRA: the base with the old adapter attached); NULL without one. */
 const wan_model *trainer_old_model(const trainer_state *S, int e);
 void trainer_old_free(trainer_state *S);

@@ -160,9 +160,10 @@ static int check_device(const core_recipe *r) {
     if (r->lora_rank > 0 && r->ema_decay > 0)
         return core_error("algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda is not implemented yet "
                           "(0 with model.lora.rank %d)", r->lora_rank);
-    if (core_recipe_forward_process(r))
-        return core_error("algorithm.loss: %s on model.device cuda is not implemented yet (the old policy's copy on the "
-                          "device); use model.device cpu", r->loss);
+    if (core_recipe_forward_process(r) && r->lora_rank > 0)
+        return core_error("algorithm.loss: %s with LoRA on model.device cuda is not implemented yet (the old policy's "
+                          "adapter on the device; model.lora.rank 0 trains every weight, or use model.device cpu)",
+                          r->loss);
     return 0;
 }
 
@@ -365,7 +366,7 @@ static int setup_device(trainer_state *S) {
     if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
-    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0);
+    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0) && !core_recipe_forward_process(r);
     for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
