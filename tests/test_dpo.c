@@ -294,7 +294,7 @@ TEST(dpo_pairs_errors_and_parse) {
     dpo_pair p[8];
     int n = 7;
     CHECK(dpo_select_pairs(r, 4, 1, DPO_PAIRS_BEST_WORST, 0.0f, p, &n) == -1 && n == 0 &&
-          strstr(core_last_error(), "rollout.group_size") && strstr(core_last_error(), "group of one"));
+          strstr(core_last_error(), "rollout.samples_per_prompt") && strstr(core_last_error(), "group of one"));
     CHECK(dpo_select_pairs(r, 4, 1, DPO_PAIRS_ALL, 0.0f, p, &n) == -1 && strstr(core_last_error(), "group of one"));
     CHECK(dpo_max_pairs(4, 1, DPO_PAIRS_ALL) == -1);
     CHECK(dpo_select_pairs(r, 2, 2, DPO_PAIRS_BEST_WORST, 0.0f, p, &n) == -1 && strstr(core_last_error(), "sample 2"));

@@ -39,8 +39,8 @@ int dpo_select_pairs(const float *rewards, int B, int G, dpo_pair_rule rule, flo
     *n_out = 0;
     if (B < 1) return core_error("dpo: %d groups; must be >= 1", B);
     if (G < 2)
-        return core_error("rollout.group_size: %d; algorithm.loss dpo needs groups of at least 2 samples (a group of "
-                          "one has no preference pair)", G);
+        return core_error("rollout.samples_per_prompt: %d; algorithm.loss dpo needs groups of at least 2 samples (a "
+                          "group of one has no preference pair)", G);
     if (!(margin >= 0) || !isfinite(margin))
         return core_error("algorithm.dpo_margin: must be finite and >= 0 (got %g)", (double)margin);
     if (rule != DPO_PAIRS_BEST_WORST && rule != DPO_PAIRS_ALL) return core_error("dpo: unknown pair rule %d", (int)rule);

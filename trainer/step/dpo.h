@@ -55,7 +55,7 @@ int dpo_max_pairs(int B, int G, dpo_pair_rule rule);
  *   _form_pairs_from_advantages); kept when r_w - r_l > margin. A group whose rewards are all equal gives no pair
  *   (flow_grpo then trains samples 1 over 0 of the group, l.45-47, a pair without a preference; we leave it out).
  * all: for g < h in group order, the pair (the higher, the lower) when |r_g - r_h| > margin; ties give no pair.
- * Errors (-1): B < 1, G < 2 (a group of one has no pair: rollout.group_size must be >= 2 for algorithm.loss dpo),
+ * Errors (-1): B < 1, G < 2 (a group of one has no pair: rollout.samples_per_prompt must be >= 2 for algorithm.loss dpo),
  * margin negative or not finite (algorithm.dpo_margin), a non-finite reward (names the sample). */
 int dpo_select_pairs(const float *rewards, int B, int G, dpo_pair_rule rule, float margin, dpo_pair *out, int *n_out);
 
