@@ -262,7 +262,15 @@ static int core_recipe_check_forward(const core_recipe *r) {
 }
 
 int core_recipe_forward_process(const core_recipe *r) {
-    return r->choice.loss == CORE_LOSS_NFT || r->choice.loss == CORE_LOSS_DPO;
+    switch (r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD:
+        return 0;
+    case CORE_LOSS_NFT:
+    case CORE_LOSS_DPO:
+        return 1;
+    }
+    return 0;
 }
 
 int core_recipe_check(core_recipe *r) {

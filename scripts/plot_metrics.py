@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """scripts/plot_metrics.py RUN_DIR/metrics.jsonl OUT.png [--width PX]
+   scripts/plot_metrics.py --compare OUT.png RUN [RUN ...] [--labels A,B,...] [--smooth K] [--width PX]
 
 Draws a `vgrpo run`'s metrics.jsonl (fields: recipes/README.md) to a PNG, panels against `step` on one page:
   reward   training reward/mean (line) inside its reward/min .. reward/max band, and the fixed eval's
@@ -12,7 +13,15 @@ Draws a `vgrpo run`'s metrics.jsonl (fields: recipes/README.md) to a PNG, panels
            metrics.jsonl; 4 when absent);
   loss     loss (the GRPO loss of the step's first update);
   log-prob log_prob_mean_abs_diff (rollout vs trainer log-probs on the first update: exactly 0 on CPU), and
-           offpolicy_last/log_prob_mean_abs_diff when the recipe has optimizer_steps_per_rollout > 1.
+           offpolicy_last/log_prob_mean_abs_diff when the recipe has optimizer_steps_per_rollout > 1; a run with
+           algorithm.loss nft (no log-prob) shows nft/positive_loss and nft/negative_loss there instead.
+--compare draws several runs (RUN: a run folder or its metrics.jsonl; e.g. GRPO, DiffusionNFT and DPO on one recipe)
+on one page, one colour per run (legend: --labels, else the run folders' names), in two panels:
+  wall time  the training reward/mean (a moving average over K steps with --smooth K; 1 by default) against the
+           cumulative seconds of the steps (time/step_s: rollout, reward and training; the in-run evals left out,
+           as they cost every run the same), and each eval's eval/reward/mean +- se at the time it ran;
+  samples    the same against the cumulative number of rollout samples (prompts_per_step x samples_per_prompt of
+           config.resolved.yaml beside metrics.jsonl, else time/samples_per_s x time/step_s per step).
 Missing or non-numeric values are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
 the text with a built-in 5 x 7 pixel font (upper case), so plotting needs no package beyond Debian's python3.
 Exit status 0; 1 when the file has no step rows; 2 on a usage error or an unreadable file.
@@ -344,7 +353,114 @@ def warn_sd(metrics_path):
         return 4.0
 
 
+def samples_per_step(metrics_path):
+    """prompts_per_step x samples_per_prompt from config.resolved.yaml beside metrics.jsonl; None when absent."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(metrics_path)), "config.resolved.yaml"),
+                  encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"^rollout:\n((?:  .*\n)*)", text, re.M)
+    if not m:
+        return None
+    b = re.search(r"^  prompts_per_step: *([0-9]+)", m.group(1), re.M)
+    g = re.search(r"^  samples_per_prompt: *([0-9]+)", m.group(1), re.M)
+    return int(b.group(1)) * int(g.group(1)) if b and g else None
+
+
+def run_curves(path, smooth):
+    """One run's curves: ([(seconds, reward)], [(samples, reward)], [(seconds, eval, se)], [(samples, eval, se)]).
+    A step row k adds its time/step_s and its samples after its reward; an eval in row k ran before step k."""
+    rows = read_rows(path)
+    n_fixed = samples_per_step(path)
+    t = n = 0.0
+    by_time, by_samples, ev_time, ev_samples, window = [], [], [], [], []
+    for r in rows:
+        em, es = num(r, "eval/reward/mean"), num(r, "eval/reward/se")
+        if em is not None and es is not None:
+            ev_time.append((t, em, es))
+            ev_samples.append((n, em, es))
+        rew, dt = num(r, "reward/mean"), num(r, "time/step_s")
+        if rew is None or dt is None:
+            continue
+        sps = num(r, "time/samples_per_s")
+        k = n_fixed if n_fixed is not None else (round(sps * dt) if sps is not None else 0)
+        t += dt
+        n += k
+        window = (window + [rew])[-max(1, smooth):]
+        avg = sum(window) / len(window)
+        by_time.append((t, avg))
+        by_samples.append((n, avg))
+    return by_time, by_samples, ev_time, ev_samples
+
+
+def compare(argv):
+    """--compare OUT.png RUN [RUN ...] [--labels A,B,...] [--smooth K] [--width PX] (see the file's comment)."""
+    runs, labels, smooth, width = [], None, 1, 1000
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--labels" and i + 1 < len(argv):
+            labels = argv[i + 1].split(",")
+            i += 2
+        elif argv[i] == "--smooth" and i + 1 < len(argv):
+            smooth = max(1, int(argv[i + 1]))
+            i += 2
+        elif argv[i] == "--width" and i + 1 < len(argv):
+            width = max(600, int(argv[i + 1]))
+            i += 2
+        else:
+            runs.append(argv[i])
+            i += 1
+    if len(runs) < 2:
+        sys.stderr.write("usage: plot_metrics.py --compare OUT.png RUN [RUN ...] [--labels A,B,...] [--smooth K] "
+                         "[--width PX]\n")
+        return 2
+    out, runs = runs[0], runs[1:]
+    paths = [os.path.join(r, "metrics.jsonl") if os.path.isdir(r) else r for r in runs]
+    if labels is None:
+        labels = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in paths]
+    if len(labels) != len(paths):
+        sys.stderr.write(f"plot_metrics: --labels names {len(labels)} runs, {len(paths)} given\n")
+        return 2
+    colors = [BLUE, ORANGE, GREEN, RED, PURPLE, PINK, GREY, BLACK]
+    curves = [run_curves(p, smooth) for p in paths]
+    for p, c in zip(paths, curves):
+        if not c[0]:
+            sys.stderr.write(f"plot_metrics: {p}: no step rows with reward/mean and time/step_s\n")
+            return 1
+    left, right, top, ph, gap = 150, 30, 70, 320, 120
+    height = top + 2 * ph + gap + 90
+    cv = Canvas(width, height)
+    pw = width - left - right
+    title = "reward of " + ", ".join(f"{lb} ({len(c[0])} steps)" for lb, c in zip(labels, curves))
+    if smooth > 1:
+        title += f", mean of {smooth} steps"
+    cv.text(left, 14, title, BLACK, 2)
+    for k, (name, xlabel) in enumerate([("wall time", "seconds (steps only)"), ("samples", "rollout samples")]):
+        lines = [c[k] for c in curves]
+        evs = [c[2 + k] for c in curves]
+        xs = [p[0] for g in lines + evs for p in g]
+        ys = [(0, y) for g in lines for _, y in g] + [(0, m - s) for g in evs for _, m, s in g] + \
+             [(0, m + s) for g in evs for _, m, s in g]
+        p = Panel(cv, (left, top + k * (ph + gap), pw, ph), (min(xs), max(xs)), limits(ys), "reward vs " + name)
+        p.axes(xlabel)
+        for j in range(len(paths)):
+            color = colors[j % len(colors)]
+            p.series(lines[j], color)
+            p.errorbars(evs[j], color)
+        for j in reversed(range(len(paths))):
+            p.legend(labels[j], colors[j % len(colors)], "line")
+    cv.png(out)
+    print(f"wrote {out} ({width} x {height}): " + ", ".join(
+        f"{lb}: {len(c[0])} steps, {c[0][-1][0]:.1f} s, {int(c[1][-1][0])} samples, {len(c[2])} evals"
+        for lb, c in zip(labels, curves)))
+    return 0
+
+
 def main(argv):
+    if argv and argv[0] == "--compare":
+        return compare(argv[1:])
     args, width = [], 1000
     i = 0
     while i < len(argv):
@@ -440,13 +556,22 @@ def main(argv):
     p.axes(None)
     p.series(loss, RED)
 
-    p = Panel(cv, box(), xlim, limits(lpd, lpd_off), "log_prob_mean_abs_diff")
-    p.axes("step")
-    if lpd_off:
-        p.series(lpd_off, GREY)
-        p.legend("off-policy (last update)", GREY, "line")
-    p.series(lpd, GREEN)
-    p.legend("first update", GREEN, "line")
+    pos, neg = pick(rows, "nft/positive_loss"), pick(rows, "nft/negative_loss")
+    if not lpd and pos:  # algorithm.loss nft: no log-prob; its implicit positive and negative losses instead
+        p = Panel(cv, box(), xlim, limits(pos, neg), "nft: positive and negative loss")
+        p.axes("step")
+        p.series(neg, ORANGE)
+        p.series(pos, BLUE)
+        p.legend("L-", ORANGE, "line")
+        p.legend("L+", BLUE, "line")
+    else:
+        p = Panel(cv, box(), xlim, limits(lpd, lpd_off), "log_prob_mean_abs_diff")
+        p.axes("step")
+        if lpd_off:
+            p.series(lpd_off, GREY)
+            p.legend("off-policy (last update)", GREY, "line")
+        p.series(lpd, GREEN)
+        p.legend("first update", GREEN, "line")
 
     cv.png(args[1])
     print(f"wrote {args[1]} ({width} x {height}): {len(rew)} steps, {len(ev)} evals"

@@ -6,7 +6,15 @@
  * statistics. Data parallelism is the same for every objective: this rank's contiguous share of the batch (dpo: of
  * the batch's pairs, every rank holding the whole batch) with the whole batch's transition count as the denominator,
  * the gradients summed over the ranks by the hook GRPO uses, the statistics summed over the dp group in rank order,
- * then the one optimizer step every rank takes (trainer_opt_step_experts). */
+ * then the one optimizer step every rank takes (trainer_opt_step_experts).
+ * Another forward-process objective plugs in with: its core_loss value (core/recipe.h, the key's choices in
+ * core/recipe.c) counted by core_recipe_forward_process (the refusals, every step a candidate, parity by the velocity
+ * alone, the budget's CFG-free rows then apply); its statistics as a field of trainer_obj_stats with a pack/unpack to
+ * doubles; an accumulate function for fp_update (this rank's share: the batch's trajectories, conditioning and
+ * advantages from share_of, the denominator of the whole batch); and one case in each switch below (they have no
+ * default, so the compiler names a switch that lacks the new value: -Wswitch). The copies of
+ * weights it reads: the old policy (trainer_old_model; allocated for nft by trainer/run/old_policy.c) or the frozen
+ * reference (trainer_refs: the initial weights, or with LoRA the policy with its adapter off). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,14 +245,38 @@ int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer
 }
 
 int64_t trainer_obj_transitions(const trainer_state *S, const trainer_obj_stats *st) {
-    if (S->r->choice.loss == CORE_LOSS_DPO) return st->dpo.n_terms;
-    return S->r->choice.loss == CORE_LOSS_NFT ? st->nft.n_transitions : st->grpo.n_transitions;
+    switch (S->r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD:
+        return st->grpo.n_transitions;
+    case CORE_LOSS_NFT:
+        return st->nft.n_transitions;
+    case CORE_LOSS_DPO:
+        return st->dpo.n_terms;
+    }
+    return 0;
 }
 
 int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char *prefix, const trainer_obj_stats *st) {
     char k[96];
 #define PUT(name, val) (snprintf(k, sizeof k, "%s%s", prefix, name), core_metrics_f64(m, k, val))
-    if (S->r->choice.loss == CORE_LOSS_DPO) {
+    switch (S->r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD: {
+        const grpo_loss_stats *s = &st->grpo;
+        const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
+        return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
+               PUT("clip_fraction", s->n_clipped / nt) || PUT("ratio_dev_mean", s->abs_ratio_dev_sum / nt) ||
+               PUT("log_prob_mean_abs_diff", s->abs_logp_diff_sum / nt);
+    }
+    case CORE_LOSS_NFT: {
+        const nft_loss_stats *s = &st->nft;
+        const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
+        return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
+               PUT("nft/positive_loss", s->positive_sum / nt) || PUT("nft/negative_loss", s->negative_sum / nt) ||
+               PUT("nft/optimality_mean", s->r_sum / nt) || PUT("nft/old_deviate", s->old_deviate_sum / nt);
+    }
+    case CORE_LOSS_DPO: {
         const dpo_loss_stats *s = &st->dpo;
         const double nt = s->n_terms > 0 ? (double)s->n_terms : 1;
         return PUT("loss", s->loss) || PUT("dpo/reward_margin", s->margin_sum / nt) ||
@@ -252,38 +284,35 @@ int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char 
                PUT("dpo/err_l", s->err_l_sum / nt) || PUT("dpo/ref_err_w", s->ref_w_sum / nt) ||
                PUT("dpo/ref_err_l", s->ref_l_sum / nt);
     }
-    if (S->r->choice.loss == CORE_LOSS_NFT) {
-        const nft_loss_stats *s = &st->nft;
-        const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
-        return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
-               PUT("nft/positive_loss", s->positive_sum / nt) || PUT("nft/negative_loss", s->negative_sum / nt) ||
-               PUT("nft/optimality_mean", s->r_sum / nt) || PUT("nft/old_deviate", s->old_deviate_sum / nt);
     }
-    const grpo_loss_stats *s = &st->grpo;
-    const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
-    return PUT("loss", s->loss) || PUT("policy_loss", s->policy) || PUT("kl", s->kl) ||
-           PUT("clip_fraction", s->n_clipped / nt) || PUT("ratio_dev_mean", s->abs_ratio_dev_sum / nt) ||
-           PUT("log_prob_mean_abs_diff", s->abs_logp_diff_sum / nt);
 #undef PUT
+    return 0;
 }
 
 void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, char *buf, size_t cap) {
-    if (S->r->choice.loss == CORE_LOSS_DPO) {
-        const dpo_loss_stats *s = &st->dpo;
-        const double nt = s->n_terms > 0 ? (double)s->n_terms : 1;
-        snprintf(buf, cap, "loss %.4f | margin %+.3g positive %.2f | err w %.4g l %.4g", s->loss, s->margin_sum / nt,
-                 (double)s->n_positive / nt, s->err_w_sum / nt, s->err_l_sum / nt);
+    buf[0] = 0;
+    switch (S->r->choice.loss) {
+    case CORE_LOSS_GRPO:
+    case CORE_LOSS_GRPO_GUARD: {
+        const grpo_loss_stats *s = &st->grpo;
+        snprintf(buf, cap, "loss %+.3e kl %.3g | clip %.3f |dlogp| %.3g", s->loss, s->kl,
+                 s->n_transitions ? (double)s->n_clipped / s->n_transitions : 0.0,
+                 s->n_transitions ? s->abs_logp_diff_sum / s->n_transitions : 0.0);
         return;
     }
-    if (S->r->choice.loss == CORE_LOSS_NFT) {
+    case CORE_LOSS_NFT: {
         const nft_loss_stats *s = &st->nft;
         const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
         snprintf(buf, cap, "loss %+.3e kl %.3g | L+ %.3g L- %.3g r %.3f |v-v_old|^2 %.3g", s->loss, s->kl,
                  s->positive_sum / nt, s->negative_sum / nt, s->r_sum / nt, s->old_deviate_sum / nt);
         return;
     }
-    const grpo_loss_stats *s = &st->grpo;
-    snprintf(buf, cap, "loss %+.3e kl %.3g | clip %.3f |dlogp| %.3g", s->loss, s->kl,
-             s->n_transitions ? (double)s->n_clipped / s->n_transitions : 0.0,
-             s->n_transitions ? s->abs_logp_diff_sum / s->n_transitions : 0.0);
+    case CORE_LOSS_DPO: {
+        const dpo_loss_stats *s = &st->dpo;
+        const double nt = s->n_terms > 0 ? (double)s->n_terms : 1;
+        snprintf(buf, cap, "loss %.4f | margin %+.3g positive %.2f | err w %.4g l %.4g", s->loss, s->margin_sum / nt,
+                 (double)s->n_positive / nt, s->err_w_sum / nt, s->err_l_sum / nt);
+        return;
+    }
+    }
 }
