@@ -6,6 +6,7 @@
  *   - 2 steps + --resume 2 steps equals 4 straight steps (the reference stays the initial weights), alone and over 2
  *     trainer ranks (each training its share of the pairs), whose first loss is local's;
  *   - LoRA: the reference is the base with the adapter off (first loss log 2), the base unchanged, resume exact;
+ *   - the emulated device (model.device cuda): the reference's device copy, first loss log 2, resume exact;
  *   - `vgrpo parity` reports the velocity difference, 0 on the CPU, and no log-prob;
  *   - --dry-run refuses what does not apply to dpo, naming the key;
  *   - slow: the tiny recipe learns (eval color_match rises by more than 3 standard errors). */
@@ -177,6 +178,29 @@ TEST(dpo_run_lora_reference_is_base) {
     const char *files[] = {"transformer/pytorch_lora_weights.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "LoRA resume: %s differs", files[i]);
     CHECK(test_run(NULL, 0, "test -e %s/a/checkpoint-2/old", dir) != 0);
+}
+
+/* model.device cuda on the emulated device: the reference's device copy (the initial weights, uploaded once) serves
+ * every step; the first loss is log 2 there too, and 1 + --resume 1 == 2. */
+TEST(dpo_run_emulated_device_resume) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2400];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    base_args(base, sizeof base, dir);
+    strcat(base, " --set model.device=cuda");
+    int st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 2 "
+                      "--set logging.run_dir=%s/a", bin, base, dir);
+    REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "emulated run: %s", out), -1) : 0);
+    CHECK_MSG(strstr(out, "loss 0.6931 | margin +0 positive 0.00"), "the first step against the reference: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 1 "
+                  "--set logging.run_dir=%s/b", bin, base, dir);
+    CHECK_MSG(st == 0, "1 step: %s", out);
+    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 2 "
+                  "--set logging.run_dir=%s/b --resume %s/b", bin, base, dir, dir);
+    CHECK_MSG(st == 0, "resume: %s", out);
+    const char *files[] = {W, "optimizer.safetensors"};
+    for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "emulated resume: %s differs", files[i]);
+    rows_equal(dir, "a", "b", 3);
 }
 
 TEST(dpo_recipe_refusals) {
