@@ -7,6 +7,7 @@
  *     trainer ranks (each training its share of the pairs), whose first loss is local's;
  *   - LoRA: the reference is the base with the adapter off (first loss log 2), the base unchanged, resume exact;
  *   - the emulated device (model.device cuda): the reference's device copy, first loss log 2, resume exact;
+ *   - a margin no gap exceeds: no pair, the steps still count, the weights stay;
  *   - `vgrpo parity` reports the velocity difference, 0 on the CPU, and no log-prob;
  *   - --dry-run refuses what does not apply to dpo, naming the key;
  *   - slow: the tiny recipe learns (eval color_match rises by more than 3 standard errors). */
@@ -201,6 +202,31 @@ TEST(dpo_run_emulated_device_resume) {
     const char *files[] = {W, "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "emulated resume: %s differs", files[i]);
     rows_equal(dir, "a", "b", 3);
+}
+
+/* A margin no reward gap exceeds: no pair in any step. Each step still takes its optimizer step (the policy version
+ * counts the steps) with a zero gradient, which leaves AdamW's update 0 from zero moments: the weights stay the
+ * initial ones bit for bit, and the rows say 0 terms. */
+TEST(dpo_run_without_pairs) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2400], p[700];
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --out %s/model --seed 0 >/dev/null", bin, dir) == 0);
+    base_args(base, sizeof base, dir);
+    const int st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 2 --set algorithm.dpo_margin=1e9 "
+                            "--set logging.run_dir=%s/n", bin, base, dir);
+    REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "run: %s", out), -1) : 0);
+    CHECK(test_run(NULL, 0, "cmp -s %s/model/" W " %s/n/checkpoint-2/" W, dir, dir) == 0);
+    snprintf(p, sizeof p, "%s/n/metrics.jsonl", dir);
+    json_t *rows[8];
+    const int nr = read_rows(p, rows, 8, 1);
+    CHECK(nr == 3);
+    for (int k = 0; k < 2 && k < nr; k++) {
+        CHECK(json_integer_value(json_object_get(rows[k], "transitions")) == 0);
+        CHECK(json_real_value(json_object_get(rows[k], "loss")) == 0.0);
+        CHECK(json_integer_value(json_object_get(rows[k], "policy_version")) == k);
+    }
+    if (nr == 3) CHECK(json_integer_value(json_object_get(rows[2], "policy_version")) == 2);
+    for (int i = 0; i < nr; i++) json_decref(rows[i]);
 }
 
 TEST(dpo_recipe_refusals) {

@@ -196,8 +196,10 @@ static int dpo_update(trainer_state *S, const trainer_batch *tb, int u, dpo_loss
     share_of(S, tb, stoppable, &tc, &sub, &lo); /* the hooks; the share is of the pairs, below */
     const dpo_pair_rule rule = r->choice.dpo_pairs == CORE_DPO_PAIRS_ALL ? DPO_PAIRS_ALL : DPO_PAIRS_BEST_WORST;
     const int cap = dpo_max_pairs(B, G, rule);
+    if (cap < 1) /* refused by the recipe's checks before a run gets here */
+        return core_error("rollout.samples_per_prompt: %d groups of %d have no preference pair", B, G);
     float *rew = malloc(sizeof(float) * (size_t)tb->n);
-    dpo_pair *pairs = cap > 0 ? malloc(sizeof(dpo_pair) * (size_t)cap) : NULL;
+    dpo_pair *pairs = malloc(sizeof(dpo_pair) * (size_t)cap);
     int np = 0, rc = -1;
     if (!rew || !pairs) {
         core_error("dpo: out of memory for %d pairs", cap);
