@@ -7,7 +7,8 @@
  *   ema/transformer[_2]/           (runs with algorithm.ema_decay > 0) the exponential moving average of the weights,
  *                                  same layout: `vgrpo eval --checkpoint checkpoint-N/ema` evaluates it
  *   old/transformer[_2]/           (algorithm.loss nft) the old policy, the soft-updated copy of the weights
- *                                  (trainer/step/nft.h), same layout (under LoRA its adapter, as ema/'s)
+ *                                  (trainer/step/nft.h), same layout (under LoRA its adapter, as ema/'s): `vgrpo eval
+ *                                  --checkpoint checkpoint-N/old` evaluates it
  *   LoRA (model.lora, trainer/optim/lora.h): transformer/ (and transformer_2/) of each TRAINED expert hold its adapter
  *                                  instead, no base weights (the base is model.path's), in the two formats users load
  *                                  (wan_lora_save, model/dit/wan_lora.h): pytorch_lora_weights.safetensors (diffusers'

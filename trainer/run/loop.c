@@ -1,9 +1,11 @@
 /* trainer/run/loop.c — the GRPO loop (trainer/run/run.h has the step's data flow): trainer_run on rank 0, written against the
  * rollout source (core/rollout_source.h), and trainer_follow on the other trainer ranks, which train on their share of
- * every batch rank 0 broadcasts. Timing fields are all under "time/" so runs can be compared bit for bit without
- * them. A checkpoint holds everything the loop carries from one step to the next (weights, Adam state, EMA, the step,
- * the sampler's epoch and position, the reward-hacking guard's state: trainer/run/guard.h), so a resumed run repeats a
- * straight run bit for bit. */
+ * every batch rank 0 broadcasts. The update itself is the recipe's objective (algorithm.loss: GRPO's, or a
+ * forward-process one such as DiffusionNFT's; trainer/run/objective.c), the rest of the step is shared. Timing fields
+ * are all under "time/" so runs can be compared bit for bit without them. A checkpoint holds everything the loop
+ * carries from one step to the next (weights, Adam state, EMA, nft's old policy, the step, the sampler's epoch and
+ * position, the reward-hacking guard's state: trainer/run/guard.h), so a resumed run repeats a straight run bit for
+ * bit. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +20,6 @@
 #include "trainer/step/grpo.h"
 #include "trainer/optim/lora.h"
 #include "trainer/run/run_internal.h"
-#include "trainer/dp/dp_dev.h"
 #include "trainer/dp/zero.h"
 
 /* After update u of GRPO step k: the trained weights are finite, else the run stops here, before they are synced to
