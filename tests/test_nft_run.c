@@ -4,7 +4,8 @@
  *     rows carry the objective's fields (nft/..., old_decay) and no GRPO field;
  *   - colocated (2 rollout workers) equals local: metrics rows (timings aside), rewards and checkpoint files;
  *   - 2 steps + --resume 2 steps equals 4 straight steps (weights, old policy, Adam state), alone and over 2 trainer
- *     ranks (whose followers restore their old policy from the checkpoint too), and with LoRA (the old adapter);
+ *     ranks (whose followers restore their old policy from the checkpoint too), and with LoRA (the old adapter); the
+ *     2 ranks' statistics summed over the dp group equal the local run's on step 0 (1e-6 relative: summation order);
  *   - --dry-run refuses what does not apply to nft (cps, an SDE window, cps_logprob) naming the key, and allows
  *     rollout.eta 0;
  *   - vgrpo parity: the velocity alone (no log-prob), exactly 0 on the CPU;
@@ -133,6 +134,27 @@ TEST(nft_run_old_policy_colocated_resume) {
     CHECK_MSG(st == 0, "2 ranks, resume: %s", out);
     for (int i = 0; i < 3; i++) CHECK_MSG(cmp_files(dir, "t4", "t2", 4, files[i]) == 0, "2 ranks, resume: %s differs", files[i]);
     rows_equal(dir, "t4", "t2", 5);
+    /* the 2 ranks' statistics, summed over the dp group, are the local run's on step 0 (same weights and batch; the
+     * sums differ in their order only) */
+    char pl[700], pt[700];
+    snprintf(pl, sizeof pl, "%s/l/metrics.jsonl", dir);
+    snprintf(pt, sizeof pt, "%s/t4/metrics.jsonl", dir);
+    json_t *a[8], *b[8];
+    const int na = read_rows(pl, a, 8, 1), nb = read_rows(pt, b, 8, 1);
+    CHECK(na >= 1 && nb >= 1);
+    if (na >= 1 && nb >= 1) {
+        CHECK(json_integer_value(json_object_get(a[0], "transitions")) ==
+              json_integer_value(json_object_get(b[0], "transitions")));
+        const char *keys[] = {"loss", "policy_loss", "nft/positive_loss", "nft/negative_loss", "nft/optimality_mean",
+                              "grad_norm"};
+        for (int i = 0; i < 6; i++) {
+            const double x = json_number_value(json_object_get(a[0], keys[i]));
+            const double y = json_number_value(json_object_get(b[0], keys[i]));
+            CHECK_MSG(x > 0 && fabs(x - y) <= 1e-6 * x, "step 0 %s: local %.9g, 2 ranks %.9g", keys[i], x, y);
+        }
+    }
+    for (int i = 0; i < na; i++) json_decref(a[i]);
+    for (int i = 0; i < nb; i++) json_decref(b[i]);
 }
 
 TEST(nft_run_lora_old_adapter_resume) {

@@ -273,3 +273,13 @@ TEST(stop_colocated_mid_step_exits_and_resumes_exactly) {
                     0.5, 8.0);
 }
 
+
+/* The same with algorithm.loss nft (trainer/run/objective.c: its update polls the stop before the optimizer step; the
+ * old policy is checkpointed and resumed with the rest). */
+TEST(stop_local_nft_mid_step_exits_and_resumes_exactly) {
+    stop_and_resume("local", getenv("VGRPO_ASAN") ? "--set algorithm.loss=nft --set rollout.num_steps=16 "
+                                                    "--set algorithm.micro_batch_size=32"
+                                                  : "--set algorithm.loss=nft --set rollout.num_steps=64 "
+                                                    "--set algorithm.micro_batch_size=32",
+                    0.3, 2.0);
+}
