@@ -28,7 +28,8 @@ enum {
     CORE_STREAM_MODEL_INIT = 5, /* random initial weights (init-model, tests) */
     CORE_STREAM_LORA_INIT = 6,  /* LoRA A matrices (model/dit/wan_lora.h); docs/design.md section 4 */
     CORE_STREAM_SDE_WINDOW = 7, /* SDE window start of a rollout round (trainer/step/sde_window.h; uid = the round) */
-    CORE_STREAM_NFT_NOISE = 8   /* DiffusionNFT's forward-process noise (trainer/step/nft.h; uid = the sample's uid) */
+    CORE_STREAM_NFT_NOISE = 8,  /* DiffusionNFT's forward-process noise (trainer/step/nft.h; uid = the sample's uid) */
+    CORE_STREAM_DPO_NOISE = 9   /* Flow-DPO's shared noise of a pair (trainer/step/dpo.h; uid = the preferred sample's) */
 };
 
 /* One Philox4x32-10 block: out = bijection of ctr under key (10 rounds, multipliers 0xD2511F53, 0xCD9E8D57,

@@ -108,9 +108,9 @@ const core_cfg_entry core_recipe_schema[] = {
     {"algorithm.std_mode", CORE_CFG_STRING, O(std_mode), "group", 0, 0, 0, "group|batch", "advantage std"},
     {"algorithm.timestep_selection", CORE_CFG_STRING, O(timestep_selection), "all", 0, 0, 0, NULL,
      "all | first_fraction F | random_k K | from_range A B K"},
-    {"algorithm.loss", CORE_CFG_STRING, O(loss), "grpo", 0, 0, 0, "grpo|grpo_guard|nft",
-     "objective: GRPO's clipped ratio, GRPO-Guard's mean-bias-corrected, step-scaled one (sde only), or DiffusionNFT "
-     "on the forward process (no log-prob; any sampler, eta 0 included)"},
+    {"algorithm.loss", CORE_CFG_STRING, O(loss), "grpo", 0, 0, 0, "grpo|grpo_guard|nft|dpo",
+     "objective: GRPO's clipped ratio, GRPO-Guard's mean-bias-corrected, step-scaled one (sde only), DiffusionNFT "
+     "on the forward process (no log-prob; any sampler, eta 0 included), or online Flow-DPO (pairs per group, ditto)"},
     /* DiffusionNFT's values (trainer/step/nft.h): the defaults are NVlabs/DiffusionNFT's, config/nft.py */
     {"algorithm.nft_beta", CORE_CFG_FLOAT, O(nft_beta), "1.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1e6, NULL,
      "nft: the mixing coefficient beta of the implicit policies v+- (config.beta; 1.0, 0.1 for OCR)"},
@@ -120,6 +120,13 @@ const core_cfg_entry core_recipe_schema[] = {
      "nft: the old policy's decay grows by this per optimizer step past old_decay_flat"},
     {"algorithm.old_decay_max", CORE_CFG_DOUBLE, O(old_decay_max), "0.5", MINV | MAXV, 0, 1, NULL,
      "nft: the old policy's largest decay (old = d old + (1 - d) policy after each step's updates)"},
+    /* online Flow-DPO's values (trainer/step/dpo.h): beta is yifan123/flow_grpo's, config/dpo.py */
+    {"algorithm.dpo_beta", CORE_CFG_FLOAT, O(dpo_beta), "100", CORE_CFG_MIN_OPEN | MAXV, 0, 1e9, NULL,
+     "dpo: beta of the Diffusion-DPO loss -log sigmoid(-beta/2 ((err_w - ref_w) - (err_l - ref_l))) (train.beta 100)"},
+    {"algorithm.dpo_pairs", CORE_CFG_STRING, O(dpo_pairs), "best_worst", 0, 0, 0, "best_worst|all",
+     "dpo: the pairs of a group: its best and worst sample, or every two whose rewards differ by more than the margin"},
+    {"algorithm.dpo_margin", CORE_CFG_FLOAT, O(dpo_margin), "0", MINV | MAXV, 0, 1e9, NULL,
+     "dpo: a pair is trained when its reward gap exceeds this (reward units; 0: any preference, ties never)"},
     {"algorithm.cps_logprob", CORE_CFG_STRING, O(cps_logprob), "exact", 0, 0, 0, "exact|flow_grpo",
      "cps log-prob: the exact Gaussian one, or Flow-GRPO's -(x' - mean)^2 (no 1/(2 s^2): other ratios)"},
     {"algorithm.optimizer_steps_per_rollout", CORE_CFG_INT, O(optimizer_steps_per_rollout), "1", MINV | MAXV, 1, 1000,
@@ -242,6 +249,7 @@ static int parse_choices(core_recipe *r) {
     CHOICE("algorithm.std_mode", std_mode);
     CHOICE("algorithm.loss", loss);
     CHOICE("algorithm.cps_logprob", cps_logprob);
+    CHOICE("algorithm.dpo_pairs", dpo_pairs);
     CHOICE("algorithm.train_experts", train_experts);
     CHOICE("algorithm.activations", activations);
     CHOICE("optim.schedule", schedule);
@@ -274,6 +282,7 @@ int core_recipe_forward_process(const core_recipe *r) {
     case CORE_LOSS_GRPO_GUARD:
         return 0;
     case CORE_LOSS_NFT:
+    case CORE_LOSS_DPO:
         return 1;
     }
     return 0;
@@ -391,7 +400,10 @@ int core_recipe_check(core_recipe *r) {
     if (c->cps_logprob == CORE_CPS_LOGP_FLOW_GRPO && c->sde_type != CORE_SDE_TYPE_CPS)
         return core_error("algorithm.cps_logprob: flow_grpo is Flow-GRPO's log-prob of the cps step; rollout.sde_type "
                           "is %s (use exact)", r->sde_type);
-    if (c->loss == CORE_LOSS_NFT && core_recipe_check_forward(r)) return -1;
+    if (core_recipe_forward_process(r) && core_recipe_check_forward(r)) return -1;
+    if (c->loss == CORE_LOSS_DPO && r->beta > 0)
+        return core_error("algorithm.beta: %g is GRPO's KL weight; algorithm.loss dpo keeps the policy near the reference "
+                          "through algorithm.dpo_beta (use 0)", (double)r->beta);
     if (c->loss == CORE_LOSS_GRPO_GUARD && c->sde_type != CORE_SDE_TYPE_SDE)
         return core_error("algorithm.loss: grpo_guard is defined for rollout.sde_type sde (its ratio is scaled by the "
                           "sde step's std sqrt(-dt) std_t); rollout.sde_type is %s", r->sde_type);

@@ -94,6 +94,11 @@
  *   algorithm.nft_beta             nft: the mixing coefficient of the implicit positive and negative policies
  *   algorithm.old_decay_flat, old_decay_rate, old_decay_max   nft: the old policy's decay after step k,
  *                                  min(max(0, k - flat) x rate, max); it is soft-updated after each step's updates
+ *                                  | dpo (trainer/step/dpo.h: online Flow-DPO, pairs of each group against the initial
+ *                                  model; on the forward process as nft, the same refusals; algorithm.beta must be 0)
+ *   algorithm.dpo_beta             dpo: beta of the Diffusion-DPO loss
+ *   algorithm.dpo_pairs            dpo: best_worst | all (every two samples of a group whose reward gap > dpo_margin)
+ *   algorithm.dpo_margin           dpo: the reward gap a pair must exceed (>= 0)
  *   algorithm.cps_logprob          exact | flow_grpo: the cps step's log-prob (flow_grpo: Flow-GRPO's -(x' - mean)^2)
  *   algorithm.optimizer_steps_per_rollout  U >= 1 updates per rollout batch, each on the whole batch (PPO epochs;
  *                                  updates after the first are off-policy)
@@ -179,8 +184,9 @@ typedef enum { CORE_SDE_TYPE_SDE = 0, CORE_SDE_TYPE_CPS } core_sde_type;        
 typedef enum { CORE_WINDOW_RANDOM = 0, CORE_WINDOW_PROGRESSIVE } core_window_schedule; /* rollout.sde_window.schedule */
 typedef enum { CORE_WINDOW_CLAMP = 0, CORE_WINDOW_RESTART } core_window_at_end;        /* rollout.sde_window.at_end */
 typedef enum { CORE_STD_GROUP = 0, CORE_STD_BATCH } core_std_mode;                     /* algorithm.std_mode */
-typedef enum { CORE_LOSS_GRPO = 0, CORE_LOSS_GRPO_GUARD, CORE_LOSS_NFT } core_loss;    /* algorithm.loss */
+typedef enum { CORE_LOSS_GRPO = 0, CORE_LOSS_GRPO_GUARD, CORE_LOSS_NFT, CORE_LOSS_DPO } core_loss; /* algorithm.loss */
 typedef enum { CORE_CPS_LOGP_EXACT = 0, CORE_CPS_LOGP_FLOW_GRPO } core_cps_logprob;    /* algorithm.cps_logprob */
+typedef enum { CORE_DPO_PAIRS_BEST_WORST = 0, CORE_DPO_PAIRS_ALL } core_dpo_pairs;    /* algorithm.dpo_pairs */
 typedef enum {
     CORE_EXPERTS_ALL = 0,
     CORE_EXPERTS_TRANSFORMER,  /* the high-noise expert, transformer/ */
@@ -205,6 +211,7 @@ typedef struct {
     core_std_mode std_mode;
     core_loss loss;
     core_cps_logprob cps_logprob;
+    core_dpo_pairs dpo_pairs;
     core_train_experts train_experts;
     core_activations activations;
     core_schedule schedule;
@@ -246,6 +253,8 @@ typedef struct {
     char *std_mode, *timestep_selection, *activations, *train_experts, *loss, *cps_logprob;
     double ema_decay;
     float nft_beta;                                      /* algorithm.nft_beta */
+    float dpo_beta, dpo_margin;                          /* algorithm.dpo_beta, dpo_margin */
+    char *dpo_pairs;                                     /* algorithm.dpo_pairs */
     int64_t old_decay_flat;                              /* algorithm.old_decay_flat */
     double old_decay_rate, old_decay_max;                /* algorithm.old_decay_rate, old_decay_max */
     int optimizer_steps_per_rollout, micro_batch_size;
@@ -293,8 +302,9 @@ int core_recipe_load(core_recipe *r, const char *path, const char *const *sets, 
  * (a text outside the key's choices: -1, "KEY: must be one of A|B, got \"X\""). -1 naming the key. */
 int core_recipe_check(core_recipe *r);
 
-/* 1 when algorithm.loss is an objective on the forward process (nft): no log-prob, the rollout's final latents
- * noised at its timesteps, a second copy of the trained weights (the old policy), parity by the velocity alone. */
+/* 1 when algorithm.loss is an objective on the forward process (nft, dpo): no log-prob, the rollout's final latents
+ * noised at its timesteps, a second copy of weights (nft: the old policy; dpo: the reference), parity by the velocity
+ * alone. */
 int core_recipe_forward_process(const core_recipe *r);
 
 /* Whether algorithm.train_experts trains expert e (0: transformer/, 1: transformer_2/). Whether the pipeline has

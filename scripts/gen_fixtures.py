@@ -9,6 +9,7 @@ Run from the repository root:
     .venv/bin/python scripts/gen_fixtures.py flow optim safetensors   # the others (scripts/fixtures_<name>.py)
     .venv/bin/python scripts/gen_fixtures.py algo       # cps step and GRPO-Guard loss (numpy only)
     .venv/bin/python scripts/gen_fixtures.py nft        # DiffusionNFT's loss and its gradient (torch, float64)
+    .venv/bin/python scripts/gen_fixtures.py dpo        # Flow-DPO's loss and its gradients (torch, float64)
     .venv/bin/python scripts/gen_fixtures.py i2v        # a TI2V denoising loop (after wan and vae: their folders)
     .venv/bin/python scripts/gen_fixtures.py clip_text clip_image   # CLIP tokenizer ids and image preprocessing
     .venv/bin/python scripts/gen_fixtures.py clip       # CLIP towers (transformers, open_clip) and the aesthetic MLP
@@ -253,7 +254,7 @@ GENERATORS = {"wan": gen_wan, "safetensors": gen_script("safetensors"), "flow": 
               "text": gen_script("text"), "lora": gen_script("lora"), "algo": gen_script("algo"),
               "i2v": gen_script("i2v"), "clip_text": gen_script("clip_text"), "clip_image": gen_script("clip_image"),
               "clip": gen_script("clip"), "clip_score": gen_script("clip_score"),
-              "nft": gen_script("nft")}
+              "nft": gen_script("nft"), "dpo": gen_script("dpo")}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -14,7 +14,8 @@ Draws a `vgrpo run`'s metrics.jsonl (fields: recipes/README.md) to a PNG, panels
   loss     loss (the GRPO loss of the step's first update);
   log-prob log_prob_mean_abs_diff (rollout vs trainer log-probs on the first update: exactly 0 on CPU), and
            offpolicy_last/log_prob_mean_abs_diff when the recipe has optimizer_steps_per_rollout > 1; a run with
-           algorithm.loss nft (no log-prob) shows nft/positive_loss and nft/negative_loss there instead.
+           algorithm.loss nft (no log-prob) shows nft/positive_loss and nft/negative_loss there instead, one with
+           algorithm.loss dpo its dpo/reward_margin (the mean implicit reward margin z).
 --compare draws several runs (RUN: a run folder or its metrics.jsonl; e.g. GRPO, DiffusionNFT and DPO on one recipe)
 on one page, one colour per run (legend: --labels, else the run folders' names), in two panels:
   wall time  the training reward/mean (a moving average over K steps with --smooth K; 1 by default) against the
@@ -564,6 +565,12 @@ def main(argv):
         p.series(pos, BLUE)
         p.legend("L-", ORANGE, "line")
         p.legend("L+", BLUE, "line")
+    elif not lpd and pick(rows, "dpo/reward_margin"):  # algorithm.loss dpo: the implicit reward margin instead
+        margin = pick(rows, "dpo/reward_margin")
+        p = Panel(cv, box(), xlim, limits(margin), "dpo: implicit reward margin (mean z)")
+        p.axes("step")
+        p.series(margin, BLUE)
+        p.legend("dpo/reward_margin", BLUE, "line")
     else:
         p = Panel(cv, box(), xlim, limits(lpd, lpd_off), "log_prob_mean_abs_diff")
         p.axes("step")

@@ -29,6 +29,7 @@ static const struct {
     {"algorithm.std_mode", offsetof(core_recipe_choices, std_mode), NULL},
     {"algorithm.loss", offsetof(core_recipe_choices, loss), NULL},
     {"algorithm.cps_logprob", offsetof(core_recipe_choices, cps_logprob), "rollout.sde_type=cps"},
+    {"algorithm.dpo_pairs", offsetof(core_recipe_choices, dpo_pairs), NULL},
     {"algorithm.train_experts", offsetof(core_recipe_choices, train_experts), NULL},
     {"algorithm.activations", offsetof(core_recipe_choices, activations), "model.device=cuda"}, /* checkpoint */
     {"optim.schedule", offsetof(core_recipe_choices, schedule), NULL},

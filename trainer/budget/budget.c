@@ -352,7 +352,8 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     const int64_t per = e->transitions / ((int64_t)r->prompts_per_step * r->samples_per_prompt);
     const int64_t mine = per * samples;
     const int cap = (int)(r->micro_batch_size < mine ? r->micro_batch_size : mine);
-    const int rows = cap * (z->cfg_train ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
+    /* two rows per CFG transition, and per dpo term (the preferred and the rejected sample) */
+    const int rows = cap * (z->cfg_train || r->choice.loss == CORE_LOSS_DPO ? 2 : 1), sp = r->sp > 0 ? r->sp : 1;
     const wan_acts_mode mode = !backward ? WAN_ACTS_INFER
                                : r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE
                                                                                : WAN_ACTS_STORE;
@@ -362,8 +363,9 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
     if (r->beta > 0)
         add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
             dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
-    if (core_recipe_forward_process(r)) /* the old policy's forward (trainer/step/nft_step.h) */
-        add(p, "old policy activations", "algorithm.loss, " K_TRAIN, BUDGET_TRAIN,
+    if (core_recipe_forward_process(r)) /* nft's old policy's forward, dpo's reference's (nft_step.h, dpo_step.h) */
+        add(p, r->choice.loss == CORE_LOSS_DPO ? "reference activations" : "old policy activations",
+            "algorithm.loss, " K_TRAIN, BUDGET_TRAIN,
             dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
     /* the step's rows x, enc, out and dout (model/flow/denoise.h); the SDE means and reference means; dv */
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
@@ -388,7 +390,7 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
             add(p, "adapter gradients + AdamW m, v", "model.lora.rank, model.lora.targets", 0, 3 * z->adapters);
         }
         if (ema && r->ema_decay > 0) add(p, "EMA of the adapters", "algorithm.ema_decay", 0, z->adapters);
-        if (core_recipe_forward_process(r)) add(p, "old policy's adapters", "algorithm.loss", 0, z->adapters);
+        if (r->choice.loss == CORE_LOSS_NFT) add(p, "old policy's adapters", "algorithm.loss", 0, z->adapters);
     } else {
         if (zero) {
             add(p, "gradients", "model.path", 0, W);
@@ -398,7 +400,8 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
         }
         if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
         if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
-        if (core_recipe_forward_process(r)) add(p, "old policy weights", "algorithm.loss", 0, W);
+        if (core_recipe_forward_process(r))
+            add(p, r->choice.loss == CORE_LOSS_DPO ? "reference weights" : "old policy weights", "algorithm.loss", 0, W);
     }
     add(p, "prompt embeddings", K_EMB, 0, F32 * (double)(e->n_train_prompts + e->n_eval_prompts + 1) * z->ne);
 }

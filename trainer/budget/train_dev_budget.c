@@ -218,8 +218,9 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                                                : 0,
                              .zero_stage = r->zero_stage, .grad_bucket_mib = r->grad_bucket_mib,
                              .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
-    /* a transition's CFG rows in its forward (nft trains CFG-free: one row) */
-    q.train_shape.B = r->micro_batch_size * ((cfg1 || cfg2) && !core_recipe_forward_process(r) ? 2 : 1);
+    /* a transition's CFG rows in its forward (nft trains CFG-free: one row; a dpo term two, its pair's samples) */
+    q.train_shape.B = r->micro_batch_size *
+                      (((cfg1 || cfg2) && !core_recipe_forward_process(r)) || r->choice.loss == CORE_LOSS_DPO ? 2 : 1);
     q.mode = r->choice.activations == CORE_ACTS_RECOMPUTE    ? WAN_ACTS_RECOMPUTE
              : r->choice.activations == CORE_ACTS_CHECKPOINT ? WAN_ACTS_CHECKPOINT
                                                              : WAN_ACTS_STORE;

@@ -1,11 +1,12 @@
 /* trainer/run/objective.c — the loop's objective (algorithm.loss): one optimizer update on a step's batch, its
  * statistics as metrics fields and on the step's line. GRPO and GRPO-Guard go through trainer/step/train_step.h
- * (log-probs of the sampler's steps); the forward-process objectives (core_recipe_forward_process: nft) share
- * fp_update below (no log-prob; the rollout's final latents noised at its timesteps; the old policy,
- * trainer/run/old_policy.c), each adding one accumulate function and its statistics. Data parallelism is the same
- * for every objective: this rank's contiguous share of the batch with the whole batch's transition count as the
- * denominator, the gradients summed over the ranks by the hook GRPO uses, the statistics summed over the dp group in
- * rank order, then the one optimizer step every rank takes (trainer_opt_step_experts).
+ * (log-probs of the sampler's steps); the forward-process objectives (core_recipe_forward_process: nft, dpo) share
+ * fp_update below (no log-prob; the rollout's final latents noised at its timesteps; nft's old policy,
+ * trainer/run/old_policy.c; dpo's reference, the initial weights), each adding one accumulate function and its
+ * statistics. Data parallelism is the same for every objective: this rank's contiguous share of the batch (dpo: of
+ * the batch's pairs, every rank holding the whole batch) with the whole batch's transition count as the denominator,
+ * the gradients summed over the ranks by the hook GRPO uses, the statistics summed over the dp group in rank order,
+ * then the one optimizer step every rank takes (trainer_opt_step_experts).
  * Another forward-process objective plugs in with: its core_loss value (core/recipe.h, the key's choices in
  * core/recipe.c) counted by core_recipe_forward_process (the refusals, every step a candidate, parity by the velocity
  * alone, the budget's CFG-free rows then apply); its statistics as a field of trainer_obj_stats with a pack/unpack to
@@ -27,6 +28,7 @@
 #include "trainer/dp/zero.h"
 #include "trainer/optim/lora.h"
 #include "trainer/run/run_internal.h"
+#include "trainer/step/dpo_step.h"
 #include "trainer/step/nft_step.h"
 
 /* The update's config and this rank's share of the batch (*lo: its first sample); the gradient and optimizer hooks of
@@ -154,6 +156,83 @@ static int nft_update(trainer_state *S, const trainer_batch *tb, int u, nft_loss
     return 0;
 }
 
+/* ---- online Flow-DPO (trainer/step/dpo_step.h) ---- */
+
+enum { DPO_NSTATS = 8 };
+
+static void dpo_pack(const dpo_loss_stats *s, double *x) {
+    x[0] = (double)s->n_terms, x[1] = s->loss, x[2] = s->margin_sum, x[3] = (double)s->n_positive;
+    x[4] = s->err_w_sum, x[5] = s->err_l_sum, x[6] = s->ref_w_sum, x[7] = s->ref_l_sum;
+}
+
+static void dpo_unpack(const double *x, dpo_loss_stats *s) {
+    *s = (dpo_loss_stats){.n_terms = (int64_t)x[0], .loss = x[1], .margin_sum = x[2], .n_positive = (int64_t)x[3],
+                          .err_w_sum = x[4], .err_l_sum = x[5], .ref_w_sum = x[6], .ref_l_sum = x[7]};
+}
+
+typedef struct {
+    trainer_state *S;
+    const dpo_step_config *c;
+    const dpo_batch *b;
+} dpo_ctx;
+
+static int dpo_acc(void *ctx, double *stats) {
+    const dpo_ctx *k = ctx;
+    trainer_state *S = k->S;
+    const wan_model *ref[2];
+    dpo_loss_stats st = {0};
+    if (dpo_accumulate(&S->pol[0], trainer_refs(S, ref)[0], S->ex, k->c, k->b, 1, &st)) return -1;
+    dpo_pack(&st, stats);
+    return 0;
+}
+
+/* The pairs of the whole batch from its rewards (every rank holds the batch, so every rank finds the same pairs), this
+ * rank's contiguous share of them, the whole batch's term count as the denominator. */
+static int dpo_update(trainer_state *S, const trainer_batch *tb, int u, dpo_loss_stats *st, optim_step_info *info,
+                      int stoppable) {
+    const core_recipe *r = S->r;
+    const int B = r->prompts_per_step, G = r->samples_per_prompt;
+    if (tb->n != B * G) return core_error("dpo: a batch of %d samples, %d x %d expected", tb->n, B, G);
+    trainer_batch sub;
+    trainer_config tc;
+    int lo, hi;
+    share_of(S, tb, stoppable, &tc, &sub, &lo); /* the hooks; the share is of the pairs, below */
+    const dpo_pair_rule rule = r->choice.dpo_pairs == CORE_DPO_PAIRS_ALL ? DPO_PAIRS_ALL : DPO_PAIRS_BEST_WORST;
+    const int cap = dpo_max_pairs(B, G, rule);
+    if (cap < 1) /* refused by the recipe's checks before a run gets here */
+        return core_error("rollout.samples_per_prompt: %d groups of %d have no preference pair", B, G);
+    float *rew = malloc(sizeof(float) * (size_t)tb->n);
+    dpo_pair *pairs = malloc(sizeof(dpo_pair) * (size_t)cap);
+    int np = 0, rc = -1;
+    if (!rew || !pairs) {
+        core_error("dpo: out of memory for %d pairs", cap);
+        goto done;
+    }
+    for (int s = 0; s < tb->n; s++) rew[s] = tb->traj[s].reward_total;
+    if (dpo_select_pairs(rew, B, G, rule, r->dpo_margin, pairs, &np)) goto done;
+    lo = 0, hi = np;
+    if (S->dp && S->dp->size > 1) dp_share(np, S->me.dp_rank, S->topo.dp, &lo, &hi);
+    const dpo_step_config c = {.sel = S->tc.sel, .seed = S->tc.seed, .update = (uint32_t)u, .dpo_beta = r->dpo_beta,
+                               .micro_batch_size = S->tc.micro_batch_size, .acts_mode = S->tc.acts_mode};
+    dpo_batch whole = {.n = tb->n, .traj = tb->traj, .cond = tb->cond, .text_len = tb->text_len, .n_pairs = np,
+                       .pairs = pairs};
+    dpo_batch b = whole;
+    b.n_pairs = hi - lo, b.pairs = pairs + lo;
+    double x[DPO_NSTATS];
+    dpo_ctx k = {S, &c, &b};
+    /* no group with a preference (no pair): a zero gradient and the optimizer step all the same, as GRPO's when every
+     * group is masked, so the policy version counts the steps */
+    if (dpo_count_terms(&c, &whole, &b.denom)) goto done;
+    if (fp_update(S, &tc, dpo_acc, &k, x, DPO_NSTATS, info)) goto done;
+    dpo_loss_stats add;
+    dpo_unpack(x, &add);
+    dpo_loss_stats_add(st, &add);
+    rc = 0;
+done:
+    free(rew), free(pairs);
+    return rc;
+}
+
 /* ---- the dispatch ---- */
 
 int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer_obj_stats *st, optim_step_info *info,
@@ -164,6 +243,8 @@ int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer
         return grpo_update(S, tb, &st->grpo, info, stoppable);
     case CORE_LOSS_NFT:
         return nft_update(S, tb, u, &st->nft, info, stoppable);
+    case CORE_LOSS_DPO:
+        return dpo_update(S, tb, u, &st->dpo, info, stoppable);
     }
     return core_error("algorithm.loss: %s has no training pass", S->r->loss);
 }
@@ -175,6 +256,8 @@ int64_t trainer_obj_transitions(const trainer_state *S, const trainer_obj_stats 
         return st->grpo.n_transitions;
     case CORE_LOSS_NFT:
         return st->nft.n_transitions;
+    case CORE_LOSS_DPO:
+        return st->dpo.n_terms;
     }
     return 0;
 }
@@ -198,6 +281,14 @@ int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char 
                PUT("nft/positive_loss", s->positive_sum / nt) || PUT("nft/negative_loss", s->negative_sum / nt) ||
                PUT("nft/optimality_mean", s->r_sum / nt) || PUT("nft/old_deviate", s->old_deviate_sum / nt);
     }
+    case CORE_LOSS_DPO: {
+        const dpo_loss_stats *s = &st->dpo;
+        const double nt = s->n_terms > 0 ? (double)s->n_terms : 1;
+        return PUT("loss", s->loss) || PUT("dpo/reward_margin", s->margin_sum / nt) ||
+               PUT("dpo/positive_fraction", (double)s->n_positive / nt) || PUT("dpo/err_w", s->err_w_sum / nt) ||
+               PUT("dpo/err_l", s->err_l_sum / nt) || PUT("dpo/ref_err_w", s->ref_w_sum / nt) ||
+               PUT("dpo/ref_err_l", s->ref_l_sum / nt);
+    }
     }
 #undef PUT
     return 0;
@@ -219,6 +310,13 @@ void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, ch
         const double nt = s->n_transitions > 0 ? (double)s->n_transitions : 1;
         snprintf(buf, cap, "loss %+.3e kl %.3g | L+ %.3g L- %.3g r %.3f |v-v_old|^2 %.3g", s->loss, s->kl,
                  s->positive_sum / nt, s->negative_sum / nt, s->r_sum / nt, s->old_deviate_sum / nt);
+        return;
+    }
+    case CORE_LOSS_DPO: {
+        const dpo_loss_stats *s = &st->dpo;
+        const double nt = s->n_terms > 0 ? (double)s->n_terms : 1;
+        snprintf(buf, cap, "loss %.4f | margin %+.3g positive %.2f | err w %.4g l %.4g", s->loss, s->margin_sum / nt,
+                 (double)s->n_positive / nt, s->err_w_sum / nt, s->err_l_sum / nt);
         return;
     }
     }

@@ -18,7 +18,7 @@
 #include "trainer/step/nft.h"
 
 int trainer_old_init(trainer_state *S) {
-    if (!core_recipe_forward_process(S->r)) return 0;
+    if (S->r->choice.loss != CORE_LOSS_NFT) return 0; /* dpo compares with the reference, not an old policy */
     for (int e = 0; e < S->n_experts; e++) {
         if (S->lora_on) {
             S->old_view[e] = S->pol[e];

@@ -25,6 +25,7 @@
 #include "trainer/step/sde_window.h"
 #include "core/rollout_source.h"
 #include "trainer/optim/train_dev.h"
+#include "trainer/step/dpo.h"
 #include "trainer/step/nft.h"
 #include "trainer/step/train_step.h"
 
@@ -171,6 +172,7 @@ int trainer_eval_weights_end(trainer_state *S);
 typedef struct {
     grpo_loss_stats grpo; /* grpo, grpo_guard */
     nft_loss_stats nft;   /* nft */
+    dpo_loss_stats dpo;   /* dpo */
 } trainer_obj_stats;
 /* Optimizer update u (0-based, of algorithm.optimizer_steps_per_rollout) on the step's batch with the recipe's
  * objective (see objective.c; over the dp ranks when there are several, each training its share). stoppable: a
@@ -181,14 +183,15 @@ int trainer_obj_update(trainer_state *S, const trainer_batch *tb, int u, trainer
 int64_t trainer_obj_transitions(const trainer_state *S, const trainer_obj_stats *st);
 /* The statistics as metrics fields under prefix ("" or "offpolicy_last/"): loss, policy_loss, kl and the objective's
  * own (GRPO: clip_fraction, ratio_dev_mean, log_prob_mean_abs_diff; nft: nft/positive_loss, nft/negative_loss,
- * nft/optimality_mean, nft/old_deviate). */
+ * nft/optimality_mean, nft/old_deviate; dpo: dpo/pairs, dpo/reward_margin, dpo/positive_fraction, dpo/err_w,
+ * dpo/err_l, dpo/ref_err_w, dpo/ref_err_l). */
 int trainer_obj_put_metrics(const trainer_state *S, core_metrics *m, const char *prefix, const trainer_obj_stats *st);
 /* The statistics on the step's printed line ("loss ... kl ... | ..."). */
 void trainer_obj_summary(const trainer_state *S, const trainer_obj_stats *st, char *buf, size_t cap);
 
 /* ---- old_policy.c ---- */
-/* The old policy of a forward-process objective (core_recipe_forward_process; nothing otherwise) at the initial
- * weights: a model copy, or with LoRA an adapter copy, per trained expert (on a device, uploaded there).
+/* The old policy of algorithm.loss nft (nothing otherwise) at the initial
+ * weights: a model copy per expert, or with LoRA an adapter copy per trained expert (on a device, uploaded there).
  * -1 with the error. */
 int trainer_old_init(trainer_state *S);
 /* After a step's optimizer updates: old = d old + (1 - d) policy for every trained expert (nft_soft_update), with

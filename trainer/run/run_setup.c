@@ -259,7 +259,7 @@ static int setup_parallel(trainer_state *S, const core_recipe *r, const char *tr
 }
 
 /* The experts of model.path: transformer/ and, when present, transformer_2/ (same config), with gradients, Adam
- * state and the KL reference (a copy of the initial weights, algorithm.beta > 0). With model.lora (trainer/optim/lora.h):
+ * state and the reference (a copy of the initial weights: algorithm.beta > 0's KL, algorithm.loss dpo). With model.lora (trainer/optim/lora.h):
  * the base without gradients, and each trained expert's adapter (A from Philox with model.lora.init_seed and the
  * expert's index, B = 0: the policy equals the base bit for bit) with its gradients and Adam state. With
  * parallel.zero_stage 1 or 2 the Adam state is this rank's shard (trainer/dp/zero.h). */
@@ -279,7 +279,7 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
     if (r->choice.train_experts == CORE_EXPERTS_TRANSFORMER_2 && S->n_experts == 1)
         return core_error("algorithm.train_experts: transformer_2, but %s has one expert (no transformer_2/)", r->model_path);
     S->first = S->trained[0] ? 0 : 1;
-    S->have_ref = r->beta > 0;
+    S->have_ref = r->beta > 0 || r->choice.loss == CORE_LOSS_DPO; /* dpo: its reference, the initial weights */
     const int lora = trainer_lora_config(r, &S->pol[0].cfg, &S->lc);
     if (lora < 0) return -1;
     if (lora) { /* a frozen base: no gradients, no moments, no reference copy; an adapter per trained expert */
@@ -299,7 +299,7 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
         if ((!S->dx && wan_model_alloc_grads(&S->pol[e])) || /* on a device the gradients live there */
             dp_zero_optim_init(&S->opt[e], S->pol[e].layout.numel, r->zero_stage, S->red.grads))
             return -1;
-        if (r->beta > 0) {
+        if (S->have_ref) {
             if (wan_model_init(&S->ref[e], &S->pol[e].cfg)) return -1;
             memcpy(S->ref[e].params, S->pol[e].params, sizeof(float) * (size_t)S->pol[e].layout.numel);
         }
