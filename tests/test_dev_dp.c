@@ -50,7 +50,7 @@ TEST(dev_dp_mpi_step_equals_cpu_path) {
                                 "--bind-to none -x OMP_NUM_THREADS %s%s zero_dev",
                                 getenv("VGRPO_ASAN") ? "ASAN_OPTIONS=detect_leaks=0 " : "", P,
                                 getenv("VGRPO_ASAN") ? "-x ASAN_OPTIONS " : "", mpi_bin());
-        CHECK_MSG(rc == 0 && strstr(out, "zero_dev: PASS") && strstr(out, "stage 2: 3 steps on"),
+        CHECK_MSG(rc == 0 && strstr(out, "zero_dev: PASS") && strstr(out, "stage 3: 3 steps on"),
                   "mpirun -n %d zero_dev: exit %d:\n%s", P, rc, out);
     }
 }
