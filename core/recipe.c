@@ -280,9 +280,6 @@ int core_recipe_check(core_recipe *r) {
         return core_error("parallel.zero_stage: 3 shards the fp32 master weights of full fine-tuning; a LoRA adapter "
                           "(model.lora.rank %d) is small (its master, moments and gradients are a few hundred MiB at "
                           "Wan 2.2 A14B): use 2", r->lora_rank);
-    if (r->zero_stage == 3 && r->sp > 1)
-        return core_error("parallel.zero_stage: 3 with sequence parallelism (parallel.sp %d) is not implemented yet "
-                          "(not tested); use 2", r->sp);
     if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");

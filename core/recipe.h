@@ -108,7 +108,7 @@
  *                                  video's token count (docs/design.md section 6)
  *   parallel.zero_stage            0 | 1 | 2 | 3 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer
  *                                  ranks, 2 also reduce-scatters the gradients, 3 also shards the fp32 master weights
- *                                  (model.device cuda, full fine-tuning, no sequence parallelism: trainer/dp/dp_dev.h);
+ *                                  (model.device cuda, full fine-tuning: trainer/dp/dp_dev.h);
  *                                  bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
  *   parallel.reduce                exact | nccl: how the trainer ranks sum gradients on GPUs (sp/comm_nccl.h). exact

@@ -367,6 +367,11 @@ static int setup_device(trainer_state *S) {
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host); a sharded master's host
      * copy is gathered every step (a collective the checkpoint's rank alone could not make) */
     S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0) && !shard_master;
+    for (int e = 0; e < S->n_experts && shard_master; e++)
+        if (S->dev.trained[e])
+            core_log_info("trainer rank %d: parallel.zero_stage 3: %s's fp32 master [%lld, %lld) of %lld on the device",
+                          S->dp->rank, wan_expert_folder(e), (long long)S->dev.mlo[e],
+                          (long long)(S->dev.mlo[e] + S->dev.mlen[e]), (long long)S->dev.numel[e]);
     for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
