@@ -185,7 +185,8 @@ TEST(dev_dp_2_ranks_zero_stages_and_resume) {
  * at 2 ranks the same bits as stage 0, with one micro-batch a rank (the recipe's) and with several (micro_batch_size
  * 2, buckets on); a stage-3 run of 2 + 1 steps with --resume equals 3 straight steps; a stage-3 checkpoint continued
  * at stage 0 and a stage-0 checkpoint continued at stage 3 equal them too; the rollout workers get the same weights
- * (the same rewards in every step, the sync's hash matched: check_same's metrics rows). */
+ * (the same rewards in every step, the sync's hash matched: check_same's metrics rows); with two experts (the tiny
+ * I2V-A14B) the checkpoint files equal stage 0's. */
 TEST(dev_dp_zero3_2_ranks_equals_stage0_and_resumes) {
     const char *dir = run_dir();
     char out[4096];
@@ -208,6 +209,24 @@ TEST(dev_dp_zero3_2_ranks_equals_stage0_and_resumes) {
     drun(dir, "m0", 2, 0, 3, NULL, mb);
     drun(dir, "m3", 2, 3, 3, NULL, mb);
     check_same(dir, "m0", "m3");
+    /* two experts (the tiny I2V-A14B): each expert's master sharded on its own */
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    for (int stage = 0; stage <= 3; stage += 3)
+        CHECK_MSG(test_run(out, sizeof out,
+                           "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml "
+                           "--set mode=colocated --set model.device=cuda --set model.path=%s/a14b "
+                           "--set logging.run_dir=%s/x%d --set parallel.trainer_ranks=2 --set parallel.zero_stage=%d "
+                           "--set checkpoint.every=1 --set logging.eval_every=0 --steps 2 >%s/x%d.log 2>&1",
+                           test_vgrpo_bin(), dir, dir, stage, stage, dir, stage) == 0,
+                  "two experts, stage %d", stage);
+    const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
+                            "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/x0/checkpoint-2/%s %s/x3/checkpoint-2/%s", dir, files[f], dir,
+                           files[f]) == 0, "two experts, stages 0 and 3: %s differs: %s", files[f], out);
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'parallel.zero_stage 3: transformer_2.s fp32 master' %s/x3.log",
+                       dir) == 0 && atoi(out) == 2, "x3: both ranks should shard transformer_2's master: %s", out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
 
