@@ -167,8 +167,9 @@ const core_cfg_entry core_recipe_schema[] = {
      * block is 135 MiB of fp32 gradients: a bucket each) */
     {"parallel.grad_bucket_mib", CORE_CFG_DOUBLE, O(grad_bucket_mib), "25", MINV | MAXV, 0, 65536, NULL,
      "model.device cuda, several trainer ranks: gradient buckets (MiB) reduced during the backward; 0: after it"},
-    {"parallel.zero_stage", CORE_CFG_INT, O(zero_stage), "0", MINV | MAXV, 0, 2, NULL,
-     "ZeRO: 0 off, 1 AdamW state sharded over the trainer ranks, 2 gradients too (bit-identical to 0)"},
+    {"parallel.zero_stage", CORE_CFG_INT, O(zero_stage), "0", MINV | MAXV, 0, 3, NULL,
+     "ZeRO: 0 off, 1 AdamW state sharded over the trainer ranks, 2 gradients reduce-scattered too, 3 the fp32 master "
+     "weights sharded too (model.device cuda, full fine-tuning) (all bit-identical to 0)"},
     {"parallel.reduce", CORE_CFG_STRING, O(reduce), "exact", 0, 0, 0, "exact|nccl",
      "gradient sums on GPUs: exact (rank order, the same bits at every rank count) or nccl (NCCL's own; faster, "
      "not bit-identical across rank counts; model.device cuda only)"},
@@ -319,6 +320,13 @@ int core_recipe_check(core_recipe *r) {
         return core_error("parallel.sync: nccl broadcasts the trainer's device weights to the rollout workers in the "
                           "job's communicator (model.device cuda, mode colocated, --launcher mpirun); this recipe has "
                           "model.device %s", r->device);
+    if (r->zero_stage == 3 && !cuda)
+        return core_error("parallel.zero_stage: 3 (the fp32 master weights sharded over the trainer ranks) is the "
+                          "device path's (model.device cuda); the CPU path has stages 0, 1 and 2");
+    if (r->zero_stage == 3 && r->lora_rank > 0)
+        return core_error("parallel.zero_stage: 3 shards the fp32 master weights of full fine-tuning; a LoRA adapter "
+                          "(model.lora.rank %d) is small (its master, moments and gradients are a few hundred MiB at "
+                          "Wan 2.2 A14B): use 2", r->lora_rank);
     if (!cuda && c->activations == CORE_ACTS_CHECKPOINT)
         return core_error("algorithm.activations: checkpoint (whole-block checkpointing) is the device model's "
                           "(model.device cuda); the CPU model has store and recompute");

@@ -117,8 +117,10 @@
  *   parallel.trainer_ranks, parallel.sp, parallel.ulysses_degree, parallel.rollout_workers: all 1 in local mode;
  *                                  otherwise sp divides trainer_ranks, ulysses_degree divides sp and sp divides the
  *                                  video's token count (docs/design.md section 6)
- *   parallel.zero_stage            0 | 1 | 2 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer ranks, 2
- *                                  also reduce-scatters the gradients; bit-identical to 0; with one trainer rank
+ *   parallel.zero_stage            0 | 1 | 2 | 3 (trainer/dp/zero.h): 1 shards the AdamW moments over the trainer
+ *                                  ranks, 2 also reduce-scatters the gradients, 3 also shards the fp32 master weights
+ *                                  (model.device cuda, full fine-tuning: trainer/dp/dp_dev.h);
+ *                                  bit-identical to 0; with one trainer rank
  *                                  (local mode too) the shard is the whole buffer, so any stage runs as 0
  *   parallel.reduce                exact | nccl: how the trainer ranks sum gradients on GPUs (sp/comm_nccl.h). exact
  *                                  (default): in rank order (all-to-all, then a fixed-order sum), the same bits at every

@@ -32,6 +32,8 @@
 
 #define DEV_RANKS_REL_L2 1e-3 /* seen: 1.4e-4 at 2 ranks, 6.7e-5 at 4 (2 % and 1 % of the 3-step update) */
 
+static const char *fake_nccl_lib(void);
+
 static const char *mpi_bin(void) {
     static char path[1024];
     const char *e = getenv("VGRPO_MPI_TESTS");
@@ -50,7 +52,7 @@ TEST(dev_dp_mpi_step_equals_cpu_path) {
                                 "--bind-to none -x OMP_NUM_THREADS %s%s zero_dev",
                                 getenv("VGRPO_ASAN") ? "ASAN_OPTIONS=detect_leaks=0 " : "", P,
                                 getenv("VGRPO_ASAN") ? "-x ASAN_OPTIONS " : "", mpi_bin());
-        CHECK_MSG(rc == 0 && strstr(out, "zero_dev: PASS") && strstr(out, "stage 2: 3 steps on"),
+        CHECK_MSG(rc == 0 && strstr(out, "zero_dev: PASS") && strstr(out, "stage 3: 3 steps on"),
                   "mpirun -n %d zero_dev: exit %d:\n%s", P, rc, out);
     }
 }
@@ -179,6 +181,82 @@ TEST(dev_dp_2_ranks_zero_stages_and_resume) {
     test_run(NULL, 0, "rm -rf %s", dir);
 }
 
+/* ZeRO stage 3 (trainer/dp/dp_dev.h: the fp32 master sharded too; AdamW is elementwise, the gradients are stage 2's):
+ * at 2 ranks the same bits as stage 0, with one micro-batch a rank (the recipe's) and with several (micro_batch_size
+ * 2, buckets on); a stage-3 run of 2 + 1 steps with --resume equals 3 straight steps; a stage-3 checkpoint continued
+ * at stage 0 and a stage-0 checkpoint continued at stage 3 equal them too; the rollout workers get the same weights
+ * (the same rewards in every step, the sync's hash matched: check_same's metrics rows); with two experts (the tiny
+ * I2V-A14B) the checkpoint files equal stage 0's. */
+TEST(dev_dp_zero3_2_ranks_equals_stage0_and_resumes) {
+    const char *dir = run_dir();
+    char out[4096];
+    drun(dir, "s0", 2, 0, 3, NULL, "");
+    drun(dir, "s3", 2, 3, 3, NULL, "");
+    check_same(dir, "s0", "s3");
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'INFO  trainer rank [01]: parallel.zero_stage 3: transformer.s fp32 "
+                                        "master \\[[0-9]*, [0-9]*) of 589248 on the device' %s/s3.log", dir) == 0 &&
+                  atoi(out) == 2, "s3: both ranks should say they hold a shard of the master: %s", out);
+    drun(dir, "a3", 2, 3, 2, NULL, "");
+    drun(dir, "b0", 2, 0, 2, NULL, "");
+    REQUIRE(test_run(out, sizeof out, "cp -r %s/a3 %s/a0", dir, dir) == 0);
+    drun(dir, "a3", 2, 3, 3, "a3", ""); /* stage 3 resumed at stage 3 */
+    drun(dir, "a0", 2, 0, 3, "a0", ""); /* stage 3's checkpoint at stage 0 */
+    drun(dir, "b0", 2, 3, 3, "b0", ""); /* stage 0's checkpoint at stage 3 */
+    check_same(dir, "s0", "a3");
+    check_same(dir, "s0", "a0");
+    check_same(dir, "s0", "b0");
+    const char *mb = "--set algorithm.micro_batch_size=2 --set parallel.grad_bucket_mib=0.5";
+    drun(dir, "m0", 2, 0, 3, NULL, mb);
+    drun(dir, "m3", 2, 3, 3, NULL, mb);
+    check_same(dir, "m0", "m3");
+    /* two experts (the tiny I2V-A14B): each expert's master sharded on its own */
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    for (int stage = 0; stage <= 3; stage += 3)
+        CHECK_MSG(test_run(out, sizeof out,
+                           "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml "
+                           "--set mode=colocated --set model.device=cuda --set model.path=%s/a14b "
+                           "--set logging.run_dir=%s/x%d --set parallel.trainer_ranks=2 --set parallel.zero_stage=%d "
+                           "--set checkpoint.every=1 --set logging.eval_every=0 --steps 2 >%s/x%d.log 2>&1",
+                           test_vgrpo_bin(), dir, dir, stage, stage, dir, stage) == 0,
+                  "two experts, stage %d", stage);
+    const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
+                            "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/x0/checkpoint-2/%s %s/x3/checkpoint-2/%s", dir, files[f], dir,
+                           files[f]) == 0, "two experts, stages 0 and 3: %s differs: %s", files[f], out);
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'parallel.zero_stage 3: transformer_2.s fp32 master' %s/x3.log",
+                       dir) == 0 && atoi(out) == 2, "x3: both ranks should shard transformer_2's master: %s", out);
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* Stage 3 at 4 ranks (dp 4, and dp 2 x sp 2 Ulysses) over MPI and over the fake NCCL (its calls checked against
+ * NCCL's contract): stage 0's bits. */
+TEST(dev_dp_zero3_4_ranks_over_mpi_and_nccl) {
+    const char *dir = run_dir(), *lib = fake_nccl_lib();
+    const char *sp = "--set parallel.sp=2 --set parallel.ulysses_degree=2";
+    drun(dir, "s0", 4, 0, 3, NULL, "");
+    drun(dir, "s3", 4, 3, 3, NULL, "");
+    drun(dir, "p0", 4, 0, 3, NULL, sp); /* dp 2 x sp 2: the SP peers hold shards too */
+    drun(dir, "p3", 4, 3, 3, NULL, sp);
+    check_same(dir, "s0", "s3");
+    check_same(dir, "p0", "p3");
+    if (!lib) {
+        test_skip("no fake NCCL library beside the test binaries (make builds it with vgrpo_mpi_tests)");
+        test_run(NULL, 0, "rm -rf %s", dir);
+        return;
+    }
+    setenv("VGRPO_NCCL_LIB", lib, 1);
+    drun(dir, "n3", 4, 3, 3, NULL, "--set algorithm.micro_batch_size=2 --set parallel.grad_bucket_mib=0.5");
+    drun(dir, "n3b", 2, 3, 3, NULL, "");
+    unsetenv("VGRPO_NCCL_LIB");
+    drun(dir, "m0", 4, 0, 3, NULL, "--set algorithm.micro_batch_size=2 --set parallel.grad_bucket_mib=0.5");
+    drun(dir, "t0", 2, 0, 3, NULL, "");
+    check_same(dir, "m0", "n3");
+    check_same(dir, "t0", "n3b");
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
 /* The trainer ranks' device buffers over the NCCL comm (sp/comm_nccl.h, as on GPUs) instead of the MPI world: on the
  * emulated device through the tests' fake NCCL (tests/fake_nccl/: NCCL's calls over MPI, checked against its
  * contract). The exact reduction is the MPI path's, so the runs are the same bit for bit. */
@@ -244,6 +322,19 @@ TEST(dev_dp_refusals) {
                        tiny) == 0, "got: %s", out);
     CHECK(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run %s --set parallel.trainer_ranks=2 "
                                     "--set parallel.zero_stage=2 >/dev/null 2>&1", bin, tiny) == 0);
+    /* ZeRO stage 3: the device path's, full fine-tuning's; with sequence parallelism it is valid */
+    CHECK(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run %s --set parallel.trainer_ranks=4 --set parallel.sp=2 "
+                                    "--set parallel.zero_stage=3 >/dev/null 2>&1", bin, tiny) == 0);
+    CHECK_MSG(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set mode=colocated "
+                                        "--set parallel.trainer_ranks=2 --set parallel.zero_stage=3 2>&1", bin) != 0 &&
+                  strstr(out, "parallel.zero_stage: 3 (the fp32 master weights sharded over the trainer ranks) is the "
+                              "device path's (model.device cuda)"),
+              "stage 3 on the CPU: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run %s --set parallel.trainer_ranks=2 "
+                                        "--set parallel.zero_stage=3 --set model.lora.rank=8 2>&1", bin, tiny) != 0 &&
+                  strstr(out, "parallel.zero_stage: 3 shards the fp32 master weights of full fine-tuning; a LoRA "
+                              "adapter (model.lora.rank 8) is small"),
+              "stage 3 with LoRA: %s", out);
 }
 
 /* The n-th (0-based) number after `key` in s, or -1. */
@@ -255,14 +346,15 @@ static long long nth_after(const char *s, const char *key, int n) {
 }
 
 /* ZeRO on the device keeps m and v of a shard only (trainer/dp/dp_dev.h): the trainer rank's device estimate
- * (trainer/optim/train_dev.h, the largest shard) equals the larger of the two ranks' emulated peaks exactly at stage 2,
- * and stage 0's estimate is 8 bytes per parameter more for the half it does not hold (589,248 parameters: 72 chunks,
- * 36 a rank). */
+ * (trainer/optim/train_dev.h, the largest shard) equals the larger of the two ranks' emulated peaks exactly at stages 2
+ * and 3, stage 0's estimate is 8 bytes per parameter more for the half it does not hold (589,248 parameters: 72
+ * chunks, 36 a rank), and stage 3's (the fp32 master a shard too) 4 bytes per parameter of that half less than
+ * stage 2's. */
 TEST(dev_dp_zero_memory_estimate_equals_emulated_peak) {
     const char *dir = run_dir(), *bin = test_vgrpo_bin();
     static char run[65536], dry[65536];
-    long long est[3] = {0};
-    for (int stage = 0; stage <= 2; stage += 2) {
+    long long est[4] = {0};
+    for (int stage = 0; stage <= 3; stage += stage ? 1 : 2) {
         const char *args = "recipes/tiny-cpu.yaml --set mode=colocated --set model.device=cuda --set rollout.num_steps=4 "
                            "--set parallel.trainer_ranks=2 --set logging.eval_every=0 --set algorithm.beta=0.05";
         const int st = test_run(run, sizeof run,
@@ -280,6 +372,7 @@ TEST(dev_dp_zero_memory_estimate_equals_emulated_peak) {
                   stage, p0, p1, est[stage]);
     }
     CHECK_MSG(est[0] - est[2] == 8LL * (589248 - 36 * 8192), "stage 0 - stage 2: %lld bytes", est[0] - est[2]);
+    CHECK_MSG(est[2] - est[3] == 4LL * (589248 - 36 * 8192), "stage 2 - stage 3: %lld bytes", est[2] - est[3]);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
 

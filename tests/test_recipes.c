@@ -254,6 +254,24 @@ TEST(recipes_many_gpu_fit) {
     const char *pg = strstr(out, "  per GPU (");
     REQUIRE(pg);
     CHECK_MSG(strstr(pg, "does NOT fit on an 80 GB H100, does NOT fit on a 141 GB H200") != NULL, "%.300s", pg);
+    /* ZeRO-3 (the fp32 master sharded too) at 8 and 16 ranks: the figures recipes/README.md quotes, still no card */
+    const struct {
+        int ranks;
+        double gib;
+    } z3[2] = {{8, 222.30}, {16, 201.48}};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(test_run(out, sizeof out,
+                         "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run --set model.device=cuda --set "
+                         "algorithm.activations=checkpoint --set parallel.zero_stage=3 --set parallel.trainer_ranks=%d "
+                         "2>&1", test_vgrpo_bin(), z3[i].ranks) == 0);
+        const char *p3 = strstr(out, "  per GPU (");
+        REQUIRE(p3);
+        const char *c3 = strstr(p3, "): ");
+        const double g = c3 ? atof(c3 + 3) : -1;
+        CHECK_MSG(g > z3[i].gib - 0.005 && g < z3[i].gib + 0.005, "ZeRO-3 at %d ranks: %.2f GiB, quoted %.2f",
+                  z3[i].ranks, g, z3[i].gib);
+        CHECK_MSG(strstr(p3, "does NOT fit on an 80 GB H100, does NOT fit on a 141 GB H200") != NULL, "%.300s", p3);
+    }
 }
 
 /* algorithm.train_experts at --dry-run without weights: the experts are the preset's (models/Wan2.2-T2V-A14B-Diffusers

@@ -284,8 +284,13 @@ TEST(zero_lora_3_ranks_equals_stage_0) { /* the adapters' flat buffers (45,056 v
 TEST(zero_recipe_key_and_budget) {
     const char *bin = test_vgrpo_bin();
     static char out[65536];
-    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.zero_stage=3", bin) != 0 &&
+    CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.zero_stage=4 2>&1", bin) != 0 &&
           strstr(out, "parallel.zero_stage"));
+    /* stage 3 (the fp32 master sharded) is the device path's (tests/test_dev_dp.c) */
+    CHECK_MSG(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set parallel.zero_stage=3 2>&1", bin) != 0 &&
+                  strstr(out, "parallel.zero_stage: 3 (the fp32 master weights sharded over the trainer ranks) is the "
+                              "device path's (model.device cuda); the CPU path has stages 0, 1 and 2"),
+              "got: %s", out);
     /* 589,248 parameters = 72 chunks: 24 a rank at 3 ranks, m and v of 196,608 values (1.5 MiB; whole 4.5 MiB) */
     CHECK_MSG(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set mode=colocated "
                                         "--set parallel.trainer_ranks=3 --set parallel.zero_stage=2 2>&1", bin) == 0 &&

@@ -1,14 +1,16 @@
-/* tests/mpi/mpi_zero_dev.c — data parallelism and ZeRO stages 1 and 2 on the device path (trainer/dp/dp_dev.h) against
+/* tests/mpi/mpi_zero_dev.c — data parallelism and ZeRO stages 1, 2 and 3 on the device path (trainer/dp/dp_dev.h) against
  * the CPU path's (trainer/dp/dp.h, trainer/dp/zero.h), case "zero_dev", on the EMULATED device (kernels/cuda/emu:
  * device memory is host memory, so the MPI comm moves its buffers). Every rank holds two tiny Wan experts with the same
- * weights and its own random gradients; for stage 0, 1 and 2, three optimizer steps (clipping active, weight decay):
+ * weights and its own random gradients; for stage 0, 1, 2 and 3, three optimizer steps (clipping active, weight
+ * decay; the device's stage 3, whose fp32 master is a shard too, against the CPU's stage 2):
  *   CPU     dp_grad_reduce, then stage 0's optim_grad_norm_multi + optim_adamw_step_coef, or dp_zero_step;
  *   device  the same gradients uploaded to the device gradients, dp_dev_grad_reduce, trainer_dev_opt_step with the
  *           shard hooks of dp_dev_shards.
  * Checked bit for bit on every rank after every step: the norm, clip factor and lr; the master (its host mirror)
  * against the CPU weights; the device's bf16 copy against the master rounded once (every rank's range, so the
- * all-gather delivered); after the steps, the device moments (this rank's shard) against the CPU state's. Then a
- * NaN gradient on the last rank: every rank refuses the step, no weight changed. */
+ * all-gather delivered), at stage 3 the device master's shard against the CPU weights; after the steps, the device
+ * moments (this rank's shard) against the CPU state's. Then a NaN gradient on the last rank: every rank refuses the
+ * step, no weight changed. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +39,7 @@ static void run_stage(sp_comm *world, const wan_config *c, int stage) {
                "models: %s", core_last_error());
         wan_params_init_random(&hm[e], 7 + e);
         memcpy(dm[e].params, hm[e].params, sizeof(float) * (size_t)hm[e].layout.numel);
-        MCHECK(!dp_zero_optim_init(&ho[e], hm[e].layout.numel, stage, world) &&
+        MCHECK(!dp_zero_optim_init(&ho[e], hm[e].layout.numel, stage < 3 ? stage : 2, world) &&
                    !dp_zero_optim_init(&dopt[e], hm[e].layout.numel, stage, world),
                "optimizer states: %s", core_last_error());
     }
@@ -49,10 +51,12 @@ static void run_stage(sp_comm *world, const wan_config *c, int stage) {
     optim_adamw *hop[2] = {&ho[0], &ho[1]}, *dop[2] = {&dopt[0], &dopt[1]};
     wan_dev_exec *x = wan_dev_exec_new(&k_emu_ops);
     trainer_dev D;
-    dp_reduce_ctx hred = {.grads = world, .stats = world, .zero_stage = stage};
+    /* stage 3 on the device (the master sharded too) against stage 2 on the CPU: the same arithmetic */
+    dp_reduce_ctx hred = {.grads = world, .stats = world, .zero_stage = stage < 3 ? stage : 2};
     dp_reduce_ctx dred = {.grads = world, .stats = world, .zero_stage = stage, .dev = world};
     dp_dev_ctx dctx = {0};
-    MCHECK(x && !trainer_dev_init(&D, x, dp, 2, trained, dop) && !dp_dev_shards(&dctx, &dred, &D),
+    MCHECK(x && !trainer_dev_init_sharded(&D, x, dp, 2, trained, dop, stage == 3 && P > 1) &&
+               !dp_dev_shards(&dctx, &dred, &D),
            "device state: %s", core_last_error());
     float *g = malloc(sizeof(float) * (size_t)np), *w16 = malloc(sizeof(float) * (size_t)np);
     for (int t = 0; t < 3 && g && w16 && !mpi_test_failures(); t++) {
@@ -91,6 +95,14 @@ static void run_stage(sp_comm *world, const wan_config *c, int stage) {
             MCHECK(!bad, "stage %d step %d expert %d: %lld bf16 weights are not the master rounded", stage, t, e,
                    (long long)bad);
             MCHECK(dopt[e].step == ho[e].step && dopt[e].step == t + 1, "steps");
+            if (stage == 3 && P > 1) { /* the device master: this rank's shard only, equal to the CPU weights there */
+                MCHECK(D.master_sharded && D.mlo[e] == ho[e].lo && D.mlen[e] == ho[e].len && D.mlen[e] < np,
+                       "stage 3 expert %d: the device master covers [%lld, +%lld)", e, (long long)D.mlo[e],
+                       (long long)D.mlen[e]);
+                MCHECK(!k_emu_ops.mem_download(g, D.master[e], sizeof(float) * (size_t)D.mlen[e]) &&
+                           equal_f32(g, hm[e].params + D.mlo[e], D.mlen[e]),
+                       "stage 3 step %d expert %d: the device master shard differs from the CPU weights", t, e);
+            }
         }
     }
     MCHECK(!trainer_dev_sync_moments(&D, dop), "moments: %s", core_last_error());
@@ -130,6 +142,6 @@ int mpi_case_zero_dev(sp_comm *world, int argc, char **argv) {
     (void)argc, (void)argv;
     wan_config c;
     if (wan_config_preset(&c, "tiny")) return fprintf(stderr, "%s\n", core_last_error()), 1;
-    for (int stage = 0; stage <= 2; stage++) run_stage(world, &c, stage);
+    for (int stage = 0; stage <= 3; stage++) run_stage(world, &c, stage);
     return mpi_test_failures() ? 1 : 0;
 }

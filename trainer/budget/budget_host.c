@@ -213,10 +213,12 @@ void budget_print(FILE *f, const budget_estimate *e, const budget_memory *m, dou
     }
     if (e->zero_stage > 0 && e->zero_ranks > 1) { /* trainer/dp/zero.h */
         gib(a, sizeof a, e->adam_shard), gib(b, sizeof b, e->adam_whole);
-        fprintf(f, "  parallel.zero_stage %d: AdamW m, v %s per trainer rank (whole: %s) over %d ranks; gradients whole "
-                   "during the backward%s; rank 0 gathers m, v whole while it writes a checkpoint (+%s then, not in "
-                   "the total)\n",
-                e->zero_stage, a, b, e->zero_ranks, e->zero_stage == 2 ? ", reduce-scattered after it" : "", b);
+        fprintf(f, "  parallel.zero_stage %d: AdamW m, v %s per trainer rank (whole: %s) over %d ranks%s; gradients "
+                   "whole during the backward%s; rank 0 gathers m, v whole while it writes a checkpoint (+%s then, not "
+                   "in the total)\n",
+                e->zero_stage, a, b, e->zero_ranks,
+                e->zero_stage == 3 ? "; the fp32 master sharded on the devices (the host copy whole)" : "",
+                e->zero_stage >= 2 ? ", reduce-scattered after it" : "", b);
     }
     gib(a, sizeof a, e->total), gib(b, sizeof b, m->bytes);
     fprintf(f, "  job total %s; available %s (%s)%s\n", a, b, m->source,

@@ -65,7 +65,7 @@ static int64_t longest_range(int64_t n, int64_t lo, int64_t hi, int R, int stage
 /* NCCL's exact-reduction scratch in bytes (the request's `reduction` part; 0 without NCCL): the largest over the trained
  * experts and their reductions. t: what trains (the adapter or the model), lay: the model's layout. */
 static double reduce_scratch(const trainer_dev_request *q, const wan_layout *lay, int64_t t) {
-    const int R = q->nccl_ranks, s2 = q->zero_stage == 2;
+    const int R = q->nccl_ranks, s2 = q->zero_stage >= 2;
     if (R <= 1 || !q->train) return 0;
     int64_t longest = longest_range(t, 0, t, R, s2); /* the whole buffer (a LoRA adapter's bound with buckets) */
     if (q->grad_bucket_mib > 0 && !q->lora_numel) {
@@ -113,9 +113,11 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!tr) continue;
         if (lora) b->weights += 2.0 * t + q->copies * (2.0 * (numel + t) + pout); /* the adapter; nft's old policy */
         else b->weights += q->copies * (2.0 * numel + pout);               /* reference, EMA copies */
-        /* the master whole; m, v of the largest ZeRO shard (whole chunks: trainer/dp/zero.h) over zero_ranks */
+        /* the master whole (ZeRO stage 3: the largest shard's); m, v of the largest ZeRO shard (whole chunks:
+         * trainer/dp/zero.h) over zero_ranks */
         const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
-        if (q->train) b->grads += 4.0 * t, b->optim += 4.0 * t + 8.0 * fmin(t, ceil(chunks / R) * OPTIM_CHUNK);
+        const double shard = fmin(t, ceil(chunks / R) * OPTIM_CHUNK);
+        if (q->train) b->grads += 4.0 * t, b->optim += 4.0 * (q->zero_stage == 3 && R > 1 ? shard : t) + 8.0 * shard;
     }
     const int rank = lora ? q->lora_rank : 0;
     double big = 0; /* the largest forward's staging */

@@ -148,7 +148,7 @@ static int launch(dp_buckets *B, int e, const dp_bucket *k) {
     if (!g) return core_error("gradient buckets: %s has no device gradients", wan_expert_folder(e));
     if (B->dev->event_record(B->ready, NULL) || B->dev->stream_wait(B->stream, B->ready)) return -1;
     int bad;
-    if (B->zero_stage == 2) { /* the ZeRO shards of the whole buffer, cut to the bucket */
+    if (B->zero_stage >= 2) { /* the ZeRO shards of the whole buffer, cut to the bucket */
         int64_t *offs = dp_zero_offsets(B->D->numel[e], B->comm->size);
         bad = !offs;
         for (int r = 0; !bad && r <= B->comm->size; r++)

@@ -19,7 +19,7 @@
  *
  * The same bits: a bucket is a range of the flat gradient buffer, reduced with the calls of the whole buffer's
  * reduction: sp_comm_all_reduce_ordered (ZeRO stages 0 and 1), or sp_comm_reduce_scatter_ranges over the ZeRO
- * shards cut to the bucket (stage 2: each rank keeps the sum of its shard's part of the bucket, the rest of the
+ * shards cut to the bucket (stages 2 and 3: each rank keeps the sum of its shard's part of the bucket, the rest of the
  * bucket is left as it was, as the whole buffer's reduce-scatter leaves it). Every element's sum is over the same
  * ranks' values in rank order (sp/comm.h), whatever range it is reduced in, so with parallel.reduce exact the
  * gradients, norms and weights are those of the reduction after the backward, bit for bit. (parallel.reduce nccl
@@ -63,7 +63,7 @@ typedef struct {
     sp_comm *host;           /* the trainer ranks' host group (the arming's agreement) */
     sp_comm *comm;           /* the buckets' group: sp_comm_dup_stream of the device group on `stream` */
     void *stream, *ready, *done; /* the second stream; events: after a block (device stream), after the buckets */
-    int zero_stage;          /* 2: reduce-scatter over the ZeRO shards; else all-reduce */
+    int zero_stage;          /* 2 or 3: reduce-scatter over the ZeRO shards; else all-reduce */
     dp_bucket *b[CORE_TRAJ_MAX_EXPERTS];
     int n[CORE_TRAJ_MAX_EXPERTS];
     int next[CORE_TRAJ_MAX_EXPERTS]; /* the next bucket of each expert to launch in this backward */

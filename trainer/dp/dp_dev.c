@@ -39,8 +39,8 @@ done:
     return rc;
 }
 
-/* After this rank's AdamW on its range: the fp32 master and the bf16 copy of every rank's range, over the device
- * group (the bf16 copy as bytes: 2 per value). */
+/* After this rank's AdamW on its range: the fp32 master (unless it is a shard: stage 3) and the bf16 copy of every
+ * rank's range, over the device group (the bf16 copy as bytes: 2 per value). */
 static int shard_gather(void *ctxp, trainer_dev *D, int e) {
     dp_dev_ctx *ctx = ctxp;
     sp_comm *c = ctx->red->dev;
@@ -49,10 +49,22 @@ static int shard_gather(void *ctxp, trainer_dev *D, int e) {
     int bad = !offs || !boffs || !w16;
     if (!bad) {
         for (int r = 0; r <= c->size; r++) boffs[r] = 2 * offs[r];
-        bad = sp_comm_all_gather_ranges(c, D->master[e], offs, SP_F32) || sp_comm_all_gather_ranges(c, w16, boffs, SP_U8);
+        bad = (!D->master_sharded && sp_comm_all_gather_ranges(c, D->master[e], offs, SP_F32)) ||
+              sp_comm_all_gather_ranges(c, w16, boffs, SP_U8);
     }
     free(offs), free(boffs);
     return bad ? core_error_push("zero (device): all-gather of the updated %s: ", wan_expert_folder(e)) : 0;
+}
+
+/* Stage 3: the host mirror of the master from every rank's downloaded range, over the host group (the trainer
+ * ranks' MPI group: host buffers). */
+static int shard_host_gather(void *ctxp, trainer_dev *D, int e, float *params) {
+    dp_dev_ctx *ctx = ctxp;
+    sp_comm *c = ctx->red->grads;
+    int64_t *offs = dp_zero_offsets(D->numel[e], c->size);
+    const int bad = !offs || sp_comm_all_gather_ranges(c, params, offs, SP_F32);
+    free(offs);
+    return bad ? core_error_push("zero (device): the host copy of %s's master weights: ", wan_expert_folder(e)) : 0;
 }
 
 int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D) {
@@ -70,9 +82,16 @@ int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D) {
                               "[%lld, %lld)", wan_expert_folder(e), (long long)D->lo[e],
                               (long long)(D->lo[e] + D->len[e]), red->grads->rank, red->grads->size, (long long)lo,
                               (long long)(lo + len));
+        const int sharded = D->master_sharded;
+        if (sharded != (red->zero_stage == 3) || (sharded && (D->mlo[e] != lo || D->mlen[e] != len)))
+            return core_error("zero (device): the master of %s on the device covers [%lld, %lld) of %lld; stage %d on "
+                              "rank %d of %d wants %s", wan_expert_folder(e), (long long)D->mlo[e],
+                              (long long)(D->mlo[e] + D->mlen[e]), (long long)D->numel[e], red->zero_stage,
+                              red->grads->rank, red->grads->size, red->zero_stage == 3 ? "its shard" : "the whole");
     }
-    D->shards = (trainer_dev_shards){.ctx = ctx, .sumsq = red->zero_stage == 2 ? shard_sumsq : NULL,
-                                     .gather = shard_gather};
+    D->shards = (trainer_dev_shards){.ctx = ctx, .sumsq = red->zero_stage >= 2 ? shard_sumsq : NULL,
+                                     .gather = shard_gather,
+                                     .host_gather = red->zero_stage == 3 ? shard_host_gather : NULL};
     return 0;
 }
 
@@ -93,7 +112,7 @@ int dp_dev_grad_reduce(void *ctxp, wan_model *const *policy, int n_experts, cons
         const int64_t n = ctx->D->numel[e];
         if (!g) return core_error("dp (device): %s has no device gradients", wan_expert_folder(e));
         int bad;
-        if (rc->zero_stage == 2) { /* each rank keeps the sum of its shard only */
+        if (rc->zero_stage >= 2) { /* each rank keeps the sum of its shard only */
             int64_t *offs = dp_zero_offsets(n, c->size);
             bad = !offs || sp_comm_reduce_scatter_ranges(c, g, offs);
             free(offs);

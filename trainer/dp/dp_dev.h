@@ -1,4 +1,4 @@
-/* trainer/dp/dp_dev.h — data parallelism and ZeRO stages 1 and 2 on the device path (model.device cuda, with
+/* trainer/dp/dp_dev.h — data parallelism and ZeRO stages 1, 2 and 3 on the device path (model.device cuda, with
  * parallel.trainer_ranks > 1): the gradients, master weights, AdamW moments and bf16 compute copies live on each
  * rank's device (trainer/optim/train_dev.h), and what the CPU path does with host buffers (trainer/dp/dp.h,
  * trainer/dp/zero.h) is done here with the device's, through the comm table (sp/comm.h) only:
@@ -10,8 +10,16 @@
  *   - the step: stage 0 every rank updates everything; stages 1 and 2 each rank's moments are its shard's and it
  *     updates its range of the fp32 master and the bf16 copy, then both are all-gathered by ranges (the master so that
  *     every rank's host mirror and proj_out.bias are whole, the bf16 copy for the next forward).
+ *   - stage 3 (full fine-tuning; trainer_dev_init_sharded): stage 2, and the fp32 master on each rank's device is its
+ *     shard only (the moments' range): AdamW updates it, only the bf16 copy is all-gathered over the device group,
+ *     and the host copy of the master (checkpoints, the weight sync, the finiteness check, an EMA) is made after
+ *     every step: each rank downloads its range and the ranges are all-gathered over the host group .grads (MPI,
+ *     host buffers). The same values in the same operations as stage 2 (AdamW is elementwise): the same bits, at
+ *     every micro-batch split. The fp32 gradients and bf16 weights stay whole (not built: sharding the gradients
+ *     needs each block's gradients reduce-scattered per micro-batch during the backward, another order of the sum
+ *     over micro-batches and ranks; sharding the bf16 weights an all-gather before each block).
  * So the ranks' numbers equal each other's at every stage bit for bit (the same sums in the same order, elementwise
- * AdamW, copies), as on the CPU path, and a rank count gives the same losses and weights at stages 0, 1 and 2. As on
+ * AdamW, copies), as on the CPU path, and a rank count gives the same losses and weights at stages 0 to 3. As on
  * the CPU, they are not the one-rank run's bits: a rank's share accumulates its own micro-batches and the shares are
  * then added (the one-rank run accumulates every micro-batch into one sum).
  *
@@ -42,8 +50,9 @@ typedef struct {
 } dp_dev_ctx;
 
 /* Sets up the device optimizer D for ZeRO over red (D->shards; ctx must live as long as D): stage 0 or one rank
- * leaves the one-rank step; stage 1 gathers the updated ranges; stage 2 also forms the norm from the shards. D's
- * moments must be the shards of dp_zero_optim_init (trainer_dev_init from those states). ctx->bk is left NULL (no
+ * leaves the one-rank step; stage 1 gathers the updated ranges; stage 2 also forms the norm from the shards; stage 3
+ * gathers the bf16 ranges and the host copy of the master (D's master must be sharded: trainer_dev_init_sharded,
+ * and only then). D's moments must be the shards of dp_zero_optim_init (trainer_dev_init from those states). ctx->bk is left NULL (no
  * buckets). 0, or -1 naming the mismatch. */
 int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D);
 

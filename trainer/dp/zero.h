@@ -1,6 +1,7 @@
 /* trainer/dp/zero.h — sharded optimizer state and gradients over the trainer ranks: ZeRO stages 1 and 2
  * (parallel.zero_stage; Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
- * SC 2020; DeepSpeed's stage 1 and 2), bit-identical to stage 0 on the CPU.
+ * SC 2020; DeepSpeed's stage 1 and 2), bit-identical to stage 0 on the CPU. (Stage 3, the fp32 master weights sharded
+ * too, is the device path's only: trainer/dp/dp_dev.h; core/recipe.c refuses it with model.device cpu.)
  *
  * Stage 0 (trainer/dp/dp.h): every rank all-reduces the gradients, then runs AdamW on every parameter with its own full
  * m and v. Stage 1: the same all-reduce; each rank keeps m and v of its SHARD only and updates only the shard's

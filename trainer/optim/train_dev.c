@@ -38,14 +38,15 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
     for (int e = 0; e < D->n_experts; e++) {
         if (!D->trained[e]) continue;
         const wan_model *m = D->pol[e];
-        const size_t bytes = (size_t)D->numel[e] * sizeof(float), mb = (size_t)D->len[e] * sizeof(float);
+        const size_t mb = (size_t)D->len[e] * sizeof(float);
         if (opt[e]->n != D->numel[e] || opt[e]->lo != D->lo[e] || opt[e]->len != D->len[e])
             return core_error("trainer (model.device cuda): the AdamW state of %s covers [%lld, %lld) of %lld values, "
                               "the device's [%lld, %lld) of %lld", e ? "transformer_2" : "transformer", (long long)opt[e]->lo,
                               (long long)(opt[e]->lo + opt[e]->len), (long long)opt[e]->n, (long long)D->lo[e],
                               (long long)(D->lo[e] + D->len[e]), (long long)D->numel[e]);
         D->host_stale[e] = 0;
-        if (dev->mem_upload(D->master[e], host_buf(m).params, bytes) || (mb && dev->mem_upload(D->m[e], opt[e]->m, mb)) ||
+        if ((D->mlen[e] &&
+             dev->mem_upload(D->master[e], host_buf(m).params + D->mlo[e], (size_t)D->mlen[e] * sizeof(float))) || (mb && dev->mem_upload(D->m[e], opt[e]->m, mb)) ||
             (mb && dev->mem_upload(D->v[e], opt[e]->v, mb)) || dev->mem_sync())
             return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
         /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
@@ -59,9 +60,15 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
 
 int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
                      optim_adamw *const *opt) {
+    return trainer_dev_init_sharded(D, x, pol, n_experts, trained, opt, 0);
+}
+
+int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts,
+                             const uint8_t *trained, optim_adamw *const *opt, int shard_master) {
     memset(D, 0, sizeof *D);
     D->x = x;
     D->n_experts = n_experts;
+    D->master_sharded = shard_master != 0;
     const k_dev_ops *dev = wan_dev_exec_ops(x);
     for (int e = 0; e < n_experts; e++) {
         D->pol[e] = pol[e];
@@ -69,7 +76,14 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
         if (!D->trained[e]) continue;
         D->numel[e] = host_buf(pol[e]).n; /* the adapter's under LoRA (a frozen base) */
         D->lo[e] = opt[e]->lo, D->len[e] = opt[e]->len; /* a ZeRO shard's moments, or the whole */
-        const size_t bytes = (size_t)D->numel[e] * sizeof(float), mb = (size_t)(D->len[e] > 0 ? D->len[e] : 1) * 4;
+        if (shard_master && pol[e]->lora) {
+            trainer_dev_free(D);
+            return core_error("trainer (model.device cuda): %s trains a LoRA adapter; a sharded master (ZeRO stage 3) "
+                              "is full fine-tuning's", e ? "transformer_2" : "transformer");
+        }
+        D->mlo[e] = shard_master ? D->lo[e] : 0, D->mlen[e] = shard_master ? D->len[e] : D->numel[e];
+        const size_t bytes = (size_t)(D->mlen[e] > 0 ? D->mlen[e] : 1) * sizeof(float),
+                     mb = (size_t)(D->len[e] > 0 ? D->len[e] : 1) * 4;
         if (!(D->master[e] = dev->mem_alloc(bytes)) || !(D->m[e] = dev->mem_alloc(mb)) ||
             !(D->v[e] = dev->mem_alloc(mb))) {
             core_error_push("trainer (model.device cuda): %.1f MiB of fp32 master weights and AdamW moments for %s: ",
@@ -99,12 +113,19 @@ int trainer_dev_sync_moments(trainer_dev *D, optim_adamw *const *opt) {
     return 0;
 }
 
-/* Expert e's master into its host params (4 bytes per trained parameter). */
+/* Expert e's master into its host params (4 bytes per trained parameter); a sharded master's range, then the other
+ * ranks' ranges over the host group (the host_gather hook: collective). */
 static int download_master(trainer_dev *D, int e) {
     const k_dev_ops *dev = wan_dev_exec_ops(D->x);
-    if (dev->mem_download(host_buf(D->pol[e]).params, D->master[e], (size_t)D->numel[e] * sizeof(float)) ||
+    float *params = host_buf(D->pol[e]).params;
+    if ((D->mlen[e] && dev->mem_download(params + D->mlo[e], D->master[e], (size_t)D->mlen[e] * sizeof(float))) ||
         dev->mem_sync())
         return core_error_push("trainer (model.device cuda): the master weights' host copy: ");
+    if (D->master_sharded &&
+        (!D->shards.host_gather ? core_error("trainer (model.device cuda): %s's master is a shard and nothing gathers "
+                                             "it", e ? "transformer_2" : "transformer")
+                                : D->shards.host_gather(D->shards.ctx, D, e, params)))
+        return -1;
     D->host_stale[e] = 0;
     return 0;
 }
@@ -152,7 +173,12 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         const double lr = optim_lr_at(ocfg, opt[e]->step);
         const kb_adamw_scalars s =
             kb_adamw_prepare(lr, ocfg->beta1, ocfg->beta2, ocfg->eps, ocfg->weight_decay, opt[e]->step + 1);
-        if (len && dev->adamw_update(D->master[e] + lo, D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]) + lo, len))
+        if (D->mlo[e] > lo || D->mlo[e] + D->mlen[e] < lo + len || (D->lazy_host && D->master_sharded))
+            return core_error("trainer_dev_opt_step: %s's device master covers [%lld, %lld)%s, the step [%lld, %lld)",
+                              e ? "transformer_2" : "transformer", (long long)D->mlo[e],
+                              (long long)(D->mlo[e] + D->mlen[e]), D->lazy_host ? " with a lazy host copy" : "",
+                              (long long)lo, (long long)(lo + len));
+        if (len && dev->adamw_update(D->master[e] + (lo - D->mlo[e]), D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]) + lo, len))
             return core_error_push("trainer (model.device cuda): AdamW: ");
         D->moments_on_host = 0;
         if (D->shards.gather && D->shards.gather(D->shards.ctx, D, e)) return -1; /* the other ranks' ranges */

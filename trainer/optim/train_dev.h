@@ -26,7 +26,12 @@
  * [lo, lo + len) of the trained buffer (optim_adamw_init_shard's, as the host state), the step then updates the
  * shard's master, moments and bf16 copy only, and the shard hooks (trainer_dev_shards) supply the whole gradient's
  * sum of squares and bring the other ranks' updated shards in before the host mirrors are made. Without hooks (one
- * rank, or ZeRO stage 0) the step is the one-rank step unchanged.
+ * rank, or ZeRO stage 0) the step is the one-rank step unchanged. ZeRO stage 3 (trainer_dev_init_sharded) keeps only
+ * the shard [lo, lo + len) of the fp32 master on the device too: the step updates it, the bf16 copy's other ranges
+ * come from the other ranks (the gather hook), and the host mirror is made every step (lazy_host must be 0) from
+ * this rank's range downloaded and the others' gathered over the host group (the host_gather hook); proj_out.bias's
+ * fp32 device copy comes from that host mirror. Nothing on the device holds the whole master then: a same-host
+ * worker cannot copy it (trainer/run/run_setup.c gives the weight sync no device buffers at stage 3).
  * Not here yet: sequence parallelism on the device, an EMA of the adapters evaluated in process. trainer/run/run_setup.c
  * refuses those recipes with model.device cuda. */
 #ifndef TRAINER_TRAIN_DEV_H
@@ -47,11 +52,16 @@ typedef struct trainer_dev trainer_dev;
  *   sumsq   *out = optim_sumsq of expert e's WHOLE summed gradient g [D->numel[e]] (device fp32), bit for bit; NULL:
  *           the device's sumsq of g (every rank holds the whole sum: ZeRO stage 1, after an all-reduce);
  *   gather  after AdamW updated [D->lo[e], + D->len[e]) of expert e's master and bf16 copy on this rank: every other
- *           rank's updated range into them, so that both are whole again. */
+ *           rank's updated range into them, so that both are whole again (a sharded master, ZeRO stage 3: into the
+ *           bf16 copy only);
+ *   host_gather  (a sharded master only; required then) params = the host copy [D->numel[e]] of expert e's master,
+ *           whose range [D->mlo[e], + D->mlen[e]) this rank has just downloaded: every other rank's range into it
+ *           (collective over the trainer ranks). */
 typedef struct {
     void *ctx;
     int (*sumsq)(void *ctx, trainer_dev *D, int e, const float *g, double *out);
     int (*gather)(void *ctx, trainer_dev *D, int e);
+    int (*host_gather)(void *ctx, trainer_dev *D, int e, float *params);
 } trainer_dev_shards;
 
 struct trainer_dev {
@@ -59,7 +69,10 @@ struct trainer_dev {
     int n_experts;
     const wan_model *pol[2];        /* the policy's host models (the keys of their device copies) */
     uint8_t trained[2];
-    float *master[2];               /* device [numel] fp32; NULL for a frozen expert */
+    float *master[2];               /* device [mlen] fp32, values [mlo, mlo + mlen) of the trained buffer: the whole
+                                       ([0, numel)), or at ZeRO stage 3 the moments' shard; NULL for a frozen expert */
+    int64_t mlo[2], mlen[2];
+    int master_sharded;             /* 1: trainer_dev_init_sharded's (ZeRO stage 3) */
     float *m[2], *v[2];             /* device [len] fp32: the moments of [lo, lo + len) (the whole without ZeRO) */
     int64_t numel[2], lo[2], len[2];
     trainer_dev_shards shards;      /* zeroed: one rank (set by the caller after trainer_dev_init) */
@@ -73,6 +86,12 @@ struct trainer_dev {
  * shard), the device model's bf16 weights (version opt[e]->step). 0, or -1 (out of device memory; everything freed). */
 int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
                      optim_adamw *const *opt);
+/* trainer_dev_init with shard_master 1 (ZeRO stage 3: trainer/dp/dp_dev.h): the fp32 master of each trained expert
+ * covers the range of its moments only, opt[e]'s [lo, lo + len) (4 bytes per value of the shard; at least 4 bytes
+ * for an empty shard), uploaded from that range of the host params. The bf16 copy stays whole, uploaded from the
+ * whole host params. Full fine-tuning only: -1 naming the expert for a LoRA adapter. shard_master 0: trainer_dev_init. */
+int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts,
+                             const uint8_t *trained, optim_adamw *const *opt, int shard_master);
 /* The host state (params, opt m, v, step) uploaded again: after a resume replaced it (opt's ranges must be those of
  * trainer_dev_init: -1 naming them otherwise). */
 int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
@@ -96,7 +115,7 @@ void trainer_dev_free(trainer_dev *D);
  *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
  *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
  *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
- *                OPTIM_CHUNK values)
+ *                OPTIM_CHUNK values); stage 3 (the master sharded too) 12 x the largest shard
  *   reduction    NCCL's exact reduction over R > 1 trainer ranks (sp/comm_nccl.c: R x min(SP_NCCL_PIECE, the longest
  *                range one rank sums) fp32, made at the first reduction and held): the device group's for gradients
  *                reduced after the backward (ranges of the whole buffer), or with parallel.grad_bucket_mib the buckets'
@@ -152,7 +171,8 @@ typedef struct {
     int zero_ranks;         /* ZeRO over this many trainer ranks: m, v of a shard (0 or 1: whole) */
     int nccl_ranks;         /* the gradients summed over this many trainer ranks by NCCL's exact reduction
                                (sp/comm_nccl.h; 0 or 1: none, e.g. the emulated device over MPI): its scratch */
-    int zero_stage;         /* parallel.zero_stage (2: the reductions are reduce-scatters over the shards) */
+    int zero_stage;         /* parallel.zero_stage (2, 3: the reductions are reduce-scatters over the shards; 3: the
+                               master is a shard too) */
     double grad_bucket_mib; /* parallel.grad_bucket_mib: the buckets reduced during the backward (trainer/dp/dp_bucket.h) */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA,
                                nft's old policy) */

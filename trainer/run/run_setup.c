@@ -361,10 +361,19 @@ static int setup_device(trainer_state *S) {
     if (core_recipe_text_on_device(r) && t5_config_load(te, &t5)) return -1;
     trainer_dev_budget_text(&bud, r, core_recipe_text_on_device(r) ? &t5 : NULL, 0);
     if (trainer_dev_check_memory(S->dx, &bud, r->activations)) return -1;
-    if (trainer_dev_init(&S->dev, S->dx, pol, S->n_experts, S->trained, opt)) return -1;
+    /* ZeRO stage 3 over several ranks: each rank's device holds its shard of the fp32 master (trainer/dp/dp_dev.h) */
+    const int shard_master = r->zero_stage == 3 && S->red.grads && S->red.grads->size > 1;
+    if (trainer_dev_init_sharded(&S->dev, S->dx, pol, S->n_experts, S->trained, opt, shard_master)) return -1;
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
-     * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host) */
-    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0) && !core_recipe_forward_process(r);
+     * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host); a sharded master's host
+     * copy is gathered every step (a collective the checkpoint's rank alone could not make) */
+    S->dev.lazy_host = r->choice.mode == CORE_MODE_LOCAL && !(r->ema_decay > 0) && !core_recipe_forward_process(r) &&
+                      !shard_master;
+    for (int e = 0; e < S->n_experts && shard_master; e++)
+        if (S->dev.trained[e])
+            core_log_info("trainer rank %d: parallel.zero_stage 3: %s's fp32 master [%lld, %lld) of %lld on the device",
+                          S->dp->rank, wan_expert_folder(e), (long long)S->dev.mlo[e],
+                          (long long)(S->dev.mlo[e] + S->dev.mlen[e]), (long long)S->dev.numel[e]);
     for (int e = 0; e < S->n_experts && S->have_ref && !S->lora_on; e++)
         if (S->trained[e] && wan_dev_exec_sync(S->dx, &S->ref[e], 0)) return -1;
     S->exec = (wan_exec){.dev = S->dx};
@@ -450,7 +459,9 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->tc.kind = trainer_flow_kind(r);
     S->tc.guard = r->choice.loss == CORE_LOSS_GRPO_GUARD;
     if (S->dx && setup_device(S)) return -1;
-    if (S->dx && S->src && S->src->device_weights) { /* same-host workers may copy synced weights out of the masters */
+    /* same-host workers may copy synced weights out of the masters (not a sharded master: the sync then sends the
+     * host copy, whole after every step) */
+    if (S->dx && S->src && S->src->device_weights && !S->dev.master_sharded) {
         const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
         const void *bufs[2] = {S->dev.master[0], S->dev.master[1]};
         S->src->device_weights(S->src->ctx, wan_dev_exec_ops(S->dx), ex, bufs, S->dev.numel, S->n_experts);
