@@ -20,6 +20,7 @@
 #include "sp/comm_nccl.h"
 #include "trainer/budget/budget.h"
 #include "trainer/dp/dp_bucket.h"
+#include "trainer/net/sync_bucket.h"
 #include "trainer/dp/zero.h"
 #include "trainer/optim/lora.h"
 
@@ -167,7 +168,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     }
     b->staging = big;
     b->vae = q->vae_weights, b->vae_state = q->vae_state;
-    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae +
+    b->sync_land = q->sync_land_numel > 0 ? 4.0 * (double)q->sync_land_numel : 0;
+    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->sync_land +
                fmax(b->train_acts, fmax(b->roll_acts, b->vae_state));
     b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
     b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
@@ -180,7 +182,7 @@ void trainer_dev_budget_text(trainer_dev_budget *b, const core_recipe *r, const 
     b->text_weights = (double)t5_device_bytes(t5, 0, 0);
     b->text_acts = (double)t5_device_bytes(t5, 1, r->text_len) - b->text_weights;
     if (worker)
-        b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->text_weights +
+        b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->sync_land + b->text_weights +
                    fmax(fmax(b->train_acts, b->roll_acts), fmax(b->vae_state, b->text_acts));
     else
         b->alloc = fmax(b->alloc, b->text_weights + b->text_acts);
@@ -232,6 +234,18 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
             return core_error_push("model.decoder (vae) on the device: ");
         q.vae_weights = wb, q.vae_state = sb;
     }
+    /* a rollout worker's landing buffer of one bucket (rollout/worker_ipc.c): a sync by IPC or NCCL broadcast (every
+     * parallel.sync but buckets; auto may still choose ZeroMQ buckets, which land on the host: then counted in
+     * excess) of what trains, the model's or the adapter's flat fp32 buffer, cut at parallel.sync_bucket_mib */
+    if (worker && r->choice.sync != CORE_SYNC_BUCKETS) {
+        wan_layout lay;
+        if (wan_layout_init(&lay, c)) return -1;
+        const int64_t sent = q.lora_numel > 0 ? q.lora_numel : lay.numel;
+        const int64_t per = (int64_t)(r->sync_bucket_mib > 0 ? r->sync_bucket_mib : SYNC_BUCKET_MIB_DEFAULT) *
+                            1048576 / (int64_t)sizeof(float);
+        wan_layout_free(&lay);
+        q.sync_land_numel = sent < per ? sent : per;
+    }
     if (trainer_dev_estimate(&q, b)) return core_error_push("model.device cuda: the device estimate: ");
     return 0;
 }
@@ -261,6 +275,8 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         fprintf(f, "    %-48s %11s  training phase\n", what, size_str(b->train_acts));
     }
     if (b->vae > 0) fprintf(f, "    %-48s %11s\n", "VAE decoder weights (bf16)", size_str(b->vae));
+    if (b->sync_land > 0)
+        fprintf(f, "    %-48s %11s\n", "weight sync landing buffer (one bucket, fp32)", size_str(b->sync_land));
     if (b->roll_acts > 0) fprintf(f, "    %-48s %11s  rollout phase\n", "rollout activations (infer)", size_str(b->roll_acts));
     if (b->text_weights > 0) { /* model.text_device auto */
         fprintf(f, "    %-48s %11s  %s\n", "umT5 text encoder weights (bf16, fp32 norms)", size_str(b->text_weights),

@@ -119,7 +119,11 @@ void trainer_dev_free(trainer_dev *D);
  *                phase of its own, after the rollout's activations are freed and released after each video
  *                (rollout/pipeline.c; model/vae/wan_vae.h vae_decoder_estimate_device: what vae_set_device and a
  *                decode allocate)
- *   allocated    = weights + gradients + optimizer + staging + VAE weights + the largest phase (training, rollout,
+ *   sync landing a rollout worker's buffer of one weight sync bucket on the device (rollout/worker_ipc.c: a sync by
+ *                IPC or NCCL broadcast lands there before the device weights; parallel.sync buckets: none): 4 x
+ *                min(what trains: the model's or the adapter's elements, parallel.sync_bucket_mib), held from the
+ *                first sync
+ *   allocated    = weights + gradients + optimizer + staging + VAE weights + sync landing + the largest phase (training, rollout,
  *                decode): every byte the DiT and VAE code ask mem_alloc for at its peak (the emulated device counts
  *                exactly this: tests/test_dev_budget.c)
  *   GPU only (the emulated device has no libraries): cuBLASLt's workspace TRAINER_DEV_LT_WS_MIB (gemm_lt.c's
@@ -165,6 +169,8 @@ typedef struct {
                                and off on the other) */
     wan_shape rollout[2];
     double vae_weights, vae_state; /* the VAE decode's device bytes (0, 0: it decodes on the CPU) */
+    int64_t sync_land_numel; /* a rollout worker's weight sync landing buffer, fp32 elements of one bucket (rollout/
+                                worker_ipc.c; 0: none) */
 } trainer_dev_request;
 
 typedef struct {
@@ -172,6 +178,7 @@ typedef struct {
     double reduce;      /* NCCL's exact-reduction scratch (made at the first reduction, then held) */
     double vae;         /* the VAE decoder's weights on the device, held once loaded */
     double vae_state;   /* decode phase: the VAE's decode state */
+    double sync_land;   /* a rollout worker's weight sync landing buffer (one bucket, fp32), held from the first sync */
     double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
     double roll_acts;   /* rollout phase */
     double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
