@@ -181,7 +181,7 @@ typedef struct {
     double sync_land;   /* a rollout worker's weight sync landing buffer (one bucket, fp32), held from the first sync */
     double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
     double roll_acts;   /* rollout phase */
-    double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
+    double alloc;       /* what the model code (DiT, VAE, umT5, sync landing) allocates at peak (emulated: exactly) */
     double lt_ws, attn_ws, scratch; /* GPU libraries' workspaces and the backend's scratch */
     double margin, need, context, total;
     double text_weights, text_acts; /* umT5 on the device (trainer_dev_budget_text); 0: on the CPU */
