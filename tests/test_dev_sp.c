@@ -167,7 +167,7 @@ TEST(dev_sp_memory_estimate_equals_emulated_peak) {
                                 "--set logging.run_dir=%s/m%zu --steps 1 2>&1", bin, args, dir, i);
         CHECK_MSG(st == 0, "run %zu: %s", i, run);
         REQUIRE(test_run(dry, sizeof dry, "VGRPO_EMULATE_DEVICE=1 %s run %s --dry-run 2>&1", bin, args) == 0);
-        const char *a = strstr(dry, "allocated on the device (DiT, VAE, umT5, sync)"), *q = a ? strchr(a, '(') : NULL;
+        const char *a = strstr(dry, "allocated on the device by DiT, VAE, umT5, sync"), *q = a ? strchr(a, '(') : NULL;
         const long long est = q ? atoll(q + 1) : -1;
         const char *p = run;
         int seen = 0;

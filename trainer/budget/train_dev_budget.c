@@ -286,7 +286,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
     }
     if (b->vae_state > 0) fprintf(f, "    %-48s %11s  decode phase\n", "VAE decode state", size_str(b->vae_state));
     fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n",
-            "allocated on the device (DiT, VAE, umT5, sync)", size_str(b->alloc),
+            "allocated on the device by DiT, VAE, umT5, sync", size_str(b->alloc),
             b->alloc);
     fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));
     if (b->attn_ws > 0) fprintf(f, "    %-48s %11s\n", "cuDNN attention backward workspace + dQ/dK/dV", size_str(b->attn_ws));
