@@ -34,17 +34,21 @@ static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank, i
     return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, sp);
 }
 
-/* Sequence parallelism's largest transient device buffer beside the activations (bytes; 0 at sp 1): the USP
- * attention backward's workspace and messages (sp/usp_attention.c: 12 tensors of the local q's size and an LSE in
- * hand, the all-to-all's send and receive buffers of 5 tensors and an LSE each: 22 bf16 tensors of n = B x S/sp x
- * dim elements and 3 fp32 LSEs of nl = B x heads x S/sp; its forward needs less) or the velocity's all-gather
- * (sp/shard.c: the full [B, S, C_out*pt*ph*pw] fp32). */
-static double sp_transient(const wan_config *c, const wan_shape *sh, int sp, double S) {
+/* Sequence parallelism's device buffers beside the activations (bytes; 0 at sp 1). The USP attention's workspace
+ * (sp_usp_ws), made at the first call, grown to the backward's and then held (sp/usp_attention.c: 12 tensors of the
+ * local q's size and an LSE in hand, the all-to-all's send and receive buffers of 5 tensors and an LSE each: 22 bf16
+ * tensors of n = B x S/sp x dim elements and 3 fp32 LSEs of nl = B x heads x S/sp; its forward needs less). The
+ * velocity's all-gather (sp_gather: sp/shard.c, the full [B, S, C_out*pt*ph*pw] fp32), transient after proj_out,
+ * counted beside both and LoRA's scratch: exact under full fine-tuning (the gather comes at the activations' peak),
+ * at most the gather's bytes over under LoRA (tests/test_dev_sp.c). */
+static double sp_usp_ws(const wan_config *c, const wan_shape *sh, int sp, double S) {
     if (sp <= 1) return 0;
     const double Sl = S / sp, n = (double)sh->B * Sl * wan_dim(c), nl = (double)sh->B * c->num_attention_heads * Sl;
-    const double usp = 22.0 * 2.0 * n + 3.0 * 4.0 * nl;
-    const double gather = 4.0 * sh->B * S * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    return usp > gather ? usp : gather;
+    return 22.0 * 2.0 * n + 3.0 * 4.0 * nl;
+}
+static double sp_gather(const wan_config *c, const wan_shape *sh, int sp, double S) {
+    if (sp <= 1) return 0;
+    return 4.0 * sh->B * S * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
 }
 
 /* The longest range one of R ranks sums when [lo, hi) of a buffer of n values is reduced: ZeRO stage 2's shards
@@ -130,7 +134,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!ta || (q->ref_forward && !ra)) return -1;
         const double Sf = tokens(c, ts);
         b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank, sp) : 0) +
-                        sp_transient(c, ts, sp, Sf);
+                        sp_usp_ws(c, ts, sp, Sf) + sp_gather(c, ts, sp, Sf);
         /* S: the queries of a call (this rank's tokens), Sr: the self-attention's keys (the ring block), Hs: its
          * heads (after the Ulysses all-to-all) */
         const double S = Sf / sp, D = wan_dim(c), Sk = S > ts->L ? S : ts->L;

@@ -108,9 +108,9 @@ void trainer_dev_free(trainer_dev *D);
  *   rollout      phase (local mode, and a rollout worker): WAN_ACTS_INFER per distinct CFG setting of the experts
  *                (rows = rollout.batch_size, doubled with CFG), + LoRA's scratch
  *   sequence parallelism (parallel.sp > 1, the trainer): the training activations are one rank's (S / sp tokens,
- *                plus the full-sequence scratch: wan_dev_acts_estimate_sp), plus the largest transient buffer of the
- *                forward and backward: the USP attention backward's (sp/usp_attention.c: 22 x the local q's bf16 bytes
- *                + 3 x its LSE's fp32 bytes) or the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw); LoRA's
+ *                plus the full-sequence scratch: wan_dev_acts_estimate_sp), plus the USP attention's workspace, held
+ *                from its first call (sp/usp_attention.c, the backward's: 22 x the local q's bf16 bytes + 3 x its
+ *                LSE's fp32 bytes) and the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw) beside it; LoRA's
  *                scratch for S / sp tokens; cuDNN's workspace for the calls' shapes (self-attention: S / ring tokens,
  *                heads / ulysses; cross-attention: S / sp queries)
  *   VAE decode   a process that decodes on the device (local mode or a rollout worker with model.decoder vae and
@@ -162,8 +162,8 @@ typedef struct {
     int train;              /* 0: no training (a rollout worker) */
     wan_shape train_shape;  /* the largest training forward (B = micro-batch rows, CFG rows included) */
     int sp, ulysses;        /* the trainer's sequence parallelism (parallel.sp, ulysses_degree; 0 or 1: none): each
-                               rank's training activations for tokens / sp, the USP attention's and the gather's
-                               transient buffers (sp/usp_attention.c, sp/shard.c) */
+                               rank's training activations for tokens / sp, the USP attention's workspace and the
+                               gather's transient buffer (sp/usp_attention.c, sp/shard.c) */
     wan_acts_mode mode;     /* algorithm.activations */
     int n_rollout;          /* rollout forwards held at once in the rollout phase (0, 1, or 2 with CFG on one expert
                                and off on the other) */

@@ -477,6 +477,7 @@ void trainer_teardown(trainer_state *S) {
             wan_dev_exec_forget(S->dx, &S->ref[e]);
             wan_dev_exec_forget(S->dx, &S->ema[e]);
         }
+        sp_usp_free_workspace(&S->usp_dev), sp_usp_free_workspace(&S->usp); /* the USP attention's, on the device */
         wan_dev_exec_close(S->dx);
         S->dx = NULL;
     }
