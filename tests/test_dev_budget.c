@@ -3,9 +3,8 @@
  *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
  *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated on the device by DiT, VAE, umT5, sync"
  *     bytes, exactly, for full fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run
- *     evals, and colocated (the
- *     trainer rank and the rollout worker, each its own process). The GPU-only parts (library workspaces, the CUDA
- *     context, the margin) are stated figures the emulated device cannot measure;
+ *     evals, and colocated (the trainer rank and the rollout worker, each its own process). The GPU-only parts
+ *     (library workspaces, the CUDA context, the margin) are stated figures the emulated device cannot measure;
  *   - the one-GPU recipes (recipes/ named -1gpu) pass --dry-run without weights, run on the device in one process
  *     and save checkpoints, and their estimate fits an 80 GB H100. */
 #include <stdio.h>
