@@ -108,10 +108,6 @@ fail:
 
 const char *t5_device_name(const t5_encoder *e) { return e->dev ? e->dev->K->name : NULL; }
 
-size_t t5_host_bytes(const t5_encoder *e) {
-    return e->params ? t5_param_floats(&e->cfg) * sizeof(float) + (size_t)e->cfg.num_layers * sizeof(t5_layer) : 0;
-}
-
 /* Layer l as the forward reads it: the device copy, or views of the host weights (fp32). */
 static t5_layer_view layer_view(const t5_encoder *e, int l) {
     if (e->dev) return e->dev->layers[l];

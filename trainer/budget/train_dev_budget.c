@@ -20,7 +20,6 @@
 #include "sp/comm_nccl.h"
 #include "trainer/budget/budget.h"
 #include "trainer/dp/dp_bucket.h"
-#include "trainer/net/sync_bucket.h"
 #include "trainer/dp/zero.h"
 #include "trainer/optim/lora.h"
 
@@ -245,10 +244,9 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
         wan_layout lay;
         if (wan_layout_init(&lay, c)) return -1;
         const int64_t sent = q.lora_numel > 0 ? q.lora_numel : lay.numel;
-        const int64_t per = (int64_t)(r->sync_bucket_mib > 0 ? r->sync_bucket_mib : SYNC_BUCKET_MIB_DEFAULT) *
-                            1048576 / (int64_t)sizeof(float);
+        const int64_t per = (int64_t)r->sync_bucket_mib * 1048576 / (int64_t)sizeof(float); /* >= 1 MiB (recipe) */
         wan_layout_free(&lay);
-        q.sync_land_numel = sent < per ? sent : per;
+        q.sync_land_numel = per > 0 && per < sent ? per : sent;
     }
     if (trainer_dev_estimate(&q, b)) return core_error_push("model.device cuda: the device estimate: ");
     return 0;
