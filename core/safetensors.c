@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -339,6 +340,18 @@ int st_get(const st_file *f, const char *name, core_tensor *view) {
         return core_error_push("%s: tensor \"%s\": copying out misaligned data: ", f->label, name);
     memcpy(view->data, p, nb);
     return 0;
+}
+
+void st_drop_pages(const st_file *f, const char *name) {
+    const int i = f && f->map ? st_find(f, name) : -1;
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (i < 0 || pg <= 0) return;
+    const uintptr_t mask = (uintptr_t)pg - 1, m0 = (uintptr_t)f->map, m1 = m0 + ((f->len + mask) & ~mask);
+    uintptr_t lo = (uintptr_t)(f->data + f->t[i].begin) & ~mask;
+    uintptr_t hi = ((uintptr_t)(f->data + f->t[i].end) + mask) & ~mask;
+    if (lo < m0) lo = m0;
+    if (hi > m1) hi = m1;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice only: a failure leaves the pages resident */
 }
 
 int st_read_f32(const st_file *f, const char *name, float *dst, int64_t expected_numel) {

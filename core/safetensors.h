@@ -79,6 +79,12 @@ int st_get(const st_file *f, const char *name, core_tensor *view);
  * enters non-finite; the check is one pass over dst, cheap beside the conversion and the file read. */
 int st_read_f32(const st_file *f, const char *name, float *dst, int64_t expected_numel);
 
+/* Drops the resident pages of tensor `name`'s bytes in the mapping (madvise MADV_DONTNEED on the pages it spans,
+ * page-aligned outwards): for a loader that converts tensor by tensor, so the file's pages and the converted copy
+ * are not all resident at once. Nothing is invalidated: the mapping is private and read-only, and a later read
+ * (st_get's views included) faults the same bytes back in from the file. No effect on a file from st_parse_buffer or
+ * an unknown name. */
+void st_drop_pages(const st_file *f, const char *name);
 /* Value of "__metadata__" key `key`, or NULL when absent. */
 const char *st_metadata(const st_file *f, const char *key);
 /* Number of metadata entries and the key of entry i (header order), NULL when out of range. */

@@ -46,11 +46,19 @@ static int dims_init(usp_dims *d, const sp_usp *u, kb_dtype t, int B, int S, int
 /* The table of u (NULL: the fp32 CPU table). */
 static const k_dev_ops *usp_dev(const sp_usp *u) { return u->dev ? u->dev : &k_cpu_dev_ops; }
 
-/* n bytes of the table's memory (at least 1), or NULL with core_error. */
-static void *dalloc(const k_dev_ops *dev, size_t n, const char *what) {
-    void *p = dev->mem_alloc(n ? n : 1);
-    if (!p) core_error_push("USP %s: %zu bytes of %s memory: ", what, n, dev->name);
-    return p;
+/* The context's workspace of at least n bytes (the table's memory), grown when a call needs more: freed first, so
+ * the old and the new are never held together; kept for the next call (a GPU's cudaMalloc per attention call
+ * otherwise) until sp_usp_release. NULL with core_error. */
+static char *workspace(sp_usp *u, const k_dev_ops *dev, size_t n, const char *what) {
+    if (n <= u->ws_bytes) return u->ws;
+    if (u->ws) dev->mem_free(u->ws);
+    u->ws = NULL, u->ws_bytes = 0;
+    if (!(u->ws = dev->mem_alloc(n))) {
+        core_error_push("USP %s: %zu bytes of %s memory: ", what, n, dev->name);
+        return NULL;
+    }
+    u->ws_bytes = n;
+    return u->ws;
 }
 
 /* Bytes through the comm: as fp32 elements when they divide (the CPU's fp32 tensors: MPI's per-block limit counts
@@ -80,15 +88,22 @@ static size_t block_bytes(const usp_dims *d, int nx, int has_lse) {
     return nx * d->xb * d->es + (has_lse ? d->lb * sizeof(float) : 0);
 }
 
+/* Scratch bytes of one all-to-all of nx tensors (and an LSE): the send and receive buffers, and with accumulate the
+ * unpacked values before the add (to_seq). */
+static size_t a2a_bytes(const usp_dims *d, int nx, int has_lse, int accumulate) {
+    return 2 * block_bytes(d, nx, has_lse) * (size_t)d->U + (accumulate ? d->n * d->es : 0);
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
 /* x [B, S_l, H, Dh], lse [B, H, S_l] (sequence-sharded) -> xg [B, S_r, Hu, Dh], lseg [B, Hu, S_r] (head-sharded).
  * lse/lseg NULL: no LSE. */
 static int to_heads(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx, const void *const *x,
-                    void *const *xg, const float *lse, float *lseg) {
+                    void *const *xg, const float *lse, float *lseg, char *scratch) {
     const int has_lse = lse != NULL, U = d->U, Hu = d->Hu, S_l = d->S_l, S_r = d->S_r, B = d->B;
     const size_t bb = block_bytes(d, nx, has_lse), row = (size_t)Hu * d->Dh * d->es, F = sizeof(float);
-    char *send = dalloc(dev, bb * U, "all-to-all"), *recv = send ? dalloc(dev, bb * U, "all-to-all") : NULL;
+    char *send = scratch, *recv = scratch + bb * U; /* a2a_bytes */
     int rc = -1;
-    if (!send || !recv) goto out;
     for (int j = 0; j < U; j++) {
         char *blk = send + j * bb;
         for (int t = 0; t < nx; t++, blk += d->xb * d->es)
@@ -115,8 +130,6 @@ static int to_heads(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx,
     }
     rc = 0;
 out:
-    if (send) dev->mem_free(send);
-    if (recv) dev->mem_free(recv);
     return rc;
 }
 
@@ -124,14 +137,12 @@ out:
  * received values (gradients: unpacked into scratch, then the table's add), else x = them. lse is always
  * overwritten; lseg/lse NULL: no LSE. */
 static int to_seq(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx, const void *const *xg,
-                  void *const *x, const float *lseg, float *lse, int accumulate) {
+                  void *const *x, const float *lseg, float *lse, int accumulate, char *scratch) {
     const int has_lse = lseg != NULL, U = d->U, Hu = d->Hu, S_l = d->S_l, S_r = d->S_r, B = d->B;
     const size_t bb = block_bytes(d, nx, has_lse), row = (size_t)Hu * d->Dh * d->es, F = sizeof(float);
     const size_t xrow = (size_t)d->H * d->Dh * d->es;
-    char *send = dalloc(dev, bb * U, "all-to-all"), *recv = send ? dalloc(dev, bb * U, "all-to-all") : NULL;
-    char *acc = recv && accumulate ? dalloc(dev, d->n * d->es, "all-to-all") : NULL;
+    char *send = scratch, *recv = scratch + bb * U, *acc = accumulate ? recv + bb * U : NULL; /* a2a_bytes */
     int rc = -1;
-    if (!send || !recv || (accumulate && !acc)) goto out;
     for (int j = 0; j < U; j++) {
         char *blk = send + j * bb;
         for (int t = 0; t < nx; t++, blk += d->xb * d->es)
@@ -159,9 +170,6 @@ static int to_seq(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx, c
             goto out;
     rc = 0;
 out:
-    if (send) dev->mem_free(send);
-    if (recv) dev->mem_free(recv);
-    if (acc) dev->mem_free(acc);
     return rc;
 }
 
@@ -189,16 +197,19 @@ int sp_usp_forward(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, i
     const k_dev_ops *dev = usp_dev(u);
     const size_t n = d.n, nl = (size_t)B * H * S, es = d.es;
     const float scale = usp_scale(Dh);
-    /* qg | kv (k, v: the block in hand) | kv2 (the block arriving) | og | os, then lseg | lses (fp32) */
-    char *ws = dalloc(dev, 7 * n * es + 2 * nl * sizeof(float), "attention forward");
-    if (!ws) return core_error_push("USP attention forward (rank %d): ", u ? u->me.global_rank : -1);
+    /* qg | kv (k, v: the block in hand) | kv2 (the block arriving) | og | os, then lseg | lses (fp32), then the
+     * all-to-alls' scratch */
+    const size_t main = 7 * n * es + 2 * nl * sizeof(float);
+    char *ws = workspace(u, dev, main + max_sz(a2a_bytes(&d, 3, 0, 0), a2a_bytes(&d, 1, 1, 0)), "attention forward");
+    if (!ws) return core_error_push("USP attention forward (rank %d): ", u->me.global_rank);
     char *qg = ws, *kv = qg + n * es, *kv2 = kv + 2 * n * es, *og = kv2 + 2 * n * es, *os = og + n * es;
     float *lseg = (float *)(os + n * es), *lses = lseg + nl;
+    char *scratch = ws + main;
     int rc = -1;
 
     const void *in[3] = {q.p, k.p, v.p};
     void *g[3] = {qg, kv, kv + n * es};
-    if (to_heads(dev, u->ulysses, &d, 3, in, g, NULL, NULL)) goto out;
+    if (to_heads(dev, u->ulysses, &d, 3, in, g, NULL, NULL, scratch)) goto out;
 
     if (dev->attention_forward(vout(&d, og), lseg, vin(&d, qg), vin(&d, kv), vin(&d, kv + n * es), B, d.S_r, d.S_r,
                                d.Hu, Dh, scale))
@@ -219,10 +230,9 @@ int sp_usp_forward(void *ctx, kb_out o, float *lse, kb_in q, kb_in k, kb_in v, i
 
     const void *outg[1] = {og};
     void *outl[1] = {o.p};
-    if (to_seq(dev, u->ulysses, &d, 1, outg, outl, lseg, lse, 0)) goto out;
+    if (to_seq(dev, u->ulysses, &d, 1, outg, outl, lseg, lse, 0, scratch)) goto out;
     rc = 0;
 out:
-    dev->mem_free(ws);
     return rc ? core_error_push("USP attention forward (rank %d): ", u->me.global_rank) : 0;
 }
 
@@ -238,16 +248,19 @@ int sp_usp_backward(void *ctx, kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_i
     const k_dev_ops *dev = usp_dev(u);
     const size_t n = d.n, nl = (size_t)B * H * S, es = d.es, ne = n * es;
     const float scale = usp_scale(Dh);
-    /* qg | og | dog | dqg | blk (k, v, dk_acc, dv_acc: in hand) | blk2 (arriving), then lseg (fp32) */
-    char *ws = dalloc(dev, 12 * ne + nl * sizeof(float), "attention backward");
-    if (!ws) return core_error_push("USP attention backward (rank %d): ", u ? u->me.global_rank : -1);
+    /* qg | og | dog | dqg | blk (k, v, dk_acc, dv_acc: in hand) | blk2 (arriving), then lseg (fp32), then the
+     * all-to-alls' scratch */
+    const size_t main = 12 * ne + nl * sizeof(float);
+    char *ws = workspace(u, dev, main + max_sz(a2a_bytes(&d, 5, 1, 0), a2a_bytes(&d, 3, 0, 1)), "attention backward");
+    if (!ws) return core_error_push("USP attention backward (rank %d): ", u->me.global_rank);
     char *qg = ws, *og = qg + ne, *dog = og + ne, *dqg = dog + ne, *blk = dqg + ne, *blk2 = blk + 4 * ne;
     float *lseg = (float *)(blk2 + 4 * ne);
+    char *scratch = ws + main;
     int rc = -1;
 
     const void *in[5] = {q.p, k.p, v.p, o.p, dout.p};
     void *g[5] = {qg, blk, blk + ne, og, dog};
-    if (to_heads(dev, u->ulysses, &d, 5, in, g, lse, lseg)) goto out;
+    if (to_heads(dev, u->ulysses, &d, 5, in, g, lse, lseg, scratch)) goto out;
     if (dev->mem_zero(dqg, ne) || dev->mem_zero(blk + 2 * ne, 2 * ne)) goto out;
 
     for (int s = 0; s < d.R; s++) {
@@ -277,10 +290,9 @@ int sp_usp_backward(void *ctx, kb_out dq, kb_out dk, kb_out dv, kb_in dout, kb_i
 
     const void *gg[3] = {dqg, dkv, dkv + ne};
     void *gl[3] = {dq.p, dk.p, dv.p};
-    if (to_seq(dev, u->ulysses, &d, 3, gg, gl, NULL, NULL, 1)) goto out;
+    if (to_seq(dev, u->ulysses, &d, 3, gg, gl, NULL, NULL, 1, scratch)) goto out;
     rc = 0;
 out:
-    dev->mem_free(ws);
     return rc ? core_error_push("USP attention backward (rank %d): ", u->me.global_rank) : 0;
 }
 
@@ -321,7 +333,13 @@ void sp_usp_init_groups(sp_usp *u, sp_comm *sp, sp_comm *ulysses, sp_comm *ring,
     }
 }
 
+void sp_usp_free_workspace(sp_usp *u) {
+    if (u->ws) usp_dev(u)->mem_free(u->ws);
+    u->ws = NULL, u->ws_bytes = 0;
+}
+
 void sp_usp_release(sp_usp *u) {
+    sp_usp_free_workspace(u);
     if (u->owns_groups) {
         sp_comm_destroy(u->ring);
         sp_comm_destroy(u->ulysses);

@@ -64,6 +64,9 @@ typedef struct {
     sp_comm *ring;        /* ring group (size R, rank ring_rank) */
     sp_rank_info me;      /* this rank's coordinates */
     int owns_groups;      /* 1 when sp_usp_init made the groups (sp_usp_release destroys them) */
+    char *ws;             /* the calls' workspace in the table's memory (the ring's blocks, the all-to-alls'
+                             messages), grown to the largest call and kept until sp_usp_release */
+    size_t ws_bytes;
 } sp_usp;
 
 /* Splits world (size t->trainer_ranks, rank = global rank) into this rank's SP, Ulysses and ring groups and fills
@@ -73,7 +76,10 @@ int sp_usp_init(sp_usp *u, sp_comm *world, const sp_topology *t, const k_dev_ops
 /* Uses given groups (not owned): ulysses of size U, ring of size R; sp may be NULL. For tests and sp = 1 (pass
  * sp_comm_self groups). The world rank is unknown here: u->me.global_rank is set to the SP rank. */
 void sp_usp_init_groups(sp_usp *u, sp_comm *sp, sp_comm *ulysses, sp_comm *ring, const k_dev_ops *dev);
-/* Destroys the groups sp_usp_init made (collective over each); leaves u zeroed. */
+/* Frees the calls' workspace (u->ws: the next call makes a new one); for a caller that closes the table's device
+ * before sp_usp_release. */
+void sp_usp_free_workspace(sp_usp *u);
+/* Frees the workspace and destroys the groups sp_usp_init made (collective over each); leaves u zeroed. */
 void sp_usp_release(sp_usp *u);
 
 /* Forward; the signature of wan_self_attn_fwd_fn (model/dit/wan_dit.h), ctx an sp_usp *.

@@ -1,10 +1,11 @@
 /* tests/test_dev_budget.c — the device-memory estimate of trainer/optim/train_dev.h as `vgrpo run --dry-run` prints it:
- *   - it equals what the DiT code allocates: a 1-step run of the tiny model on the EMULATED device (model.device cuda
+ *   - it equals what the model code allocates: a 1-step run of the tiny model on the EMULATED device (model.device cuda
  *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
- *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated by the DiT code" bytes, exactly, for full
- *     fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run evals, colocated (the
- *     trainer rank and the rollout worker, each its own process), and algorithm.loss nft (full, LoRA, KL with CFG). The GPU-only parts (library workspaces, the CUDA
- *     context, the margin) are stated figures the emulated device cannot measure;
+ *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated on the device by DiT, VAE, umT5, sync"
+ *     bytes, exactly, for full fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run
+ *     evals, colocated (the trainer rank and the rollout worker, each its own process), and algorithm.loss nft
+ *     (full, LoRA, KL with CFG). The GPU-only parts (library workspaces, the CUDA context, the margin) are stated
+ *     figures the emulated device cannot measure;
  *   - the one-GPU recipes (recipes/ named -1gpu) pass --dry-run without weights, run on the device in one process
  *     and save checkpoints, and their estimate fits an 80 GB H100. */
 #include <stdio.h>
@@ -44,7 +45,7 @@ static void compare_recipe(const char *dir, const char *recipe, const char *mode
     /* the dry run's "(N bytes: always + the larger phase)" figures, in process order */
     long long fig[2] = {-1, -1};
     const char *p = dry;
-    for (int i = 0; i < 2 && (p = strstr(p, "allocated by the DiT code")); i++) {
+    for (int i = 0; i < 2 && (p = strstr(p, "allocated on the device by DiT, VAE, umT5, sync")); i++) {
         const char *q = strchr(p, '(');
         fig[i] = q ? atoll(q + 1) : -1;
         p += 10;

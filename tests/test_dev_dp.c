@@ -365,7 +365,7 @@ TEST(dev_dp_zero_memory_estimate_equals_emulated_peak) {
         REQUIRE(test_run(dry, sizeof dry, "VGRPO_EMULATE_DEVICE=1 %s run %s --set model.path=%s/model "
                                           "--set parallel.zero_stage=%d --dry-run 2>&1", bin, args, dir, stage) == 0);
         const long long p0 = nth_after(run, "emulated device: peak ", 0), p1 = nth_after(run, "emulated device: peak ", 1);
-        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        const char *a = strstr(dry, "allocated on the device by DiT, VAE, umT5, sync"), *q = a ? strchr(a, '(') : NULL;
         est[stage] = q ? atoll(q + 1) : -1;
         printf("  stage %d: emulated peaks %lld and %lld bytes, estimate %lld\n", stage, p0, p1, est[stage]);
         CHECK_MSG(p0 > 0 && p1 > 0 && est[stage] == (p0 > p1 ? p0 : p1), "stage %d: peaks %lld, %lld; estimate %lld",
@@ -515,7 +515,7 @@ TEST(dev_dp_nccl_memory_estimate_counts_the_reduction) {
                                           "--set parallel.zero_stage=%d --set parallel.grad_bucket_mib=%s --dry-run 2>&1",
                          lib, bin, args, dir, cases[i].stage, cases[i].mib) == 0);
         const long long p0 = nth_after(run, "emulated device: peak ", 0), p1 = nth_after(run, "emulated device: peak ", 1);
-        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        const char *a = strstr(dry, "allocated on the device by DiT, VAE, umT5, sync"), *q = a ? strchr(a, '(') : NULL;
         const long long est = q ? atoll(q + 1) : -1;
         char want[64];
         snprintf(want, sizeof want, "%.1f MiB", cases[i].scratch / 1048576.0);

@@ -146,8 +146,10 @@ TEST(dev_sp_parity_ulysses_zero_ring_bounded) {
 }
 
 /* The trainer rank's device estimate under sequence parallelism (trainer/optim/train_dev.h: one rank's activations
- * for S / sp tokens and the USP backward's transient buffers) equals every rank's emulated peak exactly: Ulysses and
- * ring at 2 ranks with a KL reference, a ring at dp 2 x sp 2 with LoRA. */
+ * for S / sp tokens, the USP attention's held workspace and the velocity's all-gather) equals every rank's emulated
+ * peak exactly under full fine-tuning: Ulysses and ring at 2 ranks with a KL reference; with LoRA (a ring at dp 2 x
+ * sp 2) it counts the gather beside the LoRA scratch, which the run never holds together: at most the gather's
+ * 262,144 bytes over (4 bytes x 2 rows x the tiny preset's tokens x 64 patch values). */
 TEST(dev_sp_memory_estimate_equals_emulated_peak) {
     const char *dir = run_dir(), *bin = test_vgrpo_bin();
     static char run[65536], dry[65536];
@@ -167,7 +169,7 @@ TEST(dev_sp_memory_estimate_equals_emulated_peak) {
                                 "--set logging.run_dir=%s/m%zu --steps 1 2>&1", bin, args, dir, i);
         CHECK_MSG(st == 0, "run %zu: %s", i, run);
         REQUIRE(test_run(dry, sizeof dry, "VGRPO_EMULATE_DEVICE=1 %s run %s --dry-run 2>&1", bin, args) == 0);
-        const char *a = strstr(dry, "allocated by the DiT code"), *q = a ? strchr(a, '(') : NULL;
+        const char *a = strstr(dry, "allocated on the device by DiT, VAE, umT5, sync"), *q = a ? strchr(a, '(') : NULL;
         const long long est = q ? atoll(q + 1) : -1;
         const char *p = run;
         int seen = 0;
@@ -175,11 +177,12 @@ TEST(dev_sp_memory_estimate_equals_emulated_peak) {
             p += strlen("emulated device: peak ");
             const long long pk = atoll(p);
             seen++;
-            CHECK_MSG(pk == est, "ranks %d ulysses %d: a rank's emulated peak %lld != estimate %lld", c[i].ranks,
-                      c[i].ulysses, pk, est);
+            const long long over = c[i].extra[0] ? 262144 : 0; /* LoRA: the bound above */
+            CHECK_MSG(est >= pk && est - pk <= over, "ranks %d ulysses %d: a rank's emulated peak %lld, estimate %lld",
+                      c[i].ranks, c[i].ulysses, pk, est);
         }
-        printf("  %d ranks, sp 2, ulysses %d%s: estimate %lld bytes = every rank's emulated peak (%d ranks)\n",
-               c[i].ranks, c[i].ulysses, c[i].extra, est, seen);
+        printf("  %d ranks, sp 2, ulysses %d%s: estimate %lld bytes, every rank's emulated peak at most that (%d "
+               "ranks)\n", c[i].ranks, c[i].ulysses, c[i].extra, est, seen);
         CHECK_MSG(seen == c[i].ranks, "%d peaks reported for %d ranks:\n%s", seen, c[i].ranks, run);
     }
     test_run(NULL, 0, "rm -rf %s", dir);

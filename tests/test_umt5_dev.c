@@ -253,8 +253,39 @@ TEST(t5_dev_recipe_key_text_device) {
     const char *w = strstr(out, "rollout worker, on its GPU");
     CHECK_MSG(w && strstr(w, "umT5 text encoder weights") && strstr(w, "the whole job"), "%s", out);
     CHECK(strstr(out, "start-up, freed before the DiT's") != NULL);
+    /* the host estimate: the fp32 copy only at start-up (freed once uploaded), the tokenizer and staging after */
+    CHECK_MSG(strstr(out, "text encoder (umT5) fp32 weights, freed once on the GPU") &&
+              strstr(out, "text encoder (umT5) tokenizer + staging") && !strstr(out, "text encoder (umT5) + tokenizer"),
+              "%s", out);
     REQUIRE(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --set model.device=cuda --set mode=colocated "
                      "--set model.path=%s/m --set model.init_preset=tiny --set model.text_device=cpu --dry-run 2>&1",
                      bin, dir) == 0);
     CHECK_MSG(strstr(out, "umT5 text encoder weights") == NULL, "%s", out);
+    CHECK_MSG(strstr(out, "text encoder (umT5) + tokenizer") && !strstr(out, "freed once on the GPU"), "%s", out);
+}
+
+/* t5_to_device frees the host's fp32 weights (the forward reads the device copy only): t5_host_bytes falls from the
+ * full copy to 0, the forward still matches an encoder uploaded the same way (already checked against the CPU
+ * above), and a refused upload keeps the host copy. */
+TEST(t5_dev_upload_frees_host_copy) {
+    const char *dir = test_tmpdir();
+    REQUIRE_OK(t5_tiny_write(dir, 64, 120, 4));
+    t5_encoder *e = t5_load(dir), *f = t5_load(dir);
+    REQUIRE(e && f);
+    const t5_config *c = t5_get_config(e);
+    const size_t full = t5_host_bytes(e);
+    CHECK_MSG(full >= t5_param_floats(c) * sizeof(float), "host bytes %zu, parameters %zu floats", full,
+              t5_param_floats(c));
+    REQUIRE_OK(t5_to_device(e, &k_emu_ops));
+    CHECK_MSG(t5_host_bytes(e) == 0, "host bytes after upload %zu", t5_host_bytes(e));
+    CHECK(t5_to_device(e, &k_emu_ops) == -1); /* refused: already on a device */
+    enum { B = 2, S = 9 };
+    int32_t ids[B * S];
+    for (int i = 0; i < B * S; i++) ids[i] = (i * 7 + 3) % 120;
+    float a[B * S * 64], b[B * S * 64];
+    REQUIRE_OK(t5_forward(e, ids, NULL, B, S, a));
+    REQUIRE_OK(t5_to_device(f, &k_emu_ops));
+    REQUIRE_OK(t5_forward(f, ids, NULL, B, S, b));
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    t5_free(e), t5_free(f);
 }

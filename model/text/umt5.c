@@ -64,6 +64,10 @@ size_t t5_param_floats(const t5_config *c) {
     return per * (size_t)c->num_layers + D;
 }
 
+size_t t5_host_bytes(const t5_encoder *e) {
+    return e->params ? t5_param_floats(&e->cfg) * sizeof(float) + (size_t)e->cfg.num_layers * sizeof(t5_layer) : 0;
+}
+
 t5_encoder *t5_load(const char *dir) {
     t5_encoder *e = calloc(1, sizeof *e);
     if (!e) {

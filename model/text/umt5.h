@@ -61,9 +61,13 @@ int t5_attention(float *o, const float *q, const float *k, const float *v, const
 
 /* Copies the weights to the device of table K (bf16 GEMM weights, fp32 norm gains and position bias; the
  * embedding stays on the host, whose rows are looked up there and uploaded as fp32); from then on t5_forward runs
- * there, until t5_free. -1 (nothing kept) when d_model, num_heads x d_kv or d_ff is not a multiple of 8 (the GEMM's
+ * there, until t5_free, and the host's fp32 copy is freed (t5_host_bytes 0 after). -1 (nothing kept) when d_model, num_heads x d_kv or d_ff is not a multiple of 8 (the GEMM's
  * bf16 rows), when the encoder is already on a device, or when the device runs out of memory. */
 int t5_to_device(t5_encoder *e, const k_dev_ops *K);
+/* Bytes of host memory the encoder holds for its weights: the fp32 copy t5_load makes (t5_param_floats floats and
+ * the layer table) until t5_to_device frees it, then 0. The token embedding is not counted: it stays in the mapped
+ * safetensors (file pages). */
+size_t t5_host_bytes(const t5_encoder *e);
 /* The table name of the device the encoder runs on ("emulated", "cuda-bf16"), or NULL: the CPU. */
 const char *t5_device_name(const t5_encoder *e);
 /* Device bytes of an encoder of config c after t5_to_device plus one forward of B x S tokens: the weights (bf16 GEMM

@@ -93,6 +93,10 @@ int t5_to_device(t5_encoder *e, const k_dev_ops *K) {
     const void *fl = dev_copy(d, e->final_ln, D, 0);
     if (!fl) goto fail;
     d->final_ln = kb_in_f32(fl);
+    /* The device copy is all the forward reads from now on (layer_view, the final norm): the host's fp32 weights go
+     * (umT5-XXL: 17.5 GiB a process). The embedding stays mapped: its rows are looked up on the host. */
+    free(e->params), free(e->layers);
+    e->params = NULL, e->layers = NULL, e->final_ln = NULL;
     return 0;
 oom:
     core_error("umt5 on a device: out of memory");

@@ -415,9 +415,20 @@ static double t5_bytes(const t5_config *t, int L) {
     return F32 * ((double)t5_param_floats(t) + acts) + 64.0 * t->vocab_size; /* + the tokenizer's pieces */
 }
 
+/* On the host: the encoder's weights and activations, or with umT5 on the GPU (core_recipe_text_on_device) the fp32
+ * copy t5_load makes until t5_to_device frees it (start-up only), the tokenizer and the forward's host staging (the
+ * looked-up embedding rows and the output, fp32); its weights then count in the device estimate. */
 static void text_encoder_part(budget_proc *p, const sizes *z, unsigned phases) {
-    if (z->e->have_t5)
-        add(p, "text encoder (umT5) + tokenizer", "model.text_encoder", phases, t5_bytes(&z->e->t5, z->r->text_len));
+    const t5_config *t = &z->e->t5;
+    if (!z->e->have_t5) return;
+    if (!core_recipe_text_on_device(z->r)) {
+        add(p, "text encoder (umT5) + tokenizer", "model.text_encoder", phases, t5_bytes(t, z->r->text_len));
+        return;
+    }
+    add(p, "text encoder (umT5) fp32 weights, freed once on the GPU", "model.text_encoder, model.text_device",
+        BUDGET_START, F32 * (double)t5_param_floats(t));
+    add(p, "text encoder (umT5) tokenizer + staging (weights on the GPU)", "model.text_encoder, model.text_device",
+        phases, 2.0 * F32 * z->r->text_len * t->d_model + 64.0 * t->vocab_size);
 }
 
 /* A rollout worker: the pipeline, the embedding cache, one chunk of samples, its reply, a staged weight sync. */

@@ -33,17 +33,21 @@ static double lora_scratch(const wan_config *c, const wan_shape *sh, int rank, i
     return 2.0 * (double)wan_lora_scratch_floats(c, &lc, sh, sp);
 }
 
-/* Sequence parallelism's largest transient device buffer beside the activations (bytes; 0 at sp 1): the USP
- * attention backward's workspace and messages (sp/usp_attention.c: 12 tensors of the local q's size and an LSE in
- * hand, the all-to-all's send and receive buffers of 5 tensors and an LSE each: 22 bf16 tensors of n = B x S/sp x
- * dim elements and 3 fp32 LSEs of nl = B x heads x S/sp; its forward needs less) or the velocity's all-gather
- * (sp/shard.c: the full [B, S, C_out*pt*ph*pw] fp32). */
-static double sp_transient(const wan_config *c, const wan_shape *sh, int sp, double S) {
+/* Sequence parallelism's device buffers beside the activations (bytes; 0 at sp 1). The USP attention's workspace
+ * (sp_usp_ws), made at the first call, grown to the backward's and then held (sp/usp_attention.c: 12 tensors of the
+ * local q's size and an LSE in hand, the all-to-all's send and receive buffers of 5 tensors and an LSE each: 22 bf16
+ * tensors of n = B x S/sp x dim elements and 3 fp32 LSEs of nl = B x heads x S/sp; its forward needs less). The
+ * velocity's all-gather (sp_gather: sp/shard.c, the full [B, S, C_out*pt*ph*pw] fp32), transient after proj_out,
+ * counted beside both and LoRA's scratch: exact under full fine-tuning (the gather comes at the activations' peak),
+ * at most the gather's bytes over under LoRA (tests/test_dev_sp.c). */
+static double sp_usp_ws(const wan_config *c, const wan_shape *sh, int sp, double S) {
     if (sp <= 1) return 0;
     const double Sl = S / sp, n = (double)sh->B * Sl * wan_dim(c), nl = (double)sh->B * c->num_attention_heads * Sl;
-    const double usp = 22.0 * 2.0 * n + 3.0 * 4.0 * nl;
-    const double gather = 4.0 * sh->B * S * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
-    return usp > gather ? usp : gather;
+    return 22.0 * 2.0 * n + 3.0 * 4.0 * nl;
+}
+static double sp_gather(const wan_config *c, const wan_shape *sh, int sp, double S) {
+    if (sp <= 1) return 0;
+    return 4.0 * sh->B * S * c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
 }
 
 /* The longest range one of R ranks sums when [lo, hi) of a buffer of n values is reduced: ZeRO stage 2's shards
@@ -131,7 +135,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         if (!ta || (q->ref_forward && !ra)) return -1;
         const double Sf = tokens(c, ts);
         b->train_acts = (double)ta + (double)ra + (rank ? lora_scratch(c, ts, rank, sp) : 0) +
-                        (rank && q->old_forward ? lora_scratch(c, ts, rank, sp) : 0) + sp_transient(c, ts, sp, Sf);
+                        (rank && q->old_forward ? lora_scratch(c, ts, rank, sp) : 0) + sp_usp_ws(c, ts, sp, Sf) +
+                        sp_gather(c, ts, sp, Sf);
         /* S: the queries of a call (this rank's tokens), Sr: the self-attention's keys (the ring block), Hs: its
          * heads (after the Ulysses all-to-all) */
         const double S = Sf / sp, D = wan_dim(c), Sk = S > ts->L ? S : ts->L;
@@ -169,7 +174,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     }
     b->staging = big;
     b->vae = q->vae_weights, b->vae_state = q->vae_state;
-    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae +
+    b->sync_land = q->sync_land_numel > 0 ? 4.0 * (double)q->sync_land_numel : 0;
+    b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->sync_land +
                fmax(b->train_acts, fmax(b->roll_acts, b->vae_state));
     b->lt_ws = TRAINER_DEV_LT_WS_MIB * MIB;
     b->scratch = TRAINER_DEV_SCRATCH_MIB * MIB;
@@ -182,7 +188,7 @@ void trainer_dev_budget_text(trainer_dev_budget *b, const core_recipe *r, const 
     b->text_weights = (double)t5_device_bytes(t5, 0, 0);
     b->text_acts = (double)t5_device_bytes(t5, 1, r->text_len) - b->text_weights;
     if (worker)
-        b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->text_weights +
+        b->alloc = b->weights + b->grads + b->optim + b->reduce + b->staging + b->vae + b->sync_land + b->text_weights +
                    fmax(fmax(b->train_acts, b->roll_acts), fmax(b->vae_state, b->text_acts));
     else
         b->alloc = fmax(b->alloc, b->text_weights + b->text_acts);
@@ -241,6 +247,17 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
             return core_error_push("model.decoder (vae) on the device: ");
         q.vae_weights = wb, q.vae_state = sb;
     }
+    /* a rollout worker's landing buffer of one bucket (rollout/worker_ipc.c): a sync by IPC or NCCL broadcast (every
+     * parallel.sync but buckets; auto may still choose ZeroMQ buckets, which land on the host: then counted in
+     * excess) of what trains, the model's or the adapter's flat fp32 buffer, cut at parallel.sync_bucket_mib */
+    if (worker && r->choice.sync != CORE_SYNC_BUCKETS) {
+        wan_layout lay;
+        if (wan_layout_init(&lay, c)) return -1;
+        const int64_t sent = q.lora_numel > 0 ? q.lora_numel : lay.numel;
+        const int64_t per = (int64_t)r->sync_bucket_mib * 1048576 / (int64_t)sizeof(float); /* >= 1 MiB (recipe) */
+        wan_layout_free(&lay);
+        q.sync_land_numel = per > 0 && per < sent ? per : sent;
+    }
     if (trainer_dev_estimate(&q, b)) return core_error_push("model.device cuda: the device estimate: ");
     return 0;
 }
@@ -270,6 +287,8 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
         fprintf(f, "    %-48s %11s  training phase\n", what, size_str(b->train_acts));
     }
     if (b->vae > 0) fprintf(f, "    %-48s %11s\n", "VAE decoder weights (bf16)", size_str(b->vae));
+    if (b->sync_land > 0)
+        fprintf(f, "    %-48s %11s\n", "weight sync landing buffer (one bucket, fp32)", size_str(b->sync_land));
     if (b->roll_acts > 0) fprintf(f, "    %-48s %11s  rollout phase\n", "rollout activations (infer)", size_str(b->roll_acts));
     if (b->text_weights > 0) { /* model.text_device auto */
         fprintf(f, "    %-48s %11s  %s\n", "umT5 text encoder weights (bf16, fp32 norms)", size_str(b->text_weights),
@@ -278,7 +297,8 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
                 b->train_acts > 0 ? "start-up" : "between rollouts");
     }
     if (b->vae_state > 0) fprintf(f, "    %-48s %11s  decode phase\n", "VAE decode state", size_str(b->vae_state));
-    fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n", "allocated by the DiT code", size_str(b->alloc),
+    fprintf(f, "    %-48s %11s  (%.0f bytes: always + the larger phase)\n",
+            "allocated on the device by DiT, VAE, umT5, sync", size_str(b->alloc),
             b->alloc);
     fprintf(f, "    %-48s %11s\n", "cuBLASLt workspace", size_str(b->lt_ws));
     if (b->attn_ws > 0) fprintf(f, "    %-48s %11s\n", "cuDNN attention backward workspace + dQ/dK/dV", size_str(b->attn_ws));

@@ -128,9 +128,9 @@ void trainer_dev_free(trainer_dev *D);
  *   rollout      phase (local mode, and a rollout worker): WAN_ACTS_INFER per distinct CFG setting of the experts
  *                (rows = rollout.batch_size, doubled with CFG), + LoRA's scratch
  *   sequence parallelism (parallel.sp > 1, the trainer): the training activations are one rank's (S / sp tokens,
- *                plus the full-sequence scratch: wan_dev_acts_estimate_sp), plus the largest transient buffer of the
- *                forward and backward: the USP attention backward's (sp/usp_attention.c: 22 x the local q's bf16 bytes
- *                + 3 x its LSE's fp32 bytes) or the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw); LoRA's
+ *                plus the full-sequence scratch: wan_dev_acts_estimate_sp), plus the USP attention's workspace, held
+ *                from its first call (sp/usp_attention.c, the backward's: 22 x the local q's bf16 bytes + 3 x its
+ *                LSE's fp32 bytes) and the velocity's all-gather (4 x rows x S x C_out*pt*ph*pw) beside it; LoRA's
  *                scratch for S / sp tokens; cuDNN's workspace for the calls' shapes (self-attention: S / ring tokens,
  *                heads / ulysses; cross-attention: S / sp queries)
  *   VAE decode   a process that decodes on the device (local mode or a rollout worker with model.decoder vae and
@@ -139,7 +139,11 @@ void trainer_dev_free(trainer_dev *D);
  *                phase of its own, after the rollout's activations are freed and released after each video
  *                (rollout/pipeline.c; model/vae/wan_vae.h vae_decoder_estimate_device: what vae_set_device and a
  *                decode allocate)
- *   allocated    = weights + gradients + optimizer + staging + VAE weights + the largest phase (training, rollout,
+ *   sync landing a rollout worker's buffer of one weight sync bucket on the device (rollout/worker_ipc.c: a sync by
+ *                IPC or NCCL broadcast lands there before the device weights; parallel.sync buckets: none): 4 x
+ *                min(what trains: the model's or the adapter's elements, parallel.sync_bucket_mib), held from the
+ *                first sync
+ *   allocated    = weights + gradients + optimizer + staging + VAE weights + sync landing + the largest phase (training, rollout,
  *                decode): every byte the DiT and VAE code ask mem_alloc for at its peak (the emulated device counts
  *                exactly this: tests/test_dev_budget.c)
  *   GPU only (the emulated device has no libraries): cuBLASLt's workspace TRAINER_DEV_LT_WS_MIB (gemm_lt.c's
@@ -181,13 +185,15 @@ typedef struct {
     int train;              /* 0: no training (a rollout worker) */
     wan_shape train_shape;  /* the largest training forward (B = micro-batch rows, CFG rows included) */
     int sp, ulysses;        /* the trainer's sequence parallelism (parallel.sp, ulysses_degree; 0 or 1: none): each
-                               rank's training activations for tokens / sp, the USP attention's and the gather's
-                               transient buffers (sp/usp_attention.c, sp/shard.c) */
+                               rank's training activations for tokens / sp, the USP attention's workspace and the
+                               gather's transient buffer (sp/usp_attention.c, sp/shard.c) */
     wan_acts_mode mode;     /* algorithm.activations */
     int n_rollout;          /* rollout forwards held at once in the rollout phase (0, 1, or 2 with CFG on one expert
                                and off on the other) */
     wan_shape rollout[2];
     double vae_weights, vae_state; /* the VAE decode's device bytes (0, 0: it decodes on the CPU) */
+    int64_t sync_land_numel; /* a rollout worker's weight sync landing buffer, fp32 elements of one bucket (rollout/
+                                worker_ipc.c; 0: none) */
 } trainer_dev_request;
 
 typedef struct {
@@ -195,9 +201,10 @@ typedef struct {
     double reduce;      /* NCCL's exact-reduction scratch (made at the first reduction, then held) */
     double vae;         /* the VAE decoder's weights on the device, held once loaded */
     double vae_state;   /* decode phase: the VAE's decode state */
+    double sync_land;   /* a rollout worker's weight sync landing buffer (one bucket, fp32), held from the first sync */
     double train_acts;  /* training phase: activations (train, reference) and LoRA scratch */
     double roll_acts;   /* rollout phase */
-    double alloc;       /* what the DiT code allocates at peak (emulated: exactly) */
+    double alloc;       /* what the model code (DiT, VAE, umT5, sync landing) allocates at peak (emulated: exactly) */
     double lt_ws, attn_ws, scratch; /* GPU libraries' workspaces and the backend's scratch */
     double margin, need, context, total;
     double text_weights, text_acts; /* umT5 on the device (trainer_dev_budget_text); 0: on the CPU */
