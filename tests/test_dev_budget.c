@@ -3,9 +3,9 @@
  *     with VGRPO_EMULATE_DEVICE=1; VGRPO_EMULATE_DEVICE_REPORT=1 prints the peak of the bytes its mem_alloc was asked
  *     for, kernels/cuda/emu/k_emu.h) against the dry run's "allocated on the device by DiT, VAE, umT5, sync"
  *     bytes, exactly, for full fine-tuning with a KL reference, LoRA, checkpoint activations with an EMA and in-run
- *     evals, colocated (the trainer rank and the rollout worker, each its own process), and algorithm.loss nft
- *     (full, LoRA, KL with CFG). The GPU-only parts (library workspaces, the CUDA context, the margin) are stated
- *     figures the emulated device cannot measure;
+ *     evals, colocated (the trainer rank and the rollout worker, each its own process), algorithm.loss nft
+ *     (full, LoRA, KL with CFG) and dpo (full, LoRA). The GPU-only parts (library workspaces, the CUDA context, the
+ *     margin) are stated figures the emulated device cannot measure;
  *   - the one-GPU recipes (recipes/ named -1gpu) pass --dry-run without weights, run on the device in one process
  *     and save checkpoints, and their estimate fits an 80 GB H100. */
 #include <stdio.h>
@@ -103,6 +103,17 @@ TEST(dev_budget_nft_equals_emulated_peak) {
     compare_recipe(dir, "tiny-cpu-nft", "model", "nft-lora", "--set logging.eval_every=0 --set model.lora.rank=8 " NFT_SEL, 0);
     compare_recipe(dir, "tiny-cpu-nft", "model", "nft-kl-cfg", "--set logging.eval_every=0 --set algorithm.beta=0.05 " NFT_SEL " "
                    "--set rollout.guidance_scale=4.5", 0);
+}
+
+/* algorithm.loss dpo (recipes/tiny-cpu-dpo.yaml): the reference's forward beside the policy's, the reference a device
+ * copy of the initial weights, or under LoRA the base with its adapter off. */
+TEST(dev_budget_dpo_equals_emulated_peak) {
+    const char *dir = test_tmpdir();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 3 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    compare_recipe(dir, "tiny-cpu-dpo", "model", "dpo", "--set logging.eval_every=0 " NFT_SEL, 0);
+    compare_recipe(dir, "tiny-cpu-dpo", "model", "dpo-lora", "--set logging.eval_every=0 --set model.lora.rank=8 " NFT_SEL, 0);
 }
 
 /* The one-GPU recipes: valid without weights, on the device in one process, saving checkpoints, and fitting an 80 GB

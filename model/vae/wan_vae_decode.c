@@ -103,7 +103,9 @@ oom:
     return core_error("vae: out of %s memory for the decode state of a %d x %d latent", d == &k_cpu_dev_ops ? "host" : "device", h, w);
 }
 
-int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+/* Both estimates: the decoder built without weights, its decode state planned for an h x w latent on the host
+ * (device 0: *size = fp32 parameter count) or the device (1: *size = vae_upload_bytes). */
+static int estimate(const vae_config *c, int h, int w, int device, double *size, double *state_bytes) {
     vae_model *m = calloc(1, sizeof *m);
     if (!m) return core_error("out of memory");
     m->cfg = *c;
@@ -111,28 +113,20 @@ int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, doub
     if (!rc) {
         vae_state st;
         memset(&st, 0, sizeof st);
-        plan_state(m, h, w, 0, &st);
-        *params = (double)m->nfloats;
+        plan_state(m, h, w, device, &st);
+        *size = device ? (double)vae_upload_bytes(m) : (double)m->nfloats;
         *state_bytes = (double)st.bytes;
     }
     vae_free(m);
     return rc;
 }
 
+int vae_decoder_estimate(const vae_config *c, int h, int w, double *params, double *state_bytes) {
+    return estimate(c, h, w, 0, params, state_bytes);
+}
+
 int vae_decoder_estimate_device(const vae_config *c, int h, int w, double *weight_bytes, double *state_bytes) {
-    vae_model *m = calloc(1, sizeof *m);
-    if (!m) return core_error("out of memory");
-    m->cfg = *c;
-    const int rc = vae_build(m);
-    if (!rc) {
-        vae_state st;
-        memset(&st, 0, sizeof st);
-        plan_state(m, h, w, 1, &st);
-        *weight_bytes = (double)vae_upload_bytes(m);
-        *state_bytes = (double)st.bytes;
-    }
-    vae_free(m);
-    return rc;
+    return estimate(c, h, w, 1, weight_bytes, state_bytes);
 }
 
 size_t vae_state_bytes(const vae_model *m) { return m->st.bytes; }

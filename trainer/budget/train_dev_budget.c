@@ -211,11 +211,13 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
                              /* nft's old policy: a bf16 model on the device, under LoRA too (the base again with
-                              * the old adapter: the executor keeps a device model per host model) */
+                              * the old adapter: the executor keeps a device model per host model); dpo's reference:
+                              * the initial weights' copy, none under LoRA (the policy's base, its adapter off) */
                              .copies = (!lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0) +
-                                       (!worker && core_recipe_forward_process(r)),
+                                       (!worker && (r->choice.loss == CORE_LOSS_NFT ||
+                                                    (r->choice.loss == CORE_LOSS_DPO && !lora))),
                              .ref_forward = !worker && (r->beta > 0 || core_recipe_forward_process(r)),
-                             .old_forward = !worker && core_recipe_forward_process(r),
+                             .old_forward = !worker && r->choice.loss == CORE_LOSS_NFT, /* dpo's: adapter off */
                              .train = !worker, .train_shape = base,
                              .zero_ranks = !worker && !local && r->zero_stage > 0 ? r->trainer_ranks : 1,
                              /* NCCL moves the trainer ranks' gradients on a GPU, on the emulated device where a

@@ -155,10 +155,6 @@ static int check_device(const core_recipe *r) {
     if (r->lora_rank > 0 && r->ema_decay > 0)
         return core_error("algorithm.ema_decay: an EMA of LoRA adapters on model.device cuda is not implemented yet "
                           "(0 with model.lora.rank %d)", r->lora_rank);
-    if (r->choice.loss == CORE_LOSS_DPO && r->lora_rank > 0)
-        return core_error("algorithm.loss: dpo with LoRA on model.device cuda is not implemented yet (the reference "
-                          "forward with the adapter off on the device; model.lora.rank 0 trains every weight, or use "
-                          "model.device cpu)");
     return 0;
 }
 
