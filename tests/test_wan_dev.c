@@ -20,6 +20,7 @@
 #include "kernels/body/kb_host.h"
 #include "kernels/cuda/emu/k_emu.h"
 #include "model/dit/wan_dev.h"
+#include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_internal.h"
 #include "model/dit/wan_lora.h"
 #include "tests/test.h"
@@ -261,6 +262,74 @@ TEST(wan_dev_lora_vs_cpu) {
     free(x), free(t), free(e), free(go), free(oc), free(od), free(o2), free(gd), free(g2);
     wan_model_free(&m);
     wan_lora_free(&l);
+}
+
+/* A second adapter on the same frozen base through the executor (DiffusionNFT's old policy under LoRA): a host view
+ * sharing the policy's fp32 weights gets a device view (the base's bf16 copy borrowed, the adapter's own), whose
+ * forward equals a separate full copy's with the same adapter bit for bit, at the adapter's bytes only; forgetting
+ * the lender removes the view too. */
+TEST(wan_dev_exec_lora_view_shares_base) {
+    wan_config c;
+    REQUIRE_OK(wan_config_preset(&c, "tiny"));
+    wan_model m;
+    REQUIRE_OK(wan_model_init(&m, &c));
+    wt_random_params(&m, 31);
+    wan_lora l, o;
+    const wan_lora_config lc = {8, 16.0, WAN_LORA_ALL, 5};
+    REQUIRE_OK(wan_lora_init(&l, &c, &lc, 0));
+    REQUIRE_OK(wan_lora_init(&o, &c, &lc, 0));
+    test_fill_uniform(o.params, (size_t)o.layout.numel, 9, -0.05f, 0.05f); /* an adapter unlike the policy's */
+    REQUIRE_OK(wan_model_attach_lora(&m, &l));
+    wan_model view = m; /* trainer/run/old_policy.c's old_view: the policy's base, the old adapter */
+    view.lora = &o;
+    wan_dev_exec *x = wan_dev_exec_new(emu());
+    REQUIRE(x);
+    REQUIRE_OK(wan_dev_exec_sync(x, &m, 0));
+    size_t held0, held1, peak;
+    k_emu_mem_stats(&held0, &peak);
+    REQUIRE_OK(wan_dev_exec_sync(x, &view, 0));
+    k_emu_mem_stats(&held1, &peak);
+    const wan_dev_model *dm = wan_dev_exec_model(x, &m), *dv = wan_dev_exec_model(x, &view);
+    REQUIRE(dm && dv);
+    CHECK(dv->base_borrowed && dv->w == dm->w && dv->proj_out_b == dm->proj_out_b && dv->lora == &o);
+    CHECK_MSG(held1 - held0 == (size_t)o.layout.numel * 2, "the view took %zu bytes, the adapter is %lld",
+              held1 - held0, (long long)o.layout.numel * 2);
+    /* the view's forward = a separate copy's with the same adapter */
+    const wan_shape sh = {1, 2, 8, 8, 16, 0};
+    const int64_t nx = 16 * 2 * 8 * 8, ne = 16 * c.text_dim;
+    float *xi = malloc(nx * 4), *t = malloc(4), *e = malloc(ne * 4), *ov = malloc(nx * 4), *of = malloc(nx * 4);
+    test_fill_uniform(xi, nx, 1, -2, 2);
+    test_fill_uniform(t, 1, 2, 0, 1000);
+    test_fill_uniform(e, ne, 3, -2, 2);
+    wan_dev_acts *A = wan_dev_exec_acts(x, &c, &sh, WAN_ACTS_INFER, 1, 0);
+    REQUIRE(A);
+    REQUIRE_OK(wan_dev_exec_forward(x, &view, A, ov, xi, t, e));
+    wan_model full;
+    REQUIRE_OK(wan_model_init(&full, &c));
+    memcpy(full.params, m.params, sizeof(float) * (size_t)m.layout.numel);
+    REQUIRE_OK(wan_model_attach_lora(&full, &o));
+    REQUIRE_OK(wan_dev_exec_forward(x, &full, A, of, xi, t, e));
+    CHECK(!memcmp(ov, of, nx * 4));
+    CHECK(!wan_dev_exec_model(x, &full)->base_borrowed); /* other fp32 weights: a copy of its own */
+    /* a new old adapter: uploaded alone at the next version */
+    test_fill_uniform(o.params, (size_t)o.layout.numel, 10, -0.05f, 0.05f);
+    REQUIRE_OK(wan_dev_exec_sync(x, &view, 1));
+    REQUIRE_OK(wan_dev_exec_forward(x, &view, A, ov, xi, t, e));
+    REQUIRE_OK(wan_dev_exec_sync(x, &full, 1));
+    REQUIRE_OK(wan_dev_exec_forward(x, &full, A, of, xi, t, e));
+    CHECK(!memcmp(ov, of, nx * 4));
+    wan_dev_acts_free(A);
+    wan_dev_exec_forget(x, &full);
+    wan_dev_exec_forget(x, &m); /* the lender: its view goes with it */
+    size_t held2;
+    k_emu_mem_stats(&held2, &peak);
+    CHECK_MSG(held2 < held0, "held %zu bytes after forgetting the lender, %zu with it alone", held2, held0);
+    wan_dev_exec_close(x);
+    free(xi), free(t), free(e), free(ov), free(of);
+    wan_model_free(&full);
+    wan_model_free(&m);
+    wan_lora_free(&l);
+    wan_lora_free(&o);
 }
 
 /* Device memory at Wan shapes (the start-up estimate, nothing allocated): 81 frames 480 x 832 = 32,760 video tokens,

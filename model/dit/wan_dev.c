@@ -19,8 +19,10 @@ static void lora_free(wan_dev_model *d) {
 void wan_dev_model_free(wan_dev_model *d) {
     if (!d) return;
     if (d->dev) {
-        d->dev->mem_free(d->w);
-        d->dev->mem_free(d->proj_out_b);
+        if (!d->base_borrowed) {
+            d->dev->mem_free(d->w);
+            d->dev->mem_free(d->proj_out_b);
+        }
         d->dev->mem_free(d->grads);
         lora_free(d);
     }
@@ -43,6 +45,7 @@ int wan_dev_model_upload_lora(wan_dev_model *d) {
 }
 
 int wan_dev_model_upload(wan_dev_model *d) {
+    if (d->base_borrowed) return wan_dev_model_upload_lora(d); /* the base is the lender's, frozen */
     const wan_model *m = d->host;
     const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
     if (d->dev->mem_upload_bf16(d->w, m->params, (size_t)m->layout.numel) ||
@@ -89,6 +92,19 @@ int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *
         return -1;
     }
     if (wan_dev_model_upload(d)) {
+        wan_dev_model_free(d);
+        return -1;
+    }
+    return 0;
+}
+
+int wan_dev_model_init_view(wan_dev_model *d, const wan_dev_model *base, const wan_model *host) {
+    memset(d, 0, sizeof *d);
+    if (!base || !base->w || base->base_borrowed || !host || !host->lora || host->params != base->host->params ||
+        !wan_config_equal(&host->cfg, &base->host->cfg))
+        return core_error("wan_dev_model_init_view: host must carry an adapter on base's own fp32 weights");
+    d->dev = base->dev, d->host = host, d->w = base->w, d->proj_out_b = base->proj_out_b, d->base_borrowed = 1;
+    if (wan_dev_model_upload_lora(d)) {
         wan_dev_model_free(d);
         return -1;
     }

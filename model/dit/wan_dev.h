@@ -93,11 +93,17 @@ typedef struct {
     const wan_lora *lora;    /* borrowed (host->lora); NULL: none */
     kb_bf16 *lora_w;         /* device [lora->layout.numel] bf16 */
     float *lora_grads;       /* device [lora->layout.numel] fp32, NULL until wan_dev_alloc_grads */
+    int base_borrowed;       /* 1: w and proj_out_b are another copy's (wan_dev_model_init_view): not freed here */
 } wan_dev_model;
 
 /* Checks the config (wan_dev_config_check), allocates the device copy of host's weights and uploads them
  * (wan_dev_model_upload). host must outlive d. 0 or -1 (on failure d is left freed). */
 int wan_dev_model_init(wan_dev_model *d, const k_dev_ops *dev, const wan_model *host);
+/* A second adapter on a frozen base already on the device (DiffusionNFT's old policy under LoRA,
+ * trainer/run/old_policy.c): d borrows base's bf16 weights and proj_out.bias (no copy) and holds host->lora's bf16
+ * adapter of its own. host must share base->host's fp32 weights (the same params buffer) and carry an adapter; base
+ * must outlive d. wan_dev_model_upload of d uploads the adapter only. 0 or -1 (d left freed). */
+int wan_dev_model_init_view(wan_dev_model *d, const wan_dev_model *base, const wan_model *host);
 /* Rounds host->params to bf16 (round to nearest even) into the device copy again: after the master changed. With
  * an adapter attached to host (LoRA), the adapter's bf16 copy too (made, or made again when host->lora changed). */
 int wan_dev_model_upload(wan_dev_model *d);

@@ -96,7 +96,18 @@ static slot *find(wan_dev_exec *x, const wan_model *m) {
     return NULL;
 }
 
-/* m's slot, made (and its weights uploaded) when missing. */
+/* A slot whose device copy owns the bf16 base of m's fp32 weights (the same params buffer): an adapter-carrying m
+ * borrows it (wan_dev_model_init_view) instead of a second copy of a frozen base. */
+static const slot *lender(const wan_dev_exec *x, const wan_model *m) {
+    if (!m->lora) return NULL;
+    for (int i = 0; i < x->n; i++)
+        if (!x->s[i]->d.base_borrowed && x->s[i]->host->params == m->params &&
+            wan_config_equal(&x->s[i]->host->cfg, &m->cfg))
+            return x->s[i];
+    return NULL;
+}
+
+/* m's slot, made (and its weights uploaded, or its adapter alone on a lender's base) when missing. */
 static slot *get(wan_dev_exec *x, const wan_model *m) {
     slot *s = find(x, m);
     if (s) return s;
@@ -107,7 +118,8 @@ static slot *get(wan_dev_exec *x, const wan_model *m) {
         x->s = ns, x->cap = cap;
     }
     if (!(s = calloc(1, sizeof *s))) return core_error("out of memory"), NULL;
-    if (wan_dev_model_init(&s->d, x->dev, m)) return free(s), NULL;
+    const slot *l = lender(x, m);
+    if (l ? wan_dev_model_init_view(&s->d, &l->d, m) : wan_dev_model_init(&s->d, x->dev, m)) return free(s), NULL;
     s->host = m;
     x->s[x->n++] = s;
     return s;
@@ -140,12 +152,16 @@ int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t versio
 
 void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m) {
     if (!x) return;
-    for (int i = 0; i < x->n; i++)
-        if (x->s[i]->host == m) {
+    slot *s = find(x, m);
+    if (!s) return;
+    const kb_bf16 *w = s->d.base_borrowed ? NULL : s->d.w;
+    for (int i = 0; i < x->n;) /* m's slot, and the views borrowing its base */
+        if (x->s[i] == s || (w && x->s[i]->d.base_borrowed && x->s[i]->d.w == w)) {
             wan_dev_model_free(&x->s[i]->d);
             free(x->s[i]);
             x->s[i] = x->s[--x->n];
-            return;
+        } else {
+            i++;
         }
 }
 

@@ -115,8 +115,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         const double t = lora ? (double)q->lora_numel : numel; /* what trains: the adapter, or the model */
         b->weights += 2.0 * numel + pout;                      /* the policy's copy (or the frozen base, LoRA) */
         if (!tr) continue;
-        if (lora) b->weights += 2.0 * t + q->copies * (2.0 * (numel + t) + pout); /* the adapter; nft's old policy */
-        else b->weights += q->copies * (2.0 * numel + pout);               /* reference, EMA copies */
+        if (lora) b->weights += 2.0 * t + q->copies * 2.0 * t; /* the adapter; nft's old adapter on the same base */
+        else b->weights += q->copies * (2.0 * numel + pout);   /* reference, EMA copies */
         /* the master whole (ZeRO stage 3: the largest shard's); m, v of the largest ZeRO shard (whole chunks:
          * trainer/dp/zero.h) over zero_ranks */
         const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
@@ -210,8 +210,8 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                             .per_token_timestep = i2v && wan_cond_kind(c) == WAN_COND_LATENT};
     trainer_dev_request q = {.c = c, .n_experts = n_experts, .trained = trained,
                              .lora_numel = lora ? wan_lora_numel(c, &lc) : 0, .lora_rank = lora ? lc.rank : 0,
-                             /* nft's old policy: a bf16 model on the device, under LoRA too (the base again with
-                              * the old adapter: the executor keeps a device model per host model); dpo's reference:
+                             /* nft's old policy: a bf16 model on the device, under LoRA its adapter alone (a view
+                              * of the policy's device copy: model/dit/wan_dev.h wan_dev_model_init_view); dpo's reference:
                               * the initial weights' copy, none under LoRA (the policy's base, its adapter off) */
                              .copies = (!lora && !worker ? (r->beta > 0) + (local && r->ema_decay > 0) : 0) +
                                        (!worker && (r->choice.loss == CORE_LOSS_NFT ||

@@ -8,8 +8,9 @@
  * (model.device cuda) the host copy is the one updated, from the master's host copy (made every step:
  * trainer/optim/train_dev.h lazy_host 0), and its bf16 device copy is uploaded again after each update
  * (wan_dev_exec_sync at the policy version: the adapter alone under LoRA) for the training pass's forward, as the KL
- * reference's is once. Under LoRA the device executor holds old_view as a model of its own, so the frozen base is on
- * the device twice (sharing it is left to do; trainer/budget counts it). Two experts: a copy per trained expert, none
+ * reference's is once. Under LoRA the device executor holds old_view as a view of the policy's device copy: the
+ * frozen bf16 base once, the old adapter's bf16 copy of its own (model/dit/wan_dev.h wan_dev_model_init_view; so
+ * trainer/budget counts). Two experts: a copy per trained expert, none
  * for a frozen one (its steps are not trained). Every rank applies the same update to the same weights (the
  * optimizer step is identical on every rank), so the copies stay equal without communication. */
 #include <string.h>
@@ -67,7 +68,7 @@ const wan_model *trainer_old_model(const trainer_state *S, int e) {
 
 void trainer_old_free(trainer_state *S) {
     for (int e = 0; e < 2; e++) {
-        if (S->dx) wan_dev_exec_forget(S->dx, &S->old[e]);
+        if (S->dx) wan_dev_exec_forget(S->dx, &S->old[e]), wan_dev_exec_forget(S->dx, &S->old_view[e]);
         wan_model_free(&S->old[e]);
         wan_lora_free(&S->old_lora[e]);
     }
