@@ -53,8 +53,17 @@ TEST(gpu_assign_plans_and_refusals) {
     CHECK(core_gpu_plan_make(&r, -1, &p) == -1 &&
           strstr(core_last_error(), "parallel.gpus.2: GPU 1 is listed twice (also parallel.gpus.0)"));
     core_recipe_release(&r);
+    /* an index past int (no device has it) is refused, not wrapped into another GPU's number; a negative one is
+     * named as such where the visible count is unknown (not "0 visible device(s)") */
+    REQUIRE_OK(load(&r, "mode=colocated", "parallel.gpus=[0,4294967297]", NULL, NULL));
+    CHECK_MSG(core_gpu_plan_make(&r, -1, &p) == -1 &&
+                  strstr(core_last_error(), "parallel.gpus.1: GPU 4294967297 is not a device index (0 .. 2147483647)"),
+              "got: %s", core_last_error());
+    core_recipe_release(&r);
     REQUIRE_OK(load(&r, "mode=colocated", "parallel.gpus=[-1]", NULL, NULL));
-    CHECK(core_gpu_plan_make(&r, -1, &p) == -1 && strstr(core_last_error(), "parallel.gpus.0: GPU -1 is out of range"));
+    CHECK_MSG(core_gpu_plan_make(&r, -1, &p) == -1 &&
+                  strstr(core_last_error(), "parallel.gpus.0: GPU -1 is not a device index (0 .. 2147483647)"),
+              "got: %s", core_last_error());
     core_recipe_release(&r);
     REQUIRE_OK(load(&r, "mode=colocated", "parallel.trainer_ranks=2", "parallel.gpus=[0]", "parallel.share_gpus=true"));
     CHECK(core_gpu_plan_make(&r, -1, &p) == -1 &&
