@@ -23,9 +23,10 @@ on one page, one colour per run (legend: --labels, else the run folders' names),
            as they cost every run the same), and each eval's eval/reward/mean +- se at the time it ran;
   samples    the same against the cumulative number of rollout samples (prompts_per_step x samples_per_prompt of
            config.resolved.yaml beside metrics.jsonl, else time/samples_per_s x time/step_s per step).
-Missing or non-numeric values are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
+Missing or non-numeric values (and any beyond 1e100 in magnitude: garbled) are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
 the text with a built-in 5 x 7 pixel font (upper case), so plotting needs no package beyond Debian's python3.
-Exit status 0; 1 when the file has no step rows; 2 on a usage error or an unreadable file.
+Exit status 0; 1 when the file has no step rows; 2 on a usage error, an unreadable file or an OUT.png that cannot
+be written (the PNG is written whole to a temporary file beside it, then renamed).
 """
 import json
 import math
@@ -134,9 +135,20 @@ class Canvas:
         def chunk(tag, data):
             return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
-        with open(path, "wb") as f:
-            f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)) +
-                    chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        tmp = f"{path}.tmp{os.getpid()}"  # written whole, then renamed: no half-written PNG at `path`
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            sys.stderr.write(f"plot_metrics: {path}: {e.strerror or e}\n")
+            sys.exit(2)
 
 
 def text_width(s, scale):
@@ -298,10 +310,21 @@ class Panel:
 
 
 def num(row, key):
+    """row[key] as a float; None when missing, not a number, or beyond 1e100 in magnitude (no metric of a run is:
+    a garbled value, whose sums and axis spans would overflow to infinity)."""
     v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > 1e100:
         return None
     return float(v)
+
+
+def count_arg(argv, i, least):
+    """The integer after argv[i] (an option), at least `least`; a usage error (exit 2) when it is not one."""
+    try:
+        return max(least, int(argv[i + 1]))
+    except ValueError:
+        sys.stderr.write(f"plot_metrics: {argv[i]} {argv[i + 1]}: expected an integer\n")
+        sys.exit(2)
 
 
 def read_rows(path):
@@ -405,10 +428,10 @@ def compare(argv):
             labels = argv[i + 1].split(",")
             i += 2
         elif argv[i] == "--smooth" and i + 1 < len(argv):
-            smooth = max(1, int(argv[i + 1]))
+            smooth = count_arg(argv, i, 1)
             i += 2
         elif argv[i] == "--width" and i + 1 < len(argv):
-            width = max(600, int(argv[i + 1]))
+            width = count_arg(argv, i, 600)
             i += 2
         else:
             runs.append(argv[i])
@@ -469,7 +492,7 @@ def main(argv):
             print(__doc__.strip())
             return 0
         if argv[i] == "--width" and i + 1 < len(argv):
-            width = max(600, int(argv[i + 1]))
+            width = count_arg(argv, i, 600)
             i += 2
             continue
         args.append(argv[i])
