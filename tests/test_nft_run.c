@@ -194,6 +194,7 @@ TEST(nft_recipe_refusals) {
         {"--set rollout.sde_window.size=2", "rollout.sde_window.size: 2"},
         {"--set rollout.sde_type=cps --set algorithm.cps_logprob=flow_grpo", "rollout.sde_type"},
         {"--set algorithm.nft_beta=0", "algorithm.nft_beta"},
+        {"--set algorithm.nft_beta=1e-30", "algorithm.nft_beta: must be >= 1e-06, got 1e-30"}, /* loss / beta overflows */
         {"--set algorithm.old_decay_max=1.5", "algorithm.old_decay_max"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
