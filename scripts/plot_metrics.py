@@ -202,7 +202,8 @@ class Panel:
         fy = (y - self.ylo) / (self.yhi - self.ylo)
         return self.x0 + fx * (self.w - 1), self.y0 + (1 - fy) * (self.h - 1)
 
-    def axes(self, xlabel):
+    def axes(self, xlabel, integer_x=True):
+        """Grid, ticks and labels; integer_x: the x values are counts (steps, samples), ticked at whole numbers."""
         cv = self.cv
         yt, ys = nice_ticks(self.ylo, self.yhi, 6)
         for v in yt:
@@ -213,12 +214,14 @@ class Panel:
             cv.text(self.x0 - 10, py - 7, fmt_tick(v, ys), BLACK, 2, "right")
         if self.xhi > self.xlo:
             xt, xs = nice_ticks(self.xlo, self.xhi, 8)
+            if integer_x and xs < 1:  # a short run: no tick at step 0.5 (it was labelled "0", 1.5 "2")
+                xt, xs = [float(k) for k in range(math.ceil(self.xlo), math.floor(self.xhi) + 1)], 1
             for v in xt:
                 px, _ = self.px(v, self.ylo)
                 px = int(round(px))
                 cv.line(px, self.y0, px, self.y0 + self.h - 1, LIGHT)
                 cv.line(px, self.y0 + self.h, px, self.y0 + self.h + 5, BLACK)
-                cv.text(px, self.y0 + self.h + 10, fmt_tick(v, max(xs, 1)), BLACK, 2, "center")
+                cv.text(px, self.y0 + self.h + 10, fmt_tick(v, xs), BLACK, 2, "center")
         cv.line(self.x0 - 1, self.y0 - 1, self.x0 + self.w, self.y0 - 1, BLACK)
         cv.line(self.x0 - 1, self.y0 + self.h, self.x0 + self.w, self.y0 + self.h, BLACK)
         cv.line(self.x0 - 1, self.y0 - 1, self.x0 - 1, self.y0 + self.h, BLACK)
@@ -468,7 +471,7 @@ def compare(argv):
         ys = [(0, y) for g in lines for _, y in g] + [(0, m - s) for g in evs for _, m, s in g] + \
              [(0, m + s) for g in evs for _, m, s in g]
         p = Panel(cv, (left, top + k * (ph + gap), pw, ph), (min(xs), max(xs)), limits(ys), "reward vs " + name)
-        p.axes(xlabel)
+        p.axes(xlabel, integer_x=k == 1)  # seconds take fractional ticks; samples are counts
         for j in range(len(paths)):
             color = colors[j % len(colors)]
             p.series(lines[j], color)

@@ -77,3 +77,17 @@ TEST(plot_metrics_garbled_values_and_bad_args) {
               "out: exit %d: %s", rc, out);
     CHECK(test_run(NULL, 0, "ls %s/*.tmp* 2>/dev/null | grep -q .", dir) != 0); /* no temporary left behind */
 }
+
+/* Tick labels of a short run: the step axis of 3 steps is ticked at 0, 1, 2 (it had ticks at 0.5 and 1.5 labelled
+ * "0" and "2"), and --compare's seconds axis of a 0.7 s run at tenths (they were all labelled "0" or "1"). */
+TEST(plot_metrics_short_run_ticks) {
+    char out[4096];
+    const int rc = test_run(out, sizeof out,
+                            "python3 -c 'import sys; sys.path.insert(0, \"scripts\"); import plot_metrics as pm\n"
+                            "for xl, xlim, ix in ((\"step\", (0, 2), True), (\"seconds\", (0, 0.7), False)):\n"
+                            "    c = pm.Canvas(1000, 400); seen = []\n"
+                            "    c.text = lambda x, y, s, *a, **k: seen.append(s)\n"
+                            "    pm.Panel(c, (100, 20, 800, 300), xlim, (0, 1), \"t\").axes(xl, ix)\n"
+                            "    print(\"|\".join(seen[6:-2]))' 2>&1");
+    CHECK_MSG(rc == 0 && !strcmp(out, "0|1|2\n0|0.1|0.2|0.3|0.4|0.5|0.6|0.7\n"), "exit %d: %s", rc, out);
+}
