@@ -164,7 +164,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
         /* the estimate to stderr: stdout stays the resolved recipe */
-        if ((o.resume && trainer_resume_dry_check(&r, o.resume, stderr)) || budget_preflight(&r, &q, force, stderr)) {
+        if ((o.resume && trainer_resume_check(&r, o.resume, 1, stderr)) || budget_preflight(&r, &q, force, stderr)) {
             fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         } else {
             if (r.reward_endpoint) /* not asked here: the server need not be up for a dry run */
@@ -179,7 +179,9 @@ int cmd_run(int argc, char **argv) {
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }
-    } else if (reward_recipe_check(&r, 1) || budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
+    } else if (/* a colocated job's processes would each refuse another recipe, under mpirun's noise: refused here */
+               (r.choice.mode == CORE_MODE_COLOCATED && o.resume && trainer_resume_check(&r, o.resume, 0, NULL)) ||
+               reward_recipe_check(&r, 1) || budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
                (r.choice.mode == CORE_MODE_COLOCATED && colocated_check(&r)) ||
                trainer_claim_folders(&r, o.resume, overwrite, &lk)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());

@@ -87,4 +87,11 @@ TEST(resume_dry_run_checks_the_checkpoint_recipe) {
               "same recipe: status %d: %s", rc, out);
     rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --resume %s/model --dry-run 2>&1", bin, sets, dir);
     CHECK_MSG(rc == 1 && strstr(out, "no complete checkpoint"), "not a run folder: status %d: %s", rc, out);
+    /* a colocated resume with another recipe is refused by `vgrpo run` itself, naming the key, before it starts the
+     * job's processes (not in a trainer's log under MPI_ABORT, the run saying only that mpirun exited) */
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --set mode=colocated --set algorithm.loss=dpo "
+                  "--resume %s/nft 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 1 && strstr(out, "vgrpo run: --resume: ") && strstr(out, "algorithm.loss (checkpoint nft, now dpo)") &&
+                  !strstr(out, "MPI_ABORT") && !strstr(out, "exited with status"),
+              "colocated: status %d: %s", rc, out);
 }

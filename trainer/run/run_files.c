@@ -195,23 +195,28 @@ static int is_checkpoint(const char *path) {
     return !stat(f, &sb) && S_ISREG(sb.st_mode);
 }
 
-int trainer_resume_dry_check(const core_recipe *r, const char *resume, FILE *f) {
+int trainer_resume_check(const core_recipe *r, const char *resume, int strict, FILE *f) {
     char ck[TRAINER_CKPT_PATH_MAX];
+    int found = 0;
     if (is_checkpoint(resume)) {
-        if (trainer_ckpt_resolve(resume, ck, sizeof ck)) return core_error_push("--resume: ");
-    } else {
-        if (!core_is_dir(resume)) return core_error("--resume: %s: no such checkpoint folder", resume);
+        found = !trainer_ckpt_resolve(resume, ck, sizeof ck);
+        if (!found && strict) return core_error_push("--resume: ");
+    } else if (core_is_dir(resume)) {
         int64_t *steps = NULL;
         const int n = trainer_ckpt_list(resume, &steps);
-        if (n < 0) return core_error_push("--resume: ");
         if (n > 0) snprintf(ck, sizeof ck, "%s/checkpoint-%" PRId64, resume, steps[n - 1]);
         free(steps);
-        if (n == 0)
+        if (n < 0 && strict) return core_error_push("--resume: ");
+        if (n == 0 && strict)
             return core_error("--resume: %s: no complete checkpoint (no checkpoint-N folder; .checkpoint-N.tmp folders "
                               "are incomplete saves)", resume);
+        found = n > 0;
+    } else if (strict) {
+        return core_error("--resume: %s: no such checkpoint folder", resume);
     }
+    if (!found) return 0; /* not strict: the resume names what is wrong */
     trainer_ckpt_state st;
-    if (trainer_ckpt_read_state(ck, &st)) return core_error_push("--resume: ");
+    if (trainer_ckpt_read_state(ck, &st)) return strict ? core_error_push("--resume: ") : 0;
     char *text = trainer_config_text(r);
     int rc = text ? 0 : -1;
     const uint64_t h = text ? trainer_ckpt_config_hash(text) : 0;
@@ -220,7 +225,7 @@ int trainer_resume_dry_check(const core_recipe *r, const char *resume, FILE *f) 
         const int n = trainer_ckpt_config_diff(st.config, text, diff, sizeof diff);
         rc = core_error("--resume: %s: the recipe differs from the checkpoint's (config hash %016" PRIx64
                         " vs checkpoint %016" PRIx64 ")%s%s", ck, h, st.config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
-    } else if (text) {
+    } else if (text && f) {
         char line[1024];
         trainer_ckpt_run_line(ck, &st, line, sizeof line);
         fprintf(f, "--resume: would continue from %s (trainer_state.json read; the files are verified at the start)\n",
