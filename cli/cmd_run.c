@@ -63,7 +63,8 @@ int cmd_run(int argc, char **argv) {
         {.name = "set", .type = OPTS_LIST, .list = &sets, .meta = "key.path=value",
          .help = "override a recipe key (repeatable)"},
         {.name = "dry-run", .type = OPTS_FLAG, .flag = &dry,
-         .help = "check the recipe (values, sizes, divisibility, prompt files) without weights and print it resolved"},
+         .help = "check the recipe (values, sizes, divisibility, prompt files; with --resume, against the "
+                 "checkpoint's) without weights and print it resolved"},
         {.name = "steps", .type = OPTS_INT, .i = &steps, .min = 1, .max = 2000000000, .meta = "N",
          .help = "GRPO steps to run instead of optim.total_steps (the lr schedule keeps optim.total_steps)"},
         {.name = "resume", .type = OPTS_STRING, .str = &o.resume, .meta = "DIR",
@@ -163,7 +164,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());
     } else if (dry) {
         /* the estimate to stderr: stdout stays the resolved recipe */
-        if (budget_preflight(&r, &q, force, stderr)) {
+        if ((o.resume && trainer_resume_check(&r, o.resume, 1, stderr)) || budget_preflight(&r, &q, force, stderr)) {
             fprintf(stderr, "vgrpo run: %s\n", core_last_error());
         } else {
             if (r.reward_endpoint) /* not asked here: the server need not be up for a dry run */
@@ -178,7 +179,9 @@ int cmd_run(int argc, char **argv) {
             printf("# %s: resolved (dry run; valid)\n", path);
             status = core_recipe_dump(&r, stdout) ? 1 : 0;
         }
-    } else if (reward_recipe_check(&r, 1) || budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
+    } else if (/* a colocated job's processes would each refuse another recipe, under mpirun's noise: refused here */
+               (r.choice.mode == CORE_MODE_COLOCATED && o.resume && trainer_resume_check(&r, o.resume, 0, NULL)) ||
+               reward_recipe_check(&r, 1) || budget_preflight(&r, &q, force, stdout) || ensure_model(&r) ||
                (r.choice.mode == CORE_MODE_COLOCATED && colocated_check(&r)) ||
                trainer_claim_folders(&r, o.resume, overwrite, &lk)) {
         fprintf(stderr, "vgrpo run: %s\n", core_last_error());

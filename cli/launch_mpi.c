@@ -85,7 +85,7 @@ int launch_mpi_nodes(const char *hostfile, const core_recipe *r) {
     char buf[1024];
     while (!rc && fgets(buf, sizeof buf, f)) {
         line++;
-        buf[strcspn(buf, "#\n")] = 0;
+        buf[strcspn(buf, "#\r\n")] = 0; /* CRLF line ends as LF */
         char name[CORE_GPU_NODE_NAME_MAX], *s = buf + strspn(buf, " \t");
         int len = (int)strcspn(s, " \t");
         if (!len) continue;
@@ -97,7 +97,8 @@ int launch_mpi_nodes(const char *hostfile, const core_recipe *r) {
         memcpy(name, s, (size_t)len), name[len] = 0;
         long k = 1;
         const char *sl = strstr(s + len, "slots=");
-        if (sl && (sl == s + len || sl[-1] == ' ' || sl[-1] == '\t')) {
+        while (sl && sl != s + len && sl[-1] != ' ' && sl[-1] != '\t') sl = strstr(sl + 6, "slots="); /* max_slots= */
+        if (sl) {
             char *end;
             k = strtol(sl + 6, &end, 10);
             if (end == sl + 6 || k < 1 || k > 1 << 20 || (*end && *end != ' ' && *end != '\t')) {
@@ -127,6 +128,7 @@ int launch_mpi_nodes(const char *hostfile, const core_recipe *r) {
         }
         slots[at] += (int)k;
     }
+    if (!rc && ferror(f)) rc = core_error("--hostfile %s: %s", hostfile, strerror(errno)); /* a folder: EISDIR */
     fclose(f);
     const int n_app[N_ROLES] = {r->trainer_ranks, r->rollout_workers, r->reward_endpoint ? 0 : 1};
     const int total = n_app[0] + n_app[1] + n_app[2];

@@ -1,6 +1,7 @@
 /* core/gpu_assign.c — which GPU each process of a job uses (see core/gpu_assign.h). */
 #include "core/gpu_assign.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,10 +60,13 @@ int core_gpu_plan_node(const core_recipe *r, int visible, const char *node, int 
     if (p->listed) {
         p->n = r->gpus.n, p->gpus = r->gpus.v;
         for (int i = 0; i < p->n; i++) {
-            if (p->gpus[i] < 0 || (visible >= 0 && p->gpus[i] >= visible))
-                return core_error("%sparallel.gpus.%d: GPU %lld is out of range: %d visible device(s)%s", at, i,
-                                  (long long)p->gpus[i], visible < 0 ? 0 : visible,
-                                  visible < 0 ? "" : " (CUDA_VISIBLE_DEVICES)");
+            if (p->gpus[i] < 0 || p->gpus[i] > INT_MAX) /* core_gpu_of returns an int: no wrap into another GPU */
+                return core_error("%sparallel.gpus.%d: GPU %lld is not a device index (0 .. %d)", at, i,
+                                  (long long)p->gpus[i], INT_MAX);
+            if (visible >= 0 && p->gpus[i] >= visible)
+                return core_error("%sparallel.gpus.%d: GPU %lld is out of range: %d visible device(s) "
+                                  "(CUDA_VISIBLE_DEVICES)", at, i,
+                                  (long long)p->gpus[i], visible);
             for (int j = 0; j < i; j++)
                 if (p->gpus[j] == p->gpus[i])
                     return core_error("parallel.gpus.%d: GPU %lld is listed twice (also parallel.gpus.%d): list each "

@@ -112,8 +112,9 @@ const core_cfg_entry core_recipe_schema[] = {
      "objective: GRPO's clipped ratio, GRPO-Guard's mean-bias-corrected, step-scaled one (sde only), DiffusionNFT "
      "on the forward process (no log-prob; any sampler, eta 0 included), or online Flow-DPO (pairs per group, ditto)"},
     /* DiffusionNFT's values (trainer/step/nft.h): the defaults are NVlabs/DiffusionNFT's, config/nft.py */
-    {"algorithm.nft_beta", CORE_CFG_FLOAT, O(nft_beta), "1.0", CORE_CFG_MIN_OPEN | MAXV, 0, 1e6, NULL,
-     "nft: the mixing coefficient beta of the implicit policies v+- (config.beta; 1.0, 0.1 for OCR)"},
+    {"algorithm.nft_beta", CORE_CFG_FLOAT, O(nft_beta), "1.0", MINV | MAXV, 1e-6, 1e6, NULL,
+     "nft: the mixing coefficient beta of the implicit policies v+- (config.beta; 1.0, 0.1 for OCR; the loss divides "
+     "by it, so at least 1e-6)"},
     {"algorithm.old_decay_flat", CORE_CFG_INT64, O(old_decay_flat), "0", MINV, 0, 0, NULL,
      "nft: optimizer steps before the old policy starts to lag (decay 0 until then)"},
     {"algorithm.old_decay_rate", CORE_CFG_DOUBLE, O(old_decay_rate), "0.001", MINV | MAXV, 0, 1, NULL,

@@ -23,9 +23,10 @@ on one page, one colour per run (legend: --labels, else the run folders' names),
            as they cost every run the same), and each eval's eval/reward/mean +- se at the time it ran;
   samples    the same against the cumulative number of rollout samples (prompts_per_step x samples_per_prompt of
            config.resolved.yaml beside metrics.jsonl, else time/samples_per_s x time/step_s per step).
-Missing or non-numeric values are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
+Missing or non-numeric values (and any beyond 1e100 in magnitude: garbled) are skipped; the gold and drift panels appear only when their fields do. Python 3 standard library only: the PNG is written with zlib + struct and
 the text with a built-in 5 x 7 pixel font (upper case), so plotting needs no package beyond Debian's python3.
-Exit status 0; 1 when the file has no step rows; 2 on a usage error or an unreadable file.
+Exit status 0; 1 when the file has no step rows; 2 on a usage error, an unreadable file or an OUT.png that cannot
+be written (the PNG is written whole to a temporary file beside it, then renamed).
 """
 import json
 import math
@@ -134,9 +135,20 @@ class Canvas:
         def chunk(tag, data):
             return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
-        with open(path, "wb") as f:
-            f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)) +
-                    chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", self.w, self.h, 8, 2, 0, 0, 0)) +
+                chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+        tmp = f"{path}.tmp{os.getpid()}"  # written whole, then renamed: no half-written PNG at `path`
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            sys.stderr.write(f"plot_metrics: {path}: {e.strerror or e}\n")
+            sys.exit(2)
 
 
 def text_width(s, scale):
@@ -190,7 +202,8 @@ class Panel:
         fy = (y - self.ylo) / (self.yhi - self.ylo)
         return self.x0 + fx * (self.w - 1), self.y0 + (1 - fy) * (self.h - 1)
 
-    def axes(self, xlabel):
+    def axes(self, xlabel, integer_x=True):
+        """Grid, ticks and labels; integer_x: the x values are counts (steps, samples), ticked at whole numbers."""
         cv = self.cv
         yt, ys = nice_ticks(self.ylo, self.yhi, 6)
         for v in yt:
@@ -201,12 +214,14 @@ class Panel:
             cv.text(self.x0 - 10, py - 7, fmt_tick(v, ys), BLACK, 2, "right")
         if self.xhi > self.xlo:
             xt, xs = nice_ticks(self.xlo, self.xhi, 8)
+            if integer_x and xs < 1:  # a short run: no tick at step 0.5 (it was labelled "0", 1.5 "2")
+                xt, xs = [float(k) for k in range(math.ceil(self.xlo), math.floor(self.xhi) + 1)], 1
             for v in xt:
                 px, _ = self.px(v, self.ylo)
                 px = int(round(px))
                 cv.line(px, self.y0, px, self.y0 + self.h - 1, LIGHT)
                 cv.line(px, self.y0 + self.h, px, self.y0 + self.h + 5, BLACK)
-                cv.text(px, self.y0 + self.h + 10, fmt_tick(v, max(xs, 1)), BLACK, 2, "center")
+                cv.text(px, self.y0 + self.h + 10, fmt_tick(v, xs), BLACK, 2, "center")
         cv.line(self.x0 - 1, self.y0 - 1, self.x0 + self.w, self.y0 - 1, BLACK)
         cv.line(self.x0 - 1, self.y0 + self.h, self.x0 + self.w, self.y0 + self.h, BLACK)
         cv.line(self.x0 - 1, self.y0 - 1, self.x0 - 1, self.y0 + self.h, BLACK)
@@ -298,10 +313,21 @@ class Panel:
 
 
 def num(row, key):
+    """row[key] as a float; None when missing, not a number, or beyond 1e100 in magnitude (no metric of a run is:
+    a garbled value, whose sums and axis spans would overflow to infinity)."""
     v = row.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or abs(v) > 1e100:
         return None
     return float(v)
+
+
+def count_arg(argv, i, least):
+    """The integer after argv[i] (an option), at least `least`; a usage error (exit 2) when it is not one."""
+    try:
+        return max(least, int(argv[i + 1]))
+    except ValueError:
+        sys.stderr.write(f"plot_metrics: {argv[i]} {argv[i + 1]}: expected an integer\n")
+        sys.exit(2)
 
 
 def read_rows(path):
@@ -405,10 +431,10 @@ def compare(argv):
             labels = argv[i + 1].split(",")
             i += 2
         elif argv[i] == "--smooth" and i + 1 < len(argv):
-            smooth = max(1, int(argv[i + 1]))
+            smooth = count_arg(argv, i, 1)
             i += 2
         elif argv[i] == "--width" and i + 1 < len(argv):
-            width = max(600, int(argv[i + 1]))
+            width = count_arg(argv, i, 600)
             i += 2
         else:
             runs.append(argv[i])
@@ -445,7 +471,7 @@ def compare(argv):
         ys = [(0, y) for g in lines for _, y in g] + [(0, m - s) for g in evs for _, m, s in g] + \
              [(0, m + s) for g in evs for _, m, s in g]
         p = Panel(cv, (left, top + k * (ph + gap), pw, ph), (min(xs), max(xs)), limits(ys), "reward vs " + name)
-        p.axes(xlabel)
+        p.axes(xlabel, integer_x=k == 1)  # seconds take fractional ticks; samples are counts
         for j in range(len(paths)):
             color = colors[j % len(colors)]
             p.series(lines[j], color)
@@ -469,7 +495,7 @@ def main(argv):
             print(__doc__.strip())
             return 0
         if argv[i] == "--width" and i + 1 < len(argv):
-            width = max(600, int(argv[i + 1]))
+            width = count_arg(argv, i, 600)
             i += 2
             continue
         args.append(argv[i])

@@ -299,6 +299,11 @@ TEST(dpo_recipe_refusals) {
                    bin) == 0);
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml --dry-run --set algorithm.dpo_pairs=all "
                    "--set algorithm.dpo_margin=0.05 >/dev/null 2>&1", bin) == 0);
+    /* image prompts: refused at --dry-run already (not only at the run's start, after the model is written) */
+    const int rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v-a14b.yaml --dry-run --set algorithm.loss=dpo "
+                            "--set algorithm.beta=0 2>&1", bin);
+    CHECK_MSG(rc == 1 && strstr(out, "algorithm.loss: dpo trains text to video only") &&
+                  strstr(out, "i2v_squares.jsonl gives images"), "dpo with images: exit %d: %s", rc, out);
 }
 
 /* Learning: the full tiny-cpu-dpo recipe (150 steps). The eval color_match at the end exceeds the start by more than 3

@@ -53,8 +53,17 @@ TEST(gpu_assign_plans_and_refusals) {
     CHECK(core_gpu_plan_make(&r, -1, &p) == -1 &&
           strstr(core_last_error(), "parallel.gpus.2: GPU 1 is listed twice (also parallel.gpus.0)"));
     core_recipe_release(&r);
+    /* an index past int (no device has it) is refused, not wrapped into another GPU's number; a negative one is
+     * named as such where the visible count is unknown (not "0 visible device(s)") */
+    REQUIRE_OK(load(&r, "mode=colocated", "parallel.gpus=[0,4294967297]", NULL, NULL));
+    CHECK_MSG(core_gpu_plan_make(&r, -1, &p) == -1 &&
+                  strstr(core_last_error(), "parallel.gpus.1: GPU 4294967297 is not a device index (0 .. 2147483647)"),
+              "got: %s", core_last_error());
+    core_recipe_release(&r);
     REQUIRE_OK(load(&r, "mode=colocated", "parallel.gpus=[-1]", NULL, NULL));
-    CHECK(core_gpu_plan_make(&r, -1, &p) == -1 && strstr(core_last_error(), "parallel.gpus.0: GPU -1 is out of range"));
+    CHECK_MSG(core_gpu_plan_make(&r, -1, &p) == -1 &&
+                  strstr(core_last_error(), "parallel.gpus.0: GPU -1 is not a device index (0 .. 2147483647)"),
+              "got: %s", core_last_error());
     core_recipe_release(&r);
     REQUIRE_OK(load(&r, "mode=colocated", "parallel.trainer_ranks=2", "parallel.gpus=[0]", "parallel.share_gpus=true"));
     CHECK(core_gpu_plan_make(&r, -1, &p) == -1 &&
@@ -185,6 +194,16 @@ TEST(gpu_assign_dry_run_per_node) {
     REQUIRE(test_run(out, sizeof out, "printf 'one slots=3\\n' > %s", hf) == 0);
     CHECK(test_run(out, sizeof out, "%s run %s --hostfile %s 2>&1", bin, base, hf) == 1);
     CHECK_MSG(strstr(out, "3 slot(s) for the job's 6 process(es)"), "got: %s", out);
+    /* slots= after max_slots= on the line, and CRLF line ends, count as mpirun reads them: 6 slots, no refusal */
+    REQUIRE(test_run(out, sizeof out, "printf 'one max_slots=8 slots=6\\r\\n' > %s", hf) == 0);
+    CHECK(test_run(out, sizeof out, "CUDA_VISIBLE_DEVICES=0,1,2,3,4 %s run %s --hostfile %s 2>&1 >/dev/null", bin, base,
+                   hf) == 0);
+    CHECK_MSG(strstr(out, "GPU assignment (the devices CUDA_VISIBLE_DEVICES names; a GPU per process)"), "got: %s",
+              out);
+    /* a folder is not read as an empty hostfile */
+    CHECK(test_run(out, sizeof out, "%s run %s --hostfile %s 2>&1", bin, base, dir) == 1);
+    CHECK_MSG(strstr(out, "--hostfile") && strstr(out, "Is a directory") && !strstr(out, "no host in it"), "got: %s",
+              out);
 }
 
 /* An MPI launch of two simulated nodes on this host (VGRPO_NODE by world rank, in the srun form: roles from rank

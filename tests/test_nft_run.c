@@ -194,6 +194,7 @@ TEST(nft_recipe_refusals) {
         {"--set rollout.sde_window.size=2", "rollout.sde_window.size: 2"},
         {"--set rollout.sde_type=cps --set algorithm.cps_logprob=flow_grpo", "rollout.sde_type"},
         {"--set algorithm.nft_beta=0", "algorithm.nft_beta"},
+        {"--set algorithm.nft_beta=1e-30", "algorithm.nft_beta: must be >= 1e-06, got 1e-30"}, /* loss / beta overflows */
         {"--set algorithm.old_decay_max=1.5", "algorithm.old_decay_max"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -205,6 +206,11 @@ TEST(nft_recipe_refusals) {
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set rollout.eta=0.7 >/dev/null 2>&1", bin) == 0);
     const int rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml --dry-run --set algorithm.loss=grpo 2>&1", bin);
     CHECK_MSG(rc != 0 && strstr(out, "rollout.eta"), "grpo with eta 0: %s", out);
+    /* image prompts: refused at --dry-run already, as recipes/README.md says (not only at the run's start) */
+    const int rc2 = test_run(out, sizeof out, "%s run recipes/tiny-cpu-i2v.yaml --dry-run --set algorithm.loss=nft "
+                             "--set rollout.eta=0 2>&1", bin);
+    CHECK_MSG(rc2 == 1 && strstr(out, "algorithm.loss: nft trains text to video only") &&
+                  strstr(out, "i2v_squares.jsonl gives images"), "nft with images: exit %d: %s", rc2, out);
 }
 
 /* vgrpo parity with nft: no log-prob, the velocity at the recorded states, exactly 0 on the CPU (CFG and SDE rollouts

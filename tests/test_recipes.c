@@ -294,3 +294,33 @@ TEST(recipes_train_experts_dry_run_preset) {
                    bin) == 1);
     CHECK_MSG(strstr(out, "algorithm.train_experts: transformer_2") && strstr(out, "has one expert"), "got: %.2000s", out);
 }
+
+/* The nft and dpo Wan recipes (and the GRPO one-GPU recipe they are compared with): the device estimate their headers
+ * and recipes/README.md quote is the one `--dry-run` prints (a figure that drifts when the estimate changes fails
+ * here, as recipes_many_gpu_fit does for the GRPO recipes). */
+TEST(recipes_nft_dpo_quoted_estimates) {
+    static const struct {
+        const char *name, *printed, *header; /* the dry run's line; the header's quote (NULL: none) */
+    } rs[] = {
+        {"wan2.1-t2v-1.3b-1gpu", "    total                                              39.89 GiB", "(39.89 GiB of an 80 GB"},
+        {"wan2.1-t2v-1.3b-nft-1gpu", "    total                                              34.57 GiB",
+         "(34.57 GiB of an 80 GB"},
+        {"wan2.1-t2v-1.3b-dpo-1gpu", "    total                                              34.57 GiB", NULL},
+        {"wan2.2-ti2v-5b-nft", "share_gpus true): 102.12 GiB", "rollout worker 102.12 GiB"},
+        {"wan2.2-ti2v-5b-nft", "    total                                              75.27 GiB", "trainer rank 75.27 GiB"},
+        {"wan2.2-ti2v-5b-dpo", "share_gpus true): 102.12 GiB", NULL},
+    };
+    static char out[1 << 16];
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
+        const int st = test_run(out, sizeof out, "%s run recipes/%s.yaml --dry-run 2>&1", test_vgrpo_bin(), rs[i].name);
+        CHECK_MSG(st == 0 && strstr(out, rs[i].printed), "%s: want \"%s\": %.3000s", rs[i].name, rs[i].printed, out);
+        if (rs[i].header)
+            CHECK_MSG(test_run(NULL, 0, "head -12 recipes/%s.yaml | tr -s '\\n#' '  ' | grep -qF '%s'", rs[i].name,
+                               rs[i].header) == 0, "%s: the header does not quote \"%s\"", rs[i].name, rs[i].header);
+    }
+    /* recipes/README.md quotes them rounded */
+    CHECK(test_run(NULL, 0, "grep -q '34.6 GiB, GRPO.s 39.9' recipes/README.md") == 0);
+    CHECK(test_run(NULL, 0, "grep -q '75.3 GiB per trainer rank, 102.1 GiB per GPU' recipes/README.md") == 0);
+    CHECK(test_run(NULL, 0, "grep -q '34.6 GiB on one H100 for the 1.3B, 75.3 GiB per trainer rank' recipes/README.md") ==
+          0);
+}

@@ -56,3 +56,42 @@ TEST(resume_without_recipe_takes_the_recorded_one) {
                   strstr(out, "as RECIPE"),
               "status %d: %s", rc, out);
 }
+
+/* `--dry-run --resume DIR` checks what the resume would check before any weight is read: the recipe against the
+ * checkpoint's (an nft run resumed as dpo or grpo is refused naming algorithm.loss), and that DIR holds a checkpoint;
+ * a matching recipe says which checkpoint the run would continue from. */
+TEST(resume_dry_run_checks_the_checkpoint_recipe) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], sets[1024];
+    snprintf(sets, sizeof sets,
+             "--set model.path=%s/model --set model.text_encoder=word_embed --set model.decoder=latent_rgb --set "
+             "rollout.num_steps=4 --set algorithm.timestep_selection=\"random_k 3\" --set "
+             "rollout.samples_per_prompt=4 --set logging.eval_every=0 --set data.eval_samples_per_prompt=1 --set "
+             "checkpoint.every=1 --set logging.run_dir=%s/nft",
+             dir, dir);
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny --out %s/model --seed 2 >/dev/null", bin, dir) == 0);
+    int rc = test_run(out, sizeof out, "OMP_NUM_THREADS=2 %s run recipes/tiny-cpu-nft.yaml %s --steps 2 2>&1", bin, sets);
+    CHECK_MSG(rc == 0, "nft run: status %d: %s", rc, out);
+    REQUIRE(rc == 0);
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --resume %s/nft --dry-run 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 1 && strstr(out, "the recipe differs from the checkpoint's") &&
+                  strstr(out, "algorithm.loss (checkpoint nft, now dpo)") && strstr(out, "nft/checkpoint-2"),
+              "dpo over nft: status %d: %s", rc, out);
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --set algorithm.loss=grpo --set rollout.eta=1 "
+                  "--resume %s/nft/checkpoint-1 --dry-run 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 1 && strstr(out, "algorithm.loss (checkpoint nft, now grpo)") && strstr(out, "nft/checkpoint-1"),
+              "grpo over nft: status %d: %s", rc, out);
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --set optim.total_steps=9 --resume %s/nft "
+                  "--dry-run 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 0 && strstr(out, "--resume: would continue from") && strstr(out, "nft/checkpoint-2: step 2"),
+              "same recipe: status %d: %s", rc, out);
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --resume %s/model --dry-run 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 1 && strstr(out, "no complete checkpoint"), "not a run folder: status %d: %s", rc, out);
+    /* a colocated resume with another recipe is refused by `vgrpo run` itself, naming the key, before it starts the
+     * job's processes (not in a trainer's log under MPI_ABORT, the run saying only that mpirun exited) */
+    rc = test_run(out, sizeof out, "%s run recipes/tiny-cpu-nft.yaml %s --set mode=colocated --set algorithm.loss=dpo "
+                  "--resume %s/nft 2>&1", bin, sets, dir);
+    CHECK_MSG(rc == 1 && strstr(out, "vgrpo run: --resume: ") && strstr(out, "algorithm.loss (checkpoint nft, now dpo)") &&
+                  !strstr(out, "MPI_ABORT") && !strstr(out, "exited with status"),
+              "colocated: status %d: %s", rc, out);
+}

@@ -34,6 +34,7 @@
 #define TRAINER_RUN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/prompts.h"
 #include "core/recipe.h"
@@ -66,6 +67,16 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p);
  * (with overwrite the run deletes them as it starts: trainer_open_run_files). A lock taken over from a dead run is
  * logged. 0 with L held, or -1 with an error and nothing held. */
 int trainer_claim_folders(const core_recipe *r, const char *resume, int overwrite, core_run_locks *L);
+
+/* `vgrpo run --resume DIR` before anything starts (`--dry-run`, and a colocated job before its processes): what the
+ * resume checks before reading weights. DIR is a checkpoint, or a folder whose newest checkpoint-N is taken (the
+ * resume itself falls back to an older one when that one does not verify; this reads only trainer_state.json, no
+ * file's hash). The recipe r must be the checkpoint's (trainer_config_text against its recorded config hash; the
+ * keys a resume may change are free), else the error lists the keys that differ as the resume does. strict 0: a
+ * checkpoint that cannot be found or read is left to the resume (0, nothing printed), only a recipe that differs
+ * is an error. On success with f non-NULL prints "--resume: would continue from CKPT: step N of run ..." to f.
+ * 0, or -1 with the error ("--resume: ..."). */
+int trainer_resume_check(const core_recipe *r, const char *resume, int strict, FILE *f);
 
 /* The GRPO loop on trainer rank 0 (dp: all trainer ranks, NULL or size 1: alone). Writes logging.run_dir
  * (config.resolved.yaml, metrics.jsonl, rewards.jsonl, checkpoint-N/, videos/) and prints one line per step.

@@ -195,6 +195,47 @@ static int is_checkpoint(const char *path) {
     return !stat(f, &sb) && S_ISREG(sb.st_mode);
 }
 
+int trainer_resume_check(const core_recipe *r, const char *resume, int strict, FILE *f) {
+    char ck[TRAINER_CKPT_PATH_MAX];
+    int found = 0;
+    if (is_checkpoint(resume)) {
+        found = !trainer_ckpt_resolve(resume, ck, sizeof ck);
+        if (!found && strict) return core_error_push("--resume: ");
+    } else if (core_is_dir(resume)) {
+        int64_t *steps = NULL;
+        const int n = trainer_ckpt_list(resume, &steps);
+        if (n > 0) snprintf(ck, sizeof ck, "%s/checkpoint-%" PRId64, resume, steps[n - 1]);
+        free(steps);
+        if (n < 0 && strict) return core_error_push("--resume: ");
+        if (n == 0 && strict)
+            return core_error("--resume: %s: no complete checkpoint (no checkpoint-N folder; .checkpoint-N.tmp folders "
+                              "are incomplete saves)", resume);
+        found = n > 0;
+    } else if (strict) {
+        return core_error("--resume: %s: no such checkpoint folder", resume);
+    }
+    if (!found) return 0; /* not strict: the resume names what is wrong */
+    trainer_ckpt_state st;
+    if (trainer_ckpt_read_state(ck, &st)) return strict ? core_error_push("--resume: ") : 0;
+    char *text = trainer_config_text(r);
+    int rc = text ? 0 : -1;
+    const uint64_t h = text ? trainer_ckpt_config_hash(text) : 0;
+    if (text && h != st.config_hash && !trainer_ckpt_config_predates(st.config, text)) {
+        char diff[1024];
+        const int n = trainer_ckpt_config_diff(st.config, text, diff, sizeof diff);
+        rc = core_error("--resume: %s: the recipe differs from the checkpoint's (config hash %016" PRIx64
+                        " vs checkpoint %016" PRIx64 ")%s%s", ck, h, st.config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
+    } else if (text && f) {
+        char line[1024];
+        trainer_ckpt_run_line(ck, &st, line, sizeof line);
+        fprintf(f, "--resume: would continue from %s (trainer_state.json read; the files are verified at the start)\n",
+                line);
+    }
+    free(text);
+    trainer_ckpt_state_free(&st);
+    return rc;
+}
+
 /* Loads the checkpoint to resume from into S: dir itself when it is one (any failure is an error naming the file),
  * else dir's latest checkpoint that verifies; a damaged or incomplete one (TRAINER_CKPT_DAMAGED) is skipped, named
  * with its reason, and the one before it tried; one that does not fit this run is an error. Rank 0 first removes

@@ -196,6 +196,9 @@ static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts 
     if (!bad) bad = core_prompts_read_limited(eval, r->eval_prompt_file, &lim) || trainer_check_prompts(r, eval);
     const core_prompts *lists[2] = {train, eval};
     if (!bad) bad = trainer_images_check(r, lists, 2, "data.prompt_file");
+    if (!bad && core_recipe_forward_process(r) && train->n_images) /* refused at --dry-run too */
+        bad = core_error("algorithm.loss: %s trains text to video only; data.prompt_file %s gives images (image to "
+                         "video is not implemented for it yet)", r->loss, r->prompt_file);
     if (bad) core_prompts_free(train), core_prompts_free(eval);
     return bad ? -1 : 0;
 }
@@ -434,9 +437,6 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         trainer_optim_config(r, &S->oc) ||
         embed_all(S, r))
         return -1;
-    if (core_recipe_forward_process(r) && S->train.n_images)
-        return core_error("algorithm.loss: %s trains text to video only; data.prompt_file %s gives images (image to "
-                          "video is not implemented for it yet)", r->loss, r->prompt_file);
     if (wan_cond_kind(&S->pol[0].cfg) == WAN_COND_CONCAT && !S->train.n_images)
         return core_error("model.path: %s takes %d channels for %d out (Wan 2.2 I2V-A14B: latents, a 4-channel mask and "
                           "the condition video's latents): it needs prompt files with an image per prompt (JSON lines)",
