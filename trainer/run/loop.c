@@ -296,9 +296,11 @@ int trainer_run(const core_recipe *r, const trainer_run_opts *o, core_rollout_so
         trainer_open_run_files(&S, o->resume != NULL, start))
         goto done;
     printf("vgrpo run (%s): %s (%s, %s), latent %d x %d x %d x %d, %d denoising steps, B=%d G=%d, %" PRId64
-           " GRPO steps -> %s\n",
+           " %s steps -> %s\n",
            src->mode, r->model_path, r->text_encoder, r->decoder, (int)S.shape[0], (int)S.shape[1], (int)S.shape[2],
-           (int)S.shape[3], r->num_steps, r->prompts_per_step, r->samples_per_prompt, total, r->run_dir);
+           (int)S.shape[3], r->num_steps, r->prompts_per_step, r->samples_per_prompt, total,
+           r->choice.loss == CORE_LOSS_NFT ? "DiffusionNFT" : r->choice.loss == CORE_LOSS_DPO ? "Flow-DPO" : "GRPO",
+           r->run_dir);
     if (strcmp(src->mode, "local"))
         printf("  %d rollout worker(s), %d trainer rank(s)\n", src->n_workers, dp ? dp->size : 1);
     if (S.dx) /* model.device cuda: the DiT and AdamW on the device; the flow arithmetic stays fp32 on the host */
