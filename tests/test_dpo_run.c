@@ -249,6 +249,40 @@ TEST(dpo_run_emulated_device_lora) {
         CHECK_MSG(cmp_files(dir, "a", "b", 3, files[i]) == 0, "emulated LoRA resume: %s differs", files[i]);
 }
 
+/* The reference is model.path's weights as the run started: a checkpoint records their hash (base_xxh64), and a
+ * resume after the folder was written again with other weights is refused, naming model.path, for the dpo reference
+ * and for a LoRA run's frozen base (GRPO); the same weights written again resume. */
+TEST(dpo_resume_refuses_other_reference_weights) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384], base[2400];
+    const char *cases[2][2] = {{"tiny-cpu-dpo", ""}, {"tiny-cpu", " --set model.lora.rank=8"}};
+    for (int i = 0; i < 2; i++) {
+        REQUIRE(test_run(NULL, 0, "rm -rf %s/model && %s init-model --preset tiny --out %s/model --seed 0 >/dev/null",
+                         dir, bin, dir) == 0);
+        base_args(base, sizeof base, dir);
+        strcat(base, cases[i][1]);
+        int st = test_run(out, sizeof out, "%s run recipes/%s.yaml %s --steps 1 --set logging.run_dir=%s/r%d 2>&1",
+                          bin, cases[i][0], base, dir, i);
+        REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "%s: %s", cases[i][0], out), -1) : 0);
+        CHECK_MSG(test_run(NULL, 0, "grep -q '\"base_xxh64\": \"' %s/r%d/checkpoint-1/trainer_state.json", dir, i) == 0,
+                  "%s: no base_xxh64 in its trainer_state.json", cases[i][0]);
+        /* other weights in the same folder */
+        REQUIRE(test_run(NULL, 0, "rm -rf %s/model && %s init-model --preset tiny --out %s/model --seed 5 >/dev/null",
+                         dir, bin, dir) == 0);
+        st = test_run(out, sizeof out, "%s run recipes/%s.yaml %s --steps 2 --set logging.run_dir=%s/r%d --resume %s/r%d "
+                      "2>&1", bin, cases[i][0], base, dir, i, dir, i);
+        CHECK_MSG(st != 0 && strstr(out, "the transformer weights of model.path") && strstr(out, "hash to") &&
+                      strstr(out, i ? "LoRA adapters' frozen base" : "reference model"),
+                  "%s: resumed against other weights: %s", cases[i][0], out);
+        /* the run's own weights again: resumes */
+        REQUIRE(test_run(NULL, 0, "rm -rf %s/model && %s init-model --preset tiny --out %s/model --seed 0 >/dev/null",
+                         dir, bin, dir) == 0);
+        st = test_run(out, sizeof out, "%s run recipes/%s.yaml %s --steps 2 --set logging.run_dir=%s/r%d --resume %s/r%d "
+                      "2>&1", bin, cases[i][0], base, dir, i, dir, i);
+        CHECK_MSG(st == 0, "%s: the same weights again: %s", cases[i][0], out);
+    }
+}
+
 /* A margin no reward gap exceeds: no pair in any step. Each step still takes its optimizer step (the policy version
  * counts the steps) with a zero gradient, which leaves AdamW's update 0 from zero moments: the weights stay the
  * initial ones bit for bit, and the rows say 0 terms. */

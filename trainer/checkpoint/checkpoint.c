@@ -219,6 +219,11 @@ static char *state_json(const trainer_ckpt_state *st, const ckpt_ex *ex, int n_e
                           (json_int_t)st->seed, "experts", names, "config_hash", hash, "config", st->config, "files",
                           files, "tensors", tensors);
     if (o && st->run_id[0]) json_object_set_new(o, "run_id", json_string(st->run_id)); /* the run it belongs to */
+    if (o && st->has_base_xxh64) { /* the reference's / LoRA base's weights as the run started */
+        char base_hash[17];
+        snprintf(base_hash, sizeof base_hash, "%016" PRIx64, st->base_xxh64);
+        json_object_set_new(o, "base_xxh64", json_string(base_hash));
+    }
     if (o && st->guard) { /* before the state's own hash */
         json_t *g = core_json_parse_object(st->guard, "the guard's state");
         if (!g) return json_decref(o), NULL;
@@ -383,6 +388,16 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
             goto done;
         }
         st->has_data_xxh64 = 1;
+    }
+    v = json_object_get(o, "base_xxh64"); /* optional: runs without a reference or LoRA record none */
+    if (v) {
+        char *e = NULL;
+        if (!json_is_string(v) || strlen(json_string_value(v)) != 16 ||
+            (st->base_xxh64 = strtoull(json_string_value(v), &e, 16), *e)) {
+            core_error("%s: field \"base_xxh64\": expected 16 hex digits", path);
+            goto done;
+        }
+        st->has_base_xxh64 = 1;
     }
     v = json_object_get(o, "run_id"); /* optional: checkpoints before it record no run */
     if (v && (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof st->run_id)) {

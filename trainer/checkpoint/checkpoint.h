@@ -27,6 +27,7 @@
  *                                   "step": N, "policy_version": V, "rollout_round": R,
  *                                   "data_epoch": E, "data_position": P, "data_size": D,
  *                                   "data_xxh64": "<16 hex digits>", "seed": S,
+ *                                   "base_xxh64": "<16 hex digits>" (a run with a reference or LoRA only),
  *                                   "experts": ["transformer", ...],
  *                                   "config_hash": "<16 hex digits>", "config": "<canonical config text>",
  *                                   "guard": {...},
@@ -112,6 +113,9 @@ typedef struct {
     int64_t data_epoch, data_position, data_size;
     uint64_t data_xxh64; /* core_prompts_xxh64 of data.prompt_file's prompts */
     int has_data_xxh64;  /* written since 2026-12 (checkpoints before have no "data_xxh64") */
+    uint64_t base_xxh64; /* wan_models_hash of model.path's transformer weights as the run started: what the KL or
+                            DPO reference and a LoRA base are; a resume compares them */
+    int has_base_xxh64;  /* written by runs with a reference or LoRA (others need model.path's weights no more) */
     int64_t seed;
     char run_id[64]; /* the run that wrote it (trainer_run_id_make); "" in checkpoints written before runs had one */
     int n_experts;

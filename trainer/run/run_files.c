@@ -128,6 +128,7 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .data_xxh64 = S->data_xxh64, .has_data_xxh64 = 1,
+                             .base_xxh64 = S->base_xxh64, .has_base_xxh64 = S->has_base_xxh64,
                              .seed = r->seed, .config = (char *)config_text};
     snprintf(st.run_id, sizeof st.run_id, "%s", S->run_id);
     /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
@@ -314,6 +315,11 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
                    "%016" PRIx64 ", now %016" PRIx64 ": a prompt's text, metadata or image differs; the run would not "
                    "continue as it started). Resume with the prompt file it was trained on, or start a new run", ck,
                    S->r->prompt_file, st.data_xxh64, S->data_xxh64);
+    else if (st.has_base_xxh64 && S->has_base_xxh64 && st.base_xxh64 != S->base_xxh64)
+        core_error("--resume: %s: the transformer weights of model.path %s hash to %016" PRIx64 ", the run started "
+                   "from weights hashing to %016" PRIx64 " (its %s). Resume with the model folder the run "
+                   "started from, or start a new run", ck, S->r->model_path, S->base_xxh64, st.base_xxh64,
+                   S->lora_on ? "LoRA adapters' frozen base" : "reference model");
     else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
         core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64
                    " out of range", ck, st.data_epoch, st.data_position);

@@ -59,6 +59,9 @@ typedef struct {
     /* data */
     core_prompts train, eval;
     uint64_t data_xxh64; /* core_prompts_xxh64(&train): checkpoints record it, a resume compares it */
+    uint64_t base_xxh64; /* with a reference or LoRA (has_base_xxh64): wan_models_hash of model.path's weights as
+                            loaded, before a resume: checkpoints record it, a resume compares it */
+    int has_base_xxh64;
     char run_id[64];     /* this run's id (trainer_run_id_make; a resumed run keeps its checkpoint's): checkpoints
                             record it */
     trainer_sampler smp;
