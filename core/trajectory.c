@@ -701,3 +701,14 @@ int core_traj_load(core_traj *t, const char *path)
     st_close(f);
     return rc;
 }
+
+int core_traj_batch_steps(const core_traj *t, int n, const char *who, int *n_steps) {
+    if (n < 1) return core_error("%s: empty batch", who);
+    const int N = t[0].n_steps;
+    for (int s = 1; s < n; s++)
+        if (t[s].n_steps != N)
+            return core_error("%s: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", who, s,
+                              (unsigned long long)t[s].uid, t[s].n_steps, N);
+    *n_steps = N;
+    return 0;
+}

@@ -110,6 +110,10 @@ int core_traj_trim(core_traj *t, int first, int last);
  * CORE_TRAJ_NAME_MAX) with their values (finite), and the total (finite). Returns 0 or -1 naming the bad entry. */
 int core_traj_set_rewards(core_traj *t, int n, const char *const *names, const float *values, float total);
 
+/* The denoising steps every trajectory of a batch of n (>= 1) shares, into *n_steps. Returns 0, or -1 with
+ * "<who>: empty batch" or "<who>: trajectory S (uid U) has A steps, trajectory 0 has B". */
+int core_traj_batch_steps(const core_traj *t, int n, const char *who, int *n_steps);
+
 /* Checks every rule of the stored form above on an in-memory trajectory. label starts error messages.
  * Returns 0 or -1 naming the field (and step / element index) at fault. */
 int core_traj_validate(const core_traj *t, const char *label);

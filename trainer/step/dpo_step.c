@@ -40,12 +40,8 @@ static int check_pairs(const dpo_batch *b) {
 
 int dpo_count_terms(const dpo_step_config *c, const dpo_batch *b, int64_t *count) {
     *count = 0;
-    if (b->n < 1) return core_error("dpo: empty batch");
-    const int N = b->traj[0].n_steps;
-    for (int s = 1; s < b->n; s++)
-        if (b->traj[s].n_steps != N)
-            return core_error("dpo: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
-                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
+    int N;
+    if (core_traj_batch_steps(b->traj, b->n, "dpo", &N)) return -1;
     if (b->n_pairs < 0 || (b->n_pairs > 0 && !b->pairs)) return core_error("dpo: no pairs given");
     for (int p = 0; p < b->n_pairs; p++)
         if (b->pairs[p].w < 0 || b->pairs[p].w >= b->n || b->pairs[p].l < 0 || b->pairs[p].l >= b->n)

@@ -26,12 +26,8 @@ static int check_config(const nft_step_config *c) {
 }
 
 int nft_count_transitions(const nft_step_config *c, const nft_batch *b, int64_t *count) {
-    if (b->n < 1) return core_error("nft: empty batch");
-    const int N = b->traj[0].n_steps;
-    for (int s = 1; s < b->n; s++)
-        if (b->traj[s].n_steps != N)
-            return core_error("nft: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
-                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
+    int N;
+    if (core_traj_batch_steps(b->traj, b->n, "nft", &N)) return -1;
     return grpo_count_transitions(&c->sel, N, NULL, 0, b->n, count);
 }
 
@@ -40,13 +36,10 @@ int nft_count_transitions_experts(const nft_step_config *c, const nft_batch *b, 
     if (n_experts == 1 && !trained) return nft_count_transitions(c, b, count);
     if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
         return core_error("nft: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
-    if (b->n < 1) return core_error("nft: empty batch");
-    const int N = b->traj[0].n_steps;
+    int N;
+    if (core_traj_batch_steps(b->traj, b->n, "nft", &N)) return -1;
     int64_t total = 0;
     for (int s = 0; s < b->n; s++) {
-        if (b->traj[s].n_steps != N)
-            return core_error("nft: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
-                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
         int64_t k;
         if (grpo_count_transitions_experts(&c->sel, N, NULL, b->traj[s].expert, 0, 1, trained, n_experts, &k))
             return core_error_push("nft: sample %d (uid %llu): ", s, (unsigned long long)b->traj[s].uid);

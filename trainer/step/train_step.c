@@ -313,12 +313,8 @@ int trainer_count_transitions(const trainer_config *tc, const trainer_batch *b, 
                               int64_t *count) {
     if (n_experts < 1 || n_experts > CORE_TRAJ_MAX_EXPERTS)
         return core_error("trainer: %d experts; must be 1 or %d", n_experts, CORE_TRAJ_MAX_EXPERTS);
-    if (b->n < 1) return core_error("trainer: empty batch");
-    const int N = b->traj[0].n_steps;
-    for (int s = 1; s < b->n; s++)
-        if (b->traj[s].n_steps != N)
-            return core_error("trainer: trajectory %d (uid %llu) has %d steps, trajectory 0 has %d", s,
-                              (unsigned long long)b->traj[s].uid, b->traj[s].n_steps, N);
+    int N;
+    if (core_traj_batch_steps(b->traj, b->n, "trainer", &N)) return -1;
     /* Rows [n, N] of has_log_prob and expert, so the counter names the sample at fault by its batch index. */
     const size_t rows = (size_t)b->n * (size_t)N;
     uint8_t *h = malloc(rows), *x = malloc(rows);
