@@ -204,7 +204,7 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 # The fuzzed parsers and what they need (no OpenMP, BLAS or other heavy code).
 FUZZ_LIB_SRC := core/error.c core/fs.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c) \
   core/log.c core/checksum.c core/json.c core/philox.c core/wire_sync.c trainer/net/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
-  reward/scorers.c reward/server_requests.c
+  reward/scorers.c reward/server_requests.c tests/fuzz/worker_ipc_none.c
 fuzz: deps
 	@mkdir -p build-fuzz
 	@failed=""; for t in $(FUZZ_TARGETS); do \

@@ -19,17 +19,6 @@
 #include "model/dit/wan_lora.h"
 #include "sp/comm_nccl.h"
 
-const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params) {
-    wan_model *m = w->model[e];
-    if (w->adapter) {
-        if (!m->lora) return NULL;
-        *params = m->lora->params;
-        return &m->lora->layout;
-    }
-    *params = m->params;
-    return &m->layout;
-}
-
 /* Keeps the first problem of the update for weights_end (refused: answered ipc_refused, the handles unusable). -1. */
 static int fail(rollout_worker_state *w, int refused, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(rollout_worker_state *w, int refused, const char *fmt, ...) {

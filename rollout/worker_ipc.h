@@ -23,12 +23,23 @@
 
 #include <jansson.h>
 
+#include "model/dit/wan_lora.h"
 #include "rollout/worker_msg.h"
 
 /* The flat buffer (*params) and layout an update writes for expert e: its LoRA adapter's (an adapter update; NULL
- * when the expert has none) or its own. (Here, with the device path, so that rollout/worker_msg.c calls this file
- * and not the other way round.) */
-const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params);
+ * when the expert has none) or its own. (Inline here, for rollout/worker_msg.c and worker_ipc.c alike: the message
+ * handler calls the device path, not the other way round, and links without it where there is no device: the fuzz
+ * build's tests/fuzz/worker_ipc_none.c.) */
+static inline const wan_layout *rollout_worker_layout(const rollout_worker_state *w, int e, float **params) {
+    wan_model *m = w->model[e];
+    if (w->adapter) {
+        if (!m->lora) return NULL;
+        *params = m->lora->params;
+        return &m->lora->layout;
+    }
+    *params = m->params;
+    return &m->layout;
+}
 
 /* Step 1-3 for weights_begin's "ipc" handles and "ipc_buckets" (w is updating, w->adapter set). Problems are kept in
  * w->upd_error (with upd_ipc_refused for a handle that cannot be used: weights_end answers ipc_refused and the
