@@ -205,11 +205,12 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB_SRC := core/error.c core/fs.c core/tensor.c core/wire.c core/wire_rollout.c core/trajectory.c core/safetensors.c $(wildcard core/st_*.c) $(wildcard core/config*.c) \
   core/log.c core/checksum.c core/json.c core/philox.c core/wire_sync.c trainer/net/ctl_msg.c rollout/worker_msg.c model/dit/wan_params.c model/dit/wan_hash.c model/dit/wan_config.c \
   reward/scorers.c reward/server_requests.c tests/fuzz/worker_ipc_none.c
+FUZZ_CC := clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined
+FUZZ_LIBS := -lyaml -ljansson -lxxhash -lm
 fuzz: deps
 	@mkdir -p build-fuzz
 	@failed=""; for t in $(FUZZ_TARGETS); do \
-	  if ! clang -g -O1 -std=c11 -D_GNU_SOURCE -I. -fsanitize=fuzzer,address,undefined -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) \
-	    -lyaml -ljansson -lxxhash -lm; then \
+	  if ! $(FUZZ_CC) -o build-fuzz/$$t tests/fuzz/$$t.c $(FUZZ_LIB_SRC) $(FUZZ_LIBS); then \
 	    echo "fuzz: $$t FAILED to build"; failed="$$failed $$t(build)"; continue; \
 	  fi; \
 	  mkdir -p build-fuzz/corpus-$$t; \
@@ -222,6 +223,16 @@ fuzz: deps
 	done; \
 	if [ -n "$$failed" ]; then echo "fuzz: FAILED:$$failed"; exit 1; fi; \
 	echo "fuzz: all $(words $(FUZZ_TARGETS)) targets clean ($(FUZZ_SECONDS) s each)"
+
+
+# The fuzz build without fuzzing (tests/test_fuzz_build.c, in `make test` where clang is installed): every target's
+# file compiled, one target linked against $(FUZZ_LIB_SRC), whose symbols every target shares; a few seconds.
+.PHONY: fuzz-build
+fuzz-build:
+	@mkdir -p build-fuzz
+	@for t in $(FUZZ_TARGETS); do $(FUZZ_CC) -fsyntax-only tests/fuzz/$$t.c || exit 1; done
+	@$(FUZZ_CC) -o build-fuzz/fuzz_worker_msg tests/fuzz/fuzz_worker_msg.c $(FUZZ_LIB_SRC) $(FUZZ_LIBS)
+	@echo "fuzz-build: $(words $(FUZZ_TARGETS)) targets compiled, fuzz_worker_msg linked"
 
 clean:
 	rm -rf build build-asan build-fuzz
