@@ -103,34 +103,28 @@ static int to_heads(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx,
     const int has_lse = lse != NULL, U = d->U, Hu = d->Hu, S_l = d->S_l, S_r = d->S_r, B = d->B;
     const size_t bb = block_bytes(d, nx, has_lse), row = (size_t)Hu * d->Dh * d->es, F = sizeof(float);
     char *send = scratch, *recv = scratch + bb * U; /* a2a_bytes */
-    int rc = -1;
     for (int j = 0; j < U; j++) {
         char *blk = send + j * bb;
         for (int t = 0; t < nx; t++, blk += d->xb * d->es)
             if (dev->mem_copy2d(blk, row, (const char *)x[t] + j * row, (size_t)d->H * d->Dh * d->es, row,
                                 (size_t)B * S_l))
-                goto out;
+                return -1;
         if (has_lse && dev->mem_copy2d(blk, (size_t)Hu * S_l * F, lse + (size_t)j * Hu * S_l,
                                        (size_t)d->H * S_l * F, (size_t)Hu * S_l * F, (size_t)B))
-            goto out;
+            return -1;
     }
-    if (a2a(c, send, recv, bb)) {
-        core_error_push("USP all-to-all (to heads): ");
-        goto out;
-    }
+    if (a2a(c, send, recv, bb)) return core_error_push("USP all-to-all (to heads): ");
     for (int i = 0; i < U; i++) {
         const char *blk = recv + i * bb;
         for (int t = 0; t < nx; t++, blk += d->xb * d->es)
             if (dev->mem_copy2d((char *)xg[t] + (size_t)i * S_l * row, (size_t)S_r * row, blk, (size_t)S_l * row,
                                 (size_t)S_l * row, (size_t)B))
-                goto out;
+                return -1;
         if (has_lse && dev->mem_copy2d(lseg + (size_t)i * S_l, (size_t)S_r * F, blk, (size_t)S_l * F,
                                        (size_t)S_l * F, (size_t)B * Hu))
-            goto out;
+            return -1;
     }
-    rc = 0;
-out:
-    return rc;
+    return 0;
 }
 
 /* The inverse: xg [B, S_r, Hu, Dh], lseg [B, Hu, S_r] -> x [B, S_l, H, Dh], lse [B, H, S_l]. accumulate: x += the
@@ -142,35 +136,29 @@ static int to_seq(const k_dev_ops *dev, sp_comm *c, const usp_dims *d, int nx, c
     const size_t bb = block_bytes(d, nx, has_lse), row = (size_t)Hu * d->Dh * d->es, F = sizeof(float);
     const size_t xrow = (size_t)d->H * d->Dh * d->es;
     char *send = scratch, *recv = scratch + bb * U, *acc = accumulate ? recv + bb * U : NULL; /* a2a_bytes */
-    int rc = -1;
     for (int j = 0; j < U; j++) {
         char *blk = send + j * bb;
         for (int t = 0; t < nx; t++, blk += d->xb * d->es)
             if (dev->mem_copy2d(blk, (size_t)S_l * row, (const char *)xg[t] + (size_t)j * S_l * row,
                                 (size_t)S_r * row, (size_t)S_l * row, (size_t)B))
-                goto out;
+                return -1;
         if (has_lse && dev->mem_copy2d(blk, (size_t)S_l * F, lseg + (size_t)j * S_l, (size_t)S_r * F,
                                        (size_t)S_l * F, (size_t)B * Hu))
-            goto out;
+            return -1;
     }
-    if (a2a(c, send, recv, bb)) {
-        core_error_push("USP all-to-all (to sequence): ");
-        goto out;
-    }
+    if (a2a(c, send, recv, bb)) return core_error_push("USP all-to-all (to sequence): ");
     for (int t = 0; t < nx; t++) {
         char *dst = accumulate ? acc : x[t];
         for (int i = 0; i < U; i++)
             if (dev->mem_copy2d(dst + i * row, xrow, recv + i * bb + t * d->xb * d->es, row, row, (size_t)B * S_l))
-                goto out;
-        if (accumulate && dev->add(vout(d, x[t]), vin(d, acc), (int64_t)d->n)) goto out;
+                return -1;
+        if (accumulate && dev->add(vout(d, x[t]), vin(d, acc), (int64_t)d->n)) return -1;
     }
     for (int i = 0; has_lse && i < U; i++)
         if (dev->mem_copy2d(lse + (size_t)i * Hu * S_l, (size_t)d->H * S_l * F, recv + i * bb + nx * d->xb * d->es,
                             (size_t)Hu * S_l * F, (size_t)Hu * S_l * F, (size_t)B))
-            goto out;
-    rc = 0;
-out:
-    return rc;
+            return -1;
+    return 0;
 }
 
 /* Ring neighbours: K/V travel from rank r to r+1, so at step s rank r holds block (r - s) mod R. */

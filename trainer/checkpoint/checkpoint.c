@@ -353,6 +353,16 @@ static int get_i64(json_t *o, const char *key, int64_t *out, const char *path) {
     return 0;
 }
 
+/* Field key of o as 16 hex digits into *out: 1 when present, 0 when absent (optional), -1 with the error. */
+static int get_hex64(json_t *o, const char *key, uint64_t *out, const char *path) {
+    json_t *v = json_object_get(o, key);
+    if (!v) return 0;
+    char *e = NULL;
+    if (!json_is_string(v) || strlen(json_string_value(v)) != 16 || (*out = strtoull(json_string_value(v), &e, 16), *e))
+        return core_error("%s: field \"%s\": expected 16 hex digits", path, key);
+    return 1;
+}
+
 /* trainer_ckpt_read_state, keeping the parsed object in *obj (json_decref it) for the integrity record. */
 static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
     memset(st, 0, sizeof *st);
@@ -379,26 +389,10 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
         get_i64(o, "data_position", &st->data_position, path) || get_i64(o, "data_size", &st->data_size, path) ||
         get_i64(o, "seed", &st->seed, path))
         goto done;
-    v = json_object_get(o, "data_xxh64");
-    if (v) {
-        char *e = NULL;
-        if (!json_is_string(v) || strlen(json_string_value(v)) != 16 ||
-            (st->data_xxh64 = strtoull(json_string_value(v), &e, 16), *e)) {
-            core_error("%s: field \"data_xxh64\": expected 16 hex digits", path);
-            goto done;
-        }
-        st->has_data_xxh64 = 1;
-    }
-    v = json_object_get(o, "base_xxh64"); /* optional: runs without a reference or LoRA record none */
-    if (v) {
-        char *e = NULL;
-        if (!json_is_string(v) || strlen(json_string_value(v)) != 16 ||
-            (st->base_xxh64 = strtoull(json_string_value(v), &e, 16), *e)) {
-            core_error("%s: field \"base_xxh64\": expected 16 hex digits", path);
-            goto done;
-        }
-        st->has_base_xxh64 = 1;
-    }
+    /* optional: checkpoints before the prompt hash have no data_xxh64, runs without a reference or LoRA no base */
+    if ((st->has_data_xxh64 = get_hex64(o, "data_xxh64", &st->data_xxh64, path)) < 0 ||
+        (st->has_base_xxh64 = get_hex64(o, "base_xxh64", &st->base_xxh64, path)) < 0)
+        goto done;
     v = json_object_get(o, "run_id"); /* optional: checkpoints before it record no run */
     if (v && (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof st->run_id)) {
         core_error("%s: field \"run_id\": expected a string of at most %zu bytes", path, sizeof st->run_id - 1);
@@ -420,11 +414,10 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
         }
         snprintf(st->experts[e], sizeof st->experts[e], "%s", json_string_value(s));
     }
-    json_t *h = json_object_get(o, "config_hash"), *c = json_object_get(o, "config");
-    char *end = NULL;
-    if (!json_is_string(h) || strlen(json_string_value(h)) != 16 ||
-        (st->config_hash = strtoull(json_string_value(h), &end, 16), *end)) {
-        core_error("%s: field \"config_hash\": expected 16 hex digits", path);
+    json_t *c = json_object_get(o, "config");
+    const int hh = get_hex64(o, "config_hash", &st->config_hash, path);
+    if (hh <= 0) {
+        if (!hh) core_error("%s: field \"config_hash\": expected 16 hex digits", path);
         goto done;
     }
     if (!json_is_string(c) || !(st->config = strdup(json_string_value(c)))) {
@@ -448,10 +441,9 @@ static int read_state(const char *ckpt, trainer_ckpt_state *st, json_t **obj) {
         goto done;
     }
     uint64_t want, got;
-    h = json_object_get(o, "state_xxh64");
-    if (!json_is_string(h) || strlen(json_string_value(h)) != 16 ||
-        (want = strtoull(json_string_value(h), &end, 16), *end)) {
-        core_error("%s: field \"state_xxh64\": expected 16 hex digits", path);
+    const int hw = get_hex64(o, "state_xxh64", &want, path);
+    if (hw <= 0) {
+        if (!hw) core_error("%s: field \"state_xxh64\": expected 16 hex digits", path);
         goto done;
     }
     if (trainer_ckpt_sums_state_hash(o, &got)) goto done;
@@ -604,6 +596,20 @@ int trainer_ckpt_load_lora(const char *ckpt, const char *config_text, trainer_ck
     return ckpt_load(ckpt, config_text, X, n_ex, st);
 }
 
+int trainer_ckpt_config_check(const char *ckpt, const trainer_ckpt_state *st, const char *config_text) {
+    const uint64_t h = trainer_ckpt_config_hash(config_text);
+    if (h == st->config_hash) return 0;
+    if (trainer_ckpt_config_predates(st->config, config_text)) {
+        core_log_info("%s: written before some of today's recipe keys; they are at values that compute as it did "
+                      "(config hash %016" PRIx64 " vs checkpoint %016" PRIx64 ")", ckpt, h, st->config_hash);
+        return 0;
+    }
+    char diff[1024];
+    const int n = trainer_ckpt_config_diff(st->config, config_text, diff, sizeof diff);
+    return core_error("%s: the recipe differs from the checkpoint's (config hash %016" PRIx64 " vs checkpoint %016" PRIx64
+                      ")%s%s", ckpt, h, st->config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
+}
+
 static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int n_ex, trainer_ckpt_state *st) {
     memset(st, 0, sizeof *st);
     if (check_experts(ex, n_ex)) return -1;
@@ -622,19 +628,7 @@ static int ckpt_load(const char *ckpt, const char *config_text, ckpt_ex *ex, int
         goto done;
     }
     if (check_files(ckpt, ex, n_ex)) goto done;
-    if (config_text) {
-        const uint64_t h = trainer_ckpt_config_hash(config_text);
-        if (h != st->config_hash && trainer_ckpt_config_predates(st->config, config_text)) {
-            core_log_info("%s: written before some of today's recipe keys; they are at values that compute as it did "
-                          "(config hash %016" PRIx64 " vs checkpoint %016" PRIx64 ")", ckpt, h, st->config_hash);
-        } else if (h != st->config_hash) {
-            char diff[1024];
-            int n = trainer_ckpt_config_diff(st->config, config_text, diff, sizeof diff);
-            core_error("%s: the recipe differs from the checkpoint's (config hash %016" PRIx64 " vs checkpoint %016" PRIx64
-                       ")%s%s", ckpt, h, st->config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
-            goto done;
-        }
-    }
+    if (config_text && trainer_ckpt_config_check(ckpt, st, config_text)) goto done;
     for (int e = 0; e < n_ex; e++) {
         if (ex[e].lora) continue; /* the base is model.path's; the adapter's rank and targets are checked on reading */
         snprintf(p, sizeof p, "%s/%s/config.json", ckpt, ex[e].name);

@@ -156,6 +156,10 @@ int trainer_ckpt_config_diff(const char *ckpt_text, const char *now_text, char *
  * trainer/checkpoint/checkpoint_config.c), or where a key is null now (made free on resume since); 0 otherwise or when a text
  * does not parse. Resume accepts such a checkpoint although its config hash differs. */
 int trainer_ckpt_config_predates(const char *ckpt_text, const char *now_text);
+/* The recipe config_text against checkpoint ckpt's state st: 0 when its hash is the recorded one, or it differs only
+ * by keys the checkpoint predates (trainer_ckpt_config_predates; logged at info); else -1 with "CKPT: the recipe
+ * differs from the checkpoint's (config hash ... vs checkpoint ...): <the keys, trainer_ckpt_config_diff>". */
+int trainer_ckpt_config_check(const char *ckpt, const trainer_ckpt_state *st, const char *config_text);
 
 /* ---- save ---- */
 

@@ -128,7 +128,7 @@ int trainer_save_checkpoint(trainer_state *S, int64_t step, const char *config_t
     trainer_ckpt_state st = {.step = step, .policy_version = TRAINER_VERSION(S), .rollout_round = step,
                              .data_epoch = smp->epoch, .data_position = smp->pos, .data_size = smp->n,
                              .data_xxh64 = S->data_xxh64, .has_data_xxh64 = 1,
-                             .base_xxh64 = S->base_xxh64, .has_base_xxh64 = S->has_base_xxh64,
+                             .base_xxh64 = S->base_hash, .has_base_xxh64 = TRAINER_BASE_HASHED(S),
                              .seed = r->seed, .config = (char *)config_text};
     snprintf(st.run_id, sizeof st.run_id, "%s", S->run_id);
     /* the guard's state at the step boundary this checkpoint is (st0: a save inside step `step` holds the state
@@ -220,12 +220,8 @@ int trainer_resume_check(const core_recipe *r, const char *resume, int strict, F
     if (trainer_ckpt_read_state(ck, &st)) return strict ? core_error_push("--resume: ") : 0;
     char *text = trainer_config_text(r);
     int rc = text ? 0 : -1;
-    const uint64_t h = text ? trainer_ckpt_config_hash(text) : 0;
-    if (text && h != st.config_hash && !trainer_ckpt_config_predates(st.config, text)) {
-        char diff[1024];
-        const int n = trainer_ckpt_config_diff(st.config, text, diff, sizeof diff);
-        rc = core_error("--resume: %s: the recipe differs from the checkpoint's (config hash %016" PRIx64
-                        " vs checkpoint %016" PRIx64 ")%s%s", ck, h, st.config_hash, n > 0 ? ": " : "", n > 0 ? diff : "");
+    if (text && trainer_ckpt_config_check(ck, &st, text)) {
+        rc = core_error_push("--resume: ");
     } else if (text && f) {
         char line[1024];
         trainer_ckpt_run_line(ck, &st, line, sizeof line);
@@ -315,10 +311,10 @@ int trainer_resume(trainer_state *S, const char *dir, const char *config_text, i
                    "%016" PRIx64 ", now %016" PRIx64 ": a prompt's text, metadata or image differs; the run would not "
                    "continue as it started). Resume with the prompt file it was trained on, or start a new run", ck,
                    S->r->prompt_file, st.data_xxh64, S->data_xxh64);
-    else if (st.has_base_xxh64 && S->has_base_xxh64 && st.base_xxh64 != S->base_xxh64)
+    else if (st.has_base_xxh64 && TRAINER_BASE_HASHED(S) && st.base_xxh64 != S->base_hash)
         core_error("--resume: %s: the transformer weights of model.path %s hash to %016" PRIx64 ", the run started "
                    "from weights hashing to %016" PRIx64 " (its %s). Resume with the model folder the run "
-                   "started from, or start a new run", ck, S->r->model_path, S->base_xxh64, st.base_xxh64,
+                   "started from, or start a new run", ck, S->r->model_path, S->base_hash, st.base_xxh64,
                    S->lora_on ? "LoRA adapters' frozen base" : "reference model");
     else if (st.data_position > smp->n || st.data_epoch > 0xffffffffll)
         core_error("--resume: %s/trainer_state.json: data_epoch %" PRId64 " / data_position %" PRId64

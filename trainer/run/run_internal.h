@@ -41,7 +41,9 @@ typedef struct {
      * with the EMA adapter attached instead (a shallow copy sharing the base: never freed) */
     int lora_on;
     wan_lora_config lc;
-    uint64_t base_hash;        /* LoRA: wan_models_hash of the base at start-up, checked again at the run's end */
+    uint64_t base_hash;        /* LoRA or a reference (TRAINER_BASE_HASHED): wan_models_hash of model.path's weights
+                                  at start-up, before a resume loads any; checkpoints record it (base_xxh64), a resume
+                                  compares it, and under LoRA the run's end checks the frozen base against it */
     wan_lora lora[2], ema_lora[2];
     wan_model ema_view[2];
     /* algorithm.loss nft (core_recipe_forward_process): the old policy, a soft-updated copy of the trained weights
@@ -59,9 +61,6 @@ typedef struct {
     /* data */
     core_prompts train, eval;
     uint64_t data_xxh64; /* core_prompts_xxh64(&train): checkpoints record it, a resume compares it */
-    uint64_t base_xxh64; /* with a reference or LoRA (has_base_xxh64): wan_models_hash of model.path's weights as
-                            loaded, before a resume: checkpoints record it, a resume compares it */
-    int has_base_xxh64;
     char run_id[64];     /* this run's id (trainer_run_id_make; a resumed run keeps its checkpoint's): checkpoints
                             record it */
     trainer_sampler smp;
@@ -111,6 +110,8 @@ static inline const char *trainer_device_label(const trainer_state *S) {
 
 /* The policy version: optimizer steps taken (every trained expert steps together). */
 #define TRAINER_VERSION(S) ((S)->opt[(S)->first].step)
+/* base_hash holds model.path's weights hash: the run reads them again on resume (LoRA's base, a reference) */
+#define TRAINER_BASE_HASHED(S) ((S)->lora_on || (S)->have_ref)
 
 /* The experts' KL references for trainer_update_experts / trainer_accumulate_experts: NULL without a KL term
  * (algorithm.beta 0); with LoRA the policy models themselves (their forward with the adapter switched off); else the

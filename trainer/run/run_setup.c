@@ -285,11 +285,12 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
     S->have_ref = r->beta > 0 || r->choice.loss == CORE_LOSS_DPO; /* dpo: its reference, the initial weights */
     const int lora = trainer_lora_config(r, &S->pol[0].cfg, &S->lc);
     if (lora < 0) return -1;
-    if (lora) { /* a frozen base: no gradients, no moments, no reference copy; an adapter per trained expert */
-        S->lora_on = 1;
+    S->lora_on = lora;
+    if (TRAINER_BASE_HASHED(S)) { /* model.path's weights as loaded: checkpoints record it (trainer_resume) */
         const wan_model *mm[2] = {&S->pol[0], &S->pol[1]};
         if (wan_models_hash(mm, S->n_experts, &S->base_hash)) return -1;
-        S->base_xxh64 = S->base_hash, S->has_base_xxh64 = 1; /* checkpoints record the base (trainer_resume) */
+    }
+    if (lora) { /* a frozen base: no gradients, no moments, no reference copy; an adapter per trained expert */
         for (int e = 0; e < S->n_experts; e++) {
             if (!S->trained[e]) continue;
             if (wan_lora_init(&S->lora[e], &S->pol[e].cfg, &S->lc, e) || wan_lora_alloc_grads(&S->lora[e]) ||
@@ -298,11 +299,6 @@ static int load_experts(trainer_state *S, const core_recipe *r, const char *path
                 return -1;
         }
         return 0;
-    }
-    if (S->have_ref) { /* the reference is model.path's weights: checkpoints record their hash (trainer_resume) */
-        const wan_model *ex[2] = {&S->pol[0], &S->pol[1]};
-        if (wan_models_hash(ex, S->n_experts, &S->base_xxh64)) return -1;
-        S->has_base_xxh64 = 1;
     }
     for (int e = 0; e < S->n_experts; e++) {
         if ((!S->dx && wan_model_alloc_grads(&S->pol[e])) || /* on a device the gradients live there */
