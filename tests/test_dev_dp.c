@@ -227,6 +227,72 @@ TEST(dev_dp_zero3_2_ranks_equals_stage0_and_resumes) {
                            files[f]) == 0, "two experts, stages 0 and 3: %s differs: %s", files[f], out);
     CHECK_MSG(test_run(out, sizeof out, "grep -c 'parallel.zero_stage 3: transformer_2.s fp32 master' %s/x3.log",
                        dir) == 0 && atoi(out) == 2, "x3: both ranks should shard transformer_2's master: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'transformer and transformer_2 share one window' %s/x3.log", dir) == 0 &&
+                  atoi(out) == 2, "x3: both ranks should train in the expert window: %s", out);
+    test_run(NULL, 0, "rm -rf %s", dir);
+}
+
+/* The tiny I2V-A14B colocated on the emulated device into dir/name: `ranks` trainer ranks at ZeRO stage `stage`, two
+ * steps with a checkpoint each; extra: more --set. */
+static void arun(const char *dir, const char *name, int ranks, int stage, const char *extra) {
+    char out[4096];
+    CHECK_MSG(test_run(out, sizeof out,
+                       "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml --set mode=colocated "
+                       "--set model.device=cuda --set model.path=%s/a14b --set logging.run_dir=%s/%s "
+                       "--set parallel.trainer_ranks=%d --set parallel.zero_stage=%d --set checkpoint.every=1 "
+                       "--set logging.eval_every=0 --set optim.max_grad_norm=0.05 --set optim.weight_decay=0.01 %s "
+                       "--steps 2 >%s/%s.log 2>&1",
+                       test_vgrpo_bin(), dir, dir, name, ranks, stage, extra, dir, name) == 0,
+              "run %s (%d ranks, stage %d %s)", name, ranks, stage, extra);
+}
+
+/* Runs a and b of arun: the same metrics rows (time/ aside) and checkpoint-2 files bit for bit. */
+static void a_same(const char *dir, const char *a, const char *b) {
+    char pa[1024], pb[1024], out[4096];
+    json_t *ra[8], *rb[8];
+    snprintf(pa, sizeof pa, "%s/%s/metrics.jsonl", dir, a);
+    snprintf(pb, sizeof pb, "%s/%s/metrics.jsonl", dir, b);
+    const int na = read_rows(pa, ra, 8, 0), nb = read_rows(pb, rb, 8, 0);
+    CHECK_MSG(na >= 2 && na == nb, "rows: %s %d, %s %d", a, na, b, nb);
+    for (int i = 0; i < na && i < nb; i++)
+        CHECK_MSG(json_equal(ra[i], rb[i]), "metrics row %d differs between %s and %s", i, a, b);
+    free_rows(ra, na), free_rows(rb, nb);
+    const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
+                            "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 3; f++)
+        CHECK_MSG(test_run(out, sizeof out, "cmp %s/%s/checkpoint-2/%s %s/%s/checkpoint-2/%s", dir, a, files[f], dir, b,
+                           files[f]) == 0, "%s vs %s: %s differs: %s", a, b, files[f], out);
+}
+
+/* The expert window (trainer/dp/dp_dev.h: ZeRO stage 3 with both experts trained, one bf16 copy and one gradient
+ * buffer for the two): stage 3 equals stage 0 bit for bit (metrics, both experts' weights, the optimizer state) with
+ * several micro-batches per expert and rank and the reduction in buckets during the backward (2 ranks), and with a
+ * KL reference at 4 ranks; parity on the window at trained weights is exactly 0. */
+TEST(dev_dp_zero3_expert_window_equals_stage0) {
+    const char *dir = run_dir();
+    char out[4096];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 4 >/dev/null",
+                     test_vgrpo_bin(), dir) == 0);
+    const char *mb = "--set algorithm.micro_batch_size=12 --set parallel.grad_bucket_mib=0.5";
+    arun(dir, "b0", 2, 0, mb);
+    arun(dir, "b3", 2, 3, mb);
+    a_same(dir, "b0", "b3");
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'gradient buckets reduced during the backward' %s/b3.log", dir) == 0 &&
+                  atoi(out) == 2, "b3: both ranks should reduce in buckets: %s", out);
+    const char *kl = "--set algorithm.beta=0.05 --set algorithm.micro_batch_size=5 --set parallel.grad_bucket_mib=0";
+    arun(dir, "k0", 4, 0, kl);
+    arun(dir, "k3", 4, 3, kl);
+    a_same(dir, "k0", "k3");
+    CHECK_MSG(test_run(out, sizeof out, "grep -c 'transformer and transformer_2 share one window' %s/k3.log", dir) == 0 &&
+                  atoi(out) == 4, "k3: every rank should train in the expert window: %s", out);
+    CHECK_MSG(test_run(out, sizeof out,
+                       "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s parity recipes/tiny-cpu-i2v-a14b.yaml --set "
+                       "mode=colocated --set model.device=cuda --set model.path=%s/a14b --set logging.run_dir=%s/b3 "
+                       "--set parallel.trainer_ranks=2 --set parallel.zero_stage=3 --checkpoint %s/b3/checkpoint-2 "
+                       "--set optim.max_grad_norm=0.05 --set optim.weight_decay=0.01 %s 2>&1 | grep -c -e 'share one window' -e 'max |logp_trainer - logp_rollout| = 0 (tolerance 0), "
+                       "max |v_trainer - v_rollout| = 0 (tolerance 0): PASS'",
+                       test_vgrpo_bin(), dir, dir, dir, mb) == 0 && atoi(out) == 3,
+              "parity on the expert window at trained weights: %s", out);
     test_run(NULL, 0, "rm -rf %s", dir);
 }
 

@@ -19,11 +19,9 @@ static void lora_free(wan_dev_model *d) {
 void wan_dev_model_free(wan_dev_model *d) {
     if (!d) return;
     if (d->dev) {
-        if (!d->base_borrowed) {
-            d->dev->mem_free(d->w);
-            d->dev->mem_free(d->proj_out_b);
-        }
-        d->dev->mem_free(d->grads);
+        if (!d->base_borrowed && !d->window) d->dev->mem_free(d->w);
+        if (!d->base_borrowed) d->dev->mem_free(d->proj_out_b);
+        if (!d->window) d->dev->mem_free(d->grads);
         lora_free(d);
     }
     memset(d, 0, sizeof *d);

@@ -94,6 +94,8 @@ typedef struct {
     kb_bf16 *lora_w;         /* device [lora->layout.numel] bf16 */
     float *lora_grads;       /* device [lora->layout.numel] fp32, NULL until wan_dev_alloc_grads */
     int base_borrowed;       /* 1: w and proj_out_b are another copy's (wan_dev_model_init_view): not freed here */
+    int window;              /* 1: w and grads are the window owner's (wan_dev_exec_window, model/dit/wan_dev_exec.h):
+                                not freed here; proj_out_b is this copy's own */
 } wan_dev_model;
 
 /* Checks the config (wan_dev_config_check), allocates the device copy of host's weights and uploads them

@@ -17,6 +17,7 @@ typedef struct {
     wan_dev_model d;
     int64_t version;
     int known; /* version is set */
+    int in_window; /* one of the two experts of wan_dev_exec_window */
 } slot;
 
 struct wan_dev_exec {
@@ -26,6 +27,7 @@ struct wan_dev_exec {
     int n, cap;
     float *io; /* device staging: x | enc | out, or dout */
     size_t io_floats;
+    const slot *resident; /* wan_dev_exec_window: the expert whose weights the window holds (NULL: none) */
 };
 
 /* The process's executors: [0] the GPU, [1] the emulated device. */
@@ -139,8 +141,60 @@ int wan_dev_exec_sync(wan_dev_exec *x, const wan_model *m, int64_t version) {
                                                : wan_dev_model_upload(&s->d)) {
         return -1;
     }
+    if (s->in_window) x->resident = s;
     s->version = version, s->known = 1;
     return 0;
+}
+
+int wan_dev_exec_window(wan_dev_exec *x, const wan_model *a, const wan_model *b) {
+    if (a == b || a->lora || b->lora || !wan_config_equal(&a->cfg, &b->cfg) || a->layout.numel != b->layout.numel)
+        return core_error("wan_dev_exec_window: two distinct models of one config without adapters");
+    if (find(x, b)) return core_error("wan_dev_exec_window: the second model has a device copy already");
+    slot *sa = get(x, a);
+    if (!sa || wan_dev_alloc_grads(&sa->d)) return core_error_push("wan_dev_exec_window: ");
+    if (sa->d.window || sa->d.base_borrowed) return core_error("wan_dev_exec_window: the first model is a view");
+    if (x->n == x->cap) {
+        const int cap = x->cap ? 2 * x->cap : 4;
+        slot **ns = realloc(x->s, sizeof *ns * (size_t)cap);
+        if (!ns) return core_error("out of memory");
+        x->s = ns, x->cap = cap;
+    }
+    slot *sb = calloc(1, sizeof *sb);
+    if (!sb) return core_error("out of memory");
+    const wan_config *c = &b->cfg;
+    const int pout = c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    sb->d = (wan_dev_model){.dev = x->dev, .host = b, .w = sa->d.w, .grads = sa->d.grads, .window = 1};
+    if (!(sb->d.proj_out_b = x->dev->mem_alloc((size_t)pout * sizeof(float))) || wan_dev_model_upload(&sb->d)) {
+        core_error_push("wan_dev_exec_window: ");
+        wan_dev_model_free(&sb->d);
+        free(sb);
+        return -1;
+    }
+    sb->host = b, sb->in_window = 1, sa->in_window = 1;
+    x->s[x->n++] = sb;
+    x->resident = sb;
+    return 0;
+}
+
+int wan_dev_exec_set_resident(wan_dev_exec *x, const wan_model *m) {
+    slot *s = m ? find(x, m) : NULL;
+    if (m && (!s || !s->in_window)) return core_error("wan_dev_exec_set_resident: the model has no window");
+    x->resident = s;
+    return 0;
+}
+
+int wan_dev_exec_resident(const wan_dev_exec *x, const wan_model *m) {
+    for (int i = 0; i < x->n; i++)
+        if (x->s[i]->host == m) return !x->s[i]->in_window || x->resident == x->s[i];
+    return 1;
+}
+
+/* A windowed expert's forward or backward only while its weights are in the window. */
+static int check_resident(const wan_dev_exec *x, const slot *s) {
+    if (!s->in_window || x->resident == s) return 0;
+    return core_error("wan_dev_exec: this expert's weights are not on the device: the two experts share one window "
+                      "(ZeRO stage 3 with both trained: trainer/dp/dp_dev.h), which holds %s",
+                      x->resident ? "the other expert's" : "neither's (the optimizer step changed both)");
 }
 
 int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t version) {
@@ -154,9 +208,10 @@ void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m) {
     if (!x) return;
     slot *s = find(x, m);
     if (!s) return;
-    const kb_bf16 *w = s->d.base_borrowed ? NULL : s->d.w;
-    for (int i = 0; i < x->n;) /* m's slot, and the views borrowing its base */
-        if (x->s[i] == s || (w && x->s[i]->d.base_borrowed && x->s[i]->d.w == w)) {
+    const kb_bf16 *w = s->d.base_borrowed || s->d.window ? NULL : s->d.w;
+    if (s->in_window) x->resident = NULL;
+    for (int i = 0; i < x->n;) /* m's slot, and the views borrowing its base or sharing its window */
+        if (x->s[i] == s || (w && (x->s[i]->d.base_borrowed || x->s[i]->d.window) && x->s[i]->d.w == w)) {
             wan_dev_model_free(&x->s[i]->d);
             free(x->s[i]);
             x->s[i] = x->s[--x->n];
@@ -195,6 +250,7 @@ int wan_dev_exec_forward_lora(wan_dev_exec *x, const wan_model *m, wan_dev_acts 
     const size_t nx = (size_t)sh->B * c->in_channels * vox, no = (size_t)sh->B * c->out_channels * vox;
     const size_t ne = (size_t)sh->B * sh->L * c->text_dim;
     slot *s = get(x, m);
+    if (s && check_resident(x, s)) return -1;
     float *io = s ? staging(x, nx + ne + no) : NULL;
     if (!io) return core_error_push("wan_dev_exec_forward: ");
     float *x_d = io, *e_d = io + nx, *o_d = io + nx + ne;
@@ -217,6 +273,7 @@ int wan_dev_exec_backward(wan_dev_exec *x, const wan_model *m, wan_dev_acts *a, 
     const wan_shape *sh = &a->shape;
     const size_t no = (size_t)sh->B * m->cfg.out_channels * sh->F * sh->H * sh->W;
     slot *s = get(x, m);
+    if (s && check_resident(x, s)) return -1;
     float *g_d = s ? staging(x, no) : NULL;
     if (!g_d || wan_dev_alloc_grads(&s->d)) return core_error_push("wan_dev_exec_backward: ");
     if (dev->mem_upload(g_d, dout, no * 4) || wan_dev_backward_sp(&s->d, a, ex, WAN_NO_OUT, WAN_NO_OUT, kb_in_f32(g_d)) ||

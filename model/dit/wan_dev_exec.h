@@ -68,8 +68,24 @@ int wan_dev_exec_set_version(wan_dev_exec *x, const wan_model *m, int64_t versio
  * config the device refuses: wan_dev_config_check). The pointer stays valid until m is forgotten. The trainer's
  * device optimizer (trainer/optim/train_dev.h) writes its bf16 weights and reads its gradients through it. */
 wan_dev_model *wan_dev_exec_model(wan_dev_exec *x, const wan_model *m);
-/* Frees m's device copy (no-op when there is none). */
+/* Frees m's device copy (no-op when there is none); a window's first model takes the second's with it. */
 void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m);
+
+/* ---- two experts in one window (the trainer at ZeRO stage 3 with both experts trained: trainer/dp/dp_dev.h) ----
+ * wan_dev_exec_window: a and b, two host models of one config without adapters (Wan 2.2's two experts), share ONE
+ * device buffer of bf16 weights [numel] and ONE of fp32 gradients [numel]; each keeps its fp32 proj_out.bias. The
+ * window holds one expert's weights at a time, the RESIDENT one: a forward or backward of the other is refused
+ * ("this expert's weights are not on the device ..."), never run on the wrong weights. Whoever fills the window says
+ * so: wan_dev_exec_set_resident (trainer/dp/dp_dev.c's expert phases, trainer/optim/train_dev.c's upload; NULL:
+ * neither, after the optimizer step), and wan_dev_exec_sync of either uploads it and makes it resident. Both
+ * experts' backwards accumulate into the one gradient buffer: the trainer reduces one expert's gradients and keeps
+ * its shard elsewhere before the other's first backward (trainer/dp/dp_dev.h). Called before b has a device copy (a's
+ * is made here when missing, with its gradients); b's weights are uploaded last, so b is resident. 0, or -1 naming
+ * the reason (other configs, an adapter, b copied already, out of device memory). */
+int wan_dev_exec_window(wan_dev_exec *x, const wan_model *a, const wan_model *b);
+int wan_dev_exec_set_resident(wan_dev_exec *x, const wan_model *m);
+/* 1 when m's weights are on the device for a forward: m resident in its window, or m in no window. */
+int wan_dev_exec_resident(const wan_dev_exec *x, const wan_model *m);
 
 /* ---- forward and backward with host tensors ---- */
 

@@ -101,6 +101,7 @@ static void totals(trainer_dev_budget *b) {
 
 int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     memset(b, 0, sizeof *b);
+    b->window = q->window;
     const wan_config *c = q->c;
     wan_layout lay; /* the parameter count, without allocating weights */
     if (wan_layout_init(&lay, c)) return -1;
@@ -113,7 +114,8 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
     for (int e = 0; e < q->n_experts; e++) {
         const int tr = !q->trained || q->trained[e];
         const double t = lora ? (double)q->lora_numel : numel; /* what trains: the adapter, or the model */
-        b->weights += 2.0 * numel + pout;                      /* the policy's copy (or the frozen base, LoRA) */
+        const int second = q->window && e == 1; /* an expert window: expert 1 shares expert 0's bf16 copy and grads */
+        b->weights += (second ? 0.0 : 2.0 * numel) + pout;     /* the policy's copy (or the frozen base, LoRA) */
         if (!tr) continue;
         if (lora) b->weights += 2.0 * t + q->copies * 2.0 * t; /* the adapter; nft's old adapter on the same base */
         else b->weights += q->copies * (2.0 * numel + pout);   /* reference, EMA copies */
@@ -121,7 +123,9 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
          * trainer/dp/zero.h) over zero_ranks */
         const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
         const double shard = fmin(t, ceil(chunks / R) * OPTIM_CHUNK);
-        if (q->train) b->grads += 4.0 * t, b->optim += 4.0 * (q->zero_stage == 3 && R > 1 ? shard : t) + 8.0 * shard;
+        if (q->train)
+            b->grads += (second ? 0.0 : 4.0 * t) + (q->window && !second ? 4.0 * shard : 0.0),
+                b->optim += 4.0 * (q->zero_stage == 3 && R > 1 ? shard : t) + 8.0 * shard;
     }
     const int rank = lora ? q->lora_rank : 0;
     double big = 0; /* the largest forward's staging */
@@ -227,6 +231,7 @@ int trainer_dev_estimate_recipe(const core_recipe *r, const wan_config *c, int n
                                                ? r->trainer_ranks
                                                : 0,
                              .zero_stage = r->zero_stage, .grad_bucket_mib = r->grad_bucket_mib,
+                             .window = !worker && trainer_dev_expert_window(r, n_experts),
                              .sp = worker ? 1 : r->sp, .ulysses = worker ? 1 : r->ulysses_degree};
     /* a transition's CFG rows in its forward (nft trains CFG-free: one row; a dpo term two, its pair's samples) */
     q.train_shape.B = r->micro_batch_size *
@@ -276,9 +281,12 @@ static const char *size_str(double bytes) {
 
 void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget *b, const char *acts) {
     fprintf(f, "  %s, on its GPU:\n", who);
-    fprintf(f, "    %-48s %11s\n", "weights (bf16 copies, fp32 proj_out.bias)", size_str(b->weights));
+    fprintf(f, "    %-48s %11s\n",
+            b->window ? "weights (one expert's bf16 window, fp32 proj_out.bias)" : "weights (bf16 copies, fp32 proj_out.bias)",
+            size_str(b->weights));
     if (b->grads > 0) {
-        fprintf(f, "    %-48s %11s\n", "gradients (fp32)", size_str(b->grads));
+        fprintf(f, "    %-48s %11s\n", b->window ? "gradients (fp32: one expert's, + transformer's shard)" : "gradients (fp32)",
+                size_str(b->grads));
         fprintf(f, "    %-48s %11s\n", "master weights + AdamW m, v (fp32)", size_str(b->optim));
     }
     if (b->reduce > 0) fprintf(f, "    %-48s %11s\n", "NCCL exact gradient reduction's scratch", size_str(b->reduce));

@@ -183,6 +183,14 @@ int dp_buckets_done(dp_buckets *B, int e) {
     return 1;
 }
 
+int dp_buckets_join_expert(dp_buckets *B, int e) {
+    if (!B || !(B->armed >> e & 1u)) return 0;
+    B->armed &= ~(1u << e);
+    if (B->dev->event_record(B->done, B->stream) || B->dev->stream_wait(NULL, B->done))
+        return core_error_push("gradient buckets: waiting for %s's: ", wan_expert_folder(e));
+    return 0;
+}
+
 int dp_buckets_join(dp_buckets *B) {
     if (!B || !B->armed) return 0;
     B->armed = 0;

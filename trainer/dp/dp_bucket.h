@@ -90,5 +90,8 @@ int dp_buckets_done(dp_buckets *B, int e);
 /* The device's own stream waits for every bucket launched (an event on the second stream), and the arming ends.
  * Before anything reads the reduced gradients. -1 with core_error. */
 int dp_buckets_join(dp_buckets *B);
+/* dp_buckets_join for expert e alone (its arming ends, the others' stays): the expert window's end of e's phase
+ * (trainer/dp/dp_dev.h), whose gradients the other expert's backward overwrites next. No-op when e is not armed. */
+int dp_buckets_join_expert(dp_buckets *B, int e);
 
 #endif

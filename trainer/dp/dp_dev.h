@@ -15,9 +15,24 @@
  *     and the host copy of the master (checkpoints, the weight sync, the finiteness check, an EMA) is made after
  *     every step: each rank downloads its range and the ranges are all-gathered over the host group .grads (MPI,
  *     host buffers). The same values in the same operations as stage 2 (AdamW is elementwise): the same bits, at
- *     every micro-batch split. The fp32 gradients and bf16 weights stay whole (not built: sharding the gradients
- *     needs each block's gradients reduce-scattered per micro-batch during the backward, another order of the sum
- *     over micro-batches and ranks; sharding the bf16 weights an all-gather before each block).
+ *     every micro-batch split.
+ *   - stage 3 with both experts trained (Wan 2.2 A14B; trainer_dev_expert_window: GRPO, full fine-tuning): the
+ *     EXPERT WINDOW. The accumulation already runs one expert's micro-batches, then the other's
+ *     (trainer/step/train_step.h), so the two experts share one bf16 copy and one fp32 gradient buffer on the device
+ *     (model/dit/wan_dev_exec.h wan_dev_exec_window), and trainer_config.expert_phase = dp_dev_expert_phase brackets
+ *     each expert's micro-batches: before them, the expert into the window (each rank's master shard rounded to bf16
+ *     by mem_round_bf16 into its range, the ranges all-gathered: the bits AdamW's bf16 copy has; nothing when it is
+ *     there already); after them, its gradients reduce-scattered (or its buckets waited for), and for transformer this
+ *     rank's range kept in a shard of its own (D->gshard[0]) and the buffer zeroed for transformer_2, whose range then
+ *     stays in place. The step reads the shards, writes
+ *     no bf16 copy, and leaves the window empty. Each expert's gradient is the same sum as at stage 2 (its micro-
+ *     batches in order on each rank, then the ranks in order), the norm, clipping and AdamW the same operations: the
+ *     same bits, for 2 + 4 bytes per parameter of one expert less (one expert's bf16 copy and fp32 gradients) and 4
+ *     per value of transformer's gradient shard more. A forward of the expert not in the window is refused (wan_dev_exec), so a
+ *     path without the phases fails loudly; nft and dpo keep two buffers (their accumulations have no phases yet).
+ *     Still whole per rank: one expert's fp32 gradients and bf16 weights (sharding them, FSDP's way, needs each
+ *     block's gradients reduce-scattered per micro-batch during the backward, another order of the sum over
+ *     micro-batches and ranks, and an all-gather of each block's bf16 weights before its forward).
  * So the ranks' numbers equal each other's at every stage bit for bit (the same sums in the same order, elementwise
  * AdamW, copies), as on the CPU path, and a rank count gives the same losses and weights at stages 0 to 3. As on
  * the CPU, they are not the one-rank run's bits: a rank's share accumulates its own micro-batches and the shares are
@@ -62,5 +77,11 @@ int dp_dev_shards(dp_dev_ctx *ctx, dp_reduce_ctx *red, trainer_dev *D);
  * device's stream waits for the buckets instead (dp_buckets_join). -1 with an error naming the expert. */
 int dp_dev_grad_reduce(void *ctx, wan_model *const *policy, int n_experts, const uint8_t *trained,
                        grpo_loss_stats *stats);
+
+/* trainer_config.expert_phase (ctx: a dp_dev_ctx) for an expert window (D->window; otherwise nothing): end 0, expert e
+ * into the window; end 1 with backward, e's gradients reduced and this rank's range kept (see the top comment).
+ * Collective over the device group. -1 with an error naming the expert. (dp_dev_grad_reduce then reduces the
+ * statistics only, and refuses an expert whose phase did not keep its gradients.) */
+int dp_dev_expert_phase(void *ctx, int e, int end, int backward);
 
 #endif

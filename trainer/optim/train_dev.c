@@ -20,6 +20,13 @@ float *trainer_dev_grads(trainer_dev *D, int e) {
     return d ? dev_grads(d) : NULL;
 }
 
+/* Expert e's summed gradient on this rank's range [lo, lo + len): transformer's shard in an expert window, or that
+ * range of the device gradients (ZeRO stages 2 and 3 leave the sum there, transformer_2's in the window too; stages
+ * 0 and 1 sum the whole). */
+static float *grad_range(const trainer_dev *D, const wan_dev_model *d, int e) {
+    return D->window && D->gshard[e] ? D->gshard[e] : dev_grads(d) + D->lo[e];
+}
+
 kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e) {
     wan_dev_model *d = e >= 0 && e < D->n_experts && D->trained[e] ? wan_dev_exec_model(D->x, D->pol[e]) : NULL;
     return d ? dev_w16(d) : NULL;
@@ -28,7 +35,8 @@ kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e) {
 void trainer_dev_free(trainer_dev *D) {
     if (D->x) {
         const k_dev_ops *dev = wan_dev_exec_ops(D->x);
-        for (int e = 0; e < 2; e++) dev->mem_free(D->master[e]), dev->mem_free(D->m[e]), dev->mem_free(D->v[e]);
+        for (int e = 0; e < 2; e++)
+            dev->mem_free(D->master[e]), dev->mem_free(D->m[e]), dev->mem_free(D->v[e]), dev->mem_free(D->gshard[e]);
     }
     memset(D, 0, sizeof *D);
 }
@@ -52,7 +60,9 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
         /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
          * weights */
         wan_dev_model *d = wan_dev_exec_model(D->x, m);
-        if (!d || wan_dev_model_upload(d) || wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
+        if (!d || wan_dev_model_upload(d) || wan_dev_exec_set_version(D->x, m, opt[e]->step) ||
+            (D->window && wan_dev_exec_set_resident(D->x, m))) /* the window holds the last uploaded */
+            return -1;
     }
     D->moments_on_host = 1;
     return 0;
@@ -63,8 +73,29 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
     return trainer_dev_init_sharded(D, x, pol, n_experts, trained, opt, 0);
 }
 
+static int init_state(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
+                      optim_adamw *const *opt, int shard_master, int window);
+
 int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts,
                              const uint8_t *trained, optim_adamw *const *opt, int shard_master) {
+    return init_state(D, x, pol, n_experts, trained, opt, shard_master, 0);
+}
+
+int trainer_dev_init_window(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, const uint8_t *trained,
+                            optim_adamw *const *opt) {
+    if (trained && (!trained[0] || !trained[1]))
+        return core_error("trainer (model.device cuda): an expert window needs both experts trained");
+    return init_state(D, x, pol, 2, trained, opt, 1, 1);
+}
+
+int trainer_dev_expert_window(const core_recipe *r, int n_experts) {
+    return n_experts == 2 && core_recipe_trains_expert(r, 0) && core_recipe_trains_expert(r, 1) &&
+           r->zero_stage == 3 && r->trainer_ranks > 1 && r->choice.mode != CORE_MODE_LOCAL && r->lora_rank == 0 &&
+           (r->choice.loss == CORE_LOSS_GRPO || r->choice.loss == CORE_LOSS_GRPO_GUARD) && r->choice.device == CORE_CUDA;
+}
+
+static int init_state(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts, const uint8_t *trained,
+                      optim_adamw *const *opt, int shard_master, int window) {
     memset(D, 0, sizeof *D);
     D->x = x;
     D->n_experts = n_experts;
@@ -88,6 +119,20 @@ int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *
             !(D->v[e] = dev->mem_alloc(mb))) {
             core_error_push("trainer (model.device cuda): %.1f MiB of fp32 master weights and AdamW moments for %s: ",
                             (double)(bytes + 2 * mb) / 1048576.0, e ? "transformer_2" : "transformer");
+            trainer_dev_free(D);
+            return -1;
+        }
+    }
+    if (window) { /* one bf16 copy and one gradient buffer for both experts, a gradient shard each */
+        D->window = 1;
+        if (!(D->gshard[0] = dev->mem_alloc((size_t)(D->len[0] > 0 ? D->len[0] : 1) * sizeof(float)))) {
+            core_error_push("trainer (model.device cuda): %.1f MiB of transformer's gradient shard: ",
+                            D->len[0] * 4.0 / 1048576.0);
+            trainer_dev_free(D);
+            return -1;
+        }
+        if (wan_dev_exec_window(x, pol[0], pol[1])) {
+            core_error_push("trainer (model.device cuda): the expert window: ");
             trainer_dev_free(D);
             return -1;
         }
@@ -152,8 +197,11 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
             return core_error("trainer_dev_opt_step: expert %d is not the one whose state is on the device", e);
         if (!(d[e] = wan_dev_exec_model(D->x, policy[e])) || !dev_grads(d[e]))
             return core_error("trainer_dev_opt_step: expert %d has no device gradients", e);
+        if (D->window && !(D->gshard_ready >> e & 1u))
+            return core_error("trainer_dev_opt_step: %s's gradient shard was not kept (the expert phases did not run: "
+                              "trainer_config.expert_phase)", e ? "transformer_2" : "transformer");
         double s; /* ZeRO stage 2: the whole gradient's from every rank's shard (the hook) */
-        if (D->shards.sumsq ? D->shards.sumsq(D->shards.ctx, D, e, dev_grads(d[e]), &s)
+        if (D->shards.sumsq ? D->shards.sumsq(D->shards.ctx, D, e, grad_range(D, d[e], e), &s)
                             : dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s))
             return -1;
         ss += s;
@@ -168,7 +216,7 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
     for (int e = 0; e < n_experts; e++) { /* optim_adamw_step_coef, on the device */
         if (!d[e]) continue;
         const int64_t n = D->numel[e], lo = D->lo[e], len = D->len[e]; /* [lo, lo + len): all of it on one rank */
-        float *g = dev_grads(d[e]) + lo;
+        float *g = grad_range(D, d[e], e);
         if (coef < 1.0 && len && dev->scale(kb_out_f32(g), (float)coef, len)) return -1;
         const double lr = optim_lr_at(ocfg, opt[e]->step);
         const kb_adamw_scalars s =
@@ -178,10 +226,13 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
                               e ? "transformer_2" : "transformer", (long long)D->mlo[e],
                               (long long)(D->mlo[e] + D->mlen[e]), D->lazy_host ? " with a lazy host copy" : "",
                               (long long)lo, (long long)(lo + len));
-        if (len && dev->adamw_update(D->master[e] + (lo - D->mlo[e]), D->m[e], D->v[e], kb_in_f32(g), NULL, s, dev_w16(d[e]) + lo, len))
+        /* (an expert window: no bf16 copy written; the next expert phase rounds the master into it) */
+        if (len && dev->adamw_update(D->master[e] + (lo - D->mlo[e]), D->m[e], D->v[e], kb_in_f32(g), NULL, s,
+                                     D->window ? NULL : dev_w16(d[e]) + lo, len))
             return core_error_push("trainer (model.device cuda): AdamW: ");
         D->moments_on_host = 0;
-        if (D->shards.gather && D->shards.gather(D->shards.ctx, D, e)) return -1; /* the other ranks' ranges */
+        D->gshard_ready &= ~(1u << e);
+        if (!D->window && D->shards.gather && D->shards.gather(D->shards.ctx, D, e)) return -1; /* the others' ranges */
         /* the host mirror of the master (now, or marked stale for trainer_dev_sync_host), and (not under LoRA)
          * proj_out.bias's fp32 device copy from the master's slice, through its place in the host params */
         wan_model *m = policy[e];
@@ -202,7 +253,8 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         if (!d[e]->lora && dev->mem_upload(d[e]->proj_out_b, m->w.proj_out_b, pb))
             return core_error_push("trainer (model.device cuda): proj_out.bias's device copy: ");
         opt[e]->step++;
-        if (wan_dev_exec_set_version(D->x, m, opt[e]->step)) return -1;
+        if (wan_dev_exec_set_version(D->x, m, opt[e]->step) || (D->window && wan_dev_exec_set_resident(D->x, NULL)))
+            return -1;
         if (info) info->grad_norm = norm, info->clip_coef = coef, info->lr = lr;
     }
     return 0;

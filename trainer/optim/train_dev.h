@@ -49,8 +49,10 @@
 typedef struct trainer_dev trainer_dev;
 
 /* How a sharded step (ZeRO over trainer ranks: trainer/dp/dp_dev.h) completes the one-rank step; any hook may be NULL.
- *   sumsq   *out = optim_sumsq of expert e's WHOLE summed gradient g [D->numel[e]] (device fp32), bit for bit; NULL:
- *           the device's sumsq of g (every rank holds the whole sum: ZeRO stage 1, after an all-reduce);
+ *   sumsq   *out = optim_sumsq of expert e's WHOLE summed gradient, bit for bit, from g: this rank's range of it
+ *           (device fp32 [D->len[e]], g[0] is element D->lo[e]; the stage-2 reduce-scatter leaves the range summed, an
+ *           expert window keeps transformer's in D->gshard[0]); NULL: the device's sumsq of the whole gradient (every rank holds
+ *           the whole sum: ZeRO stage 1, after an all-reduce);
  *   gather  after AdamW updated [D->lo[e], + D->len[e]) of expert e's master and bf16 copy on this rank: every other
  *           rank's updated range into them, so that both are whole again (a sharded master, ZeRO stage 3: into the
  *           bf16 copy only);
@@ -79,6 +81,14 @@ struct trainer_dev {
     int moments_on_host;            /* 1: the host optim_adamw m, v equal the device's */
     int lazy_host;                  /* 1: the master's host copy is made on demand (trainer_dev_sync_host) */
     uint8_t host_stale[2];          /* 1: expert e's host params are older than its device master */
+    /* The expert window (trainer_dev_init_window; ZeRO stage 3 with both experts trained): the two experts' bf16
+     * weights and fp32 gradients share one device buffer each (wan_dev_exec_window); once an expert's phase of the
+     * accumulation ends (trainer/dp/dp_dev.h dp_dev_expert_phase), its summed gradient on this rank's range
+     * [lo, lo + len) is kept (transformer's in gshard[0], transformer_2's in place in the window) and bit e of
+     * gshard_ready set; the step reads them and clears it. */
+    int window;
+    float *gshard[2];               /* [0]: device [len[0]] fp32 (at least one float); [1]: NULL (in place) */
+    unsigned gshard_ready;
 };
 
 /* Allocates the device state of every trained expert of pol (trained NULL: all) and uploads it: the master from the
@@ -92,6 +102,18 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
  * whole host params. Full fine-tuning only: -1 naming the expert for a LoRA adapter. shard_master 0: trainer_dev_init. */
 int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts,
                              const uint8_t *trained, optim_adamw *const *opt, int shard_master);
+/* trainer_dev_init_sharded with shard_master 1 and the two experts in one window (wan_dev_exec_window): one bf16 copy
+ * and one fp32 gradient buffer on the device instead of two (2 + 4 bytes per parameter of one expert saved), plus
+ * transformer's gradient shard (4 bytes per value of the shard). Both experts trained, full fine-tuning, ZeRO stage 3
+ * over several ranks (trainer_dev_expert_window says when); the trainer must run the expert phases
+ * (trainer_config.expert_phase = dp_dev_expert_phase: trainer/dp/dp_dev.h). -1 naming what is missing otherwise. */
+int trainer_dev_init_window(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, const uint8_t *trained,
+                            optim_adamw *const *opt);
+/* 1 when a trainer rank of recipe r (n_experts experts) trains in an expert window: model.device cuda, colocated,
+ * parallel.zero_stage 3 over trainer_ranks > 1, both experts trained (algorithm.train_experts all), full fine-tuning,
+ * and algorithm.loss grpo or grpo_guard (the objectives that accumulate through trainer_accumulate_experts, which
+ * runs the expert phases; nft and dpo keep the two experts' buffers apart). The estimate and the trainer both ask it. */
+int trainer_dev_expert_window(const core_recipe *r, int n_experts);
 /* The host state (params, opt m, v, step) uploaded again: after a resume replaced it (opt's ranges must be those of
  * trainer_dev_init: -1 naming them otherwise). */
 int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt);
@@ -112,7 +134,9 @@ void trainer_dev_free(trainer_dev *D);
  *                fine-tuning, an EMA evaluated in this process, nft's old policy), the LoRA adapter's bf16 copy 2 x t
  *                (under LoRA an extra copy, nft's old policy, is the base and its adapter again: 2 x (numel + t));
  *                plus each copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
- *   gradients    fp32, 4 x t per trained expert (allocated at the first backward)
+ *   gradients    fp32, 4 x t per trained expert (allocated at the first backward); an expert window (request
+ *                .window: trainer/dp/dp_dev.h) holds one buffer of 4 x t for both experts, plus 4 x the largest ZeRO
+ *                shard for transformer's summed gradient, and one bf16 copy (2 x numel) for both in `weights`
  *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
  *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
  *                OPTIM_CHUNK values); stage 3 (the master sharded too) 12 x the largest shard
@@ -178,6 +202,8 @@ typedef struct {
     int zero_stage;         /* parallel.zero_stage (2, 3: the reductions are reduce-scatters over the shards; 3: the
                                master is a shard too) */
     double grad_bucket_mib; /* parallel.grad_bucket_mib: the buckets reduced during the backward (trainer/dp/dp_bucket.h) */
+    int window;             /* trainer_dev_expert_window: the two trained experts share one bf16 copy and one gradient
+                               buffer, plus a gradient shard each (the largest shard over zero_ranks) */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA,
                                nft's old policy) */
     int ref_forward;        /* a KL reference (or nft's old policy) forward beside the training forward */
@@ -208,6 +234,7 @@ typedef struct {
     double lt_ws, attn_ws, scratch; /* GPU libraries' workspaces and the backend's scratch */
     double margin, need, context, total;
     double text_weights, text_acts; /* umT5 on the device (trainer_dev_budget_text); 0: on the CPU */
+    int window;         /* the request's expert window (weights and gradients counted once for both experts) */
 } trainer_dev_budget;
 
 /* The estimate of request q (nothing allocated). 0, or -1 with core_error (a config or shape the device refuses). */
@@ -249,7 +276,7 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
                          optim_adamw *const *opt, const optim_config *ocfg, optim_step_info *info);
 
 /* Expert e's device fp32 gradients [D->numel[e]] (the adapter's under LoRA) and its bf16 compute copy; NULL when the
- * expert is not trained or has no gradients yet. */
+ * expert is not trained or has no gradients yet. In an expert window both experts' are the one window's. */
 float *trainer_dev_grads(trainer_dev *D, int e);
 kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e);
 

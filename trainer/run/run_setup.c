@@ -368,7 +368,16 @@ static int setup_device(trainer_state *S) {
     if (trainer_dev_check_memory(S->dx, &bud, r->activations)) return -1;
     /* ZeRO stage 3 over several ranks: each rank's device holds its shard of the fp32 master (trainer/dp/dp_dev.h) */
     const int shard_master = r->zero_stage == 3 && S->red.grads && S->red.grads->size > 1;
-    if (trainer_dev_init_sharded(&S->dev, S->dx, pol, S->n_experts, S->trained, opt, shard_master)) return -1;
+    /* and with both experts trained, one window for the two (trainer/dp/dp_dev.h: the expert window) */
+    const int window = shard_master && trainer_dev_expert_window(r, S->n_experts);
+    if (window ? trainer_dev_init_window(&S->dev, S->dx, pol, S->trained, opt)
+               : trainer_dev_init_sharded(&S->dev, S->dx, pol, S->n_experts, S->trained, opt, shard_master))
+        return -1;
+    if (window) {
+        S->tc.expert_phase = dp_dev_expert_phase, S->tc.expert_phase_ctx = &S->red_dev;
+        core_log_info("trainer rank %d: parallel.zero_stage 3: transformer and transformer_2 share one window on the "
+                      "device (one bf16 copy, one gradient buffer, and transformer's gradient shard)", S->dp->rank);
+    }
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host); a sharded master's host
      * copy is gathered every step (a collective the checkpoint's rank alone could not make) */

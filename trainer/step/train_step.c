@@ -280,15 +280,17 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
         if (tc->grad_arm(tc->grad_overlap_ctx, n_experts, n_micro, &armed)) goto done;
         hx.grad_ready = tc->grad_ready, hx.grad_ready_ctx = tc->grad_overlap_ctx;
     }
-    if (total == 0) {
+    if (total == 0 && !tc->expert_phase) {
         rc = 0;
         goto done;
     }
-    if (scratch_alloc(&w, cap, &policy[0]->cfg, &b->traj[0], b->text_len))
+    if (total > 0 && scratch_alloc(&w, cap, &policy[0]->cfg, &b->traj[0], b->text_len))
         goto done;
     int n_mb = 0, mb = 0;
-    for (int e = 0; e < n_experts; e++) n_mb += (per[e] + cap - 1) / cap;
-    for (int e = 0, g0 = 0; e < n_experts; g0 += per[e], e++)
+    for (int e = 0; e < n_experts; e++) n_mb += per[e] > 0 ? (per[e] + cap - 1) / cap : 0;
+    for (int e = 0, g0 = 0; e < n_experts; g0 += per[e], e++) {
+        const int phased = tc->expert_phase && (!trained || trained[e]);
+        if (phased && tc->expert_phase(tc->expert_phase_ctx, e, 0, backward)) goto done;
         for (int t0 = g0; t0 < g0 + per[e]; t0 += cap) {
             const int cnt = g0 + per[e] - t0 < cap ? g0 + per[e] - t0 : cap;
             const int sig = tc->should_stop ? tc->should_stop() : 0;
@@ -302,6 +304,8 @@ int trainer_accumulate_experts(wan_model *const *policy, const wan_model *const 
                             stats))
                 goto done;
         }
+        if (phased && tc->expert_phase(tc->expert_phase_ctx, e, 1, backward)) goto done;
+    }
     rc = 0;
 done:
     scratch_free(&w);

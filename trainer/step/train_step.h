@@ -74,6 +74,13 @@ typedef struct {
     int (*grad_arm)(void *ctx, int n_experts, const int *n_micro, unsigned *armed);
     int (*grad_ready)(void *ctx, const wan_model *m, int block);
     void *grad_overlap_ctx;
+    /* Expert phases (NULL: none; the device path at ZeRO stage 3 with both experts trained: trainer/dp/dp_dev.h's
+     * expert window, where the two experts share one buffer of weights and one of gradients): trainer_accumulate_experts
+     * calls expert_phase(ctx, e, 0, backward) before trained expert e's first micro-batch and expert_phase(ctx, e, 1,
+     * backward) after its last (after the grad_arm above), for every trained expert in order and on every rank, a share
+     * without transitions of e too (the hook is collective over the trainer ranks). 0, or -1 with core_error. */
+    int (*expert_phase)(void *ctx, int e, int end, int backward);
+    void *expert_phase_ctx;
     /* Optimizer-step hook (NULL: the step below on this rank's whole state; ZeRO stages 1 and 2: trainer/dp/zero.h's
      * dp_zero_step, ctx = the dp_reduce_ctx): called after the gradient hook in place of the norm, clipping and
      * AdamW, with the same arguments; it must give the same norm, clip factor and update (info as they do). */
