@@ -124,7 +124,7 @@ int trainer_dev_estimate(const trainer_dev_request *q, trainer_dev_budget *b) {
         const double chunks = ceil(t / OPTIM_CHUNK), R = q->zero_ranks > 1 ? q->zero_ranks : 1;
         const double shard = fmin(t, ceil(chunks / R) * OPTIM_CHUNK);
         if (q->train)
-            b->grads += (second ? 0.0 : 4.0 * t) + (q->window && !second ? 4.0 * shard : 0.0),
+            b->grads += second ? 0.0 : 4.0 * t,
                 b->optim += 4.0 * (q->zero_stage == 3 && R > 1 ? shard : t) + 8.0 * shard;
     }
     const int rank = lora ? q->lora_rank : 0;
@@ -285,7 +285,7 @@ void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget
             b->window ? "weights (one expert's bf16 window, fp32 proj_out.bias)" : "weights (bf16 copies, fp32 proj_out.bias)",
             size_str(b->weights));
     if (b->grads > 0) {
-        fprintf(f, "    %-48s %11s\n", b->window ? "gradients (fp32: one expert's, + transformer's shard)" : "gradients (fp32)",
+        fprintf(f, "    %-48s %11s\n", b->window ? "gradients (fp32: one expert's at a time)" : "gradients (fp32)",
                 size_str(b->grads));
         fprintf(f, "    %-48s %11s\n", "master weights + AdamW m, v (fp32)", size_str(b->optim));
     }

@@ -77,8 +77,9 @@ static int window_fill(dp_dev_ctx *ctx, trainer_dev *D, int e) {
 }
 
 /* Expert e's gradients reduce-scattered over the ranks (or the buckets that did it during its last backward waited
- * for); transformer's range kept in D->gshard[0] and the window's gradients zeroed for transformer_2, whose range
- * stays where the reduction left it (nothing accumulates after it before the step). */
+ * for); transformer's sum of squares formed (shard_sumsq: collective over the host group), its range kept in host
+ * memory (D->ghost) and the window's gradients zeroed for transformer_2, whose range stays where the reduction left
+ * it (nothing accumulates after it before the step). */
 static int window_keep(dp_dev_ctx *ctx, trainer_dev *D, int e) {
     const k_dev_ops *dev = wan_dev_exec_ops(D->x);
     sp_comm *c = ctx->red->dev;
@@ -95,8 +96,9 @@ static int window_keep(dp_dev_ctx *ctx, trainer_dev *D, int e) {
         free(offs);
     }
     const size_t bytes = (size_t)D->len[e] * sizeof(float); /* transformer_2, the last: its range stays in place */
-    if (bad || (e == 0 && bytes && dev->mem_copy2d(D->gshard[0], bytes, g + D->lo[0], bytes, bytes, 1)) ||
-        (e == 0 && dev->mem_zero(g, (size_t)D->numel[0] * sizeof(float))))
+    if (bad || (e == 0 && (shard_sumsq(ctx, D, 0, g + D->lo[0], &D->gss0) ||
+                           (bytes && dev->mem_download(D->ghost, g + D->lo[0], bytes)) ||
+                           dev->mem_zero(g, (size_t)D->numel[0] * sizeof(float)))))
         return core_error_push("zero (device): gradients of %s in the expert window: ", wan_expert_folder(e));
     D->gshard_ready |= 1u << e;
     return 0;

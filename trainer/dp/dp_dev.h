@@ -22,13 +22,14 @@
  *     (model/dit/wan_dev_exec.h wan_dev_exec_window), and trainer_config.expert_phase = dp_dev_expert_phase brackets
  *     each expert's micro-batches: before them, the expert into the window (each rank's master shard rounded to bf16
  *     by mem_round_bf16 into its range, the ranges all-gathered: the bits AdamW's bf16 copy has; nothing when it is
- *     there already); after them, its gradients reduce-scattered (or its buckets waited for), and for transformer this
- *     rank's range kept in a shard of its own (D->gshard[0]) and the buffer zeroed for transformer_2, whose range then
- *     stays in place. The step reads the shards, writes
+ *     there already); after them, its gradients reduce-scattered (or its buckets waited for), and for transformer the
+ *     sum of squares formed (stage 2's chunk sums and combine), this rank's range downloaded to host memory
+ *     (D->ghost) and the buffer zeroed for transformer_2, whose range then stays in place; the step uploads
+ *     transformer's range piece by piece into the buffer outside transformer_2's range for clipping and AdamW. The step reads the shards, writes
  *     no bf16 copy, and leaves the window empty. Each expert's gradient is the same sum as at stage 2 (its micro-
  *     batches in order on each rank, then the ranks in order), the norm, clipping and AdamW the same operations: the
- *     same bits, for 2 + 4 bytes per parameter of one expert less (one expert's bf16 copy and fp32 gradients) and 4
- *     per value of transformer's gradient shard more. A forward of the expert not in the window is refused (wan_dev_exec), so a
+ *     same bits, for 2 + 4 bytes per parameter of one expert less on the device (one expert's bf16 copy and fp32
+ *     gradients), 4 per value of transformer's shard more in host memory, and that shard over the bus twice a step. A forward of the expert not in the window is refused (wan_dev_exec), so a
  *     path without the phases fails loudly; nft and dpo keep two buffers (their accumulations have no phases yet).
  *     Still whole per rank: one expert's fp32 gradients and bf16 weights (sharding them, FSDP's way, needs each
  *     block's gradients reduce-scattered per micro-batch during the backward, another order of the sum over

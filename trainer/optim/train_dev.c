@@ -2,6 +2,7 @@
 #include "trainer/optim/train_dev.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,11 +21,31 @@ float *trainer_dev_grads(trainer_dev *D, int e) {
     return d ? dev_grads(d) : NULL;
 }
 
-/* Expert e's summed gradient on this rank's range [lo, lo + len): transformer's shard in an expert window, or that
- * range of the device gradients (ZeRO stages 2 and 3 leave the sum there, transformer_2's in the window too; stages
- * 0 and 1 sum the whole). */
-static float *grad_range(const trainer_dev *D, const wan_dev_model *d, int e) {
-    return D->window && D->gshard[e] ? D->gshard[e] : dev_grads(d) + D->lo[e];
+/* Expert e's summed gradient on this rank's range [lo, lo + len) on the device: that range of the device gradients
+ * (ZeRO stages 2 and 3 leave the sum there, transformer_2's in an expert window too; stages 0 and 1 sum the whole). */
+static float *grad_range(const trainer_dev *D, const wan_dev_model *d, int e) { return dev_grads(d) + D->lo[e]; }
+
+/* An expert window's transformer: its summed gradient range waits in host memory (D->ghost). Uploaded piece by piece
+ * into the window's gradient buffer outside transformer_2's range (the larger side), each piece clipped and run
+ * through AdamW: both elementwise, so the bits of one pass over the whole range. */
+static int window_step0(trainer_dev *D, wan_dev_model *d, double coef, kb_adamw_scalars s) {
+    const k_dev_ops *dev = wan_dev_exec_ops(D->x);
+    float *buf = dev_grads(d);
+    const int64_t n = D->numel[1], lo = D->lo[1], len = D->len[1];
+    const int64_t at = lo >= n - lo - len ? 0 : lo + len, cap = lo >= n - lo - len ? lo : n - lo - len;
+    if (D->len[0] && cap <= 0)
+        return core_error("trainer_dev_opt_step: no room outside transformer_2's range [%lld, %lld) of %lld for "
+                          "transformer's gradients", (long long)lo, (long long)(lo + len), (long long)n);
+    for (int64_t i = 0; i < D->len[0]; i += cap) {
+        const int64_t k = D->len[0] - i < cap ? D->len[0] - i : cap;
+        float *g = buf + at;
+        if (dev->mem_upload(g, D->ghost + i, (size_t)k * sizeof(float)) ||
+            (coef < 1.0 && dev->scale(kb_out_f32(g), (float)coef, k)) ||
+            dev->adamw_update(D->master[0] + (D->lo[0] - D->mlo[0]) + i, D->m[0] + i, D->v[0] + i, kb_in_f32(g), NULL,
+                              s, NULL, k))
+            return core_error_push("trainer (model.device cuda): AdamW of transformer from its host gradients: ");
+    }
+    return 0;
 }
 
 kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e) {
@@ -35,9 +56,9 @@ kb_bf16 *trainer_dev_weights16(trainer_dev *D, int e) {
 void trainer_dev_free(trainer_dev *D) {
     if (D->x) {
         const k_dev_ops *dev = wan_dev_exec_ops(D->x);
-        for (int e = 0; e < 2; e++)
-            dev->mem_free(D->master[e]), dev->mem_free(D->m[e]), dev->mem_free(D->v[e]), dev->mem_free(D->gshard[e]);
+        for (int e = 0; e < 2; e++) dev->mem_free(D->master[e]), dev->mem_free(D->m[e]), dev->mem_free(D->v[e]);
     }
+    free(D->ghost);
     memset(D, 0, sizeof *D);
 }
 
@@ -125,9 +146,9 @@ static int init_state(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, in
     }
     if (window) { /* one bf16 copy and one gradient buffer for both experts, a gradient shard each */
         D->window = 1;
-        if (!(D->gshard[0] = dev->mem_alloc((size_t)(D->len[0] > 0 ? D->len[0] : 1) * sizeof(float)))) {
-            core_error_push("trainer (model.device cuda): %.1f MiB of transformer's gradient shard: ",
-                            D->len[0] * 4.0 / 1048576.0);
+        if (!(D->ghost = malloc((size_t)(D->len[0] > 0 ? D->len[0] : 1) * sizeof(float)))) {
+            core_error("trainer (model.device cuda): out of host memory for transformer's gradient shard (%.1f MiB)",
+                       D->len[0] * 4.0 / 1048576.0);
             trainer_dev_free(D);
             return -1;
         }
@@ -201,8 +222,10 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
             return core_error("trainer_dev_opt_step: %s's gradient shard was not kept (the expert phases did not run: "
                               "trainer_config.expert_phase)", e ? "transformer_2" : "transformer");
         double s; /* ZeRO stage 2: the whole gradient's from every rank's shard (the hook) */
-        if (D->shards.sumsq ? D->shards.sumsq(D->shards.ctx, D, e, grad_range(D, d[e], e), &s)
-                            : dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s))
+        if (D->window && e == 0)
+            s = D->gss0; /* formed at its phase end, from the same chunk sums */
+        else if (D->shards.sumsq ? D->shards.sumsq(D->shards.ctx, D, e, grad_range(D, d[e], e), &s)
+                                 : dev->sumsq(kb_in_f32(dev_grads(d[e])), D->numel[e], &s))
             return -1;
         ss += s;
         if (first < 0) first = e;
@@ -217,7 +240,7 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
         if (!d[e]) continue;
         const int64_t n = D->numel[e], lo = D->lo[e], len = D->len[e]; /* [lo, lo + len): all of it on one rank */
         float *g = grad_range(D, d[e], e);
-        if (coef < 1.0 && len && dev->scale(kb_out_f32(g), (float)coef, len)) return -1;
+        if (coef < 1.0 && len && !(D->window && e == 0) && dev->scale(kb_out_f32(g), (float)coef, len)) return -1;
         const double lr = optim_lr_at(ocfg, opt[e]->step);
         const kb_adamw_scalars s =
             kb_adamw_prepare(lr, ocfg->beta1, ocfg->beta2, ocfg->eps, ocfg->weight_decay, opt[e]->step + 1);
@@ -227,9 +250,12 @@ int trainer_dev_opt_step(void *ctx, wan_model *const *policy, int n_experts, con
                               (long long)(D->mlo[e] + D->mlen[e]), D->lazy_host ? " with a lazy host copy" : "",
                               (long long)lo, (long long)(lo + len));
         /* (an expert window: no bf16 copy written; the next expert phase rounds the master into it) */
-        if (len && dev->adamw_update(D->master[e] + (lo - D->mlo[e]), D->m[e], D->v[e], kb_in_f32(g), NULL, s,
-                                     D->window ? NULL : dev_w16(d[e]) + lo, len))
+        if (D->window && e == 0) {
+            if (window_step0(D, d[e], coef, s)) return -1;
+        } else if (len && dev->adamw_update(D->master[e] + (lo - D->mlo[e]), D->m[e], D->v[e], kb_in_f32(g), NULL, s,
+                                            D->window ? NULL : dev_w16(d[e]) + lo, len)) {
             return core_error_push("trainer (model.device cuda): AdamW: ");
+        }
         D->moments_on_host = 0;
         D->gshard_ready &= ~(1u << e);
         if (!D->window && D->shards.gather && D->shards.gather(D->shards.ctx, D, e)) return -1; /* the others' ranges */

@@ -50,8 +50,8 @@ typedef struct trainer_dev trainer_dev;
 
 /* How a sharded step (ZeRO over trainer ranks: trainer/dp/dp_dev.h) completes the one-rank step; any hook may be NULL.
  *   sumsq   *out = optim_sumsq of expert e's WHOLE summed gradient, bit for bit, from g: this rank's range of it
- *           (device fp32 [D->len[e]], g[0] is element D->lo[e]; the stage-2 reduce-scatter leaves the range summed, an
- *           expert window keeps transformer's in D->gshard[0]); NULL: the device's sumsq of the whole gradient (every rank holds
+ *           (device fp32 [D->len[e]], g[0] is element D->lo[e]; the stage-2 reduce-scatter leaves the range summed; an
+ *           expert window's transformer has its sum formed at its phase end, D->gss0, instead); NULL: the device's sumsq of the whole gradient (every rank holds
  *           the whole sum: ZeRO stage 1, after an all-reduce);
  *   gather  after AdamW updated [D->lo[e], + D->len[e]) of expert e's master and bf16 copy on this rank: every other
  *           rank's updated range into them, so that both are whole again (a sharded master, ZeRO stage 3: into the
@@ -84,10 +84,11 @@ struct trainer_dev {
     /* The expert window (trainer_dev_init_window; ZeRO stage 3 with both experts trained): the two experts' bf16
      * weights and fp32 gradients share one device buffer each (wan_dev_exec_window); once an expert's phase of the
      * accumulation ends (trainer/dp/dp_dev.h dp_dev_expert_phase), its summed gradient on this rank's range
-     * [lo, lo + len) is kept (transformer's in gshard[0], transformer_2's in place in the window) and bit e of
-     * gshard_ready set; the step reads them and clears it. */
+     * [lo, lo + len) is kept (transformer's in HOST memory, ghost, with its sum of squares gss0; transformer_2's in
+     * place in the window) and bit e of gshard_ready set; the step reads them and clears it. */
     int window;
-    float *gshard[2];               /* [0]: device [len[0]] fp32 (at least one float); [1]: NULL (in place) */
+    float *ghost;                   /* host [len[0]] fp32: transformer's summed gradient on this rank's range */
+    double gss0;                    /* optim_sumsq of transformer's whole summed gradient (formed at its phase end) */
     unsigned gshard_ready;
 };
 
@@ -103,8 +104,10 @@ int trainer_dev_init(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int
 int trainer_dev_init_sharded(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, int n_experts,
                              const uint8_t *trained, optim_adamw *const *opt, int shard_master);
 /* trainer_dev_init_sharded with shard_master 1 and the two experts in one window (wan_dev_exec_window): one bf16 copy
- * and one fp32 gradient buffer on the device instead of two (2 + 4 bytes per parameter of one expert saved), plus
- * transformer's gradient shard (4 bytes per value of the shard). Both experts trained, full fine-tuning, ZeRO stage 3
+ * and one fp32 gradient buffer on the device instead of two (2 + 4 bytes per parameter of one expert saved), and
+ * transformer's reduced gradient shard in host memory until the step (4 bytes per value of the shard, on the host;
+ * the step uploads it piece by piece into the window's gradient buffer outside transformer_2's range, where AdamW
+ * reads it: elementwise, the same bits). Both experts trained, full fine-tuning, ZeRO stage 3
  * over several ranks (trainer_dev_expert_window says when); the trainer must run the expert phases
  * (trainer_config.expert_phase = dp_dev_expert_phase: trainer/dp/dp_dev.h). -1 naming what is missing otherwise. */
 int trainer_dev_init_window(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, const uint8_t *trained,
@@ -135,8 +138,8 @@ void trainer_dev_free(trainer_dev *D);
  *                (under LoRA an extra copy, nft's old policy, is the base and its adapter again: 2 x (numel + t));
  *                plus each copy's fp32 proj_out.bias (4 x C_out*pt*ph*pw)
  *   gradients    fp32, 4 x t per trained expert (allocated at the first backward); an expert window (request
- *                .window: trainer/dp/dp_dev.h) holds one buffer of 4 x t for both experts, plus 4 x the largest ZeRO
- *                shard for transformer's summed gradient, and one bf16 copy (2 x numel) for both in `weights`
+ *                .window: trainer/dp/dp_dev.h) holds one buffer of 4 x t for both experts (transformer's reduced
+ *                shard waits in host memory) and one bf16 copy (2 x numel) for both in `weights`
  *   optimizer    fp32 master weights and AdamW m, v: 12 x t per trained expert; with ZeRO (parallel.zero_stage 1
  *                or 2 over R trainer ranks: trainer/dp/dp_dev.h) 4 x t + 8 x the largest shard (ceil(chunks / R) of
  *                OPTIM_CHUNK values); stage 3 (the master sharded too) 12 x the largest shard
@@ -203,7 +206,7 @@ typedef struct {
                                master is a shard too) */
     double grad_bucket_mib; /* parallel.grad_bucket_mib: the buckets reduced during the backward (trainer/dp/dp_bucket.h) */
     int window;             /* trainer_dev_expert_window: the two trained experts share one bf16 copy and one gradient
-                               buffer, plus a gradient shard each (the largest shard over zero_ranks) */
+                               buffer */
     int copies;             /* extra bf16 copies of each trained expert (a KL reference copy, an in-process EMA,
                                nft's old policy) */
     int ref_forward;        /* a KL reference (or nft's old policy) forward beside the training forward */

@@ -376,7 +376,7 @@ static int setup_device(trainer_state *S) {
     if (window) {
         S->tc.expert_phase = dp_dev_expert_phase, S->tc.expert_phase_ctx = &S->red_dev;
         core_log_info("trainer rank %d: parallel.zero_stage 3: transformer and transformer_2 share one window on the "
-                      "device (one bf16 copy, one gradient buffer, and transformer's gradient shard)", S->dp->rank);
+                      "device (one bf16 copy, one gradient buffer; transformer's reduced shard waits in host memory)", S->dp->rank);
     }
     /* nothing reads the host params between steps when the rollouts run in process on the device copy and no EMA
      * averages them: the master's host copy only for checkpoints (trainer_dev_sync_host); a sharded master's host
