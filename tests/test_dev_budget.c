@@ -140,3 +140,34 @@ TEST(dev_budget_one_gpu_recipes_fit_h100) {
         CHECK(gib > 10.0 && gib < 79.65);
     }
 }
+
+/* Two trainer ranks of the tiny I2V-A14B (colocated), ZeRO stage 2 and stage 3, whose two trained experts share one
+ * window (trainer/dp/dp_dev.h: one bf16 copy, one gradient buffer): the larger of the ranks' emulated peaks equals the
+ * dry run's estimate (made with the emulated device's comm, as the run: no NCCL scratch), and the window's estimate
+ * is below stage 2's by one expert's bf16 copy and fp32 gradients at least. */
+TEST(dev_budget_expert_window_equals_emulated_peak) {
+    const char *dir = test_tmpdir(), *bin = test_vgrpo_bin();
+    char out[16384];
+    REQUIRE(test_run(out, sizeof out, "%s init-model --preset tiny-i2v --out %s/a14b --seed 3 >/dev/null", bin, dir) == 0);
+    long long est[4] = {0};
+    for (int stage = 2; stage <= 3; stage++) {
+        const char *x = "--set logging.eval_every=0 --set parallel.sp=1 --set mode=colocated --set parallel.trainer_ranks=2";
+        REQUIRE(test_run(out, sizeof out, EMU "%s run recipes/tiny-cpu-i2v-a14b.yaml " SMALL " --set model.path=%s/a14b "
+                         "--set logging.run_dir=%s/w%d %s --set parallel.zero_stage=%d 2>&1", bin, dir, dir, stage, x,
+                         stage) == 0);
+        const long long p0 = nth_after(out, "emulated device: peak ", 0), p1 = nth_after(out, "emulated device: peak ", 1);
+        const long long peak = p0 > p1 ? p0 : p1;
+        REQUIRE(test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-i2v-a14b.yaml " SMALL
+                         " --set model.path=%s/a14b --set logging.run_dir=%s/w%d-dry %s --set parallel.zero_stage=%d "
+                         "--dry-run 2>&1", bin, dir, dir, stage, x, stage) == 0);
+        const char *q = strstr(out, "allocated on the device by DiT, VAE, umT5, sync");
+        q = q ? strchr(q, '(') : NULL;
+        est[stage] = q ? atoll(q + 1) : -1;
+        printf("  stage %d, 2 ranks: emulated peaks %lld, %lld bytes; dry-run estimate %lld bytes\n", stage, p0, p1,
+               est[stage]);
+        CHECK_MSG(p0 > 0 && p1 > 0 && peak == est[stage], "stage %d: peak %lld != estimate %lld", stage, peak,
+                  est[stage]);
+        CHECK(stage == 2 || strstr(out, "weights (one expert's bf16 window"));
+    }
+    CHECK(est[2] - est[3] >= 6LL * 599488);
+}
