@@ -232,18 +232,22 @@ TEST(dev_dp_zero3_2_ranks_equals_stage0_and_resumes) {
     test_run(NULL, 0, "rm -rf %s", dir);
 }
 
-/* The tiny I2V-A14B colocated on the emulated device into dir/name: `ranks` trainer ranks at ZeRO stage `stage`, two
- * steps with a checkpoint each; extra: more --set. */
-static void arun(const char *dir, const char *name, int ranks, int stage, const char *extra) {
+/* The tiny I2V-A14B colocated on the emulated device into dir/name: `ranks` trainer ranks at ZeRO stage `stage`,
+ * `steps` steps (arun: two) with a checkpoint each; extra: more --set. */
+static void arun_steps(const char *dir, const char *name, int ranks, int stage, const char *extra, int steps) {
     char out[4096];
     CHECK_MSG(test_run(out, sizeof out,
                        "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s run recipes/tiny-cpu-i2v-a14b.yaml --set mode=colocated "
                        "--set model.device=cuda --set model.path=%s/a14b --set logging.run_dir=%s/%s "
                        "--set parallel.trainer_ranks=%d --set parallel.zero_stage=%d --set checkpoint.every=1 "
                        "--set logging.eval_every=0 --set optim.max_grad_norm=0.05 --set optim.weight_decay=0.01 %s "
-                       "--steps 2 >%s/%s.log 2>&1",
-                       test_vgrpo_bin(), dir, dir, name, ranks, stage, extra, dir, name) == 0,
+                       "--steps %d >%s/%s.log 2>&1",
+                       test_vgrpo_bin(), dir, dir, name, ranks, stage, extra, steps, dir, name) == 0,
               "run %s (%d ranks, stage %d %s)", name, ranks, stage, extra);
+}
+
+static void arun(const char *dir, const char *name, int ranks, int stage, const char *extra) {
+    arun_steps(dir, name, ranks, stage, extra, 2);
 }
 
 /* Runs a and b of arun: the same metrics rows (time/ aside) and checkpoint-2 files bit for bit. */
@@ -267,7 +271,8 @@ static void a_same(const char *dir, const char *a, const char *b) {
 /* The expert window (trainer/dp/dp_dev.h: ZeRO stage 3 with both experts trained, one bf16 copy and one gradient
  * buffer for the two): stage 3 equals stage 0 bit for bit (metrics, both experts' weights, the optimizer state) with
  * several micro-batches per expert and rank and the reduction in buckets during the backward (2 ranks), and with a
- * KL reference at 4 ranks; parity on the window at trained weights is exactly 0. */
+ * KL reference at 4 ranks; a window run resumed after its first step equals the straight one; parity on the window
+ * at trained weights is exactly 0. */
 TEST(dev_dp_zero3_expert_window_equals_stage0) {
     const char *dir = run_dir();
     char out[4096];
@@ -285,6 +290,12 @@ TEST(dev_dp_zero3_expert_window_equals_stage0) {
     a_same(dir, "k0", "k3");
     CHECK_MSG(test_run(out, sizeof out, "grep -c 'transformer and transformer_2 share one window' %s/k3.log", dir) == 0 &&
                   atoi(out) == 4, "k3: every rank should train in the expert window: %s", out);
+    /* a window run of 1 step resumed for the second equals the 2 straight steps */
+    arun_steps(dir, "r3", 2, 3, mb, 1);
+    char res[1200];
+    snprintf(res, sizeof res, "%s --resume %s/r3/checkpoint-1", mb, dir);
+    arun(dir, "r3", 2, 3, res);
+    a_same(dir, "b3", "r3");
     CHECK_MSG(test_run(out, sizeof out,
                        "VGRPO_EMULATE_DEVICE=1 OMP_NUM_THREADS=1 %s parity recipes/tiny-cpu-i2v-a14b.yaml --set "
                        "mode=colocated --set model.device=cuda --set model.path=%s/a14b --set logging.run_dir=%s/b3 "
