@@ -155,7 +155,7 @@ int launch_run_worker(launch *L, const core_recipe *r) {
     memset(&p, 0, sizeof p);
     rollout_worker_config cfg = {.controller = L->ctl_ep, .reward = L->rew_ep, .id = id, .fps = 16.0,
                                  .reward_timeout_s = r->reward_timeout_s, .reward_max_attempts = r->reward_max_attempts,
-                                 .keys = &L->keys, .sync_group = L->sync};
+                                 .keys = &L->keys, .sync_group = L->sync, .sync_bucket_mib = r->sync_bucket_mib};
     int rc = -2;
     if (!core_gpu_select(r, CORE_GPU_WORKER, L->role_rank) && !rollout_pipeline_load_lora(&p, r, NULL, NULL)) {
         signal(SIGTERM, on_stop);

@@ -21,6 +21,7 @@
 #include "core/wire_zmq.h"
 #include "model/dit/wan_dev_exec.h"
 #include "model/dit/wan_lora.h"
+#include "rollout/worker_ipc.h"
 #include "reward/client.h"
 #include "rollout/batch.h"
 #include "rollout/worker_msg.h"
@@ -314,6 +315,17 @@ int rollout_worker_run(rollout_pipeline *p, const rollout_worker_config *cfg, vo
     w.st.dev = dev && dev->ipc_open && dev->ipc_close ? dev : NULL;
     w.st.dx = w.st.dev ? p->dx : NULL; /* ... into its device weights, device to device (rollout/worker_ipc.h) */
     w.st.sync_host = w.st.dx ? cfg->sync_group : NULL; /* ... or by NCCL broadcast inside one MPI job */
+    if (w.st.sync_host) { /* its landing buffer now: a broadcast it could not receive would leave the job waiting */
+        const wan_model *m0 = &p->model[0];
+        const int64_t sent = m0->lora ? m0->lora->layout.numel : m0->layout.numel,
+                      per = (int64_t)(cfg->sync_bucket_mib * 1048576.0 / sizeof(float));
+        if (rollout_worker_land_reserve(&w.st, per > 0 && per < sent ? per : sent)) {
+            core_log_warn("%s: no NCCL weight sync for this worker (host buckets instead): %s", cfg->id,
+                          core_last_error());
+            core_error_clear();
+            w.st.sync_host = NULL;
+        }
+    }
     const rollout_worker_io io = {.ctx = &w, .send_error = io_error, .send_fields = io_fields, .rollout = do_rollout};
     void *ctx = zmq_ctx_new(), *mon = NULL;
     int rc = -1;

@@ -43,6 +43,9 @@ typedef struct {
     const core_curve_keys *keys;  /* the worker's keys (core_curve_subset CORE_CURVE_CLIENT), NULL: plain ZeroMQ */
     struct sp_comm *sync_group;   /* an MPI launch: the group of the controller (rank 0) and the workers, over which
                                    * a worker with device weights takes NCCL syncs (rollout/worker_ipc.h); NULL: none */
+    double sync_bucket_mib;       /* parallel.sync_bucket_mib: with sync_group, the landing buffer of one bucket is
+                                   * reserved before the hello (rollout_worker_land_reserve); a worker that cannot
+                                   * reserve it takes no NCCL syncs (it says so in its hello and its log) */
 } rollout_worker_config;
 
 /* Serves until `shutdown` (returns 0), *stop set by a signal (returns 0), or a socket failure / idle time-out

@@ -37,7 +37,8 @@ static int buffers(rollout_worker_state *w, const k_dev_ops *dev, int64_t n) {
     if (n > w->land_n) {
         if (w->land) dev->mem_free(w->land);
         w->land_n = 0;
-        if (!(w->land = dev->mem_alloc(sizeof(float) * (size_t)n))) return -1;
+        if (!(w->land = dev->mem_alloc(sizeof(float) * (size_t)n)))
+            return core_error("%.1f MiB of device memory for the weight sync's landing buffer", n * 4.0 / 1048576.0);
         w->land_n = n;
     }
     if (n > w->hbuf_n) {
@@ -233,6 +234,11 @@ void rollout_worker_ipc_device(rollout_worker_state *w, const json_t *ipc, const
     for (int k = 0; st && k < n && !w->upd_error[0]; k++) expert(w, dev, &x[k], b, nb, st);
     XXH64_freeState(st);
     free(b);
+}
+
+int rollout_worker_land_reserve(rollout_worker_state *w, int64_t n) {
+    if (!w->dx) return core_error("the weight sync's landing buffer: this worker has no device");
+    return n > 0 ? buffers(w, wan_dev_exec_ops(w->dx), n) : 0;
 }
 
 void rollout_worker_nccl_device(rollout_worker_state *w, const json_t *buckets) {

@@ -49,9 +49,15 @@ void rollout_worker_ipc_device(rollout_worker_state *w, const json_t *ipc, const
 /* The same for weights_begin's "nccl_buckets" (an NCCL sync, trainer/net/controller.h): each bucket received by
  * ncclBroadcast from the controller (root 0 of w->sync_host's group, whose NCCL group is made at the first such
  * sync) into the landing buffer instead of step 1, then steps 2 and 3. Every bucket is received even after a
- * problem (the broadcast is collective); a worker that cannot receive at all (no landing buffer) leaves the group
- * waiting: NCCL has no time-out here, and the job ends only when a process does. */
+ * problem (the broadcast is collective). The landing buffer of one bucket is reserved before the worker's hello
+ * (rollout_worker_land_reserve): a worker that cannot reserve it says so there and gets no NCCL sync (one that could
+ * not receive a broadcast would leave the group waiting: NCCL has no time-out here). */
 void rollout_worker_nccl_device(rollout_worker_state *w, const json_t *buckets);
+
+/* The device landing buffer and the host bucket buffer of n fp32 elements, allocated now (grown if smaller) and held
+ * for the updates: a worker that takes NCCL syncs reserves one bucket of parallel.sync_bucket_mib (capped at what a
+ * sync sends: the model's or its adapter's elements) before its hello. 0, or -1 with core_error naming the MiB. */
+int rollout_worker_land_reserve(rollout_worker_state *w, int64_t n);
 
 /* weights_end of a device update: the whole-model hash into *got; 0 and the device copies brought to w->upd_version
  * when it equals want; else -1 with why (cap bytes) filled. */

@@ -46,7 +46,8 @@ int sync_nccl_choose(int mode, const sp_comm *host, int bufs, int *off, const ct
             *off = 1;
             return snprintf(why, cap, "%s was lost, and a broadcast needs every worker", st->w[w].id), 0;
         }
-        if (!st->w[w].nccl) return snprintf(why, cap, "%s has no device weights to receive into", st->w[w].id), 0;
+        if (!st->w[w].nccl) /* no device weights, or no landing buffer (rollout_worker_land_reserve; its log says) */
+            return snprintf(why, cap, "%s takes no NCCL syncs (no device weights or no landing buffer)", st->w[w].id), 0;
         other |= strcmp(st->w[w].host_id, host_id) != 0;
     }
     if (mode == CORE_SYNC_AUTO && !other) return snprintf(why, cap, "every worker is on this host (CUDA IPC)"), 0;

@@ -169,7 +169,8 @@ void trainer_dev_free(trainer_dev *D);
  *   sync landing a rollout worker's buffer of one weight sync bucket on the device (rollout/worker_ipc.c: a sync by
  *                IPC or NCCL broadcast lands there before the device weights; parallel.sync buckets: none): 4 x
  *                min(what trains: the model's or the adapter's elements, parallel.sync_bucket_mib), held from the
- *                first sync
+ *                first sync (a worker of an MPI launch, which may take NCCL syncs: from start-up,
+ *                rollout_worker_land_reserve)
  *   allocated    = weights + gradients + optimizer + staging + VAE weights + sync landing + the largest phase (training, rollout,
  *                decode): every byte the DiT and VAE code ask mem_alloc for at its peak (the emulated device counts
  *                exactly this: tests/test_dev_budget.c)

@@ -20,8 +20,18 @@
 /* The bytes mem_alloc was asked for, now held and at most (k_emu_mem_stats): each block carries its size in a
  * 256-byte header before the pointer it returns. */
 static size_t g_held, g_peak;
+/* A test's injected failure (tests/test_sync_nccl.c): VGRPO_EMULATE_DEVICE_FAIL_BYTES=N fails every allocation of
+ * exactly N bytes, as cudaMalloc's out-of-memory would. */
+static int injected_failure(size_t bytes) {
+    const char *e = getenv("VGRPO_EMULATE_DEVICE_FAIL_BYTES");
+    return e && *e && (size_t)strtoull(e, NULL, 10) == bytes;
+}
 static void *e_alloc(size_t bytes) { /* 256-byte aligned, as cudaMalloc */
     void *p = NULL;
+    if (injected_failure(bytes)) {
+        core_error("emulated device: out of memory (%zu bytes; VGRPO_EMULATE_DEVICE_FAIL_BYTES)", bytes);
+        return NULL;
+    }
     if (posix_memalign(&p, 256, 256 + (bytes ? bytes : 1))) {
         core_error("emulated device: out of memory (%zu bytes)", bytes);
         return NULL;
