@@ -168,6 +168,60 @@ TEST(budget_estimate_matches_peak_rss) {
                   strstr(out, "estimate") < strstr(out, "step 0 of 1"), "got: %s", out);
 }
 
+/* model.device cuda on the EMULATED device (its memory is host memory, so the process's peak RSS holds both): the
+ * host estimate (the host's parts alone: no DiT activations or gradients, which are the device's) plus the emulated
+ * device's peak allocation is within BUDGET_TOLERANCE of the peak RSS of a local run (64 x 64, checkpoint
+ * activations, a KL reference). The CPU path's parts would count the activations twice (2.3 x the RSS here). */
+TEST(budget_device_host_estimate_matches_peak_rss) {
+    const char *dir = test_tmpdir();
+    char model[600], run[600], log[600], out[8192];
+    snprintf(model, sizeof model, "model.path=%s/model", dir);
+    snprintf(run, sizeof run, "logging.run_dir=%s/drun", dir);
+    snprintf(log, sizeof log, "%s/drun.log", dir);
+    const char *sets[] = {model, "model.init_preset=tiny", run, "model.device=cuda", "rollout.height=64",
+                          "rollout.width=64", "algorithm.activations=checkpoint", "algorithm.beta=0.01",
+                          "data.eval_samples_per_prompt=1", "checkpoint.every=-1"};
+    const int ns = sizeof sets / sizeof sets[0];
+    char *argv[2 * 16 + 8];
+    int a = 0;
+    argv[a++] = (char *)test_vgrpo_bin(), argv[a++] = "run", argv[a++] = "recipes/tiny-cpu.yaml", argv[a++] = "--steps";
+    argv[a++] = "1";
+    for (int i = 0; i < ns; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a] = NULL;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char omp_was[32] = "";
+    if (omp) snprintf(omp_was, sizeof omp_was, "%s", omp);
+    setenv("VGRPO_EMULATE_DEVICE", "1", 1), setenv("VGRPO_EMULATE_DEVICE_REPORT", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1); /* the emulated kernels' thread buffers out of the comparison */
+    const double rss = peak_rss(argv, log);
+    unsetenv("VGRPO_EMULATE_DEVICE"), unsetenv("VGRPO_EMULATE_DEVICE_REPORT");
+    if (omp) setenv("OMP_NUM_THREADS", omp_was, 1);
+    else unsetenv("OMP_NUM_THREADS");
+    test_slurp(log, out, sizeof out);
+    REQUIRE(rss > 0);
+    const char *pk = strstr(out, "emulated device: peak ");
+    REQUIRE(pk);
+    const double dev = atof(pk + strlen("emulated device: peak "));
+    core_recipe r;
+    REQUIRE_OK(core_recipe_load(&r, "recipes/tiny-cpu.yaml", sets, ns));
+    budget_estimate *e = malloc(sizeof *e);
+    REQUIRE(e);
+    const int rc = budget_estimate_job(e, &r, &(budget_request){.job = BUDGET_JOB_RUN});
+    const double host = e->total;
+    int acts = 0; /* no DiT activations among the host's parts */
+    for (int i = 0; i < e->proc[0].n_parts; i++) acts |= strstr(e->proc[0].part[i].name, "activations") != NULL;
+    free(e);
+    core_recipe_release(&r);
+    REQUIRE(rc == 0);
+    printf("  emulated device run: host estimate %.1f MiB + device peak %.1f MiB = %.1f MiB; peak RSS %.1f MiB\n",
+           host / 1048576, dev / 1048576, (host + dev) / 1048576, rss / 1048576);
+    CHECK(!acts && dev > 0);
+    if (!getenv("VGRPO_ASAN"))
+        CHECK_MSG(host + dev <= BUDGET_TOLERANCE * rss && rss <= BUDGET_TOLERANCE * (host + dev),
+                  "host %.1f + device %.1f MiB against a peak RSS of %.1f MiB: outside x%.2f", host / 1048576,
+                  dev / 1048576, rss / 1048576, BUDGET_TOLERANCE);
+}
+
 /* ---- refusals ---- */
 
 TEST(budget_dry_run_refusals) {

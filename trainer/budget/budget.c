@@ -22,6 +22,7 @@
 #include "reward/learned.h"
 #include "trainer/step/grpo.h"
 #include "trainer/optim/lora.h"
+#include "trainer/optim/train_dev.h"
 #include "trainer/dp/zero.h"
 
 #define F32 4.0
@@ -293,6 +294,11 @@ typedef struct {
     double video;          /* U8 bytes of one decoded video */
     wan_lora_config lora;  /* model.lora (rank 0: none) */
     double adapters;       /* LoRA: bytes of the trained experts' adapters together (0 without LoRA) */
+    int dev;               /* model.device cuda: the DiT's activations and gradients live on the GPU (trainer/optim/
+                              train_dev.h), not here; the host keeps the fp32 weights, AdamW's host state, the flow's
+                              rows (x, enc, out, dout) and what is not the DiT's */
+    int vae_dev;           /* the VAE decodes on the GPU (model.vae_device auto with model.device cuda): its decode
+                              state is device memory; the host keeps its fp32 weights */
 } sizes;
 
 /* The DiT's shape for a call of B rows: timesteps [B], or [B, S] for image to video through the latent (TI2V's
@@ -316,8 +322,8 @@ static double rollout_bytes(const sizes *z, int n) {
     const wan_config *c = &z->e->dit;
     const wan_shape two = dit_shape(z, 2 * b), one = dit_shape(z, b);
     double a = 0;
-    if (z->cfg_any) a += dit_acts(c, &two, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
-    if (z->nocfg_any) a += dit_acts(c, &one, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
+    if (z->cfg_any && !z->dev) a += dit_acts(c, &two, WAN_ACTS_INFER, 1) + lora_scratch(z, 2 * b, 1);
+    if (z->nocfg_any && !z->dev) a += dit_acts(c, &one, WAN_ACTS_INFER, 1) + lora_scratch(z, b, 1);
     return a + F32 * (2.0 * b * (z->nin + z->nl) + 2.0 * b * z->ne + z->nl); /* the step's x, out, enc; eps */
 }
 
@@ -327,8 +333,11 @@ static void decoder_parts(budget_proc *p, const sizes *z, unsigned phases) {
     if (e->have_vae) {
         double params, state;
         vae_bytes(&e->vae, e->H, e->W, &params, &state);
-        add(p, "VAE decoder (weights, decode state)", "model.decoder, rollout.height, rollout.width", 0,
-            F32 * params + state);
+        if (z->vae_dev) /* the decode state and the bf16 copy are device memory */
+            add(p, "VAE decoder (fp32 weights; decodes on the GPU)", "model.decoder, model.vae_device", 0, F32 * params);
+        else
+            add(p, "VAE decoder (weights, decode state)", "model.decoder, rollout.height, rollout.width", 0,
+                F32 * params + state);
         add(p, "decoded video (fp32, one sample)", K_SIZE, phases, F32 * z->video);
     }
 }
@@ -358,15 +367,17 @@ static void train_parts(budget_proc *p, const sizes *z, int samples, int backwar
                                : r->choice.activations == CORE_ACTS_RECOMPUTE ? WAN_ACTS_RECOMPUTE
                                                                                : WAN_ACTS_STORE;
     const wan_shape sh = dit_shape(z, rows);
-    add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
-        dit_acts(&e->dit, &sh, mode, sp) + lora_scratch(z, rows, sp));
-    if (r->beta > 0)
-        add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
-            dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
-    if (core_recipe_forward_process(r)) /* nft's old policy's forward, dpo's reference's (nft_step.h, dpo_step.h) */
-        add(p, r->choice.loss == CORE_LOSS_DPO ? "reference activations" : "old policy activations",
-            "algorithm.loss, " K_TRAIN, BUDGET_TRAIN,
-            dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
+    if (!z->dev) { /* on a GPU the activations are the device's (trainer/optim/train_dev.h) */
+        add(p, backward ? "training activations" : "recompute activations", K_TRAIN, BUDGET_TRAIN,
+            dit_acts(&e->dit, &sh, mode, sp) + lora_scratch(z, rows, sp));
+        if (r->beta > 0)
+            add(p, "reference activations", "algorithm.beta, " K_TRAIN, BUDGET_TRAIN,
+                dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
+        if (core_recipe_forward_process(r)) /* nft's old policy's forward, dpo's reference's (nft_step.h, dpo_step.h) */
+            add(p, r->choice.loss == CORE_LOSS_DPO ? "reference activations" : "old policy activations",
+                "algorithm.loss, " K_TRAIN, BUDGET_TRAIN,
+                dit_acts(&e->dit, &sh, WAN_ACTS_INFER, sp));
+    }
     /* the step's rows x, enc, out and dout (model/flow/denoise.h); the SDE means and reference means; dv */
     add(p, "training scratch", K_TRAIN, BUDGET_TRAIN,
         F32 * (2.0 * cap * (2.0 * z->nl + z->nin + z->ne) + 2.0 * cap * z->nl + z->nl));
@@ -392,12 +403,17 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
         if (ema && r->ema_decay > 0) add(p, "EMA of the adapters", "algorithm.ema_decay", 0, z->adapters);
         if (r->choice.loss == CORE_LOSS_NFT) add(p, "old policy's adapters", "algorithm.loss", 0, z->adapters);
     } else {
+        /* on a GPU the gradients are the device's (the host keeps AdamW's state, as checkpoints read it) */
         if (zero) {
-            add(p, "gradients", "model.path", 0, W);
+            if (!z->dev) add(p, "gradients", "model.path", 0, W);
             add(p, "AdamW m, v (this rank's shard)", "model.path, " K_ZERO, 0, e->adam_shard);
         } else {
-            add(p, "gradients + AdamW m, v", "model.path", 0, 3 * W);
+            add(p, z->dev ? "AdamW m, v" : "gradients + AdamW m, v", "model.path", 0, (z->dev ? 2 : 3) * W);
         }
+        if (z->dev && !(r->choice.mode == CORE_MODE_LOCAL) && e->zero_ranks > 1 &&
+            trainer_dev_expert_window(r, e->n_experts)) /* trainer/dp/dp_dev.h: transformer's reduced shard */
+            add(p, "transformer's gradient shard (the expert window)", K_ZERO, BUDGET_TRAIN,
+                e->adam_shard / (2.0 * e->n_experts));
         if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
         if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
         if (core_recipe_forward_process(r))
@@ -446,7 +462,8 @@ static void worker_proc(budget_proc *p, const sizes *z, int eval_only, int video
     decoder_parts(p, z, ph);
     const double vel = velocities ? F32 * (double)r->num_steps * z->nl : 0;
     add(p, "trajectories of a chunk", "rollout.batch_size, rollout.num_steps, " K_SIZE, ph, b * (z->traj + vel));
-    add(p, "rollout activations + scratch", K_ROLL, ph, rollout_bytes(z, b));
+    add(p, z->dev ? "rollout inputs + outputs (the DiT on the GPU)" : "rollout activations + scratch", K_ROLL, ph,
+        rollout_bytes(z, b));
     add(p, "videos of a chunk (U8)", "rollout.batch_size, " K_SIZE, ph, b * z->video);
     add(p, "reply message", "rollout.batch_size, " K_SIZE, ph, b * (z->traj + vel + (videos_back ? z->video : 0)));
     if (!eval_only) /* LoRA: only the adapters are synced (and staged) */
@@ -607,7 +624,8 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
     if (check_limits(e, r) || (e->have_enc && image_encoder(e, r))) return -1;
     const wan_config *c = &e->dit;
     e->tokens = (int64_t)(e->F / c->patch_size[0]) * (e->H / c->patch_size[1]) * (e->W / c->patch_size[2]);
-    sizes z = {.r = r, .e = e};
+    sizes z = {.r = r, .e = e, .dev = r->choice.device == CORE_CUDA};
+    z.vae_dev = z.dev && r->choice.decoder == CORE_DECODER_VAE && r->choice.vae_device == CORE_VAE_DEVICE_AUTO;
     /* the latent has out_channels (I2V-A14B: 16 of its 36 inputs; the trajectory keeps the concatenated condition
      * once, core_traj.concat) */
     z.nl = (int64_t)c->out_channels * e->F * e->H * e->W;
@@ -676,10 +694,12 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
         image_parts(p, &z, e->n_train_prompts + e->n_eval_prompts);
         decoder_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL);
         add(p, "trajectories of a step", K_TRAJ, BUDGET_ROLLOUT | BUDGET_TRAIN, n_step * z.traj_kept);
-        add(p, "rollout activations + scratch", K_ROLL, BUDGET_ROLLOUT, rollout_bytes(&z, n_step));
+        add(p, z.dev ? "rollout inputs + outputs (the DiT on the GPU)" : "rollout activations + scratch", K_ROLL,
+            BUDGET_ROLLOUT, rollout_bytes(&z, n_step));
         train_parts(p, &z, n_step, 1);
         add(p, "eval trajectories (all at once)", K_EVAL, BUDGET_EVAL, n_eval * z.traj);
-        add(p, "eval activations + scratch", "rollout.batch_size, " K_SIZE, BUDGET_EVAL, rollout_bytes(&z, n_eval));
+        add(p, z.dev ? "eval inputs + outputs (the DiT on the GPU)" : "eval activations + scratch",
+            "rollout.batch_size, " K_SIZE, BUDGET_EVAL, rollout_bytes(&z, n_eval));
         add(p, "video (U8)", K_SIZE, BUDGET_ROLLOUT | BUDGET_EVAL, z.video * (r->video_every > 0 ? 5 : 1));
         learned_parts(p, &z, BUDGET_ROLLOUT | BUDGET_EVAL, 0);
     } else {

@@ -70,7 +70,11 @@
  *
  * A recipe this build runs only on the CUDA backend (mode colocated, or parity, with a full-size transformer: the
  * refusal of cli/colocated.c) gets its estimate printed (the fp32 CPU figures) and no machine check. With
- * model.device cuda, budget_preflight then prints the device estimate of each process (trainer/optim/train_dev.h
+ * model.device cuda the host parts are the device path's: no DiT activations or parameter gradients (the GPU's: the
+ * rollout and training rows, x, enc, out, dout, stay), AdamW's host state, the VAE's fp32 weights without its decode
+ * state when it decodes on the GPU, an expert window's gradient shard (trainer/dp/dp_dev.h); checked on the emulated
+ * device, whose memory is host memory: host estimate + its peak allocation against the peak RSS
+ * (tests/test_budget.c); not checked against this machine (the processes may be on several hosts). budget_preflight then prints the device estimate of each process (trainer/optim/train_dev.h
  * trainer_dev_estimate_recipe, the function the trainer checks at start-up) and whether it fits an 80 GB H100 and a
  * 141 GB H200: reported, not refused (the trainer refuses at start-up against the device's free memory). */
 #ifndef TRAINER_BUDGET_H
