@@ -127,6 +127,17 @@ static double peak_rss(char *const *argv, const char *log) {
     return (double)ru.ru_maxrss * 1024.0;
 }
 
+/* One step of `vgrpo run recipes/tiny-cpu.yaml` with --set sets[0..ns) (at most 16), its output to log: peak_rss. */
+static double tiny_step_rss(const char *const *sets, int ns, const char *log) {
+    char *argv[2 * 16 + 8];
+    int a = 0;
+    argv[a++] = (char *)test_vgrpo_bin(), argv[a++] = "run", argv[a++] = "recipes/tiny-cpu.yaml", argv[a++] = "--steps";
+    argv[a++] = "1";
+    for (int i = 0; i < ns && i < 16; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
+    argv[a] = NULL;
+    return peak_rss(argv, log);
+}
+
 /* A short tiny run big enough that activations, not the runtime, make its peak: 64 x 64 (32 tokens), recompute,
  * beta > 0 (reference weights and activations), one step, one eval sample per prompt. */
 TEST(budget_estimate_matches_peak_rss) {
@@ -139,13 +150,7 @@ TEST(budget_estimate_matches_peak_rss) {
                           "algorithm.activations=recompute", "algorithm.beta=0.01", "data.eval_samples_per_prompt=1",
                           "checkpoint.every=-1"};
     const int ns = sizeof sets / sizeof sets[0];
-    char *argv[2 * 16 + 8];
-    int a = 0;
-    argv[a++] = (char *)test_vgrpo_bin(), argv[a++] = "run", argv[a++] = "recipes/tiny-cpu.yaml", argv[a++] = "--steps";
-    argv[a++] = "1";
-    for (int i = 0; i < ns; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
-    argv[a] = NULL;
-    const double rss = peak_rss(argv, log);
+    const double rss = tiny_step_rss(sets, ns, log);
     test_slurp(log, out, sizeof out);
     CHECK_MSG(rss > 0, "the run failed: %s", out);
     REQUIRE(rss > 0);
@@ -182,18 +187,12 @@ TEST(budget_device_host_estimate_matches_peak_rss) {
                           "rollout.width=64", "algorithm.activations=checkpoint", "algorithm.beta=0.01",
                           "data.eval_samples_per_prompt=1", "checkpoint.every=-1"};
     const int ns = sizeof sets / sizeof sets[0];
-    char *argv[2 * 16 + 8];
-    int a = 0;
-    argv[a++] = (char *)test_vgrpo_bin(), argv[a++] = "run", argv[a++] = "recipes/tiny-cpu.yaml", argv[a++] = "--steps";
-    argv[a++] = "1";
-    for (int i = 0; i < ns; i++) argv[a++] = "--set", argv[a++] = (char *)sets[i];
-    argv[a] = NULL;
     const char *omp = getenv("OMP_NUM_THREADS");
     char omp_was[32] = "";
     if (omp) snprintf(omp_was, sizeof omp_was, "%s", omp);
     setenv("VGRPO_EMULATE_DEVICE", "1", 1), setenv("VGRPO_EMULATE_DEVICE_REPORT", "1", 1);
     setenv("OMP_NUM_THREADS", "1", 1); /* the emulated kernels' thread buffers out of the comparison */
-    const double rss = peak_rss(argv, log);
+    const double rss = tiny_step_rss(sets, ns, log);
     unsetenv("VGRPO_EMULATE_DEVICE"), unsetenv("VGRPO_EMULATE_DEVICE_REPORT");
     if (omp) setenv("OMP_NUM_THREADS", omp_was, 1);
     else unsetenv("OMP_NUM_THREADS");

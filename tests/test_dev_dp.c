@@ -96,15 +96,14 @@ static void free_rows(json_t **rows, int n) {
     for (int i = 0; i < n; i++) json_decref(rows[i]);
 }
 
-/* Runs a and b are the same bit for bit: metrics rows (time/ and weight_sync/seconds aside), rewards.jsonl, and every
- * file of checkpoint-1..3. */
-static void check_same(const char *dir, const char *a, const char *b) {
-    char pa[1024], pb[1024], out[8192];
+/* The metrics rows of runs a and b (time/ and weight_sync/seconds aside) are equal, want of them (0: at least 2). */
+static void same_rows(const char *dir, const char *a, const char *b, int want) {
+    char pa[1024], pb[1024];
     json_t *ra[16], *rb[16];
     snprintf(pa, sizeof pa, "%s/%s/metrics.jsonl", dir, a);
     snprintf(pb, sizeof pb, "%s/%s/metrics.jsonl", dir, b);
     const int na = read_rows(pa, ra, 16, 0), nb = read_rows(pb, rb, 16, 0);
-    CHECK_MSG(na == 4 && nb == 4, "rows: %s %d, %s %d (3 steps and the final eval)", a, na, b, nb);
+    CHECK_MSG(na == nb && (want ? na == want : na >= 2), "rows: %s %d, %s %d (want %d)", a, na, b, nb, want);
     for (int i = 0; i < na && i < nb; i++)
         if (!json_equal(ra[i], rb[i])) {
             char *sa = json_dumps(ra[i], JSON_SORT_KEYS | JSON_COMPACT), *sb = json_dumps(rb[i], JSON_SORT_KEYS | JSON_COMPACT);
@@ -112,6 +111,13 @@ static void check_same(const char *dir, const char *a, const char *b) {
             free(sa), free(sb);
         }
     free_rows(ra, na), free_rows(rb, nb);
+}
+
+/* Runs a and b are the same bit for bit: metrics rows (3 steps and the final eval), rewards.jsonl, and every file of
+ * checkpoint-1..3. */
+static void check_same(const char *dir, const char *a, const char *b) {
+    char out[8192];
+    same_rows(dir, a, b, 4);
     CHECK_MSG(test_run(out, sizeof out, "cmp %s/%s/rewards.jsonl %s/%s/rewards.jsonl", dir, a, dir, b) == 0,
               "rewards.jsonl: %s", out);
     for (int k = 1; k <= 3; k++) /* trainer_state.json's run id is each run's own (and its hash covers it) */
@@ -252,15 +258,8 @@ static void arun(const char *dir, const char *name, int ranks, int stage, const 
 
 /* Runs a and b of arun: the same metrics rows (time/ aside) and checkpoint-2 files bit for bit. */
 static void a_same(const char *dir, const char *a, const char *b) {
-    char pa[1024], pb[1024], out[4096];
-    json_t *ra[8], *rb[8];
-    snprintf(pa, sizeof pa, "%s/%s/metrics.jsonl", dir, a);
-    snprintf(pb, sizeof pb, "%s/%s/metrics.jsonl", dir, b);
-    const int na = read_rows(pa, ra, 8, 0), nb = read_rows(pb, rb, 8, 0);
-    CHECK_MSG(na >= 2 && na == nb, "rows: %s %d, %s %d", a, na, b, nb);
-    for (int i = 0; i < na && i < nb; i++)
-        CHECK_MSG(json_equal(ra[i], rb[i]), "metrics row %d differs between %s and %s", i, a, b);
-    free_rows(ra, na), free_rows(rb, nb);
+    char out[4096];
+    same_rows(dir, a, b, 0);
     const char *files[3] = {"transformer/diffusion_pytorch_model.safetensors",
                             "transformer_2/diffusion_pytorch_model.safetensors", "optimizer.safetensors"};
     for (int f = 0; f < 3; f++)
