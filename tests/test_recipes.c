@@ -157,7 +157,7 @@ static const bad_case bad_cases[] = {
     {W13, "--set \"reward.scorers=[color_match, aesthetics]\"", "reward.scorers"},
     /* parallel degrees: sp divides trainer_ranks, ulysses divides sp, sp divides the token count */
     {W13, "--set parallel.sp=3", "parallel.sp: 3 does not divide parallel.trainer_ranks 8"},
-    {A14, "--set parallel.ulysses_degree=3", "parallel.ulysses_degree: 3 does not divide parallel.sp 4"},
+    {A14, "--set parallel.ulysses_degree=3", "parallel.ulysses_degree: 3 does not divide parallel.sp 8"},
     {W13, "--set parallel.sp=8 --set rollout.height=496", "parallel.sp: 8 does not divide the video's 14508 tokens"},
     /* local mode: every degree 1, the factor-8 decoders */
     {TINY, "--set parallel.trainer_ranks=2", "parallel.trainer_ranks"},
@@ -181,7 +181,8 @@ TEST(recipes_bad_values_named) {
     /* the same values one step inside the limits pass (the table's refusals are the limits, not the recipes) */
     const char *ok[][2] = {
         {W13, "--set rollout.samples_per_prompt=2 --set rollout.num_steps=2 --set \"algorithm.timestep_selection=all\""},
-        {A14, "--set model.boundary_ratio=0.5 --set rollout.frames=5 --set rollout.width=816"},
+        {A14, "--set model.boundary_ratio=0.5 --set rollout.frames=5 --set rollout.width=816 --set parallel.sp=4 "
+              "--set parallel.ulysses_degree=4"},
         {W5, "--set rollout.height=512 --set rollout.width=864"},
         {W13, "--set \"algorithm.timestep_selection=first_fraction 0.1\" --set parallel.sp=8 --set rollout.prompts_per_step=48"},
         {A14, "--set \"algorithm.timestep_selection=from_range 9 9 1\" --set parallel.sp=2 --set parallel.ulysses_degree=1"},
@@ -210,6 +211,7 @@ TEST(recipes_many_gpu_fit) {
         {"wan2.2-t2v-a14b-lora-81f", 8, 8, 4, 8, 0, 1, 76.72, 0},
         {"wan2.2-ti2v-5b", 8, 1, 1, 8, 1, 1, 117.65, 1},
         {"wan2.2-t2v-a14b", 8, 8, 8, 8, 0, 3, 132.81, 1}, /* full: the expert window (trainer/dp/dp_dev.h) */
+        {"wan2.2-i2v-a14b", 8, 8, 8, 8, 0, 3, 132.84, 1},
     };
     static char out[1 << 16];
     for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) {
