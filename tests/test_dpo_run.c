@@ -338,6 +338,23 @@ TEST(dpo_recipe_refusals) {
                             "--set algorithm.beta=0 2>&1", bin);
     CHECK_MSG(rc == 1 && strstr(out, "algorithm.loss: dpo trains text to video only") &&
                   strstr(out, "i2v_squares.jsonl gives images"), "dpo with images: exit %d: %s", rc, out);
+    /* a two-expert model (the pass trains one expert: trainer/step/dpo_step.h): refused at --dry-run and at the
+     * start, naming the key and the first step of transformer_2, not after the first rollout; a model folder
+     * (tiny, two experts) and a preset without weights (the full A14B recipe) */
+    const char *dir = test_tmpdir();
+    REQUIRE(test_run(NULL, 0, "%s init-model --preset tiny --experts 2 --out %s/two --seed 0 >/dev/null", bin, dir) == 0);
+    const int r2 = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml --dry-run --set model.path=%s/two 2>&1",
+                            bin, dir);
+    CHECK_MSG(r2 == 1 && strstr(out, "algorithm.loss: dpo trains one expert") &&
+                  strstr(out, "runs transformer_2 from step 3 of 8"), "dpo, two experts: exit %d: %s", r2, out);
+    const int r3 = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml --set model.path=%s/two --set "
+                            "logging.run_dir=%s/two-run --steps 1 2>&1", bin, dir, dir);
+    CHECK_MSG(r3 != 0 && strstr(out, "algorithm.loss: dpo trains one expert") && !strstr(out, "uses expert"),
+              "dpo, two experts, a run: exit %d: %s", r3, out);
+    const int r4 = test_run(out, sizeof out, "%s run recipes/wan2.2-t2v-a14b.yaml --dry-run --set algorithm.loss=dpo "
+                            "2>&1", bin);
+    CHECK_MSG(r4 == 1 && strstr(out, "runs transformer_2 from step 6 of 10"), "the A14B with dpo: exit %d: %s", r4, out);
+    test_run(NULL, 0, "rm -rf %s/two %s/two-run", dir, dir);
 }
 
 /* Learning: the full tiny-cpu-dpo recipe (150 steps). The eval color_match at the end exceeds the start by more than 3

@@ -72,8 +72,9 @@ int trainer_check_prompts(const core_recipe *r, const core_prompts *p) {
  * log-prob exists where step_std > 0, so never with rollout.eta 0; a forward-process objective takes every step),
  * each routed to its expert, the frozen ones left out, then the timestep selection. The number of experts is whether model.path has transformer_2/, or where it has no
  * transformer yet the preset's (budget_transformer_config; no weights read). */
-static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win) {
+static int check_trainable(const core_recipe *r, const grpo_selection *sel, const sde_window *win, int *second) {
     const int N = r->num_steps;
+    *second = -1;
     float *sig = malloc(sizeof(float) * (size_t)(N + 1)), *ts = malloc(sizeof(float) * (size_t)(N + 1));
     uint8_t *has = malloc(2 * (size_t)N), *ex = malloc((size_t)N);
     int rc = -1;
@@ -101,6 +102,7 @@ static int check_trainable(const core_recipe *r, const grpo_selection *sel, cons
         if (flow_step_init_kind(&st, trainer_flow_kind(r), sig[i], sig[i + 1], sig[1], r->eta)) goto done;
         has[i] = (uint8_t)(st.has_std || fp);
         ex[i] = (uint8_t)(n_experts == 2 ? flow_expert(ts[i], r->boundary_ratio) : 0);
+        if (ex[i] && *second < 0) *second = i;
         any |= has[i];
     }
     if (!any) {
@@ -158,12 +160,13 @@ static int check_device(const core_recipe *r) {
     return 0;
 }
 
-/* The checks of trainer_check_recipe that read no file. */
-static int check_settings(const core_recipe *r) {
+/* The checks of trainer_check_recipe that read no file; *second: the first rollout step that runs transformer_2
+ * (-1: none; check_experts). */
+static int check_settings(const core_recipe *r, int *second) {
     grpo_selection sel;
     if (grpo_selection_parse(r->timestep_selection, &sel) || grpo_selection_validate(&sel, r->num_steps)) return -1;
     sde_window win;
-    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win) || check_lora(r) || check_device(r))
+    if (sde_window_from_recipe(r, &win) || check_trainable(r, &sel, &win, second) || check_lora(r) || check_device(r))
         return -1;
     for (int i = 0; i < r->gold_scorers.n; i++) {
         const reward_scorer *g = reward_find(r->gold_scorers.v[i]);
@@ -203,12 +206,24 @@ static int read_prompts(const core_recipe *r, core_prompts *train, core_prompts 
     return bad ? -1 : 0;
 }
 
+/* After the prompts (whose image-to-video refusal comes first): Flow-DPO's pass trains one expert
+ * (trainer/step/dpo_step.h), so a rollout that runs transformer_2 at some step (second >= 0: check_settings) is
+ * refused here, not after the first rollout. */
+static int check_experts(const core_recipe *r, int second) {
+    if (r->choice.loss != CORE_LOSS_DPO || second < 0) return 0;
+    return core_error("algorithm.loss: dpo trains one expert, but %s has two and the rollout runs transformer_2 from "
+                      "step %d of %d on (timesteps below model.boundary_ratio %g x 1000): use grpo, grpo_guard or nft "
+                      "with a two-expert model", r->model_path, second, r->num_steps, r->boundary_ratio);
+}
+
 int trainer_check_recipe(const core_recipe *r) {
     core_prompts train, eval;
-    if (check_settings(r) || read_prompts(r, &train, &eval)) return -1;
+    int second;
+    if (check_settings(r, &second) || read_prompts(r, &train, &eval)) return -1;
+    const int bad = check_experts(r, second);
     core_prompts_free(&train);
     core_prompts_free(&eval);
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* Every prompt's conditioning [n, L, td], contiguous so a sample's embedding is base + prompt index x L x td. */
@@ -436,7 +451,9 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
     S->dp = dp;
     S->rewards_fd = -1;
     /* every check that needs no weights, the prompt files read once (and kept) */
-    if (check_settings(r) || read_prompts(r, &S->train, &S->eval) || core_prompts_xxh64(&S->train, &S->data_xxh64))
+    int second;
+    if (check_settings(r, &second) || read_prompts(r, &S->train, &S->eval) || check_experts(r, second) ||
+        core_prompts_xxh64(&S->train, &S->data_xxh64))
         return -1;
     snprintf(path, sizeof path, "%s/transformer", r->model_path);
     struct stat sb;
