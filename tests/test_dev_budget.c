@@ -167,7 +167,7 @@ TEST(dev_budget_expert_window_equals_emulated_peak) {
                est[stage]);
         CHECK_MSG(p0 > 0 && p1 > 0 && peak == est[stage], "stage %d: peak %lld != estimate %lld", stage, peak,
                   est[stage]);
-        CHECK(stage == 2 || strstr(out, "weights (one expert's bf16 window"));
+        CHECK(stage == 2 || strstr(out, "weights (bf16: one expert's window"));
     }
     CHECK(est[2] - est[3] >= 6LL * 599488);
 }

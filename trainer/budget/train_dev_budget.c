@@ -282,7 +282,7 @@ static const char *size_str(double bytes) {
 void trainer_dev_budget_print(FILE *f, const char *who, const trainer_dev_budget *b, const char *acts) {
     fprintf(f, "  %s, on its GPU:\n", who);
     fprintf(f, "    %-48s %11s\n",
-            b->window ? "weights (one expert's bf16 window, fp32 proj_out.bias)" : "weights (bf16 copies, fp32 proj_out.bias)",
+            b->window ? "weights (bf16: one expert's window, other copies)" : "weights (bf16 copies, fp32 proj_out.bias)",
             size_str(b->weights));
     if (b->grads > 0) {
         fprintf(f, "    %-48s %11s\n", b->window ? "gradients (fp32: one expert's at a time)" : "gradients (fp32)",

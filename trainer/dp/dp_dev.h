@@ -30,7 +30,7 @@
  *     batches in order on each rank, then the ranks in order), the norm, clipping and AdamW the same operations: the
  *     same bits, for 2 + 4 bytes per parameter of one expert less on the device (one expert's bf16 copy and fp32
  *     gradients), 4 per value of transformer's shard more in host memory, and that shard over the bus twice a step. A forward of the expert not in the window is refused (wan_dev_exec), so a
- *     path without the phases fails loudly; nft and dpo keep two buffers (their accumulations have no phases yet).
+ *     path without the phases fails loudly; nft keeps two buffers (its accumulation has no phases yet; dpo trains one expert).
  *     Still whole per rank: one expert's fp32 gradients and bf16 weights (sharding them, FSDP's way, needs each
  *     block's gradients reduce-scattered per micro-batch during the backward, another order of the sum over
  *     micro-batches and ranks, and an all-gather of each block's bf16 weights before its forward).

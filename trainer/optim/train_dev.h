@@ -115,7 +115,7 @@ int trainer_dev_init_window(trainer_dev *D, wan_dev_exec *x, wan_model *const *p
 /* 1 when a trainer rank of recipe r (n_experts experts) trains in an expert window: model.device cuda, colocated,
  * parallel.zero_stage 3 over trainer_ranks > 1, both experts trained (algorithm.train_experts all), full fine-tuning,
  * and algorithm.loss grpo or grpo_guard (the objectives that accumulate through trainer_accumulate_experts, which
- * runs the expert phases; nft and dpo keep the two experts' buffers apart). The estimate and the trainer both ask it. */
+ * runs the expert phases; nft keeps the two experts' buffers apart, dpo trains one expert). The estimate and the trainer both ask it. */
 int trainer_dev_expert_window(const core_recipe *r, int n_experts);
 /* The host state (params, opt m, v, step) uploaded again: after a resume replaced it (opt's ranges must be those of
  * trainer_dev_init: -1 naming them otherwise). */
