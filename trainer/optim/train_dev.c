@@ -79,12 +79,17 @@ int trainer_dev_upload(trainer_dev *D, optim_adamw *const *opt) {
             (mb && dev->mem_upload(D->v[e], opt[e]->v, mb)) || dev->mem_sync())
             return core_error_push("trainer (model.device cuda): uploading the master weights and moments: ");
         /* the bf16 compute copy (LoRA: the base's and the adapter's) and proj_out's fp32 bias, from the same host
-         * weights */
+         * weights; an expert window: proj_out's bias only, the window left empty (the first expert phase rounds the
+         * master shards into it: the bits of this upload, without two whole uploads of which one is overwritten) */
         wan_dev_model *d = wan_dev_exec_model(D->x, m);
-        if (!d || wan_dev_model_upload(d) || wan_dev_exec_set_version(D->x, m, opt[e]->step) ||
-            (D->window && wan_dev_exec_set_resident(D->x, m))) /* the window holds the last uploaded */
+        const int pout = m->cfg.out_channels * m->cfg.patch_size[0] * m->cfg.patch_size[1] * m->cfg.patch_size[2];
+        if (!d ||
+            (D->window ? dev->mem_upload(d->proj_out_b, m->w.proj_out_b, (size_t)pout * sizeof(float))
+                       : wan_dev_model_upload(d)) ||
+            wan_dev_exec_set_version(D->x, m, opt[e]->step))
             return -1;
     }
+    if (D->window && wan_dev_exec_set_resident(D->x, NULL)) return -1;
     D->moments_on_host = 1;
     return 0;
 }
