@@ -77,6 +77,10 @@ typedef struct {
      * the same-host IPC path of the weight sync (trainer/net/controller.h ctl_set_device_weights). */
     void (*device_weights)(void *ctx, const struct k_dev_ops *dev, const struct wan_model *const *experts,
                            const void *const *bufs, const int64_t *elements, int n_experts);
+    /* Optional: a device buffer of `bytes` free between the trainer's optimizer step and its next accumulation
+     * through which NCCL syncs may send the host copy (ZeRO stage 3: trainer/net/controller.h ctl_set_sync_staging);
+     * NULL forgets it. */
+    void (*sync_staging)(void *ctx, const struct k_dev_ops *dev, void *staging, int64_t bytes);
     core_rollout_images images; /* the prompts' image conditions (TI2V, I2V-A14B), or zeroed */
 } core_rollout_source;
 

@@ -5,7 +5,8 @@
  * per-sync line and the workers' logs say so), and the run's metrics, rewards and checkpoint equal the same job's
  * with parallel.sync buckets bit for bit (the workers sample with the weights they received); auto on one host goes
  * by IPC; parallel.sync nccl outside an MPI launch is refused; a worker that cannot reserve its landing buffer takes no NCCL
- * sync (the job goes by buckets, same bits). And without sockets (tests/mpi/mpi_sync_nccl.c, 2 and 4
+ * sync (the job goes by buckets, same bits); at ZeRO stage 3 the NCCL syncs send the host copy through a device
+ * staging, the same bits as stage 3 in buckets. And without sockets (tests/mpi/mpi_sync_nccl.c, 2 and 4
  * ranks): the workers' device weights equal an upload of the master bit for bit; a corrupted bucket is refused by
  * name. */
 #include <jansson.h>
@@ -17,8 +18,10 @@
 #include "tests/metrics_rows.h"
 #include "tests/test.h"
 
-/* One MPI job into dir/name with parallel.sync `sync`; env: more VAR=value for every process ("" none). */
-static int job_env(char *out, size_t cap, const char *dir, const char *name, const char *sync, const char *env) {
+/* One MPI job into dir/name with parallel.sync `sync`; env: more VAR=value for every process ("" none); extra: more
+ * --set ("" none). */
+static int job_env(char *out, size_t cap, const char *dir, const char *name, const char *sync, const char *env,
+                   const char *extra) {
     const char *bin = test_vgrpo_bin(), *slash = strrchr(bin, '/');
     return test_run(out, cap,
                     "env %s OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
@@ -27,12 +30,12 @@ static int job_env(char *out, size_t cap, const char *dir, const char *name, con
                     "--set mode=colocated --set model.device=cuda --set model.path=%s/model --set rollout.num_steps=4 "
                     "--set parallel.trainer_ranks=2 --set parallel.rollout_workers=2 --set checkpoint.every=0 "
                     "--set logging.eval_every=0 --set parallel.sync_bucket_mib=1 --set parallel.sync=%s "
-                    "--set logging.run_dir=%s/%s --steps 2 2>&1",
-                    env, slash ? (int)(slash - bin) : 1, slash ? bin : ".", bin, dir, sync, dir, name);
+                    "--set logging.run_dir=%s/%s %s --steps 2 2>&1",
+                    env, slash ? (int)(slash - bin) : 1, slash ? bin : ".", bin, dir, sync, dir, name, extra);
 }
 
 static int job(char *out, size_t cap, const char *dir, const char *name, const char *sync) {
-    return job_env(out, cap, dir, name, sync, "");
+    return job_env(out, cap, dir, name, sync, "", "");
 }
 
 /* tests/mpi/mpi_sync_nccl.c under mpirun: a controller's side and 1 or 3 workers. */
@@ -94,13 +97,23 @@ TEST(sync_nccl_mpi_job_equals_buckets) {
                        dir, dir, dir, dir) == 0, "%s", out);
     /* a worker that cannot reserve its landing buffer (one bucket: 1 MiB here; the emulated device fails that
      * allocation) says so and takes no NCCL sync: the job goes by buckets, the same bits, instead of waiting for ever */
-    rc = job_env(out, sizeof out, dir, "noland", "nccl", "VGRPO_EMULATE_DEVICE_FAIL_BYTES=1048576");
+    rc = job_env(out, sizeof out, dir, "noland", "nccl", "VGRPO_EMULATE_DEVICE_FAIL_BYTES=1048576", "");
     CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 0 by NCCL broadcast, 2 in buckets)"), "the job without a landing "
               "buffer: %s", out);
     CHECK_MSG(test_run(grep, sizeof grep, "grep -c 'no NCCL weight sync for this worker (host buckets instead): 1.0 MiB "
                        "of device memory for the weight sync' %s/noland/logs/worker-0.log %s/noland/logs/worker-1.log "
                        "| grep -c ':1$'", dir, dir) == 0 && atoi(grep) == 2, "the workers' warning: %s", grep);
     CHECK_MSG(test_run(out, sizeof out, "cmp %s/noland/rewards.jsonl %s/buckets/rewards.jsonl", dir, dir) == 0, "%s", out);
+    /* ZeRO stage 3 (no device holds a whole master): NCCL syncs send the host copy through a device staging (the
+     * trainer's idle gradients), bucket by bucket; the same bits as stage 3 in buckets */
+    rc = job_env(out, sizeof out, dir, "nccl3", "nccl", "", "--set parallel.zero_stage=3");
+    CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 2 by NCCL broadcast, 0 in buckets)"), "the stage-3 NCCL job: %s", out);
+    rc = job_env(out, sizeof out, dir, "buckets3", "buckets", "", "--set parallel.zero_stage=3");
+    CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 0 by NCCL broadcast, 2 in buckets)"), "the stage-3 bucket job: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "cmp %s/nccl3/rewards.jsonl %s/buckets3/rewards.jsonl && cmp "
+                       "%s/nccl3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors "
+                       "%s/buckets3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors",
+                       dir, dir, dir, dir) == 0, "stage 3, NCCL vs buckets: %s", out);
     /* auto inside one MPI job on one host: CUDA IPC (here the emulated device's) to every worker */
     rc = job(out, sizeof out, dir, "auto", "auto");
     CHECK_MSG(rc == 0 && strstr(out, "(2 by IPC, 0 by NCCL broadcast, 0 in buckets)"), "the auto job: %s", out);

@@ -7,7 +7,10 @@
  *                             device weights and fp32 proj_out.bias equal an upload of the master bit for bit, its
  *                             host copy untouched; then a sync whose broadcast buffer has one element changed after
  *                             the hashes were taken: every worker refuses it naming bucket 2, its element range and
- *                             tensors (the buckets after it still received: the broadcast is collective). */
+ *                             tensors (the buckets after it still received: the broadcast is collective); then
+ *                             ZeRO stage 3's form, each bucket uploaded from the host copy into one bucket of device
+ *                             staging and broadcast from there: as good as the first (and a staging smaller than a
+ *                             bucket refused before any broadcast). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +95,16 @@ int mpi_case_sync_nccl(sp_comm *world, int argc, char **argv) {
         if (bad) bad[2 * per + (per > 7 ? 7 : 0)] += 1.0f; /* in bucket 2 (emulated device memory: host memory) */
         sp_comm *nccl = NULL;
         const void *B1[1] = {master}, *B2[1] = {bad};
-        MCHECK(!sync_nccl_broadcast(&nccl, world, dev, L, B1, send, 1, bucket), "broadcast: %s", core_last_error());
-        MCHECK(!sync_nccl_broadcast(&nccl, world, dev, L, B2, send, 1, bucket), "broadcast 2: %s", core_last_error());
+        MCHECK(!sync_nccl_broadcast(&nccl, world, dev, L, B1, send, 1, bucket, NULL, NULL, 0), "broadcast: %s", core_last_error());
+        MCHECK(!sync_nccl_broadcast(&nccl, world, dev, L, B2, send, 1, bucket, NULL, NULL, 0), "broadcast 2: %s", core_last_error());
+        /* ZeRO stage 3's form: no device master; each bucket uploaded from the host copy into one bucket of staging */
+        void *stg = dev->mem_alloc((size_t)bucket);
+        MCHECK(stg && !sync_nccl_broadcast(&nccl, world, dev, L, NULL, send, 1, bucket, P, stg, bucket),
+               "staged broadcast: %s", core_last_error());
+        MCHECK(sync_nccl_broadcast(&nccl, world, dev, L, NULL, send, 1, bucket, P, stg, 4) != 0 &&
+                   strstr(core_last_error(), "has no host source or staging of its size"),
+               "a staging smaller than a bucket: %s", core_last_error());
+        dev->mem_free(stg);
         sp_comm_destroy(nccl);
         dev->mem_free(master), dev->mem_free(bad);
     } else { /* a worker */
@@ -103,7 +114,7 @@ int mpi_case_sync_nccl(sp_comm *world, int argc, char **argv) {
                                    .sync_host = world};
         sink k = {0};
         const rollout_worker_io io = {.ctx = &k, .send_error = io_error, .send_fields = io_fields};
-        for (int round = 0; round < 2; round++) {
+        for (int round = 0; round < 3; round++) { /* the master's, a corrupted one, the host copy staged */
             json_t *nb = sync_bucket_hashes_json(L, P, send, 1, bucket);
             MCHECK(nb != NULL, "hashes");
             handle(&st, &io, CORE_WIRE_WEIGHTS_BEGIN, "b",
@@ -111,9 +122,10 @@ int mpi_case_sync_nccl(sp_comm *world, int argc, char **argv) {
                              "nccl_buckets", nb));
             handle(&st, &io, CORE_WIRE_WEIGHTS_END, "e", json_pack("{s:i, s:s}", "policy_version", 5 + round,
                                                                    "model_xxh64", hx));
-            if (round == 0) {
-                MCHECK(k.acks == 1 && k.errors == 0 && k.ack_hash == h && st.version == 5, "rank %d: acks %d %s: %s",
-                       world->rank, k.acks, k.code, k.reason);
+            if (round != 1) {
+                MCHECK(k.acks == (round ? 2 : 1) && k.errors == (round ? 1 : 0) && k.ack_hash == h &&
+                           st.version == 5 + round, "rank %d round %d: acks %d %s: %s", world->rank, round, k.acks,
+                       k.code, k.reason);
                 const wan_dev_model *d = wan_dev_exec_model(wx, &w);
                 MCHECK(d && ref && !memcmp(d->w, ref->w, sizeof(kb_bf16) * (size_t)n) &&
                            !memcmp(d->proj_out_b, ref->proj_out_b, sizeof(float) * 16),

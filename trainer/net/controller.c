@@ -47,6 +47,10 @@ struct ctl_server {
     const wan_model *dev_model[2];
     const void *dev_buf[2];
     int64_t dev_elements[2];
+    /* NCCL syncs without device buffers (ctl_set_sync_staging: ZeRO stage 3): the host copy through this staging */
+    const k_dev_ops *stage_dev;
+    void *staging;
+    int64_t staging_bytes;
     char host_id[CORE_SYNC_HOST_ID_MAX];
     /* how syncs travel (ctl_set_sync): parallel.sync, and for NCCL syncs the group and its NCCL group */
     int sync_mode;
@@ -188,6 +192,13 @@ void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model
 }
 
 void ctl_set_sync(ctl_server *c, int mode, sp_comm *nccl_host) { c->sync_mode = mode, c->nccl_host = nccl_host; }
+
+void ctl_set_sync_staging(ctl_server *c, const k_dev_ops *dev, void *staging, int64_t bytes) {
+    c->stage_dev = staging && bytes > 0 ? dev : NULL;
+    c->staging = c->stage_dev ? staging : NULL;
+    c->staging_bytes = c->stage_dev ? bytes : 0;
+}
+
 
 int ctl_set_sync_bucket(ctl_server *c, int64_t bytes) {
     if (bytes < (int64_t)sizeof(float) || bytes > ((int64_t)SYNC_BUCKET_MIB_MAX << 20))
@@ -672,16 +683,25 @@ static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sy
     return rc ? core_error_push("controller: weights (IPC) to %s: ", wk->id) : 0;
 }
 
-/* Whether this sync goes to every worker by NCCL broadcast (sync_nccl_choose): the experts sent must be the device
- * buffers of ctl_set_device_weights. */
-static int nccl_choose(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
-                       int adapters, char *why, size_t cap) {
+/* The experts sent are the device buffers of ctl_set_device_weights. */
+static int dev_bufs_sent(const ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                         int adapters) {
     int bufs = c->dev != NULL;
     for (int e = 0; e < n_experts && e < 2; e++) {
         const float *p;
         if (send[e] && (experts[e] != c->dev_model[e] || sync_layout(experts[e], adapters, &p)->numel != c->dev_elements[e]))
             bufs = 0;
     }
+    return bufs;
+}
+
+/* Whether this sync goes to every worker by NCCL broadcast (sync_nccl_choose): the experts sent must be the device
+ * buffers of ctl_set_device_weights, or a staging buffer of at least a bucket (ctl_set_sync_staging) must carry their
+ * host copy. */
+static int nccl_choose(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                       int adapters, char *why, size_t cap) {
+    const int bufs = dev_bufs_sent(c, experts, n_experts, send, adapters) ||
+                     (c->staging && c->staging_bytes >= c->bucket_bytes);
     return sync_nccl_choose(c->sync_mode, c->nccl_host, bufs, &c->nccl_off, &c->st, c->host_id, why, cap);
 }
 
@@ -693,10 +713,12 @@ static int send_weights_nccl(ctl_server *c, const char *tag, const wan_model *co
     const int n = n_experts < 2 ? n_experts : 2;
     for (int e = 0; e < n; e++)
         if (send[e]) L[e] = sync_layout(experts[e], adapters, &P[e]);
-    const sync_nccl_job j = {.layouts = L, .host = P, .dev_bufs = c->dev_buf, .send = send, .n_experts = n,
-                             .bucket_bytes = c->bucket_bytes, .adapters = adapters, .count = count, .version = version,
-                             .tag = tag, .model_hash = hx};
-    return sync_nccl_send(c->router, &c->st, &c->nccl, c->nccl_host, c->dev, &j);
+    const int bufs = dev_bufs_sent(c, experts, n_experts, send, adapters); /* else staged from the host copy */
+    const sync_nccl_job j = {.layouts = L, .host = P, .dev_bufs = bufs ? c->dev_buf : NULL,
+                             .staging = bufs ? NULL : c->staging, .staging_bytes = bufs ? 0 : c->staging_bytes,
+                             .send = send, .n_experts = n, .bucket_bytes = c->bucket_bytes, .adapters = adapters,
+                             .count = count, .version = version, .tag = tag, .model_hash = hx};
+    return sync_nccl_send(c->router, &c->st, &c->nccl, c->nccl_host, bufs ? c->dev : c->stage_dev, &j);
 }
 
 int ctl_sync_weights(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,

@@ -116,6 +116,13 @@ void ctl_set_device_weights(ctl_server *c, const k_dev_ops *dev, const wan_model
 struct sp_comm;
 void ctl_set_sync(ctl_server *c, int mode, struct sp_comm *nccl_host);
 
+/* NCCL syncs of weights that are not in device buffers of ctl_set_device_weights (ZeRO stage 3: no device holds a
+ * whole master; the host copy, gathered after every step, is what a sync sends): each bucket is uploaded from the
+ * host copy into `staging` (a buffer of `bytes` on dev, at least parallel.sync_bucket_mib; it must hold nothing the
+ * trainer needs between its optimizer step and its next accumulation: trainer/run/run_setup.c lends the device
+ * gradients) and broadcast from there. staging NULL: none (such syncs go in buckets). */
+void ctl_set_sync_staging(ctl_server *c, const k_dev_ops *dev, void *staging, int64_t bytes);
+
 /* Records that every worker holds the experts (send[e]: sent, or to be sent to a worker that comes back) as policy
  * `version`, without sending anything: what a fresh run's workers loaded (trainer/net/source_remote.c's start). Each
  * ctl_sync_weights records its weights the same way. The experts are kept by pointer and must stay valid and

@@ -117,6 +117,11 @@ static void remote_device_weights(void *ctx, const struct k_dev_ops *dev, const 
     ctl_set_device_weights(R->ctl, dev, experts, bufs, elements, n_experts);
 }
 
+static void remote_sync_staging(void *ctx, const struct k_dev_ops *dev, void *staging, int64_t bytes) {
+    remote *R = ctx;
+    ctl_set_sync_staging(R->ctl, dev, staging, bytes);
+}
+
 core_rollout_source *trainer_source_remote(struct ctl_server *ctl, int chunk, double timeout_s,
                                            const char *model_path) {
     remote *R = calloc(1, sizeof *R);
@@ -124,7 +129,7 @@ core_rollout_source *trainer_source_remote(struct ctl_server *ctl, int chunk, do
     R->ctl = ctl, R->chunk = chunk, R->timeout_s = timeout_s, R->model_path = model_path;
     R->src = (core_rollout_source){.mode = "colocated", .n_workers = ctl_n_workers(ctl), .ctx = R,
                               .rollout = remote_rollout, .push_weights = remote_push, .start = remote_start,
-                                   .device_weights = remote_device_weights};
+                                   .device_weights = remote_device_weights, .sync_staging = remote_sync_staging};
     return &R->src;
 }
 
@@ -133,5 +138,6 @@ void trainer_source_remote_free(core_rollout_source *s) {
     remote *R = s->ctx;
     ctl_set_weights(R->ctl, NULL, 0, NULL, 0); /* the experts it pointed at belong to the loop that is ending */
     ctl_set_device_weights(R->ctl, NULL, NULL, NULL, NULL, 0); /* and so do the device buffers */
+    ctl_set_sync_staging(R->ctl, NULL, NULL, 0);
     free(R);
 }

@@ -14,7 +14,7 @@
 
 int sync_nccl_broadcast(sp_comm **nccl, sp_comm *host, const k_dev_ops *dev,
                         const wan_layout *const *layouts, const void *const *bufs, const uint8_t *send, int n_experts,
-                        int64_t bucket_bytes) {
+                        int64_t bucket_bytes, const float *const *hsrc, void *staging, int64_t staging_bytes) {
     if (!*nccl) {
         const sp_nccl_opts o = {.stream = k_cuda_stream(), .dev = dev, .reduce = SP_REDUCE_EXACT};
         if (sp_comm_nccl_world(host, &o, nccl)) return core_error_push("weight sync by NCCL: the group: ");
@@ -24,9 +24,26 @@ int sync_nccl_broadcast(sp_comm **nccl, sp_comm *host, const k_dev_ops *dev,
     sync_bucket *bk = malloc(sizeof *bk * (size_t)(nb ? nb : 1));
     if (!bk) return core_error("out of memory");
     int rc = sync_bucket_plan(layouts, send, n_experts, bucket_bytes, bk, nb) == nb ? 0 : -1;
-    for (int k = 0; k < nb && !rc; k++) /* in place on the root: its buffer is read, not written */
-        if (sp_comm_broadcast(*nccl, (float *)bufs[bk[k].expert] + bk[k].offset, (size_t)bk[k].count, SP_F32, 0))
+    for (int k = 0; k < nb && !rc; k++) { /* in place on the root: its buffer is read, not written */
+        float *src;
+        if (bufs) {
+            src = (float *)bufs[bk[k].expert] + bk[k].offset;
+        } else { /* staged from the host copy */
+            const size_t b = (size_t)bk[k].count * sizeof(float);
+            src = staging;
+            if (!hsrc || !hsrc[bk[k].expert] || !staging || (int64_t)b > staging_bytes) {
+                rc = core_error("weight sync by NCCL: bucket %d (%zu bytes) has no host source or staging of its size",
+                                bk[k].index, b);
+                break;
+            }
+            if (dev->mem_upload(src, hsrc[bk[k].expert] + bk[k].offset, b)) {
+                rc = core_error_push("weight sync by NCCL: bucket %d to the staging: ", bk[k].index);
+                break;
+            }
+        }
+        if (sp_comm_broadcast(*nccl, src, (size_t)bk[k].count, SP_F32, 0))
             rc = core_error_push("weight sync by NCCL: bucket %d: ", bk[k].index);
+    }
     if (!rc && dev->mem_sync()) rc = core_error_push("weight sync by NCCL: ");
     free(bk);
     return rc;
@@ -37,7 +54,9 @@ int sync_nccl_choose(int mode, const sp_comm *host, int bufs, int *off, const ct
     if (mode != CORE_SYNC_AUTO && mode != CORE_SYNC_NCCL) return snprintf(why, cap, "parallel.sync"), 0;
     if (!host) return snprintf(why, cap, "the workers are not in the job's communicator (not one MPI launch)"), 0;
     if (*off) return snprintf(why, cap, "a worker was lost, and a broadcast needs every worker"), 0;
-    if (!bufs) return snprintf(why, cap, "the weights of this sync are not the trainer's device buffers"), 0;
+    if (!bufs)
+        return snprintf(why, cap, "the weights of this sync are not the trainer's device buffers (nor is there a device "
+                        "staging buffer for its host copy)"), 0;
     if (st->n != host->size - 1)
         return snprintf(why, cap, "%d worker(s) said hello, the job's group has %d", st->n, host->size - 1), 0;
     int other = 0;
@@ -73,7 +92,9 @@ int sync_nccl_send(void *router, const ctl_state *st, sp_comm **nccl, sp_comm *h
         json_decref(f);
     }
     json_decref(nb);
-    if (!rc) rc = sync_nccl_broadcast(nccl, host, dev, j->layouts, j->dev_bufs, j->send, j->n_experts, j->bucket_bytes);
+    if (!rc)
+        rc = sync_nccl_broadcast(nccl, host, dev, j->layouts, j->dev_bufs, j->send, j->n_experts, j->bucket_bytes,
+                                 j->host, j->staging, j->staging_bytes);
     for (int w = 0; w < st->n && !rc; w++) {
         const ctl_worker *wk = &st->w[w];
         snprintf(id, sizeof id, "%s-end", j->tag);

@@ -31,7 +31,9 @@ int sync_nccl_choose(int mode, const sp_comm *host, int bufs, int *off, const ct
 typedef struct {
     const wan_layout *const *layouts;
     const float *const *host;
-    const void *const *dev_bufs;
+    const void *const *dev_bufs;    /* NULL: each bucket is uploaded from host[e] into staging, then broadcast */
+    void *staging;                  /* with dev_bufs NULL: a device buffer of staging_bytes >= one bucket */
+    int64_t staging_bytes;
     const uint8_t *send;
     int n_experts;
     int64_t bucket_bytes;
@@ -48,10 +50,13 @@ int sync_nccl_send(void *router, const ctl_state *st, sp_comm **nccl, sp_comm *h
 
 /* The broadcasts of one sync from root 0 of *nccl (made over host on dev and the kernels' stream, k_cuda_stream, when
  * NULL: collective with every worker): the buckets of bucket_bytes over the experts with send[e] (layouts[e]; bufs[e] the device buffer
- * each is read from), in sync_bucket_plan's order, then the device synchronized. 0, or -1 with core_error (the
- * group could not be made, a broadcast failed: the job cannot go on). */
+ * each is read from), in sync_bucket_plan's order, then the device synchronized. bufs NULL (the root's side at ZeRO
+ * stage 3, where no device holds a whole master): each bucket uploaded from hsrc[e] (host fp32, the layout's) into
+ * staging (device, staging_bytes >= one bucket) and broadcast from there; the workers' side is the same either way.
+ * 0, or -1 with core_error (the group could not be made, a broadcast or an upload failed, a bucket larger than the
+ * staging: the job cannot go on). */
 int sync_nccl_broadcast(sp_comm **nccl, sp_comm *host, const k_dev_ops *dev,
                         const wan_layout *const *layouts, const void *const *bufs, const uint8_t *send, int n_experts,
-                        int64_t bucket_bytes);
+                        int64_t bucket_bytes, const float *const *hsrc, void *staging, int64_t staging_bytes);
 
 #endif

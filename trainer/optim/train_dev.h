@@ -31,7 +31,8 @@
  * come from the other ranks (the gather hook), and the host mirror is made every step (lazy_host must be 0) from
  * this rank's range downloaded and the others' gathered over the host group (the host_gather hook); proj_out.bias's
  * fp32 device copy comes from that host mirror. Nothing on the device holds the whole master then: a same-host
- * worker cannot copy it (trainer/run/run_setup.c gives the weight sync no device buffers at stage 3).
+ * worker cannot copy it (trainer/run/run_setup.c gives the weight sync no device buffers at stage 3; NCCL syncs send
+ * the host copy through the idle device gradients instead: trainer/net/controller.h ctl_set_sync_staging).
  * Not here yet: sequence parallelism on the device, an EMA of the adapters evaluated in process. trainer/run/run_setup.c
  * refuses those recipes with model.device cuda. */
 #ifndef TRAINER_TRAIN_DEV_H

@@ -494,6 +494,14 @@ int trainer_setup(trainer_state *S, const core_recipe *r, sp_comm *dp) {
         const void *bufs[2] = {S->dev.master[0], S->dev.master[1]};
         S->src->device_weights(S->src->ctx, wan_dev_exec_ops(S->dx), ex, bufs, S->dev.numel, S->n_experts);
     }
+    /* a sharded master: NCCL syncs send the host copy through the device gradients of a trained expert, idle between
+     * the optimizer step and the next accumulation (which zeroes them first); made now, as the estimate counts them */
+    if (S->dx && S->src && S->src->sync_staging && S->dev.master_sharded) {
+        const int e = S->dev.trained[0] ? 0 : 1;
+        wan_dev_model *d = wan_dev_exec_model(S->dx, &S->pol[e]);
+        if (!d || wan_dev_alloc_grads(d)) return core_error_push("trainer: the weight sync's staging: ");
+        S->src->sync_staging(S->src->ctx, wan_dev_exec_ops(S->dx), d->grads, S->dev.numel[e] * (int64_t)sizeof(float));
+    }
     return sde_window_from_recipe(r, &S->win);
 }
 
