@@ -149,7 +149,7 @@ static int init_state(trainer_dev *D, wan_dev_exec *x, wan_model *const *pol, in
             return -1;
         }
     }
-    if (window) { /* one bf16 copy and one gradient buffer for both experts, a gradient shard each */
+    if (window) { /* one bf16 copy and one gradient buffer for both experts; transformer's reduced shard on the host */
         D->window = 1;
         if (!(D->ghost = malloc((size_t)(D->len[0] > 0 ? D->len[0] : 1) * sizeof(float)))) {
             core_error("trainer (model.device cuda): out of host memory for transformer's gradient shard (%.1f MiB)",
