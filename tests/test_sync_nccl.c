@@ -114,6 +114,15 @@ TEST(sync_nccl_mpi_job_equals_buckets) {
                        "%s/nccl3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors "
                        "%s/buckets3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors",
                        dir, dir, dir, dir) == 0, "stage 3, NCCL vs buckets: %s", out);
+    /* parallel.sync_bucket_mib above the model's size: one bucket of the model's size, which the staging (as large as
+     * the model) holds: still by NCCL, the same bits */
+    rc = job_env(out, sizeof out, dir, "one3", "nccl", "", "--set parallel.zero_stage=3 --set parallel.sync_bucket_mib=64");
+    CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 2 by NCCL broadcast, 0 in buckets)") && !strstr(out, "goes in buckets"),
+              "the stage-3 NCCL job in one bucket: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "cmp %s/one3/rewards.jsonl %s/buckets3/rewards.jsonl && cmp "
+                       "%s/one3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors "
+                       "%s/buckets3/checkpoint-2/transformer/diffusion_pytorch_model.safetensors",
+                       dir, dir, dir, dir) == 0, "stage 3 in one bucket, NCCL vs buckets: %s", out);
     /* auto inside one MPI job on one host: CUDA IPC (here the emulated device's) to every worker */
     rc = job(out, sizeof out, dir, "auto", "auto");
     CHECK_MSG(rc == 0 && strstr(out, "(2 by IPC, 0 by NCCL broadcast, 0 in buckets)"), "the auto job: %s", out);

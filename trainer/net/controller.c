@@ -695,13 +695,28 @@ static int dev_bufs_sent(const ctl_server *c, const wan_model *const *experts, i
     return bufs;
 }
 
+/* Bytes of the largest bucket of this sync (sync_bucket_plan: a bucket never spans two experts, so with
+ * parallel.sync_bucket_mib above an expert's size that expert is one bucket of its own size). */
+static int64_t largest_bucket(const ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                              int adapters) {
+    const int64_t per = c->bucket_bytes / (int64_t)sizeof(float);
+    int64_t most = 0;
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        const float *p;
+        if (!send[e]) continue;
+        const int64_t n = sync_layout(experts[e], adapters, &p)->numel, k = n < per ? n : per;
+        if (k > most) most = k;
+    }
+    return most * (int64_t)sizeof(float);
+}
+
 /* Whether this sync goes to every worker by NCCL broadcast (sync_nccl_choose): the experts sent must be the device
- * buffers of ctl_set_device_weights, or a staging buffer of at least a bucket (ctl_set_sync_staging) must carry their
- * host copy. */
+ * buffers of ctl_set_device_weights, or a staging buffer that holds its largest bucket (ctl_set_sync_staging) must
+ * carry their host copy. */
 static int nccl_choose(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                        int adapters, char *why, size_t cap) {
     const int bufs = dev_bufs_sent(c, experts, n_experts, send, adapters) ||
-                     (c->staging && c->staging_bytes >= c->bucket_bytes);
+                     (c->staging && c->staging_bytes >= largest_bucket(c, experts, n_experts, send, adapters));
     return sync_nccl_choose(c->sync_mode, c->nccl_host, bufs, &c->nccl_off, &c->st, c->host_id, why, cap);
 }
 
