@@ -6,7 +6,8 @@
  * with parallel.sync buckets bit for bit (the workers sample with the weights they received); auto on one host goes
  * by IPC; parallel.sync nccl outside an MPI launch is refused; a worker that cannot reserve its landing buffer takes no NCCL
  * sync (the job goes by buckets, same bits); at ZeRO stage 3 the NCCL syncs send the host copy through a device
- * staging, the same bits as stage 3 in buckets. And without sockets (tests/mpi/mpi_sync_nccl.c, 2 and 4
+ * staging, the same bits as stage 3 in buckets (also in one bucket larger than the model's size, and under auto on
+ * one host, where no device buffer exists for IPC). And without sockets (tests/mpi/mpi_sync_nccl.c, 2 and 4
  * ranks): the workers' device weights equal an upload of the master bit for bit; a corrupted bucket is refused by
  * name. */
 #include <jansson.h>
@@ -126,6 +127,11 @@ TEST(sync_nccl_mpi_job_equals_buckets) {
     /* auto inside one MPI job on one host: CUDA IPC (here the emulated device's) to every worker */
     rc = job(out, sizeof out, dir, "auto", "auto");
     CHECK_MSG(rc == 0 && strstr(out, "(2 by IPC, 0 by NCCL broadcast, 0 in buckets)"), "the auto job: %s", out);
+    /* auto at ZeRO stage 3 on one host: no device buffer IPC could export, so the staged broadcast (not buckets) */
+    rc = job_env(out, sizeof out, dir, "auto3", "auto", "", "--set parallel.zero_stage=3");
+    CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 2 by NCCL broadcast, 0 in buckets)"), "the stage-3 auto job: %s", out);
+    CHECK_MSG(test_run(out, sizeof out, "cmp %s/auto3/rewards.jsonl %s/buckets3/rewards.jsonl", dir, dir) == 0,
+              "stage 3, auto vs buckets: %s", out);
     /* outside one MPI job */
     CHECK(test_run(out, sizeof out, "%s run recipes/tiny-cpu.yaml --dry-run --set mode=colocated --set model.device=cuda "
                    "--set parallel.sync=nccl 2>&1", test_vgrpo_bin()) == 1 &&

@@ -712,11 +712,12 @@ static int64_t largest_bucket(const ctl_server *c, const wan_model *const *exper
 
 /* Whether this sync goes to every worker by NCCL broadcast (sync_nccl_choose): the experts sent must be the device
  * buffers of ctl_set_device_weights, or a staging buffer that holds its largest bucket (ctl_set_sync_staging) must
- * carry their host copy. */
+ * carry their host copy (then parallel.sync auto broadcasts on one host too: no device buffer for IPC). */
 static int nccl_choose(ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
                        int adapters, char *why, size_t cap) {
-    const int bufs = dev_bufs_sent(c, experts, n_experts, send, adapters) ||
-                     (c->staging && c->staging_bytes >= largest_bucket(c, experts, n_experts, send, adapters));
+    const int bufs = dev_bufs_sent(c, experts, n_experts, send, adapters)                                      ? 1
+                     : c->staging && c->staging_bytes >= largest_bucket(c, experts, n_experts, send, adapters) ? 2
+                                                                                                             : 0;
     return sync_nccl_choose(c->sync_mode, c->nccl_host, bufs, &c->nccl_off, &c->st, c->host_id, why, cap);
 }
 

@@ -69,7 +69,9 @@ int sync_nccl_choose(int mode, const sp_comm *host, int bufs, int *off, const ct
             return snprintf(why, cap, "%s takes no NCCL syncs (no device weights or no landing buffer)", st->w[w].id), 0;
         other |= strcmp(st->w[w].host_id, host_id) != 0;
     }
-    if (mode == CORE_SYNC_AUTO && !other) return snprintf(why, cap, "every worker is on this host (CUDA IPC)"), 0;
+    /* a staged sync (bufs 2) has no device buffer to export: IPC cannot serve it, the broadcast can */
+    if (mode == CORE_SYNC_AUTO && !other && bufs == 1)
+        return snprintf(why, cap, "every worker is on this host (CUDA IPC)"), 0;
     return 1;
 }
 

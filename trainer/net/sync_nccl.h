@@ -19,9 +19,11 @@
 #include "trainer/net/ctl_msg.h"
 
 /* Whether a sync goes to every worker by NCCL broadcast: mode (core_sync_mode) auto or nccl, the job's group host
- * (NULL: not one MPI launch), bufs (the experts sent are the trainer's device buffers), every worker of st in the
- * group, none lost (a lost one sets *off: no more NCCL syncs) and each able (its hello's "nccl"), and with auto one of
- * them on another host than host_id (else IPC serves them). 1, or 0 with why (cap bytes). */
+ * (NULL: not one MPI launch), bufs (1: the experts sent are the trainer's device buffers; 2: their host copy goes
+ * through a device staging buffer, ZeRO stage 3; 0: neither), every worker of st in the group, none lost (a lost one
+ * sets *off: no more NCCL syncs) and each able (its hello's "nccl"), and with auto and bufs 1 one of them on another
+ * host than host_id (else IPC serves them; a staged sync has no buffer IPC could export, so auto broadcasts it on one
+ * host too). 1, or 0 with why (cap bytes). */
 int sync_nccl_choose(int mode, const sp_comm *host, int bufs, int *off, const ctl_state *st, const char *host_id,
                      char *why, size_t cap);
 
