@@ -155,7 +155,11 @@ int launch_run_worker(launch *L, const core_recipe *r) {
     memset(&p, 0, sizeof p);
     rollout_worker_config cfg = {.controller = L->ctl_ep, .reward = L->rew_ep, .id = id, .fps = 16.0,
                                  .reward_timeout_s = r->reward_timeout_s, .reward_max_attempts = r->reward_max_attempts,
-                                 .keys = &L->keys, .sync_group = L->sync, .sync_bucket_mib = r->sync_bucket_mib};
+                                 .keys = &L->keys, .sync_bucket_mib = r->sync_bucket_mib,
+                                 /* NCCL syncs (and the landing buffer reserved for them) only where the recipe may
+                                  * choose them: parallel.sync buckets or ipc never broadcasts */
+                                 .sync_group = r->choice.sync == CORE_SYNC_AUTO || r->choice.sync == CORE_SYNC_NCCL
+                                                   ? L->sync : NULL};
     int rc = -2;
     if (!core_gpu_select(r, CORE_GPU_WORKER, L->role_rank) && !rollout_pipeline_load_lora(&p, r, NULL, NULL)) {
         signal(SIGTERM, on_stop);

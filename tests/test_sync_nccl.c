@@ -81,8 +81,13 @@ TEST(sync_nccl_mpi_job_equals_buckets) {
         CHECK_MSG(test_run(grep, sizeof grep, "grep -c 'applied (by NCCL broadcast, into the device' %s/nccl/logs/"
                            "worker-%d.log", dir, w) == 0 && atoi(grep) >= 2,
                   "worker-%d: %s", w, grep);
-    rc = job(out, sizeof out, dir, "buckets", "buckets");
+    /* (parallel.sync buckets never broadcasts, so its workers reserve no landing buffer: an allocation of one bucket
+     * that would fail goes unnoticed) */
+    rc = job_env(out, sizeof out, dir, "buckets", "buckets", "VGRPO_EMULATE_DEVICE_FAIL_BYTES=1048576", "");
     CHECK_MSG(rc == 0 && strstr(out, "(0 by IPC, 0 by NCCL broadcast, 2 in buckets)"), "the bucket job: %s", out);
+    CHECK_MSG(test_run(grep, sizeof grep, "cat %s/buckets/logs/worker-0.log %s/buckets/logs/worker-1.log | grep -c "
+                       "'no NCCL weight sync'", dir, dir) == 1 && atoi(grep) == 0,
+              "the bucket job's workers reserved a landing buffer: %s", grep);
     char pa[700], pb[700];
     json_t *ra[8], *rb[8];
     snprintf(pa, sizeof pa, "%s/nccl/metrics.jsonl", dir);
