@@ -73,21 +73,21 @@ TEST(dev_window_two_experts_one_copy) {
            (long long)n);
     CHECK_MSG(two - one == (size_t)n * 6, "a window saves one bf16 copy and one fp32 gradient buffer: %zu", two - one);
 
-    /* m1 was uploaded last: resident; m0 refused */
-    CHECK(wan_dev_exec_resident(x, &m1) && !wan_dev_exec_resident(x, &m0));
-    REQUIRE_OK(forward(x, &m1, o));
-    CHECK_MSG(memcmp(o, o_ref1, sizeof(float) * no) == 0, "transformer_2 in the window differs from its own copy");
-    CHECK(forward(x, &m0, o) != 0 && strstr(core_last_error(), "not on the device") &&
-          strstr(core_last_error(), "share one window"));
-    /* m0 made resident by a sync (an upload), then the other way round */
-    REQUIRE_OK(wan_dev_exec_sync(x, &m0, 5));
+    /* the window holds m0's weights (its copy was made first): resident; m1 refused */
     CHECK(wan_dev_exec_resident(x, &m0) && !wan_dev_exec_resident(x, &m1));
     REQUIRE_OK(forward(x, &m0, o));
     CHECK_MSG(memcmp(o, o_ref0, sizeof(float) * no) == 0, "transformer in the window differs from its own copy");
-    CHECK(forward(x, &m1, o) != 0);
+    CHECK(forward(x, &m1, o) != 0 && strstr(core_last_error(), "not on the device") &&
+          strstr(core_last_error(), "share one window"));
+    /* m1 made resident by a sync (an upload; its own proj_out.bias was uploaded with the window), then m0 again */
     REQUIRE_OK(wan_dev_exec_sync(x, &m1, 5));
+    CHECK(wan_dev_exec_resident(x, &m1) && !wan_dev_exec_resident(x, &m0));
     REQUIRE_OK(forward(x, &m1, o));
-    CHECK(memcmp(o, o_ref1, sizeof(float) * no) == 0);
+    CHECK_MSG(memcmp(o, o_ref1, sizeof(float) * no) == 0, "transformer_2 in the window differs from its own copy");
+    CHECK(forward(x, &m0, o) != 0);
+    REQUIRE_OK(wan_dev_exec_sync(x, &m0, 5));
+    REQUIRE_OK(forward(x, &m0, o));
+    CHECK(memcmp(o, o_ref0, sizeof(float) * no) == 0);
     /* emptied (the optimizer step): neither runs */
     REQUIRE_OK(wan_dev_exec_set_resident(x, NULL));
     CHECK(forward(x, &m0, o) != 0 && forward(x, &m1, o) != 0 && strstr(core_last_error(), "neither"));

@@ -26,6 +26,20 @@ static void base_args(char *buf, size_t cap, const char *dir) {
              "--set checkpoint.every=1 --set checkpoint.total_limit=0", dir);
 }
 
+/* `env vgrpo run recipes/tiny-cpu-dpo.yaml args --steps first` into dir/name, then the same continued with --resume to
+ * `total` steps; a run that fails fails the test, naming `what`. */
+static void run_resumed(const char *env, const char *args, const char *dir, const char *name, int first, int total,
+                        const char *what) {
+    static char out[16384];
+    const char *bin = test_vgrpo_bin();
+    int st = test_run(out, sizeof out, "%s %s run recipes/tiny-cpu-dpo.yaml %s --steps %d --set logging.run_dir=%s/%s "
+                      "2>&1", env, bin, args, first, dir, name);
+    CHECK_MSG(st == 0, "%s, %d step(s): %s", what, first, out);
+    st = test_run(out, sizeof out, "%s %s run recipes/tiny-cpu-dpo.yaml %s --steps %d --set logging.run_dir=%s/%s "
+                  "--resume %s/%s 2>&1", env, bin, args, total, dir, name, dir, name);
+    CHECK_MSG(st == 0, "%s, resumed to %d: %s", what, total, out);
+}
+
 static int cmp_files(const char *dir, const char *a, const char *b, int step, const char *f) {
     return test_run(NULL, 0, "cmp -s %s/%s/checkpoint-%d/%s %s/%s/checkpoint-%d/%s", dir, a, step, f, dir, b, step, f);
 }
@@ -117,12 +131,7 @@ TEST(dpo_run_rows_colocated_resume) {
     const char *files[] = {W, "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "l", "c", 4, files[i]) == 0, "colocated: %s differs", files[i]);
     /* resume: 2 + 2 == 4 (the reference is the initial weights, not the checkpoint's) */
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 2 --set logging.run_dir=%s/r", bin, base,
-                  dir);
-    CHECK_MSG(st == 0, "2 steps: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 4 --set logging.run_dir=%s/r --resume %s/r",
-                  bin, base, dir, dir);
-    CHECK_MSG(st == 0, "resume: %s", out);
+    run_resumed("", base, dir, "r", 2, 4, "resume");
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "l", "r", 4, files[i]) == 0, "resume: %s differs", files[i]);
     rows_equal(dir, "l", "r", 5);
     /* two trainer ranks, each its share of the pairs: the first loss is local's; 2 + 2 == 4 */
@@ -131,12 +140,7 @@ TEST(dpo_run_rows_colocated_resume) {
     st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 4 --set logging.run_dir=%s/t4", bin, two,
                   dir);
     CHECK_MSG(st == 0, "2 ranks, 4 steps: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 2 --set logging.run_dir=%s/t2", bin, two,
-                  dir);
-    CHECK_MSG(st == 0, "2 ranks, 2 steps: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 4 --set logging.run_dir=%s/t2 "
-                  "--resume %s/t2", bin, two, dir, dir);
-    CHECK_MSG(st == 0, "2 ranks, resume: %s", out);
+    run_resumed("", two, dir, "t2", 2, 4, "2 ranks");
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "t4", "t2", 4, files[i]) == 0, "2 ranks, resume: %s differs", files[i]);
     rows_equal(dir, "t4", "t2", 5);
     json_t *a[16], *b[16];
@@ -170,12 +174,7 @@ TEST(dpo_run_lora_reference_is_base) {
     REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "LoRA run: %s", out), -1) : 0);
     CHECK_MSG(strstr(out, "LoRA: base weights unchanged"), "%s", out);
     CHECK_MSG(strstr(out, "loss 0.6931 | margin +0 positive 0.00"), "the first step against the base: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 1 --set logging.run_dir=%s/b", bin, base,
-                  dir);
-    CHECK_MSG(st == 0, "1 step: %s", out);
-    st = test_run(out, sizeof out, "%s run recipes/tiny-cpu-dpo.yaml %s --steps 2 --set logging.run_dir=%s/b --resume %s/b",
-                  bin, base, dir, dir);
-    CHECK_MSG(st == 0, "resume: %s", out);
+    run_resumed("", base, dir, "b", 1, 2, "LoRA");
     const char *files[] = {"transformer/pytorch_lora_weights.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "LoRA resume: %s differs", files[i]);
     CHECK(test_run(NULL, 0, "test -e %s/a/checkpoint-2/old", dir) != 0);
@@ -193,12 +192,7 @@ TEST(dpo_run_emulated_device_resume) {
                       "--set logging.run_dir=%s/a", bin, base, dir);
     REQUIRE_OK(st ? (test_fail(__FILE__, __LINE__, "emulated run: %s", out), -1) : 0);
     CHECK_MSG(strstr(out, "loss 0.6931 | margin +0 positive 0.00"), "the first step against the reference: %s", out);
-    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 1 "
-                  "--set logging.run_dir=%s/b", bin, base, dir);
-    CHECK_MSG(st == 0, "1 step: %s", out);
-    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 2 "
-                  "--set logging.run_dir=%s/b --resume %s/b", bin, base, dir, dir);
-    CHECK_MSG(st == 0, "resume: %s", out);
+    run_resumed("VGRPO_EMULATE_DEVICE=1", base, dir, "b", 1, 2, "emulated");
     const char *files[] = {W, "optimizer.safetensors"};
     for (int i = 0; i < 2; i++) CHECK_MSG(cmp_files(dir, "a", "b", 2, files[i]) == 0, "emulated resume: %s differs", files[i]);
     rows_equal(dir, "a", "b", 3);
@@ -238,12 +232,7 @@ TEST(dpo_run_emulated_device_lora) {
               e[0][2], e[0][1], e[0][3]);
     CHECK_MSG(e[2][0] != e[2][1] && e[2][2] != e[2][3], "step 2: the policy's errors equal the reference's (%.17g)",
               e[2][0]);
-    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 1 "
-                  "--set logging.run_dir=%s/b 2>&1", bin, base, dir);
-    CHECK_MSG(st == 0, "1 step: %s", out);
-    st = test_run(out, sizeof out, "VGRPO_EMULATE_DEVICE=1 %s run recipes/tiny-cpu-dpo.yaml %s --steps 3 "
-                  "--set logging.run_dir=%s/b --resume %s/b 2>&1", bin, base, dir, dir);
-    CHECK_MSG(st == 0, "resume: %s", out);
+    run_resumed("VGRPO_EMULATE_DEVICE=1", base, dir, "b", 1, 3, "emulated LoRA");
     const char *files[] = {"transformer/pytorch_lora_weights.safetensors", "optimizer.safetensors"};
     for (int i = 0; i < 2; i++)
         CHECK_MSG(cmp_files(dir, "a", "b", 3, files[i]) == 0, "emulated LoRA resume: %s differs", files[i]);

@@ -110,16 +110,23 @@ static const slot *lender(const wan_dev_exec *x, const wan_model *m) {
 }
 
 /* m's slot, made (and its weights uploaded, or its adapter alone on a lender's base) when missing. */
-static slot *get(wan_dev_exec *x, const wan_model *m) {
-    slot *s = find(x, m);
-    if (s) return s;
+/* Room for one more slot in x->s, and a zeroed slot (the caller fills it and appends it); NULL when out of memory. */
+static slot *new_slot(wan_dev_exec *x) {
     if (x->n == x->cap) {
         const int cap = x->cap ? 2 * x->cap : 4;
         slot **ns = realloc(x->s, sizeof *ns * (size_t)cap);
         if (!ns) return core_error("out of memory"), NULL;
         x->s = ns, x->cap = cap;
     }
-    if (!(s = calloc(1, sizeof *s))) return core_error("out of memory"), NULL;
+    slot *s = calloc(1, sizeof *s);
+    if (!s) core_error("out of memory");
+    return s;
+}
+
+static slot *get(wan_dev_exec *x, const wan_model *m) {
+    slot *s = find(x, m);
+    if (s) return s;
+    if (!(s = new_slot(x))) return NULL;
     const slot *l = lender(x, m);
     if (l ? wan_dev_model_init_view(&s->d, &l->d, m) : wan_dev_model_init(&s->d, x->dev, m)) return free(s), NULL;
     s->host = m;
@@ -153,18 +160,13 @@ int wan_dev_exec_window(wan_dev_exec *x, const wan_model *a, const wan_model *b)
     slot *sa = get(x, a);
     if (!sa || wan_dev_alloc_grads(&sa->d)) return core_error_push("wan_dev_exec_window: ");
     if (sa->d.window || sa->d.base_borrowed) return core_error("wan_dev_exec_window: the first model is a view");
-    if (x->n == x->cap) {
-        const int cap = x->cap ? 2 * x->cap : 4;
-        slot **ns = realloc(x->s, sizeof *ns * (size_t)cap);
-        if (!ns) return core_error("out of memory");
-        x->s = ns, x->cap = cap;
-    }
-    slot *sb = calloc(1, sizeof *sb);
-    if (!sb) return core_error("out of memory");
+    slot *sb = new_slot(x);
+    if (!sb) return -1;
     const wan_config *c = &b->cfg;
-    const int pout = c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2];
+    const size_t pb = (size_t)(c->out_channels * c->patch_size[0] * c->patch_size[1] * c->patch_size[2]) * sizeof(float);
+    /* b's own proj_out.bias; the window keeps a's weights, which a's copy just uploaded (or held) */
     sb->d = (wan_dev_model){.dev = x->dev, .host = b, .w = sa->d.w, .grads = sa->d.grads, .window = 1};
-    if (!(sb->d.proj_out_b = x->dev->mem_alloc((size_t)pout * sizeof(float))) || wan_dev_model_upload(&sb->d)) {
+    if (!(sb->d.proj_out_b = x->dev->mem_alloc(pb)) || x->dev->mem_upload(sb->d.proj_out_b, b->w.proj_out_b, pb)) {
         core_error_push("wan_dev_exec_window: ");
         wan_dev_model_free(&sb->d);
         free(sb);
@@ -172,7 +174,7 @@ int wan_dev_exec_window(wan_dev_exec *x, const wan_model *a, const wan_model *b)
     }
     sb->host = b, sb->in_window = 1, sa->in_window = 1;
     x->s[x->n++] = sb;
-    x->resident = sb;
+    x->resident = sa;
     return 0;
 }
 

@@ -80,7 +80,8 @@ void wan_dev_exec_forget(wan_dev_exec *x, const wan_model *m);
  * neither, after the optimizer step), and wan_dev_exec_sync of either uploads it and makes it resident. Both
  * experts' backwards accumulate into the one gradient buffer: the trainer reduces one expert's gradients and keeps
  * its shard elsewhere before the other's first backward (trainer/dp/dp_dev.h). Called before b has a device copy (a's
- * is made here when missing, with its gradients); b's weights are uploaded last, so b is resident. 0, or -1 naming
+ * is made here when missing, with its gradients); the window holds a's weights, so a is resident (b's proj_out.bias
+ * is uploaded, its weights are not). 0, or -1 naming
  * the reason (other configs, an adapter, b copied already, out of device memory). */
 int wan_dev_exec_window(wan_dev_exec *x, const wan_model *a, const wan_model *b);
 int wan_dev_exec_set_resident(wan_dev_exec *x, const wan_model *m);

@@ -410,10 +410,8 @@ static void trainer_common(budget_proc *p, const sizes *z, int ema) {
         } else {
             add(p, z->dev ? "AdamW m, v" : "gradients + AdamW m, v", "model.path", 0, (z->dev ? 2 : 3) * W);
         }
-        if (z->dev && !(r->choice.mode == CORE_MODE_LOCAL) && e->zero_ranks > 1 &&
-            trainer_dev_expert_window(r, e->n_experts)) /* trainer/dp/dp_dev.h: transformer's reduced shard */
-            add(p, "transformer's gradient shard (the expert window)", K_ZERO, BUDGET_TRAIN,
-                e->adam_shard / (2.0 * e->n_experts));
+        if (trainer_dev_expert_window(r, e->n_experts)) /* trainer/dp/dp_dev.h: transformer's reduced shard */
+            add(p, "transformer's gradient shard (the expert window)", K_ZERO, BUDGET_TRAIN, e->shard);
         if (r->beta > 0) add(p, "KL reference weights", "algorithm.beta", 0, W);
         if (ema && r->ema_decay > 0) add(p, "EMA weights", "algorithm.ema_decay", 0, W);
         if (core_recipe_forward_process(r))
@@ -661,7 +659,8 @@ int budget_estimate_job(budget_estimate *e, const core_recipe *r, const budget_r
             most = len > most ? len : most;
         }
         e->adam_whole = 2 * F32 * (double)nb * nbuf;
-        e->adam_shard = 2 * F32 * (double)(e->zero_stage > 0 ? most : nb) * nbuf;
+        e->shard = F32 * (double)(e->zero_stage > 0 ? most : nb);
+        e->adam_shard = 2 * e->shard * nbuf;
     }
     z.video_frames = e->have_vae ? r->frames : e->F;
     z.video = (double)z.video_frames * r->height * r->width * 3;

@@ -153,6 +153,8 @@ typedef struct {
     /* parallel.zero_stage (trainer/dp/zero.h): AdamW m and v of the trained buffers, whole and per trainer rank */
     int zero_stage, zero_ranks;
     double adam_whole, adam_shard; /* bytes (the largest rank's shard; stage 0 or one rank: the whole) */
+    double shard;             /* fp32 bytes of the largest rank's shard of one trained buffer (the whole without ZeRO):
+                                 an expert window's gradient shard (trainer/dp/dp_dev.h) */
     /* memory */
     int n_procs;
     budget_proc proc[BUDGET_MAX_PROCS];

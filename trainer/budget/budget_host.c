@@ -318,7 +318,7 @@ static int print_device(FILE *out, const budget_estimate *e, const core_recipe *
         trainer_dev_budget_print(out, local ? "local process (trainer and rollout)" : "trainer rank", &t,
                                  r->activations);
         if (t.window) { /* trainer/dp/dp_dev.h: what the window costs in traffic, per optimizer step */
-            const double bf16 = 2.0 * (double)e->params / 1073741824.0, shard = e->adam_shard / (2.0 * e->n_experts);
+            const double bf16 = 2.0 * (double)e->params / 1073741824.0, shard = e->shard;
             fprintf(out, "  the expert window (parallel.zero_stage 3, both experts trained: trainer/dp/dp_dev.h), per "
                          "optimizer step and trainer rank: each expert's bf16 weights all-gathered into it before its "
                          "micro-batches (%.2f GiB per expert, two all-gathers), transformer's reduced gradient shard to host memory and "

@@ -634,6 +634,18 @@ static int waiting(const ctl_state *st) {
     return 0;
 }
 
+/* The experts sent are the device buffers of ctl_set_device_weights. */
+static int dev_bufs_sent(const ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
+                         int adapters) {
+    int bufs = c->dev != NULL;
+    for (int e = 0; e < n_experts && e < 2; e++) {
+        const float *p;
+        if (send[e] && (experts[e] != c->dev_model[e] || sync_layout(experts[e], adapters, &p)->numel != c->dev_elements[e]))
+            bufs = 0;
+    }
+    return bufs;
+}
+
 /* The same-host exports of one sync (core/wire_sync.h): every expert with send[e], when each is a registered device
  * buffer of the experts given (not, e.g., an EMA's host copy) of the size of what the sync sends. 0 with *n = 0
  * when the sync cannot go by IPC (*why says why), or with the handles exported; -1 with core_error when an export
@@ -642,13 +654,8 @@ static int ipc_export(ctl_server *c, const wan_model *const *experts, int n_expe
                       core_sync_ipc *x, int *n, char *why, size_t cap) {
     *n = 0;
     if (!c->dev) return snprintf(why, cap, "the trainer's weights are not on a device that exports them"), 0;
-    for (int e = 0; e < n_experts && e < 2; e++) {
-        if (!send[e]) continue;
-        const float *p;
-        const wan_layout *L = sync_layout(experts[e], adapters, &p);
-        if (experts[e] != c->dev_model[e] || L->numel != c->dev_elements[e])
-            return snprintf(why, cap, "%s's weights of this sync are not its device buffer", wan_expert_folder(e)), 0;
-    }
+    if (!dev_bufs_sent(c, experts, n_experts, send, adapters))
+        return snprintf(why, cap, "the weights of this sync are not the trainer's device buffers"), 0;
     for (int e = 0; e < n_experts && e < 2; e++) {
         if (!send[e]) continue;
         x[*n] = (core_sync_ipc){.expert = e, .elements = c->dev_elements[e]};
@@ -683,17 +690,6 @@ static int send_weights_ipc(ctl_server *c, int w, const char *tag, const core_sy
     return rc ? core_error_push("controller: weights (IPC) to %s: ", wk->id) : 0;
 }
 
-/* The experts sent are the device buffers of ctl_set_device_weights. */
-static int dev_bufs_sent(const ctl_server *c, const wan_model *const *experts, int n_experts, const uint8_t *send,
-                         int adapters) {
-    int bufs = c->dev != NULL;
-    for (int e = 0; e < n_experts && e < 2; e++) {
-        const float *p;
-        if (send[e] && (experts[e] != c->dev_model[e] || sync_layout(experts[e], adapters, &p)->numel != c->dev_elements[e]))
-            bufs = 0;
-    }
-    return bufs;
-}
 
 /* Bytes of the largest bucket of this sync (sync_bucket_plan: a bucket never spans two experts, so with
  * parallel.sync_bucket_mib above an expert's size that expert is one bucket of its own size). */

@@ -23,8 +23,13 @@ static size_t g_held, g_peak;
 /* A test's injected failure (tests/test_sync_nccl.c): VGRPO_EMULATE_DEVICE_FAIL_BYTES=N fails every allocation of
  * exactly N bytes, as cudaMalloc's out-of-memory would. */
 static int injected_failure(size_t bytes) {
-    const char *e = getenv("VGRPO_EMULATE_DEVICE_FAIL_BYTES");
-    return e && *e && (size_t)strtoull(e, NULL, 10) == bytes;
+    static size_t fail; /* read once: mem_alloc is called per forward */
+    static int read;
+    if (!read) {
+        const char *e = getenv("VGRPO_EMULATE_DEVICE_FAIL_BYTES");
+        fail = e && *e ? (size_t)strtoull(e, NULL, 10) : 0, read = 1;
+    }
+    return fail && fail == bytes;
 }
 static void *e_alloc(size_t bytes) { /* 256-byte aligned, as cudaMalloc */
     void *p = NULL;
